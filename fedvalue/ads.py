@@ -1,0 +1,296 @@
+"""Asymmetric Data Shapley over ordered groups (seed 004, §4–5).
+
+Groups σ = (D_1, ..., D_T) are ordered; sources are exchangeable within a group and
+later groups come after earlier ones. With U_{t−1} = D_1 ∪ ... ∪ D_{t−1}, the value
+of z ∈ D_t is the subset form (seed 004, Prop. 4.1, Eq. 9)
+
+    φ^σ(z) = (1/|D_t|) Σ_{S ⊆ D_t∖{z}} C(|D_t|−1, |S|)^{-1}
+             [v(U_{t−1} ∪ S ∪ {z}) − v(U_{t−1} ∪ S)],
+
+equal to the average marginal over the σ-respecting permutations (Eqs. 7–8). In
+federated learning (Remark 4.1, Eq. 10) the prefix U_{t−1} is absorbed into the
+realized global state A_{t−1}: the round's game is one group whose utility is
+conditioned on A_{t−1}. Group efficiency (Prop. 4.2): Σ_{z∈D_t} φ^σ(z) =
+v(U_t) − v(U_{t−1}); every result reports its gap.
+
+``method="exact"`` enumerates the 2^{|D_t|} subsets of each group (1 + Σ_t (2^{|D_t|} − 1)
+distinct coalitions). ``method="mc"`` is MC-ADS (Alg. 1): m* = ⌈r²/(2ε²) · log(2n/δ)⌉
+σ-respecting permutations, each giving all n marginals in one left-to-right pass;
+all prefixes go through the game's cache, so MC never evaluates more distinct
+coalitions than exact. ``method="auto"`` takes exact whenever its coalition count is
+at most MC's m*·n evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from fedvalue._checks import check_open_unit, check_positive, check_seed
+from fedvalue.game import CoalitionGame, Utility, as_game
+from fedvalue.result import ValuationResult
+
+#: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
+MAX_EXACT_GROUP_SIZE = 25
+
+Method = Literal["auto", "exact", "mc"]
+
+
+def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashable, ...], ...]:
+    """Check ``groups`` is a non-empty sequence of non-empty groups of unique ids."""
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+        raise TypeError(
+            "groups: expected a sequence of groups, each a sequence of player ids "
+            f"(for one round: [['a', 'b', 'c']]); got {type(groups).__name__}."
+        )
+    if len(groups) == 0:
+        raise ValueError("groups: expected at least one group; got an empty sequence.")
+    checked: list[tuple[Hashable, ...]] = []
+    seen: dict[Hashable, int] = {}
+    for t, group in enumerate(groups):
+        if isinstance(group, (str, bytes)) or not isinstance(group, Sequence):
+            raise TypeError(
+                f"groups: expected each group to be a sequence of player ids (for one round: "
+                f"[['a', 'b', 'c']]); group {t} is {group!r}."
+            )
+        if len(group) == 0:
+            raise ValueError(
+                f"groups: expected non-empty groups; group {t} is empty. Drop it, or give "
+                "it its players."
+            )
+        for player in group:
+            try:
+                hash(player)
+            except TypeError:
+                raise TypeError(
+                    f"groups: expected hashable player ids; group {t} holds {player!r}."
+                ) from None
+            if player in seen:
+                where = "twice in that group" if seen[player] == t else f"also in group {seen[player]}"
+                raise ValueError(
+                    f"groups: expected each player id exactly once; {player!r} is in group {t} "
+                    f"and {where}."
+                )
+            seen[player] = t
+        checked.append(tuple(group))
+    return tuple(checked)
+
+
+def mc_num_permutations(num_players: int, epsilon: float, delta: float, r: float = 1.0) -> int:
+    """m* = ⌈r²/(2ε²) · log(2n/δ)⌉ (seed 004, §5.1 and Alg. 1, line 2)."""
+    return math.ceil(r * r / (2.0 * epsilon * epsilon) * math.log(2.0 * num_players / delta))
+
+
+def exact_num_coalitions(groups: Sequence[Sequence[Hashable]]) -> int:
+    """Distinct coalitions exact ADS evaluates: v(∅) plus 2^{|D_t|} − 1 per group."""
+    return 1 + sum((1 << len(group)) - 1 for group in groups)
+
+
+def ads(
+    utility: Utility | CoalitionGame,
+    groups: Sequence[Sequence[Hashable]],
+    *,
+    method: Method = "auto",
+    epsilon: float = 0.1,
+    delta: float = 0.05,
+    r: float = 1.0,
+    seed: int | np.random.Generator | None = None,
+    max_evaluations: int | None = None,
+) -> ValuationResult:
+    """Asymmetric Data Shapley of every player over ordered groups (seed 004).
+
+    Parameters
+    ----------
+    utility
+        Callable taking a frozenset of player ids and returning a float, or a
+        :class:`~fedvalue.CoalitionGame` (its cache is shared with other calls).
+    groups
+        σ = (D_1, ..., D_T): a sequence of non-empty sequences of player ids. One
+        group is classical Data Shapley; the within-round FL case is one group whose
+        utility is conditioned on the round's starting state.
+    method
+        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1) or ``"auto"``: exact when
+        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC.
+    epsilon, delta, r
+        MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range
+        of width r (r = 1 for accuracy).
+    seed
+        Seed or Generator for the MC permutations.
+    max_evaluations
+        Upper bound on real utility evaluations; a method whose worst case exceeds it
+        raises instead of running.
+
+    Returns
+    -------
+    ValuationResult
+        ``values`` indexed by player, ``stderr``, ``num_evaluations`` and the
+        per-group ``efficiency_gaps``.
+    """
+    groups = validate_groups(groups)
+    if method not in ("auto", "exact", "mc"):
+        raise ValueError(f"method: expected 'auto', 'exact' or 'mc'; got {method!r}.")
+    check_positive("epsilon", epsilon)
+    check_open_unit("delta", delta)
+    check_positive("r", r)
+    if max_evaluations is not None and (
+        isinstance(max_evaluations, bool)
+        or not isinstance(max_evaluations, (int, np.integer))
+        or max_evaluations < 1
+    ):
+        raise ValueError(
+            f"max_evaluations: expected a positive integer or None; got {max_evaluations!r}."
+        )
+    rng = check_seed(seed)
+
+    players = [p for group in groups for p in group]
+    n = len(players)
+    largest = max(len(g) for g in groups)
+    exact_cost = exact_num_coalitions(groups) if largest <= MAX_EXACT_GROUP_SIZE else None
+    m_star = mc_num_permutations(n, epsilon, delta, r)
+    # With the cache, MC never needs more distinct coalitions than exact would.
+    mc_cost = m_star * n + 1 if exact_cost is None else min(m_star * n + 1, exact_cost)
+
+    if method == "auto":
+        method = "exact" if exact_cost is not None and exact_cost <= m_star * n else "mc"
+        if method == "exact" and max_evaluations is not None and exact_cost > max_evaluations:
+            method = "mc"
+    if method == "exact":
+        if exact_cost is None:
+            raise ValueError(
+                f"method: 'exact' enumerates 2^|D_t| coalitions per group, at most "
+                f"{MAX_EXACT_GROUP_SIZE} players per group; a group has {largest}. Use "
+                "method='mc' or 'auto'."
+            )
+        if max_evaluations is not None and exact_cost > max_evaluations:
+            raise ValueError(
+                f"max_evaluations: exact ADS over groups of sizes {[len(g) for g in groups]} "
+                f"needs {exact_cost} utility evaluations, more than max_evaluations="
+                f"{max_evaluations}. Raise max_evaluations or use method='mc'."
+            )
+    elif max_evaluations is not None and mc_cost > max_evaluations:
+        raise ValueError(
+            f"max_evaluations: MC-ADS with epsilon={epsilon}, delta={delta}, r={r} samples "
+            f"m*={m_star} permutations of {n} players and may need {mc_cost} utility "
+            f"evaluations, more than max_evaluations={max_evaluations}. Raise "
+            "max_evaluations or epsilon."
+        )
+
+    game = as_game(utility, players)
+    evaluations_before = game.num_evaluations
+    group_positions = [np.array([game.index_of(p) for p in g], dtype=np.int64) for g in groups]
+    prefix_masks = [0]
+    for positions in group_positions:
+        prefix_masks.append(prefix_masks[-1] | _mask(positions))
+
+    if method == "exact":
+        values = np.concatenate(
+            [_exact_group(game, base, pos) for base, pos in zip(prefix_masks, group_positions)]
+        )
+        stderr = np.zeros(n)
+        num_permutations = None
+    else:
+        values, stderr = _monte_carlo(game, group_positions, m_star, rng)
+        num_permutations = m_star
+
+    prefix_utilities = game.values(prefix_masks)
+    bounds = np.cumsum([0] + [len(g) for g in groups])
+    gaps = [
+        float(values[bounds[t] : bounds[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
+        for t in range(len(groups))
+    ]
+    index = pd.Index(players, dtype=object, name="player")
+    return ValuationResult(
+        method=f"ads-{method}",
+        values=pd.Series(values, index=index, name="ads"),
+        stderr=pd.Series(stderr, index=index, name="stderr"),
+        num_evaluations=game.num_evaluations - evaluations_before,
+        groups=groups,
+        prefix_utilities=tuple(float(u) for u in prefix_utilities),
+        efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(groups), name="group"), name="gap"),
+        num_permutations=num_permutations,
+    )
+
+
+def _mask(positions: np.ndarray) -> int:
+    mask = 0
+    for k in positions.tolist():
+        mask |= 1 << k
+    return mask
+
+
+def _subset_masks(base: int, positions: np.ndarray) -> list[int]:
+    """Global masks of base ∪ S for every local subset index s of the group (bit k -> positions[k])."""
+    masks = [base]
+    for k in positions.tolist():
+        bit = 1 << k
+        masks += [m | bit for m in masks]
+    return masks
+
+
+def _exact_group(game: CoalitionGame, base: int, positions: np.ndarray) -> np.ndarray:
+    """Eq. 9 for one group on top of ``base`` = U_{t−1}; returns φ in group order."""
+    size = len(positions)
+    utilities = game.values(_subset_masks(base, positions))
+    local = np.arange(1 << size, dtype=np.int64)
+    popcount = np.zeros(1 << size, dtype=np.int64)
+    for k in range(size):
+        popcount += (local >> k) & 1
+    # Weight of a marginal on top of S with |S| = s: 1 / (|D_t| · C(|D_t|−1, s)).
+    weights = np.array([1.0 / (size * math.comb(size - 1, s)) for s in range(size)])
+    values = np.empty(size)
+    for k in range(size):
+        without = local[((local >> k) & 1) == 0]
+        marginals = utilities[without | (1 << k)] - utilities[without]
+        values[k] = float(np.dot(weights[popcount[without]], marginals))
+    return values
+
+
+def _monte_carlo(
+    game: CoalitionGame,
+    group_positions: list[np.ndarray],
+    num_permutations: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 1: mean and standard error of the marginals over σ-respecting permutations.
+
+    Columns of the returned arrays follow the concatenated group order.
+    """
+    sizes = [len(p) for p in group_positions]
+    n = sum(sizes)
+    # Column j of `order` is the within-group rank-ordered column index into the player list.
+    offsets = np.cumsum([0] + sizes[:-1])
+    order = np.concatenate(
+        [
+            offset + rng.permuted(np.tile(np.arange(size), (num_permutations, 1)), axis=1)
+            for offset, size in zip(offsets, sizes)
+        ],
+        axis=1,
+    )
+    positions = np.concatenate(group_positions)
+    bit_positions = positions[order]
+    if game.num_players <= 62:
+        cumulative = np.cumsum(np.left_shift(np.int64(1), bit_positions), axis=1)
+        prefixes = np.concatenate([np.zeros((num_permutations, 1), np.int64), cumulative], axis=1)
+        masks = prefixes.ravel().tolist()
+    else:
+        masks = []
+        for row in bit_positions.tolist():
+            mask = 0
+            masks.append(mask)
+            for k in row:
+                mask |= 1 << k
+                masks.append(mask)
+    utilities = game.values(masks).reshape(num_permutations, n + 1)
+    step_marginals = np.diff(utilities, axis=1)
+    marginals = np.empty_like(step_marginals)
+    np.put_along_axis(marginals, order, step_marginals, axis=1)
+    mean = marginals.mean(axis=0)
+    if num_permutations > 1:
+        stderr = marginals.std(axis=0, ddof=1) / math.sqrt(num_permutations)
+    else:
+        stderr = np.full(n, np.nan)
+    return mean, stderr
