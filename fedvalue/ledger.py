@@ -1,0 +1,161 @@
+"""The valuation ledger: per-round, per-client books written as each round completes.
+
+A run directory holds
+
+``ledger.csv`` / ``ledger.parquet``
+    Long format, one row per (round, client, method): ``round``, ``client_id``,
+    ``method``, ``value``, ``stderr``, ``num_examples``, ``status``, ``noisy``.
+``rounds.csv``
+    One row per round: ``round``, ``clients`` (space-separated ids in reply order),
+    ``num_clients``, ``num_failed``, ``utility_before`` (v_t(∅) = U(A_{t−1})),
+    ``utility_after`` (v_t(I_t)), ``utility_realized`` (U(A_t), the state the run
+    moved to), ``num_evaluations``, ``valuation_seconds``, ``ads_method``,
+    ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), seed 004 Prop. 4.2).
+``run.json``
+    The full configuration, seed and package versions.
+
+Rows are appended and fsynced after every round, so a crash loses no completed round.
+Values are written with Python's shortest round-trip float repr: the same run gives
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+LEDGER_COLUMNS = ("round", "client_id", "method", "value", "stderr", "num_examples", "status", "noisy")
+ROUND_COLUMNS = (
+    "round", "clients", "num_clients", "num_failed", "utility_before", "utility_after",
+    "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap",
+)
+CLIENT_STATUSES = ("ok", "failed")
+
+
+def _cell(value: object) -> str:
+    """One CSV cell: shortest round-trip repr for floats, empty for missing."""
+    if value is None:
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return "" if math.isnan(value) else repr(value)
+    return str(value)
+
+
+def _append_rows(path: Path, columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> None:
+    columns = list(columns)
+    new_file = not path.exists()
+    with open(path, "a", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        if new_file:
+            writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(row.get(c)) for c in columns])
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+class LedgerWriter:
+    """Appends each completed round to a run directory (see module docstring)."""
+
+    def __init__(self, run_dir: str | os.PathLike, *, config: Mapping | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if config is not None:
+            write_json(self.run_dir / "run.json", config)
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.run_dir / "ledger.csv"
+
+    @property
+    def rounds_path(self) -> Path:
+        return self.run_dir / "rounds.csv"
+
+    def write_round(self, round_row: Mapping[str, object], ledger_rows: list[Mapping[str, object]]) -> None:
+        """Append one round: its ledger rows first, then its rounds.csv row (the commit mark)."""
+        for row in ledger_rows:
+            if row.get("status") not in CLIENT_STATUSES:
+                raise ValueError(
+                    f"status: expected one of {list(CLIENT_STATUSES)}; got {row.get('status')!r}."
+                )
+        _append_rows(self.ledger_path, LEDGER_COLUMNS, ledger_rows)
+        _append_rows(self.rounds_path, ROUND_COLUMNS, [round_row])
+        # Parquet mirrors the CSV; rewritten whole so it is always a complete file.
+        ledger = read_ledger_csv(self.ledger_path)
+        tmp = self.run_dir / "ledger.parquet.tmp"
+        ledger.to_parquet(tmp, index=False)
+        os.replace(tmp, self.run_dir / "ledger.parquet")
+
+
+def write_json(path: Path, data: Mapping) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
+    """ledger.csv as a DataFrame with stable dtypes (client ids stay strings)."""
+    frame = pd.read_csv(
+        path,
+        dtype={"client_id": str, "method": str, "status": str, "noisy": str},
+        keep_default_na=False,
+        na_values={"value": [""], "stderr": [""], "num_examples": [""]},
+    )
+    frame["noisy"] = frame["noisy"].map({"true": True, "false": False, "": pd.NA}).astype("boolean")
+    return frame
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory loaded as DataFrames."""
+
+    ledger: pd.DataFrame
+    rounds: pd.DataFrame
+    config: dict
+
+    def summary(self) -> pd.DataFrame:
+        """Per client: total value per method, rounds participated, noisy flag."""
+        return client_summary(self.ledger)
+
+
+def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
+    """Per client: ``total_<method>`` for every method, ``rounds``, ``noisy``.
+
+    Sorted by total ADS (or the first method) descending.
+    """
+    ok = ledger[ledger["status"] == "ok"]
+    totals = ok.pivot_table(index="client_id", columns="method", values="value", aggfunc="sum")
+    totals.columns = [f"total_{m}" for m in totals.columns]
+    rounds = ledger.groupby("client_id")["round"].nunique().rename("rounds")
+    summary = totals.join(rounds, how="outer")
+    summary["rounds"] = summary["rounds"].astype(int)
+    if "noisy" in ledger:
+        summary = summary.join(ledger.groupby("client_id")["noisy"].first())
+    key = "total_ads" if "total_ads" in summary else summary.columns[0]
+    return summary.sort_values(key, ascending=False, kind="mergesort")
+
+
+def load_run(run_dir: str | os.PathLike) -> Run:
+    """Read a run directory written by :class:`LedgerWriter`."""
+    run_dir = Path(run_dir)
+    ledger_path = run_dir / "ledger.csv"
+    if not ledger_path.exists():
+        raise FileNotFoundError(
+            f"run_dir: expected a fedvalue run directory holding ledger.csv; {run_dir} has none."
+        )
+    rounds = pd.read_csv(run_dir / "rounds.csv", dtype={"clients": str, "ads_method": str}, keep_default_na=False,
+                         na_values={"efficiency_gap": [""], "utility_after": [""], "utility_realized": [""]})
+    config_path = run_dir / "run.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+    return Run(ledger=read_ledger_csv(ledger_path), rounds=rounds, config=config)

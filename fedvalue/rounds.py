@@ -1,0 +1,160 @@
+"""The round game of federated learning and its valuation (seed 004, Remark 4.1).
+
+Round t samples clients I_t; the server holds the realized state A_{t−1} and client i
+returns arrays w_i with weight n_i. The round game is
+
+    v_t(S) = U(Agg_t(A_{t−1}; {w_i : i ∈ S})),   S ⊆ I_t,   v_t(∅) = U(A_{t−1}),
+
+with Agg_t the strategy's own aggregation rule and U a held-out utility. Within-round
+ADS is ADS with the single group I_t on this game (Eq. 10); within-round LOO is
+v_t(I_t) − v_t(I_t ∖ {i}) (App. C.2). Both share one coalition cache.
+
+Arrays are ``dict[str, np.ndarray]`` in a fixed key order (a model's state).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedvalue.ads import ads
+from fedvalue.game import CoalitionGame
+from fedvalue.loo import loo
+from fedvalue.result import ValuationResult
+
+Arrays = dict[str, np.ndarray]
+#: Aggregates the replies of a coalition (ids in round order) into new global arrays.
+Aggregator = Callable[[Sequence[Hashable]], Arrays]
+ArraysUtility = Callable[[Mapping[str, np.ndarray]], float]
+BatchArraysUtility = Callable[[Sequence[Mapping[str, np.ndarray]]], Sequence[float]]
+
+#: Valuation methods the platform knows how to compute per round.
+VALUATION_METHODS = ("ads", "loo")
+
+
+def weighted_mean(
+    client_arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]
+) -> Arrays:
+    """FedAvg's rule: Σ_i (n_i / Σ_j n_j) w_i, accumulated in the arrays' own dtype and
+    in client order, exactly as Flower's ``aggregate_arrayrecords`` does, so the full
+    coalition reproduces the realized state bit for bit."""
+    if len(client_arrays) == 0:
+        raise ValueError("client_arrays: expected at least one client's arrays; got none.")
+    total = float(sum(weights))
+    if not total > 0:
+        raise ValueError(f"weights: expected a positive total weight; got {list(weights)}.")
+    result: Arrays = {}
+    for arrays, weight in zip(client_arrays, weights):
+        factor = weight / total
+        for key, value in arrays.items():
+            if key in result:
+                result[key] += value * factor
+            else:
+                result[key] = value * factor
+    return result
+
+
+def fedavg_aggregator(
+    client_ids: Sequence[Hashable],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+) -> Aggregator:
+    """Aggregator of the FedAvg family (FedAvg, FedProx): the n-weighted mean, pure."""
+    position = {c: k for k, c in enumerate(client_ids)}
+
+    def aggregate(coalition: Sequence[Hashable]) -> Arrays:
+        members = sorted(position[c] for c in coalition)
+        return weighted_mean([client_arrays[k] for k in members], [weights[k] for k in members])
+
+    return aggregate
+
+
+@dataclass
+class RoundValuation:
+    """What valuing one round produced."""
+
+    results: dict[str, ValuationResult]
+    game: CoalitionGame
+    utility_before: float
+    utility_after: float
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_evaluations(self) -> int:
+        return self.game.num_evaluations
+
+
+def round_game(
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    aggregate: Aggregator,
+    utility: ArraysUtility,
+    *,
+    batch_utility: BatchArraysUtility | None = None,
+) -> CoalitionGame:
+    """v_t as a :class:`CoalitionGame` over ``client_ids`` (see module docstring).
+
+    The coalitions given to ``aggregate`` list client ids in round order, so a
+    strategy that depends on reply order sees the realized order.
+    """
+    order = {c: k for k, c in enumerate(client_ids)}
+
+    def arrays_of(coalition: frozenset) -> Mapping[str, np.ndarray]:
+        if not coalition:
+            return start_arrays
+        return aggregate(sorted(coalition, key=order.__getitem__))
+
+    def single(coalition: frozenset) -> float:
+        return utility(arrays_of(coalition))
+
+    batch = None
+    if batch_utility is not None:
+        def batch(coalitions: Sequence[frozenset]) -> Sequence[float]:
+            return batch_utility([arrays_of(c) for c in coalitions])
+
+    return CoalitionGame(single, client_ids, batch_utility=batch)
+
+
+def value_round(
+    game: CoalitionGame,
+    methods: Sequence[str] = VALUATION_METHODS,
+    *,
+    ads_method: str = "auto",
+    epsilon: float = 0.1,
+    delta: float = 0.05,
+    r: float = 1.0,
+    seed: int | np.random.Generator | None = None,
+    max_evaluations: int | None = None,
+) -> RoundValuation:
+    """Within-round ADS (one group I_t, Eq. 10) and LOO on one shared cache.
+
+    ``utility_before`` is v_t(∅) = U(A_{t−1}); ``utility_after`` is v_t(I_t), which for
+    FedAvg is U(A_t), the realized next state.
+    """
+    unknown = [m for m in methods if m not in VALUATION_METHODS]
+    if unknown:
+        raise ValueError(
+            f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}."
+        )
+    started = time.perf_counter()
+    players = list(game.players)
+    results: dict[str, ValuationResult] = {}
+    if "ads" in methods:
+        results["ads"] = ads(
+            game, [players], method=ads_method, epsilon=epsilon, delta=delta, r=r,
+            seed=seed, max_evaluations=max_evaluations,
+        )
+    if "loo" in methods:
+        results["loo"] = loo(game, players)
+    before, after = game.values([0, game.full_mask])
+    return RoundValuation(
+        results=results,
+        game=game,
+        utility_before=float(before),
+        utility_after=float(after),
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,7 @@
+"""Flower server strategies that keep contributor books (the only place converting
+Flower records to arrays on the server side)."""
+
+from strategies.sampling import PartitionSampler
+from strategies.valuing import ValuingStrategy
+
+__all__ = ["PartitionSampler", "ValuingStrategy"]

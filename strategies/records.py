@@ -1,0 +1,78 @@
+"""Flower records <-> numpy on the server side (the only place that converts them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+#: ConfigRecord a client puts in its reply to say who it is (never a MetricRecord:
+#: FedAvg averages every metric).
+CLIENT_RECORD_KEY = "client"
+PARTITION_ID_KEY = "partition-id"
+
+
+def arrays_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """An ArrayRecord as ``{key: ndarray}`` in the record's key order."""
+    return {key: array.numpy() for key, array in record.items()}
+
+
+def numpy_to_arrays(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({key: Array(np.asarray(value)) for key, value in arrays.items()})
+
+
+@dataclass
+class ClientReply:
+    """One client's reply in a round, as the books need it."""
+
+    client_id: int | str
+    node_id: int
+    status: str  # "ok" or "failed"
+    arrays: dict[str, np.ndarray] | None = None
+    weight: float | None = None
+    metrics: dict = field(default_factory=dict)
+    error: str = ""
+    message: Message | None = None
+
+
+def partition_id_of(content: RecordDict) -> int | None:
+    """The partition id a client put in its reply's ConfigRecord, if any."""
+    record = content.config_records.get(CLIENT_RECORD_KEY)
+    if record is None or PARTITION_ID_KEY not in record:
+        return None
+    return int(record[PARTITION_ID_KEY])
+
+
+def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[int, int]) -> ClientReply:
+    """Turn a reply Message into a :class:`ClientReply`; malformed replies are 'failed'."""
+    node_id = int(message.metadata.src_node_id)
+    fallback_id = node_to_client.get(node_id, f"node-{node_id}")
+    if message.has_error():
+        return ClientReply(fallback_id, node_id, "failed", error=str(message.error.reason), message=message)
+    content = message.content
+    client_id = partition_id_of(content)
+    client_id = fallback_id if client_id is None else client_id
+    array_records = list(content.array_records.values())
+    metric_records = list(content.metric_records.values())
+    if len(array_records) != 1 or len(metric_records) != 1:
+        return ClientReply(
+            client_id, node_id, "failed", message=message,
+            error=f"expected one ArrayRecord and one MetricRecord; got {len(array_records)} and {len(metric_records)}",
+        )
+    metrics = dict(metric_records[0])
+    weight = metrics.get(weighted_by_key)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+        return ClientReply(
+            client_id, node_id, "failed", message=message, metrics=metrics,
+            error=f"expected a positive '{weighted_by_key}' metric; got {weight!r}",
+        )
+    return ClientReply(
+        client_id, node_id, "ok", arrays=arrays_to_numpy(array_records[0]),
+        weight=float(weight), metrics=metrics, message=message,
+    )
+
+
+def config_to_dict(config: ConfigRecord | MetricRecord | None) -> dict:
+    return {} if config is None else dict(config)

@@ -1,0 +1,282 @@
+"""A Flower strategy that keeps books on every client around ANY inner strategy.
+
+Composition, as Flower's ``dp_fixed_clipping`` wraps a strategy: ``self.strategy`` does
+all sampling configuration and aggregation; the wrapper records each round's realized
+state and values its clients (shared/DESIGN.md, "Round game"):
+
+    v_t(S) = U(Agg_t(A_{t−1}; {reply_i : i ∈ S})),   v_t(∅) = U(A_{t−1}),
+
+where Agg_t is the inner strategy's own ``aggregate_train``. Counterfactual coalitions
+never touch the live strategy: FedAvg and FedProx (pure aggregation) use the
+n-weighted mean directly; every other strategy (FedAdam, FedYogi, FedAdagrad, FedAvgM,
+robust rules, user subclasses) aggregates each coalition on a deep copy of itself
+taken before the live aggregation of the round, i.e. with the server-optimizer state
+at round start.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from logging import WARNING
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
+from flwr.supercore.logger import FLOWER_LOGGER, log
+
+from fedvalue.ledger import LedgerWriter
+from fedvalue.rounds import VALUATION_METHODS, ArraysUtility, RoundValuation, fedavg_aggregator, round_game, value_round
+from strategies.records import ClientReply, arrays_to_numpy, partition_id_of, read_reply
+from strategies.sampling import PartitionSampler
+
+#: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
+PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
+
+
+@contextmanager
+def quiet_flower(level: int = WARNING):
+    """Silence Flower's per-call INFO logs while counterfactual coalitions aggregate."""
+    previous = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(max(level, previous))
+    try:
+        yield
+    finally:
+        FLOWER_LOGGER.setLevel(previous)
+
+
+class ValuingStrategy(Strategy):
+    """Wraps ``strategy``; values every round's clients and writes the ledger.
+
+    Parameters
+    ----------
+    strategy
+        Any ``flwr.serverapp.strategy.Strategy``.
+    utility
+        U(arrays) -> float on held-out data (for example
+        :class:`fedvalue.utilities.TorchModelUtility`); may have a ``batch`` method
+        taking a list of arrays dicts.
+    run_dir
+        Where the ledger goes (``None``: keep the books in memory only).
+    methods
+        Valuations per round, a subset of ``("ads", "loo")``.
+    sampler
+        Seeded sampling by partition id; ``None`` keeps the inner strategy's own
+        sampling (not reproducible in Flower 1.41).
+    ads_method, epsilon, delta, r, max_evaluations
+        Passed to :func:`fedvalue.ads` for each round.
+    seed
+        Seed of MC permutations (round t uses ``[seed, t]``).
+    noisy_clients
+        Client ids known to be noisy (simulations know it), recorded in the ledger.
+    on_round
+        Called with each round's ``rounds.csv`` row after it is written.
+    query_timeout
+        Seconds to wait for clients to report their partition ids.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        utility: ArraysUtility,
+        *,
+        run_dir: str | None = None,
+        methods: Sequence[str] = VALUATION_METHODS,
+        sampler: PartitionSampler | None = None,
+        ads_method: str = "auto",
+        epsilon: float = 0.1,
+        delta: float = 0.05,
+        r: float = 1.0,
+        max_evaluations: int | None = None,
+        seed: int = 0,
+        noisy_clients: Collection[int] | None = None,
+        on_round: Callable[[dict], None] | None = None,
+        query_timeout: float = 120.0,
+        run_config: Mapping | None = None,
+    ) -> None:
+        if not isinstance(strategy, Strategy):
+            raise TypeError(
+                f"strategy: expected a flwr.serverapp.strategy.Strategy; got {type(strategy).__name__}."
+            )
+        unknown = [m for m in methods if m not in VALUATION_METHODS]
+        if unknown:
+            raise ValueError(f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}.")
+        self.strategy = strategy
+        self.utility = utility
+        self.methods = tuple(methods)
+        self.sampler = sampler
+        self.valuation_options = dict(ads_method=ads_method, epsilon=epsilon, delta=delta, r=r,
+                                      max_evaluations=max_evaluations)
+        self.seed = int(seed)
+        self.noisy_clients = None if noisy_clients is None else frozenset(noisy_clients)
+        self.on_round = on_round
+        self.query_timeout = float(query_timeout)
+        self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
+        self.ledger = None if run_dir is None else LedgerWriter(run_dir, config=run_config)
+        self.rounds: list[dict] = []
+        self.last_valuation: RoundValuation | None = None
+        self._start_arrays: dict[str, np.ndarray] | None = None
+        self._client_to_node: dict[int, int] = {}
+        self._node_to_client: dict[int, int] = {}
+
+    # -- delegation -------------------------------------------------------------------------
+
+    def summary(self) -> None:
+        log(logging.INFO, "\t├──> Valuing %s with %s", type(self.strategy).__name__, list(self.methods))
+        self.strategy.summary()
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+    # -- training ---------------------------------------------------------------------------
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
+        self._start_arrays = arrays_to_numpy(arrays)
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        if self.sampler is None or not messages:
+            return messages
+        client_to_node = self._partition_map(grid)
+        chosen = self.sampler.sample(server_round, list(client_to_node))
+        template = messages[0]
+        return [
+            Message(
+                content=template.content,
+                dst_node_id=client_to_node[client_id],
+                message_type=template.metadata.message_type,
+                group_id=template.metadata.group_id or None,
+            )
+            for client_id in chosen
+        ]
+
+    def _partition_map(self, grid: Grid) -> dict[int, int]:
+        """partition id -> node id, asked once from every node (node ids are random per run)."""
+        node_ids = sorted(int(n) for n in grid.get_node_ids())
+        unknown = [n for n in node_ids if n not in self._node_to_client]
+        if unknown:
+            queries = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
+            for reply in grid.send_and_receive(queries, timeout=self.query_timeout):
+                if reply.has_error():
+                    continue
+                client_id = partition_id_of(reply.content)
+                if client_id is not None:
+                    node_id = int(reply.metadata.src_node_id)
+                    self._node_to_client[node_id] = client_id
+                    self._client_to_node[client_id] = node_id
+        if not self._client_to_node:
+            raise RuntimeError(
+                "sampler: no client reported its partition id to the query; the ClientApp needs an "
+                "@app.query handler replying ConfigRecord 'client' with 'partition-id' (clients.make_client_app has one)."
+            )
+        return dict(sorted(self._client_to_node.items()))
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Aggregate with the inner strategy (live), then value the round and write it."""
+        replies = list(replies)
+        records = [read_reply(m, self.weighted_by_key, self._node_to_client) for m in replies]
+        _mark_duplicate_ids(records)
+        ok = [r for r in records if r.status == "ok"]
+        # Malformed replies would make the inner strategy raise: it sees the good ones and the errors.
+        passed = [r.message for r in records if r.status == "ok" or r.message.has_error()]
+        pure = type(self.strategy) in PURE_WEIGHTED_MEAN
+        snapshot = None if pure or not ok else _snapshot(self.strategy)
+        live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
+
+        utility_before = float(self.utility(self._start_arrays))
+        valuation = None
+        if ok:
+            ids = [r.client_id for r in ok]
+            if pure:
+                aggregate = fedavg_aggregator(ids, [r.arrays for r in ok], [r.weight for r in ok])
+            else:
+                aggregate = _copy_aggregator(snapshot, server_round, {r.client_id: r.message for r in ok})
+            batch = getattr(self.utility, "batch", None)
+            game = round_game(ids, self._start_arrays, aggregate, self.utility, batch_utility=batch)
+            valuation = value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
+                                    **self.valuation_options)
+            utility_before = valuation.utility_before
+        utility_realized = float(self.utility(arrays_to_numpy(live_arrays))) if live_arrays is not None else utility_before
+        round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized)
+        if self.ledger is not None:
+            self.ledger.write_round(round_row, ledger_rows)
+        self.rounds.append(round_row)
+        self.last_valuation = valuation
+        if self.on_round is not None:
+            self.on_round(round_row)
+        return live_arrays, live_metrics
+
+    def _books(self, server_round, records, valuation, utility_before, utility_realized):
+        ads_result = None if valuation is None else valuation.results.get("ads")
+        round_row = {
+            "round": server_round,
+            "clients": " ".join(str(r.client_id) for r in records),
+            "num_clients": len(records),
+            "num_failed": sum(r.status != "ok" for r in records),
+            "utility_before": utility_before,
+            "utility_after": None if valuation is None else valuation.utility_after,
+            "utility_realized": utility_realized,
+            "num_evaluations": 0 if valuation is None else valuation.num_evaluations,
+            "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
+            "ads_method": "" if ads_result is None else ads_result.method,
+            "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
+        }
+        rows = []
+        for record in records:
+            noisy = None if self.noisy_clients is None else record.client_id in self.noisy_clients
+            for method in self.methods:
+                result = None if valuation is None else valuation.results[method]
+                ok = record.status == "ok"
+                rows.append({
+                    "round": server_round,
+                    "client_id": record.client_id,
+                    "method": method,
+                    "value": float(result.values[record.client_id]) if ok else None,
+                    "stderr": float(result.stderr[record.client_id]) if ok else None,
+                    "num_examples": int(record.weight) if ok and self.weighted_by_key == "num-examples" else record.metrics.get("num-examples"),
+                    "status": record.status,
+                    "noisy": noisy,
+                })
+        return round_row, rows
+
+
+def _mark_duplicate_ids(records: list[ClientReply]) -> None:
+    """A second reply claiming a client id already seen this round is not counted."""
+    seen = set()
+    for record in records:
+        if record.status == "ok" and record.client_id in seen:
+            record.status, record.error = "failed", f"duplicate reply for client {record.client_id}"
+        seen.add(record.client_id)
+
+
+def _snapshot(strategy: Strategy) -> Strategy:
+    try:
+        return copy.deepcopy(strategy)
+    except Exception as error:  # noqa: BLE001 - any deepcopy failure gets the same advice
+        raise TypeError(
+            f"strategy: valuing a {type(strategy).__name__} needs copy.deepcopy of it at round start "
+            f"(counterfactual coalitions must not touch the live optimizer state); deepcopy failed: "
+            f"{error}. Make the strategy deep-copyable (hold no locks, files or grids)."
+        ) from error
+
+
+def _copy_aggregator(snapshot: Strategy, server_round: int, messages: Mapping[int, Message]):
+    """Agg_t(S) = aggregate_train of a fresh copy of the round-start strategy on S's replies."""
+
+    def aggregate(coalition: Sequence[int]) -> dict[str, np.ndarray]:
+        strategy = copy.deepcopy(snapshot)
+        with quiet_flower():
+            arrays, _ = strategy.aggregate_train(server_round, [messages[c] for c in coalition])
+        if arrays is None:
+            raise RuntimeError(
+                f"strategy: {type(snapshot).__name__}.aggregate_train returned no arrays for coalition "
+                f"{list(coalition)}; the round game needs an aggregate for every non-empty coalition."
+            )
+        return arrays_to_numpy(arrays)
+
+    return aggregate
