@@ -1,0 +1,22 @@
+"""Flower ClientApps: local torch training and scripted client behaviours.
+
+Never imports ``simulations`` (simulations imports clients).
+"""
+
+from clients.app import ClientData, make_client_app
+from clients.behaviours import ClientBehaviour, FreeRider, HonestClient, LabelNoise, flip_labels
+from clients.training import evaluate_model, get_model_arrays, set_model_arrays, train_locally
+
+__all__ = [
+    "ClientBehaviour",
+    "ClientData",
+    "FreeRider",
+    "HonestClient",
+    "LabelNoise",
+    "evaluate_model",
+    "flip_labels",
+    "get_model_arrays",
+    "make_client_app",
+    "set_model_arrays",
+    "train_locally",
+]

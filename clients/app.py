@@ -1,0 +1,266 @@
+"""The Flower ClientApp of the simulations: local torch training with scripted behaviours.
+
+Messages (Flower 1.41 Message API):
+
+- ``train``: content ``"arrays"`` (the global model, an ArrayRecord) and ``"config"``
+  (ConfigRecord: ``"lr"``, ``"local-epochs"``, ``"batch-size"`` (0 = full batch,
+  default 0), ``"seed"`` (default 0), ``"server-round"`` (FedAvg adds it)). Reply:
+  ``"arrays"`` (the trained model), ``"metrics"`` (MetricRecord ``num-examples``,
+  ``train-loss``) and ``"client"`` (ConfigRecord ``partition-id``). The partition id
+  is in a ConfigRecord because FedAvg checks only the ArrayRecord and MetricRecord
+  counts and averages every metric (a MetricRecord id would be averaged).
+- ``evaluate``: the received model on the client's inference split (its training split
+  when that is empty). Reply: ``"metrics"`` (``num-examples``, ``eval-loss`` and, for
+  classification, ``eval-accuracy``) and ``"client"``.
+- ``query``: reply ``"client"`` only, so the server can map random node ids to
+  partition ids before sampling (:class:`strategies.ValuingStrategy` asks).
+
+Randomness: round t of partition i with run seed s draws everything from
+``SeedSequence([s, i, t])``: the same run seed gives the same training.
+
+Under Ray the ClientApp (and what its handlers close over: ``load_client_data``,
+``model_factory``) is pickled and sent to a worker with every message, so both must be
+picklable (module-level functions or ``functools.partial`` of them) and should not
+close over large data: load it inside ``load_client_data`` instead.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from clients.behaviours import ClientBehaviour, HonestClient
+from clients.training import LOSSES, evaluate_model, get_model_arrays, set_model_arrays, train_locally
+
+#: Reply keys (strategies/records.py reads the same names).
+ARRAYS_KEY = "arrays"
+METRICS_KEY = "metrics"
+CONFIG_KEY = "config"
+CLIENT_RECORD_KEY = "client"
+PARTITION_ID_KEY = "partition-id"
+NUM_EXAMPLES_KEY = "num-examples"
+
+
+@dataclass
+class ClientData:
+    """What one simulated client holds.
+
+    Attributes
+    ----------
+    partition_id
+        The client's id (its partition); replies carry it.
+    x_train, y_train
+        Local training data (non-empty).
+    x_infer, y_infer
+        Inference split (for evaluation and inference gradients); may be empty.
+    behaviour
+        The client's script (:mod:`clients.behaviours`); honest by default.
+    loss
+        ``"cross_entropy"`` or ``"mse"``.
+    """
+
+    partition_id: int
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_infer: np.ndarray
+    y_infer: np.ndarray
+    behaviour: ClientBehaviour = field(default_factory=HonestClient)
+    loss: str = "cross_entropy"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.partition_id, bool) or not isinstance(self.partition_id, (int, np.integer)) or self.partition_id < 0:
+            raise ValueError(f"partition_id: expected a non-negative int; got {self.partition_id!r}.")
+        self.partition_id = int(self.partition_id)
+        for split in ("train", "infer"):
+            x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
+            if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
+                raise TypeError(
+                    f"x_{split}, y_{split}: expected numpy arrays; got {type(x).__name__} and {type(y).__name__}."
+                )
+            if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+                raise ValueError(
+                    f"x_{split}, y_{split}: expected N x d inputs and N labels; got shapes {x.shape} and {y.shape}."
+                )
+        if len(self.x_train) == 0:
+            raise ValueError(f"x_train: expected at least one training example for client {self.partition_id}; got 0.")
+        if not isinstance(self.behaviour, ClientBehaviour):
+            raise TypeError(
+                f"behaviour: expected a clients.behaviours.ClientBehaviour; got {type(self.behaviour).__name__}."
+            )
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss: expected one of {list(LOSSES)}; got {self.loss!r}.")
+
+
+def partition_id_of(context: Context) -> int:
+    """The partition id the simulation engine put in ``context.node_config``."""
+    value = context.node_config.get(PARTITION_ID_KEY)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"context.node_config[{PARTITION_ID_KEY!r}]: expected a non-negative int (the simulation "
+            f"engine sets it; a deployed SuperNode needs --node-config 'partition-id=N'); got {value!r}."
+        )
+    return value
+
+
+def _record(content: RecordDict, key: str, kind: str):
+    """``content[key]``, or the only record of that kind when the key differs."""
+    records = content.array_records if kind == "ArrayRecord" else content.config_records
+    if key in records:
+        return records[key]
+    if len(records) == 1:
+        return next(iter(records.values()))
+    raise ValueError(
+        f"message content: expected an {kind} under {key!r} (or exactly one {kind}); got keys {list(records)}."
+    )
+
+
+def _config_int(config: ConfigRecord, key: str, default: int | None, minimum: int) -> int:
+    if key not in config:
+        if default is None:
+            raise ValueError(f"train config: expected key {key!r} (an int >= {minimum}); keys sent: {list(config)}.")
+        return default
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"train config {key!r}: expected an int >= {minimum}; got {value!r}.")
+    return value
+
+
+def _learning_rate(config: ConfigRecord) -> float:
+    value = config.get("lr")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"train config 'lr': expected a number > 0; got {value!r} (keys sent: {list(config)}).")
+    return float(value)
+
+
+def _client_record(partition_id: int) -> ConfigRecord:
+    return ConfigRecord({PARTITION_ID_KEY: partition_id})
+
+
+def _load(load_client_data: Callable[[int], ClientData], partition_id: int) -> ClientData:
+    data = load_client_data(partition_id)
+    if not isinstance(data, ClientData):
+        raise TypeError(f"load_client_data: expected it to return a ClientData; got {type(data).__name__}.")
+    if data.partition_id != partition_id:
+        raise ValueError(
+            f"load_client_data: asked for partition {partition_id}, got ClientData with partition_id "
+            f"{data.partition_id}."
+        )
+    return data
+
+
+def train_client(
+    data: ClientData,
+    model_factory: Callable[[], torch.nn.Module],
+    global_arrays: dict[str, np.ndarray],
+    *,
+    learning_rate: float,
+    local_epochs: int,
+    batch_size: int,
+    seed: int,
+    server_round: int,
+) -> tuple[dict[str, np.ndarray], int, float]:
+    """One client's round without Flower: behaviour, local SGD, behaviour.
+
+    Returns
+    -------
+    tuple
+        (arrays to send, num-examples to claim, last epoch's mean train loss).
+    """
+    data_seed, train_seed, reply_seed = np.random.SeedSequence([seed, data.partition_id, server_round]).spawn(3)
+    model = set_model_arrays(model_factory(), global_arrays)
+    x, y = data.behaviour.transform_training_data(data.x_train, data.y_train, np.random.default_rng(data_seed))
+    train_loss = train_locally(
+        model, x, y, epochs=local_epochs, learning_rate=learning_rate,
+        batch_size=batch_size or None, loss=data.loss, seed=train_seed,
+    )
+    trained = get_model_arrays(model)
+    arrays, num_examples = data.behaviour.transform_reply(
+        global_arrays, trained, len(x), np.random.default_rng(reply_seed)
+    )
+    if set(arrays) != set(trained):
+        raise ValueError(
+            f"behaviour {data.behaviour!r}: transform_reply must return the model's keys {list(trained)}; "
+            f"got {list(arrays)}."
+        )
+    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples < 1:
+        raise ValueError(f"behaviour {data.behaviour!r}: transform_reply must return num_examples >= 1; got {num_examples!r}.")
+    # Same keys, order and dtypes as the model, whatever the behaviour returned.
+    arrays = {key: np.ascontiguousarray(np.asarray(arrays[key], dtype=trained[key].dtype)) for key in trained}
+    return arrays, int(num_examples), float(train_loss)
+
+
+def make_client_app(
+    load_client_data: Callable[[int], ClientData],
+    model_factory: Callable[[], torch.nn.Module],
+) -> ClientApp:
+    """A ClientApp that trains ``model_factory()`` on ``load_client_data(partition_id)``.
+
+    Parameters
+    ----------
+    load_client_data
+        partition id -> :class:`ClientData`. Called in the Ray worker for every message:
+        picklable, cheap, and deterministic.
+    model_factory
+        Builds the model whose ``state_dict`` keys the server's arrays carry.
+
+    Returns
+    -------
+    flwr.clientapp.ClientApp
+        With ``train``, ``evaluate`` and ``query`` handlers (see the module docstring).
+    """
+    if not callable(load_client_data):
+        raise TypeError(f"load_client_data: expected a callable partition id -> ClientData; got {load_client_data!r}.")
+    if not callable(model_factory) or isinstance(model_factory, torch.nn.Module):
+        raise TypeError(
+            "model_factory: expected a callable that builds a fresh torch.nn.Module (e.g. "
+            f"functools.partial(make_mlp, ...)); got {type(model_factory).__name__}."
+        )
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        partition_id = partition_id_of(context)
+        data = _load(load_client_data, partition_id)
+        config = _record(msg.content, CONFIG_KEY, "ConfigRecord")
+        global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
+        arrays, num_examples, train_loss = train_client(
+            data, model_factory, global_arrays,
+            learning_rate=_learning_rate(config),
+            local_epochs=_config_int(config, "local-epochs", None, 1),
+            batch_size=_config_int(config, "batch-size", 0, 0),
+            seed=_config_int(config, "seed", 0, 0),
+            server_round=_config_int(config, "server-round", 0, 0),
+        )
+        content = RecordDict({
+            ARRAYS_KEY: ArrayRecord({key: Array(value) for key, value in arrays.items()}),
+            METRICS_KEY: MetricRecord({NUM_EXAMPLES_KEY: num_examples, "train-loss": train_loss}),
+            CLIENT_RECORD_KEY: _client_record(partition_id),
+        })
+        return Message(content=content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        partition_id = partition_id_of(context)
+        data = _load(load_client_data, partition_id)
+        global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
+        model = set_model_arrays(model_factory(), global_arrays)
+        x, y = (data.x_infer, data.y_infer) if len(data.x_infer) else (data.x_train, data.y_train)
+        scores = evaluate_model(model, x, y, loss=data.loss)
+        metrics = {NUM_EXAMPLES_KEY: len(x), "eval-loss": scores["loss"]}
+        if "accuracy" in scores:
+            metrics["eval-accuracy"] = scores["accuracy"]
+        content = RecordDict({METRICS_KEY: MetricRecord(metrics), CLIENT_RECORD_KEY: _client_record(partition_id)})
+        return Message(content=content, reply_to=msg)
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        content = RecordDict({CLIENT_RECORD_KEY: _client_record(partition_id_of(context))})
+        return Message(content=content, reply_to=msg)
+
+    return app

@@ -1,0 +1,205 @@
+"""Local training in pure torch, and a model's state as ``dict[str, np.ndarray]``.
+
+``train_locally`` is plain SGD (no momentum, no weight decay), full batch by default as
+in seed 004 App. C.2. It is deterministic: mini-batch order comes from a
+``torch.Generator`` seeded from ``seed`` and the global torch RNG is never touched.
+Bit-for-bit equality across runs also needs the same torch thread count (CPU matmul
+reductions are split by thread); Ray actors run with one thread per CPU they hold.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from clients.seeding import Seed, torch_generator
+
+LOSSES = ("cross_entropy", "mse")
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
+    return int(value)
+
+
+def _loss_fn(loss: str):
+    if loss == "cross_entropy":
+        return torch.nn.functional.cross_entropy
+
+    def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # A regression head (N, 1) against targets (N,): compare like with like.
+        if output.ndim == 2 and output.shape[1] == 1 and target.ndim == 1:
+            output = output[:, 0]
+        return torch.nn.functional.mse_loss(output, target)
+
+    return mse
+
+
+def _tensor(values: np.ndarray | torch.Tensor) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        return values.detach()
+    values = np.ascontiguousarray(values)
+    # torch warns on read-only arrays (and could not keep them read-only): copy those.
+    return torch.from_numpy(values if values.flags.writeable else values.copy())
+
+
+def as_tensors(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs as float32 and targets as int64 (cross-entropy) or float32 (mse)."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss: expected one of {list(LOSSES)}; got {loss!r}.")
+    x_t = _tensor(x).to(torch.float32)
+    y_t = _tensor(y)
+    if len(x_t) != len(y_t):
+        raise ValueError(f"x, y: expected the same number of examples; got {len(x_t)} inputs and {len(y_t)} targets.")
+    if loss == "cross_entropy":
+        if y_t.is_floating_point() or y_t.dtype == torch.bool:
+            raise ValueError(f"y: expected integer class labels for loss='cross_entropy'; got dtype {y_t.dtype}.")
+        y_t = y_t.to(torch.int64)
+    else:
+        y_t = y_t.to(torch.float32)
+    return x_t, y_t
+
+
+def train_locally(
+    model: torch.nn.Module,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    *,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int | None = None,
+    loss: str = "cross_entropy",
+    seed: Seed,
+) -> float:
+    """Train ``model`` in place with plain SGD; return the last epoch's mean loss.
+
+    Parameters
+    ----------
+    model
+        The module to train (its parameters are updated in place).
+    x, y
+        Training inputs (N x d) and labels (int, for ``"cross_entropy"``) or targets
+        (float, for ``"mse"``).
+    epochs
+        Passes over the data, >= 1.
+    learning_rate
+        SGD step size, > 0.
+    batch_size
+        ``None`` (or >= N): one full-batch step per epoch. Otherwise mini-batches of
+        this size in an order reshuffled every epoch.
+    loss
+        ``"cross_entropy"`` (classification) or ``"mse"`` (regression; an (N, 1)
+        output is compared with (N,) targets).
+    seed
+        Seed of the mini-batch order (unused with full batch, but required so that
+        every call states its randomness).
+
+    Returns
+    -------
+    float
+        Mean over the last epoch's examples of the loss each batch had when it was
+        used (before its step): with full batch, the loss before the last step.
+    """
+    epochs = _positive_int("epochs", epochs)
+    if (
+        isinstance(learning_rate, bool)
+        or not isinstance(learning_rate, numbers.Real)
+        or not math.isfinite(learning_rate)
+        or learning_rate <= 0
+    ):
+        raise ValueError(f"learning_rate: expected a finite number > 0; got {learning_rate!r}.")
+    if batch_size is not None:
+        batch_size = _positive_int("batch_size", batch_size)
+    x_t, y_t = as_tensors(x, y, loss)
+    num_examples = len(x_t)
+    if num_examples == 0:
+        raise ValueError("x: expected at least one training example; got 0.")
+    generator = torch_generator(seed)
+    loss_fn = _loss_fn(loss)
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(learning_rate))
+    full_batch = batch_size is None or batch_size >= num_examples
+    model.train()
+    epoch_loss = math.nan
+    for _ in range(epochs):
+        order = None if full_batch else torch.randperm(num_examples, generator=generator)
+        step = num_examples if full_batch else batch_size
+        total = 0.0
+        for start in range(0, num_examples, step):
+            if order is None:
+                xb, yb = x_t, y_t
+            else:
+                index = order[start : start + step]
+                xb, yb = x_t[index], y_t[index]
+            optimizer.zero_grad(set_to_none=True)
+            batch_loss = loss_fn(model(xb), yb)
+            batch_loss.backward()
+            optimizer.step()
+            total += float(batch_loss.detach()) * len(xb)
+        epoch_loss = total / num_examples
+    return epoch_loss
+
+
+@torch.no_grad()
+def evaluate_model(
+    model: torch.nn.Module,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    *,
+    loss: str = "cross_entropy",
+) -> dict[str, float]:
+    """Mean loss, and accuracy for classification, of ``model`` on (x, y).
+
+    Returns
+    -------
+    dict
+        ``{"loss": ..., "accuracy": ...}`` for ``"cross_entropy"``; ``{"loss": ...}``
+        for ``"mse"``.
+    """
+    x_t, y_t = as_tensors(x, y, loss)
+    if len(x_t) == 0:
+        raise ValueError("x: expected at least one example to evaluate on; got 0.")
+    model.eval()
+    output = model(x_t)
+    metrics = {"loss": float(_loss_fn(loss)(output, y_t))}
+    if loss == "cross_entropy":
+        metrics["accuracy"] = float((output.argmax(dim=1) == y_t).to(torch.float64).mean())
+    return metrics
+
+
+def get_model_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """The model's ``state_dict`` as numpy copies, in ``state_dict`` order."""
+    return {key: value.detach().cpu().numpy().copy() for key, value in model.state_dict().items()}
+
+
+def set_model_arrays(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> torch.nn.Module:
+    """Load ``arrays`` into ``model`` (cast to each entry's dtype); returns ``model``.
+
+    Raises
+    ------
+    ValueError
+        If the keys differ from the model's ``state_dict`` keys or a shape differs.
+    """
+    state = model.state_dict()
+    missing = [key for key in state if key not in arrays]
+    unexpected = [key for key in arrays if key not in state]
+    if missing or unexpected:
+        raise ValueError(
+            f"arrays: expected exactly the model's state keys {list(state)}; missing {missing}, "
+            f"unexpected {unexpected}. Was the model built by the same model_factory?"
+        )
+    loaded = {}
+    for key, current in state.items():
+        value = torch.as_tensor(np.asarray(arrays[key]))
+        if tuple(value.shape) != tuple(current.shape):
+            raise ValueError(
+                f"arrays: expected shape {tuple(current.shape)} for {key!r}; got {tuple(value.shape)}."
+            )
+        # Server optimizers may send float64 (Flower's FedAdam does): train in the model's dtype.
+        loaded[key] = value.to(current.dtype)
+    model.load_state_dict(loaded, strict=True)
+    return model
