@@ -1,0 +1,417 @@
+"""Datasets, held-out splits, client partitions and label noise for the simulations.
+
+Everything is local: scikit-learn's embedded datasets ("digits", "breast-cancer",
+"diabetes") or MNIST files the user already has ("mnist", never downloaded).
+Every random function takes ``seed`` (see :func:`clients.seeding.as_generator`) and is
+deterministic given it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import numbers
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from clients.behaviours import flip_labels
+from clients.seeding import Seed, as_generator
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "flip_labels",
+    "load_dataset",
+    "partition_dirichlet",
+    "partition_iid",
+    "split_holdout",
+]
+
+DATASETS = ("digits", "breast-cancer", "diabetes", "mnist")
+MNIST_SPLITS = ("all", "train", "test")
+_MNIST_STEMS = {
+    ("train", "images"): "train-images",
+    ("train", "labels"): "train-labels",
+    ("test", "images"): "t10k-images",
+    ("test", "labels"): "t10k-labels",
+}
+_IDX_UBYTE = 0x08
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """Features and labels (or regression targets) of one dataset.
+
+    Attributes
+    ----------
+    x
+        float32 features, N x d.
+    y
+        int64 labels in ``[0, num_classes)`` for classification; float32 targets for
+        regression.
+    num_classes
+        Number of classes; 0 for regression.
+    name
+        Where the data came from (``load_dataset``'s name).
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.x, np.ndarray) or self.x.ndim != 2 or self.x.dtype != np.float32:
+            raise ValueError(
+                f"x: expected a 2-D float32 numpy array (N x d); got "
+                f"{type(self.x).__name__} {getattr(self.x, 'dtype', '')} {getattr(self.x, 'shape', '')}."
+            )
+        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, (int, np.integer)) or self.num_classes < 0 or self.num_classes == 1:
+            raise ValueError(f"num_classes: expected 0 (regression) or an int >= 2; got {self.num_classes!r}.")
+        expected_dtype = np.int64 if self.num_classes else np.float32
+        if not isinstance(self.y, np.ndarray) or self.y.ndim != 1 or self.y.dtype != expected_dtype:
+            kind = "int64 labels" if self.num_classes else "float32 targets (num_classes=0)"
+            raise ValueError(
+                f"y: expected a 1-D numpy array of {kind}; got "
+                f"{type(self.y).__name__} {getattr(self.y, 'dtype', '')} {getattr(self.y, 'shape', '')}."
+            )
+        if len(self.y) != len(self.x):
+            raise ValueError(f"y: expected {len(self.x)} entries, one per row of x; got {len(self.y)}.")
+        if self.num_classes and len(self.y) and (self.y.min() < 0 or self.y.max() >= self.num_classes):
+            raise ValueError(
+                f"y: expected labels in [0, {self.num_classes}); got values in [{self.y.min()}, {self.y.max()}]."
+            )
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    @property
+    def is_classification(self) -> bool:
+        return self.num_classes > 0
+
+    def subset(self, indices: np.ndarray) -> Dataset:
+        """The rows ``indices`` as a new Dataset (copies)."""
+        return Dataset(self.x[indices], self.y[indices], self.num_classes, self.name)
+
+
+def _standardized(values: np.ndarray) -> np.ndarray:
+    std = values.std(axis=0)
+    # A constant column stays 0 instead of becoming NaN.
+    return (values - values.mean(axis=0)) / np.where(std > 0, std, 1.0)
+
+
+def load_dataset(
+    name: str,
+    *,
+    mnist_path: str | os.PathLike | None = None,
+    mnist_split: str = "all",
+) -> Dataset:
+    """Load one of :data:`DATASETS` from local data.
+
+    Parameters
+    ----------
+    name
+        ``"digits"`` (1,797 8x8 images, 10 classes, pixels / 16),
+        ``"breast-cancer"`` (569 x 30, 2 classes, standardized features),
+        ``"diabetes"`` (442 x 10 regression, standardized features and target), or
+        ``"mnist"`` (28x28 images flattened to 784, pixels / 255, 10 classes).
+        Standardization uses the statistics of the whole dataset.
+    mnist_path
+        For ``"mnist"`` only: a directory holding the four IDX files
+        (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+        ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``; each may end in
+        ``.gz``, and ``.idx3-ubyte`` spellings are accepted), or an ``.npz`` with
+        ``x_train, y_train, x_test, y_test`` (uint8 pixels, as Keras's mnist.npz).
+    mnist_split
+        For ``"mnist"``: ``"train"`` (60,000), ``"test"`` (10,000) or ``"all"`` (train
+        rows first, then test).
+
+    Raises
+    ------
+    ValueError
+        Unknown name; ``mnist_path`` missing, unreadable or malformed.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"name: expected one of {list(DATASETS)}; got {name!r}.")
+    if name != "mnist":
+        if mnist_path is not None:
+            raise ValueError(f"mnist_path: only used with name='mnist'; got {mnist_path!r} with name={name!r}.")
+        # Imported here: scikit-learn takes seconds to import and only these need it.
+        from sklearn import datasets as sk_datasets
+
+        if name == "digits":
+            bunch = sk_datasets.load_digits()
+            return Dataset((bunch.data / 16.0).astype(np.float32), bunch.target.astype(np.int64), 10, name)
+        if name == "breast-cancer":
+            bunch = sk_datasets.load_breast_cancer()
+            return Dataset(_standardized(bunch.data).astype(np.float32), bunch.target.astype(np.int64), 2, name)
+        bunch = sk_datasets.load_diabetes(scaled=False)
+        target = _standardized(bunch.target.reshape(-1, 1))[:, 0]
+        return Dataset(_standardized(bunch.data).astype(np.float32), target.astype(np.float32), 0, name)
+    if mnist_split not in MNIST_SPLITS:
+        raise ValueError(f"mnist_split: expected one of {list(MNIST_SPLITS)}; got {mnist_split!r}.")
+    if mnist_path is None:
+        raise ValueError(
+            "mnist_path: expected a directory of MNIST IDX files or an .npz file (MNIST is never "
+            "downloaded); got None."
+        )
+    path = Path(mnist_path)
+    if not path.exists():
+        raise ValueError(f"mnist_path: expected an existing directory or .npz file; {str(path)!r} does not exist.")
+    splits = ("train", "test") if mnist_split == "all" else (mnist_split,)
+    parts = [_load_mnist_npz(path, split) if path.is_file() else _load_mnist_idx(path, split) for split in splits]
+    if len({images.shape[1:] for images, _ in parts}) > 1:
+        raise ValueError(
+            f"mnist_path: expected train and test images of the same size in {str(path)!r}; got "
+            f"{[images.shape[1:] for images, _ in parts]}."
+        )
+    x = np.concatenate([images for images, _ in parts])
+    y = np.concatenate([labels for _, labels in parts])
+    features = (x.reshape(len(x), -1).astype(np.float32) / np.float32(255.0))
+    return Dataset(features, y.astype(np.int64), 10, "mnist" if mnist_split == "all" else f"mnist-{mnist_split}")
+
+
+def _check_mnist_arrays(images: np.ndarray, labels: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    if images.ndim == 2:
+        side = math.isqrt(images.shape[1])
+        if side * side != images.shape[1]:
+            raise ValueError(f"mnist_path: expected square images in {where}; got rows of {images.shape[1]} pixels.")
+        images = images.reshape(len(images), side, side)
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels) or len(images) == 0:
+        raise ValueError(
+            f"mnist_path: expected N images (N x H x W) and N labels in {where}; got shapes "
+            f"{images.shape} and {labels.shape}."
+        )
+    if not np.issubdtype(images.dtype, np.integer) or images.min() < 0 or images.max() > 255:
+        raise ValueError(
+            f"mnist_path: expected integer pixel values in [0, 255] in {where}; got dtype {images.dtype}."
+        )
+    if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0 or labels.max() > 9:
+        raise ValueError(f"mnist_path: expected integer labels 0-9 in {where}; got dtype {labels.dtype}.")
+    return images, labels
+
+
+def _load_mnist_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    x_key, y_key = f"x_{split}", f"y_{split}"
+    unreadable = (
+        f"mnist_path: expected a readable .npz archive with x_train, y_train, x_test, y_test (or a "
+        f"directory of IDX files); could not read {str(path)!r}"
+    )
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{unreadable}: {error}") from error
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{unreadable}: it holds a single array, not an archive.")
+    with archive:
+        missing = [key for key in (x_key, y_key) if key not in archive.files]
+        if missing:
+            raise ValueError(
+                f"mnist_path: expected keys x_train, y_train, x_test, y_test in {str(path)!r}; "
+                f"missing {missing} (has {archive.files})."
+            )
+        try:
+            images, labels = archive[x_key], archive[y_key]
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            raise ValueError(f"{unreadable}: {error}") from error
+    return _check_mnist_arrays(images, labels, repr(str(path)))
+
+
+def _find_idx_file(directory: Path, split: str, kind: str) -> Path:
+    stem = _MNIST_STEMS[(split, kind)]
+    suffix = "idx3-ubyte" if kind == "images" else "idx1-ubyte"
+    candidates = [f"{stem}{sep}{suffix}{gz}" for sep in ("-", ".") for gz in ("", ".gz")]
+    for candidate in candidates:
+        if (directory / candidate).is_file():
+            return directory / candidate
+    raise ValueError(
+        f"mnist_path: expected the MNIST file {candidates[0]} (or .gz) in {str(directory)!r}; not found. "
+        "Point mnist_path at the directory holding the four IDX files, or at an .npz."
+    )
+
+
+def _read_idx(path: Path, expected_ndim: int) -> np.ndarray:
+    """An IDX file (big-endian header: 0, 0, dtype code, ndim; ndim int32 sizes; data)."""
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError) as error:
+        raise ValueError(f"mnist_path: could not read {str(path)!r}: {error}") from error
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise ValueError(f"mnist_path: {str(path)!r} is not an IDX file (bad magic number).")
+    dtype_code, ndim = raw[2], raw[3]
+    if dtype_code != _IDX_UBYTE or ndim != expected_ndim:
+        raise ValueError(
+            f"mnist_path: expected an unsigned-byte IDX file with {expected_ndim} dimensions in "
+            f"{str(path)!r}; got type code {dtype_code:#04x} with {ndim} dimensions."
+        )
+    header_size = 4 + 4 * ndim
+    if len(raw) < header_size:
+        raise ValueError(f"mnist_path: {str(path)!r} is truncated (incomplete header).")
+    shape = tuple(int(v) for v in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    payload = len(raw) - header_size
+    if payload != math.prod(shape):
+        raise ValueError(
+            f"mnist_path: {str(path)!r} declares shape {shape} ({math.prod(shape)} bytes) but holds "
+            f"{payload} bytes of data."
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header_size).reshape(shape)
+
+
+def _load_mnist_idx(directory: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    images_path = _find_idx_file(directory, split, "images")
+    labels_path = _find_idx_file(directory, split, "labels")
+    images = _read_idx(images_path, 3)
+    labels = _read_idx(labels_path, 1)
+    return _check_mnist_arrays(images, labels, f"{str(images_path)!r} and {str(labels_path)!r}")
+
+
+def _check_fraction(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < value < 1.0:
+        raise ValueError(f"{name}: expected a number in the open interval (0, 1); got {value!r}.")
+    return float(value)
+
+
+def _check_count(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+def split_holdout(dataset: Dataset, holdout_fraction: float, *, seed: Seed) -> tuple[Dataset, Dataset]:
+    """Split ``dataset`` into (train, holdout), stratified by class for classification.
+
+    Each class c with n_c examples gives ``round(holdout_fraction * n_c)`` examples to
+    the holdout (regression: ``round(holdout_fraction * N)`` overall), chosen
+    uniformly at random. Both parts keep the original row order.
+
+    Raises
+    ------
+    ValueError
+        If ``holdout_fraction`` is not in (0, 1) or either part would be empty.
+    """
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"dataset: expected a simulations.data.Dataset; got {type(dataset).__name__}.")
+    fraction = _check_fraction("holdout_fraction", holdout_fraction)
+    rng = as_generator(seed)
+    num_examples = len(dataset)
+    if dataset.is_classification:
+        groups = [np.flatnonzero(dataset.y == c) for c in range(dataset.num_classes)]
+    else:
+        groups = [np.arange(num_examples)]
+    holdout_mask = np.zeros(num_examples, dtype=bool)
+    for members in groups:
+        chosen = rng.permutation(members)[: int(round(fraction * len(members)))]
+        holdout_mask[chosen] = True
+    if holdout_mask.all() or not holdout_mask.any():
+        raise ValueError(
+            f"holdout_fraction: {fraction} leaves an empty {'train' if holdout_mask.all() else 'holdout'} "
+            f"part of the {num_examples} examples; choose a fraction nearer 0.5."
+        )
+    return dataset.subset(np.flatnonzero(~holdout_mask)), dataset.subset(np.flatnonzero(holdout_mask))
+
+
+def partition_iid(num_examples: int, num_partitions: int, *, seed: Seed) -> list[np.ndarray]:
+    """Shuffle ``range(num_examples)`` and cut it into ``num_partitions`` parts.
+
+    Returns
+    -------
+    list of np.ndarray
+        Sorted int64 index arrays: disjoint, covering every index once, sizes
+        differing by at most 1.
+    """
+    num_examples = _check_count("num_examples", num_examples)
+    num_partitions = _check_count("num_partitions", num_partitions)
+    if num_partitions > num_examples:
+        raise ValueError(
+            f"num_partitions: expected at most num_examples={num_examples} (every partition "
+            f"non-empty); got {num_partitions}."
+        )
+    order = as_generator(seed).permutation(num_examples)
+    return [np.sort(part).astype(np.int64) for part in np.array_split(order, num_partitions)]
+
+
+def partition_dirichlet(
+    labels: np.ndarray,
+    num_partitions: int,
+    *,
+    alpha: float,
+    seed: Seed,
+    min_partition_size: int = 1,
+    max_attempts: int = 1000,
+) -> list[np.ndarray]:
+    """Label-skewed partition: each class is split across partitions by Dir(alpha).
+
+    For every class, proportions q ~ Dirichlet(alpha, ..., alpha) over the partitions
+    cut the class's shuffled indices; small ``alpha`` concentrates each class on few
+    partitions. The whole draw is repeated until every partition holds at least
+    ``min_partition_size`` examples.
+
+    Parameters
+    ----------
+    labels
+        1-D integer class labels.
+    num_partitions
+        Number of partitions (clients).
+    alpha
+        Dirichlet concentration, > 0 (large: near iid; 0.1: strong skew).
+    seed
+        Seed of the draw.
+    min_partition_size
+        Minimum examples per partition, >= 0.
+    max_attempts
+        Draws tried before giving up.
+
+    Returns
+    -------
+    list of np.ndarray
+        Sorted int64 index arrays, disjoint and covering every index once.
+
+    Raises
+    ------
+    ValueError
+        Bad input; ``num_partitions * min_partition_size > len(labels)``; or no draw
+        met the minimum in ``max_attempts`` (raise alpha or lower the minimum).
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0:
+        raise ValueError(
+            f"labels: expected a non-empty 1-D integer array; got dtype {labels.dtype} with shape {labels.shape}."
+        )
+    num_partitions = _check_count("num_partitions", num_partitions)
+    min_partition_size = _check_count("min_partition_size", min_partition_size, minimum=0)
+    max_attempts = _check_count("max_attempts", max_attempts)
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not math.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"alpha: expected a finite number > 0; got {alpha!r}.")
+    if num_partitions * min_partition_size > labels.size:
+        raise ValueError(
+            f"min_partition_size: {num_partitions} partitions of at least {min_partition_size} need "
+            f"{num_partitions * min_partition_size} examples; labels has {labels.size}."
+        )
+    rng = as_generator(seed)
+    class_members = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    concentration = np.full(num_partitions, float(alpha))
+    smallest = 0
+    for _ in range(max_attempts):
+        chunks: list[list[np.ndarray]] = [[] for _ in range(num_partitions)]
+        for members in class_members:
+            proportions = rng.dirichlet(concentration)
+            if not np.all(np.isfinite(proportions)):  # underflow at tiny alpha: draw again
+                proportions = np.eye(num_partitions)[rng.integers(num_partitions)]
+            cuts = np.floor(np.cumsum(proportions)[:-1] * len(members)).astype(int)
+            for chunk_list, chunk in zip(chunks, np.split(rng.permutation(members), cuts)):
+                chunk_list.append(chunk)
+        parts = [np.sort(np.concatenate(chunk_list)).astype(np.int64) for chunk_list in chunks]
+        smallest = min(len(part) for part in parts)
+        if smallest >= min_partition_size:
+            return parts
+    raise ValueError(
+        f"alpha: no Dirichlet({alpha}) draw in {max_attempts} attempts gave every one of the "
+        f"{num_partitions} partitions at least min_partition_size={min_partition_size} examples "
+        f"(last draw's smallest: {smallest}); raise alpha, lower min_partition_size or use fewer partitions."
+    )

@@ -1,0 +1,368 @@
+"""Datasets, MNIST loaders on files written here, holdout split, partitions, label noise."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from simulations.data import (
+    Dataset,
+    flip_labels,
+    load_dataset,
+    partition_dirichlet,
+    partition_iid,
+    split_holdout,
+)
+
+# --- embedded datasets ---------------------------------------------------------------------
+
+
+def test_digits_is_float32_scaled_to_unit_interval_with_ten_classes():
+    digits = load_dataset("digits")
+    assert digits.x.shape == (1797, 64) and digits.x.dtype == np.float32
+    assert digits.y.dtype == np.int64 and digits.num_classes == 10 and digits.name == "digits"
+    assert digits.x.min() == 0.0 and digits.x.max() == 1.0
+    assert set(np.unique(digits.y)) == set(range(10))
+
+
+def test_breast_cancer_features_are_standardized():
+    data = load_dataset("breast-cancer")
+    assert data.x.shape == (569, 30) and data.num_classes == 2
+    np.testing.assert_allclose(data.x.mean(axis=0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(data.x.std(axis=0), 1.0, atol=1e-4)
+
+
+def test_diabetes_is_regression_with_standardized_features_and_target():
+    data = load_dataset("diabetes")
+    assert data.num_classes == 0 and data.y.dtype == np.float32 and data.x.shape == (442, 10)
+    np.testing.assert_allclose(data.x.mean(axis=0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(data.x.std(axis=0), 1.0, atol=1e-4)
+    assert abs(float(data.y.mean())) < 1e-5 and abs(float(data.y.std()) - 1.0) < 1e-4
+
+
+def test_unknown_dataset_name_is_rejected_by_name():
+    with pytest.raises(ValueError, match="name: expected one of"):
+        load_dataset("cifar10")
+
+
+def test_mnist_path_with_another_dataset_is_rejected():
+    with pytest.raises(ValueError, match="mnist_path: only used with name='mnist'"):
+        load_dataset("digits", mnist_path="/tmp")
+
+
+def test_dataset_validates_its_arrays():
+    x = np.zeros((3, 2), np.float32)
+    with pytest.raises(ValueError, match="x: expected a 2-D float32"):
+        Dataset(x.astype(np.float64), np.zeros(3, np.int64), 2, "t")
+    with pytest.raises(ValueError, match="y: expected a 1-D numpy array of int64"):
+        Dataset(x, np.zeros(3, np.float32), 2, "t")
+    with pytest.raises(ValueError, match="y: expected labels in"):
+        Dataset(x, np.array([0, 1, 2]), 2, "t")
+    with pytest.raises(ValueError, match="num_classes"):
+        Dataset(x, np.zeros(3, np.int64), 1, "t")
+    with pytest.raises(ValueError, match="y: expected 3 entries"):
+        Dataset(x, np.zeros(2, np.int64), 2, "t")
+
+
+# --- MNIST from local files ----------------------------------------------------------------
+
+
+def fake_mnist(num_train: int = 12, num_test: int = 5, side: int = 28, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return (
+        rng.integers(0, 256, size=(num_train, side, side), dtype=np.uint8),
+        rng.integers(0, 10, size=num_train, dtype=np.uint8),
+        rng.integers(0, 256, size=(num_test, side, side), dtype=np.uint8),
+        rng.integers(0, 10, size=num_test, dtype=np.uint8),
+    )
+
+
+def idx_bytes(array: np.ndarray, type_code: int = 0x08) -> bytes:
+    header = bytes([0, 0, type_code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def write_idx_dir(directory, arrays, *, gz: bool = False, separator: str = "-"):
+    directory.mkdir(parents=True, exist_ok=True)
+    names = ["train-images", "train-labels", "t10k-images", "t10k-labels"]
+    suffixes = ["idx3-ubyte", "idx1-ubyte", "idx3-ubyte", "idx1-ubyte"]
+    for name, suffix, array in zip(names, suffixes, arrays):
+        data = idx_bytes(array)
+        path = directory / f"{name}{separator}{suffix}{'.gz' if gz else ''}"
+        path.write_bytes(gzip.compress(data) if gz else data)
+    return directory
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("separator", ["-", "."])
+def test_mnist_idx_directory_loads_scaled_flattened_train_then_test(tmp_path, gz, separator):
+    x_train, y_train, x_test, y_test = arrays = fake_mnist()
+    directory = write_idx_dir(tmp_path / "mnist", arrays, gz=gz, separator=separator)
+    data = load_dataset("mnist", mnist_path=directory)
+    assert data.x.shape == (17, 784) and data.x.dtype == np.float32 and data.num_classes == 10
+    expected = np.concatenate([x_train, x_test]).reshape(17, 784) / 255.0
+    np.testing.assert_allclose(data.x, expected, rtol=1e-6)
+    np.testing.assert_array_equal(data.y, np.concatenate([y_train, y_test]).astype(np.int64))
+    test_only = load_dataset("mnist", mnist_path=str(directory), mnist_split="test")
+    np.testing.assert_array_equal(test_only.y, y_test)
+    assert test_only.name == "mnist-test" and len(load_dataset("mnist", mnist_path=directory, mnist_split="train")) == 12
+
+
+def test_mnist_npz_gives_the_same_dataset_as_idx(tmp_path):
+    x_train, y_train, x_test, y_test = arrays = fake_mnist()
+    npz = tmp_path / "mnist.npz"
+    np.savez(npz, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    from_npz = load_dataset("mnist", mnist_path=npz)
+    from_idx = load_dataset("mnist", mnist_path=write_idx_dir(tmp_path / "idx", arrays))
+    np.testing.assert_array_equal(from_npz.x, from_idx.x)
+    np.testing.assert_array_equal(from_npz.y, from_idx.y)
+
+
+def test_mnist_npz_with_flat_rows_is_accepted(tmp_path):
+    x_train, y_train, x_test, y_test = fake_mnist()
+    npz = tmp_path / "flat.npz"
+    np.savez(npz, x_train=x_train.reshape(12, -1), y_train=y_train, x_test=x_test.reshape(5, -1), y_test=y_test)
+    assert load_dataset("mnist", mnist_path=npz).x.shape == (17, 784)
+
+
+def test_mnist_without_path_or_with_missing_path_names_mnist_path(tmp_path):
+    with pytest.raises(ValueError, match="mnist_path: expected a directory .* got None"):
+        load_dataset("mnist")
+    with pytest.raises(ValueError, match="mnist_path: .*does not exist"):
+        load_dataset("mnist", mnist_path=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="mnist_split"):
+        load_dataset("mnist", mnist_path=tmp_path, mnist_split="validation")
+
+
+def test_mnist_directory_missing_a_file_names_the_file(tmp_path):
+    directory = write_idx_dir(tmp_path / "mnist", fake_mnist())
+    (directory / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte"):
+        load_dataset("mnist", mnist_path=directory)
+    # The train split alone does not need it.
+    assert len(load_dataset("mnist", mnist_path=directory, mnist_split="train")) == 12
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda raw: b"\x01\x02" + raw[2:], "not an IDX file"),
+        (lambda raw: raw[:2] + b"\x0d" + raw[3:], "unsigned-byte IDX file with 3 dimensions"),
+        (lambda raw: raw[:-10], "declares shape"),
+        (lambda raw: raw[:9], "truncated|declares shape"),
+        (lambda raw: b"", "not an IDX file"),
+    ],
+)
+def test_malformed_idx_files_raise_value_errors_naming_mnist_path(tmp_path, corrupt, message):
+    directory = write_idx_dir(tmp_path / "mnist", fake_mnist())
+    path = directory / "train-images-idx3-ubyte"
+    path.write_bytes(corrupt(path.read_bytes()))
+    with pytest.raises(ValueError, match=f"mnist_path: .*({message})"):
+        load_dataset("mnist", mnist_path=directory)
+
+
+def test_idx_label_count_mismatch_and_bad_labels_are_rejected(tmp_path):
+    x_train, y_train, x_test, y_test = fake_mnist()
+    directory = write_idx_dir(tmp_path / "a", (x_train, y_train[:-1], x_test, y_test))
+    with pytest.raises(ValueError, match="mnist_path: expected N images .* and N labels"):
+        load_dataset("mnist", mnist_path=directory)
+    bad_labels = y_train.copy()
+    bad_labels[0] = 11
+    directory = write_idx_dir(tmp_path / "b", (x_train, bad_labels, x_test, y_test))
+    with pytest.raises(ValueError, match="mnist_path: expected integer labels 0-9"):
+        load_dataset("mnist", mnist_path=directory)
+
+
+def test_corrupt_gzip_is_a_value_error(tmp_path):
+    directory = write_idx_dir(tmp_path / "mnist", fake_mnist(), gz=True)
+    path = directory / "train-labels-idx1-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:15])
+    with pytest.raises(ValueError, match="mnist_path"):
+        load_dataset("mnist", mnist_path=directory)
+
+
+def test_bad_npz_files_raise_value_errors_naming_mnist_path(tmp_path):
+    x_train, y_train, x_test, y_test = fake_mnist()
+    missing_key = tmp_path / "missing.npz"
+    np.savez(missing_key, x_train=x_train, y_train=y_train, x_test=x_test)
+    with pytest.raises(ValueError, match=r"mnist_path: expected keys .*missing \['y_test'\]"):
+        load_dataset("mnist", mnist_path=missing_key)
+    not_npz = tmp_path / "garbage.npz"
+    not_npz.write_bytes(b"this is not a zip archive")
+    with pytest.raises(ValueError, match="mnist_path: expected a readable .npz archive"):
+        load_dataset("mnist", mnist_path=not_npz)
+    single_array = tmp_path / "single.npy"
+    np.save(single_array, x_train)
+    with pytest.raises(ValueError, match="mnist_path: .*holds a single array"):
+        load_dataset("mnist", mnist_path=single_array)
+    floats = tmp_path / "floats.npz"
+    np.savez(floats, x_train=x_train / 255.0, y_train=y_train, x_test=x_test / 255.0, y_test=y_test)
+    with pytest.raises(ValueError, match="mnist_path: expected integer pixel values"):
+        load_dataset("mnist", mnist_path=floats)
+
+
+# --- holdout split -------------------------------------------------------------------------
+
+
+def indexed_dataset(labels: np.ndarray, num_classes: int) -> Dataset:
+    """x[:, 0] is the row index, so a split's rows can be traced back."""
+    x = np.arange(len(labels), dtype=np.float32).reshape(-1, 1)
+    return Dataset(x, labels, num_classes, "indexed")
+
+
+def test_split_holdout_is_disjoint_covering_stratified_and_seeded():
+    labels = np.repeat(np.arange(4), [40, 20, 12, 8]).astype(np.int64)
+    data = indexed_dataset(labels, 4)
+    train, holdout = split_holdout(data, 0.25, seed=3)
+    rows_train, rows_holdout = train.x[:, 0].astype(int), holdout.x[:, 0].astype(int)
+    assert set(rows_train).isdisjoint(rows_holdout)
+    assert sorted(np.concatenate([rows_train, rows_holdout])) == list(range(len(labels)))
+    assert np.bincount(holdout.y, minlength=4).tolist() == [10, 5, 3, 2]
+    np.testing.assert_array_equal(labels[rows_holdout], holdout.y)
+    again_train, again_holdout = split_holdout(data, 0.25, seed=3)
+    np.testing.assert_array_equal(again_holdout.x, holdout.x)
+    assert not np.array_equal(split_holdout(data, 0.25, seed=4)[1].x, holdout.x)
+
+
+def test_split_holdout_regression_and_bad_fractions():
+    data = load_dataset("diabetes")
+    train, holdout = split_holdout(data, 0.2, seed=np.random.default_rng(0))
+    assert len(holdout) == round(0.2 * 442) and len(train) + len(holdout) == 442
+    for bad in (0, 1, 1.5, -0.1, True, "0.2"):
+        with pytest.raises(ValueError, match="holdout_fraction"):
+            split_holdout(data, bad, seed=0)
+    tiny = indexed_dataset(np.array([0, 1], dtype=np.int64), 2)
+    with pytest.raises(ValueError, match="holdout_fraction: .* empty"):
+        split_holdout(tiny, 0.1, seed=0)
+
+
+def test_seed_must_be_a_seed():
+    with pytest.raises(ValueError, match="seed: expected a non-negative int"):
+        partition_iid(10, 2, seed=-1)
+    with pytest.raises(ValueError, match="seed"):
+        partition_iid(10, 2, seed=1.5)
+
+
+# --- partitions ----------------------------------------------------------------------------
+
+
+def assert_disjoint_and_covering(parts: list[np.ndarray], num_examples: int) -> None:
+    joined = np.concatenate(parts)
+    assert len(joined) == num_examples
+    np.testing.assert_array_equal(np.sort(joined), np.arange(num_examples))
+
+
+@settings(max_examples=50, deadline=None)
+@given(num_examples=st.integers(1, 300), data=st.data())
+def test_partition_iid_is_disjoint_covering_and_balanced(num_examples, data):
+    num_partitions = data.draw(st.integers(1, num_examples))
+    seed = data.draw(st.integers(0, 2**32))
+    parts = partition_iid(num_examples, num_partitions, seed=seed)
+    assert len(parts) == num_partitions
+    assert_disjoint_and_covering(parts, num_examples)
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+    assert all(part.dtype == np.int64 for part in parts)
+    for again, part in zip(partition_iid(num_examples, num_partitions, seed=seed), parts):
+        np.testing.assert_array_equal(again, part)
+
+
+def test_partition_iid_rejects_more_partitions_than_examples():
+    with pytest.raises(ValueError, match="num_partitions: expected at most num_examples=3"):
+        partition_iid(3, 4, seed=0)
+    with pytest.raises(ValueError, match="num_partitions"):
+        partition_iid(3, 0, seed=0)
+
+
+def mean_top_class_share(labels: np.ndarray, parts: list[np.ndarray]) -> float:
+    return float(np.mean([np.bincount(labels[p]).max() / len(p) for p in parts]))
+
+
+def test_partition_dirichlet_covers_and_low_alpha_skews_labels():
+    labels = load_dataset("digits").y
+    skewed = partition_dirichlet(labels, 10, alpha=0.1, seed=0, min_partition_size=10)
+    near_iid = partition_dirichlet(labels, 10, alpha=1000.0, seed=0, min_partition_size=10)
+    for parts in (skewed, near_iid):
+        assert_disjoint_and_covering(parts, len(labels))
+        assert min(len(p) for p in parts) >= 10
+    # 10 balanced classes: an iid partition's top class holds ~10-15%; alpha=0.1 concentrates.
+    assert mean_top_class_share(labels, near_iid) < 0.2
+    assert mean_top_class_share(labels, skewed) > 0.5
+    for again, part in zip(partition_dirichlet(labels, 10, alpha=0.1, seed=0, min_partition_size=10), skewed):
+        np.testing.assert_array_equal(again, part)
+
+
+def test_partition_dirichlet_impossible_minimums_raise():
+    labels = np.repeat(np.arange(3), 5).astype(np.int64)
+    with pytest.raises(ValueError, match="min_partition_size: 4 partitions of at least 4 need 16"):
+        partition_dirichlet(labels, 4, alpha=1.0, seed=0, min_partition_size=4)
+    with pytest.raises(ValueError, match="alpha: no Dirichlet"):
+        partition_dirichlet(labels, 15, alpha=0.01, seed=0, min_partition_size=1, max_attempts=5)
+    with pytest.raises(ValueError, match="alpha: expected a finite number > 0"):
+        partition_dirichlet(labels, 2, alpha=0, seed=0)
+    with pytest.raises(ValueError, match="labels: expected a non-empty 1-D integer array"):
+        partition_dirichlet(labels.astype(float), 2, alpha=1.0, seed=0)
+
+
+# --- label noise (seed 004 App. C.2) -------------------------------------------------------
+
+
+def test_flip_labels_with_p_one_changes_every_label_uniformly_over_other_classes():
+    labels = np.full(90_000, 3, dtype=np.int64)
+    noisy = flip_labels(labels, 1.0, 10, seed=0)
+    assert not np.any(noisy == 3)
+    counts = np.bincount(noisy, minlength=10)[[c for c in range(10) if c != 3]]
+    chi2 = float(((counts - counts.mean()) ** 2 / counts.mean()).sum())
+    assert chi2 < stats.chi2.ppf(1 - 1e-6, df=8)
+
+
+def test_flip_labels_rate_is_p_and_changed_labels_never_keep_their_class():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 10, size=200_000)
+    noisy = flip_labels(labels, 0.7, 10, seed=2)
+    changed = float(np.mean(noisy != labels))
+    # Six standard deviations of a Binomial(n, p) share.
+    assert abs(changed - 0.7) < 6 * np.sqrt(0.7 * 0.3 / labels.size)
+    assert noisy.dtype == labels.dtype and noisy.min() >= 0 and noisy.max() <= 9
+
+
+def test_flip_labels_is_deterministic_by_seed_and_leaves_input_alone():
+    labels = np.arange(1000) % 4
+    original = labels.copy()
+    first = flip_labels(labels, 0.5, 4, seed=7)
+    np.testing.assert_array_equal(first, flip_labels(labels, 0.5, 4, seed=7))
+    assert not np.array_equal(first, flip_labels(labels, 0.5, 4, seed=8))
+    np.testing.assert_array_equal(labels, original)
+    np.testing.assert_array_equal(flip_labels(labels, 0.0, 4, seed=7), labels)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    num_classes=st.integers(2, 12),
+    p=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**32),
+    size=st.integers(0, 200),
+)
+def test_flip_labels_stays_in_range(num_classes, p, seed, size):
+    labels = np.random.default_rng(seed).integers(0, num_classes, size=size)
+    noisy = flip_labels(labels, p, num_classes, seed=seed)
+    assert noisy.shape == labels.shape
+    assert np.all((noisy >= 0) & (noisy < num_classes))
+
+
+def test_flip_labels_rejects_bad_input_by_name():
+    labels = np.array([0, 1, 2])
+    with pytest.raises(ValueError, match=r"p: expected a probability in \[0, 1\]"):
+        flip_labels(labels, 1.5, 3, seed=0)
+    with pytest.raises(ValueError, match="num_classes: expected an int >= 2"):
+        flip_labels(np.zeros(3, dtype=int), 0.5, 1, seed=0)
+    with pytest.raises(ValueError, match=r"labels: expected values in \[0, 2\)"):
+        flip_labels(labels, 0.5, 2, seed=0)
+    with pytest.raises(ValueError, match="labels: expected a 1-D integer array"):
+        flip_labels(labels.astype(float), 0.5, 3, seed=0)

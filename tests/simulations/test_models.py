@@ -1,0 +1,71 @@
+"""Models: architecture, seeded deterministic init, the global torch RNG left alone."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from simulations.models import make_linear_model, make_mlp
+
+
+def states_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_mlp_of_seed_004_has_two_hidden_relu_layers_of_200():
+    model = make_mlp(784, 10, seed=0)
+    linears = [m for m in model if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(784, 200), (200, 200), (200, 10)]
+    assert sum(isinstance(m, torch.nn.ReLU) for m in model) == 2
+    assert model(torch.zeros(3, 784)).shape == (3, 10)
+
+
+def test_same_seed_same_parameters_other_seed_other_parameters():
+    assert states_equal(make_mlp(64, 10, seed=5), make_mlp(64, 10, seed=5))
+    assert states_equal(make_mlp(64, 10, seed=[5, 1]), make_mlp(64, 10, seed=[5, 1]))
+    assert not states_equal(make_mlp(64, 10, seed=5), make_mlp(64, 10, seed=6))
+
+
+def test_init_neither_reads_nor_changes_the_global_torch_rng():
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    first = make_mlp(64, 10, seed=0)
+    assert torch.equal(torch.rand(3), expected_next)
+    torch.manual_seed(999)
+    assert states_equal(first, make_mlp(64, 10, seed=0))
+
+
+def test_parameters_follow_torch_default_linear_bounds():
+    model = make_mlp(100, 7, hidden=(50,), seed=1)
+    for layer in (m for m in model if isinstance(m, torch.nn.Linear)):
+        bound = 1 / math.sqrt(layer.in_features)
+        for tensor in (layer.weight, layer.bias):
+            assert tensor.abs().max() <= bound
+            assert tensor.abs().max() > 0.8 * bound  # actually spread, not all zeros
+            assert tensor.dtype == torch.float32 and tensor.device.type == "cpu"
+
+
+def test_linear_model_is_one_layer():
+    model = make_linear_model(10, 1, seed=np.random.default_rng(0))
+    assert len(model) == 1 and isinstance(model[0], torch.nn.Linear)
+    assert model(torch.zeros(4, 10)).shape == (4, 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(input_dim=0, num_classes=2), "input_dim"),
+        (dict(input_dim=3, num_classes=2.0), "num_classes"),
+        (dict(input_dim=3, num_classes=2, hidden=(10, 0)), "hidden"),
+        (dict(input_dim=3, num_classes=2, hidden=10), "hidden"),
+        (dict(input_dim=3, num_classes=2, seed=-1), "seed"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, name):
+    kwargs.setdefault("seed", 0)
+    with pytest.raises(ValueError, match=f"{name}: expected"):
+        make_mlp(**kwargs)
