@@ -1,0 +1,310 @@
+"""The one place that starts Ray and Flower's simulation engine.
+
+Facts about Flower 1.41 / Ray 2.55 this module relies on (read in flwr's source and
+measured on the 2-core CPU machine):
+
+- ``flwr.simulation.run_simulation(server_app, client_app, num_supernodes,
+  backend_config)`` runs the ServerApp in a thread of the caller and the simulation
+  engine (Ray backend) in the calling thread; it returns when the ServerApp's main
+  returns. Results leave the ServerApp through closures. An exception raised in the
+  ServerApp is re-raised by ``run_simulation`` (after Ray is shut down).
+- ``backend_config["init_args"]`` is passed to ``ray.init`` (Flower adds
+  ``include_dashboard=False``; it sets ``logging_level="WARNING"`` and
+  ``log_to_driver=True`` unless given) -- but only if Ray is not initialized yet in
+  this process; either way Flower calls ``ray.shutdown()`` when the run ends.
+  ``init_args["address"]`` attaches to an existing cluster (then ``num_cpus`` must not
+  be given). ``backend_config["client_resources"]`` (``num_cpus``, ``num_gpus``) are
+  each actor's resources: the actor pool has ``floor(CPUs of each Ray node /
+  num_cpus)`` actors summed over nodes, so locally ``ray.init(num_cpus=k *
+  num_cpus_per_client)`` caps the clients training at once at k. Flower's default is
+  2 CPUs per client (one actor on 2 cores).
+- Each actor runs torch with one thread per CPU it holds (Ray sets
+  ``OMP_NUM_THREADS``), the driver with all cores: bitwise results of the same seed
+  match within one setting, not across in-process and Ray runs.
+- The ClientApp is cloudpickled and sent to an actor with EVERY message (Flower
+  submits ``actor.run(app_fn, message, ...)``), so closures, lambdas and
+  ``functools.partial`` of module-level functions all work (modules are found through
+  ``PYTHONPATH``, which Flower sets to the driver's ``sys.path``), but whatever the
+  handlers close over is serialized per message: keep large data out of closures.
+- ``context.node_config["partition-id"]`` is 0..num_supernodes-1 (with
+  ``"num-partitions"``); node ids are random per run. The ServerApp never sees
+  partition ids unless clients reply them (clients/app.py puts them in a ConfigRecord).
+- Race: the engine registers its nodes after the ServerApp thread has started, so a
+  strategy's first ``grid.get_node_ids()`` can see only some of them (FedAvg then
+  computes ``fraction_train`` of too few nodes and round 1 trains fewer clients;
+  seen in several test runs here). The grid handed to the ServerApp here returns node
+  ids only once all ``num_supernodes`` are registered.
+- A ClientApp that raises gives the ServerApp an error reply at once
+  (``RayTaskError(ClientAppException)`` with the message in ``error.reason``); other
+  clients are unaffected. A worker process that dies (OOM, segfault, ``os._exit``)
+  turns into ``ActorDiedError`` replies, also at once, but Flower keeps the dead actor
+  in its pool: later messages routed to it fail too.
+- If the engine itself crashes (e.g. no actor fits the resources) ``run_simulation``
+  raises, but Flower neither stops nor joins the ServerApp thread: it keeps waiting in
+  ``grid.send_and_receive`` for the strategy's ``timeout`` (``Strategy.start`` default
+  3600 s) and the interpreter cannot exit before it. This module hands the ServerApp
+  a grid that gives up as soon as the engine has stopped. FedAvg's node sampler still
+  waits forever (sleeping 1 s per check) when ``min_available_nodes`` exceeds
+  ``num_supernodes``.
+- Quiet: Flower's console handler level (``FLWR_LOG_LEVEL`` is read once, when flwr is
+  imported; this module sets the handler level for the run unless that variable is
+  set); ``run_simulation`` logs a deprecation notice at WARNING on every call (filtered
+  here); Ray warns once per ``ray.init`` that it overrides accelerator env vars
+  (filtered here; the override itself, which hides GPUs from CPU-only clients, is
+  kept). ``FLWR_TELEMETRY_ENABLED`` is read once at flwr import; it only spawns a
+  daemon thread per event.
+- Timings on 2 cores, digits, 4 supernodes, 2 rounds of FedAvg: ``ray.init`` 2.7 s;
+  the first round about 6 s more (actor processes start and import torch and flwr),
+  later rounds 0.2 s; shutdown 1-2 s; about 13 s in all. One or two actors make no
+  difference at this size; each actor holds about 0.55 GB (RSS, torch loaded).
+- ``ray_address`` pointing at no cluster is not an error soon: ``ray.init`` retries
+  its connection for minutes (over 5 min observed).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+#: Seconds between polls for replies (Flower's in-memory grid uses the same).
+PULL_INTERVAL_S = 0.1
+#: After the engine stops, seconds to wait for the ServerApp thread to notice.
+SERVER_EXIT_WAIT_S = 10.0
+#: Longest wait for the engine to register all nodes (it takes milliseconds).
+NODE_REGISTRATION_WAIT_S = 30.0
+
+
+class EngineStoppedError(RuntimeError):
+    """The simulation engine stopped while the ServerApp was waiting for replies."""
+
+
+def default_max_parallel_clients(num_supernodes: int, num_cpus_per_client: float = 1) -> int:
+    """Clients training at once by default: the usable cores minus one for the
+    ServerApp (which values each round), at least 1, at most ``num_supernodes``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    fitting = int((cores - 1) // num_cpus_per_client) if cores > 1 else 1
+    return max(1, min(num_supernodes, fitting))
+
+
+class _StoppableGrid(Grid):
+    """Delegates to the engine's grid, but stops waiting once ``stopped`` is set, and
+    shows no node before all ``expected_nodes`` are registered."""
+
+    def __init__(self, grid: Grid, stopped: threading.Event, expected_nodes: int = 0) -> None:
+        self._grid = grid
+        self._stopped = stopped
+        self._expected_nodes = expected_nodes
+        self._all_registered = expected_nodes == 0
+
+    def _check(self) -> None:
+        if self._stopped.is_set():
+            raise EngineStoppedError(
+                "the simulation engine stopped before the ServerApp finished; no replies will come "
+                "(see the engine's error)."
+            )
+
+    def set_run(self, run) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self):
+        return self._grid.run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        self._check()
+        if self._all_registered:
+            return self._grid.get_node_ids()
+        # The engine registers its nodes while the ServerApp thread already runs: a
+        # strategy sampling at once would see only some (FedAvg then samples too few).
+        deadline = time.monotonic() + NODE_REGISTRATION_WAIT_S
+        while True:
+            node_ids = list(self._grid.get_node_ids())
+            if len(node_ids) >= self._expected_nodes or time.monotonic() >= deadline:
+                self._all_registered = True
+                return node_ids
+            if self._stopped.wait(0.01):
+                self._check()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        self._check()
+        return self._grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self._grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        # Flower's own loop, plus the stop check (it would otherwise sleep to `timeout`).
+        pending = set(self.push_messages(messages))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while pending:
+            received = list(self.pull_messages(pending))
+            replies.extend(received)
+            pending.difference_update(m.metadata.reply_to_message_id for m in received)
+            if not pending or (deadline is not None and time.monotonic() >= deadline):
+                break
+            if self._stopped.wait(PULL_INTERVAL_S):
+                self._check()
+        return replies
+
+
+def _stoppable(
+    server_app: ServerApp,
+    num_supernodes: int,
+    stopped: threading.Event,
+    started: threading.Event,
+    finished: threading.Event,
+) -> ServerApp:
+    wrapper = ServerApp()
+
+    @wrapper.main()
+    def main(grid: Grid, context: Context) -> None:
+        started.set()
+        try:
+            server_app(grid=_StoppableGrid(grid, stopped, num_supernodes), context=context)
+        finally:
+            finished.set()
+
+    return wrapper
+
+
+class _DropRunSimulationDeprecation(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg) + " ".join(str(arg) for arg in (record.args or ()))
+        return not ("DEPRECATED FEATURE" in text and "run_simulation" in text)
+
+
+@contextmanager
+def _quiet_flower(quiet: bool) -> Iterator[None]:
+    if not quiet:
+        yield
+        return
+    logger = logging.getLogger("flwr")
+    drop = _DropRunSimulationDeprecation()
+    logger.addFilter(drop)
+    # An explicit FLWR_LOG_LEVEL is the user's choice; otherwise INFO per round is noise.
+    handlers = [] if os.getenv("FLWR_LOG_LEVEL") else list(logger.handlers)
+    levels = [handler.level for handler in handlers]
+    for handler in handlers:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*override accelerator visible devices", category=FutureWarning)
+            yield
+    finally:
+        logger.removeFilter(drop)
+        for handler, level in zip(handlers, levels):
+            handler.setLevel(level)
+
+
+def run_flower_simulation(
+    server_app: ServerApp,
+    client_app: ClientApp,
+    *,
+    num_supernodes: int,
+    num_cpus_per_client: float = 1,
+    max_parallel_clients: int | None = None,
+    ray_address: str | None = None,
+    quiet: bool = True,
+) -> None:
+    """Run ``server_app`` against ``num_supernodes`` simulated nodes running ``client_app``.
+
+    Parameters
+    ----------
+    server_app
+        The ServerApp; it runs in a thread of this process, so what its main stores in
+        closures is available when this returns.
+    client_app
+        The ClientApp; pickled to the Ray workers with every message.
+    num_supernodes
+        Simulated nodes; node k gets ``node_config["partition-id"] = k``.
+    num_cpus_per_client
+        Ray CPUs each client actor holds (> 0).
+    max_parallel_clients
+        Clients training at once (local Ray only). Default: the usable cores minus one,
+        at least 1 (:func:`default_max_parallel_clients`).
+    ray_address
+        Attach to an existing Ray cluster (e.g. ``"auto"`` or ``"ray://host:10001"``);
+        its CPUs / ``num_cpus_per_client`` then set the parallelism.
+    quiet
+        Only warnings and errors from Flower, no deprecation notice, no worker output.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Bad arguments (checked before anything starts).
+    RuntimeError
+        The engine crashed (Flower's error, chained).
+    Exception
+        Whatever the ServerApp raised.
+    """
+    if not isinstance(server_app, ServerApp):
+        raise TypeError(f"server_app: expected a flwr.serverapp.ServerApp; got {type(server_app).__name__}.")
+    if not isinstance(client_app, ClientApp):
+        raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
+    if isinstance(num_supernodes, bool) or not isinstance(num_supernodes, int) or num_supernodes < 1:
+        raise ValueError(f"num_supernodes: expected a positive int; got {num_supernodes!r}.")
+    if (
+        isinstance(num_cpus_per_client, bool)
+        or not isinstance(num_cpus_per_client, numbers.Real)
+        or not math.isfinite(num_cpus_per_client)
+        or num_cpus_per_client <= 0
+    ):
+        raise ValueError(f"num_cpus_per_client: expected a number > 0; got {num_cpus_per_client!r}.")
+    if max_parallel_clients is not None and (
+        isinstance(max_parallel_clients, bool) or not isinstance(max_parallel_clients, int) or max_parallel_clients < 1
+    ):
+        raise ValueError(f"max_parallel_clients: expected a positive int or None; got {max_parallel_clients!r}.")
+    if ray_address is not None and (not isinstance(ray_address, str) or not ray_address):
+        raise ValueError(f"ray_address: expected a non-empty address string or None; got {ray_address!r}.")
+    if ray_address is not None and max_parallel_clients is not None:
+        raise ValueError(
+            "max_parallel_clients: cannot be set with ray_address (an existing cluster's CPUs fix the "
+            "number of actors); set num_cpus_per_client instead."
+        )
+
+    init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}
+    if ray_address is not None:
+        init_args["address"] = ray_address
+    else:
+        parallel = max_parallel_clients or default_max_parallel_clients(num_supernodes, num_cpus_per_client)
+        # Ray's CPUs are logical: this caps the actor pool, whatever the machine has.
+        init_args["num_cpus"] = max(1, math.ceil(parallel * num_cpus_per_client - 1e-9))
+    backend_config = {
+        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": 0.0},
+        "init_args": init_args,
+    }
+
+    from flwr.simulation import run_simulation  # imports ray: only when a run starts
+
+    stopped, started, finished = threading.Event(), threading.Event(), threading.Event()
+    with _quiet_flower(quiet):
+        try:
+            run_simulation(
+                server_app=_stoppable(server_app, num_supernodes, stopped, started, finished),
+                client_app=client_app,
+                num_supernodes=num_supernodes,
+                backend_config=backend_config,
+            )
+        finally:
+            # Flower leaves the ServerApp thread waiting after an engine crash: release it.
+            stopped.set()
+            if started.is_set():
+                finished.wait(SERVER_EXIT_WAIT_S)
