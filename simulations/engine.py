@@ -34,6 +34,10 @@ measured on the 2-core CPU machine):
   computes ``fraction_train`` of too few nodes and round 1 trains fewer clients;
   seen in several test runs here). The grid handed to the ServerApp here returns node
   ids only once all ``num_supernodes`` are registered.
+- Replies arrive in the order actors finish: with two or more actors that order, and
+  so the last bits of FedAvg's weighted mean, changed between runs of the same seed
+  (observed). The grid handed to the ServerApp here returns replies in the order the
+  messages were sent.
 - A ClientApp that raises gives the ServerApp an error reply at once
   (``RayTaskError(ClientAppException)`` with the message in ``error.reason``); other
   clients are unaffected. A worker process that dies (OOM, segfault, ``os._exit``)
@@ -150,8 +154,13 @@ class _StoppableGrid(Grid):
         return self._grid.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        # Flower's own loop, plus the stop check (it would otherwise sleep to `timeout`).
-        pending = set(self.push_messages(messages))
+        """Flower's loop plus the stop check (it would otherwise sleep to ``timeout``);
+        replies come back in the order of ``messages``, not of arrival, so that a
+        strategy's float sums (FedAvg's weighted mean) do not depend on which actor
+        finished first."""
+        message_ids = list(self.push_messages(messages))
+        position = {message_id: index for index, message_id in enumerate(message_ids)}
+        pending = set(message_ids)
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: list[Message] = []
         while pending:
@@ -162,7 +171,7 @@ class _StoppableGrid(Grid):
                 break
             if self._stopped.wait(PULL_INTERVAL_S):
                 self._check()
-        return replies
+        return sorted(replies, key=lambda m: position.get(m.metadata.reply_to_message_id, len(position)))
 
 
 def _stoppable(

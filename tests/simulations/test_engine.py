@@ -236,11 +236,14 @@ def instruction(message_id: str) -> Message:
     return Message(RecordDict(), metadata=metadata)
 
 
-def test_stoppable_grid_delegates_pushes_and_pulls():
-    class Replying(SilentGrid):
-        def pull_messages(self, message_ids):
-            return [Message(RecordDict(), reply_to=instruction(i)) for i in message_ids]
+def test_replies_come_back_in_the_order_the_messages_were_sent():
+    class ReplyingBackwards(SilentGrid):
+        """Answers one pending message per pull, the last one sent first."""
 
-    grid = _StoppableGrid(Replying(), threading.Event())
-    replies = grid.send_and_receive([object(), object()], timeout=5)
-    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["id-0", "id-1"]
+        def pull_messages(self, message_ids):
+            latest = max(message_ids, key=lambda i: int(i.split("-")[1]))
+            return [Message(RecordDict(), reply_to=instruction(latest))]
+
+    grid = _StoppableGrid(ReplyingBackwards(), threading.Event())
+    replies = grid.send_and_receive([object(), object(), object()], timeout=5)
+    assert [r.metadata.reply_to_message_id for r in replies] == ["id-0", "id-1", "id-2"]
