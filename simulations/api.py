@@ -1,0 +1,151 @@
+"""Run a Flower simulation with contributor books, with the user's own parts.
+
+    from flwr.serverapp.strategy import FedAdam
+    run = simulations.simulate(
+        strategy=FedAdam(fraction_evaluate=0.0), model_factory=my_model,
+        load_client_data=my_loader, num_clients=20, num_rounds=10,
+        utility=TorchModelUtility(my_model(), x_test, y_test), out="runs/mine",
+    )
+    run.summary()          # per-client totals, pandas
+
+Ray runs the clients through Flower's simulation engine (simulations.engine); the
+ServerApp is a thread of this process, so the wrapped strategy and its books stay here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+
+import torch
+from flwr.app import ConfigRecord, Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
+
+from clients.app import ClientData, make_client_app
+from fedvalue.ledger import Run, load_run
+from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
+from simulations.engine import run_flower_simulation
+from strategies import PartitionSampler, ValuingStrategy
+from strategies.records import numpy_to_arrays
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in ("fedvalue", "flwr", "ray", "torch", "numpy", "pandas"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def prepare_run_dir(out: str | os.PathLike, config: Mapping, *, overwrite: bool = False) -> Path:
+    """Create ``out``; refuse a directory that already holds a run unless ``overwrite``."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: expected a directory for the run; {out} is a file.")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / "ledger.csv").exists() and not (out / "run.json").exists():
+            raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
+        if not overwrite:
+            raise ValueError(
+                f"out: {out} already holds a run; choose a new directory or pass overwrite=True "
+                "(--overwrite) to replace it."
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def simulate(
+    *,
+    strategy: Strategy,
+    model_factory: Callable[[], torch.nn.Module],
+    load_client_data: Callable[[int], ClientData],
+    num_clients: int,
+    num_rounds: int,
+    utility: ArraysUtility,
+    out: str | os.PathLike,
+    train_config: Mapping[str, int | float | str] | None = None,
+    sampler: PartitionSampler | None = None,
+    methods: Sequence[str] = VALUATION_METHODS,
+    valuation_options: Mapping | None = None,
+    seed: int = 0,
+    noisy_clients: Collection[int] | None = None,
+    on_round: Callable[[dict], None] | None = None,
+    run_config: Mapping | None = None,
+    overwrite: bool = False,
+    round_timeout: float = 600.0,
+    num_cpus_per_client: float = 1,
+    max_parallel_clients: int | None = None,
+    ray_address: str | None = None,
+) -> Run:
+    """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
+
+    Parameters
+    ----------
+    strategy
+        Any Flower strategy; it is wrapped by :class:`strategies.ValuingStrategy`.
+    model_factory
+        Builds the global model (its initial state is the run's A_0).
+    load_client_data
+        partition id -> :class:`clients.ClientData`; must be picklable (it travels to
+        the Ray workers): a module-level function or a functools.partial of one.
+    utility
+        U(arrays) on held-out data, e.g. :class:`fedvalue.utilities.TorchModelUtility`.
+    out
+        Run directory for the ledger (see :mod:`fedvalue.ledger`).
+    train_config
+        Sent to clients every round ("lr", "local-epochs", "batch-size", "seed").
+
+    Returns
+    -------
+    Run
+        The ledger, rounds table and configuration as DataFrames.
+    """
+    if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
+        raise ValueError(f"num_rounds: expected a positive integer; got {num_rounds!r}.")
+    if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
+        raise ValueError(f"num_clients: expected a positive integer; got {num_clients!r}.")
+    config = dict(run_config or {})
+    config.setdefault("seed", seed)
+    config.setdefault("num_rounds", num_rounds)
+    config.setdefault("num_clients", num_clients)
+    config.setdefault("strategy", type(strategy).__name__)
+    config["versions"] = package_versions()
+    run_dir = prepare_run_dir(out, config, overwrite=overwrite)
+    valuing = ValuingStrategy(
+        strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
+        noisy_clients=noisy_clients, on_round=on_round, run_config=config, **dict(valuation_options or {}),
+    )
+    initial = numpy_to_arrays({k: v.detach().cpu().numpy() for k, v in model_factory().state_dict().items()})
+    train_record = ConfigRecord(dict(train_config or {}))
+    server_app = ServerApp()
+    failures: list[BaseException] = []
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
+        except BaseException as error:  # surfaced to the caller after the engine stops
+            failures.append(error)
+            raise
+
+    client_app = make_client_app(load_client_data, model_factory)
+    run_flower_simulation(
+        server_app, client_app, num_supernodes=num_clients, num_cpus_per_client=num_cpus_per_client,
+        max_parallel_clients=max_parallel_clients, ray_address=ray_address,
+    )
+    if failures:
+        raise failures[0]
+    if len(valuing.rounds) < num_rounds:
+        raise RuntimeError(
+            f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
+            f"{run_dir} holds the completed rounds. See the engine's log above."
+        )
+    return load_run(run_dir)

@@ -1,0 +1,160 @@
+"""The ``fedvalue`` command: ``fedvalue run SIMULATION --out DIR [...]``, ``fedvalue report DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+import typing
+from collections.abc import Sequence
+
+from simulations.noisy_clients import NoisyClientsConfig
+
+PARAMETER_HELP = {
+    "seed": "seed of everything random in the run (same seed, same ledger)",
+    "dataset": "digits (embedded), breast-cancer, diabetes, or mnist (needs --mnist-path)",
+    "mnist_path": "directory of MNIST IDX files or an .npz (x_train, y_train, x_test, y_test)",
+    "holdout_fraction": "share of the data held out for the server's utility",
+    "num_clients": "number of clients (partitions)",
+    "rounds": "federated rounds",
+    "clients_per_round": "clients sampled per round",
+    "schedule": "even (each client once per pass, seed 004 App. C.2) or random",
+    "partition": "iid or dirichlet (label skew)",
+    "dirichlet_alpha": "concentration of the label-skew partition",
+    "noisy_fraction": "share of clients with label noise",
+    "flip_probability": "probability a noisy client's label is flipped to another class",
+    "hidden": "hidden layer sizes, comma-separated",
+    "local_epochs": "local epochs per round",
+    "learning_rate": "local SGD learning rate",
+    "batch_size": "local batch size (0 = full batch)",
+    "strategy": "inner Flower strategy: fedavg, fedprox, fedavgm, fedadam, fedyogi, fedadagrad",
+    "methods": "valuations per round, comma-separated: ads,loo",
+    "ads_method": "auto (exact when no dearer than MC), exact or mc",
+    "epsilon": "MC-ADS accuracy ε",
+    "delta": "MC-ADS failure probability δ",
+    "utility": "accuracy, neg_loss",
+    "num_cpus_per_client": "CPUs Ray gives each client",
+    "max_parallel_clients": "clients training at once (0 = sized for the machine)",
+    "ray_address": "attach to an existing Ray cluster at this address",
+    "round_timeout": "seconds to wait for a round's replies",
+}
+
+SIMULATIONS = {"noisy-clients": NoisyClientsConfig}
+
+
+def _parse_tuple(kind):
+    def parse(text: str):
+        try:
+            return tuple(kind(part) for part in text.split(",") if part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values; got {text!r}") from None
+    return parse
+
+
+def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
+    hints = typing.get_type_hints(config_cls)
+    for f in dataclasses.fields(config_cls):
+        hint = hints[f.name]
+        default = f.default
+        if typing.get_origin(hint) is tuple:
+            (kind, _) = typing.get_args(hint)
+            parse = _parse_tuple(kind)
+            shown = ",".join(str(v) for v in default)
+        else:
+            parse, shown = hint, default
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, type=parse, default=default, metavar=f.name.upper(),
+            help=f"{PARAMETER_HELP.get(f.name, '')} (default: {shown})",
+        )
+
+
+def _simulations_epilog() -> str:
+    lines = ["simulations and their parameters (fedvalue run SIMULATION --help for details):"]
+    for name, config_cls in SIMULATIONS.items():
+        lines.append(f"  {name}")
+        for f in dataclasses.fields(config_cls):
+            lines.append(f"      --{f.name.replace('_', '-')} (default {f.default})")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedvalue", description="Federated learning with contributor books.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,report}")
+    run = commands.add_parser(
+        "run", help="run a simulation and write its ledger", epilog=_simulations_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    simulations = run.add_subparsers(dest="simulation", required=True, metavar="SIMULATION")
+    for name, config_cls in SIMULATIONS.items():
+        sim = simulations.add_parser(name, help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
+        sim.add_argument("--out", required=True, help="run directory for the ledger")
+        sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+        sim.add_argument("--quiet", action="store_true", help="no per-round progress")
+        _add_config_options(sim, config_cls)
+    report = commands.add_parser("report", help="print a run's per-client summary sorted by value")
+    report.add_argument("run_dir", help="a run directory written by fedvalue run")
+    return parser
+
+
+def _progress(total_rounds: int):
+    started = time.perf_counter()
+
+    def show(row: dict) -> None:
+        after = row["utility_after"]
+        after_text = "   -  " if after is None else f"{after:.4f}"
+        print(
+            f"round {row['round']}/{total_rounds}: {row['num_clients']} clients ({row['num_failed']} failed), "
+            f"utility {row['utility_before']:.4f} -> {after_text} (realized {row['utility_realized']:.4f}), "
+            f"{row['num_evaluations']} evaluations, valuation {row['valuation_seconds']:.2f}s, "
+            f"elapsed {time.perf_counter() - started:.1f}s",
+            flush=True,
+        )
+
+    return show
+
+
+def _run(args: argparse.Namespace) -> int:
+    from simulations.noisy_clients import run_noisy_clients
+
+    config_cls = SIMULATIONS[args.simulation]
+    config = config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
+    started = time.perf_counter()
+    run = run_noisy_clients(config, args.out, on_round=None if args.quiet else _progress(config.rounds),
+                            overwrite=args.overwrite)
+    print(f"wrote {args.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
+          f"{time.perf_counter() - started:.1f}s; see `fedvalue report {args.out}`")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from fedvalue.ledger import load_run
+
+    run = load_run(args.run_dir)
+    summary = run.summary()
+    with pd.option_context("display.max_rows", None, "display.width", 120):
+        print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+    if "noisy" in summary and summary["noisy"].notna().any():
+        for column in [c for c in summary.columns if c.startswith("total_")]:
+            by_noise = summary.groupby("noisy")[column].mean()
+            print(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
+                  f"clean {by_noise.get(False, float('nan')):.4f}")
+    gaps = run.rounds["efficiency_gap"].abs()
+    print(f"rounds: {len(run.rounds)}; max |efficiency gap| {gaps.max():.2e}; "
+          f"utility {run.rounds['utility_before'].iloc[0]:.4f} -> {run.rounds['utility_realized'].iloc[-1]:.4f}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args) if args.command == "run" else _report(args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"fedvalue: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
