@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from clients.behaviours import HonestClient, LabelNoise
 from fedvalue.ledger import Run
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
+from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
 from simulations.models import make_mlp
 from strategies import PartitionSampler
 
@@ -99,36 +100,22 @@ def _check(config: NoisyClientsConfig) -> None:
         raise ValueError(f"learning_rate: expected a number > 0; got {config.learning_rate!r}.")
     if config.strategy not in STRATEGIES:
         raise ValueError(f"strategy: expected one of {sorted(STRATEGIES)}; got {config.strategy!r}.")
+    if config.dataset not in DATASETS:
+        raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
+    if config.dataset == "mnist" and not config.mnist_path:
+        raise ValueError("mnist_path: the mnist dataset is read from local files; pass --mnist-path DIR_OR_NPZ.")
     if config.partition not in ("iid", "dirichlet"):
         raise ValueError(f"partition: expected 'iid' or 'dirichlet'; got {config.partition!r}.")
 
 
-def client_data(
-    partition_id: int,
-    *,
-    train: Dataset,
-    partitions: list[np.ndarray],
-    noisy_clients: frozenset[int],
-    flip_probability: float,
-    seed: int,
-) -> ClientData:
-    """Client ``partition_id``'s data; noisy clients flip labels (seed 004 App. C.2)."""
-    indices = partitions[partition_id]
-    behaviour = (
-        LabelNoise(flip_probability, train.num_classes, seed=[seed, partition_id])
-        if partition_id in noisy_clients
-        else HonestClient()
-    )
-    x, y = train.x[indices], train.y[indices]
-    return ClientData(
-        partition_id=partition_id, x_train=x, y_train=y, x_infer=x[:0], y_infer=y[:0],
-        behaviour=behaviour, loss="cross_entropy",
-    )
+@functools.lru_cache(maxsize=2)
+def _prepared(config_json: str) -> tuple[Dataset, Dataset, list[np.ndarray], frozenset[int]]:
+    """Train pool, held-out set, partitions and noisy set of a config (seeded).
 
-
-def build(config: NoisyClientsConfig):
-    """Data, partitions, noisy set, model factory and utility for ``config`` (seeded)."""
-    _check(config)
+    Cached per process: Ray workers rebuild it once from the config instead of receiving
+    the data with every message (the ClientApp travels pickled with each message).
+    """
+    config = NoisyClientsConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(config_json).items()})
     seeds = np.random.SeedSequence(config.seed).spawn(4)
     dataset = load_dataset(config.dataset, mnist_path=config.mnist_path or None)
     train, holdout = split_holdout(dataset, config.holdout_fraction, seed=np.random.default_rng(seeds[0]))
@@ -139,10 +126,34 @@ def build(config: NoisyClientsConfig):
                                          seed=np.random.default_rng(seeds[1]))
     num_noisy = int(round(config.noisy_fraction * config.num_clients))
     noisy = frozenset(int(c) for c in np.random.default_rng(seeds[2]).choice(config.num_clients, num_noisy, replace=False))
+    return train, holdout, partitions, noisy
+
+
+def client_data(partition_id: int, *, config_json: str) -> ClientData:
+    """Client ``partition_id``'s data; noisy clients flip labels (seed 004 App. C.2)."""
+    train, _, partitions, noisy = _prepared(config_json)
+    config = json.loads(config_json)
+    behaviour = (
+        LabelNoise(config["flip_probability"], train.num_classes, seed=[config["seed"], partition_id])
+        if partition_id in noisy
+        else HonestClient()
+    )
+    indices = partitions[partition_id]
+    x, y = train.x[indices], train.y[indices]
+    return ClientData(
+        partition_id=partition_id, x_train=x, y_train=y, x_infer=x[:0], y_infer=y[:0],
+        behaviour=behaviour, loss="cross_entropy",
+    )
+
+
+def build(config: NoisyClientsConfig):
+    """Client loader, model factory, utility and noisy set for ``config``."""
+    _check(config)
+    config_json = json.dumps(config.as_dict(), sort_keys=True)
+    train, holdout, _, noisy = _prepared(config_json)
     model_factory = functools.partial(make_mlp, train.x.shape[1], train.num_classes,
                                       hidden=tuple(config.hidden), seed=config.seed)
-    loader = functools.partial(client_data, train=train, partitions=partitions, noisy_clients=noisy,
-                               flip_probability=config.flip_probability, seed=config.seed)
+    loader = functools.partial(client_data, config_json=config_json)
     utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility)
     return loader, model_factory, utility, noisy
 
