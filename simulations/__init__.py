@@ -2,3 +2,7 @@
 
 The only package that starts Ray / the Flower simulation engine (:mod:`simulations.engine`).
 """
+
+from simulations.api import simulate
+
+__all__ = ["simulate"]

@@ -1,0 +1,62 @@
+"""The noisy-clients simulation as a Flower App, for ``flwr run .``.
+
+``[tool.flwr.app.config]`` in pyproject.toml maps onto :class:`NoisyClientsConfig`
+(keys with dashes, e.g. ``num-clients``); the ledger goes to ``out``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from flwr.app import ConfigRecord, Context
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from clients.app import make_client_app
+from simulations.api import prepare_run_dir
+from simulations.noisy_clients import STRATEGIES, NoisyClientsConfig, build
+from strategies import PartitionSampler, ValuingStrategy
+from strategies.records import numpy_to_arrays
+
+
+def config_from_run_config(run_config: dict) -> tuple[NoisyClientsConfig, str]:
+    values = {}
+    for f in dataclasses.fields(NoisyClientsConfig):
+        key = f.name.replace("_", "-")
+        if key in run_config:
+            value = run_config[key]
+            if isinstance(f.default, tuple):
+                kind = type(f.default[0])
+                value = tuple(kind(v) for v in str(value).split(","))
+            values[f.name] = value
+    return NoisyClientsConfig(**values), str(run_config.get("out", "runs/flwr-run"))
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def main(grid: Grid, context: Context) -> None:
+    config, out = config_from_run_config(dict(context.run_config))
+    _, model_factory, utility, noisy = build(config)
+    run_dir = prepare_run_dir(out, config.as_dict(), overwrite=True)
+    strategy = ValuingStrategy(
+        STRATEGIES[config.strategy](), utility, run_dir=str(run_dir), methods=config.methods,
+        sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
+        seed=config.seed, noisy_clients=noisy, run_config={"simulation": "noisy-clients", **config.as_dict()},
+        ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
+    )
+    initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
+    strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
+                   train_config=ConfigRecord({"lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
+                                              "batch-size": int(config.batch_size), "seed": int(config.seed)}))
+
+
+def _client_app() -> ClientApp:
+    # Clients hold the default partitions: under `flwr run` only server-side keys
+    # (out, rounds, clients-per-round, schedule, strategy, methods, ...) may differ from the defaults.
+    loader, model_factory, _, _ = build(NoisyClientsConfig())
+    return make_client_app(loader, model_factory)
+
+
+client_app = _client_app()
