@@ -37,6 +37,10 @@ def as_array(result, players) -> np.ndarray:
 @pytest.mark.parametrize("sizes", [[4], [1], [2, 3], [3, 1, 2], [1, 1, 1]])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_exact_equals_permutation_form_on_random_games(sizes, seed):
+    assert_exact_matches_permutation_form(sizes, seed)
+
+
+def assert_exact_matches_permutation_form(sizes: list[int], seed: int) -> None:
     groups = make_groups(sizes)
     players = [p for g in groups for p in g]
     utility = random_table_game(players, seed)
@@ -49,12 +53,7 @@ def test_exact_equals_permutation_form_on_random_games(sizes, seed):
 @settings(max_examples=30, deadline=None)
 @given(sizes=group_sizes, seed=st.integers(0, 10_000))
 def test_exact_equals_permutation_form_property(sizes, seed):
-    groups = make_groups(sizes)
-    players = [p for g in groups for p in g]
-    utility = random_table_game(players, seed)
-    expected = ordered_permutation_values(utility, groups)
-    result = fedvalue.ads(utility, groups, method="exact")
-    np.testing.assert_allclose(as_array(result, players), [expected[p] for p in players], atol=1e-12)
+    assert_exact_matches_permutation_form(sizes, seed)
 
 
 # --- closed forms ------------------------------------------------------------------------
