@@ -188,7 +188,6 @@ class ValuingStrategy(Strategy):
         snapshot = None if pure or not ok else _snapshot(self.strategy)
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
 
-        utility_before = float(self.utility(self._start_arrays))
         valuation = None
         if ok:
             ids = [r.client_id for r in ok]
@@ -201,6 +200,8 @@ class ValuingStrategy(Strategy):
             valuation = value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
                                     **self.valuation_options)
             utility_before = valuation.utility_before
+        else:
+            utility_before = float(self.utility(self._start_arrays))
         utility_realized = float(self.utility(arrays_to_numpy(live_arrays))) if live_arrays is not None else utility_before
         round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized)
         if self.ledger is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 
 import numpy as np
@@ -12,7 +11,6 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
-import fedvalue
 from fedvalue.ledger import LEDGER_COLUMNS, load_run
 from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
