@@ -72,6 +72,67 @@ def fedavg_aggregator(
     return aggregate
 
 
+def fedavg_round_game(
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+    utility: ArraysUtility,
+) -> CoalitionGame:
+    """v_t of the FedAvg family, with coalitions scored as linear combinations.
+
+    A coalition's state is A_{t−1} for S = ∅ and Σ_{i∈S} (n_i / Σ_{j∈S} n_j) w_i
+    otherwise: a row of coefficients over the basis (A_{t−1}, w_1, ..., w_n). A
+    utility with a ``linear`` method (:class:`~fedvalue.utilities.TorchModelUtility`)
+    scores whole batches of such rows without materializing each state, reusing the
+    first layer's products; others get the materialized states. v(∅) = U(A_{t−1}) and
+    v(I_t) = U(A_t) are always scored on the plain path, so the round's anchors equal
+    what anyone recomputes from the saved states, bit for bit.
+    """
+    aggregate = fedavg_aggregator(client_ids, client_arrays, weights)
+    if not getattr(utility, "supports_linear", False):
+        return round_game(client_ids, start_arrays, aggregate, utility,
+                          batch_utility=getattr(utility, "batch", None))
+    position = {c: k for k, c in enumerate(client_ids)}
+    weights = np.asarray(weights, dtype=np.float64)
+    full = frozenset(client_ids)
+    scorer = None
+
+    def arrays_of(coalition: frozenset) -> Mapping[str, np.ndarray]:
+        if not coalition:
+            return start_arrays
+        return aggregate(sorted(coalition, key=position.__getitem__))
+
+    def row_of(coalition: frozenset) -> np.ndarray:
+        row = np.zeros(len(client_ids) + 1)
+        if not coalition:
+            row[0] = 1.0
+            return row
+        members = [1 + position[c] for c in coalition]
+        row[members] = weights[[m - 1 for m in members]]
+        return row / row.sum()
+
+    def batch(coalitions: Sequence[frozenset]) -> list[float]:
+        nonlocal scorer
+        values = [None] * len(coalitions)
+        fast = []
+        for k, coalition in enumerate(coalitions):
+            if not coalition or coalition == full:
+                values[k] = utility(arrays_of(coalition))
+            else:
+                fast.append(k)
+        if fast:
+            if scorer is None:
+                scorer = utility.linear([start_arrays, *client_arrays])
+            rows = np.stack([row_of(coalitions[k]) for k in fast])
+            scored = scorer.values(rows, materialize=lambda j: arrays_of(coalitions[fast[j]]))
+            for k, value in zip(fast, scored):
+                values[k] = float(value)
+        return values
+
+    return CoalitionGame(None, client_ids, batch_utility=batch)
+
+
 @dataclass
 class RoundValuation:
     """What valuing one round produced."""

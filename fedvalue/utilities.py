@@ -3,16 +3,44 @@
 ``arrays`` are a model's state as ``dict[str, np.ndarray]`` (its ``state_dict`` names);
 the model is run with ``torch.func.functional_call`` so no module is copied or loaded
 per coalition.
+
+Three ways to score states, all equal to the plain one-state-at-a-time path:
+
+* ``U(arrays)``: the plain path, one forward pass per held-out batch.
+* ``U.batch(arrays_list)``: many states; ``chunk_size`` states share one vmapped forward
+  pass (worth it on a GPU; on a 2-core CPU a loop of large matmuls is faster, so the
+  default there is 1).
+* ``U.linear(basis).values(C)``: states that are linear combinations of fixed basis
+  states, s_c = Σ_k C[c, k] B_k, which is every coalition of the FedAvg family
+  (basis = A_{t−1} and the clients' models, C[c, i] = n_i / Σ_{j∈S} n_j). When the model
+  starts with a linear layer (after parameter-free modules such as Flatten), that
+  layer's output is linear in the parameters too:
+
+      x W_c^T + b_c = Σ_k C[c, k] (x W_k^T + b_k)        (Σ_k C[c, k] = 1),
+
+  so the products x W_k^T are computed once per round for the K basis states and every
+  coalition pays only for the layers after the first. For a 784-200-200-10 MLP that is
+  about a fifth of the arithmetic of a full forward pass.
+
+Accuracy is a count of argmax hits, so any reordering of float sums could flip an
+example whose two largest logits nearly tie. Rows where the fast path sees a top-2
+margin within ``tie_tolerance`` × |largest logit| are re-scored on the plain path (for
+``linear``, on the state the caller materializes exactly as the aggregation rule does),
+so accuracies equal the plain path's; losses agree to float rounding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 UTILITY_METRICS = ("accuracy", "neg_loss", "neg_mse")
+
+#: Modules without parameters that may precede the first linear layer.
+_PARAMETER_FREE = (torch.nn.Flatten, torch.nn.Identity, torch.nn.Dropout)
 
 
 class TorchModelUtility:
@@ -31,6 +59,16 @@ class TorchModelUtility:
         Higher is better for all three, as a utility must be.
     batch_size
         Held-out examples per forward pass (bounds memory).
+    chunk_size
+        States per vmapped forward pass in :meth:`batch` (memory grows with
+        ``chunk_size × batch_size × widest layer``). ``None``: 1 on CPU, 32 on CUDA.
+    device
+        Where the held-out data lives and every forward pass runs (``"cuda"`` when
+        one is present); ``None`` is the CPU.
+    tie_tolerance
+        Relative top-2 logit margin (margin ≤ tie_tolerance × |largest logit|) under
+        which a fast-path row is re-scored on the plain path (accuracy only). Fast and
+        plain logits differ by a few 1e-6 of the largest logit in float32.
     """
 
     def __init__(
@@ -41,6 +79,9 @@ class TorchModelUtility:
         *,
         metric: str = "accuracy",
         batch_size: int = 4096,
+        chunk_size: int | None = None,
+        device: str | torch.device | None = None,
+        tie_tolerance: float = 2e-5,
     ) -> None:
         if metric not in UTILITY_METRICS:
             raise ValueError(f"metric: expected one of {list(UTILITY_METRICS)}; got {metric!r}.")
@@ -49,15 +90,28 @@ class TorchModelUtility:
                 f"x, y: expected the same non-zero number of held-out examples; got {len(x)} "
                 f"inputs and {len(y)} labels."
             )
+        for name, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
+            if value is None and name == "chunk_size":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
+        if not (isinstance(tie_tolerance, (int, float)) and 0 <= tie_tolerance < 1):
+            raise ValueError(f"tie_tolerance: expected a number in [0, 1); got {tie_tolerance!r}.")
+        self.device = torch.device("cpu" if device is None else device)
         self.model = model.eval()
         self.metric = metric
         self.batch_size = int(batch_size)
-        self.x = torch.as_tensor(np.ascontiguousarray(x), dtype=torch.float32)
-        self.y = torch.as_tensor(np.ascontiguousarray(y))
+        self.chunk_size = int(chunk_size) if chunk_size is not None else (32 if self.device.type == "cuda" else 1)
+        self.tie_tolerance = float(tie_tolerance)
+        self.x = torch.as_tensor(np.ascontiguousarray(x), dtype=torch.float32).to(self.device)
+        self.y = torch.as_tensor(np.ascontiguousarray(y)).to(self.device)
         state = model.state_dict()
         self.keys = list(state.keys())
         # Server optimizers may hand back float64 (Flower's FedAdam does): score in the model's dtype.
         self.dtypes = {k: v.dtype for k, v in state.items()}
+        self._split = _split_first_linear(model)
+
+    # -- the plain path -------------------------------------------------------------------
 
     def _tensors(self, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
         missing = [k for k in self.keys if k not in arrays]
@@ -65,22 +119,67 @@ class TorchModelUtility:
             raise KeyError(
                 f"arrays: expected the model's state keys {self.keys}; missing {missing}."
             )
-        return {k: torch.as_tensor(np.asarray(arrays[k])).to(self.dtypes[k]) for k in self.keys}
+        return {
+            k: torch.as_tensor(np.asarray(arrays[k])).to(device=self.device, dtype=self.dtypes[k])
+            for k in self.keys
+        }
+
+    @property
+    def num_batches(self) -> int:
+        return -(-len(self.x) // self.batch_size)
+
+    def _slice(self, b: int) -> slice:
+        return slice(b * self.batch_size, (b + 1) * self.batch_size)
+
+    def _plain_sum(self, state: Mapping[str, torch.Tensor], b: int) -> float:
+        """Summed metric of batch ``b`` on the plain path (the reference every path equals)."""
+        rows = self._slice(b)
+        out = torch.func.functional_call(self.model, dict(state), (self.x[rows],))
+        return float(self._summed_metric(out, self.y[rows]))
 
     @torch.no_grad()
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> float:
         state = self._tensors(arrays)
-        total = 0.0
-        for start in range(0, len(self.x), self.batch_size):
-            xb = self.x[start : start + self.batch_size]
-            yb = self.y[start : start + self.batch_size]
-            out = torch.func.functional_call(self.model, state, (xb,))
-            total += float(self._summed_metric(out, yb))
-        return total / len(self.x)
+        return sum(self._plain_sum(state, b) for b in range(self.num_batches)) / len(self.x)
 
+    # -- many states ------------------------------------------------------------------------
+
+    @torch.no_grad()
     def batch(self, arrays_list: Sequence[Mapping[str, np.ndarray]]) -> list[float]:
-        """U for several states (one call per state; batched evaluation can override)."""
-        return [self(arrays) for arrays in arrays_list]
+        """U for several states: ``chunk_size`` states per vmapped forward pass."""
+        states = [self._tensors(arrays) for arrays in arrays_list]
+        if self.chunk_size == 1:
+            return [sum(self._plain_sum(s, b) for b in range(self.num_batches)) / len(self.x) for s in states]
+        scores = FastScores(len(states), self.num_batches)
+        forward = torch.func.vmap(
+            lambda params, xb: torch.func.functional_call(self.model, params, (xb,)), in_dims=(0, None)
+        )
+        for start in range(0, len(states), self.chunk_size):
+            chunk = states[start : start + self.chunk_size]
+            stacked = {k: torch.stack([s[k] for s in chunk]) for k in self.keys}
+            for b in range(self.num_batches):
+                rows = self._slice(b)
+                out = forward(stacked, self.x[rows])
+                for j in range(len(chunk)):
+                    self._score_fast(scores, start + j, b, out[j], self.y[rows])
+        return list(self._resolve(scores, lambda c: states[c]))
+
+    @property
+    def supports_linear(self) -> bool:
+        """Whether :meth:`linear` applies: every state entry is floating point."""
+        return all(dtype.is_floating_point for dtype in self.dtypes.values())
+
+    def linear(self, basis: Sequence[Mapping[str, np.ndarray]]) -> LinearStates:
+        """Scorer of the states Σ_k C[c, k] basis[k] (see the module docstring)."""
+        if not self.supports_linear:
+            raise TypeError(
+                "linear: combining states needs floating-point entries only; the model's state "
+                f"has {sorted(k for k, d in self.dtypes.items() if not d.is_floating_point)} "
+                "(integer buffers). Use batch() instead."
+            )
+        return LinearStates(self, basis)
+
+    # -- metric ------------------------------------------------------------------------
 
     def _summed_metric(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.metric == "accuracy":
@@ -88,3 +187,206 @@ class TorchModelUtility:
         if self.metric == "neg_loss":
             return -torch.nn.functional.cross_entropy(out, y.long(), reduction="sum").double()
         return -((out.reshape(y.shape) - y) ** 2).sum(dtype=torch.float64)
+
+    def _score_fast(self, scores: FastScores, c: int, b: int, out: torch.Tensor, y: torch.Tensor) -> None:
+        """Book a fast-path batch; for accuracy, note the rows whose top-2 logits nearly tie."""
+        if self.metric != "accuracy" or out.shape[-1] < 2:
+            scores.sums[c, b] = float(self._summed_metric(out, y))
+            return
+        top, index = out.max(dim=-1)
+        hit = index == y
+        scores.sums[c, b] = float(hit.sum())
+        second = out.scatter(1, index[:, None], float("-inf")).max(dim=-1).values
+        near = top - second <= self.tie_tolerance * top.abs()
+        if bool(near.any()):
+            rows = near.nonzero().flatten()
+            scores.near[(c, b)] = (rows.cpu().numpy(), float(hit[rows].sum()))
+
+    def _resolve(self, scores: FastScores, state_of: Callable[[int], Mapping[str, torch.Tensor]]) -> np.ndarray:
+        """Per-state utilities: near-tie rows re-scored on the plain path.
+
+        The rows go through the plain forward pass in a block of at least
+        ``_RECHECK_ROWS`` rows of their batch (matmul kernels for a handful of rows may
+        sum in another order than for a full batch).
+        """
+        sums = scores.sums.copy()
+        cached: dict[int, Mapping[str, torch.Tensor]] = {}
+        for (c, b), (rows, fast_hits) in sorted(scores.near.items()):
+            if c not in cached:
+                cached[c] = state_of(c)
+            batch = self._slice(b)
+            x, y = self.x[batch], self.y[batch]
+            filler = np.setdiff1d(np.arange(min(_RECHECK_ROWS, len(x))), rows)[: max(0, _RECHECK_ROWS - len(rows))]
+            block = torch.as_tensor(np.concatenate([rows, filler]), device=self.device)
+            out = torch.func.functional_call(self.model, dict(cached[c]), (x[block],))[: len(rows)]
+            plain_hits = float((out.argmax(dim=-1) == y[block[: len(rows)]]).sum())
+            sums[c, b] += plain_hits - fast_hits
+        return sums.sum(axis=1) / len(self.x)
+
+
+#: Near-tie rows are re-scored in a block of at least this many rows.
+_RECHECK_ROWS = 64
+
+
+class FastScores:
+    """Fast-path sums per (state, held-out batch) and the near-tie rows to re-score."""
+
+    def __init__(self, num_states: int, num_batches: int) -> None:
+        self.sums = np.zeros((num_states, num_batches))
+        self.near: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+
+
+class LinearStates:
+    """Scores states s_c = Σ_k C[c, k] B_k of fixed basis states B_k.
+
+    Built by :meth:`TorchModelUtility.linear`. The basis is stacked once; when the
+    model starts with a linear layer, its outputs on the held-out data are computed
+    once for all K basis states (one matmul per held-out batch, K × examples × width
+    floats kept for the round) and each state then costs only the layers after it.
+    Coefficient rows are combined ``chunk`` states at a time by one matmul.
+    """
+
+    #: States combined per matmul (memory: chunk × batch_size × first-layer width floats).
+    chunk = 16
+
+    def __init__(self, utility: TorchModelUtility, basis: Sequence[Mapping[str, np.ndarray]]) -> None:
+        if len(basis) == 0:
+            raise ValueError("basis: expected at least one state; got none.")
+        self.utility = utility
+        self.basis = [utility._tensors(b) for b in basis]
+        self.stacked = {k: torch.stack([s[k] for s in self.basis]) for k in utility.keys}
+        self.dtype = self.stacked[utility.keys[0]].dtype
+        self._heads: list[torch.Tensor] | None = None
+
+    @property
+    def num_basis(self) -> int:
+        return len(self.basis)
+
+    def _coefficients(self, coefficients: np.ndarray) -> torch.Tensor:
+        coefficients = np.asarray(coefficients, dtype=np.float64)
+        if coefficients.ndim != 2 or coefficients.shape[1] != self.num_basis:
+            raise ValueError(
+                f"coefficients: expected an array of shape (states, {self.num_basis}); got shape "
+                f"{coefficients.shape}."
+            )
+        if not np.isfinite(coefficients).all():
+            raise ValueError("coefficients: expected finite numbers; got NaN or inf.")
+        return torch.as_tensor(coefficients).to(device=self.utility.device, dtype=self.dtype)
+
+    def combine(self, rows: torch.Tensor, keys: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Σ_k rows[:, k] B_k for the given state keys: one (states × K) @ (K × size) matmul each."""
+        return {
+            k: (rows.to(self.stacked[k].dtype) @ self.stacked[k].reshape(self.num_basis, -1)).reshape(
+                len(rows), *self.stacked[k].shape[1:]
+            )
+            for k in keys
+        }
+
+    def _head_products(self) -> list[torch.Tensor]:
+        """Per held-out batch, the (K, batch × width) first-layer outputs of every basis state."""
+        if self._heads is None:
+            utility, split = self.utility, self.utility._split
+            weights = self.stacked[split.weight_key]  # (K, width, inputs)
+            self._heads = []
+            for b in range(utility.num_batches):
+                x = utility.x[utility._slice(b)]
+                if split.prefix is not None:
+                    x = split.prefix(x)
+                out = (x @ weights.reshape(-1, weights.shape[-1]).T).reshape(len(x), self.num_basis, -1)
+                if split.bias_key is not None:
+                    out = out + self.stacked[split.bias_key]
+                self._heads.append(out.transpose(0, 1).reshape(self.num_basis, -1))
+        return self._heads
+
+    @torch.no_grad()
+    def scores(self, coefficients: np.ndarray) -> FastScores:
+        """Fast-path sums per (state, held-out batch) and near-tie rows (see module docstring)."""
+        utility, split = self.utility, self.utility._split
+        rows = self._coefficients(coefficients)
+        scores = FastScores(len(rows), utility.num_batches)
+        heads = None if split is None else self._head_products()
+        # One reused buffer: a fresh tensor per chunk would page-fault tens of MB each time.
+        buffer = None
+        for start in range(0, len(rows), self.chunk):
+            chunk = rows[start : start + self.chunk]
+            if split is None:
+                states = self.combine(chunk, utility.keys)
+                for b in range(utility.num_batches):
+                    batch = utility._slice(b)
+                    for j in range(len(chunk)):
+                        state = {k: v[j] for k, v in states.items()}
+                        out = torch.func.functional_call(utility.model, state, (utility.x[batch],))
+                        utility._score_fast(scores, start + j, b, out, utility.y[batch])
+                continue
+            tails = self.combine(chunk, split.tail_keys)
+            for b, head in enumerate(heads):
+                y = utility.y[utility._slice(b)]
+                if buffer is None:
+                    buffer = torch.empty(self.chunk * heads[0].shape[1], dtype=head.dtype, device=head.device)
+                out = buffer[: len(chunk) * head.shape[1]].view(len(chunk), head.shape[1])
+                hidden = torch.matmul(chunk, head, out=out).reshape(len(chunk), len(y), -1)
+                for j in range(len(chunk)):
+                    state = {k: v[j] for k, v in tails.items()}
+                    out = torch.func.functional_call(split.tail, state, (hidden[j],))
+                    utility._score_fast(scores, start + j, b, out, y)
+        return scores
+
+    def values(
+        self,
+        coefficients: np.ndarray,
+        materialize: Callable[[int], Mapping[str, np.ndarray]] | None = None,
+    ) -> np.ndarray:
+        """U(s_c) for every row c of ``coefficients``.
+
+        ``materialize(c)`` returns state c's arrays as the aggregation rule computes
+        them (used only to re-score near-tie rows on the plain path); ``None``
+        combines the basis here.
+        """
+        return self.resolve(coefficients, self.scores(coefficients), materialize)
+
+    def resolve(self, coefficients, scores: FastScores, materialize=None) -> np.ndarray:
+        """Per-state utilities from fast-path scores (near ties re-scored on the plain path)."""
+        utility = self.utility
+
+        def state_of(c: int) -> Mapping[str, torch.Tensor]:
+            if materialize is not None:
+                return utility._tensors(materialize(c))
+            row = self._coefficients(coefficients)[c : c + 1]
+            return {k: v[0] for k, v in self.combine(row, utility.keys).items()}
+
+        with torch.no_grad():
+            return utility._resolve(scores, state_of)
+
+
+class _FirstLinear:
+    """A model cut after its first linear layer: prefix (parameter free), layer, tail."""
+
+    def __init__(self, prefix, weight_key, bias_key, tail, tail_keys):
+        self.prefix = prefix
+        self.weight_key = weight_key
+        self.bias_key = bias_key
+        self.tail = tail
+        self.tail_keys = tail_keys
+
+
+def _split_first_linear(model: torch.nn.Module) -> _FirstLinear | None:
+    """Cut a ``Sequential`` whose first parametrized module is ``nn.Linear``; else None."""
+    if not isinstance(model, torch.nn.Sequential):
+        return None
+    children = list(model.named_children())
+    for position, (name, module) in enumerate(children):
+        if isinstance(module, torch.nn.Linear):
+            break
+        if not isinstance(module, _PARAMETER_FREE) or any(True for _ in module.parameters()):
+            return None
+    else:
+        return None
+    if any(True for _ in module.buffers()):
+        return None
+    prefix = torch.nn.Sequential(*[m for _, m in children[:position]]) if position else None
+    tail_children = children[position + 1 :]
+    tail = torch.nn.Sequential(OrderedDict(tail_children)) if tail_children else torch.nn.Identity()
+    tail_keys = [f"{n}.{k}" for n, m in tail_children for k in m.state_dict()]
+    bias_key = f"{name}.bias" if module.bias is not None else None
+    # The tail's state names must map back to the model's (``Sequential(dict)`` keeps them).
+    return _FirstLinear(prefix, f"{name}.weight", bias_key, tail, tail_keys)

@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER, log
 
 from fedvalue.ledger import LedgerWriter
-from fedvalue.rounds import VALUATION_METHODS, ArraysUtility, RoundValuation, fedavg_aggregator, round_game, value_round
+from fedvalue.rounds import VALUATION_METHODS, ArraysUtility, RoundValuation, fedavg_round_game, round_game, value_round
 from strategies.records import ClientReply, arrays_to_numpy, partition_id_of, read_reply
 from strategies.sampling import PartitionSampler
 
@@ -192,11 +192,12 @@ class ValuingStrategy(Strategy):
         if ok:
             ids = [r.client_id for r in ok]
             if pure:
-                aggregate = fedavg_aggregator(ids, [r.arrays for r in ok], [r.weight for r in ok])
+                game = fedavg_round_game(ids, self._start_arrays, [r.arrays for r in ok], [r.weight for r in ok],
+                                         self.utility)
             else:
                 aggregate = _copy_aggregator(snapshot, server_round, {r.client_id: r.message for r in ok})
-            batch = getattr(self.utility, "batch", None)
-            game = round_game(ids, self._start_arrays, aggregate, self.utility, batch_utility=batch)
+                game = round_game(ids, self._start_arrays, aggregate, self.utility,
+                                  batch_utility=getattr(self.utility, "batch", None))
             valuation = value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
                                     **self.valuation_options)
             utility_before = valuation.utility_before

@@ -1,0 +1,237 @@
+"""Batched and linearized coalition evaluation equal the plain one-state-at-a-time path.
+
+The reference is ``TorchModelUtility.__call__`` on the state that FedAvg's own rule
+(``weighted_mean``) builds for each coalition.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
+from fedvalue.utilities import TorchModelUtility
+from simulations.models import make_mlp
+
+
+def _state(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def _round(seed: int, num_clients: int, model: torch.nn.Module, spread: float = 0.3):
+    """A start state, clients' models around it and unequal weights."""
+    rng = np.random.default_rng(seed)
+    start = _state(model)
+    clients = [
+        {k: (v + spread * rng.normal(size=v.shape)).astype(v.dtype) for k, v in start.items()}
+        for _ in range(num_clients)
+    ]
+    weights = rng.integers(1, 100, num_clients).astype(float)
+    return start, clients, weights
+
+
+def _held_out(seed: int, num: int, dim: int, classes: int):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num, dim)).astype(np.float32)
+    y = rng.integers(0, classes, num)
+    return x, y
+
+
+def _all_coalition_rows(num_clients: int, weights: np.ndarray) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    coalitions = [c for size in range(1, num_clients + 1) for c in itertools.combinations(range(num_clients), size)]
+    rows = np.zeros((len(coalitions), num_clients + 1))
+    for r, coalition in enumerate(coalitions):
+        rows[r, [1 + k for k in coalition]] = weights[list(coalition)]
+    return coalitions, rows / rows.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "neg_loss"])
+@pytest.mark.parametrize("batch_size", [7, 64, 1000])
+@pytest.mark.parametrize("hidden", [(), (16,), (24, 12)])
+def test_linear_states_equal_plain_evaluation_of_every_fedavg_coalition(metric, batch_size, hidden):
+    model = make_mlp(10, 4, hidden=hidden, seed=1)
+    x, y = _held_out(2, 300, 10, 4)
+    utility = TorchModelUtility(model, x, y, metric=metric, batch_size=batch_size)
+    start, clients, weights = _round(3, 4, model)
+    coalitions, rows = _all_coalition_rows(4, weights)
+    fast = utility.linear([start, *clients]).values(rows)
+    plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
+    np.testing.assert_allclose(fast, plain, rtol=0, atol=1e-6)
+    if metric == "accuracy":
+        np.testing.assert_array_equal(fast, plain)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16, 64])
+def test_linear_chunk_sizes_give_identical_values(chunk, monkeypatch):
+    model = make_mlp(12, 3, hidden=(20,), seed=4)
+    x, y = _held_out(5, 257, 12, 3)
+    utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=50)
+    start, clients, weights = _round(6, 5, model)
+    coalitions, rows = _all_coalition_rows(5, weights)
+    plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
+    states = utility.linear([start, *clients])
+    monkeypatch.setattr(states, "chunk", chunk)
+    np.testing.assert_allclose(states.values(rows), plain, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 5, 32])
+@pytest.mark.parametrize("metric", ["accuracy", "neg_loss"])
+def test_batch_equals_plain_for_arbitrary_states(chunk_size, metric):
+    model = make_mlp(8, 5, hidden=(16, 16), seed=7)
+    x, y = _held_out(8, 200, 8, 5)
+    utility = TorchModelUtility(model, x, y, metric=metric, batch_size=64, chunk_size=chunk_size)
+    _, states, _ = _round(9, 7, model, spread=1.0)
+    plain = [utility(s) for s in states]
+    np.testing.assert_allclose(utility.batch(states), plain, rtol=0, atol=1e-6)
+
+
+def test_regression_utility_in_batches_and_combinations():
+    model = make_mlp(6, 1, hidden=(8,), seed=10)
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(150, 6)).astype(np.float32)
+    y = rng.normal(size=150).astype(np.float32)
+    utility = TorchModelUtility(model, x, y, metric="neg_mse", batch_size=40, chunk_size=3)
+    start, clients, weights = _round(12, 3, model)
+    coalitions, rows = _all_coalition_rows(3, weights)
+    plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
+    np.testing.assert_allclose(utility.linear([start, *clients]).values(rows), plain, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(utility.batch(clients), [utility(c) for c in clients], rtol=1e-6, atol=1e-6)
+
+
+def test_exact_ties_are_scored_as_the_plain_path_scores_them():
+    """A last layer of zeros makes every row an exact tie; plain argmax picks class 0."""
+    model = make_mlp(5, 3, hidden=(6,), seed=13)
+    x, y = _held_out(14, 120, 5, 3)
+    utility = TorchModelUtility(model, x, y, batch_size=32)
+    start, clients, weights = _round(15, 3, model)
+    for state in (start, *clients):
+        state["2.weight"][:] = 0.0
+        state["2.bias"][:] = 0.25
+    coalitions, rows = _all_coalition_rows(3, weights)
+    expected = float(np.mean(y == 0))
+    plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
+    assert plain == [expected] * len(coalitions)
+    np.testing.assert_array_equal(utility.linear([start, *clients]).values(rows), plain)
+    assert utility.batch(clients) == pytest.approx([expected] * 3, abs=0)
+    chunked = TorchModelUtility(model, x, y, batch_size=32, chunk_size=2)
+    np.testing.assert_array_equal(chunked.batch(clients), [expected] * 3)
+
+
+def test_models_without_a_leading_linear_layer_use_combined_states():
+    class TwoBranch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 3)
+            self.b = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.a(x) * torch.tanh(self.b(x))
+
+    torch.manual_seed(0)
+    model = TwoBranch()
+    x, y = _held_out(16, 90, 4, 3)
+    utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=25)
+    assert utility._split is None
+    start, clients, weights = _round(17, 3, model)
+    coalitions, rows = _all_coalition_rows(3, weights)
+    plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
+    np.testing.assert_allclose(utility.linear([start, *clients]).values(rows), plain, rtol=0, atol=1e-6)
+
+
+def test_flatten_before_the_first_linear_layer_is_cut_correctly():
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    torch.nn.init.normal_(model[1].weight, generator=torch.Generator().manual_seed(0))
+    rng = np.random.default_rng(18)
+    x = rng.normal(size=(70, 3, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 70)
+    utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=16)
+    assert utility._split is not None and utility._split.weight_key == "1.weight"
+    start, clients, weights = _round(19, 4, model)
+    coalitions, rows = _all_coalition_rows(4, weights)
+    plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
+    np.testing.assert_allclose(utility.linear([start, *clients]).values(rows), plain, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "neg_loss"])
+def test_fedavg_round_game_values_equal_the_plain_round_game(metric):
+    model = make_mlp(10, 4, hidden=(16,), seed=20)
+    x, y = _held_out(21, 400, 10, 4)
+    utility = TorchModelUtility(model, x, y, metric=metric, batch_size=128)
+    start, clients, weights = _round(22, 6, model)
+    ids = [f"c{k}" for k in range(6)]
+    fast_game = fedavg_round_game(ids, start, clients, weights, utility)
+    plain_game = round_game(ids, start, fedavg_aggregator(ids, clients, weights), utility)
+    fast = value_round(fast_game, ("ads", "loo"))
+    plain = value_round(plain_game, ("ads", "loo"))
+    for method in ("ads", "loo"):
+        np.testing.assert_allclose(fast.results[method].values, plain.results[method].values, rtol=0, atol=1e-6)
+    # The anchors are plain-path values: bit for bit what anyone recomputes.
+    assert fast.utility_before == utility(start)
+    assert fast.utility_after == utility(weighted_mean(clients, weights))
+    # ADS and LOO share one cache: exactly the 2^n distinct coalitions, each once.
+    assert fast_game.num_evaluations == fast_game.num_cached == 2**6
+
+
+def test_fedavg_round_game_with_a_utility_without_linear_uses_materialized_states():
+    calls = []
+
+    def utility(arrays):
+        calls.append(1)
+        return float(arrays["w"].sum())
+
+    start = {"w": np.zeros(3)}
+    clients = [{"w": np.full(3, float(k))} for k in range(1, 4)]
+    game = fedavg_round_game(["a", "b", "c"], start, clients, [1.0, 1.0, 2.0], utility)
+    assert game.value(game.mask_of(["a", "c"])) == pytest.approx(3 * (1 * 1 + 2 * 3) / 3)
+    assert game.value(0) == 0.0 and len(calls) == 2
+
+
+def test_linear_rejects_bad_coefficients_and_integer_buffers():
+    model = make_mlp(3, 2, hidden=(), seed=0)
+    x, y = _held_out(0, 10, 3, 2)
+    utility = TorchModelUtility(model, x, y)
+    states = utility.linear([_state(model)])
+    with pytest.raises(ValueError, match="coefficients: expected an array of shape"):
+        states.values(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="coefficients: expected finite"):
+        states.values(np.array([[np.nan]]))
+    with pytest.raises(ValueError, match="basis: expected at least one state"):
+        utility.linear([])
+    bn = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    with_buffers = TorchModelUtility(bn.eval(), x, y)
+    assert not with_buffers.supports_linear
+    with pytest.raises(TypeError, match="integer buffers"):
+        with_buffers.linear([_state(bn)])
+    for name, kwargs in (("batch_size", {"batch_size": 0}), ("chunk_size", {"chunk_size": -1}),
+                         ("tie_tolerance", {"tie_tolerance": 2.0})):
+        with pytest.raises(ValueError, match=name):
+            TorchModelUtility(model, x, y, **kwargs)
+
+
+def test_near_ties_that_rounding_could_flip_are_rescored_on_the_plain_path():
+    """Two output rows equal up to 1e-6: their logits differ by about the rounding
+    noise between the fast and the plain path, so unchecked argmaxes would flip."""
+    model = make_mlp(20, 3, hidden=(32,), seed=23)
+    x, y = _held_out(24, 600, 20, 3)
+    y = np.where(y == 2, 1, y)
+    utility = TorchModelUtility(model, x, y, batch_size=128)
+    start, clients, weights = _round(25, 5, model)
+    rng = np.random.default_rng(26)
+    for state in (start, *clients):
+        state["2.weight"][1] = state["2.weight"][0] * (1 + 1e-6 * rng.normal(size=32)).astype(np.float32)
+        state["2.bias"][1] = state["2.bias"][0]
+        state["2.weight"][2] = -10.0
+    coalitions, rows = _all_coalition_rows(5, weights)
+    plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
+    states = utility.linear([start, *clients])
+    scores = states.scores(rows)
+    assert scores.near, "the construction should produce near ties"
+    unchecked = scores.sums.sum(axis=1) / len(x)
+    checked = states.resolve(rows, scores, lambda c: weighted_mean([clients[k] for k in coalitions[c]],
+                                                                   weights[list(coalitions[c])]))
+    np.testing.assert_array_equal(checked, plain)
+    # Without the re-scoring the fast path would not have matched (this is what the check buys).
+    assert np.any(unchecked != np.asarray(plain))
