@@ -38,6 +38,7 @@ PARAMETER_HELP = {
     "max_parallel_clients": "clients training at once (0 = sized for the machine)",
     "ray_address": "attach to an existing Ray cluster at this address",
     "round_timeout": "seconds to wait for a round's replies",
+    "valuation_workers": "Ray actors scoring coalitions in parallel (0 = in the server process)",
 }
 
 SIMULATIONS = {"noisy-clients": NoisyClientsConfig}

@@ -31,6 +31,7 @@ from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
 from simulations.models import make_mlp
+from simulations.parallel import RayParallelUtility
 from strategies import PartitionSampler
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {
@@ -73,6 +74,7 @@ class NoisyClientsConfig:
     max_parallel_clients: int = 0
     ray_address: str = ""
     round_timeout: float = 600.0
+    valuation_workers: int = 0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -86,6 +88,9 @@ def _check(config: NoisyClientsConfig) -> None:
 
     for name in ("num_clients", "rounds", "clients_per_round", "local_epochs"):
         positive_int(name)
+    if isinstance(config.valuation_workers, bool) or not isinstance(config.valuation_workers, int) \
+            or config.valuation_workers < 0:
+        raise ValueError(f"valuation_workers: expected an integer ≥ 0; got {config.valuation_workers!r}.")
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
@@ -167,6 +172,16 @@ def run_noisy_clients(
 ) -> Run:
     """Run the simulation on Ray and return its ledger (see module docstring)."""
     loader, model_factory, utility, noisy = build(config)
+    if config.valuation_workers:
+        utility = RayParallelUtility(utility, num_workers=config.valuation_workers)
+    try:
+        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite)
+    finally:
+        if config.valuation_workers:
+            utility.close()
+
+
+def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite) -> Run:
     return simulate(
         strategy=STRATEGIES[config.strategy](),
         model_factory=model_factory,

@@ -32,12 +32,23 @@ def test_small_run_is_booked_and_deterministic(tmp_path, capsys):
     assert "total_ads" in report and "mean total_ads: noisy" in report
 
 
+@pytest.mark.slow
+def test_coalitions_scored_on_ray_actors_give_the_same_ledger(tmp_path):
+    """64 coalitions per round go to 2 Ray actors inside the running simulation."""
+    wide = ["--num-clients", "6", "--rounds", "2", "--clients-per-round", "6", "--local-epochs", "3",
+            "--hidden", "16", "--quiet"]
+    assert main(["run", "noisy-clients", "--out", str(tmp_path / "a"), *wide]) == 0
+    assert main(["run", "noisy-clients", "--out", str(tmp_path / "b"), "--valuation-workers", "2", *wide]) == 0
+    assert (tmp_path / "a" / "ledger.csv").read_bytes() == (tmp_path / "b" / "ledger.csv").read_bytes()
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["--rounds", "0"], "rounds: expected a positive integer; got 0"),
     (["--clients-per-round", "40"], "clients_per_round: expected at most num_clients=30; got 40"),
     (["--noisy-fraction", "1.5"], "noisy_fraction: expected a number in [0, 1]; got 1.5"),
     (["--strategy", "fedsgd"], "strategy: expected one of"),
     (["--dataset", "cifar"], "dataset"),
+    (["--valuation-workers", "-1"], "valuation_workers: expected an integer ≥ 0; got -1"),
     (["--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "mnist_path"),
 ])
 def test_bad_input_is_a_clear_error_without_traceback(tmp_path, capsys, argv, fragment):

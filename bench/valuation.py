@@ -1,0 +1,206 @@
+"""Per-round cost of exact within-round ADS + LOO, three ways, measured side by side.
+
+    python bench/valuation.py                 # n = 6, 8, 10 clients (a few minutes on 2 cores)
+    python bench/valuation.py --sizes 6 --repeats 3
+
+The round: an MNIST-scale MLP 784-200-200-10, 10,000 held-out examples (synthetic
+inputs, labels from a fixed random teacher network), n clients that each took a few
+local SGD steps from the same start (half on flipped labels), FedAvg with unequal
+weights, accuracy as utility. Every (n, way) runs in a fresh child process, in
+interleaved order, so the timings and peak memory of one never leak into another.
+
+(a) naive: for each of the 2^n coalitions, FedAvg's mean in numpy, a deep-copied
+    model, ``load_state_dict`` and a batched ``DataLoader`` pass; exact ADS and LOO
+    from that table.
+(b) the seed's MC without a cache: 200 permutations, every prefix of every
+    permutation evaluated as in (a) (200·n evaluations), plus LOO's n + 1.
+(c) fedvalue: ``fedavg_round_game`` + ``value_round`` (one shared cache, linear
+    combinations with first-layer reuse, near ties re-scored on the plain path).
+
+Printed: seconds per round, ratios (a)/(c) and (b)/(c), peak resident memory of the
+child (and its growth above the state after setup), and the largest |value(a) −
+value(c)| over ADS and LOO (must be ≤ 1e-6), and (b)'s MC error against exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+NUM_HELD_OUT = 10_000
+HIDDEN = (200, 200)
+
+
+def _setup(num_clients: int, seed: int = 0):
+    import torch
+
+    from clients.training import get_model_arrays, train_locally
+    from simulations.models import make_mlp
+
+    rng = np.random.default_rng(seed)
+    teacher = make_mlp(784, 10, hidden=(64,), seed=seed + 1)
+    x = rng.normal(size=(NUM_HELD_OUT, 784)).astype(np.float32)
+    with torch.no_grad():
+        y = teacher(torch.as_tensor(x)).argmax(dim=1).numpy()
+    model = make_mlp(784, 10, hidden=HIDDEN, seed=seed)
+    start = get_model_arrays(model)
+    clients, weights = [], []
+    for k in range(num_clients):
+        size = int(rng.integers(100, 400))
+        xk = rng.normal(size=(size, 784)).astype(np.float32)
+        with torch.no_grad():
+            yk = teacher(torch.as_tensor(xk)).argmax(dim=1).numpy()
+        if k % 2:
+            yk = rng.integers(0, 10, size)
+        local = make_mlp(784, 10, hidden=HIDDEN, seed=seed)
+        train_locally(local, xk, yk, epochs=5, learning_rate=0.1, seed=seed + 10 + k)
+        clients.append(get_model_arrays(local))
+        weights.append(float(size))
+    return model, x, y, start, clients, weights
+
+
+def _naive_utility(model, x, y, client_arrays, weights):
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fedvalue.rounds import weighted_mean
+
+    loader = DataLoader(TensorDataset(torch.as_tensor(x), torch.as_tensor(y)), batch_size=1000)
+    start_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def utility(coalition: frozenset) -> float:
+        members = sorted(coalition)
+        if members:
+            arrays = weighted_mean([client_arrays[k] for k in members], [weights[k] for k in members])
+            state = {k: torch.as_tensor(v) for k, v in arrays.items()}
+        else:
+            state = start_state
+        copy_of_model = copy.deepcopy(model)
+        copy_of_model.load_state_dict(state)
+        copy_of_model.eval()
+        hits = 0
+        with torch.no_grad():
+            for xb, yb in loader:
+                hits += int((copy_of_model(xb).argmax(dim=1) == yb).sum())
+        return hits / len(x)
+
+    return utility
+
+
+def _one(num_clients: int, way: str, permutations: int) -> dict:
+    """Run one (n, way) measurement in this process; returns a JSON-able record."""
+    from fedvalue.ads import ads
+    from fedvalue.game import CoalitionGame
+    from fedvalue.loo import loo
+    from fedvalue.rounds import fedavg_round_game, value_round
+    from fedvalue.utilities import TorchModelUtility
+
+    model, x, y, start, clients, weights = _setup(num_clients)
+    ids = list(range(num_clients))
+    baseline = _max_rss_mb()
+    started = time.perf_counter()
+    if way == "naive":
+        game = CoalitionGame(_naive_utility(model, x, y, clients, weights), ids)
+        ads_values = ads(game, [ids], method="exact").values.to_numpy()
+        loo_values = loo(game, ids).values.to_numpy()
+        evaluations = game.num_evaluations
+    elif way == "mc-no-cache":
+        naive = _naive_utility(model, x, y, clients, weights)
+
+        def v(coalition) -> float:
+            return naive(frozenset(int(k) for k in coalition))
+
+        rng = np.random.default_rng(0)
+        totals = np.zeros(num_clients)
+        evaluations = 0
+        empty = v(())
+        evaluations += 1
+        for _ in range(permutations):
+            order = rng.permutation(num_clients)
+            previous = empty
+            for j in range(num_clients):
+                current = v(order[: j + 1])
+                evaluations += 1
+                totals[order[j]] += current - previous
+                previous = current
+        ads_values = totals / permutations
+        full = v(ids)
+        loo_values = np.array([full - v([c for c in ids if c != k]) for k in ids])
+        evaluations += num_clients + 1
+    else:
+        utility = TorchModelUtility(model, x, y)
+        game = fedavg_round_game(ids, start, clients, weights, utility)
+        valuation = value_round(game, ("ads", "loo"), ads_method="exact")
+        ads_values = valuation.results["ads"].values.to_numpy()
+        loo_values = valuation.results["loo"].values.to_numpy()
+        evaluations = game.num_evaluations
+    seconds = time.perf_counter() - started
+    return {
+        "n": num_clients, "way": way, "seconds": seconds, "evaluations": evaluations,
+        "ads": ads_values.tolist(), "loo": loo_values.tolist(),
+        "peak_mb": _max_rss_mb(), "setup_mb": baseline,
+    }
+
+
+def _max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _child(num_clients: int, way: str, permutations: int) -> dict:
+    command = [sys.executable, __file__, "--one", str(num_clients), way, "--permutations", str(permutations)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[6, 8, 10], help="clients per round")
+    parser.add_argument("--permutations", type=int, default=200, help="permutations of way (b)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each (n, way); the minimum is shown")
+    parser.add_argument("--one", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        record = _one(int(args.one[0]), args.one[1], args.permutations)
+        print(json.dumps(record))
+        return 0
+
+    ways = ("naive", "mc-no-cache", "fedvalue")
+    print(f"exact within-round ADS + LOO per round; MLP 784-{'-'.join(map(str, HIDDEN))}-10, "
+          f"{NUM_HELD_OUT:,} held-out examples, accuracy; {args.repeats} run(s) each, minimum shown")
+    header = (f"{'n':>3} {'(a) naive s':>12} {'(b) MC-200 s':>13} {'(c) ours s':>11} {'(a)/(c)':>8} "
+              f"{'(b)/(c)':>8} {'evals a/b/c':>16} {'peak MB a/b/c':>17} {'growth MB c':>12} "
+              f"{'max|a-c|':>9} {'MC err b':>9}")
+    print(header)
+    for n in args.sizes:
+        best: dict[str, dict] = {}
+        for _ in range(args.repeats):
+            for way in ways:
+                record = _child(n, way, args.permutations)
+                if way not in best or record["seconds"] < best[way]["seconds"]:
+                    best[way] = record
+        a, b, c = (best[w] for w in ways)
+        exact_gap = max(float(np.max(np.abs(np.subtract(a[k], c[k])))) for k in ("ads", "loo"))
+        mc_error = float(np.max(np.abs(np.subtract(b["ads"], c["ads"]))))
+        print(f"{n:>3} {a['seconds']:>12.2f} {b['seconds']:>13.2f} {c['seconds']:>11.2f} "
+              f"{a['seconds'] / c['seconds']:>8.1f} {b['seconds'] / c['seconds']:>8.1f} "
+              f"{a['evaluations']:>5}/{b['evaluations']:>4}/{c['evaluations']:>5} "
+              f"{a['peak_mb']:>5.0f}/{b['peak_mb']:>5.0f}/{c['peak_mb']:>5.0f} "
+              f"{c['peak_mb'] - c['setup_mb']:>12.0f} {exact_gap:>9.1e} {mc_error:>9.1e}", flush=True)
+        if not math.isfinite(exact_gap) or exact_gap > 1e-6:
+            print(f"    values of (a) and (c) differ by {exact_gap:.2e} > 1e-6", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    raise SystemExit(main())
