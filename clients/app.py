@@ -13,7 +13,15 @@ Messages (Flower 1.41 Message API):
   when that is empty). Reply: ``"metrics"`` (``num-examples``, ``eval-loss`` and, for
   classification, ``eval-accuracy``) and ``"client"``.
 - ``query``: reply ``"client"`` only, so the server can map random node ids to
-  partition ids before sampling (:class:`strategies.ValuingStrategy` asks).
+  partition ids before sampling (:class:`strategies.ValuingStrategy` asks). A query
+  that carries ``"arrays"`` and config ``"inference-gradient": True`` is answered
+  with the inference gradient at those arrays (below), without training.
+- Inference gradients (TracIn flows, seed 000): when the train or query config holds
+  ``"inference-gradient": True`` the reply also carries ``"inference-gradient"``, an
+  ArrayRecord with g = ∇ Σ_{z' ∈ inference split} ℓ_{z'} at the RECEIVED arrays
+  (computed before local training), and ``"inference-loss"`` (that sum) in the
+  ``"client"`` ConfigRecord. The server takes the record out before the inner strategy
+  aggregates (a second ArrayRecord breaks Flower's reply checks).
 
 Randomness: round t of partition i with run seed s draws everything from
 ``SeedSequence([s, i, t])``: the same run seed gives the same training.
@@ -36,7 +44,14 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from clients.behaviours import ClientBehaviour, HonestClient
-from clients.training import LOSSES, evaluate_model, get_model_arrays, set_model_arrays, train_locally
+from clients.training import (
+    LOSSES,
+    evaluate_model,
+    get_model_arrays,
+    set_model_arrays,
+    summed_loss_gradient,
+    train_locally,
+)
 
 #: Reply keys (strategies/records.py reads the same names).
 ARRAYS_KEY = "arrays"
@@ -45,6 +60,8 @@ CONFIG_KEY = "config"
 CLIENT_RECORD_KEY = "client"
 PARTITION_ID_KEY = "partition-id"
 NUM_EXAMPLES_KEY = "num-examples"
+GRADIENT_KEY = "inference-gradient"
+INFERENCE_LOSS_KEY = "inference-loss"
 
 
 @dataclass
@@ -140,6 +157,19 @@ def _learning_rate(config: ConfigRecord) -> float:
 
 def _client_record(partition_id: int) -> ConfigRecord:
     return ConfigRecord({PARTITION_ID_KEY: partition_id})
+
+
+def _wants_gradient(content: RecordDict) -> bool:
+    configs = content.config_records
+    return CONFIG_KEY in configs and configs[CONFIG_KEY].get(GRADIENT_KEY) is True
+
+
+def _add_inference_gradient(content: RecordDict, data: ClientData, model_factory, global_arrays) -> None:
+    """Put g = ∇ Σ ℓ over the inference split at ``global_arrays`` into a reply's content."""
+    model = set_model_arrays(model_factory(), global_arrays)
+    loss, gradient = summed_loss_gradient(model, data.x_infer, data.y_infer, loss=data.loss)
+    content[GRADIENT_KEY] = ArrayRecord({key: Array(value) for key, value in gradient.items()})
+    content[CLIENT_RECORD_KEY][INFERENCE_LOSS_KEY] = loss
 
 
 def _load(load_client_data: Callable[[int], ClientData], partition_id: int) -> ClientData:
@@ -242,6 +272,8 @@ def make_client_app(
             METRICS_KEY: MetricRecord({NUM_EXAMPLES_KEY: num_examples, "train-loss": train_loss}),
             CLIENT_RECORD_KEY: _client_record(partition_id),
         })
+        if _wants_gradient(msg.content):
+            _add_inference_gradient(content, data, model_factory, global_arrays)
         return Message(content=content, reply_to=msg)
 
     @app.evaluate()
@@ -260,7 +292,11 @@ def make_client_app(
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        content = RecordDict({CLIENT_RECORD_KEY: _client_record(partition_id_of(context))})
+        partition_id = partition_id_of(context)
+        content = RecordDict({CLIENT_RECORD_KEY: _client_record(partition_id)})
+        if _wants_gradient(msg.content):
+            global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
+            _add_inference_gradient(content, _load(load_client_data, partition_id), model_factory, global_arrays)
         return Message(content=content, reply_to=msg)
 
     return app

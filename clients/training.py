@@ -171,6 +171,39 @@ def evaluate_model(
     return metrics
 
 
+def summed_loss_gradient(
+    model: torch.nn.Module,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    *,
+    loss: str = "cross_entropy",
+) -> tuple[float, dict[str, np.ndarray]]:
+    """L = Σ_{z'} ℓ_{z'}(w) and g = ∇_w L on (x, y) at the model's parameters.
+
+    ℓ is the per-example loss local training averages, so a step Δw changes L by
+    g·Δw to first order: the quantity TracIn flows are made of (seed 000, Eq. 5;
+    shared/DESIGN.md "TracIn flows"). Returns g for every ``state_dict`` entry, in its
+    order (zeros for buffers); an empty split gives L = 0 and g = 0.
+    """
+    x_t, y_t = as_tensors(x, y, loss)
+    model.eval()
+    parameters = dict(model.named_parameters())
+    for parameter in parameters.values():
+        parameter.grad = None
+    total = 0.0
+    if len(x_t):
+        summed = _loss_fn(loss)(model(x_t), y_t) * len(x_t)  # mean × N: the sum, same per-example ℓ
+        summed.backward()
+        total = float(summed.detach())
+    gradients = {}
+    for key, value in model.state_dict().items():
+        parameter = parameters.get(key)
+        grad = None if parameter is None else parameter.grad
+        gradients[key] = (np.zeros(value.shape, dtype=np.float32) if grad is None
+                          else grad.detach().cpu().numpy().astype(np.float32, copy=True))
+    return total, gradients
+
+
 def get_model_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
     """The model's ``state_dict`` as numpy copies, in ``state_dict`` order."""
     return {key: value.detach().cpu().numpy().copy() for key, value in model.state_dict().items()}

@@ -11,6 +11,9 @@ A run directory holds
     ``utility_after`` (v_t(I_t)), ``utility_realized`` (U(A_t), the state the run
     moved to), ``num_evaluations``, ``valuation_seconds``, ``ads_method``,
     ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), seed 004 Prop. 4.2).
+``first_order.csv`` (runs with TracIn flows)
+    Per round and client: its summed inference loss at A_{t−1} and at A_t, the actual
+    change and the change its flows predict, −(inflow + self) (seed 000, Remark 2.5).
 ``run.json``
     The full configuration, seed and package versions.
 
@@ -37,7 +40,13 @@ ROUND_COLUMNS = (
     "round", "clients", "num_clients", "num_failed", "utility_before", "utility_after",
     "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap",
 )
-CLIENT_STATUSES = ("ok", "failed")
+#: ok: aggregated this round; failed: sampled but no usable reply; idle: not sampled, booked
+#: only for what it received (TracIn inflow).
+CLIENT_STATUSES = ("ok", "failed", "idle")
+#: The first-order check of TracIn flows (seed 000, Remark 2.5): per round and client, the
+#: actual change of its inference loss against the change its flows predict.
+FIRST_ORDER_FILE = "first_order.csv"
+FIRST_ORDER_COLUMNS = ("round", "client_id", "loss_before", "loss_after", "actual_change", "predicted_change")
 
 
 def _cell(value: object) -> str:
@@ -98,6 +107,12 @@ class LedgerWriter:
         os.replace(tmp, self.run_dir / "ledger.parquet")
 
 
+    def append_table(self, name: str, columns: Iterable[str], rows: list[Mapping[str, object]]) -> None:
+        """Append rows to a side table of the run (written before the round's commit mark)."""
+        if rows:
+            _append_rows(self.run_dir / name, columns, rows)
+
+
 def write_json(path: Path, data: Mapping) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
@@ -134,12 +149,19 @@ def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
 
     Sorted by total ADS (or the first method) descending.
     """
-    ok = ledger[ledger["status"] == "ok"]
-    totals = ok.pivot_table(index="client_id", columns="method", values="value", aggfunc="sum")
+    booked = ledger[ledger["status"].isin(["ok", "idle"])]
+    totals = booked.pivot_table(index="client_id", columns="method", values="value", aggfunc="sum")
     totals.columns = [f"total_{m}" for m in totals.columns]
-    rounds = ledger.groupby("client_id")["round"].nunique().rename("rounds")
+    sampled = ledger[ledger["status"] != "idle"]
+    rounds = sampled.groupby("client_id")["round"].nunique().rename("rounds")
     summary = totals.join(rounds, how="outer")
-    summary["rounds"] = summary["rounds"].astype(int)
+    summary["rounds"] = summary["rounds"].fillna(0).astype(int)
+    if "total_tracin_inflow" in summary:
+        summary["inflow"] = summary.pop("total_tracin_inflow").fillna(0.0)
+        summary["outflow"] = summary.pop("total_tracin_outflow").fillna(0.0)
+        summary["self"] = summary.pop("total_tracin_self").fillna(0.0)
+        summary["balance"] = summary["inflow"] - summary["outflow"]
+        summary["ratio"] = reciprocity_ratio(summary["inflow"].to_numpy(), summary["outflow"].to_numpy())
     if "noisy" in ledger:
         summary = summary.join(ledger.groupby("client_id")["noisy"].first())
     key = "total_ads" if "total_ads" in summary else summary.columns[0]
@@ -159,3 +181,10 @@ def load_run(run_dir: str | os.PathLike) -> Run:
     config_path = run_dir / "run.json"
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
     return Run(ledger=read_ledger_csv(ledger_path), rounds=rounds, config=config)
+
+
+def reciprocity_ratio(inflow, outflow):  # TEMPORARY until fedvalue.reciprocity lands
+    inflow, outflow = np.asarray(inflow, float), np.asarray(outflow, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.minimum(inflow / outflow, outflow / inflow)
+    return np.where(np.sign(inflow) != np.sign(outflow), 0.0, np.nan_to_num(r, nan=1.0))

@@ -119,10 +119,13 @@ class TorchModelUtility:
             raise KeyError(
                 f"arrays: expected the model's state keys {self.keys}; missing {missing}."
             )
-        return {
-            k: torch.as_tensor(np.asarray(arrays[k])).to(device=self.device, dtype=self.dtypes[k])
-            for k in self.keys
-        }
+        tensors = {}
+        for k in self.keys:
+            value = np.asarray(arrays[k])
+            if not value.flags.writeable:  # arrays from Ray's object store are read-only
+                value = value.copy()
+            tensors[k] = torch.as_tensor(value).to(device=self.device, dtype=self.dtypes[k])
+        return tensors
 
     @property
     def num_batches(self) -> int:

@@ -84,6 +84,7 @@ def simulate(
     num_cpus_per_client: float = 1,
     max_parallel_clients: int | None = None,
     ray_address: str | None = None,
+    flows: bool = False,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -103,6 +104,10 @@ def simulate(
     train_config
         Sent to clients every round ("lr", "local-epochs", "batch-size", "seed").
 
+    flows
+        Book TracIn flows between clients (inflow, outflow, self per round; see
+        :class:`strategies.ValuingStrategy`). Clients need an inference split.
+
     Returns
     -------
     Run
@@ -121,7 +126,8 @@ def simulate(
     run_dir = prepare_run_dir(out, config, overwrite=overwrite)
     valuing = ValuingStrategy(
         strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
-        noisy_clients=noisy_clients, on_round=on_round, run_config=config, **dict(valuation_options or {}),
+        noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows,
+        **dict(valuation_options or {}),
     )
     initial = numpy_to_arrays({k: v.detach().cpu().numpy() for k, v in model_factory().state_dict().items()})
     train_record = ConfigRecord(dict(train_config or {}))

@@ -12,6 +12,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 #: FedAvg averages every metric).
 CLIENT_RECORD_KEY = "client"
 PARTITION_ID_KEY = "partition-id"
+#: Inference gradient a client attaches for TracIn flows (clients/app.py), and its loss.
+GRADIENT_KEY = "inference-gradient"
+INFERENCE_LOSS_KEY = "inference-loss"
 
 
 def arrays_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -72,6 +75,37 @@ def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[i
         client_id, node_id, "ok", arrays=arrays_to_numpy(array_records[0]),
         weight=float(weight), metrics=metrics, message=message,
     )
+
+
+@dataclass
+class InferenceGradient:
+    """g_v = ∇ Σ_{z'} ℓ_{z'} at the state the client received, and that summed loss."""
+
+    client_id: int | str
+    gradient: dict[str, np.ndarray]
+    loss: float
+
+
+def take_inference_gradient(message: Message) -> InferenceGradient | None:
+    """Remove the inference-gradient record from a reply (in place) and return it.
+
+    The inner strategy must never see it: Flower averages every ArrayRecord key and
+    rejects replies with a second ArrayRecord. Replies without one give None; a
+    record without a partition id or a finite loss is dropped (the client then
+    receives no inflow that round).
+    """
+    if message.has_error() or GRADIENT_KEY not in message.content.array_records:
+        return None
+    record = message.content.array_records[GRADIENT_KEY]
+    del message.content[GRADIENT_KEY]
+    client_id = partition_id_of(message.content)
+    loss = message.content.config_records.get(CLIENT_RECORD_KEY, {}).get(INFERENCE_LOSS_KEY)
+    if client_id is None or isinstance(loss, bool) or not isinstance(loss, (int, float)) or not np.isfinite(loss):
+        return None
+    gradient = arrays_to_numpy(record)
+    if not all(np.isfinite(g).all() for g in gradient.values()):
+        return None
+    return InferenceGradient(client_id, gradient, float(loss))
 
 
 def config_to_dict(config: ConfigRecord | MetricRecord | None) -> dict:

@@ -28,10 +28,21 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER, log
 
-from fedvalue.ledger import LedgerWriter
+from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, LedgerWriter
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility, RoundValuation, fedavg_round_game, round_game, value_round
-from strategies.records import ClientReply, arrays_to_numpy, partition_id_of, read_reply
+from strategies.records import (
+    GRADIENT_KEY,
+    ClientReply,
+    InferenceGradient,
+    arrays_to_numpy,
+    partition_id_of,
+    read_reply,
+    take_inference_gradient,
+)
 from strategies.sampling import PartitionSampler
+
+#: Ledger methods of TracIn flows and the column of the flows frame each books.
+FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
 PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
@@ -76,6 +87,11 @@ class ValuingStrategy(Strategy):
         Called with each round's ``rounds.csv`` row after it is written.
     query_timeout
         Seconds to wait for clients to report their partition ids.
+    flows
+        Book TracIn flows between clients (seed 000; shared/DESIGN.md): sampled
+        clients return their inference gradient at A_{t−1} with their update; every
+        other client is asked for it with a query carrying A_{t−1} (one forward and
+        backward pass on its inference split, no training), so it receives inflow too.
     """
 
     def __init__(
@@ -96,6 +112,7 @@ class ValuingStrategy(Strategy):
         on_round: Callable[[dict], None] | None = None,
         query_timeout: float = 120.0,
         run_config: Mapping | None = None,
+        flows: bool = False,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -121,6 +138,10 @@ class ValuingStrategy(Strategy):
         self._start_arrays: dict[str, np.ndarray] | None = None
         self._client_to_node: dict[int, int] = {}
         self._node_to_client: dict[int, int] = {}
+        self.flows = bool(flows)
+        self._idle_gradients: dict = {}
+        # Round t's predicted loss changes, checked against the losses reported in round t + 1.
+        self._pending_first_order: tuple[int, dict] | None = None
 
     # -- delegation -------------------------------------------------------------------------
 
@@ -139,21 +160,40 @@ class ValuingStrategy(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
         self._start_arrays = arrays_to_numpy(arrays)
+        if self.flows:
+            config = ConfigRecord({**dict(config), GRADIENT_KEY: True})
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        if self.sampler is None or not messages:
-            return messages
-        client_to_node = self._partition_map(grid)
-        chosen = self.sampler.sample(server_round, list(client_to_node))
-        template = messages[0]
-        return [
-            Message(
-                content=template.content,
-                dst_node_id=client_to_node[client_id],
-                message_type=template.metadata.message_type,
-                group_id=template.metadata.group_id or None,
-            )
-            for client_id in chosen
+        if self.sampler is not None and messages:
+            client_to_node = self._partition_map(grid)
+            chosen = self.sampler.sample(server_round, list(client_to_node))
+            template = messages[0]
+            messages = [
+                Message(
+                    content=template.content,
+                    dst_node_id=client_to_node[client_id],
+                    message_type=template.metadata.message_type,
+                    group_id=template.metadata.group_id or None,
+                )
+                for client_id in chosen
+            ]
+        if self.flows:
+            self._idle_gradients = self._query_gradients(grid, arrays, {int(m.metadata.dst_node_id) for m in messages})
+        return messages
+
+    def _query_gradients(self, grid: Grid, arrays: ArrayRecord, busy: set[int]) -> dict:
+        """Inference gradients at A_{t−1} of every client not training this round."""
+        idle = [node for node in self._partition_map(grid).values() if node not in busy]
+        queries = [
+            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({GRADIENT_KEY: True})}),
+                    dst_node_id=node, message_type=MessageType.QUERY)
+            for node in idle
         ]
+        gradients = {}
+        for reply in grid.send_and_receive(queries, timeout=self.query_timeout) if queries else []:
+            gradient = take_inference_gradient(reply)
+            if gradient is not None:
+                gradients[gradient.client_id] = gradient
+        return gradients
 
     def _partition_map(self, grid: Grid) -> dict[int, int]:
         """partition id -> node id, asked once from every node (node ids are random per run)."""
@@ -179,6 +219,11 @@ class ValuingStrategy(Strategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Aggregate with the inner strategy (live), then value the round and write it."""
         replies = list(replies)
+        gradients = dict(self._idle_gradients)
+        for message in replies:  # out before anything reads the reply: the inner strategy must not see it
+            gradient = take_inference_gradient(message)
+            if gradient is not None:
+                gradients[gradient.client_id] = gradient
         records = [read_reply(m, self.weighted_by_key, self._node_to_client) for m in replies]
         _mark_duplicate_ids(records)
         ok = [r for r in records if r.status == "ok"]
@@ -204,7 +249,8 @@ class ValuingStrategy(Strategy):
         else:
             utility_before = float(self.utility(self._start_arrays))
         utility_realized = float(self.utility(arrays_to_numpy(live_arrays))) if live_arrays is not None else utility_before
-        round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized)
+        flows = self._round_flows(server_round, ok, gradients) if self.flows else None
+        round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized, flows)
         if self.ledger is not None:
             self.ledger.write_round(round_row, ledger_rows)
         self.rounds.append(round_row)
@@ -213,7 +259,34 @@ class ValuingStrategy(Strategy):
             self.on_round(round_row)
         return live_arrays, live_metrics
 
-    def _books(self, server_round, records, valuation, utility_before, utility_realized):
+    def _round_flows(self, server_round: int, ok: list[ClientReply], gradients: dict[object, InferenceGradient]):
+        """TracIn flows of the round (per client inflow, outflow, self) and the first-order check.
+
+        p_u = n_u / Σ n over the clients aggregated, Δ_u = w_u − A_{t−1}; for FedAvg
+        Σ_u p_u Δ_u = A_t − A_{t−1}, so −(inflow_v + self_v) is the first-order change
+        of client v's inference loss, checked against the loss it reports next round.
+        """
+        keys = list(self._start_arrays)
+        start = flatten_arrays(self._start_arrays, keys)
+        total = sum(r.weight for r in ok)
+        updates = {r.client_id: (r.weight / total) * (flatten_arrays(r.arrays, keys) - start) for r in ok}
+        grads = {c: flatten_arrays(g.gradient, keys) for c, g in gradients.items()}
+        frame = client_flows(updates, grads)
+        losses = {c: g.loss for c, g in gradients.items()}
+        if self._pending_first_order is not None and self.ledger is not None:
+            previous_round, previous = self._pending_first_order
+            rows = [
+                {"round": previous_round, "client_id": c, "loss_before": before, "loss_after": losses[c],
+                 "actual_change": losses[c] - before, "predicted_change": predicted}
+                for c, (before, predicted) in previous.items() if c in losses
+            ]
+            self.ledger.append_table(FIRST_ORDER_FILE, FIRST_ORDER_COLUMNS, rows)
+        self._pending_first_order = (server_round, {
+            c: (losses[c], -(frame.at[c, "inflow"] + frame.at[c, "self"])) for c in losses if c in frame.index
+        })
+        return frame
+
+    def _books(self, server_round, records, valuation, utility_before, utility_realized, flows=None):
         ads_result = None if valuation is None else valuation.results.get("ads")
         round_row = {
             "round": server_round,
@@ -244,7 +317,25 @@ class ValuingStrategy(Strategy):
                     "status": record.status,
                     "noisy": noisy,
                 })
+            if flows is not None:
+                rows += self._flow_rows(server_round, record.client_id, flows, record.status,
+                                        int(record.weight) if record.status == "ok" else None)
+        if flows is not None:
+            booked = {r.client_id for r in records}
+            for client_id in flows.index:
+                if client_id not in booked:
+                    rows += self._flow_rows(server_round, client_id, flows, "idle", None)
         return round_row, rows
+
+    def _flow_rows(self, server_round, client_id, flows, status, num_examples) -> list[dict]:
+        noisy = None if self.noisy_clients is None else client_id in self.noisy_clients
+        known = status != "failed" and client_id in flows.index
+        return [
+            {"round": server_round, "client_id": client_id, "method": method,
+             "value": float(flows.at[client_id, column]) if known else None, "stderr": 0.0 if known else None,
+             "num_examples": num_examples, "status": status, "noisy": noisy}
+            for method, column in FLOW_METHODS.items()
+        ]
 
 
 def _mark_duplicate_ids(records: list[ClientReply]) -> None:
@@ -282,3 +373,22 @@ def _copy_aggregator(snapshot: Strategy, server_round: int, messages: Mapping[in
         return arrays_to_numpy(arrays)
 
     return aggregate
+
+
+def flatten_arrays(arrays, keys) -> np.ndarray:  # TEMPORARY until fedvalue.flows lands
+    return np.concatenate([np.asarray(arrays[k], dtype=np.float64).ravel() for k in keys])
+
+
+def client_flows(updates, gradients):  # TEMPORARY until fedvalue.flows lands
+    import pandas as pd
+    clients = list(dict.fromkeys([*updates, *gradients]))
+    size = len(next(iter({**updates, **gradients}.values())))
+    zero = np.zeros(size)
+    G = sum(gradients.values(), zero.copy())
+    D = sum(updates.values(), zero.copy())
+    rows = {}
+    for c in clients:
+        u, g = updates.get(c, zero), gradients.get(c, zero)
+        rows[c] = {"inflow": -float((D - u) @ g), "outflow": -float(u @ (G - g)), "self": -float(u @ g)}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
