@@ -2,6 +2,7 @@
 Flower records to arrays on the server side)."""
 
 from strategies.sampling import PartitionSampler
+from strategies.selection import ReplaySampler, TopKSelection
 from strategies.valuing import ValuingStrategy
 
-__all__ = ["PartitionSampler", "ValuingStrategy"]
+__all__ = ["PartitionSampler", "ReplaySampler", "TopKSelection", "ValuingStrategy"]

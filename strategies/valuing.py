@@ -227,30 +227,21 @@ class ValuingStrategy(Strategy):
         records = [read_reply(m, self.weighted_by_key, self._node_to_client) for m in replies]
         _mark_duplicate_ids(records)
         ok = [r for r in records if r.status == "ok"]
-        # Malformed replies would make the inner strategy raise: it sees the good ones and the errors.
-        passed = [r.message for r in records if r.status == "ok" or r.message.has_error()]
         pure = type(self.strategy) in PURE_WEIGHTED_MEAN
+        # Coalitions aggregate on copies of the strategy as it was before the live aggregation.
         snapshot = None if pure or not ok else _snapshot(self.strategy)
+        valuation = self._value(server_round, ok, pure, snapshot) if ok else None
+        accepted = self.select(server_round, ok, valuation, gradients) if ok else set()
+        # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
+        passed = [r.message for r in records if (r.status == "ok" and r.client_id in accepted) or r.message.has_error()]
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
 
-        valuation = None
-        if ok:
-            ids = [r.client_id for r in ok]
-            if pure:
-                game = fedavg_round_game(ids, self._start_arrays, [r.arrays for r in ok], [r.weight for r in ok],
-                                         self.utility)
-            else:
-                aggregate = _copy_aggregator(snapshot, server_round, {r.client_id: r.message for r in ok})
-                game = round_game(ids, self._start_arrays, aggregate, self.utility,
-                                  batch_utility=getattr(self.utility, "batch", None))
-            valuation = value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
-                                    **self.valuation_options)
-            utility_before = valuation.utility_before
-        else:
-            utility_before = float(self.utility(self._start_arrays))
+        utility_before = valuation.utility_before if valuation is not None else float(self.utility(self._start_arrays))
         utility_realized = float(self.utility(arrays_to_numpy(live_arrays))) if live_arrays is not None else utility_before
-        flows = self._round_flows(server_round, ok, gradients) if self.flows else None
-        round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized, flows)
+        flows = (self._round_flows(server_round, [r for r in ok if r.client_id in accepted], gradients)
+                 if self.flows else None)
+        round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized,
+                                             flows, accepted)
         if self.ledger is not None:
             self.ledger.write_round(round_row, ledger_rows)
         self.rounds.append(round_row)
@@ -259,6 +250,36 @@ class ValuingStrategy(Strategy):
             self.on_round(round_row)
         return live_arrays, live_metrics
 
+    def _value(self, server_round: int, ok: list[ClientReply], pure: bool, snapshot) -> RoundValuation:
+        """The round game over the clients that replied, valued by ``self.methods``."""
+        ids = [r.client_id for r in ok]
+        if pure:
+            game = fedavg_round_game(ids, self._start_arrays, [r.arrays for r in ok], [r.weight for r in ok],
+                                     self.utility)
+        else:
+            aggregate = _copy_aggregator(snapshot, server_round, {r.client_id: r.message for r in ok})
+            game = round_game(ids, self._start_arrays, aggregate, self.utility,
+                              batch_utility=getattr(self.utility, "batch", None))
+        return value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
+                           **self.valuation_options)
+
+    def select(self, server_round: int, ok: list[ClientReply], valuation: RoundValuation,
+               gradients: Mapping[object, InferenceGradient]) -> set:
+        """Client ids whose updates the inner strategy aggregates (here: every valid reply)."""
+        return {r.client_id for r in ok}
+
+    #: Whether the ledger books a ``selected`` row (1/0) per client and round.
+    books_selection = False
+
+    def _flows_of(self, aggregated: list[ClientReply], gradients: Mapping[object, InferenceGradient]):
+        """Inflow, outflow and self per client if ``aggregated`` make the round's step."""
+        keys = list(self._start_arrays)
+        start = flatten_arrays(self._start_arrays, keys)
+        total = sum(r.weight for r in aggregated)
+        updates = {r.client_id: (r.weight / total) * (flatten_arrays(r.arrays, keys) - start) for r in aggregated}
+        grads = {c: flatten_arrays(g.gradient, keys) for c, g in gradients.items()}
+        return client_flows(updates, grads)
+
     def _round_flows(self, server_round: int, ok: list[ClientReply], gradients: dict[object, InferenceGradient]):
         """TracIn flows of the round (per client inflow, outflow, self) and the first-order check.
 
@@ -266,12 +287,7 @@ class ValuingStrategy(Strategy):
         Σ_u p_u Δ_u = A_t − A_{t−1}, so −(inflow_v + self_v) is the first-order change
         of client v's inference loss, checked against the loss it reports next round.
         """
-        keys = list(self._start_arrays)
-        start = flatten_arrays(self._start_arrays, keys)
-        total = sum(r.weight for r in ok)
-        updates = {r.client_id: (r.weight / total) * (flatten_arrays(r.arrays, keys) - start) for r in ok}
-        grads = {c: flatten_arrays(g.gradient, keys) for c, g in gradients.items()}
-        frame = client_flows(updates, grads)
+        frame = self._flows_of(ok, gradients)
         losses = {c: g.loss for c, g in gradients.items()}
         if self._pending_first_order is not None and self.ledger is not None:
             previous_round, previous = self._pending_first_order
@@ -286,7 +302,7 @@ class ValuingStrategy(Strategy):
         })
         return frame
 
-    def _books(self, server_round, records, valuation, utility_before, utility_realized, flows=None):
+    def _books(self, server_round, records, valuation, utility_before, utility_realized, flows=None, accepted=()):
         ads_result = None if valuation is None else valuation.results.get("ads")
         round_row = {
             "round": server_round,
@@ -316,6 +332,14 @@ class ValuingStrategy(Strategy):
                     "num_examples": int(record.weight) if ok and self.weighted_by_key == "num-examples" else record.metrics.get("num-examples"),
                     "status": record.status,
                     "noisy": noisy,
+                })
+            if self.books_selection:
+                rows.append({
+                    "round": server_round, "client_id": record.client_id, "method": "selected",
+                    "value": float(record.client_id in accepted) if record.status == "ok" else None,
+                    "stderr": 0.0 if record.status == "ok" else None,
+                    "num_examples": int(record.weight) if record.status == "ok" else None,
+                    "status": record.status, "noisy": noisy,
                 })
             if flows is not None:
                 rows += self._flow_rows(server_round, record.client_id, flows, record.status,

@@ -23,7 +23,7 @@ from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 
-from .inprocess import InProcessGrid, set_server_identity
+from .inprocess import InProcessGrid
 
 NUM_CLIENTS, FEATURES = 6, 4
 NODE_OF = {pid: 500 + 3 * pid for pid in range(NUM_CLIENTS)}
@@ -57,11 +57,6 @@ def client_app_grid(load) -> InProcessGrid:
         return app(message, context).content
 
     return InProcessGrid(list(NODE_OF.values()), handler)
-
-
-@pytest.fixture(autouse=True)
-def server_identity():
-    set_server_identity()
 
 
 def utility() -> TorchModelUtility:

@@ -17,7 +17,7 @@ from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from tests.fedvalue.reference_games import ordered_permutation_values
 
-from .inprocess import InProcessGrid, set_server_identity
+from .inprocess import InProcessGrid
 
 NUM_FEATURES, NUM_CLASSES = 5, 3
 NODE_OF = {pid: 1000 + 7 * pid for pid in range(6)}
@@ -65,11 +65,6 @@ def make_handler(failing: set[int] = frozenset()):
             "client": ConfigRecord({"partition-id": pid}),
         })
     return handler
-
-
-@pytest.fixture(autouse=True)
-def server_identity():
-    set_server_identity()
 
 
 @pytest.fixture

@@ -1,0 +1,104 @@
+"""Top-k selection strategies on hand-built replies through an in-process grid (no Ray)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from flwr.app import MessageType
+from flwr.serverapp.strategy import FedAvg
+
+from fedvalue.ledger import load_run
+from fedvalue.rounds import weighted_mean
+from fedvalue.selection import retrain_plan, top_k
+from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy
+from strategies.records import arrays_to_numpy
+
+from .inprocess import InProcessGrid
+from .test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
+from .test_valuing import utility as _utility_fixture
+
+utility = _utility_fixture
+
+
+def test_top_k_keeps_the_highest_and_breaks_ties_by_reply_order():
+    assert top_k({"a": 0.1, "b": 0.3, "c": 0.2}, 2) == ["b", "c"]
+    assert top_k({"a": 0.2, "b": 0.2, "c": 0.1}, 1, order=["b", "a", "c"]) == ["b"]
+    assert top_k({"a": 1.0}, 5) == ["a"]
+    with pytest.raises(ValueError, match="k: expected a positive integer"):
+        top_k({"a": 1.0}, 0)
+    with pytest.raises(ValueError, match="scores: expected finite"):
+        top_k({"a": float("nan")}, 1)
+
+
+def test_in_round_acceptance_aggregates_exactly_the_top_k_updates(tmp_path, utility):
+    grid = InProcessGrid(NODE_OF.values(), make_handler())
+    strategy = TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=2, score="ads", run_dir=str(tmp_path),
+                             sampler=PartitionSampler(4, seed=3))
+    result = strategy.start(grid, initial_arrays(), num_rounds=3, timeout=10)
+    ledger = load_run(tmp_path).ledger
+    train = [m for m in grid.sent if m.metadata.message_type == MessageType.TRAIN]
+    last = train[-4:]
+    start = arrays_to_numpy(last[0].content["arrays"])
+    replies = {PID_OF[m.metadata.dst_node_id]: local_training(start, PID_OF[m.metadata.dst_node_id]) for m in last}
+    round3 = ledger[ledger["round"] == 3]
+    ads = round3[round3["method"] == "ads"].set_index("client_id")["value"]
+    selected = round3[round3["method"] == "selected"].set_index("client_id")["value"]
+    best_two = sorted(ads.sort_values(ascending=False, kind="mergesort").index[:2], key=int)
+    assert sorted(selected[selected == 1.0].index, key=int) == best_two
+    assert (selected == 0.0).sum() == 2
+    # The realized state is FedAvg of the two accepted updates and nothing else.
+    chosen = [int(c) for c in best_two]
+    expected = weighted_mean([replies[c][0] for c in chosen], [replies[c][1] for c in chosen])
+    realized = arrays_to_numpy(result.arrays)
+    for key, value in expected.items():
+        np.testing.assert_allclose(realized[key], value, rtol=1e-6, atol=1e-7)
+    # And its utility is the cached value of the accepted coalition.
+    game = strategy.last_valuation.game
+    assert strategy.rounds[-1]["utility_realized"] == pytest.approx(game.value(game.mask_of(chosen)), abs=1e-6)
+
+
+def test_retrain_protocol_with_k_equal_to_the_round_reproduces_the_scored_run(tmp_path, utility):
+    scored_dir, retrain_dir = tmp_path / "scored", tmp_path / "retrain"
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(scored_dir),
+                    sampler=PartitionSampler(3, seed=8)).start(
+        InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=3, timeout=10)
+    scored = load_run(scored_dir)
+    sampled, accepted = retrain_plan(scored.ledger, "ads", k=3)
+    TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=3, preset=accepted, run_dir=str(retrain_dir),
+                  sampler=ReplaySampler(sampled)).start(
+        InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=3, timeout=10)
+    retrained = load_run(retrain_dir)
+    books = retrained.ledger[retrained.ledger["method"] != "selected"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(books, scored.ledger)
+    assert (retrained.ledger.loc[retrained.ledger["method"] == "selected", "value"] == 1.0).all()
+    pd.testing.assert_series_equal(retrained.rounds["utility_realized"], scored.rounds["utility_realized"])
+
+
+def test_retrain_with_top_1_moves_with_that_client_only(tmp_path, utility):
+    scored_dir = tmp_path / "scored"
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(scored_dir),
+                    sampler=PartitionSampler(3, seed=8)).start(
+        InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=1, timeout=10)
+    sampled, accepted = retrain_plan(load_run(scored_dir).ledger, "loo", k=1)
+    grid = InProcessGrid(NODE_OF.values(), make_handler())
+    result = TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=1, preset=accepted,
+                           sampler=ReplaySampler(sampled)).start(grid, initial_arrays(), num_rounds=1, timeout=10)
+    only = int(accepted[1][0])
+    trained, _, _ = local_training(arrays_to_numpy(initial_arrays()), only)
+    for key, value in arrays_to_numpy(result.arrays).items():
+        np.testing.assert_allclose(value, trained[key], rtol=1e-6, atol=1e-7)
+
+
+def test_selection_inputs_are_checked(utility):
+    with pytest.raises(ValueError, match="k: expected at most the 2 clients sampled per round; got 3"):
+        TopKSelection(FedAvg(), utility, k=3, sampler=PartitionSampler(2))
+    with pytest.raises(ValueError, match="score: expected one of"):
+        TopKSelection(FedAvg(), utility, k=1, score="shapley")
+    with pytest.raises(ValueError, match="needs methods to include it"):
+        TopKSelection(FedAvg(), utility, k=1, score="loo", methods=("ads",))
+    with pytest.raises(ValueError, match="needs flows=True"):
+        TopKSelection(FedAvg(), utility, k=1, score="tracin_outflow")
+    with pytest.raises(ValueError, match="method: expected one of the ledger's methods"):
+        retrain_plan(pd.DataFrame({"round": [1], "client_id": ["0"], "method": ["ads"], "value": [0.1],
+                                   "status": ["ok"]}), "loo", 1)
