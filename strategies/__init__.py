@@ -1,8 +1,8 @@
 """Flower server strategies that keep contributor books (the only place converting
 Flower records to arrays on the server side)."""
 
-from strategies.sampling import PartitionSampler
+from strategies.sampling import PartitionSampler, ValueWeightedSampler
 from strategies.selection import ReplaySampler, TopKSelection
 from strategies.valuing import ValuingStrategy
 
-__all__ = ["PartitionSampler", "ReplaySampler", "TopKSelection", "ValuingStrategy"]
+__all__ = ["PartitionSampler", "ReplaySampler", "TopKSelection", "ValueWeightedSampler", "ValuingStrategy"]

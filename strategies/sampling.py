@@ -53,3 +53,68 @@ class PartitionSampler:
             order = np.random.default_rng([self.seed, pass_index]).permutation(ids)
             chosen = order[block * self.clients_per_round : (block + 1) * self.clients_per_round]
         return sorted(int(c) for c in chosen)
+
+
+class ValueWeightedSampler:
+    """Samples future rounds by accumulated value, so low-value clients stop costing training.
+
+    After each round the wrapper calls :meth:`observe` with that round's ledger rows;
+    client i's accumulated value Φ_i is the sum of its ``method`` values so far. Round
+    t samples ``clients_per_round`` clients without replacement with probability
+    ∝ exp((Φ_i − max Φ) / temperature); clients never sampled get the largest Φ seen
+    (optimism: each is tried once before the value decides). Clients in
+    ``exclude()`` (for example the flagged set of a flagging rule) are not sampled
+    while enough others remain.
+
+    Parameters
+    ----------
+    clients_per_round
+        Clients sampled per round.
+    method
+        Ledger method whose values accumulate (``"ads"``, ``"loo"``, ``"tracin_outflow"``).
+    temperature
+        Softness of the preference (> 0); large is uniform, small is greedy.
+    exclude
+        Callable returning client ids not to sample.
+    seed
+        Seed; round t's draw depends on (seed, t) and the values observed.
+    """
+
+    def __init__(self, clients_per_round: int, *, method: str = "ads", temperature: float = 0.05,
+                 exclude=None, seed: int = 0) -> None:
+        if isinstance(clients_per_round, bool) or not isinstance(clients_per_round, (int, np.integer)) or clients_per_round < 1:
+            raise ValueError(f"clients_per_round: expected a positive integer; got {clients_per_round!r}.")
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"temperature: expected a number > 0; got {temperature!r}.")
+        if exclude is not None and not callable(exclude):
+            raise TypeError(f"exclude: expected a callable returning client ids; got {type(exclude).__name__}.")
+        self.clients_per_round = int(clients_per_round)
+        self.method = method
+        self.temperature = float(temperature)
+        self.exclude = exclude
+        self.seed = int(seed)
+        self.totals: dict[int, float] = {}
+
+    def observe(self, ledger_rows) -> None:
+        """Accumulate one round's ledger rows (only this method's booked values count)."""
+        for row in ledger_rows:
+            if row.get("method") == self.method and row.get("status") == "ok" and row.get("value") is not None:
+                client = int(row["client_id"])
+                self.totals[client] = self.totals.get(client, 0.0) + float(row["value"])
+
+    def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
+        ids = sorted(int(c) for c in partition_ids)
+        if self.clients_per_round > len(ids):
+            raise ValueError(
+                f"clients_per_round: expected at most the {len(ids)} available clients; got {self.clients_per_round}."
+            )
+        excluded = set() if self.exclude is None else {int(c) for c in self.exclude()}
+        allowed = [c for c in ids if c not in excluded]
+        if len(allowed) < self.clients_per_round:  # never starve a round: fall back to everyone
+            allowed = ids
+        best = max(self.totals.values(), default=0.0)
+        values = np.array([self.totals.get(c, best) for c in allowed])
+        weights = np.exp((values - values.max()) / self.temperature)
+        rng = np.random.default_rng([self.seed, server_round])
+        chosen = rng.choice(allowed, size=self.clients_per_round, replace=False, p=weights / weights.sum())
+        return sorted(int(c) for c in chosen)

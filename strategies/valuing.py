@@ -244,6 +244,8 @@ class ValuingStrategy(Strategy):
                                              flows, accepted)
         if self.ledger is not None:
             self.ledger.write_round(round_row, ledger_rows)
+        if hasattr(self.sampler, "observe"):
+            self.sampler.observe(ledger_rows)
         self.rounds.append(round_row)
         self.last_valuation = valuation
         if self.on_round is not None:

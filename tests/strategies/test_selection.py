@@ -11,7 +11,7 @@ from flwr.serverapp.strategy import FedAvg
 from fedvalue.ledger import load_run
 from fedvalue.rounds import weighted_mean
 from fedvalue.selection import retrain_plan, top_k
-from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy
+from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy, ValueWeightedSampler
 from strategies.records import arrays_to_numpy
 
 from .inprocess import InProcessGrid
@@ -102,3 +102,33 @@ def test_selection_inputs_are_checked(utility):
     with pytest.raises(ValueError, match="method: expected one of the ledger's methods"):
         retrain_plan(pd.DataFrame({"round": [1], "client_id": ["0"], "method": ["ads"], "value": [0.1],
                                    "status": ["ok"]}), "loo", 1)
+
+
+def test_value_weighted_sampling_prefers_valuable_clients_and_skips_excluded():
+    sampler = ValueWeightedSampler(2, temperature=0.01, seed=1)
+    sampler.observe([
+        {"method": "ads", "status": "ok", "client_id": "0", "value": 0.30},
+        {"method": "ads", "status": "ok", "client_id": "1", "value": -0.20},
+        {"method": "ads", "status": "ok", "client_id": "2", "value": 0.25},
+        {"method": "loo", "status": "ok", "client_id": "1", "value": 9.0},  # another method: ignored
+        {"method": "ads", "status": "failed", "client_id": "3", "value": None},
+    ])
+    assert sampler.totals == {0: 0.30, 1: -0.20, 2: 0.25}
+    draws = [sampler.sample(t, range(4)) for t in range(1, 200)]
+    counts = np.bincount(np.concatenate(draws), minlength=4)
+    assert counts[1] == 0  # 0.5 below the best at temperature 0.01: weight e^-50
+    assert counts[3] > 0  # never scored: optimistic, tried like the best
+    assert draws == [sampler.sample(t, range(4)) for t in range(1, 200)]  # deterministic
+    flagged = ValueWeightedSampler(2, temperature=10.0, exclude=lambda: {0}, seed=1)
+    assert all(0 not in flagged.sample(t, range(4)) for t in range(1, 50))
+    with pytest.raises(ValueError, match="temperature: expected a number > 0"):
+        ValueWeightedSampler(2, temperature=0)
+
+
+def test_the_wrapper_feeds_its_books_to_a_value_weighted_sampler(tmp_path, utility):
+    sampler = ValueWeightedSampler(3, temperature=0.05, seed=2)
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(tmp_path), sampler=sampler).start(
+        InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=4, timeout=10)
+    ledger = load_run(tmp_path).ledger
+    totals = ledger[ledger["method"] == "ads"].groupby("client_id")["value"].sum()
+    assert sampler.totals == pytest.approx({int(c): v for c, v in totals.items()})
