@@ -10,7 +10,11 @@ A run directory holds
     ``num_clients``, ``num_failed``, ``utility_before`` (v_t(∅) = U(A_{t−1})),
     ``utility_after`` (v_t(I_t)), ``utility_realized`` (U(A_t), the state the run
     moved to), ``num_evaluations``, ``valuation_seconds``, ``ads_method``,
-    ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), seed 004 Prop. 4.2).
+    ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), seed 004 Prop. 4.2), ``hash``:
+    SHA-256 over the previous round's hash, the round's ledger.csv lines as written and
+    its rounds.csv line without the hash; round 1 chains from the SHA-256 of run.json.
+    Changing any recorded value breaks the chain from that round on
+    (``fedvalue audit DIR`` checks it).
 ``first_order.csv`` (runs with TracIn flows)
     Per round and client: its summed inference loss at A_{t−1} and at A_t, the actual
     change and the change its flows predict, −(inflow + self) (seed 000, Remark 2.5).
@@ -25,6 +29,8 @@ the same bytes.
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import math
 import os
@@ -38,8 +44,10 @@ import pandas as pd
 LEDGER_COLUMNS = ("round", "client_id", "method", "value", "stderr", "num_examples", "status", "noisy")
 ROUND_COLUMNS = (
     "round", "clients", "num_clients", "num_failed", "utility_before", "utility_after",
-    "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap",
+    "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap", "hash",
 )
+#: A run's chain starts from the hash of its run.json (or this, when it has none).
+GENESIS_HASH = "0" * 64
 #: ok: aggregated this round; failed: sampled but no usable reply; idle: not sampled, booked
 #: only for what it received (TracIn inflow).
 CLIENT_STATUSES = ("ok", "failed", "idle")
@@ -61,17 +69,55 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _append_rows(path: Path, columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> None:
+def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> list[str]:
+    """Rows as the CSV lines the ledger writes (each ending in a newline)."""
     columns = list(columns)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    lines = []
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+        lines.append(buffer.getvalue())
+        buffer.seek(0)
+        buffer.truncate()
+    return lines
+
+
+def _append_lines(path: Path, columns: Iterable[str], lines: list[str]) -> None:
     new_file = not path.exists()
     with open(path, "a", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
         if new_file:
-            writer.writerow(columns)
-        for row in rows:
-            writer.writerow([_cell(row.get(c)) for c in columns])
+            handle.write(",".join(columns) + "\n")
+        handle.writelines(lines)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _append_rows(path: Path, columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> None:
+    columns = list(columns)
+    _append_lines(path, columns, csv_lines(columns, rows))
+
+
+def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_hash: str) -> str:
+    """SHA-256 link of one round: previous hash, its ledger lines, its round line (sans hash)."""
+    digest = hashlib.sha256(previous.encode("ascii"))
+    for line in ledger_lines:
+        digest.update(line.encode("utf-8"))
+    digest.update(round_line_without_hash.encode("utf-8"))
+    return digest.hexdigest()
+
+
+def genesis_hash(run_dir: Path) -> str:
+    config = run_dir / "run.json"
+    return hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else GENESIS_HASH
+
+
+def _last_hash(rounds_path: Path) -> str | None:
+    if not rounds_path.exists():
+        return None
+    with open(rounds_path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return rows[-1]["hash"] if rows else None
 
 
 class LedgerWriter:
@@ -98,7 +144,11 @@ class LedgerWriter:
                 raise ValueError(
                     f"status: expected one of {list(CLIENT_STATUSES)}; got {row.get('status')!r}."
                 )
-        _append_rows(self.ledger_path, LEDGER_COLUMNS, ledger_rows)
+        ledger_lines = csv_lines(LEDGER_COLUMNS, ledger_rows)
+        previous = _last_hash(self.rounds_path) or genesis_hash(self.run_dir)
+        round_line = csv_lines(ROUND_COLUMNS[:-1], [round_row])[0]
+        round_row = {**round_row, "hash": chain_hash(previous, ledger_lines, round_line)}
+        _append_lines(self.ledger_path, LEDGER_COLUMNS, ledger_lines)
         _append_rows(self.rounds_path, ROUND_COLUMNS, [round_row])
         # Parquet mirrors the CSV; rewritten whole so it is always a complete file.
         ledger = read_ledger_csv(self.ledger_path)
@@ -176,7 +226,8 @@ def load_run(run_dir: str | os.PathLike) -> Run:
         raise FileNotFoundError(
             f"run_dir: expected a fedvalue run directory holding ledger.csv; {run_dir} has none."
         )
-    rounds = pd.read_csv(run_dir / "rounds.csv", dtype={"clients": str, "ads_method": str}, keep_default_na=False,
+    rounds = pd.read_csv(run_dir / "rounds.csv", dtype={"clients": str, "ads_method": str, "hash": str},
+                         keep_default_na=False,
                          na_values={"efficiency_gap": [""], "utility_after": [""], "utility_realized": [""]})
     config_path = run_dir / "run.json"
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}

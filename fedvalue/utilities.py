@@ -266,7 +266,7 @@ class LinearStates:
         return len(self.basis)
 
     def _coefficients(self, coefficients: np.ndarray) -> torch.Tensor:
-        coefficients = np.asarray(coefficients, dtype=np.float64)
+        coefficients = np.array(coefficients, dtype=np.float64)  # a copy: Ray hands out read-only arrays
         if coefficients.ndim != 2 or coefficients.shape[1] != self.num_basis:
             raise ValueError(
                 f"coefficients: expected an array of shape (states, {self.num_basis}); got shape "

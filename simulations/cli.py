@@ -81,7 +81,7 @@ def _simulations_epilog() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedvalue", description="Federated learning with contributor books.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,report}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,report,audit}")
     run = commands.add_parser(
         "run", help="run a simulation and write its ledger", epilog=_simulations_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_options(sim, config_cls)
     report = commands.add_parser("report", help="print a run's per-client summary sorted by value")
     report.add_argument("run_dir", help="a run directory written by fedvalue run")
+    audit = commands.add_parser("audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
+    audit.add_argument("run_dir", help="a run directory written by fedvalue run")
+    audit.add_argument("--tolerance", type=float, default=1e-6, help="allowed group-efficiency gap")
     return parser
 
 
@@ -148,9 +151,24 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from fedvalue.audit import audit_run
+
+    report = audit_run(args.run_dir, tolerance=args.tolerance)
+    for check in report.checks:
+        print(f"ok: {check}")
+    for problem in report.problems:
+        print(f"FAILED: {problem}")
+    print(f"{args.run_dir}: {report.rounds} rounds, {report.ledger_rows} ledger rows: "
+          f"{'intact' if report.ok else 'NOT intact'}")
+    return 0 if report.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "audit":
+            return _audit(args)
         return _run(args) if args.command == "run" else _report(args)
     except (ValueError, FileNotFoundError) as error:
         print(f"fedvalue: error: {error}", file=sys.stderr)

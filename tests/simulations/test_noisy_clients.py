@@ -30,6 +30,7 @@ def test_small_run_is_booked_and_deterministic(tmp_path, capsys):
     assert main(["report", str(first)]) == 0
     report = capsys.readouterr().out
     assert "total_ads" in report and "mean total_ads: noisy" in report
+    assert main(["audit", str(first)]) == 0  # the real run's chain, schema and efficiency hold
 
 
 @pytest.mark.slow
