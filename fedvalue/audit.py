@@ -8,7 +8,7 @@
    removed or reordered value anywhere breaks the chain from that round on;
 2. the schema: the columns, statuses, rounds in order, finite values for booked rows;
 3. group efficiency per round (seed 004, Prop. 4.2): Σ_i φ_t(i) over the round's ADS
-   rows equals utility_after − utility_before, to ``tolerance``;
+   rows equals utility_after − utility_before, to ``tolerance`` × max(1, Σ_i |φ_t(i)|);
 4. the Parquet copy equals the CSV.
 """
 
@@ -126,9 +126,11 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6) -> AuditRe
     # 3. Group efficiency of ADS per round.
     ads = ledger[(ledger["method"] == "ads") & (ledger["status"] == "ok")]
     if not ads.empty:
-        sums = pd.to_numeric(ads["value"], errors="coerce").groupby(ads["round"]).sum()
+        numbers = pd.to_numeric(ads["value"], errors="coerce")
+        sums = numbers.groupby(ads["round"]).sum()
+        scale = numbers.abs().groupby(ads["round"]).sum().clip(lower=1.0)  # float sums err relative to size
         gains = rounds.set_index("round")["utility_after"] - rounds.set_index("round")["utility_before"]
-        gaps = (sums - gains.reindex(sums.index)).abs()
+        gaps = (sums - gains.reindex(sums.index)).abs() / scale
         worst = gaps.max()
         if not worst <= tolerance:
             report.problems.append(

@@ -48,9 +48,10 @@ ROUND_COLUMNS = (
 )
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
 GENESIS_HASH = "0" * 64
-#: ok: aggregated this round; failed: sampled but no usable reply; idle: not sampled, booked
-#: only for what it received (TracIn inflow).
-CLIENT_STATUSES = ("ok", "failed", "idle")
+#: ok: valued this round; failed: sampled but no usable reply (error, timeout, malformed);
+#: rejected: replied with NaN/inf arrays, kept out of the aggregate and booked with the harm it
+#: would have done; idle: not sampled, booked only for what it received (TracIn inflow).
+CLIENT_STATUSES = ("ok", "failed", "rejected", "idle")
 #: The first-order check of TracIn flows (seed 000, Remark 2.5): per round and client, the
 #: actual change of its inference loss against the change its flows predict.
 FIRST_ORDER_FILE = "first_order.csv"

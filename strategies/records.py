@@ -32,7 +32,7 @@ class ClientReply:
 
     client_id: int | str
     node_id: int
-    status: str  # "ok" or "failed"
+    status: str  # "ok", "failed" (no usable reply) or "rejected" (non-finite arrays)
     arrays: dict[str, np.ndarray] | None = None
     weight: float | None = None
     metrics: dict = field(default_factory=dict)
@@ -71,10 +71,14 @@ def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[i
             client_id, node_id, "failed", message=message, metrics=metrics,
             error=f"expected a positive '{weighted_by_key}' metric; got {weight!r}",
         )
-    return ClientReply(
-        client_id, node_id, "ok", arrays=arrays_to_numpy(array_records[0]),
-        weight=float(weight), metrics=metrics, message=message,
-    )
+    arrays = arrays_to_numpy(array_records[0])
+    bad = [key for key, value in arrays.items() if value.dtype.kind in "fc" and not np.isfinite(value).all()]
+    if bad:
+        return ClientReply(
+            client_id, node_id, "rejected", arrays=arrays, weight=float(weight), metrics=metrics, message=message,
+            error=f"non-finite values (NaN or inf) in {bad}",
+        )
+    return ClientReply(client_id, node_id, "ok", arrays=arrays, weight=float(weight), metrics=metrics, message=message)
 
 
 @dataclass

@@ -29,7 +29,15 @@ from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER, log
 
 from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, LedgerWriter
-from fedvalue.rounds import VALUATION_METHODS, ArraysUtility, RoundValuation, fedavg_round_game, round_game, value_round
+from fedvalue.rounds import (
+    VALUATION_METHODS,
+    ArraysUtility,
+    RoundValuation,
+    fedavg_round_game,
+    round_game,
+    value_round,
+    weighted_mean,
+)
 from strategies.records import (
     GRADIENT_KEY,
     ClientReply,
@@ -92,6 +100,10 @@ class ValuingStrategy(Strategy):
         clients return their inference gradient at A_{t−1} with their update; every
         other client is asked for it with a query carrying A_{t−1} (one forward and
         backward pass on its inference split, no training), so it receives inflow too.
+    reject_non_finite
+        Keep replies with NaN or inf arrays out of the aggregate (status ``rejected``,
+        booked with the harm they would have done: U(Agg(accepted ∪ {i})) −
+        U(Agg(accepted)), for every method); ``False`` passes them to the inner strategy.
     """
 
     def __init__(
@@ -113,6 +125,7 @@ class ValuingStrategy(Strategy):
         query_timeout: float = 120.0,
         run_config: Mapping | None = None,
         flows: bool = False,
+        reject_non_finite: bool = True,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -139,6 +152,8 @@ class ValuingStrategy(Strategy):
         self._client_to_node: dict[int, int] = {}
         self._node_to_client: dict[int, int] = {}
         self.flows = bool(flows)
+        self.reject_non_finite = bool(reject_non_finite)
+        self._targets: list[int] = []
         self._idle_gradients: dict = {}
         # Round t's predicted loss changes, checked against the losses reported in round t + 1.
         self._pending_first_order: tuple[int, dict] | None = None
@@ -176,8 +191,9 @@ class ValuingStrategy(Strategy):
                 )
                 for client_id in chosen
             ]
+        self._targets = [int(m.metadata.dst_node_id) for m in messages]
         if self.flows:
-            self._idle_gradients = self._query_gradients(grid, arrays, {int(m.metadata.dst_node_id) for m in messages})
+            self._idle_gradients = self._query_gradients(grid, arrays, set(self._targets))
         return messages
 
     def _query_gradients(self, grid: Grid, arrays: ArrayRecord, busy: set[int]) -> dict:
@@ -226,6 +242,14 @@ class ValuingStrategy(Strategy):
                 gradients[gradient.client_id] = gradient
         records = [read_reply(m, self.weighted_by_key, self._node_to_client) for m in replies]
         _mark_duplicate_ids(records)
+        _mark_inconsistent(records, self._start_arrays)
+        # A sampled client whose reply never came (timeout, lost worker) is booked, not forgotten.
+        replied = {r.node_id for r in records}
+        records += [
+            ClientReply(self._node_to_client.get(node, f"node-{node}"), node, "failed",
+                        error="no reply within the round's timeout")
+            for node in self._targets if node not in replied
+        ]
         ok = [r for r in records if r.status == "ok"]
         pure = type(self.strategy) in PURE_WEIGHTED_MEAN
         # Coalitions aggregate on copies of the strategy as it was before the live aggregation.
@@ -233,15 +257,19 @@ class ValuingStrategy(Strategy):
         valuation = self._value(server_round, ok, pure, snapshot) if ok else None
         accepted = self.select(server_round, ok, valuation, gradients) if ok else set()
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
-        passed = [r.message for r in records if (r.status == "ok" and r.client_id in accepted) or r.message.has_error()]
+        passed = [r.message for r in records
+                  if (r.status == "ok" and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
+        if not self.reject_non_finite:
+            passed += [r.message for r in records if r.status == "rejected"]
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
 
         utility_before = valuation.utility_before if valuation is not None else float(self.utility(self._start_arrays))
+        harms = self._harms(server_round, records, accepted, pure, snapshot)
         utility_realized = float(self.utility(arrays_to_numpy(live_arrays))) if live_arrays is not None else utility_before
         flows = (self._round_flows(server_round, [r for r in ok if r.client_id in accepted], gradients)
                  if self.flows else None)
         round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized,
-                                             flows, accepted)
+                                             flows, accepted, harms)
         if self.ledger is not None:
             self.ledger.write_round(round_row, ledger_rows)
         if hasattr(self.sampler, "observe"):
@@ -264,6 +292,38 @@ class ValuingStrategy(Strategy):
                               batch_utility=getattr(self.utility, "batch", None))
         return value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
                            **self.valuation_options)
+
+    def _harms(self, server_round, records, accepted, pure, snapshot) -> dict:
+        """For each rejected reply: U(Agg(accepted ∪ {i})) − U(Agg(accepted)), the harm it would
+        have done had it been aggregated (None when that utility is not even a number)."""
+        rejected = [r for r in records if r.status == "rejected"]
+        if not rejected:
+            return {}
+        kept = [r for r in records if r.status == "ok" and r.client_id in accepted]
+        start = self._start_arrays
+
+        def utility_of(members: list[ClientReply]) -> float:
+            if not members:
+                return float(self.utility(start))
+            if pure:
+                arrays = weighted_mean([r.arrays for r in members], [r.weight for r in members])
+            else:
+                strategy = copy.deepcopy(snapshot if snapshot is not None else _snapshot(self.strategy))
+                with quiet_flower(), np.errstate(all="ignore"):
+                    result, _ = strategy.aggregate_train(server_round, [r.message for r in members])
+                if result is None:
+                    return float("nan")
+                arrays = arrays_to_numpy(result)
+            with np.errstate(all="ignore"):
+                return float(self.utility(arrays))
+
+        base = utility_of(kept)
+        harms = {}
+        for record in rejected:
+            with np.errstate(all="ignore"):
+                value = utility_of(kept + [record]) - base
+            harms[record.client_id] = value if np.isfinite(value) else None
+        return harms
 
     def select(self, server_round: int, ok: list[ClientReply], valuation: RoundValuation,
                gradients: Mapping[object, InferenceGradient]) -> set:
@@ -304,7 +364,8 @@ class ValuingStrategy(Strategy):
         })
         return frame
 
-    def _books(self, server_round, records, valuation, utility_before, utility_realized, flows=None, accepted=()):
+    def _books(self, server_round, records, valuation, utility_before, utility_realized, flows=None, accepted=(),
+               harms=None):
         ads_result = None if valuation is None else valuation.results.get("ads")
         round_row = {
             "round": server_round,
@@ -325,12 +386,13 @@ class ValuingStrategy(Strategy):
             for method in self.methods:
                 result = None if valuation is None else valuation.results[method]
                 ok = record.status == "ok"
+                value = float(result.values[record.client_id]) if ok else (harms or {}).get(record.client_id)
                 rows.append({
                     "round": server_round,
                     "client_id": record.client_id,
                     "method": method,
-                    "value": float(result.values[record.client_id]) if ok else None,
-                    "stderr": float(result.stderr[record.client_id]) if ok else None,
+                    "value": value,
+                    "stderr": float(result.stderr[record.client_id]) if ok else (0.0 if value is not None else None),
                     "num_examples": int(record.weight) if ok and self.weighted_by_key == "num-examples" else record.metrics.get("num-examples"),
                     "status": record.status,
                     "noisy": noisy,
@@ -355,13 +417,29 @@ class ValuingStrategy(Strategy):
 
     def _flow_rows(self, server_round, client_id, flows, status, num_examples) -> list[dict]:
         noisy = None if self.noisy_clients is None else client_id in self.noisy_clients
-        known = status != "failed" and client_id in flows.index
+        known = status in ("ok", "idle") and client_id in flows.index
         return [
             {"round": server_round, "client_id": client_id, "method": method,
              "value": float(flows.at[client_id, column]) if known else None, "stderr": 0.0 if known else None,
              "num_examples": num_examples, "status": status, "noisy": noisy}
             for method, column in FLOW_METHODS.items()
         ]
+
+
+def _mark_inconsistent(records: list[ClientReply], start: Mapping[str, np.ndarray]) -> None:
+    """Replies Flower's aggregation would choke on are failed, not fatal: arrays whose keys or
+    shapes differ from the global model's, or metric keys that differ from the most common set."""
+    shapes = {k: np.shape(v) for k, v in start.items()}
+    for record in records:
+        if record.status in ("ok", "rejected") and {k: np.shape(v) for k, v in record.arrays.items()} != shapes:
+            record.status, record.error = "failed", "arrays do not match the global model's keys and shapes"
+    candidates = [r for r in records if r.status in ("ok", "rejected")]
+    key_sets = [tuple(sorted(r.metrics)) for r in candidates]
+    if key_sets:
+        common = max(dict.fromkeys(key_sets), key=key_sets.count)  # most common; first seen on ties
+        for record, keys in zip(candidates, key_sets):
+            if keys != common:
+                record.status, record.error = "failed", f"metric keys {list(keys)} differ from {list(common)}"
 
 
 def _mark_duplicate_ids(records: list[ClientReply]) -> None:
