@@ -61,6 +61,7 @@ CLIENT_RECORD_KEY = "client"
 PARTITION_ID_KEY = "partition-id"
 NUM_EXAMPLES_KEY = "num-examples"
 GRADIENT_KEY = "inference-gradient"
+DATA_KEY = "data-key"
 INFERENCE_LOSS_KEY = "inference-loss"
 
 
@@ -172,8 +173,12 @@ def _add_inference_gradient(content: RecordDict, data: ClientData, model_factory
     content[CLIENT_RECORD_KEY][INFERENCE_LOSS_KEY] = loss
 
 
-def _load(load_client_data: Callable[[int], ClientData], partition_id: int) -> ClientData:
-    data = load_client_data(partition_id)
+def _load(load_client_data: Callable[[int], ClientData], partition_id: int, content: RecordDict | None = None) -> ClientData:
+    """The client's data; a config ``"data-key"`` (one engine serving several runs, e.g. the
+    seeds of a study) is passed on as ``load_client_data(partition_id, data_key=...)``."""
+    configs = {} if content is None else content.config_records
+    key = configs[CONFIG_KEY].get(DATA_KEY) if CONFIG_KEY in configs else None
+    data = load_client_data(partition_id) if key is None else load_client_data(partition_id, data_key=key)
     if not isinstance(data, ClientData):
         raise TypeError(f"load_client_data: expected it to return a ClientData; got {type(data).__name__}.")
     if data.partition_id != partition_id:
@@ -256,7 +261,7 @@ def make_client_app(
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         partition_id = partition_id_of(context)
-        data = _load(load_client_data, partition_id)
+        data = _load(load_client_data, partition_id, msg.content)
         config = _record(msg.content, CONFIG_KEY, "ConfigRecord")
         global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
         arrays, num_examples, train_loss = train_client(
@@ -279,7 +284,7 @@ def make_client_app(
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
         partition_id = partition_id_of(context)
-        data = _load(load_client_data, partition_id)
+        data = _load(load_client_data, partition_id, msg.content)
         global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
         model = set_model_arrays(model_factory(), global_arrays)
         x, y = (data.x_infer, data.y_infer) if len(data.x_infer) else (data.x_train, data.y_train)
@@ -296,7 +301,8 @@ def make_client_app(
         content = RecordDict({CLIENT_RECORD_KEY: _client_record(partition_id)})
         if _wants_gradient(msg.content):
             global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
-            _add_inference_gradient(content, _load(load_client_data, partition_id), model_factory, global_arrays)
+            _add_inference_gradient(content, _load(load_client_data, partition_id, msg.content), model_factory,
+                                    global_arrays)
         return Message(content=content, reply_to=msg)
 
     return app

@@ -10,6 +10,7 @@ import typing
 from collections.abc import Sequence
 
 from simulations.noisy_clients import NoisyClientsConfig
+from simulations.study import NoisyClientsStudyConfig
 
 PARAMETER_HELP = {
     "seed": "seed of everything random in the run (same seed, same ledger)",
@@ -39,9 +40,12 @@ PARAMETER_HELP = {
     "ray_address": "attach to an existing Ray cluster at this address",
     "round_timeout": "seconds to wait for a round's replies",
     "valuation_workers": "Ray actors scoring coalitions in parallel (0 = in the server process)",
+    "seeds": "number of seeds of the study (one engine serves them all)",
+    "first_seed": "first seed of the study",
+    "ks": "top-k sizes retrained, comma-separated",
 }
 
-SIMULATIONS = {"noisy-clients": NoisyClientsConfig}
+SIMULATIONS = {"noisy-clients": NoisyClientsConfig, "noisy-clients-study": NoisyClientsStudyConfig}
 
 
 def _parse_tuple(kind):
@@ -124,10 +128,31 @@ def _run(args: argparse.Namespace) -> int:
     config_cls = SIMULATIONS[args.simulation]
     config = config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
     started = time.perf_counter()
+    if args.simulation == "noisy-clients-study":
+        return _run_study(config, args, started)
     run = run_noisy_clients(config, args.out, on_round=None if args.quiet else _progress(config.rounds),
                             overwrite=args.overwrite)
     print(f"wrote {args.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
           f"{time.perf_counter() - started:.1f}s; see `fedvalue report {args.out}`")
+    return 0
+
+
+def _run_study(config, args: argparse.Namespace, started: float) -> int:
+    from simulations.study import run_study
+
+    result = run_study(config, args.out, overwrite=args.overwrite,
+                       on_run=None if args.quiet else lambda text: print(
+                           f"{text} (elapsed {time.perf_counter() - started:.1f}s)", flush=True))
+    accuracy, curve, metrics = result["accuracy"], result["detection"], result["metrics"]
+    last = accuracy[accuracy["round"] == accuracy["round"].max()]
+    print("final-round accuracy (mean over seeds):")
+    print(last.groupby(["k", "method"])["accuracy"].mean().unstack().to_string(float_format=lambda v: f"{v:.4f}"))
+    print("detection at j = 1 (share of a round's noisy clients found first):")
+    print(curve[curve["j"] == 1].set_index("method")["mean"].to_string(float_format=lambda v: f"{v:.3f}"))
+    print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    timings = result["timings"]
+    print(f"wrote {args.out} ({timings['runs']} runs) in {time.perf_counter() - started:.1f}s: "
+          f"rounds {timings['rounds']:.1f}s of which valuation {timings['valuation']:.1f}s; see figure4.png")
     return 0
 
 

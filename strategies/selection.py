@@ -46,9 +46,9 @@ class TopKSelection(ValuingStrategy):
             raise ValueError(f"k: expected a positive integer; got {k!r}.")
         if score not in SCORES:
             raise ValueError(f"score: expected one of {list(SCORES)}; got {score!r}.")
-        if score in ("ads", "loo") and score not in self.methods:
+        if preset is None and score in ("ads", "loo") and score not in self.methods:
             raise ValueError(f"score: {score!r} needs methods to include it; methods are {list(self.methods)}.")
-        if score == "tracin_outflow" and not self.flows:
+        if preset is None and score == "tracin_outflow" and not self.flows:
             raise ValueError("score: 'tracin_outflow' needs flows=True.")
         sampler = kwargs.get("sampler")
         if sampler is not None and getattr(sampler, "clients_per_round", k) < k:

@@ -1,0 +1,231 @@
+"""The seed-004 federated study (§6.2, App. C.2, Figure 4) over many seeds, on one engine.
+
+For every seed: the ``noisy-clients`` run is scored (within-round ADS and LOO), then
+retrained from the same initial model keeping only each round's top k by ADS, by LOO
+and by a seeded random choice (the paper's protocol: the scored run's clients and
+acceptances are replayed). Outputs, in ``--out``:
+
+``accuracy.csv``   seed, method (ads, loo, random, all), k, round, accuracy
+``detection.csv``  the cumulative detection curve (share of a round's noisy clients among
+                   its j lowest-ranked, averaged over rounds, 95% CI over seeds)
+``metrics.csv``    per method: AUC and precision at the number of noisy clients (mean, CI)
+``figure4.png``    top-3 accuracy, top-4 accuracy (mean and 95% CI per round), detection
+``seed-S/``        every run's ledger (``scored``, ``top{k}-{method}``)
+
+One Flower engine serves every run: the ServerApp runs them one after another on the
+same grid and the clients load the seed's data from the ``data-key`` in the train
+config, so Ray starts once, not once per seed (it costs ~15 s on this machine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from flwr.app import ConfigRecord, Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from clients.app import make_client_app
+from fedvalue.detection import detection_curve, detection_metrics, summarize_metrics
+from fedvalue.ledger import load_run, write_json
+from fedvalue.selection import retrain_plan
+from simulations.api import package_versions, prepare_run_dir
+from simulations.engine import run_flower_simulation
+from simulations.noisy_clients import NoisyClientsConfig, build, client_data
+from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy
+from strategies.records import numpy_to_arrays
+
+RANKINGS = ("ads", "loo", "random")
+
+
+@dataclass
+class NoisyClientsStudyConfig(NoisyClientsConfig):
+    """The noisy-clients setting plus the study's own numbers."""
+
+    seeds: int = 20
+    first_seed: int = 0
+    ks: tuple[int, ...] = (3, 4)
+
+
+def study_client_data(partition_id: int, data_key: int | None = None, *, config_json: str):
+    """Client data of the seed named by ``data_key`` (the engine serves every seed)."""
+    config = json.loads(config_json)
+    if data_key is not None:
+        config["seed"] = int(data_key)
+    return client_data(partition_id, config_json=json.dumps(config, sort_keys=True))
+
+
+def _check(config: NoisyClientsStudyConfig) -> None:
+    if isinstance(config.seeds, bool) or not isinstance(config.seeds, int) or config.seeds < 1:
+        raise ValueError(f"seeds: expected a positive integer; got {config.seeds!r}.")
+    if not config.ks or any(k < 1 or k > config.clients_per_round for k in config.ks):
+        raise ValueError(f"ks: expected sizes in 1..clients_per_round={config.clients_per_round}; got {config.ks!r}.")
+
+
+def _base(config: NoisyClientsStudyConfig, seed: int) -> NoisyClientsConfig:
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(NoisyClientsConfig)}
+    return NoisyClientsConfig(**{**fields, "seed": seed, "methods": ("ads", "loo")})
+
+
+def _random_acceptance(sampled: dict[int, list[str]], k: int, seed: int) -> dict[int, list[str]]:
+    accepted = {}
+    for server_round, clients in sampled.items():
+        rng = np.random.default_rng([seed, server_round, 99])
+        accepted[server_round] = sorted(rng.choice(clients, size=min(k, len(clients)), replace=False).tolist())
+    return accepted
+
+
+def run_study(
+    config: NoisyClientsStudyConfig,
+    out: str,
+    *,
+    on_run: Callable[[str], None] | None = None,
+    overwrite: bool = False,
+) -> dict:
+    """Run the study (module docstring); returns the tables and timings."""
+    _check(config)
+    seeds = list(range(config.first_seed, config.first_seed + config.seeds))
+    for seed in seeds:
+        build(_base(config, seed))  # every seed's input is checked before Ray starts
+    study_config = {"simulation": "noisy-clients-study", **dataclasses.asdict(config), "versions": package_versions()}
+    out_dir = prepare_run_dir(out, study_config, overwrite=overwrite)
+    write_json(out_dir / "run.json", study_config)
+    timings = {"valuation": 0.0, "rounds": 0.0, "runs": 0}
+    accuracy_rows: list[dict] = []
+    failures: list[BaseException] = []
+    server_app = ServerApp()
+
+    def timed_start(strategy, grid, initial, train_config):
+        marks = [time.perf_counter()]
+        strategy.on_round = lambda row: marks.append(time.perf_counter())
+        strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
+                       train_config=train_config)
+        timings["rounds"] += marks[-1] - marks[0]
+        timings["valuation"] += sum(r["valuation_seconds"] for r in strategy.rounds)
+        timings["runs"] += 1
+        return strategy
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            for seed in seeds:
+                base = _base(config, seed)
+                _, model_factory, utility, noisy = build(base)
+                initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
+                train_config = ConfigRecord({"lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
+                                             "batch-size": int(config.batch_size), "seed": seed, "data-key": seed})
+                seed_dir = out_dir / f"seed-{seed}"
+                scored = timed_start(
+                    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / "scored"),
+                                    methods=("ads", "loo"), sampler=PartitionSampler(
+                                        config.clients_per_round, schedule=config.schedule, seed=seed),
+                                    seed=seed, noisy_clients=noisy, run_config={"seed": seed}),
+                    grid, initial, train_config)
+                accuracy_rows.extend({"seed": seed, "method": "all", "k": config.clients_per_round,
+                                      "round": r["round"], "accuracy": r["utility_realized"]} for r in scored.rounds)
+                ledger = load_run(seed_dir / "scored").ledger
+                for k in config.ks:
+                    for ranking in RANKINGS:
+                        sampled, accepted = retrain_plan(ledger, "ads" if ranking == "random" else ranking, k)
+                        if ranking == "random":
+                            accepted = _random_acceptance(sampled, k, seed)
+                        retrained = timed_start(
+                            TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=k, score="random",
+                                          preset=accepted, methods=(), sampler=ReplaySampler(sampled), seed=seed,
+                                          noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
+                                          run_config={"seed": seed, "k": k, "ranking": ranking}),
+                            grid, initial, train_config)
+                        accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
+                                              "accuracy": r["utility_realized"]} for r in retrained.rounds)
+                if on_run is not None:
+                    on_run(f"seed {seed}: scored + {len(config.ks) * len(RANKINGS)} retrained runs")
+        except BaseException as error:  # surfaced after the engine stops
+            failures.append(error)
+            raise
+
+    started = time.perf_counter()
+    base = _base(config, seeds[0])
+    loader = functools.partial(study_client_data, config_json=json.dumps(dataclasses.asdict(base), sort_keys=True))
+    _, model_factory, _, _ = build(base)
+    run_flower_simulation(server_app, make_client_app(loader, model_factory), num_supernodes=config.num_clients,
+                          num_cpus_per_client=config.num_cpus_per_client,
+                          max_parallel_clients=config.max_parallel_clients or None,
+                          ray_address=config.ray_address or None)
+    if failures:
+        raise failures[0]
+    timings["total"] = time.perf_counter() - started
+    return write_outputs(out_dir, seeds, pd.DataFrame(accuracy_rows), timings)
+
+
+def write_outputs(out_dir: Path, seeds: list[int], accuracy: pd.DataFrame, timings: dict) -> dict:
+    """Tables and Figure 4 from the runs on disk."""
+    ledgers = []
+    for seed in seeds:
+        ledger = load_run(out_dir / f"seed-{seed}" / "scored").ledger
+        ledger.insert(0, "seed", seed)
+        ledgers.append(ledger)
+    ledger = pd.concat(ledgers, ignore_index=True)
+    curve = detection_curve(ledger, methods=RANKINGS)
+    metrics = summarize_metrics(detection_metrics(ledger, methods=RANKINGS))
+    accuracy.to_csv(out_dir / "accuracy.csv", index=False)
+    curve.to_csv(out_dir / "detection.csv", index=False)
+    metrics.to_csv(out_dir / "metrics.csv", index=False)
+    (out_dir / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    _figure(out_dir / "figure4.png", accuracy, curve, sorted(k for k in accuracy["k"].unique()
+                                                            if (accuracy["method"] != "all").any()))
+    return {"accuracy": accuracy, "detection": curve, "metrics": metrics, "timings": timings}
+
+
+def _mean_ci(values: pd.Series) -> tuple[float, float]:
+    values = values.dropna()
+    if len(values) < 2:
+        return float(values.mean()), 0.0
+    return float(values.mean()), float(1.96 * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    selected = [k for k in ks if ((accuracy["k"] == k) & (accuracy["method"] != "all")).any()]
+    fig, axes = plt.subplots(1, len(selected) + 1, figsize=(5 * (len(selected) + 1), 4))
+    colors = {"ads": "tab:blue", "loo": "tab:orange", "random": "tab:green", "all": "gray"}
+    for ax, k in zip(axes, selected):
+        for method in ("ads", "loo", "random", "all"):
+            rows = accuracy[(accuracy["method"] == method) & ((accuracy["k"] == k) | (method == "all"))]
+            stats = rows.groupby("round")["accuracy"].apply(_mean_ci)
+            rounds = np.array(stats.index)
+            mean = np.array([m for m, _ in stats])
+            half = np.array([h for _, h in stats])
+            label = f"all {int(rows['k'].iloc[0])} clients" if method == "all" else f"top-{k} by {method.upper()}"
+            ax.plot(rounds, mean, marker="o", color=colors[method], label=label,
+                    linestyle="--" if method == "all" else "-")
+            ax.fill_between(rounds, mean - half, mean + half, color=colors[method], alpha=0.2)
+        ax.set_xticks(rounds)
+        ax.set_xlabel("round")
+        ax.set_ylabel("held-out accuracy")
+        ax.set_title(f"retrained with each round's top {k}")
+        ax.legend()
+    ax = axes[-1]
+    for method in RANKINGS:
+        rows = curve[curve["method"] == method]
+        ax.plot(rows["j"], rows["mean"], marker="o", color=colors[method], label=method.upper())
+        ax.fill_between(rows["j"], rows["ci_low"], rows["ci_high"], color=colors[method], alpha=0.2)
+    ax.set_xticks(sorted(curve["j"].unique()))
+    ax.set_xlabel("j lowest-ranked clients of a round")
+    ax.set_ylabel("share of the round's noisy clients found")
+    ax.set_title("cumulative detection")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
