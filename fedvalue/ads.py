@@ -18,7 +18,25 @@ distinct coalitions). ``method="mc"`` is MC-ADS (Alg. 1): m* = ⌈r²/(2ε²) ·
 σ-respecting permutations, each giving all n marginals in one left-to-right pass;
 all prefixes go through the game's cache, so MC never evaluates more distinct
 coalitions than exact. ``method="auto"`` takes exact whenever its coalition count is
-at most MC's m*·n evaluations.
+at most MC's m*·n evaluations; the cheaper estimators below are only used when asked.
+
+Cheaper estimators for large rounds (each checked against exact on small rounds in
+tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
+
+* ``method="tmc"``, truncated MC as GTG-Shapley does within a round: walking a
+  permutation of group t, once |v(U_t) − v(prefix)| < ``truncation_tolerance`` the
+  remaining marginals of that group are set to 0 without evaluating them. Each
+  permutation's marginals then sum to v(prefix) − v(U_{t−1}) instead of
+  v(U_t) − v(U_{t−1}), so the group-efficiency gap is below the tolerance in absolute
+  value; the values are biased by at most that much per group in total.
+  ``truncation_tolerance=0`` never truncates.
+* ``stderr_target`` (with ``mc`` or ``tmc``): permutations are drawn in blocks of
+  max(10, largest group) and sampling stops once every player's standard error is at
+  most the target, or at m* permutations (Alg. 1's bound stays the cap).
+
+Both walk the permutations in waves — step j of every still-active permutation of a
+block is one batched request to the game — so batched coalition evaluation keeps
+working.
 """
 
 from __future__ import annotations
@@ -37,7 +55,7 @@ from fedvalue.result import ValuationResult
 #: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
 MAX_EXACT_GROUP_SIZE = 25
 
-Method = Literal["auto", "exact", "mc"]
+Method = Literal["auto", "exact", "mc", "tmc"]
 
 
 def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashable, ...], ...]:
@@ -100,6 +118,8 @@ def ads(
     r: float = 1.0,
     seed: int | np.random.Generator | None = None,
     max_evaluations: int | None = None,
+    truncation_tolerance: float = 1e-3,
+    stderr_target: float | None = None,
 ) -> ValuationResult:
     """Asymmetric Data Shapley of every player over ordered groups (seed 004).
 
@@ -123,6 +143,12 @@ def ads(
     max_evaluations
         Upper bound on real utility evaluations; a method whose worst case exceeds it
         raises instead of running.
+    truncation_tolerance
+        ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a
+        permutation's group is truncated (module docstring); 0 never truncates.
+    stderr_target
+        ``"mc"``/``"tmc"``: stop sampling once every standard error is ≤ this (None:
+        always m* permutations).
 
     Returns
     -------
@@ -131,8 +157,14 @@ def ads(
         per-group ``efficiency_gaps``.
     """
     groups = validate_groups(groups)
-    if method not in ("auto", "exact", "mc"):
-        raise ValueError(f"method: expected 'auto', 'exact' or 'mc'; got {method!r}.")
+    if method not in ("auto", "exact", "mc", "tmc"):
+        raise ValueError(f"method: expected 'auto', 'exact', 'mc' or 'tmc'; got {method!r}.")
+    if isinstance(truncation_tolerance, bool) or not isinstance(truncation_tolerance, (int, float)) \
+            or not truncation_tolerance >= 0 or not math.isfinite(truncation_tolerance):
+        raise ValueError(f"truncation_tolerance: expected a finite number ≥ 0; got {truncation_tolerance!r}.")
+    if stderr_target is not None and (isinstance(stderr_target, bool) or not isinstance(stderr_target, (int, float))
+                                      or not stderr_target > 0 or not math.isfinite(stderr_target)):
+        raise ValueError(f"stderr_target: expected a finite number > 0 or None; got {stderr_target!r}.")
     check_positive("epsilon", epsilon)
     check_open_unit("delta", delta)
     check_positive("r", r)
@@ -171,7 +203,7 @@ def ads(
                 f"needs {exact_cost} utility evaluations, more than max_evaluations="
                 f"{max_evaluations}. Raise max_evaluations or use method='mc'."
             )
-    elif max_evaluations is not None and mc_cost > max_evaluations:
+    elif max_evaluations is not None and mc_cost > max_evaluations:  # mc and tmc: tmc never costs more
         raise ValueError(
             f"max_evaluations: MC-ADS with epsilon={epsilon}, delta={delta}, r={r} samples "
             f"m*={m_star} permutations of {n} players and may need {mc_cost} utility "
@@ -192,9 +224,14 @@ def ads(
         )
         stderr = np.zeros(n)
         num_permutations = None
-    else:
+    elif method == "mc" and stderr_target is None:
         values, stderr = _monte_carlo(game, group_positions, m_star, rng)
         num_permutations = m_star
+    else:
+        tolerance = truncation_tolerance if method == "tmc" else 0.0
+        values, stderr, num_permutations = _blockwise_monte_carlo(
+            game, group_positions, prefix_masks, m_star, rng, tolerance, stderr_target
+        )
 
     prefix_utilities = game.values(prefix_masks)
     bounds = np.cumsum([0] + [len(g) for g in groups])
@@ -294,3 +331,57 @@ def _monte_carlo(
     else:
         stderr = np.full(n, np.nan)
     return mean, stderr
+
+
+def _blockwise_monte_carlo(
+    game: CoalitionGame,
+    group_positions: list[np.ndarray],
+    prefix_masks: list[int],
+    max_permutations: int,
+    rng: np.random.Generator,
+    tolerance: float,
+    stderr_target: float | None,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """MC (tolerance 0) or truncated MC over blocks of permutations, with an optional
+    standard-error stop; returns (mean, stderr, permutations used) in group order.
+
+    Within group t every permutation starts from U_{t−1} (earlier groups all come
+    first, so a σ-respecting permutation's marginals in group t depend only on its
+    order inside the group) and walks its players; a permutation stops being walked
+    once |v(U_t) − v(prefix)| < tolerance.
+    """
+    sizes = [len(p) for p in group_positions]
+    block = max(10, max(sizes))
+    columns = np.cumsum([0] + sizes)
+    chunks: list[np.ndarray] = []
+    used = 0
+    while used < max_permutations:
+        count = min(block, max_permutations - used)
+        marginals = np.zeros((count, columns[-1]))
+        for t, positions in enumerate(group_positions):
+            size = len(positions)
+            orders = np.stack([rng.permutation(size) for _ in range(count)])
+            full, start = game.values([prefix_masks[t + 1], prefix_masks[t]])
+            masks = np.full(count, prefix_masks[t], dtype=object)
+            previous = np.full(count, start)
+            active = np.full(count, tolerance == 0 or abs(full - start) >= tolerance)
+            for j in range(size):
+                rows = np.flatnonzero(active)
+                if len(rows) == 0:
+                    break
+                players = orders[rows, j]
+                masks[rows] = [int(m) | (1 << int(positions[p])) for m, p in zip(masks[rows], players)]
+                current = game.values(masks[rows].tolist())
+                marginals[rows, columns[t] + players] = current - previous[rows]
+                previous[rows] = current
+                if tolerance > 0:
+                    active[rows] = np.abs(full - current) >= tolerance
+        chunks.append(marginals)
+        used += count
+        if stderr_target is not None and used > 1:
+            sample = np.concatenate(chunks)
+            if np.all(sample.std(axis=0, ddof=1) / math.sqrt(used) <= stderr_target):
+                break
+    sample = np.concatenate(chunks)
+    stderr = sample.std(axis=0, ddof=1) / math.sqrt(used) if used > 1 else np.full(columns[-1], np.nan)
+    return sample.mean(axis=0), stderr, used

@@ -190,6 +190,8 @@ def value_round(
     r: float = 1.0,
     seed: int | np.random.Generator | None = None,
     max_evaluations: int | None = None,
+    truncation_tolerance: float = 1e-3,
+    stderr_target: float | None = None,
 ) -> RoundValuation:
     """Within-round ADS (one group I_t, Eq. 10) and LOO on one shared cache.
 
@@ -207,7 +209,8 @@ def value_round(
     if "ads" in methods:
         results["ads"] = ads(
             game, [players], method=ads_method, epsilon=epsilon, delta=delta, r=r,
-            seed=seed, max_evaluations=max_evaluations,
+            seed=seed, max_evaluations=max_evaluations, truncation_tolerance=truncation_tolerance,
+            stderr_target=stderr_target,
         )
     if "loo" in methods:
         results["loo"] = loo(game, players)

@@ -31,7 +31,7 @@ PARAMETER_HELP = {
     "batch_size": "local batch size (0 = full batch)",
     "strategy": "inner Flower strategy: fedavg, fedprox, fedavgm, fedadam, fedyogi, fedadagrad",
     "methods": "valuations per round, comma-separated: ads,loo",
-    "ads_method": "auto (exact when no dearer than MC), exact or mc",
+    "ads_method": "auto (exact when no dearer than MC), exact, mc or tmc (truncated MC)",
     "epsilon": "MC-ADS accuracy ε",
     "delta": "MC-ADS failure probability δ",
     "utility": "accuracy, neg_loss",

@@ -85,8 +85,8 @@ class ValuingStrategy(Strategy):
     sampler
         Seeded sampling by partition id; ``None`` keeps the inner strategy's own
         sampling (not reproducible in Flower 1.41).
-    ads_method, epsilon, delta, r, max_evaluations
-        Passed to :func:`fedvalue.ads` for each round.
+    ads_method, epsilon, delta, r, max_evaluations, truncation_tolerance, stderr_target
+        Passed to :func:`fedvalue.ads` for each round (``ads_method="tmc"``: truncated MC).
     seed
         Seed of MC permutations (round t uses ``[seed, t]``).
     noisy_clients
@@ -119,6 +119,8 @@ class ValuingStrategy(Strategy):
         delta: float = 0.05,
         r: float = 1.0,
         max_evaluations: int | None = None,
+        truncation_tolerance: float = 1e-3,
+        stderr_target: float | None = None,
         seed: int = 0,
         noisy_clients: Collection[int] | None = None,
         on_round: Callable[[dict], None] | None = None,
@@ -139,7 +141,8 @@ class ValuingStrategy(Strategy):
         self.methods = tuple(methods)
         self.sampler = sampler
         self.valuation_options = dict(ads_method=ads_method, epsilon=epsilon, delta=delta, r=r,
-                                      max_evaluations=max_evaluations)
+                                      max_evaluations=max_evaluations, truncation_tolerance=truncation_tolerance,
+                                      stderr_target=stderr_target)
         self.seed = int(seed)
         self.noisy_clients = None if noisy_clients is None else frozenset(noisy_clients)
         self.on_round = on_round

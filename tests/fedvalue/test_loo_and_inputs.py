@@ -84,7 +84,7 @@ def test_bad_delta(delta):
 
 
 def test_unknown_method():
-    with pytest.raises(ValueError, match="method: expected 'auto', 'exact' or 'mc'; got 'shapley'"):
+    with pytest.raises(ValueError, match="method: expected 'auto', 'exact', 'mc' or 'tmc'; got 'shapley'"):
         fedvalue.ads(square, [["a"]], method="shapley")
 
 
