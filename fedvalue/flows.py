@@ -1,0 +1,821 @@
+"""TracIn inflows and outflows between clients, in O(n·p) per round (seed 000, Eqs. 1–6, §4).
+
+Seed 000 (Sundararajan & Krichene, ICML 2023) measures the influence of a training
+example z on an inference example z' with TracIn (Eq. 4),
+
+    TracIn(z, z') = Σ_{t : z ∈ B_t} η_t ∇ℓ_z(w_t) · ∇ℓ_{z'}(w_t),
+
+the first-order reduction of z'’s loss caused by z's share −η_t ∇ℓ_z(w_t) of step t
+(Remark 2.5), and sums it over individuals: inflow I_v (others' training data on v's
+inference data, Eq. 1), outflow O_u (u's training data on others' inference data, Eq. 2)
+and self-influence (u on u, §2.2).
+
+**Federated form** (shared/DESIGN.md). In round t client u's share of the server step is
+its aggregation-weighted update s_u = p_u Δ_u (FedAvg: p_u = n_u / Σ n, Δ_u = w_u − A_{t−1};
+s_u = 0 for a client that did not train), and g_v = Σ_{z'∈Z'_v} ∇ℓ_{z'}(A_{t−1}) is the
+summed inference-loss gradient of client v at the round's starting state — for every
+client, trained or not (a client not sampled still receives inflow). The flow is
+
+    F_t(u→v) = −s_u · g_v,
+
+    inflow_v  = Σ_t Σ_{u≠v} F_t(u→v),   outflow_u = Σ_t Σ_{v≠u} F_t(u→v),
+    self_u    = Σ_t F_t(u→u).
+
+**O(n·p) computation** (seed 000 §4, Eqs. 5–6). With G = Σ_v g_v and D = Σ_u s_u,
+
+    outflow_u = −s_u · (G − g_u),   inflow_v = −(D − s_v) · g_v,   self_u = −s_u · g_u,
+
+so a round costs O(n·p) and the n×n flow matrix is never formed (:func:`flow_matrix`
+builds it, for small cases and tests only). Σ_v inflow_v = Σ_u outflow_u = −D·G − Σ_u self_u,
+and −(inflow_v + self_v) = D · g_v is the first-order change of v's inference loss over the
+round (Remark 2.5).
+
+**Centralized TracIn is the same code.** One SGD step w_{t+1} = w_t − η_t Σ_{z∈B_t} ∇ℓ_z(w_t)
+gives individual u the step s_u = −η_t Σ_{z∈B_t∩Z_u} ∇ℓ_z(w_t); then −s_u · g_v =
+Σ_{z∈Z_u∩B_t} Σ_{z'∈Z'_v} η_t ∇ℓ_z·∇ℓ_{z'}, the paper's Eq. 4 summed as in Eqs. 1–2.
+:func:`tracin_round_flows` builds these steps from per-example gradients (full-batch gradient
+descent on the mean loss: η_t = η / |B_t|) and calls the same core, :func:`flows_from_arrays`.
+With one full-batch GD step per round and every client every round (FedSGD,
+p_u = n_u / N) the federated flows equal the centralized ones.
+
+**Random projection** (optional, for large p). With R ∈ ℝ^{k×p}, R_ij i.i.d. N(0, 1/k)
+(Gaussian) or ±1/√k (Rademacher), E[RᵀR] = I, so (R s_u)·(R g_v) is an unbiased
+estimate of s_u·g_v with standard deviation ≈ ‖s_u‖‖g_v‖ √(2/k) (Johnson–Lindenstrauss).
+The SAME R is applied to updates and gradients; it is generated from the seed in column
+chunks, so memory stays O(k · chunk) however large p is. For k ≥ p no projection is
+done (identity: exact and cheaper).
+
+All arithmetic is float64.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fedvalue.reciprocity import (
+    DEFAULT_P,
+    ReciprocityReport,
+    reciprocity,
+    reciprocity_over_rounds,
+    reciprocity_ratio,
+)
+
+__all__ = [
+    "FlowBook",
+    "RandomProjection",
+    "RoundFlows",
+    "flatten",
+    "flow_matrix",
+    "flows_from_arrays",
+    "round_flows",
+    "tracin_round_flows",
+]
+
+#: Entries of a temporary block (rows × p) the core keeps at once (32 MiB of float64).
+_BLOCK_ENTRIES = 1 << 22
+#: flow_matrix refuses more clients than this (it is O(n²·p), for tests and small cases).
+MAX_FLOW_MATRIX_CLIENTS = 2000
+
+Vector = np.ndarray | Sequence[float] | Mapping[str, np.ndarray]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def flatten(vector: Vector, *, keys: Sequence[str] | None = None, name: str = "vector") -> np.ndarray:
+    """One flat float64 vector from an array or a dict of arrays.
+
+    Parameters
+    ----------
+    vector
+        An array (any shape; raveled in C order) or a mapping name -> array, whose arrays
+        are raveled and concatenated in the order ``keys``.
+    keys
+        Key order for a mapping; default ``sorted(vector)``. Pass the model's own order
+        (e.g. ``list(state_dict)``) to match vectors flattened elsewhere.
+    name
+        The parameter's name for error messages.
+
+    Returns
+    -------
+    numpy.ndarray
+        1-D float64 (a copy when the input was not float64 already).
+
+    Raises
+    ------
+    ValueError
+        Keys missing or extra, non-numeric or non-finite entries.
+    """
+    if isinstance(vector, Mapping):
+        order = sorted(vector) if keys is None else list(keys)
+        if set(order) != set(vector):
+            raise ValueError(
+                f"{name}: expected arrays under exactly the keys {order}; got keys {list(vector)} "
+                f"(missing {sorted(set(order) - set(vector), key=str)}, extra {sorted(set(vector) - set(order), key=str)})."
+            )
+        try:
+            parts = [np.asarray(vector[k], dtype=np.float64).ravel() for k in order]
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{name}: expected numeric arrays; got {error}.") from None
+        flat = np.concatenate(parts) if parts else np.zeros(0)
+    else:
+        try:
+            flat = np.asarray(vector, dtype=np.float64).ravel()
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{name}: expected a numeric array or a dict of arrays; got {error}.") from None
+    if not np.all(np.isfinite(flat)):
+        bad = int(np.flatnonzero(~np.isfinite(flat))[0])
+        raise ValueError(f"{name}: expected finite numbers; got {flat[bad]!r} at flat position {bad}.")
+    return flat
+
+
+def _matrix(name: str, values: object) -> np.ndarray:
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}: expected a 2-D numeric array; got {type(values).__name__} ({error}).") from None
+    if array.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D array (rows x parameters); got shape {array.shape}.")
+    if not np.all(np.isfinite(array)):
+        row, col = (int(a[0]) for a in np.nonzero(~np.isfinite(array)))
+        raise ValueError(f"{name}: expected finite numbers; got {array[row, col]!r} at row {row}, column {col}.")
+    return array
+
+
+# --------------------------------------------------------------------------- projection
+
+
+class RandomProjection:
+    """A seeded k×p random projection R, applied without holding R in memory.
+
+    R_ij are i.i.d. N(0, 1/k) (``kind="gaussian"``) or ±1/√k with probability 1/2
+    (``kind="rademacher"``); E[RᵀR] = I, so projected dot products are unbiased with
+    standard deviation ≈ ‖x‖‖y‖ √(2/k) (module docstring). Columns are generated in
+    chunks of ``chunk_size``; chunk j comes from its own child of the seed's
+    SeedSequence, so the matrix depends only on (seed, k, kind, chunk_size) and memory is
+    O(k · chunk_size) plus, when it fits in ``max_cache_bytes``, the cached matrix.
+
+    When k ≥ p the projection is the identity (``output_dim = p``): exact, and a random
+    k×p matrix with k ≥ p could only add noise.
+
+    Parameters
+    ----------
+    dim
+        p, the length of the vectors projected.
+    k
+        Target dimension.
+    kind
+        ``"gaussian"`` or ``"rademacher"``.
+    seed
+        Non-negative int, SeedSequence, numpy Generator (one draw of entropy is taken
+        from it) or None (fresh entropy: not reproducible).
+    chunk_size
+        Columns per generated block; default ≈ 2^20 / k (8 MiB blocks).
+    max_cache_bytes
+        Keep the generated blocks when k·p·8 bytes is at most this (default 128 MiB).
+    """
+
+    KINDS = ("gaussian", "rademacher")
+
+    def __init__(
+        self,
+        dim: int,
+        k: int,
+        *,
+        kind: str = "gaussian",
+        seed: int | np.random.Generator | np.random.SeedSequence | None = None,
+        chunk_size: int | None = None,
+        max_cache_bytes: int = 1 << 27,
+    ) -> None:
+        for label, value in (("dim", dim), ("k", k)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{label}: expected a positive integer; got {value!r}.")
+        if kind not in self.KINDS:
+            raise ValueError(f"kind: expected one of {list(self.KINDS)}; got {kind!r}.")
+        if chunk_size is None:
+            chunk_size = max(1, (1 << 20) // int(k))
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
+            raise ValueError(f"chunk_size: expected a positive integer or None; got {chunk_size!r}.")
+        if isinstance(seed, np.random.Generator):
+            sequence = np.random.SeedSequence(seed.integers(0, 2**63, size=4).tolist())
+        elif seed is None or isinstance(seed, np.random.SeedSequence):
+            sequence = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence()
+        elif isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 0:
+            sequence = np.random.SeedSequence(int(seed))
+        else:
+            raise ValueError(
+                f"seed: expected a non-negative int, a numpy Generator, a SeedSequence or None; got {seed!r}."
+            )
+        self.dim = int(dim)
+        self.k = int(k)
+        self.kind = kind
+        self.chunk_size = int(chunk_size)
+        self._entropy = sequence.entropy
+        self._spawn_key = tuple(sequence.spawn_key)
+        self._cache: dict[int, np.ndarray] | None = (
+            {} if self.k * self.dim * 8 <= max_cache_bytes else None
+        )
+
+    @property
+    def identity(self) -> bool:
+        """True when k ≥ p: vectors are returned unchanged."""
+        return self.k >= self.dim
+
+    @property
+    def output_dim(self) -> int:
+        """min(k, p)."""
+        return self.dim if self.identity else self.k
+
+    def _block(self, j: int) -> np.ndarray:
+        if self._cache is not None and j in self._cache:
+            return self._cache[j]
+        start = j * self.chunk_size
+        width = min(self.chunk_size, self.dim - start)
+        rng = np.random.default_rng(np.random.SeedSequence(self._entropy, spawn_key=(*self._spawn_key, j)))
+        if self.kind == "gaussian":
+            block = rng.standard_normal((self.k, width))
+        else:
+            block = rng.integers(0, 2, size=(self.k, width)).astype(np.float64) * 2.0 - 1.0
+        block /= math.sqrt(self.k)
+        if self._cache is not None:
+            self._cache[j] = block
+        return block
+
+    def project_many(self, vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+        """R x for each 1-D vector x of length p (rows of a 2-D array or a list).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``len(vectors) x output_dim``, float64.
+        """
+        rows = [np.asarray(v, dtype=np.float64).ravel() for v in vectors] if not isinstance(vectors, np.ndarray) \
+            else list(np.asarray(vectors, dtype=np.float64).reshape(len(vectors), -1))
+        for i, row in enumerate(rows):
+            if row.shape[0] != self.dim:
+                raise ValueError(f"vectors: expected length {self.dim} (the projection's dim); got {row.shape[0]} at {i}.")
+        if self.identity:
+            return np.stack(rows) if rows else np.zeros((0, self.dim))
+        out = np.zeros((len(rows), self.k))
+        for j in range(math.ceil(self.dim / self.chunk_size)):
+            lo, hi = j * self.chunk_size, min(self.dim, (j + 1) * self.chunk_size)
+            if rows:
+                out += np.stack([row[lo:hi] for row in rows]) @ self._block(j).T
+        return out
+
+    def __call__(self, vector: np.ndarray) -> np.ndarray:
+        """R x for one vector of length p."""
+        return self.project_many([vector])[0]
+
+    def __repr__(self) -> str:
+        return f"RandomProjection(dim={self.dim}, k={self.k}, kind={self.kind!r}, chunk_size={self.chunk_size})"
+
+
+def _project(projection: RandomProjection | None, matrix: np.ndarray, name: str) -> np.ndarray:
+    if projection is None:
+        return matrix
+    if not isinstance(projection, RandomProjection):
+        raise TypeError(f"projection: expected a RandomProjection or None; got {type(projection).__name__}.")
+    if matrix.shape[1] != projection.dim:
+        raise ValueError(
+            f"{name}: expected vectors of length {projection.dim} (the projection's dim); got {matrix.shape[1]}."
+        )
+    return projection.project_many(matrix)
+
+
+# --------------------------------------------------------------------------- core
+
+
+def flows_from_arrays(
+    updates: np.ndarray,
+    gradients: np.ndarray,
+    trained: np.ndarray | Sequence[int],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inflow, outflow and self-influence of one round in O(n·p) (seed 000 §4, Eqs. 5–6).
+
+    With s_u the step share of trained unit u and g_v the inference gradient of unit v,
+    G = Σ_v g_v, D = Σ_u s_u:
+
+        outflow_u = −s_u·(G − g_u),  inflow_v = −(D − s_v)·g_v,  self_u = −s_u·g_u,
+
+    computed as −s_u·G − self_u and −D·g_v − self_v (s_v = 0 for an untrained unit).
+
+    Parameters
+    ----------
+    updates
+        m × p: row i is s_{trained[i]} = p_u Δ_u (or −η Σ ∇ℓ_z for centralized TracIn).
+    gradients
+        n × p: row v is g_v (zeros for a unit without inference data).
+    trained
+        m distinct row indices into ``gradients``: which unit made each update.
+
+    Returns
+    -------
+    inflow, outflow, self_influence
+        Three float64 vectors of length n (outflow and self are 0 for untrained units).
+
+    Raises
+    ------
+    ValueError
+        Shapes that do not match, non-finite entries, bad or repeated ``trained`` indices.
+    """
+    s = _matrix("updates", updates)
+    g = _matrix("gradients", gradients)
+    n, p = g.shape
+    if s.shape[1] != p:
+        raise ValueError(f"updates: expected {p} columns, like gradients; got {s.shape[1]}.")
+    idx = np.asarray(trained)
+    if idx.ndim != 1 or len(idx) != len(s) or (len(idx) and not np.issubdtype(idx.dtype, np.integer)):
+        raise ValueError(f"trained: expected {len(s)} integer row indices, one per update; got {idx!r}.")
+    idx = idx.astype(np.intp, copy=False)
+    if len(idx) and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"trained: expected indices in [0, {n}); got values in [{idx.min()}, {idx.max()}].")
+    if len(np.unique(idx)) != len(idx):
+        raise ValueError("trained: expected distinct indices (one update per unit); got repeats.")
+    return _flows_unchecked(s, g, idx)
+
+
+def _flows_unchecked(s: np.ndarray, g: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n, p = g.shape
+    big_g = g.sum(axis=0)
+    big_d = s.sum(axis=0)
+    self_t = np.empty(len(idx))
+    rows = max(1, _BLOCK_ENTRIES // max(p, 1))
+    for lo in range(0, len(idx), rows):  # −s_u·g_u without a full m×p copy of g[idx]
+        hi = lo + rows
+        self_t[lo:hi] = -np.einsum("ij,ij->i", s[lo:hi], g[idx[lo:hi]])
+    inflow = -(g @ big_d)
+    inflow[idx] -= self_t
+    outflow = np.zeros(n)
+    outflow[idx] = -(s @ big_g) - self_t
+    self_influence = np.zeros(n)
+    self_influence[idx] = self_t
+    return inflow, outflow, self_influence
+
+
+@dataclass(frozen=True, eq=False)
+class RoundFlows:
+    """TracIn flows of one round (or one SGD step), per client.
+
+    Attributes
+    ----------
+    clients
+        Client labels, in the order of the arrays.
+    inflow, outflow, self_influence
+        Σ_{u≠v} F(u→v), Σ_{v≠u} F(u→v) and F(u→u) per client (float64).
+    trained
+        Whether the client contributed a step this round (False: outflow = self = 0).
+    total
+        Σ_u Σ_v F(u→v) = −D·G, self-influence included: the first-order reduction of the
+        summed inference loss over the round (seed 000, Remark 2.5).
+    """
+
+    clients: tuple[Hashable, ...]
+    inflow: np.ndarray
+    outflow: np.ndarray
+    self_influence: np.ndarray
+    trained: np.ndarray
+    total: float
+
+    @property
+    def balance_gap(self) -> float:
+        """Σ inflow − Σ outflow: zero up to rounding (every cross flow is one's in, another's out)."""
+        return float(self.inflow.sum() - self.outflow.sum())
+
+    def predicted_loss_change(self) -> pd.Series:
+        """−(inflow_v + self_v) = D·g_v: first-order change of v's inference loss (Remark 2.5)."""
+        return pd.Series(-(self.inflow + self.self_influence), index=self._index(), name="predicted_loss_change")
+
+    def _index(self) -> pd.Index:
+        return pd.Index(list(self.clients), name="client", tupleize_cols=False)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Columns ``inflow``, ``outflow``, ``self``, ``trained``; index ``client``."""
+        return pd.DataFrame(
+            {"inflow": self.inflow, "outflow": self.outflow, "self": self.self_influence, "trained": self.trained},
+            index=self._index(),
+        )
+
+
+def _unique_clients(name: str, clients: Iterable[Hashable]) -> tuple[Hashable, ...]:
+    ordered = tuple(clients)
+    if len(set(ordered)) != len(ordered):
+        raise ValueError(f"{name}: expected distinct client labels; got repeats in {list(ordered)}.")
+    return ordered
+
+
+def _stack(vectors: Mapping[Hashable, Vector], name: str, keys: Sequence[str] | None, size: int | None) -> list[np.ndarray]:
+    flat = []
+    for client, vector in vectors.items():
+        if keys is None and isinstance(vector, Mapping):
+            keys = sorted(vector)
+        v = flatten(vector, keys=keys, name=f"{name}[{client!r}]")
+        if size is None:
+            size = len(v)
+        elif len(v) != size:
+            raise ValueError(f"{name}[{client!r}]: expected a vector of length {size}, like the others; got {len(v)}.")
+        flat.append(v)
+    return flat
+
+
+def round_flows(
+    updates: Mapping[Hashable, Vector],
+    gradients: Mapping[Hashable, Vector],
+    *,
+    weights: Mapping[Hashable, float] | None = None,
+    keys: Sequence[str] | None = None,
+    projection: RandomProjection | None = None,
+) -> RoundFlows:
+    """TracIn flows of one federated round, F_t(u→v) = −(p_u Δ_u)·g_v (seed 000 §4; DESIGN.md).
+
+    Parameters
+    ----------
+    updates
+        Client -> its aggregation-weighted update p_u Δ_u (or Δ_u when ``weights`` is
+        given), for the clients whose updates make the round's step. An array of any
+        shape (raveled) or a dict name -> array (flattened in the order ``keys``).
+    gradients
+        Client -> g_v = Σ_{z'∈Z'_v} ∇ℓ_{z'}(A_{t−1}), the summed inference-loss gradient at
+        the round's starting state, for EVERY client that receives inflow (trained or
+        not). Every client in ``updates`` must be here (pass zeros for one without
+        inference data). Its order is the order of the result.
+    weights
+        Optional client -> p_u for exactly the clients of ``updates``; the update used is
+        weights[u] · updates[u], as given (not normalized: pass n_u / Σ n for FedAvg).
+    keys
+        Key order for dict vectors (default: sorted keys of the first dict).
+    projection
+        Optional :class:`RandomProjection` applied to all vectors (the same R).
+
+    Returns
+    -------
+    RoundFlows
+
+    Raises
+    ------
+    ValueError
+        A client in ``updates`` or ``weights`` that is not in ``gradients`` (resp.
+        ``updates``), vectors of different lengths or keys, non-finite values.
+    """
+    if not isinstance(updates, Mapping):
+        raise TypeError(f"updates: expected a mapping client -> update vector; got {type(updates).__name__}.")
+    if not isinstance(gradients, Mapping) or not gradients:
+        raise ValueError(f"gradients: expected a non-empty mapping client -> gradient vector; got {gradients!r:.80}.")
+    clients = tuple(gradients)
+    position = {c: i for i, c in enumerate(clients)}
+    unknown = [c for c in updates if c not in position]
+    if unknown:
+        raise ValueError(
+            f"updates: unknown client(s) {unknown}: every client that trained needs its inference "
+            f"gradient in gradients (zeros if it has no inference data); gradients has {list(clients)}."
+        )
+    if weights is not None:
+        if not isinstance(weights, Mapping):
+            raise TypeError(f"weights: expected a mapping client -> p_u or None; got {type(weights).__name__}.")
+        extra = [c for c in weights if c not in updates]
+        missing = [c for c in updates if c not in weights]
+        if extra or missing:
+            raise ValueError(
+                f"weights: expected one weight per client of updates; unknown client(s) {extra}, missing {missing}."
+            )
+        for c, w in weights.items():
+            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+                raise ValueError(f"weights[{c!r}]: expected a finite number; got {w!r}.")
+    g_rows = _stack(gradients, "gradients", keys, None)
+    p = len(g_rows[0])
+    s_rows = _stack(updates, "updates", keys, p)
+    if weights is not None:
+        s_rows = [float(weights[c]) * v for c, v in zip(updates, s_rows)]
+    if projection is not None:
+        if not isinstance(projection, RandomProjection):
+            raise TypeError(f"projection: expected a RandomProjection or None; got {type(projection).__name__}.")
+        if projection.dim != p:
+            raise ValueError(f"projection: expected a projection of dim {p} (the vectors' length); got {projection.dim}.")
+        both = projection.project_many(g_rows + s_rows)
+        g, s = both[: len(g_rows)], both[len(g_rows):]
+    else:
+        g = np.stack(g_rows)
+        s = np.stack(s_rows) if s_rows else np.zeros((0, p))
+    idx = np.array([position[c] for c in updates], dtype=np.intp)
+    return _round(clients, s, g, idx)
+
+
+def _round(clients: tuple, s: np.ndarray, g: np.ndarray, idx: np.ndarray) -> RoundFlows:
+    inflow, outflow, self_influence = _flows_unchecked(s, g, idx)
+    trained = np.zeros(len(clients), dtype=bool)
+    trained[idx] = True
+    total = -float(s.sum(axis=0) @ g.sum(axis=0))
+    return RoundFlows(clients, inflow, outflow, self_influence, trained, total)
+
+
+def _owners(name: str, owners: object, count: int) -> np.ndarray:
+    """``owners`` as a 1-D array of ``count`` labels (object dtype unless numeric)."""
+    if isinstance(owners, np.ndarray) and owners.ndim == 1 and owners.dtype != object:
+        values = owners
+    else:
+        listed = list(owners)  # type: ignore[call-overload]
+        values = np.empty(len(listed), dtype=object)
+        values[:] = listed
+    if len(values) != count:
+        raise ValueError(f"{name}: expected {count} owners, one per row; got {len(values)}.")
+    return values
+
+
+def tracin_round_flows(
+    train_gradients: np.ndarray,
+    inference_gradients: np.ndarray,
+    *,
+    step_size: float,
+    train_owners: Sequence[Hashable] | np.ndarray | None = None,
+    inference_owners: Sequence[Hashable] | np.ndarray | None = None,
+    projection: RandomProjection | None = None,
+) -> RoundFlows:
+    """Centralized TracIn flows of one SGD step from per-example gradients (seed 000, Eq. 4).
+
+    The step is w_{t+1} = w_t − η_t Σ_{z∈B_t} ∇ℓ_z(w_t) with η_t = ``step_size`` (full-batch
+    gradient descent on the MEAN loss with learning rate η: η_t = η / |B_t|). Individual
+    u's share is s_u = −η_t Σ_{z∈B_t∩Z_u} ∇ℓ_z and g_v = Σ_{z'∈Z'_v} ∇ℓ_{z'}, so
+
+        F_t(u→v) = −s_u·g_v = Σ_{z∈Z_u∩B_t} Σ_{z'∈Z'_v} η_t ∇ℓ_z·∇ℓ_{z'},
+
+    Eq. 4 summed as in Eqs. 1–2 — computed by the same O(n·p) core as :func:`round_flows`.
+
+    Parameters
+    ----------
+    train_gradients
+        |B_t| × p: ∇ℓ_z(w_t) for each example of the batch.
+    inference_gradients
+        |Z'| × p: ∇ℓ_{z'}(w_t) for each inference example.
+    step_size
+        η_t > 0.
+    train_owners, inference_owners
+        The individual owning each row (any hashable labels; an individual may own rows
+        in both). Default: every row its own individual, labelled 0..|B_t|−1 for training
+        rows and |B_t|..|B_t|+|Z'|−1 for inference rows.
+    projection
+        Optional :class:`RandomProjection` of dim p (applied to the per-individual sums,
+        which equals projecting every example: R is linear).
+
+    Returns
+    -------
+    RoundFlows
+        Individuals in order of first appearance (training owners first); ``trained``
+        marks those with training rows; individuals without inference rows have g = 0.
+
+    Raises
+    ------
+    ValueError
+        Non-2-D, non-finite or mismatched gradients, ``step_size`` not > 0, owner lists of
+        the wrong length.
+    """
+    if isinstance(step_size, bool) or not isinstance(step_size, numbers.Real) or not (
+        math.isfinite(step_size) and step_size > 0
+    ):
+        raise ValueError(f"step_size: expected a finite number > 0; got {step_size!r}.")
+    x = _matrix("train_gradients", train_gradients)
+    y = _matrix("inference_gradients", inference_gradients)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(
+            f"inference_gradients: expected {x.shape[1]} columns, like train_gradients; got {y.shape[1]}."
+        )
+    m, k = len(x), len(y)
+    if train_owners is None and inference_owners is None:  # every row its own individual
+        clients: tuple = tuple(range(m + k))
+        s = -float(step_size) * x
+        g = np.zeros((m + k, x.shape[1]))
+        g[m:] = y
+        idx = np.arange(m)
+    else:
+        a = np.arange(m) if train_owners is None else _owners("train_owners", train_owners, m)
+        b = np.arange(m, m + k) if inference_owners is None else _owners("inference_owners", inference_owners, k)
+        both = np.concatenate([a, b]) if a.dtype == b.dtype else np.concatenate([a.astype(object), b.astype(object)])
+        codes, uniques = pd.factorize(both)
+        clients = tuple(uniques.tolist())
+        ca, cb = codes[:m], codes[m:]
+        n_train = int(ca.max()) + 1 if m else 0  # factorize numbers first appearances 0, 1, ...
+        s = np.zeros((n_train, x.shape[1]))
+        if n_train == m:
+            s[ca] = x
+        else:
+            np.add.at(s, ca, x)
+        s *= -float(step_size)
+        g = np.zeros((len(clients), x.shape[1]))
+        if len(np.unique(cb)) == k:
+            g[cb] = y
+        else:
+            np.add.at(g, cb, y)
+        idx = np.arange(n_train)
+    if projection is not None:
+        s = _project(projection, s, "train_gradients")
+        g = _project(projection, g, "inference_gradients")
+    return _round(clients, s, g, idx)
+
+
+def flow_matrix(
+    updates: Mapping[Hashable, Vector],
+    gradients: Mapping[Hashable, Vector],
+    *,
+    weights: Mapping[Hashable, float] | None = None,
+    keys: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The full n×n matrix F(u→v) = −s_u·g_v of one round — small cases and tests only.
+
+    O(n²·p) time and O(n²) memory; rows are sources u (all clients of ``gradients``,
+    zero rows for those that did not train), columns are targets v. Row sums minus the
+    diagonal are outflows, column sums minus the diagonal inflows.
+
+    Raises
+    ------
+    ValueError
+        More than ``MAX_FLOW_MATRIX_CLIENTS`` clients, or any input error of
+        :func:`round_flows`.
+    """
+    if isinstance(gradients, Mapping) and len(gradients) > MAX_FLOW_MATRIX_CLIENTS:
+        raise ValueError(
+            f"gradients: flow_matrix is for at most {MAX_FLOW_MATRIX_CLIENTS} clients; got {len(gradients)} "
+            "(use round_flows, which never forms the matrix)."
+        )
+    flows = round_flows(updates, gradients, weights=weights, keys=keys)  # validates inputs
+    clients = flows.clients
+    g = np.stack(_stack(gradients, "gradients", keys, None))
+    s = np.zeros_like(g)
+    rows = _stack(updates, "updates", keys, g.shape[1])
+    for c, v in zip(updates, rows):
+        s[clients.index(c)] = v * (float(weights[c]) if weights is not None else 1.0)
+    index = pd.Index(list(clients), tupleize_cols=False)
+    return pd.DataFrame(-(s @ g.T), index=index.rename("source"), columns=index.rename("target"))
+
+
+# --------------------------------------------------------------------------- accumulation
+
+
+@dataclass
+class _Record:
+    round: int
+    positions: np.ndarray
+    flows: RoundFlows
+
+
+class FlowBook:
+    """Flows accumulated over rounds: per-round frames, totals, summary and reciprocity.
+
+    Parameters
+    ----------
+    clients
+        Optional fixed population. Then a round naming another client raises ValueError
+        and clients that never appear are reported with zero flows. Default: the
+        population grows in order of first appearance.
+    keep_rounds
+        Keep every round's flows (for :meth:`rounds_frame` and
+        :meth:`reciprocity_over_rounds`); False keeps only running totals.
+
+    Examples
+    --------
+    >>> book = FlowBook()
+    >>> book.add_round({"a": [1.0, 0.0]}, {"a": [0.0, 1.0], "b": [-1.0, 0.0]})  # doctest: +ELLIPSIS
+    RoundFlows(...)
+    >>> float(book.summary().loc["b", "inflow"])
+    1.0
+    """
+
+    def __init__(self, clients: Iterable[Hashable] | None = None, *, keep_rounds: bool = True) -> None:
+        self._fixed = clients is not None
+        self._clients: list[Hashable] = list(_unique_clients("clients", clients)) if clients is not None else []
+        self._position = {c: i for i, c in enumerate(self._clients)}
+        n = len(self._clients)
+        self._inflow, self._outflow, self._self = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._rounds_seen, self._rounds_trained = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self.keep_rounds = bool(keep_rounds)
+        self._records: list[_Record] = []
+        self._last_round: int | None = None
+        self._last_clients: tuple | None = None
+        self._last_positions: np.ndarray | None = None
+        self._count = 0
+        #: Σ over rounds of RoundFlows.total (first-order reduction of the summed inference loss).
+        self.total = 0.0
+
+    @property
+    def clients(self) -> tuple[Hashable, ...]:
+        return tuple(self._clients)
+
+    @property
+    def num_rounds(self) -> int:
+        """Rounds added so far."""
+        return self._count
+
+    def _positions(self, clients: tuple) -> np.ndarray:
+        if clients == self._last_clients and self._last_positions is not None:
+            return self._last_positions
+        new = [c for c in clients if c not in self._position]
+        if new and self._fixed:
+            raise ValueError(f"flows: unknown client(s) {new[:10]}; the book's clients are {self._clients[:10]}...")
+        for c in new:
+            self._position[c] = len(self._clients)
+            self._clients.append(c)
+        if new:
+            grow = len(new)
+            self._inflow, self._outflow, self._self = (np.concatenate([a, np.zeros(grow)])
+                                                        for a in (self._inflow, self._outflow, self._self))
+            self._rounds_seen, self._rounds_trained = (np.concatenate([a, np.zeros(grow, dtype=np.int64)])
+                                                       for a in (self._rounds_seen, self._rounds_trained))
+        positions = np.array([self._position[c] for c in clients], dtype=np.intp)
+        self._last_clients, self._last_positions = clients, positions
+        return positions
+
+    def add(self, flows: RoundFlows, *, round: int | None = None) -> RoundFlows:
+        """Book one round's flows.
+
+        Parameters
+        ----------
+        flows
+            From :func:`round_flows` or :func:`tracin_round_flows`.
+        round
+            Round number; default the previous one + 1 (first: 1). Must increase.
+
+        Returns
+        -------
+        RoundFlows
+            ``flows``, for chaining.
+        """
+        if not isinstance(flows, RoundFlows):
+            raise TypeError(f"flows: expected a RoundFlows; got {type(flows).__name__}.")
+        if round is None:
+            round = 1 if self._last_round is None else self._last_round + 1
+        if isinstance(round, bool) or not isinstance(round, numbers.Integral):
+            raise TypeError(f"round: expected an integer; got {round!r}.")
+        if self._last_round is not None and round <= self._last_round:
+            raise ValueError(f"round: expected a round after {self._last_round}; got {round}.")
+        positions = self._positions(flows.clients)
+        self._inflow[positions] += flows.inflow
+        self._outflow[positions] += flows.outflow
+        self._self[positions] += flows.self_influence
+        self._rounds_seen[positions] += 1
+        self._rounds_trained[positions] += flows.trained
+        self.total += flows.total
+        if self.keep_rounds:
+            self._records.append(_Record(int(round), positions, flows))
+        self._last_round = int(round)
+        self._count += 1
+        return flows
+
+    def add_round(self, updates: Mapping[Hashable, Vector], gradients: Mapping[Hashable, Vector], *,
+                  round: int | None = None, **options) -> RoundFlows:
+        """:func:`round_flows` (``options``: weights, keys, projection), then :meth:`add`."""
+        return self.add(round_flows(updates, gradients, **options), round=round)
+
+    def add_tracin_step(self, train_gradients: np.ndarray, inference_gradients: np.ndarray, *, step_size: float,
+                        round: int | None = None, **options) -> RoundFlows:
+        """:func:`tracin_round_flows` (``options``: owners, projection), then :meth:`add`."""
+        return self.add(tracin_round_flows(train_gradients, inference_gradients, step_size=step_size, **options),
+                        round=round)
+
+    @property
+    def balance_gap(self) -> float:
+        """Σ inflow − Σ outflow over all clients and rounds (zero up to rounding)."""
+        return float(self._inflow.sum() - self._outflow.sum())
+
+    def rounds_frame(self) -> pd.DataFrame:
+        """One row per round and client: ``round, client, inflow, outflow, self, trained``."""
+        if not self.keep_rounds:
+            raise ValueError("keep_rounds: this book was made with keep_rounds=False; per-round flows were not kept.")
+        columns = ["round", "client", "inflow", "outflow", "self", "trained"]
+        if not self._records:
+            return pd.DataFrame(columns=columns)
+        return pd.DataFrame({
+            "round": np.concatenate([np.full(len(r.positions), r.round) for r in self._records]),
+            "client": [c for r in self._records for c in r.flows.clients],
+            "inflow": np.concatenate([r.flows.inflow for r in self._records]),
+            "outflow": np.concatenate([r.flows.outflow for r in self._records]),
+            "self": np.concatenate([r.flows.self_influence for r in self._records]),
+            "trained": np.concatenate([r.flows.trained for r in self._records]),
+        }, columns=columns)
+
+    def totals(self) -> pd.DataFrame:
+        """Per client, summed over rounds: ``inflow, outflow, self, rounds, rounds_trained``."""
+        index = pd.Index(list(self._clients), name="client", tupleize_cols=False)
+        return pd.DataFrame({
+            "inflow": self._inflow, "outflow": self._outflow, "self": self._self,
+            "rounds": self._rounds_seen, "rounds_trained": self._rounds_trained,
+        }, index=index)
+
+    def summary(self) -> pd.DataFrame:
+        """Totals plus ``balance`` = inflow − outflow and ``ratio`` = r_u (Def. 2.1)."""
+        frame = self.totals()
+        frame.insert(3, "balance", frame["inflow"] - frame["outflow"])
+        frame.insert(4, "ratio", reciprocity_ratio(frame["inflow"].to_numpy(), frame["outflow"].to_numpy()))
+        return frame
+
+    def reciprocity(self, p: float = DEFAULT_P) -> ReciprocityReport:
+        """:func:`fedvalue.reciprocity.reciprocity` of the total inflows and outflows."""
+        frame = self.totals()
+        return reciprocity(frame["inflow"], frame["outflow"], p=p)
+
+    def reciprocity_over_rounds(self, p: float = DEFAULT_P) -> pd.DataFrame:
+        """Reciprocity on the cumulative flows after each round (seed 000 Fig. 1c)."""
+        return reciprocity_over_rounds(self.rounds_frame(), p=p)
