@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_over_rounds, reciprocity_ratio
+
 LEDGER_COLUMNS = ("round", "client_id", "method", "value", "stderr", "num_examples", "status", "noisy")
 ROUND_COLUMNS = (
     "round", "clients", "num_clients", "num_failed", "utility_before", "utility_after",
@@ -182,6 +184,10 @@ def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
     return frame
 
 
+#: Ledger methods of TracIn flows and the name each has in summaries.
+FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
+
+
 @dataclass(frozen=True)
 class Run:
     """A run directory loaded as DataFrames."""
@@ -189,10 +195,89 @@ class Run:
     ledger: pd.DataFrame
     rounds: pd.DataFrame
     config: dict
+    first_order: pd.DataFrame | None = None
 
     def summary(self) -> pd.DataFrame:
-        """Per client: total value per method, rounds participated, noisy flag."""
+        """Per client: total value per method, rounds participated, noisy flag (and flows)."""
         return client_summary(self.ledger)
+
+    def run_summary(self, p: float = DEFAULT_P) -> dict:
+        """Run-level figures: see :func:`run_summary`."""
+        return run_summary(self, p=p)
+
+    def flows(self) -> pd.DataFrame:
+        """Per round and client: ``inflow``, ``outflow``, ``self`` (booked rows only)."""
+        return flow_rounds(self.ledger)
+
+
+def flow_rounds(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The TracIn rows of a ledger as one row per (round, client): inflow, outflow, self."""
+    rows = ledger[ledger["method"].isin(list(FLOW_METHODS)) & ledger["status"].isin(["ok", "idle"])]
+    if rows.empty:
+        return pd.DataFrame(columns=["round", "client", "inflow", "outflow", "self"])
+    wide = rows.pivot_table(index=["round", "client_id"], columns="method", values="value", aggfunc="sum")
+    wide = wide.reindex(columns=list(FLOW_METHODS)).rename(columns=FLOW_METHODS).reset_index()
+    return wide.rename(columns={"client_id": "client"}).rename_axis(columns=None)
+
+
+def first_order_error(first_order: pd.DataFrame | None) -> dict:
+    """The first-order check of TracIn flows (seed 000, Remark 2.5 / Fig. 5).
+
+    Per round t and client v, actual = L_v(A_t) − L_v(A_{t−1}) and predicted =
+    −(inflow_v + self_v). Returns ``relative_error`` = Σ|actual − predicted| / Σ|actual|
+    over all rows, ``median_round_relative_error`` (the same ratio per round, median over
+    rounds) and ``rounds_checked``; NaN/0 when there is nothing to check.
+    """
+    if first_order is None or first_order.empty:
+        return {"first_order_relative_error": float("nan"), "first_order_median_round_error": float("nan"),
+                "first_order_rounds_checked": 0}
+    gap = (first_order["actual_change"] - first_order["predicted_change"]).abs()
+    actual = first_order["actual_change"].abs()
+    per_round = gap.groupby(first_order["round"]).sum() / actual.groupby(first_order["round"]).sum()
+    total = float(actual.sum())
+    return {
+        "first_order_relative_error": float(gap.sum()) / total if total > 0 else float("nan"),
+        "first_order_median_round_error": float(per_round.median()),
+        "first_order_rounds_checked": int(per_round.size),
+    }
+
+
+def run_summary(run: Run, *, p: float = DEFAULT_P) -> dict:
+    """Run-level figures of a run directory.
+
+    Always: ``rounds``, ``utility_start`` (U(A_0)), ``utility_end`` (U of the last realized
+    state), ``max_efficiency_gap`` (largest |Σφ_t − (v_t(I_t) − v_t(∅))|),
+    ``num_evaluations`` and ``valuation_seconds`` (sums over rounds), ``failed_replies``.
+    With TracIn flows: reciprocity of the clients' total inflows and outflows (seed 000
+    Def. 2.1: ``alpha`` at ``p``, ``pearson``, ``spearman``, ``negative_inflow_share``,
+    ``negative_outflow_share``, ...; prefixed ``reciprocity_``), ``flow_balance_gap``
+    (Σ inflow − Σ outflow, zero up to rounding) and :func:`first_order_error`.
+    """
+    rounds = run.rounds
+    summary: dict = {"rounds": int(len(rounds))}
+    if len(rounds):
+        summary.update({
+            "utility_start": float(rounds["utility_before"].iloc[0]),
+            "utility_end": float(rounds["utility_realized"].iloc[-1]),
+            "max_efficiency_gap": float(rounds["efficiency_gap"].abs().max()) if rounds["efficiency_gap"].notna().any()
+            else float("nan"),
+            "num_evaluations": int(rounds["num_evaluations"].sum()),
+            "valuation_seconds": float(rounds["valuation_seconds"].sum()),
+            "failed_replies": int(rounds["num_failed"].sum()),
+        })
+    flows = flow_rounds(run.ledger)
+    if not flows.empty:
+        totals = flows.groupby("client")[["inflow", "outflow"]].sum()
+        report = reciprocity(totals["inflow"], totals["outflow"], p=p)
+        summary.update({f"reciprocity_{k}": v for k, v in report.to_dict().items()})
+        summary["flow_balance_gap"] = float(totals["inflow"].sum() - totals["outflow"].sum())
+        summary.update(first_order_error(run.first_order))
+    return summary
+
+
+def reciprocity_by_round(run: Run, *, p: float = DEFAULT_P) -> pd.DataFrame:
+    """Reciprocity on the cumulative flows after each round (seed 000 §5.1, Fig. 1c)."""
+    return reciprocity_over_rounds(flow_rounds(run.ledger), p=p)
 
 
 def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
@@ -208,9 +293,8 @@ def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
     summary = totals.join(rounds, how="outer")
     summary["rounds"] = summary["rounds"].fillna(0).astype(int)
     if "total_tracin_inflow" in summary:
-        summary["inflow"] = summary.pop("total_tracin_inflow").fillna(0.0)
-        summary["outflow"] = summary.pop("total_tracin_outflow").fillna(0.0)
-        summary["self"] = summary.pop("total_tracin_self").fillna(0.0)
+        for method, name in FLOW_METHODS.items():
+            summary[name] = summary.pop(f"total_{method}").fillna(0.0)
         summary["balance"] = summary["inflow"] - summary["outflow"]
         summary["ratio"] = reciprocity_ratio(summary["inflow"].to_numpy(), summary["outflow"].to_numpy())
     if "noisy" in ledger:
@@ -232,11 +316,6 @@ def load_run(run_dir: str | os.PathLike) -> Run:
                          na_values={"efficiency_gap": [""], "utility_after": [""], "utility_realized": [""]})
     config_path = run_dir / "run.json"
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
-    return Run(ledger=read_ledger_csv(ledger_path), rounds=rounds, config=config)
-
-
-def reciprocity_ratio(inflow, outflow):  # TEMPORARY until fedvalue.reciprocity lands
-    inflow, outflow = np.asarray(inflow, float), np.asarray(outflow, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.minimum(inflow / outflow, outflow / inflow)
-    return np.where(np.sign(inflow) != np.sign(outflow), 0.0, np.nan_to_num(r, nan=1.0))
+    first_order_path = run_dir / FIRST_ORDER_FILE
+    first_order = pd.read_csv(first_order_path, dtype={"client_id": str}) if first_order_path.exists() else None
+    return Run(ledger=read_ledger_csv(ledger_path), rounds=rounds, config=config, first_order=first_order)

@@ -9,7 +9,9 @@ import time
 import typing
 from collections.abc import Sequence
 
+from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.noisy_clients import NoisyClientsConfig
+from simulations.reciprocity import ReciprocityConfig
 from simulations.study import NoisyClientsStudyConfig
 
 PARAMETER_HELP = {
@@ -43,9 +45,21 @@ PARAMETER_HELP = {
     "seeds": "number of seeds of the study (one engine serves them all)",
     "first_seed": "first seed of the study",
     "ks": "top-k sizes retrained, comma-separated",
+    "repetitions": "random training/inference splits averaged over",
+    "steps": "full-batch gradient-descent steps T (0 = the paper's: 600 breast-cancer, 200 diabetes)",
+    "averaging": "conditional (mean over the splits that put an individual on each side) or all-splits",
+    "target": "diabetes target: raw (the paper's) or standardized",
+    "p": "population fraction at which alpha is reported",
 }
 
-SIMULATIONS = {"noisy-clients": NoisyClientsConfig, "noisy-clients-study": NoisyClientsStudyConfig}
+SIMULATIONS = {
+    "noisy-clients": NoisyClientsConfig,
+    "noisy-clients-study": NoisyClientsStudyConfig,
+    "reciprocity": ReciprocityConfig,
+    "reciprocity-federated": FederatedReciprocityConfig,
+}
+#: Simulations that write no ledger: --out is optional (tables are written there when given).
+OUT_OPTIONAL = ("reciprocity",)
 
 
 def _parse_tuple(kind):
@@ -93,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulations = run.add_subparsers(dest="simulation", required=True, metavar="SIMULATION")
     for name, config_cls in SIMULATIONS.items():
         sim = simulations.add_parser(name, help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
-        sim.add_argument("--out", required=True, help="run directory for the ledger")
+        sim.add_argument("--out", required=name not in OUT_OPTIONAL,
+                         help="output directory" + (" for the tables (optional)" if name in OUT_OPTIONAL
+                                                    else " for the ledger"))
         sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
         sim.add_argument("--quiet", action="store_true", help="no per-round progress")
         _add_config_options(sim, config_cls)
@@ -130,11 +146,57 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.simulation == "noisy-clients-study":
         return _run_study(config, args, started)
-    run = run_noisy_clients(config, args.out, on_round=None if args.quiet else _progress(config.rounds),
-                            overwrite=args.overwrite)
+    if args.simulation == "reciprocity":
+        return _run_reciprocity(config, args, started)
+    progress = None if args.quiet else _progress(config.rounds)
+    if args.simulation == "reciprocity-federated":
+        from simulations.federated_reciprocity import run_federated_reciprocity
+
+        run = run_federated_reciprocity(config, args.out, on_round=progress, overwrite=args.overwrite)
+    else:
+        run = run_noisy_clients(config, args.out, on_round=progress, overwrite=args.overwrite)
     print(f"wrote {args.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
           f"{time.perf_counter() - started:.1f}s; see `fedvalue report {args.out}`")
+    if run.first_order is not None:
+        _print_run_summary(run.run_summary())
     return 0
+
+
+def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
+    """Seed 000 §5.2: the centralized reproduction table (both datasets with --dataset all)."""
+    from pathlib import Path
+
+    from fedvalue.ledger import write_json
+    from simulations.reciprocity import format_table, run_centralized_reciprocity
+
+    from simulations.reciprocity import DATASETS
+
+    if config.dataset not in (*DATASETS, "all"):
+        raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")
+    datasets = list(DATASETS) if config.dataset == "all" else [config.dataset]
+    out = None if args.out is None else Path(args.out)
+    if out is not None and out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise ValueError(f"out: {out} already holds files; pass --overwrite to replace them or choose another "
+                         "directory.")
+    results = [run_centralized_reciprocity(dataclasses.replace(config, dataset=d)) for d in datasets]
+    print(format_table(*results))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for result in results:
+            name = result.config.dataset
+            result.to_frame().to_csv(out / f"{name}-figures.csv")
+            result.individuals.to_csv(out / f"{name}-individuals.csv")
+            result.report.curve().to_csv(out / f"{name}-alpha-curve.csv", index=False)
+        write_json(out / "reciprocity.json", {"simulation": "reciprocity", "results": [r.to_dict() for r in results]})
+    print(f"done in {time.perf_counter() - started:.1f}s" + ("" if out is None else f"; tables in {out}"))
+    return 0
+
+
+def _print_run_summary(summary: dict) -> None:
+    """The run-level figures (utility, efficiency, reciprocity, first-order check)."""
+    for key, value in summary.items():
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"  {key:<36}{text}")
 
 
 def _run_study(config, args: argparse.Namespace, started: float) -> int:
@@ -170,9 +232,8 @@ def _report(args: argparse.Namespace) -> int:
             by_noise = summary.groupby("noisy")[column].mean()
             print(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
                   f"clean {by_noise.get(False, float('nan')):.4f}")
-    gaps = run.rounds["efficiency_gap"].abs()
-    print(f"rounds: {len(run.rounds)}; max |efficiency gap| {gaps.max():.2e}; "
-          f"utility {run.rounds['utility_before'].iloc[0]:.4f} -> {run.rounds['utility_realized'].iloc[-1]:.4f}")
+    print("run:")
+    _print_run_summary(run.run_summary())
     return 0
 
 

@@ -67,8 +67,7 @@ class TopKSelection(ValuingStrategy):
             picked = rng.choice(len(order), size=min(self.k, len(order)), replace=False)
             return {order[i] for i in picked}
         if self.score == "tracin_outflow":
-            frame = self._flows_of(ok, gradients)
-            scores = {c: float(frame.at[c, "outflow"]) for c in order}
+            scores = self.outflows_if_all_aggregated(ok, gradients)
         else:
             values = valuation.results[self.score].values
             scores = {c: float(values[c]) for c in order}

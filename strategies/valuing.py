@@ -23,12 +23,14 @@ from contextlib import contextmanager
 from logging import WARNING
 
 import numpy as np
+import pandas as pd
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER, log
 
-from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, LedgerWriter
+from fedvalue.flows import RoundFlows, flatten, round_flows
+from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, FLOW_METHODS, LedgerWriter
 from fedvalue.rounds import (
     VALUATION_METHODS,
     ArraysUtility,
@@ -48,9 +50,6 @@ from strategies.records import (
     take_inference_gradient,
 )
 from strategies.sampling import PartitionSampler
-
-#: Ledger methods of TracIn flows and the column of the flows frame each books.
-FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
 PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
@@ -160,6 +159,21 @@ class ValuingStrategy(Strategy):
         self._idle_gradients: dict = {}
         # Round t's predicted loss changes, checked against the losses reported in round t + 1.
         self._pending_first_order: tuple[int, dict] | None = None
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None):
+        """Flower's loop (``Strategy.start``); with flows, one more gradient query at the final
+        state so the last round's first-order check has its actual loss change too."""
+        result = super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout,
+                               train_config=train_config, evaluate_config=evaluate_config, evaluate_fn=evaluate_fn)
+        if self.flows and self._pending_first_order is not None:
+            final = result.arrays if len(result.arrays) else initial_arrays
+            gradients = self._query_gradients(grid, final, busy=set())
+            self._check_first_order({c: g.loss for c, g in gradients.items()})
+        return result
 
     # -- delegation -------------------------------------------------------------------------
 
@@ -336,36 +350,66 @@ class ValuingStrategy(Strategy):
     #: Whether the ledger books a ``selected`` row (1/0) per client and round.
     books_selection = False
 
-    def _flows_of(self, aggregated: list[ClientReply], gradients: Mapping[object, InferenceGradient]):
-        """Inflow, outflow and self per client if ``aggregated`` make the round's step."""
-        keys = list(self._start_arrays)
-        start = flatten_arrays(self._start_arrays, keys)
-        total = sum(r.weight for r in aggregated)
-        updates = {r.client_id: (r.weight / total) * (flatten_arrays(r.arrays, keys) - start) for r in aggregated}
-        grads = {c: flatten_arrays(g.gradient, keys) for c, g in gradients.items()}
-        return client_flows(updates, grads)
+    def _flows_of(self, aggregated: list[ClientReply],
+                  gradients: Mapping[object, InferenceGradient]) -> tuple[RoundFlows, frozenset]:
+        """TracIn flows if ``aggregated`` make the round's step, and the clients without a gradient.
 
-    def _round_flows(self, server_round: int, ok: list[ClientReply], gradients: dict[object, InferenceGradient]):
+        s_u = p_u Δ_u with p_u = n_u / Σ_{j aggregated} n_j and Δ_u = w_u − A_{t−1};
+        g_v is the inference gradient at A_{t−1} of every client that sent one. An
+        aggregated client whose gradient is missing still has its outflow computed (it
+        needs only the others' gradients); its inflow is unknown (booked empty).
+        """
+        keys = list(self._start_arrays)
+        start = flatten(self._start_arrays, keys=keys, name="start arrays")
+        total = float(sum(r.weight for r in aggregated))
+        updates = {r.client_id: flatten(r.arrays, keys=keys, name=f"arrays of client {r.client_id}") - start
+                   for r in aggregated}
+        weights = {r.client_id: r.weight / total for r in aggregated}
+        grads: dict = {c: g.gradient for c, g in gradients.items()}
+        missing = frozenset(c for c in updates if c not in grads)
+        for client_id in missing:
+            grads[client_id] = np.zeros_like(start)
+        return round_flows(updates, grads, weights=weights, keys=keys), missing
+
+    def outflows_if_all_aggregated(self, ok: list[ClientReply],
+                                   gradients: Mapping[object, InferenceGradient]) -> dict:
+        """outflow_u of every valid reply, as if all of them made the round's step."""
+        flows, _ = self._flows_of(ok, gradients)
+        outflow = dict(zip(flows.clients, flows.outflow.tolist()))
+        return {r.client_id: outflow[r.client_id] for r in ok}
+
+    def _round_flows(self, server_round: int, aggregated: list[ClientReply],
+                     gradients: dict[object, InferenceGradient]) -> tuple[pd.DataFrame, frozenset] | None:
         """TracIn flows of the round (per client inflow, outflow, self) and the first-order check.
 
-        p_u = n_u / Σ n over the clients aggregated, Δ_u = w_u − A_{t−1}; for FedAvg
-        Σ_u p_u Δ_u = A_t − A_{t−1}, so −(inflow_v + self_v) is the first-order change
-        of client v's inference loss, checked against the loss it reports next round.
+        For FedAvg Σ_u p_u Δ_u = A_t − A_{t−1}, so −(inflow_v + self_v) = D·g_v is the
+        first-order change of client v's inference loss over the round (seed 000,
+        Remark 2.5), checked against the loss v reports at A_t (next round's gradient
+        query, or the query after the last round).
         """
-        frame = self._flows_of(ok, gradients)
-        losses = {c: g.loss for c, g in gradients.items()}
-        if self._pending_first_order is not None and self.ledger is not None:
-            previous_round, previous = self._pending_first_order
-            rows = [
-                {"round": previous_round, "client_id": c, "loss_before": before, "loss_after": losses[c],
-                 "actual_change": losses[c] - before, "predicted_change": predicted}
-                for c, (before, predicted) in previous.items() if c in losses
-            ]
-            self.ledger.append_table(FIRST_ORDER_FILE, FIRST_ORDER_COLUMNS, rows)
+        self._check_first_order({c: g.loss for c, g in gradients.items()})
+        if not gradients and not aggregated:
+            return None
+        flows, missing = self._flows_of(aggregated, gradients)
+        predicted = flows.predicted_loss_change()
         self._pending_first_order = (server_round, {
-            c: (losses[c], -(frame.at[c, "inflow"] + frame.at[c, "self"])) for c in losses if c in frame.index
+            c: (g.loss, float(predicted[c])) for c, g in gradients.items()
         })
-        return frame
+        return flows.to_frame(), missing
+
+    def _check_first_order(self, losses: Mapping[object, float]) -> None:
+        """Book last round's predicted loss changes against the losses now reported at A_t."""
+        if self._pending_first_order is None:
+            return
+        previous_round, previous = self._pending_first_order
+        self._pending_first_order = None
+        rows = [
+            {"round": previous_round, "client_id": c, "loss_before": before, "loss_after": losses[c],
+             "actual_change": losses[c] - before, "predicted_change": predicted}
+            for c, (before, predicted) in previous.items() if c in losses
+        ]
+        if self.ledger is not None:
+            self.ledger.append_table(FIRST_ORDER_FILE, FIRST_ORDER_COLUMNS, rows)
 
     def _books(self, server_round, records, valuation, utility_before, utility_realized, flows=None, accepted=(),
                harms=None):
@@ -413,20 +457,26 @@ class ValuingStrategy(Strategy):
                                         int(record.weight) if record.status == "ok" else None)
         if flows is not None:
             booked = {r.client_id for r in records}
-            for client_id in flows.index:
+            for client_id in flows[0].index:
                 if client_id not in booked:
                     rows += self._flow_rows(server_round, client_id, flows, "idle", None)
         return round_row, rows
 
     def _flow_rows(self, server_round, client_id, flows, status, num_examples) -> list[dict]:
+        """tracin_inflow/outflow/self rows of one client; empty values where unknown (failed
+        clients, a client whose inference gradient is missing has no known inflow)."""
+        frame, missing = flows
         noisy = None if self.noisy_clients is None else client_id in self.noisy_clients
-        known = status in ("ok", "idle") and client_id in flows.index
-        return [
-            {"round": server_round, "client_id": client_id, "method": method,
-             "value": float(flows.at[client_id, column]) if known else None, "stderr": 0.0 if known else None,
-             "num_examples": num_examples, "status": status, "noisy": noisy}
-            for method, column in FLOW_METHODS.items()
-        ]
+        known = status in ("ok", "idle") and client_id in frame.index
+        rows = []
+        for method, column in FLOW_METHODS.items():
+            value = float(frame.at[client_id, column]) if known else None
+            if column == "inflow" and client_id in missing:
+                value = None
+            rows.append({"round": server_round, "client_id": client_id, "method": method, "value": value,
+                         "stderr": None if value is None else 0.0, "num_examples": num_examples,
+                         "status": status, "noisy": noisy})
+        return rows
 
 
 def _mark_inconsistent(records: list[ClientReply], start: Mapping[str, np.ndarray]) -> None:
@@ -480,22 +530,3 @@ def _copy_aggregator(snapshot: Strategy, server_round: int, messages: Mapping[in
         return arrays_to_numpy(arrays)
 
     return aggregate
-
-
-def flatten_arrays(arrays, keys) -> np.ndarray:  # TEMPORARY until fedvalue.flows lands
-    return np.concatenate([np.asarray(arrays[k], dtype=np.float64).ravel() for k in keys])
-
-
-def client_flows(updates, gradients):  # TEMPORARY until fedvalue.flows lands
-    import pandas as pd
-    clients = list(dict.fromkeys([*updates, *gradients]))
-    size = len(next(iter({**updates, **gradients}.values())))
-    zero = np.zeros(size)
-    G = sum(gradients.values(), zero.copy())
-    D = sum(updates.values(), zero.copy())
-    rows = {}
-    for c in clients:
-        u, g = updates.get(c, zero), gradients.get(c, zero)
-        rows[c] = {"inflow": -float((D - u) @ g), "outflow": -float(u @ (G - g)), "self": -float(u @ g)}
-    return pd.DataFrame.from_dict(rows, orient="index")
-

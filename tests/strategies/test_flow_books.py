@@ -144,13 +144,27 @@ def test_flows_equal_pairwise_dot_products_and_idle_clients_receive_inflow(tmp_p
 def test_first_order_check_compares_actual_and_predicted_loss_changes(tmp_path):
     run_with_flows(tmp_path, load_client, rounds=4, per_round=NUM_CLIENTS)
     check = pd.read_csv(tmp_path / FIRST_ORDER_FILE)
-    assert sorted(check["round"].unique()) == [1, 2, 3]  # round 4's change needs a round 5
-    assert len(check) == 3 * NUM_CLIENTS
+    # Round 4's actual change comes from the gradient query at the final state, after the loop.
+    assert sorted(check["round"].unique()) == [1, 2, 3, 4]
+    assert len(check) == 4 * NUM_CLIENTS
     # Recompute the actual changes from the model states: loss at A_t minus loss at A_{t-1}.
     np.testing.assert_allclose(check["actual_change"], check["loss_after"] - check["loss_before"], rtol=1e-12)
     # Small steps of a smooth loss: the first-order prediction is close.
     error = np.abs(check["actual_change"] - check["predicted_change"]).sum() / np.abs(check["actual_change"]).sum()
     assert error < 0.1
+
+    # The run's summary reports that error and the reciprocity of the clients' total flows.
+    run = load_run(tmp_path)
+    figures = run.run_summary()
+    assert figures["first_order_relative_error"] == pytest.approx(error, rel=1e-12)
+    assert figures["first_order_rounds_checked"] == 4
+    totals = run.summary()
+    ratios = sorted(
+        (0.0 if np.sign(i) != np.sign(o) else min(i / o, o / i)) for i, o in zip(totals["inflow"], totals["outflow"])
+    )[::-1]
+    assert figures["reciprocity_alpha"] == pytest.approx(ratios[int(np.ceil(0.75 * len(ratios))) - 1])
+    assert figures["reciprocity_num_individuals"] == NUM_CLIENTS
+    assert abs(figures["flow_balance_gap"]) < 1e-9 * max(1.0, totals["inflow"].abs().sum())
 
 
 def test_a_free_rider_has_no_outflow_and_receives_inflow(tmp_path):
