@@ -9,7 +9,15 @@
 2. the schema: the columns, statuses, rounds in order, finite values for booked rows;
 3. group efficiency per round (seed 004, Prop. 4.2): Σ_i φ_t(i) over the round's ADS
    rows equals utility_after − utility_before, to ``tolerance`` × max(1, Σ_i |φ_t(i)|);
-4. the Parquet copy equals the CSV.
+4. the Parquet copy equals the CSV;
+5. with a ``utility`` and the run's round records (:mod:`fedvalue.archive`), every number
+   recomputed from the saved arrays: for the FedAvg family the round game is rebuilt from
+   A_{t−1}, the replies and their weights, and ADS, LOO (same method, seed and settings),
+   v_t(∅), v_t(I_t), U(A_t) (A_t = the weighted mean of the accepted replies, which must
+   also equal the next round's recorded start state), the harm booked for rejected
+   replies, the top-k ``selected`` marks and the TracIn flows (from the saved inference
+   gradients) must equal the ledger's. Rounds aggregated by another strategy are checked
+   by 1–3 only (their aggregation needs the strategy's own code and state).
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
+from fedvalue.flows import flatten, round_flows
 from fedvalue.ledger import (
     CLIENT_STATUSES,
     LEDGER_COLUMNS,
@@ -28,7 +39,9 @@ from fedvalue.ledger import (
     chain_hash,
     genesis_hash,
     read_ledger_csv,
+    read_rounds_csv,
 )
+from fedvalue.rounds import ArraysUtility, fedavg_round_game, value_round, weighted_mean
 
 
 @dataclass
@@ -52,8 +65,23 @@ def _lines(path: Path) -> tuple[str, list[str]]:
     return (lines[0].rstrip("\n") if lines else ""), lines[1:]
 
 
-def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6) -> AuditReport:
-    """Check a run directory written by :class:`fedvalue.ledger.LedgerWriter` (module docstring)."""
+def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: ArraysUtility | None = None,
+              recompute_tolerance: float = 1e-9) -> AuditReport:
+    """Check a run directory written by :class:`fedvalue.ledger.LedgerWriter` (module docstring).
+
+    Parameters
+    ----------
+    run_dir
+        The run directory.
+    tolerance
+        Allowed group-efficiency gap, relative to max(1, Σ_i |φ_t(i)|).
+    utility
+        The run's utility U (the same held-out data and model); with it, and when the run
+        saved round records, every value is recomputed (check 5).
+    recompute_tolerance
+        Allowed |recomputed − booked| relative to max(1, |booked|); the same code on the same
+        arrays reproduces the values exactly, so any larger difference is a changed number.
+    """
     run_dir = Path(run_dir)
     report = AuditReport(str(run_dir))
     ledger_path, rounds_path = run_dir / "ledger.csv", run_dir / "rounds.csv"
@@ -148,4 +176,138 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6) -> AuditRe
             report.checks.append("ledger.parquet equals ledger.csv")
         except AssertionError:
             report.problems.append("ledger.parquet differs from ledger.csv")
+
+    # 5. Recompute from the saved arrays.
+    if utility is not None:
+        recompute_run(run_dir, utility, ledger, rounds, report, recompute_tolerance)
     return report
+
+
+def _close(booked: float | None, recomputed: float | None, tolerance: float) -> bool:
+    if booked is None or recomputed is None or (isinstance(booked, float) and math.isnan(booked)):
+        return (booked is None or (isinstance(booked, float) and math.isnan(booked))) and recomputed is None
+    return abs(float(booked) - float(recomputed)) <= tolerance * max(1.0, abs(float(booked)))
+
+
+def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd.DataFrame, rounds: pd.DataFrame,
+                  report: AuditReport, tolerance: float = 1e-9) -> None:
+    """Check 5 of the module docstring; findings go to ``report``."""
+    run_dir = Path(run_dir)
+    paths = round_record_paths(run_dir)
+    committed = [int(r) for r in rounds["round"]]
+    if not paths:
+        report.checks.append("no round records saved: values not recomputed")
+        return
+    missing = [t for t in committed if t not in paths]
+    if missing:
+        report.problems.append(f"records: rounds {missing} have no round record")
+    round_rows = rounds.set_index("round")
+    booked_values = ledger.set_index(["round", "method", "client_id"])["value"]
+    recomputed_rounds, skipped, worst = 0, [], 0.0
+    for position, t in enumerate(committed):
+        if t not in paths:
+            continue
+        record = read_round_record(paths[t])
+        if record.meta.get("aggregation") != "weighted-mean":
+            skipped.append(t)
+            continue
+        next_start = None
+        if position + 1 < len(committed) and committed[position + 1] in paths:
+            next_start = read_round_record(paths[committed[position + 1]]).start_arrays
+        elif position + 1 == len(committed):
+            checkpoint = read_checkpoint(run_dir)
+            next_start = checkpoint.arrays if checkpoint.round == t else None
+        expected = _recompute_round(record, utility, next_start)
+        problems_before = len(report.problems)
+        for key, value in expected["values"].items():
+            booked = booked_values.get((t, key[0], str(key[1])))
+            booked = None if booked is None or pd.isna(booked) else float(booked)
+            if not _close(booked, value, tolerance):
+                report.problems.append(
+                    f"recompute: round {t} {key[0]} of client {key[1]} is booked {booked!r}; the saved arrays give "
+                    f"{value!r}")
+            elif booked is not None and value is not None:
+                worst = max(worst, abs(booked - value))
+        row = round_rows.loc[t]
+        for column, value in expected["round"].items():
+            booked = None if pd.isna(row[column]) else float(row[column])
+            if not _close(booked, value, tolerance):
+                report.problems.append(f"recompute: round {t} {column} is booked {booked!r}; the saved arrays give "
+                                       f"{value!r}")
+        if expected["realized"] is not None and next_start is not None and not all(
+            np.array_equal(expected["realized"][k], next_start[k]) for k in next_start
+        ):
+            report.problems.append(f"recompute: the state after round {t} is not the weighted mean of its accepted "
+                                   "replies (the next round started elsewhere)")
+        if len(report.problems) == problems_before:
+            recomputed_rounds += 1
+    if recomputed_rounds:
+        report.checks.append(f"recomputed every value of {recomputed_rounds} rounds from the saved arrays "
+                             f"(largest difference {worst:.1e})")
+    if skipped:
+        report.checks.append(f"rounds {skipped} aggregate through their strategy's own code: not recomputed")
+
+
+def _recompute_round(record, utility: ArraysUtility, next_start) -> dict:
+    """The books of one FedAvg-family round, from its record alone."""
+    statuses = record.statuses
+    ok = [c for c in record.replies if statuses.get(c) == "ok"]
+    accepted = [c for c in ok if c in set(record.accepted)]
+    meta = record.meta
+    values: dict[tuple[str, object], float | None] = {}
+    round_values: dict[str, float | None] = {}
+    realized = None
+    if ok:
+        game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
+                                 [record.weights[c] for c in ok], utility)
+        valuation = value_round(game, meta["methods"], seed=np.random.default_rng([int(meta["seed"]), record.round]),
+                                **meta["valuation"])
+        for method, result in valuation.results.items():
+            for client in ok:
+                values[(method, client)] = float(result.values[client])
+        round_values["utility_before"] = valuation.utility_before
+        round_values["utility_after"] = valuation.utility_after
+    else:
+        round_values["utility_before"] = float(utility(record.start_arrays))
+    def utility_of(members: list) -> float:
+        if not members:
+            return float(utility(record.start_arrays))
+        with np.errstate(all="ignore"):
+            return float(utility(weighted_mean([record.replies[c] for c in members],
+                                               [record.weights[c] for c in members])))
+
+    rejected = [c for c in record.replies if statuses.get(c) == "rejected"]
+    # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
+    aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
+    if aggregated:
+        with np.errstate(all="ignore"):
+            realized = weighted_mean([record.replies[c] for c in aggregated], [record.weights[c] for c in aggregated])
+    round_values["utility_realized"] = utility_of(aggregated) if aggregated else round_values["utility_before"]
+    # A rejected reply is booked with the harm it would have done: U(Agg(accepted ∪ {i})) − U(Agg(accepted)).
+    base = utility_of(accepted)
+    for client in rejected:
+        try:
+            harm = utility_of(accepted + [client]) - base
+        except (ValueError, FloatingPointError):
+            harm = float("nan")
+        for method in meta["methods"]:
+            values[(method, client)] = harm if math.isfinite(harm) else None
+    if meta.get("selection"):
+        for client in ok:
+            values[("selected", client)] = float(client in set(accepted))
+    if meta.get("flows") and (record.gradients or accepted):
+        keys = list(record.start_arrays)
+        start = flatten(record.start_arrays, keys=keys)
+        total = float(sum(record.weights[c] for c in accepted))
+        gradients = {c: g for c, g in record.gradients.items()}
+        missing = [c for c in accepted if c not in gradients]
+        for client in missing:
+            gradients[client] = np.zeros_like(start)
+        flows = round_flows({c: flatten(record.replies[c], keys=keys) - start for c in accepted}, gradients,
+                            weights={c: record.weights[c] / total for c in accepted}, keys=keys)
+        for client, inflow, outflow, self_influence in zip(flows.clients, flows.inflow, flows.outflow,
+                                                           flows.self_influence):
+            values[("tracin_inflow", client)] = None if client in missing else float(inflow)
+            values[("tracin_outflow", client)] = float(outflow)
+            values[("tracin_self", client)] = float(self_influence)
+    return {"values": values, "round": round_values, "realized": realized}

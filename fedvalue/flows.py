@@ -255,13 +255,18 @@ class RandomProjection:
         numpy.ndarray
             ``len(vectors) x output_dim``, float64.
         """
-        rows = [np.asarray(v, dtype=np.float64).ravel() for v in vectors] if not isinstance(vectors, np.ndarray) \
-            else list(np.asarray(vectors, dtype=np.float64).reshape(len(vectors), -1))
+        if isinstance(vectors, np.ndarray):
+            matrix = np.asarray(vectors, dtype=np.float64)
+            rows = list(matrix.reshape(len(matrix), -1)) if len(matrix) else []
+        else:
+            rows = [np.asarray(v, dtype=np.float64).ravel() for v in vectors]
         for i, row in enumerate(rows):
             if row.shape[0] != self.dim:
                 raise ValueError(f"vectors: expected length {self.dim} (the projection's dim); got {row.shape[0]} at {i}.")
+        if not rows:
+            return np.zeros((0, self.output_dim))
         if self.identity:
-            return np.stack(rows) if rows else np.zeros((0, self.dim))
+            return np.stack(rows)
         out = np.zeros((len(rows), self.k))
         for j in range(math.ceil(self.dim / self.chunk_size)):
             lo, hi = j * self.chunk_size, min(self.dim, (j + 1) * self.chunk_size)
@@ -410,6 +415,16 @@ def _unique_clients(name: str, clients: Iterable[Hashable]) -> tuple[Hashable, .
     return ordered
 
 
+def _common_keys(gradients: Mapping[Hashable, Vector], keys: Sequence[str] | None) -> Sequence[str] | None:
+    """One key order for every dict vector of a round (default: the first dict gradient's
+    sorted keys), so an update whose keys differ from the gradients' is refused, not paired
+    with the wrong tensors."""
+    if keys is not None:
+        return keys
+    first = next((v for v in gradients.values() if isinstance(v, Mapping)), None)
+    return None if first is None else sorted(first)
+
+
 def _stack(vectors: Mapping[Hashable, Vector], name: str, keys: Sequence[str] | None, size: int | None) -> list[np.ndarray]:
     flat = []
     for client, vector in vectors.items():
@@ -487,6 +502,7 @@ def round_flows(
         for c, w in weights.items():
             if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
                 raise ValueError(f"weights[{c!r}]: expected a finite number; got {w!r}.")
+    keys = _common_keys(gradients, keys)
     g_rows = _stack(gradients, "gradients", keys, None)
     p = len(g_rows[0])
     s_rows = _stack(updates, "updates", keys, p)
@@ -643,9 +659,9 @@ def flow_matrix(
         )
     flows = round_flows(updates, gradients, weights=weights, keys=keys)  # validates inputs
     clients = flows.clients
-    g = np.stack(_stack(gradients, "gradients", keys, None))
+    g = np.stack(_stack(gradients, "gradients", _common_keys(gradients, keys), None))
     s = np.zeros_like(g)
-    rows = _stack(updates, "updates", keys, g.shape[1])
+    rows = _stack(updates, "updates", _common_keys(gradients, keys), g.shape[1])
     for c, v in zip(updates, rows):
         s[clients.index(c)] = v * (float(weights[c]) if weights is not None else 1.0)
     index = pd.Index(list(clients), tupleize_cols=False)

@@ -124,13 +124,45 @@ def _last_hash(rounds_path: Path) -> str | None:
 
 
 class LedgerWriter:
-    """Appends each completed round to a run directory (see module docstring)."""
+    """Appends each completed round to a run directory (see module docstring).
 
-    def __init__(self, run_dir: str | os.PathLike, *, config: Mapping | None = None) -> None:
+    Parameters
+    ----------
+    run_dir
+        The run directory (created if missing).
+    config
+        The run's configuration, written to ``run.json`` (the hash chain starts from it).
+    resume
+        Continue a run already in ``run_dir``: ``run.json`` is kept and must equal
+        ``config`` when one is given (a changed configuration would break the chain and
+        the promise of the same ledger as an uninterrupted run).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, *, config: Mapping | None = None, resume: bool = False) -> None:
         self.run_dir = Path(run_dir)
+        if resume:
+            self._check_same_config(config)
+            return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if config is not None:
             write_json(self.run_dir / "run.json", config)
+
+    def _check_same_config(self, config: Mapping | None) -> None:
+        saved_path = self.run_dir / "run.json"
+        if not saved_path.exists():
+            raise ValueError(f"resume: expected a run directory holding run.json; {self.run_dir} has none.")
+        if config is None:
+            return
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+        given = json.loads(json.dumps(config, sort_keys=True, default=str))
+        changed = sorted(k for k in set(saved) | set(given) if saved.get(k) != given.get(k))
+        if changed:
+            key = changed[0]
+            raise ValueError(
+                f"resume: the run in {self.run_dir} was started with {key}={saved.get(key)!r}; got "
+                f"{key}={given.get(key)!r} (differing keys: {changed}). Resume with the same configuration, "
+                "or start a new run in another directory."
+            )
 
     @property
     def ledger_path(self) -> Path:
@@ -153,12 +185,23 @@ class LedgerWriter:
         round_row = {**round_row, "hash": chain_hash(previous, ledger_lines, round_line)}
         _append_lines(self.ledger_path, LEDGER_COLUMNS, ledger_lines)
         _append_rows(self.rounds_path, ROUND_COLUMNS, [round_row])
-        # Parquet mirrors the CSV; rewritten whole so it is always a complete file.
-        ledger = read_ledger_csv(self.ledger_path)
-        tmp = self.run_dir / "ledger.parquet.tmp"
-        ledger.to_parquet(tmp, index=False)
-        os.replace(tmp, self.run_dir / "ledger.parquet")
+        self.write_parquet()
 
+    def write_parquet(self) -> None:
+        """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file."""
+        parquet = self.run_dir / "ledger.parquet"
+        if not self.ledger_path.exists():
+            parquet.unlink(missing_ok=True)
+            return
+        tmp = self.run_dir / "ledger.parquet.tmp"
+        read_ledger_csv(self.ledger_path).to_parquet(tmp, index=False)
+        os.replace(tmp, parquet)
+
+    def committed_rounds(self) -> list[dict]:
+        """The rows of rounds.csv written so far (as the writer's caller booked them)."""
+        if not self.rounds_path.exists():
+            return []
+        return read_rounds_csv(self.rounds_path).to_dict("records")
 
     def append_table(self, name: str, columns: Iterable[str], rows: list[Mapping[str, object]]) -> None:
         """Append rows to a side table of the run (written before the round's commit mark)."""
@@ -186,6 +229,12 @@ def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
 
 #: Ledger methods of TracIn flows and the name each has in summaries.
 FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
+
+
+def read_rounds_csv(path: str | os.PathLike) -> pd.DataFrame:
+    """rounds.csv as a DataFrame (client lists and hashes stay strings, missing values NaN)."""
+    return pd.read_csv(path, dtype={"clients": str, "ads_method": str, "hash": str}, keep_default_na=False,
+                       na_values={"efficiency_gap": [""], "utility_after": [""], "utility_realized": [""]})
 
 
 @dataclass(frozen=True)
@@ -311,9 +360,7 @@ def load_run(run_dir: str | os.PathLike) -> Run:
         raise FileNotFoundError(
             f"run_dir: expected a fedvalue run directory holding ledger.csv; {run_dir} has none."
         )
-    rounds = pd.read_csv(run_dir / "rounds.csv", dtype={"clients": str, "ads_method": str, "hash": str},
-                         keep_default_na=False,
-                         na_values={"efficiency_gap": [""], "utility_after": [""], "utility_realized": [""]})
+    rounds = read_rounds_csv(run_dir / "rounds.csv")
     config_path = run_dir / "run.json"
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
     first_order_path = run_dir / FIRST_ORDER_FILE

@@ -1,0 +1,784 @@
+"""TracIn flows between clients (fedvalue.flows; seed 000, Eqs. 1–6, §4, Remark 2.5).
+
+References used, none of them the O(n·p) code under test:
+
+* **Brute-force pairwise flows.** F(u→v) = −(p_u Δ_u)·g_v with explicit Python loops over
+  pairs of clients and over coordinates; inflow_v = Σ_{u≠v} F(u→v), outflow_u =
+  Σ_{v≠u} F(u→v), self_u = F(u→u) (DESIGN.md, "TracIn flows between clients"). On
+  small-integer inputs with dyadic weights every float is exact, so the comparison is exact.
+* **Centralized per-example TracIn** (Eq. 4): Σ_{z∈Z_u} Σ_{z'∈Z'_v} (η/|B|) ∇ℓ_z·∇ℓ_{z'} by
+  loops over example pairs of a numpy logistic regression trained by full-batch gradient
+  descent on the mean loss. FedSGD (one local GD step per round, FedAvg with p_u = n_u/N)
+  must give the same flows (DESIGN.md).
+* **The real loss change** (Remark 2.5): the flows' total predicts the change of the summed
+  inference loss to first order, so the prediction error shrinks like η².
+* **Johnson–Lindenstrauss statistics**: mean and variance of projected dot products over
+  many seeds against their closed forms, and error ∝ 1/√k.
+* **Def. 2.1** re-implemented here for the reciprocity ratio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fedvalue.flows import (
+    FlowBook,
+    RandomProjection,
+    RoundFlows,
+    flatten,
+    flow_matrix,
+    flows_from_arrays,
+    round_flows,
+    tracin_round_flows,
+)
+
+# --------------------------------------------------------------------------- references
+
+
+def one_blas_thread():
+    """Limit BLAS to one thread where threadpoolctl (a scikit-learn dependency) is present."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - speed only
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _small_products_on_one_blas_thread():
+    # Every product here is small: on a busy 2-core machine threaded BLAS only adds waits.
+    with one_blas_thread():
+        yield
+
+
+def python_dot(x, y) -> float:
+    """Dot product by a Python loop (independent of numpy's BLAS)."""
+    return sum(float(a) * float(b) for a, b in zip(x, y, strict=True))
+
+
+def reference_flat(vector, keys=None) -> list[float]:
+    if isinstance(vector, dict):
+        order = sorted(vector) if keys is None else keys
+        return [float(x) for k in order for x in np.asarray(vector[k], dtype=float).ravel()]
+    return [float(x) for x in np.asarray(vector, dtype=float).ravel()]
+
+
+def brute_force_matrix(updates, gradients, weights=None, keys=None) -> dict:
+    """F[(u, v)] = −(p_u Δ_u)·g_v for every pair; zero rows for clients that did not train."""
+    flows = {}
+    for u in gradients:
+        for v in gradients:
+            if u in updates:
+                weight = 1.0 if weights is None else float(weights[u])
+                step = [weight * x for x in reference_flat(updates[u], keys)]
+                flows[u, v] = -python_dot(step, reference_flat(gradients[v], keys))
+            else:
+                flows[u, v] = 0.0
+    return flows
+
+
+def brute_force_flows(updates, gradients, weights=None, keys=None) -> pd.DataFrame:
+    """Inflow, outflow, self per client from the pairwise matrix (Eqs. 1–2)."""
+    matrix = brute_force_matrix(updates, gradients, weights, keys)
+    clients = list(gradients)
+    return pd.DataFrame({
+        "inflow": [sum(matrix[u, v] for u in clients if u != v) for v in clients],
+        "outflow": [sum(matrix[u, v] for v in clients if v != u) for u in clients],
+        "self": [matrix[u, u] for u in clients],
+    }, index=pd.Index(clients, name="client"))
+
+
+def as_frame(flows: RoundFlows) -> pd.DataFrame:
+    return flows.to_frame()[["inflow", "outflow", "self"]]
+
+
+def reference_ratio(inflow: float, outflow: float) -> float:
+    """Def. 2.1: min(I/O, O/I), 0 when the signs differ (a zero has no sign)."""
+    if inflow * outflow <= 0:
+        return 0.0
+    return min(inflow / outflow, outflow / inflow)
+
+
+def random_round(rng: np.random.Generator, clients, trained, p: int):
+    gradients = {c: rng.normal(size=p) for c in clients}
+    updates = {c: rng.normal(size=p) for c in trained}
+    return updates, gradients
+
+
+# --- a tiny logistic regression (numpy): the model of the TracIn references ------------
+
+
+def sigmoid(t: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-t))
+
+
+def example_gradients(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Row i: ∇_w of the log-loss of example i, (σ(x_i·w) − y_i) x_i."""
+    return (sigmoid(x @ w) - y)[:, None] * x
+
+
+def summed_loss(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+    t = x @ w
+    return float(np.sum(np.logaddexp(0.0, t) - y * t))
+
+
+def make_clients(rng: np.random.Generator, train_sizes: dict, inference_sizes: dict, d: int = 3):
+    """Clients sharing one distribution: labels from a fixed logistic model plus noise."""
+    w_true = np.array([2.0, -1.5, 1.0][:d])
+
+    def draw(n: int):
+        x = rng.normal(size=(n, d))
+        y = (rng.uniform(size=n) < sigmoid(x @ w_true)).astype(float)
+        return x, y
+
+    train = {c: draw(n) for c, n in train_sizes.items()}
+    inference = {c: draw(n) for c, n in inference_sizes.items()}
+    return train, inference
+
+
+# --------------------------------------------------------------------------- 1. brute force
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    p=st.integers(1, 7),
+    data=st.data(),
+)
+def test_round_flows_equal_brute_force_exactly_on_integer_vectors(n, p, data):
+    # Small integers and dyadic weights: every product and sum is exact in float64, so the
+    # O(n·p) rewrite (−s·G − self) must match the pairwise loops bit for bit.
+    clients = [f"c{i}" for i in range(n)]
+    trained = data.draw(st.lists(st.sampled_from(clients), unique=True), label="trained")
+    vector = hnp.arrays(np.float64, p, elements=st.integers(-20, 20).map(float))
+    gradients = {c: data.draw(vector, label=f"g[{c}]") for c in clients}
+    updates = {c: data.draw(vector, label=f"s[{c}]") for c in trained}
+    weights = {c: data.draw(st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0]), label=f"w[{c}]") for c in trained}
+
+    for w in (None, weights):
+        flows = round_flows(updates, gradients, weights=w)
+        expected = brute_force_flows(updates, gradients, w)
+        assert flows.clients == tuple(clients)
+        np.testing.assert_array_equal(as_frame(flows).to_numpy(), expected.to_numpy())
+        np.testing.assert_array_equal(flows.trained, [c in updates for c in clients])
+        matrix = flow_matrix(updates, gradients, weights=w)
+        reference = brute_force_matrix(updates, gradients, w)
+        assert list(matrix.index) == clients and list(matrix.columns) == clients
+        np.testing.assert_array_equal(matrix.to_numpy(), [[reference[u, v] for v in clients] for u in clients])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_round_flows_equal_brute_force_on_random_floats_with_and_without_weights(seed):
+    rng = np.random.default_rng(seed)
+    clients = ["a", "b", "c", "d", "e"]
+    updates, gradients = random_round(rng, clients, ["b", "d", "e"], p=9)
+    weights = {"b": 0.2, "d": 0.5, "e": 0.3}
+    for w in (None, weights):
+        flows = round_flows(updates, gradients, weights=w)
+        expected = brute_force_flows(updates, gradients, w)
+        np.testing.assert_allclose(as_frame(flows).to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-12)
+    # Weights are applied as given: weighting equals pre-multiplying the updates.
+    premultiplied = round_flows({c: weights[c] * u for c, u in updates.items()}, gradients)
+    np.testing.assert_allclose(as_frame(round_flows(updates, gradients, weights=weights)).to_numpy(),
+                               as_frame(premultiplied).to_numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_clients_that_did_not_train_get_inflow_and_no_outflow_or_self():
+    rng = np.random.default_rng(5)
+    updates, gradients = random_round(rng, ["a", "b", "c", "d"], ["a", "c"], p=6)
+    flows = round_flows(updates, gradients)
+    frame = flows.to_frame()
+    expected = brute_force_flows(updates, gradients)
+    for idle in ("b", "d"):
+        assert frame.loc[idle, "outflow"] == 0.0 and frame.loc[idle, "self"] == 0.0
+        assert not frame.loc[idle, "trained"]
+        # Its inflow is everything the trained clients sent it.
+        assert frame.loc[idle, "inflow"] == pytest.approx(expected.loc[idle, "inflow"], rel=1e-12)
+        assert frame.loc[idle, "inflow"] != 0.0
+    assert frame["trained"].tolist() == [True, False, True, False]
+
+
+def test_dict_of_arrays_vectors_follow_keys_order():
+    rng = np.random.default_rng(7)
+    shapes = {"w": (2, 3), "b": (3,)}
+    model_order = ["w", "b"]  # not sorted: the model's own order
+
+    def as_dict(flat):
+        return {"w": flat[:6].reshape(2, 3), "b": flat[6:]}
+
+    flat_gradients = {c: rng.normal(size=9) for c in "xyz"}
+    flat_updates = {c: rng.normal(size=9) for c in "xy"}
+    dict_updates = {c: as_dict(v) for c, v in flat_updates.items()}
+    assert {k: v.shape for k, v in dict_updates["x"].items()} == shapes
+
+    # Updates as dicts, gradients as flat vectors in the model's order: keys must be honoured.
+    flows = round_flows(dict_updates, flat_gradients, keys=model_order)
+    expected = brute_force_flows(flat_updates, flat_gradients)
+    np.testing.assert_allclose(as_frame(flows).to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-12)
+    matrix = flow_matrix(dict_updates, flat_gradients, keys=model_order)
+    reference = brute_force_matrix(flat_updates, flat_gradients)
+    np.testing.assert_allclose(matrix.to_numpy(), [[reference[u, v] for v in "xyz"] for u in "xyz"], rtol=1e-12)
+    # The default (sorted keys: b before w) flattens differently, so the flows differ.
+    default = round_flows(dict_updates, flat_gradients)
+    assert not np.allclose(as_frame(default).to_numpy(), expected.to_numpy())
+    # Both sides as dicts: same numbers as the flat vectors.
+    both_dicts = round_flows(dict_updates, {c: as_dict(v) for c, v in flat_gradients.items()})
+    np.testing.assert_allclose(as_frame(both_dicts).to_numpy(), expected.to_numpy(), rtol=1e-12, atol=1e-12)
+
+    np.testing.assert_array_equal(flatten(dict_updates["x"], keys=model_order), flat_updates["x"])
+    np.testing.assert_array_equal(flatten(dict_updates["x"]), np.concatenate([flat_updates["x"][6:], flat_updates["x"][:6]]))
+
+
+def test_updates_and_gradients_with_different_dict_keys_are_rejected():
+    # updates flatten as [a, w] = [5, 1], gradients as [w, z] = [1, 0]: 'a' is paired with 'w'.
+    updates = {"u": {"a": [5.0], "w": [1.0]}}
+    gradients = {"u": {"w": [1.0], "z": [0.0]}, "v": {"w": [1.0], "z": [0.0]}}
+    with pytest.raises(ValueError, match="keys"):  # once accepted, pairing 'a' with 'w': self of u = −5
+        round_flows(updates, gradients)
+
+
+def test_flows_from_arrays_equal_brute_force_with_unordered_trained_rows():
+    rng = np.random.default_rng(11)
+    g = rng.normal(size=(5, 4))
+    s = rng.normal(size=(3, 4))
+    trained = [4, 0, 2]  # row i of s belongs to unit trained[i]
+    inflow, outflow, self_influence = flows_from_arrays(s, g, trained)
+    expected = brute_force_flows(dict(zip(trained, s)), dict(enumerate(g)))
+    np.testing.assert_allclose(inflow, expected["inflow"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(outflow, expected["outflow"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(self_influence, expected["self"], rtol=1e-12, atol=1e-12)
+    assert outflow[1] == outflow[3] == self_influence[1] == self_influence[3] == 0.0
+
+
+def test_no_update_at_all_gives_zero_flows():
+    flows = round_flows({}, {"a": [1.0, 2.0], "b": [3.0, -1.0]})
+    np.testing.assert_array_equal(as_frame(flows).to_numpy(), np.zeros((2, 3)))
+    assert flows.total == 0.0 and not flows.trained.any()
+
+
+# --------------------------------------------------------------------------- 2. consistency
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 7), p=st.integers(1, 12), data=st.data())
+def test_flow_identities_hold_per_round(seed, n, p, data):
+    rng = np.random.default_rng(seed)
+    clients = list(range(n))
+    trained = data.draw(st.lists(st.sampled_from(clients), unique=True), label="trained")
+    updates, gradients = random_round(rng, clients, trained, p)
+    weights = {c: float(rng.uniform(0.1, 2.0)) for c in trained}
+    flows = round_flows(updates, gradients, weights=weights)
+
+    # D and G summed coordinate by coordinate with Python loops.
+    big_d = [sum(weights[u] * float(updates[u][j]) for u in trained) for j in range(p)]
+    big_g = [sum(float(gradients[v][j]) for v in clients) for j in range(p)]
+    scale = 1.0 + sum(weights[u] * np.abs(updates[u]).sum() for u in trained) * max(np.abs(g).sum() for g in gradients.values())
+
+    assert flows.inflow.sum() == pytest.approx(flows.outflow.sum(), abs=1e-12 * scale * n)
+    assert abs(flows.balance_gap) <= 1e-12 * scale * n
+    everything = flows.inflow.sum() + flows.self_influence.sum()
+    assert everything == pytest.approx(-python_dot(big_d, big_g), abs=1e-12 * scale * n)
+    assert flows.total == pytest.approx(-python_dot(big_d, big_g), abs=1e-12 * scale * n)
+    # −(inflow_v + self_v) = D·g_v: v's first-order loss change (Remark 2.5).
+    change = flows.predicted_loss_change()
+    assert list(change.index) == clients
+    np.testing.assert_allclose(change.to_numpy(), [python_dot(big_d, gradients[v]) for v in clients],
+                               rtol=0, atol=1e-12 * scale)
+
+
+def test_flow_identities_hold_in_a_book_over_rounds_with_changing_clients():
+    rng = np.random.default_rng(21)
+    book = FlowBook()
+    totals = []
+    for clients, trained in [("abc", "ab"), ("bcd", "bcd"), ("ad", "d"), ("abcde", "ace")]:
+        updates, gradients = random_round(rng, list(clients), list(trained), p=5)
+        totals.append(book.add_round(updates, gradients).total)
+    frame = book.totals()
+    assert frame["inflow"].sum() == pytest.approx(frame["outflow"].sum(), abs=1e-12)
+    assert abs(book.balance_gap) < 1e-12
+    assert book.total == pytest.approx(sum(totals), abs=1e-12)
+    assert book.total == pytest.approx(frame["inflow"].sum() + frame["self"].sum(), abs=1e-12)
+
+
+# --------------------------------------------------------------------------- 3. FedSGD = TracIn
+
+
+TRAIN_SIZES = {"a": 3, "b": 5, "c": 2, "d": 6}
+INFERENCE_SIZES = {"a": 2, "b": 3, "c": 4, "d": 1, "observer": 3}  # observer never trains
+
+
+def centralized_tracin(train, inference, *, rounds: int, eta: float, w0: np.ndarray):
+    """Per-example TracIn (Eq. 4) by loops over example pairs, and the GD trajectory."""
+    owners = list(INFERENCE_SIZES)
+    pairwise = {(u, v): 0.0 for u in owners for v in owners}
+    x_all = np.concatenate([train[c][0] for c in train])
+    y_all = np.concatenate([train[c][1] for c in train])
+    batch = len(x_all)
+    w = w0.copy()
+    trajectory = [w.copy()]
+    for _ in range(rounds):
+        for u, (xu, yu) in train.items():
+            for xz, yz in zip(xu, yu):
+                grad_z = example_gradients(w, xz[None, :], np.array([yz]))[0]
+                for v, (xv, yv) in inference.items():
+                    for xq, yq in zip(xv, yv):
+                        grad_q = example_gradients(w, xq[None, :], np.array([yq]))[0]
+                        pairwise[u, v] += eta / batch * python_dot(grad_z, grad_q)
+        w = w - eta * example_gradients(w, x_all, y_all).mean(axis=0)  # GD on the mean loss
+        trajectory.append(w.copy())
+    frame = pd.DataFrame({
+        "inflow": [sum(pairwise[u, v] for u in owners if u != v) for v in owners],
+        "outflow": [sum(pairwise[u, v] for v in owners if v != u) for u in owners],
+        "self": [pairwise[u, u] for u in owners],
+    }, index=pd.Index(owners, name="client"))
+    return frame, trajectory
+
+
+def test_fedsgd_flows_equal_centralized_per_example_tracin():
+    rng = np.random.default_rng(3)
+    train, inference = make_clients(rng, TRAIN_SIZES, INFERENCE_SIZES)
+    eta, rounds = 0.7, 4
+    w0 = np.array([0.3, -0.2, 0.1])
+    reference, trajectory = centralized_tracin(train, inference, rounds=rounds, eta=eta, w0=w0)
+
+    total_train = sum(len(y) for _, y in train.values())
+    federated = FlowBook()
+    centralized = FlowBook()
+    global_model = w0.copy()
+    for t in range(rounds):
+        # FedSGD: one full-batch GD step locally, FedAvg with p_u = n_u / N.
+        local = {u: global_model - eta * example_gradients(global_model, x, y).mean(axis=0) for u, (x, y) in train.items()}
+        updates = {u: local[u] - global_model for u in train}
+        weights = {u: len(train[u][1]) / total_train for u in train}
+        gradients = {v: example_gradients(global_model, x, y).sum(axis=0) for v, (x, y) in inference.items()}
+        federated.add_round(updates, gradients, weights=weights)
+
+        train_rows = np.concatenate([example_gradients(global_model, x, y) for x, y in train.values()])
+        train_owners = [u for u, (_, y) in train.items() for _ in y]
+        inference_rows = np.concatenate([example_gradients(global_model, x, y) for x, y in inference.values()])
+        inference_owners = [v for v, (_, y) in inference.items() for _ in y]
+        centralized.add_tracin_step(train_rows, inference_rows, step_size=eta / total_train,
+                                    train_owners=train_owners, inference_owners=inference_owners)
+
+        global_model = sum(weights[u] * local[u] for u in train)
+        np.testing.assert_allclose(global_model, trajectory[t + 1], rtol=0, atol=1e-13)
+
+    for book in (federated, centralized):
+        got = book.totals().loc[reference.index, ["inflow", "outflow", "self"]]
+        np.testing.assert_allclose(got.to_numpy(), reference.to_numpy(), rtol=0, atol=1e-10)
+        assert book.totals().loc["observer", "outflow"] == 0.0
+        assert book.totals().loc["observer", "rounds_trained"] == 0
+    assert abs(reference.to_numpy()).max() > 0.1  # the comparison is not between zeros
+
+
+def test_tracin_round_flows_default_owners_are_per_example_tracin():
+    rng = np.random.default_rng(4)
+    train_rows, inference_rows, eta = rng.normal(size=(3, 4)), rng.normal(size=(2, 4)), 0.05
+    flows = tracin_round_flows(train_rows, inference_rows, step_size=eta)
+    # Individuals 0..2 own one training example each, 3..4 one inference example each.
+    assert flows.clients == (0, 1, 2, 3, 4)
+    assert flows.trained.tolist() == [True, True, True, False, False]
+    for z in range(3):
+        outflow = sum(eta * python_dot(train_rows[z], q) for q in inference_rows)
+        assert flows.outflow[z] == pytest.approx(outflow, rel=1e-12)
+        assert flows.inflow[z] == 0.0 and flows.self_influence[z] == 0.0
+    for q in range(2):
+        inflow = sum(eta * python_dot(z, inference_rows[q]) for z in train_rows)
+        assert flows.inflow[3 + q] == pytest.approx(inflow, rel=1e-12)
+
+
+def test_tracin_individual_owning_several_training_and_inference_rows():
+    rng = np.random.default_rng(6)
+    train_rows, inference_rows, eta = rng.normal(size=(5, 3)), rng.normal(size=(4, 3)), 0.1
+    train_owners = ["u", "v", "u", "w", "v"]
+    inference_owners = ["v", "x", "u", "v"]
+    flows = tracin_round_flows(train_rows, inference_rows, step_size=eta,
+                               train_owners=train_owners, inference_owners=inference_owners)
+    assert flows.clients == ("u", "v", "w", "x")  # first appearance, training owners first
+    pairwise = {(a, b): 0.0 for a in flows.clients for b in flows.clients}
+    for z, a in zip(train_rows, train_owners):
+        for q, b in zip(inference_rows, inference_owners):
+            pairwise[a, b] += eta * python_dot(z, q)
+    for i, c in enumerate(flows.clients):
+        assert flows.inflow[i] == pytest.approx(sum(pairwise[a, c] for a in flows.clients if a != c), rel=1e-12)
+        assert flows.outflow[i] == pytest.approx(sum(pairwise[c, b] for b in flows.clients if b != c), rel=1e-12)
+        assert flows.self_influence[i] == pytest.approx(pairwise[c, c], rel=1e-12)
+
+
+def test_predicted_loss_change_is_first_order_in_the_step_size():
+    # Remark 2.5: D·g_v is the first-order change of v's summed inference loss, so its error
+    # against the real change is O(η²): halving η divides it by about 4. Catches a wrong
+    # sign or scale of the flows against the model itself, not against our own formula.
+    rng = np.random.default_rng(8)
+    train, inference = make_clients(rng, {"a": 20, "b": 30, "c": 10}, {"a": 15, "b": 10, "c": 20})
+    w = np.array([0.5, 0.5, -0.5])
+    total_train = sum(len(y) for _, y in train.values())
+    errors = []
+    for eta in (0.02, 0.01):
+        updates = {u: -eta * example_gradients(w, x, y).mean(axis=0) for u, (x, y) in train.items()}
+        weights = {u: len(y) / total_train for u, (_, y) in train.items()}
+        gradients = {v: example_gradients(w, x, y).sum(axis=0) for v, (x, y) in inference.items()}
+        flows = round_flows(updates, gradients, weights=weights)
+        w_next = w + sum(weights[u] * updates[u] for u in train)
+        real = np.array([summed_loss(w_next, x, y) - summed_loss(w, x, y) for x, y in inference.values()])
+        predicted = flows.predicted_loss_change().to_numpy()
+        assert np.all(np.sign(predicted) == np.sign(real))
+        assert flows.total == pytest.approx(-real.sum(), rel=0.05)
+        errors.append(np.abs(predicted - real).max())
+    assert 3.0 < errors[0] / errors[1] < 5.0
+
+
+# --------------------------------------------------------------------------- 4. free rider
+
+
+def test_free_rider_has_zero_outflow_and_self_and_positive_inflow():
+    # A convex model, all clients from one distribution, starting far from the optimum:
+    # the others' step lowers the free rider's inference loss, so its inflow is > 0.
+    rng = np.random.default_rng(9)
+    train, inference = make_clients(rng, {"a": 40, "b": 40, "rider": 40}, {"a": 20, "b": 20, "rider": 30})
+    sizes = {u: len(y) for u, (_, y) in train.items()}
+    weights = {u: n / sum(sizes.values()) for u, n in sizes.items()}
+    eta, global_model = 0.5, np.zeros(3)
+    book = FlowBook()
+    for _ in range(3):
+        updates = {u: -eta * example_gradients(global_model, x, y).mean(axis=0) for u, (x, y) in train.items()}
+        updates["rider"] = np.zeros(3)  # returns the global model unchanged
+        gradients = {v: example_gradients(global_model, x, y).sum(axis=0) for v, (x, y) in inference.items()}
+        flows = book.add_round(updates, gradients, weights=weights)
+        frame = flows.to_frame()
+        assert frame.loc["rider", "outflow"] == 0.0
+        assert frame.loc["rider", "self"] == 0.0
+        assert frame.loc["rider", "trained"]  # it did reply: a weighted, empty step
+        assert frame.loc["rider", "inflow"] > 0.0
+        new_model = global_model + sum(weights[u] * updates[u] for u in updates)
+        x, y = inference["rider"]
+        assert summed_loss(new_model, x, y) < summed_loss(global_model, x, y)  # the construction holds
+        global_model = new_model
+    summary = book.summary()
+    assert summary.loc["rider", "outflow"] == 0.0 and summary.loc["rider", "inflow"] > 0.0
+    assert summary.loc["rider", "ratio"] == 0.0  # takes, never gives: 0-reciprocal
+    assert summary.loc["rider", "rounds_trained"] == 3
+
+
+# --------------------------------------------------------------------------- 5. projection
+
+
+def projection_matrix(projection: RandomProjection) -> np.ndarray:
+    """R (k × p) recovered column by column: R e_i is column i."""
+    return projection.project_many(np.eye(projection.dim)).T
+
+
+def test_same_seed_same_projection_and_different_seed_different():
+    p, k = 30, 7
+    first = projection_matrix(RandomProjection(p, k, seed=5))
+    np.testing.assert_array_equal(first, projection_matrix(RandomProjection(p, k, seed=5)))
+    np.testing.assert_array_equal(first, projection_matrix(RandomProjection(p, k, seed=np.random.SeedSequence(5))))
+    assert not np.allclose(first, projection_matrix(RandomProjection(p, k, seed=6)))
+    from_generator = projection_matrix(RandomProjection(p, k, seed=np.random.default_rng(1)))
+    np.testing.assert_array_equal(from_generator, projection_matrix(RandomProjection(p, k, seed=np.random.default_rng(1))))
+    generator = np.random.default_rng(1)
+    one, two = (projection_matrix(RandomProjection(p, k, seed=generator)) for _ in range(2))
+    assert not np.allclose(one, two)  # the generator advances: two draws, two matrices
+    # Rademacher entries are exactly ±1/√k.
+    np.testing.assert_array_equal(np.abs(projection_matrix(RandomProjection(p, k, kind="rademacher", seed=0))),
+                                  np.full((k, p), 1 / math.sqrt(k)))
+
+
+def test_projected_round_flows_are_exact_flows_of_the_projected_vectors():
+    # The SAME R must be applied to updates and gradients.
+    rng = np.random.default_rng(12)
+    updates, gradients = random_round(rng, ["a", "b", "c"], ["a", "c"], p=20)
+    for kind in RandomProjection.KINDS:
+        projection = RandomProjection(20, 6, kind=kind, seed=3)
+        r = projection_matrix(projection)
+        flows = round_flows(updates, gradients, weights={"a": 0.4, "c": 0.6}, projection=projection)
+        expected = brute_force_flows({c: r @ u for c, u in updates.items()},
+                                     {c: r @ g for c, g in gradients.items()}, {"a": 0.4, "c": 0.6})
+        np.testing.assert_allclose(as_frame(flows).to_numpy(), expected.to_numpy(), rtol=1e-10, atol=1e-12)
+        # tracin_round_flows projects per-individual sums: linear, so equal to projecting rows.
+        x, y = rng.normal(size=(4, 20)), rng.normal(size=(3, 20))
+        projected = tracin_round_flows(x, y, step_size=0.1, projection=projection)
+        exact_of_projected = tracin_round_flows(x @ r.T, y @ r.T, step_size=0.1)
+        np.testing.assert_allclose(as_frame(projected).to_numpy(), as_frame(exact_of_projected).to_numpy(),
+                                   rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", RandomProjection.KINDS)
+def test_projection_gram_matrix_is_the_identity_in_expectation(kind):
+    # E[RᵀR] = I, columns from different chunks included: a chunk that repeated another
+    # would give an off-diagonal mean of 1.
+    p, k, seeds = 21, 4, 300
+    matrices = [projection_matrix(RandomProjection(p, k, kind=kind, seed=s, chunk_size=5)) for s in range(seeds)]
+    gram = np.mean([r.T @ r for r in matrices], axis=0)
+    standard_error = 1 / math.sqrt(k * seeds)  # of one entry (variance ≤ 2/k per seed on the diagonal)
+    off_diagonal = gram[~np.eye(p, dtype=bool)]
+    assert np.abs(off_diagonal).max() < 6 * standard_error
+    assert np.abs(np.diag(gram) - 1).max() < 6 * math.sqrt(2) * standard_error
+
+
+@pytest.mark.parametrize("chunk_size", [None, 20])  # 20: two chunks, which must be independent
+@pytest.mark.parametrize("kind", RandomProjection.KINDS)
+def test_projected_dot_products_are_unbiased_with_jl_variance(kind, chunk_size):
+    rng = np.random.default_rng(13)
+    p, k, seeds = 40, 4, 1500
+    x = rng.normal(size=p)
+    y = x + rng.normal(size=p)  # correlated: a clearly non-zero target
+    exact = python_dot(x, y)
+    estimates = np.empty(seeds)
+    for seed in range(seeds):
+        rx, ry = RandomProjection(p, k, kind=kind, seed=seed, chunk_size=chunk_size).project_many([x, y])
+        estimates[seed] = rx @ ry
+    standard_error = estimates.std(ddof=1) / math.sqrt(seeds)
+    assert abs(estimates.mean() - exact) < 4 * standard_error
+    # The variance of one estimate has a closed form (entries of scale 1/√k).
+    variance = (x @ x) * (y @ y) + exact**2
+    if kind == "rademacher":
+        variance -= 2 * np.sum(x**2 * y**2)
+    assert estimates.var(ddof=1) == pytest.approx(variance / k, rel=0.25)
+
+
+def test_projected_flow_error_shrinks_like_one_over_sqrt_k():
+    rng = np.random.default_rng(14)
+    p = 2048
+    common = rng.normal(size=p)  # shared direction: flows of order p, not √p
+    gradients = {c: common + rng.normal(size=p) for c in "abcde"}
+    updates = {c: -0.01 * (common + rng.normal(size=p)) for c in "abd"}
+    exact = as_frame(round_flows(updates, gradients)).to_numpy()
+
+    def mean_relative_error(k: int) -> float:
+        relative = [
+            np.linalg.norm(as_frame(round_flows(updates, gradients, projection=RandomProjection(p, k, seed=s))).to_numpy()
+                           - exact) / np.linalg.norm(exact)
+            for s in range(12)
+        ]
+        return float(np.mean(relative))
+
+    errors = [mean_relative_error(k) for k in (16, 64, 256, 1024)]
+    assert all(a > 1.2 * b for a, b in zip(errors, errors[1:])), errors
+    # 64 times more dimensions: √64 = 8 times less error, up to the noise of 12 seeds
+    # (one seed's error is dominated by the distortion of the shared direction: few dof).
+    assert 4.0 < errors[0] / errors[-1] < 16.0, errors
+
+
+def test_projecting_a_step_without_training_rows_gives_zero_flows():
+    projection = RandomProjection(6, 3, seed=0)
+    assert projection.project_many(np.zeros((0, 6))).shape == (0, 3)
+    flows = tracin_round_flows(np.zeros((0, 6)), np.ones((2, 6)), step_size=0.1, projection=projection)
+    np.testing.assert_array_equal(as_frame(flows).to_numpy(), np.zeros((2, 3)))
+
+
+@pytest.mark.parametrize("k", [10, 11, 50])
+def test_projection_with_k_at_least_p_is_the_identity(k):
+    rng = np.random.default_rng(15)
+    updates, gradients = random_round(rng, ["a", "b", "c"], ["b"], p=10)
+    projection = RandomProjection(10, k, seed=0)
+    assert projection.identity and projection.output_dim == 10
+    vector = rng.normal(size=10)
+    np.testing.assert_array_equal(projection(vector), vector)
+    np.testing.assert_array_equal(as_frame(round_flows(updates, gradients, projection=projection)).to_numpy(),
+                                  as_frame(round_flows(updates, gradients)).to_numpy())
+    below = RandomProjection(10, 9, seed=0)
+    assert not below.identity and below.output_dim == 9
+
+
+@pytest.mark.parametrize("kind", RandomProjection.KINDS)
+def test_chunked_projection_does_not_depend_on_the_cache(kind):
+    p, k = 103, 8  # 103 is not a multiple of the chunk: the last chunk is partial
+    cached = RandomProjection(p, k, kind=kind, seed=2, chunk_size=10)
+    uncached = RandomProjection(p, k, kind=kind, seed=2, chunk_size=10, max_cache_bytes=0)
+    vectors = np.random.default_rng(16).normal(size=(4, p))
+    first = cached.project_many(vectors)
+    np.testing.assert_array_equal(first, uncached.project_many(vectors))
+    np.testing.assert_array_equal(first, cached.project_many(vectors))  # served from the cache
+    np.testing.assert_array_equal(first, uncached.project_many(list(vectors)))
+    np.testing.assert_allclose(first, vectors @ projection_matrix(uncached).T, rtol=1e-12, atol=1e-12)
+    # One chunk covering every column is a valid projection too (same statistics, other draw).
+    whole = RandomProjection(p, k, kind=kind, seed=2, chunk_size=p)
+    assert whole.project_many(vectors).shape == (4, k)
+
+
+# --------------------------------------------------------------------------- 6. FlowBook
+
+
+ROUNDS = [("abc", "ab"), ("bcd", "bd"), ("ad", "d")]  # c never trains
+
+
+def book_rounds(seed: int = 17):
+    rng = np.random.default_rng(seed)
+    return [random_round(rng, list(clients), list(trained), p=4) for clients, trained in ROUNDS]
+
+
+def test_book_totals_equal_the_sum_of_rounds_and_summary_follows_def_2_1():
+    book = FlowBook()
+    expected = {c: {"inflow": 0.0, "outflow": 0.0, "self": 0.0, "rounds": 0, "rounds_trained": 0} for c in "abcd"}
+    for updates, gradients in book_rounds():
+        book.add_round(updates, gradients)
+        for c, row in brute_force_flows(updates, gradients).iterrows():
+            for column in ("inflow", "outflow", "self"):
+                expected[c][column] += row[column]
+            expected[c]["rounds"] += 1
+            expected[c]["rounds_trained"] += c in updates
+    totals = book.totals()
+    assert list(totals.index) == ["a", "b", "c", "d"] and book.clients == ("a", "b", "c", "d")
+    assert book.num_rounds == 3
+    reference = pd.DataFrame(expected).T.loc[list(totals.index)]
+    np.testing.assert_allclose(totals[["inflow", "outflow", "self"]].to_numpy(),
+                               reference[["inflow", "outflow", "self"]].to_numpy(dtype=float), rtol=1e-12, atol=1e-12)
+    assert totals["rounds"].tolist() == [2, 2, 2, 2]
+    assert totals["rounds_trained"].tolist() == [1, 2, 0, 2]
+
+    summary = book.summary()
+    np.testing.assert_allclose(summary["balance"], totals["inflow"] - totals["outflow"], rtol=1e-15)
+    ratios = [reference_ratio(i, o) for i, o in zip(totals["inflow"], totals["outflow"])]
+    np.testing.assert_allclose(summary["ratio"], ratios, rtol=1e-12)
+    # Client c never trained: outflow 0, so 0-reciprocal whatever its inflow.
+    assert totals.loc["c", "outflow"] == 0.0 and summary.loc["c", "ratio"] == 0.0
+
+
+def test_rounds_frame_lists_every_round_and_client():
+    book = FlowBook()
+    round_results = [book.add_round(u, g, round=r) for r, (u, g) in zip((2, 5, 9), book_rounds())]
+    frame = book.rounds_frame()
+    assert list(frame.columns) == ["round", "client", "inflow", "outflow", "self", "trained"]
+    assert frame["round"].tolist() == [2, 2, 2, 5, 5, 5, 9, 9]
+    assert frame["client"].tolist() == list("abc") + list("bcd") + list("ad")
+    expected = pd.concat([flows.to_frame() for flows in round_results])
+    np.testing.assert_array_equal(frame[["inflow", "outflow", "self"]].to_numpy(),
+                                  expected[["inflow", "outflow", "self"]].to_numpy())
+    assert frame["trained"].tolist() == expected["trained"].tolist()
+    # Default numbering continues after the last round.
+    book.add_round({"a": [1.0, 0, 0, 0]}, {"a": [0.0, 1, 0, 0]})
+    assert book.rounds_frame()["round"].iloc[-1] == 10
+    assert len(book.reciprocity_over_rounds()) == 4
+    assert FlowBook().rounds_frame().empty
+
+
+def test_book_without_kept_rounds_has_the_same_totals_and_refuses_rounds_frame():
+    kept, lean = FlowBook(), FlowBook(keep_rounds=False)
+    for updates, gradients in book_rounds():
+        kept.add_round(updates, gradients)
+        lean.add_round(updates, gradients)
+    pd.testing.assert_frame_equal(kept.totals(), lean.totals())
+    assert lean.total == kept.total
+    with pytest.raises(ValueError, match="^keep_rounds"):
+        lean.rounds_frame()
+    with pytest.raises(ValueError, match="^keep_rounds"):
+        lean.reciprocity_over_rounds()
+
+
+def test_fixed_population_rejects_unknown_clients_and_reports_absent_ones():
+    book = FlowBook(clients=["a", "b", "c", "d", "e"])
+    for updates, gradients in book_rounds():
+        book.add_round(updates, gradients)
+    before = book.totals()
+    with pytest.raises(ValueError, match=r"^flows: unknown client\(s\) \['z'\]"):
+        book.add_round({"a": [1.0, 0, 0, 0]}, {"a": [1.0, 0, 0, 0], "z": [0.0, 1, 0, 0]})
+    # A rejected round leaves the book as it was.
+    pd.testing.assert_frame_equal(book.totals(), before)
+    assert book.num_rounds == 3 and len(book.rounds_frame()) == 8
+    assert book.clients == ("a", "b", "c", "d", "e")
+    assert before.loc["e"].tolist() == [0.0, 0.0, 0.0, 0, 0]
+    with pytest.raises(ValueError, match="^clients"):
+        FlowBook(clients=["a", "a"])
+
+
+def test_rounds_must_increase():
+    book = FlowBook()
+    updates, gradients = book_rounds()[0]
+    book.add_round(updates, gradients, round=3)
+    for bad in (3, 2):
+        with pytest.raises(ValueError, match="^round: expected a round after 3"):
+            book.add_round(updates, gradients, round=bad)
+    with pytest.raises(TypeError, match="^round"):
+        book.add_round(updates, gradients, round=4.0)
+    assert book.num_rounds == 1
+    with pytest.raises(TypeError, match="^flows"):
+        book.add(brute_force_flows(updates, gradients))  # a DataFrame is not a RoundFlows
+
+
+# --------------------------------------------------------------------------- 7. bad input
+
+
+G2 = {"a": [1.0, 2.0], "b": [0.5, -1.0]}
+U1 = {"a": [0.1, 0.2]}
+X = np.ones((3, 2))
+Y = np.ones((2, 2))
+
+BAD_INPUTS = [
+    # round_flows / flow_matrix
+    (lambda: round_flows(U1, {"a": [1.0, np.nan], "b": [0, 0]}), ValueError, r"^gradients\['a'\]: expected finite"),
+    (lambda: round_flows({"a": [np.inf, 0]}, G2), ValueError, r"^updates\['a'\]: expected finite"),
+    (lambda: round_flows(U1, {"a": [1.0, 2.0], "b": [1.0]}), ValueError, r"^gradients\['b'\]: expected a vector of length 2"),
+    (lambda: round_flows({"a": [0.1, 0.2, 0.3]}, G2), ValueError, r"^updates\['a'\]: expected a vector of length 2"),
+    (lambda: round_flows({"z": [0.1, 0.2]}, G2), ValueError, r"^updates: unknown client"),
+    (lambda: round_flows([0.1, 0.2], G2), TypeError, r"^updates"),
+    (lambda: round_flows(U1, {}), ValueError, r"^gradients"),
+    (lambda: round_flows(U1, G2, weights={}), ValueError, r"^weights: .*missing \['a'\]"),
+    (lambda: round_flows(U1, G2, weights={"a": 1.0, "b": 1.0}), ValueError, r"^weights: .*unknown client\(s\) \['b'\]"),
+    (lambda: round_flows(U1, G2, weights={"a": np.nan}), ValueError, r"^weights\['a'\]"),
+    (lambda: round_flows(U1, G2, weights={"a": True}), ValueError, r"^weights\['a'\]"),
+    (lambda: round_flows(U1, G2, weights=[1.0]), TypeError, r"^weights"),
+    (lambda: round_flows({}, {"a": {"w": [1.0], "b": [1.0]}, "b": {"w": [1.0], "c": [1.0]}}), ValueError,
+     r"^gradients\['b'\]: expected arrays under exactly the keys"),
+    (lambda: round_flows({"a": {"w": [1.0]}}, G2, keys=["w", "b"]), ValueError,
+     r"^updates\['a'\]: expected arrays under exactly the keys"),
+    (lambda: round_flows(U1, G2, projection=RandomProjection(3, 2, seed=0)), ValueError, r"^projection"),
+    (lambda: round_flows(U1, G2, projection="gaussian"), TypeError, r"^projection"),
+    (lambda: flow_matrix(U1, {i: [0.0] for i in range(2001)}), ValueError, r"^gradients: flow_matrix is for at most"),
+    (lambda: flow_matrix({"z": [0.1, 0.2]}, G2), ValueError, r"^updates: unknown client"),
+    (lambda: flatten({"a": ["x"]}), ValueError, r"^vector: expected numeric"),
+    # flows_from_arrays
+    (lambda: flows_from_arrays(np.ones((2, 2)), np.ones((3, 2)), [0]), ValueError, r"^trained"),
+    (lambda: flows_from_arrays(np.ones((2, 2)), np.ones((3, 2)), [0, 3]), ValueError, r"^trained: expected indices in \[0, 3\)"),
+    (lambda: flows_from_arrays(np.ones((2, 2)), np.ones((3, 2)), [-1, 0]), ValueError, r"^trained: expected indices"),
+    (lambda: flows_from_arrays(np.ones((2, 2)), np.ones((3, 2)), [1, 1]), ValueError, r"^trained: expected distinct"),
+    (lambda: flows_from_arrays(np.ones((2, 2)), np.ones((3, 2)), [0.0, 1.0]), ValueError, r"^trained"),
+    (lambda: flows_from_arrays(np.ones((2, 2)), np.ones((3, 2)), [True, False]), ValueError, r"^trained"),
+    (lambda: flows_from_arrays(np.ones((2, 2)), np.ones((3, 2)), [[0, 1]]), ValueError, r"^trained"),
+    (lambda: flows_from_arrays(np.ones((2, 3)), np.ones((3, 2)), [0, 1]), ValueError, r"^updates: expected 2 columns"),
+    (lambda: flows_from_arrays(np.ones(2), np.ones((3, 2)), [0]), ValueError, r"^updates: expected a 2-D"),
+    (lambda: flows_from_arrays(np.ones((1, 2)), [[1.0, np.nan]], [0]), ValueError, r"^gradients: expected finite"),
+    # tracin_round_flows
+    *[(lambda bad=bad: tracin_round_flows(X, Y, step_size=bad), ValueError, r"^step_size")
+      for bad in (0.0, -0.1, math.nan, math.inf, True, "0.1", None)],
+    (lambda: tracin_round_flows(X, np.ones((2, 3)), step_size=0.1), ValueError, r"^inference_gradients: expected 2 columns"),
+    (lambda: tracin_round_flows(np.ones(3), Y, step_size=0.1), ValueError, r"^train_gradients: expected a 2-D"),
+    (lambda: tracin_round_flows(X, [[1.0, np.inf], [0, 0]], step_size=0.1), ValueError, r"^inference_gradients: expected finite"),
+    (lambda: tracin_round_flows(X, Y, step_size=0.1, train_owners=["a", "b"]), ValueError, r"^train_owners: expected 3"),
+    (lambda: tracin_round_flows(X, Y, step_size=0.1, inference_owners=["a"]), ValueError, r"^inference_owners: expected 2"),
+    (lambda: tracin_round_flows(X, Y, step_size=0.1, projection=RandomProjection(5, 2, seed=0)), ValueError,
+     r"^train_gradients: expected vectors of length 5"),
+    # RandomProjection
+    (lambda: RandomProjection(0, 2), ValueError, r"^dim"),
+    (lambda: RandomProjection(4.0, 2), ValueError, r"^dim"),
+    (lambda: RandomProjection(4, 0), ValueError, r"^k"),
+    (lambda: RandomProjection(4, -3), ValueError, r"^k"),
+    (lambda: RandomProjection(4, 2.5), ValueError, r"^k"),
+    (lambda: RandomProjection(4, True), ValueError, r"^k"),
+    (lambda: RandomProjection(4, 2, kind="uniform"), ValueError, r"^kind"),
+    (lambda: RandomProjection(4, 2, seed=-1), ValueError, r"^seed"),
+    (lambda: RandomProjection(4, 2, seed=1.5), ValueError, r"^seed"),
+    (lambda: RandomProjection(4, 2, seed="7"), ValueError, r"^seed"),
+    (lambda: RandomProjection(4, 2, seed=True), ValueError, r"^seed"),
+    (lambda: RandomProjection(4, 2, chunk_size=0), ValueError, r"^chunk_size"),
+    (lambda: RandomProjection(4, 2, seed=0).project_many([np.ones(3)]), ValueError, r"^vectors: expected length 4"),
+]
+
+
+PARAMETER = re.compile(r"\^(\w+)")  # the parameter a message starts with, for test ids
+
+
+@pytest.mark.parametrize(("call", "error", "message"), BAD_INPUTS,
+                         ids=[f"{i}-{PARAMETER.match(m).group(1)}" for i, (_, _, m) in enumerate(BAD_INPUTS)])
+def test_bad_input_names_the_parameter(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
