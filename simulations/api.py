@@ -54,8 +54,8 @@ def prepare_run_dir(out: str | os.PathLike, config: Mapping, *, overwrite: bool 
             raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
         if not overwrite:
             raise ValueError(
-                f"out: {out} already holds a run; choose a new directory or pass overwrite=True "
-                "(--overwrite) to replace it."
+                f"out: {out} already holds a run; choose a new directory, continue that run with "
+                "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
             )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -85,6 +85,8 @@ def simulate(
     max_parallel_clients: int | None = None,
     ray_address: str | None = None,
     flows: bool = False,
+    resume: bool = False,
+    save_records: bool = True,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -107,6 +109,12 @@ def simulate(
     flows
         Book TracIn flows between clients (inflow, outflow, self per round; see
         :class:`strategies.ValuingStrategy`). Clients need an inference split.
+    resume
+        Continue the run in ``out`` from its last completed round (its run.json must
+        equal this call's configuration); the ledger ends as an uninterrupted run's.
+    save_records
+        Save each round's record (states, replies, gradients) under ``out/records`` for
+        ``fedvalue audit`` to recompute the books.
 
     Returns
     -------
@@ -123,11 +131,17 @@ def simulate(
     config.setdefault("num_clients", num_clients)
     config.setdefault("strategy", type(strategy).__name__)
     config["versions"] = package_versions()
-    run_dir = prepare_run_dir(out, config, overwrite=overwrite)
+    if resume:
+        run_dir = Path(out)
+        if not (run_dir / "run.json").exists():
+            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
+                             "has none.")
+    else:
+        run_dir = prepare_run_dir(out, config, overwrite=overwrite)
     valuing = ValuingStrategy(
         strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
-        noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows,
-        **dict(valuation_options or {}),
+        noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
+        save_records=save_records, **dict(valuation_options or {}),
     )
     initial = numpy_to_arrays({k: v.detach().cpu().numpy() for k, v in model_factory().state_dict().items()})
     train_record = ConfigRecord(dict(train_config or {}))

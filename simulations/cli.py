@@ -60,6 +60,8 @@ SIMULATIONS = {
 }
 #: Simulations that write no ledger: --out is optional (tables are written there when given).
 OUT_OPTIONAL = ("reciprocity",)
+#: Simulations whose run can be continued with --resume DIR.
+RESUMABLE = ("noisy-clients", "reciprocity-federated")
 
 
 def _parse_tuple(kind):
@@ -107,9 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     simulations = run.add_subparsers(dest="simulation", required=True, metavar="SIMULATION")
     for name, config_cls in SIMULATIONS.items():
         sim = simulations.add_parser(name, help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
-        sim.add_argument("--out", required=name not in OUT_OPTIONAL,
+        sim.add_argument("--out", required=name not in (*OUT_OPTIONAL, *RESUMABLE),
                          help="output directory" + (" for the tables (optional)" if name in OUT_OPTIONAL
                                                     else " for the ledger"))
+        if name in RESUMABLE:
+            sim.add_argument("--resume", metavar="DIR",
+                             help="continue the run in DIR from its last completed round (its settings are "
+                                  "read from DIR/run.json)")
         sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
         sim.add_argument("--quiet", action="store_true", help="no per-round progress")
         _add_config_options(sim, config_cls)
@@ -118,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
     audit.add_argument("run_dir", help="a run directory written by fedvalue run")
     audit.add_argument("--tolerance", type=float, default=1e-6, help="allowed group-efficiency gap")
+    audit.add_argument("--no-recompute", action="store_true",
+                       help="skip recomputing every value from the saved round records")
     return parser
 
 
@@ -142,7 +150,13 @@ def _run(args: argparse.Namespace) -> int:
     from simulations.noisy_clients import run_noisy_clients
 
     config_cls = SIMULATIONS[args.simulation]
-    config = config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
+    if getattr(args, "resume", None):
+        config = _config_for_resume(config_cls, args)
+        args.out = args.resume
+    else:
+        if args.simulation in RESUMABLE and args.out is None:
+            raise ValueError("out: expected --out DIR for the run's ledger (or --resume DIR to continue a run).")
+        config = config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
     started = time.perf_counter()
     if args.simulation == "noisy-clients-study":
         return _run_study(config, args, started)
@@ -152,14 +166,45 @@ def _run(args: argparse.Namespace) -> int:
     if args.simulation == "reciprocity-federated":
         from simulations.federated_reciprocity import run_federated_reciprocity
 
-        run = run_federated_reciprocity(config, args.out, on_round=progress, overwrite=args.overwrite)
+        run = run_federated_reciprocity(config, args.out, on_round=progress, overwrite=args.overwrite,
+                                        resume=bool(args.resume))
     else:
-        run = run_noisy_clients(config, args.out, on_round=progress, overwrite=args.overwrite)
+        run = run_noisy_clients(config, args.out, on_round=progress, overwrite=args.overwrite,
+                                resume=bool(args.resume))
     print(f"wrote {args.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
           f"{time.perf_counter() - started:.1f}s; see `fedvalue report {args.out}`")
     if run.first_order is not None:
         _print_run_summary(run.run_summary())
     return 0
+
+
+def _config_for_resume(config_cls, args: argparse.Namespace):
+    """The configuration saved in ``args.resume``/run.json; an option given on the command line
+    must agree with it (a changed setting would not continue the same run)."""
+    import json
+    from pathlib import Path
+
+    if args.out is not None and Path(args.out) != Path(args.resume):
+        raise ValueError(f"out: --resume continues the run in {args.resume}; got another --out {args.out}.")
+    path = Path(args.resume) / "run.json"
+    if not path.exists():
+        raise ValueError(f"resume: expected a run directory holding run.json; {args.resume} has none.")
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    if saved.get("simulation") != args.simulation:
+        raise ValueError(f"resume: {args.resume} holds a {saved.get('simulation')!r} run; got simulation "
+                         f"{args.simulation!r}.")
+    values = {}
+    for f in dataclasses.fields(config_cls):
+        if f.name not in saved:
+            raise ValueError(f"resume: {path} lacks the setting {f.name!r}; it was not written by this version.")
+        value = saved[f.name]
+        value = tuple(value) if isinstance(f.default, tuple) else value
+        given = getattr(args, f.name)
+        if given != f.default and given != value:
+            raise ValueError(f"{f.name}: the run in {args.resume} was started with {value!r}; got {given!r}. "
+                             "A resumed run keeps its settings.")
+        values[f.name] = value
+    return config_cls(**values)
 
 
 def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
@@ -237,12 +282,38 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _utility_of_run(run_dir: str):
+    """The utility a run directory was valued with, rebuilt from its run.json (None when the
+    run was not made by a simulation of this CLI)."""
+    import json
+    from pathlib import Path
+
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    builders = {"noisy-clients": ("simulations.noisy_clients", "build", lambda built: built[2]),
+                "reciprocity-federated": ("simulations.federated_reciprocity", "build", lambda built: built[1])}
+    if saved.get("simulation") not in builders:
+        return None
+    module_name, function, pick = builders[saved["simulation"]]
+    config_cls = SIMULATIONS[saved["simulation"]]
+    values = {f.name: tuple(saved[f.name]) if isinstance(f.default, tuple) else saved[f.name]
+              for f in dataclasses.fields(config_cls) if f.name in saved}
+    module = __import__(module_name, fromlist=[function])
+    return pick(getattr(module, function)(config_cls(**values)))
+
+
 def _audit(args: argparse.Namespace) -> int:
     from fedvalue.audit import audit_run
 
-    report = audit_run(args.run_dir, tolerance=args.tolerance)
+    utility = None if args.no_recompute else _utility_of_run(args.run_dir)
+    report = audit_run(args.run_dir, tolerance=args.tolerance, utility=utility)
     for check in report.checks:
         print(f"ok: {check}")
+    if utility is None and not args.no_recompute:
+        print("note: the run's utility cannot be rebuilt from run.json (not a fedvalue simulation): values were "
+              "not recomputed; fedvalue.audit.audit_run(DIR, utility=...) does it from Python")
     for problem in report.problems:
         print(f"FAILED: {problem}")
     print(f"{args.run_dir}: {report.rounds} rounds, {report.ledger_rows} ledger rows: "

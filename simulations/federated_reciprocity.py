@@ -97,14 +97,8 @@ def client_data(partition_id: int, *, dataset: str, num_clients: int, seed: int)
     )
 
 
-def run_federated_reciprocity(
-    config: FederatedReciprocityConfig,
-    out: str,
-    *,
-    on_round: Callable[[dict], None] | None = None,
-    overwrite: bool = False,
-) -> Run:
-    """Run the federated reciprocity simulation; returns its ledger (flows booked)."""
+def build(config: FederatedReciprocityConfig) -> tuple[Callable, TorchModelUtility]:
+    """The model factory and the server's utility of a configuration (for runs and audits)."""
     check(config)
     data, splits = _splits(config.dataset, config.num_clients, config.seed)
     outputs = data.num_classes if data.is_classification else 1
@@ -113,6 +107,19 @@ def run_federated_reciprocity(
     infer = np.concatenate([i for _, i in splits])
     utility = TorchModelUtility(model_factory(), data.x[infer], data.y[infer],
                                 metric="accuracy" if data.is_classification else "neg_mse")
+    return model_factory, utility
+
+
+def run_federated_reciprocity(
+    config: FederatedReciprocityConfig,
+    out: str,
+    *,
+    on_round: Callable[[dict], None] | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> Run:
+    """Run the federated reciprocity simulation; returns its ledger (flows booked)."""
+    model_factory, utility = build(config)
     return simulate(
         strategy=FedAvg(fraction_evaluate=0.0),
         model_factory=model_factory,
@@ -132,6 +139,7 @@ def run_federated_reciprocity(
         run_config={"simulation": "reciprocity-federated", **config.as_dict(),
                     "learning_rate_used": config.step_size, "splits": "per client: random half train, half inference"},
         overwrite=overwrite,
+        resume=resume,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,

@@ -169,19 +169,21 @@ def run_noisy_clients(
     *,
     on_round: Callable[[dict], None] | None = None,
     overwrite: bool = False,
+    resume: bool = False,
 ) -> Run:
-    """Run the simulation on Ray and return its ledger (see module docstring)."""
+    """Run the simulation on Ray and return its ledger (see module docstring); ``resume``
+    continues the run in ``out`` from its last completed round."""
     loader, model_factory, utility, noisy = build(config)
     if config.valuation_workers:
         utility = RayParallelUtility(utility, num_workers=config.valuation_workers)
     try:
-        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite)
+        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume)
     finally:
         if config.valuation_workers:
             utility.close()
 
 
-def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite) -> Run:
+def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume=False) -> Run:
     return simulate(
         strategy=STRATEGIES[config.strategy](),
         model_factory=model_factory,
@@ -200,6 +202,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         on_round=on_round,
         run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},
         overwrite=overwrite,
+        resume=resume,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import pickle
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from logging import WARNING
@@ -29,6 +30,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER, log
 
+from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
 from fedvalue.flows import RoundFlows, flatten, round_flows
 from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, FLOW_METHODS, LedgerWriter
 from fedvalue.rounds import (
@@ -40,11 +42,13 @@ from fedvalue.rounds import (
     value_round,
     weighted_mean,
 )
+from strategies.claims import ClaimReview, claim_rows
 from strategies.records import (
     GRADIENT_KEY,
     ClientReply,
     InferenceGradient,
     arrays_to_numpy,
+    numpy_to_arrays,
     partition_id_of,
     read_reply,
     take_inference_gradient,
@@ -90,6 +94,10 @@ class ValuingStrategy(Strategy):
         Seed of MC permutations (round t uses ``[seed, t]``).
     noisy_clients
         Client ids known to be noisy (simulations know it), recorded in the ledger.
+    claims
+        A :class:`strategies.claims.ClaimReview` that caps and flags the weights clients
+        claim before anything reads them (the books and the inner strategy both see the
+        capped weight); each flag is booked as a ``claim_capped`` / ``claim_jumped`` row.
     on_round
         Called with each round's ``rounds.csv`` row after it is written.
     query_timeout
@@ -103,6 +111,20 @@ class ValuingStrategy(Strategy):
         Keep replies with NaN or inf arrays out of the aggregate (status ``rejected``,
         booked with the harm they would have done: U(Agg(accepted ∪ {i})) −
         U(Agg(accepted)), for every method); ``False`` passes them to the inner strategy.
+    save_records
+        With ``run_dir``: save each round's record (A_{t−1}, every reply's arrays and
+        weight, inference gradients) to ``records/`` before the round commits, so
+        ``fedvalue audit`` can recompute every value (:mod:`fedvalue.archive`). Records
+        go to disk, not memory.
+    checkpoint
+        With ``run_dir``: after each round commits, save A_t and the server's state (the
+        inner strategy, the sampler, pending checks; pickled) so the run can resume.
+    resume
+        Continue the run in ``run_dir`` from its last checkpoint: tables are cut back to
+        the last committed round, the inner strategy and sampler are restored from the
+        checkpoint (replacing the ones given), and :meth:`start` runs the remaining
+        rounds of ``num_rounds`` from the checkpointed state. The same seed gives the
+        same ledger as an uninterrupted run.
     """
 
     def __init__(
@@ -122,11 +144,15 @@ class ValuingStrategy(Strategy):
         stderr_target: float | None = None,
         seed: int = 0,
         noisy_clients: Collection[int] | None = None,
+        claims: ClaimReview | None = None,
         on_round: Callable[[dict], None] | None = None,
         query_timeout: float = 120.0,
         run_config: Mapping | None = None,
         flows: bool = False,
         reject_non_finite: bool = True,
+        save_records: bool = True,
+        checkpoint: bool = True,
+        resume: bool = False,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -144,10 +170,17 @@ class ValuingStrategy(Strategy):
                                       stderr_target=stderr_target)
         self.seed = int(seed)
         self.noisy_clients = None if noisy_clients is None else frozenset(noisy_clients)
+        if claims is not None and not callable(getattr(claims, "review", None)):
+            raise TypeError(f"claims: expected a strategies.claims.ClaimReview (or None); got {type(claims).__name__}.")
+        self.claims = claims
         self.on_round = on_round
         self.query_timeout = float(query_timeout)
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
-        self.ledger = None if run_dir is None else LedgerWriter(run_dir, config=run_config)
+        if resume and run_dir is None:
+            raise ValueError("resume: expected run_dir, the directory of the run to continue; got None.")
+        self.ledger = None if run_dir is None else LedgerWriter(run_dir, config=run_config, resume=resume)
+        self.save_records = bool(save_records) and run_dir is not None
+        self.checkpoint = bool(checkpoint) and run_dir is not None
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
         self._start_arrays: dict[str, np.ndarray] | None = None
@@ -159,21 +192,83 @@ class ValuingStrategy(Strategy):
         self._idle_gradients: dict = {}
         # Round t's predicted loss changes, checked against the losses reported in round t + 1.
         self._pending_first_order: tuple[int, dict] | None = None
+        # Rounds already done before start() (resume): Flower's loop counts from 1 again.
+        self._round_offset = 0
+        self._resumed_from: Checkpoint | None = self._restore() if resume else None
 
     # -- the loop ---------------------------------------------------------------------------
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None):
-        """Flower's loop (``Strategy.start``); with flows, one more gradient query at the final
-        state so the last round's first-order check has its actual loss change too."""
-        result = super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout,
-                               train_config=train_config, evaluate_config=evaluate_config, evaluate_fn=evaluate_fn)
+        """Flower's loop (``Strategy.start``) over rounds 1..``num_rounds``.
+
+        Resumed, it runs rounds k+1..``num_rounds`` from the checkpointed A_k (Flower's
+        loop counts from 1; the wrapper shifts the round numbers it passes on). With flows,
+        one more gradient query at the final state gives the last round's first-order
+        check its actual loss change.
+        """
+        offset = 0 if self._resumed_from is None else self._resumed_from.round
+        if offset >= num_rounds:
+            raise ValueError(
+                f"num_rounds: the run in {self.ledger.run_dir} already completed {offset} rounds; got "
+                f"num_rounds={num_rounds}, so there is nothing to resume."
+            )
+        if offset:
+            initial_arrays = numpy_to_arrays(self._resumed_from.arrays)
+        self._round_offset = offset
+        shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
+        result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
+                               train_config=train_config, evaluate_config=evaluate_config,
+                               evaluate_fn=shifted_evaluate_fn)
         if self.flows and self._pending_first_order is not None:
             final = result.arrays if len(result.arrays) else initial_arrays
             gradients = self._query_gradients(grid, final, busy=set())
             self._check_first_order({c: g.loss for c, g in gradients.items()})
         return result
+
+    def _server_state(self) -> bytes:
+        """What resuming needs besides A_t: the inner strategy (optimizer moments), the sampler,
+        the pending first-order check."""
+        try:
+            return pickle.dumps({"strategy": self.strategy, "sampler": self.sampler,
+                                 "pending_first_order": self._pending_first_order}, protocol=4)
+        except Exception as error:  # noqa: BLE001 - any pickling failure gets the same advice
+            raise TypeError(
+                f"checkpoint: saving the server's state for resume needs pickle of the inner strategy "
+                f"{type(self.strategy).__name__} and the sampler {type(self.sampler).__name__}; it failed: "
+                f"{error}. Make them picklable or pass checkpoint=False."
+            ) from error
+
+    def _restore(self) -> Checkpoint:
+        """Cut the run directory back to its last checkpoint and take the server's state from it."""
+        checkpoint = read_checkpoint(self.ledger.run_dir)
+        rewind(self.ledger.run_dir, checkpoint)
+        self.ledger.write_parquet()
+        if checkpoint.state is not None:
+            state = pickle.loads(checkpoint.state)
+            self.strategy, self.sampler = state["strategy"], state["sampler"]
+            self._pending_first_order = state["pending_first_order"]
+        self.rounds = self.ledger.committed_rounds()
+        return checkpoint
+
+    def _archive_round(self, server_round: int, records: list[ClientReply], accepted: set,
+                       gradients: Mapping[object, InferenceGradient], pure: bool) -> None:
+        """Write the round's record (before its commit mark): see :mod:`fedvalue.archive`."""
+        write_round_record(self.ledger.run_dir, RoundRecord(
+            round=server_round,
+            start_arrays=self._start_arrays,
+            replies={r.client_id: r.arrays for r in records if r.arrays is not None},
+            weights={r.client_id: r.weight for r in records if r.weight is not None},
+            statuses={r.client_id: r.status for r in records},
+            accepted=[r.client_id for r in records if r.status == "ok" and r.client_id in accepted],
+            gradients={c: g.gradient for c, g in gradients.items()} if self.flows else {},
+            losses={c: g.loss for c, g in gradients.items()} if self.flows else {},
+            meta={"methods": list(self.methods), "valuation": self.valuation_options, "seed": self.seed,
+                  "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
+                  "weighted_by_key": self.weighted_by_key, "flows": self.flows,
+                  "reject_non_finite": self.reject_non_finite, "selection": self.books_selection},
+        ))
 
     # -- delegation -------------------------------------------------------------------------
 
@@ -182,15 +277,16 @@ class ValuingStrategy(Strategy):
         self.strategy.summary()
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+        return self.strategy.configure_evaluate(server_round + self._round_offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return self.strategy.aggregate_evaluate(server_round, replies)
+        return self.strategy.aggregate_evaluate(server_round + self._round_offset, replies)
 
     # -- training ---------------------------------------------------------------------------
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
+        server_round += self._round_offset
         self._start_arrays = arrays_to_numpy(arrays)
         if self.flows:
             config = ConfigRecord({**dict(config), GRADIENT_KEY: True})
@@ -251,6 +347,7 @@ class ValuingStrategy(Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Aggregate with the inner strategy (live), then value the round and write it."""
+        server_round += self._round_offset
         replies = list(replies)
         gradients = dict(self._idle_gradients)
         for message in replies:  # out before anything reads the reply: the inner strategy must not see it
@@ -260,6 +357,8 @@ class ValuingStrategy(Strategy):
         records = [read_reply(m, self.weighted_by_key, self._node_to_client) for m in replies]
         _mark_duplicate_ids(records)
         _mark_inconsistent(records, self._start_arrays)
+        # Capped claims reach the books and the inner strategy alike, so v_t(I_t) stays U(A_t).
+        claim_flags = [] if self.claims is None else self.claims.review(records, self.weighted_by_key)
         # A sampled client whose reply never came (timeout, lost worker) is booked, not forgotten.
         replied = {r.node_id for r in records}
         records += [
@@ -287,10 +386,16 @@ class ValuingStrategy(Strategy):
                  if self.flows else None)
         round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized,
                                              flows, accepted, harms)
+        ledger_rows += claim_rows(server_round, claim_flags, self.noisy_clients)
+        if self.save_records:
+            self._archive_round(server_round, records, accepted, gradients, pure)
         if self.ledger is not None:
             self.ledger.write_round(round_row, ledger_rows)
         if hasattr(self.sampler, "observe"):
             self.sampler.observe(ledger_rows)
+        if self.checkpoint:  # after everything the next round depends on has seen this one
+            realized = arrays_to_numpy(live_arrays) if live_arrays is not None else self._start_arrays
+            write_checkpoint(self.ledger.run_dir, server_round, realized, self._server_state())
         self.rounds.append(round_row)
         self.last_valuation = valuation
         if self.on_round is not None:

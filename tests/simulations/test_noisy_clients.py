@@ -2,28 +2,64 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from fedvalue.ledger import load_run
 from simulations.cli import main
 
-SMALL = ["--num-clients", "4", "--rounds", "2", "--clients-per-round", "2", "--local-epochs", "3",
+SMALL = ["--num-clients", "8", "--rounds", "4", "--clients-per-round", "2", "--local-epochs", "3",
          "--hidden", "16", "--quiet"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_small_run_is_booked_and_deterministic(tmp_path, capsys):
+def committed_rounds(run_dir: Path) -> int:
+    rounds = run_dir / "rounds.csv"
+    return max(0, len(rounds.read_text().splitlines()) - 1) if rounds.exists() else 0
+
+
+def run_and_kill(run_dir: Path, argv: list[str], after_rounds: int) -> int:
+    """Start ``fedvalue run`` in its own process group and SIGKILL it once ``after_rounds`` committed."""
+    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *argv]
+    process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    try:
+        while committed_rounds(run_dir) < after_rounds:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the run ended or stalled before round {after_rounds} (code {process.poll()})")
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the driver and the Ray processes it started
+        process.wait()
+    return committed_rounds(run_dir)
+
+
+def test_small_run_is_booked_deterministic_and_survives_a_kill(tmp_path, capsys):
     first, second = tmp_path / "a", tmp_path / "b"
     assert main(["run", "noisy-clients", "--out", str(first), "--seed", "3", *SMALL]) == 0
-    assert main(["run", "noisy-clients", "--out", str(second), "--seed", "3", *SMALL]) == 0
-    # Same seed, same books, byte for byte.
+    # The second run is killed mid-way (a real SIGKILL) and resumed.
+    done = run_and_kill(second, ["--seed", "3", *SMALL], after_rounds=2)
+    assert 2 <= done < 4
+    killed = load_run(second)  # every completed round is readable as it stands
+    assert list(killed.rounds["round"]) == list(range(1, done + 1))
+    assert main(["audit", str(second)]) == 0
+    assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 0
+    # Same seed, same books, byte for byte, interrupted or not.
     assert (first / "ledger.csv").read_bytes() == (second / "ledger.csv").read_bytes()
     run = load_run(first)
-    assert sorted(run.ledger["client_id"].unique()) == ["0", "1", "2", "3"]  # even schedule: each once
+    assert sorted(run.ledger["client_id"].unique()) == [str(c) for c in range(8)]  # even schedule: each once
     assert set(run.ledger["method"]) == {"ads", "loo"} and set(run.ledger["status"]) == {"ok"}
     assert (run.rounds["efficiency_gap"].abs() < 1e-9).all()
     assert (run.rounds["utility_after"] == run.rounds["utility_realized"]).all()
-    assert run.ledger["noisy"].sum() == 2 * 2  # 2 noisy clients × 2 methods
+    assert run.ledger["noisy"].sum() == 4 * 2  # 4 noisy clients × 2 methods
     assert run.config["seed"] == 3 and "flwr" in run.config["versions"]
     pd.testing.assert_frame_equal(pd.read_parquet(first / "ledger.parquet"), run.ledger, check_dtype=False)
     capsys.readouterr()
@@ -31,6 +67,12 @@ def test_small_run_is_booked_and_deterministic(tmp_path, capsys):
     report = capsys.readouterr().out
     assert "total_ads" in report and "mean total_ads: noisy" in report
     assert main(["audit", str(first)]) == 0  # the real run's chain, schema and efficiency hold
+    assert main(["audit", str(second)]) == 0
+    # A finished run has nothing to resume; a resumed run keeps its settings.
+    assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 2
+    assert "already completed 4 rounds" in capsys.readouterr().err
+    assert main(["run", "noisy-clients", "--resume", str(second), "--rounds", "6"]) == 2
+    assert "rounds: the run in" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -1,0 +1,246 @@
+"""Server-side review of the weights clients claim (FedAvg's ``num-examples``).
+
+FedAvg weighs client i's update by the count it claims: p_i = n_i / Σ_j n_j. The server
+never sees the data, so a client that claims 100 times its size takes nearly the whole
+step (:class:`clients.behaviours.InflatedExampleCount`), and every book built on p_i
+follows: the round game's coalitions, ADS and LOO, and TracIn outflow −(p_u Δ_u)·g_v.
+:class:`ClaimReview` checks each claim against what the server can know:
+
+``registered``
+    The size client i registered at enrollment, N_i (when the server knows it):
+    n_i is capped at N_i.
+``median_multiple`` (m)
+    The round's other claims: n_i is capped at m × median_j n_j over the round's claims
+    (after the registered cap), when the round has at least ``min_claims`` of them. It
+    bounds any single client's share by m / (m + k − 1) against k − 1 clients at the
+    median; a majority of colluding inflaters moves the median itself and defeats it.
+``jump_factor`` (r)
+    The client's own history: a claim above r × its previous claim (the last round it
+    replied in) is flagged, not capped (a client may really have gathered data).
+
+A capped claim changes BOTH the weight the books use (``ClientReply.weight``) and the
+weight the inner Flower strategy aggregates (the reply's MetricRecord entry under the
+strategy's ``weighted_by_key``), so the round game's v_t(I_t) is still U(A_t), the
+realized state. Every capped or jumped claim is booked as an extra ledger row
+(:func:`claim_rows`): method ``claim_capped`` or ``claim_jumped``, ``value`` = the count
+claimed, ``num_examples`` = the weight used.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection, Hashable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from strategies.records import ClientReply
+
+#: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
+CLAIM_CAPPED = "claim_capped"
+CLAIM_JUMPED = "claim_jumped"
+CLAIM_METHODS = (CLAIM_CAPPED, CLAIM_JUMPED)
+
+#: Statuses whose replies carry a weight (ok, and rejected for non-finite arrays).
+_WEIGHED_STATUSES = ("ok", "rejected")
+
+
+@dataclass(frozen=True)
+class ClaimFlag:
+    """One reviewed claim the books record.
+
+    Attributes
+    ----------
+    client_id
+        The client.
+    method
+        ``"claim_capped"`` or ``"claim_jumped"``.
+    claimed
+        The count the client claimed.
+    used
+        The weight aggregated and booked (equal to ``claimed`` unless capped).
+    limit
+        The cap applied (``claim_capped``) or the threshold crossed, r × previous claim
+        (``claim_jumped``).
+    reason
+        Which rule, in words.
+    status
+        The reply's status (``ok`` or ``rejected``).
+    """
+
+    client_id: Hashable
+    method: str
+    claimed: float
+    used: float
+    limit: float
+    reason: str
+    status: str = "ok"
+
+
+def _positive_real(name: str, value: object, *, minimum: float, strict: bool) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and (
+        value > minimum if strict else value >= minimum)
+    if not ok:
+        raise ValueError(f"{name}: expected a finite number {'>' if strict else '>='} {minimum:g}; got {value!r}.")
+    return float(value)
+
+
+class ClaimReview:
+    """Validates, caps and flags the weights clients claim (see module docstring).
+
+    Parameters
+    ----------
+    registered
+        ``{client id: registered size}`` (positive ints) for the clients whose size the
+        server knows; clients missing from it are not capped by this rule.
+    median_multiple
+        m ≥ 1: cap every claim at m × the round's median claim. ``None``: no such cap.
+    jump_factor
+        r > 1: flag a claim above r × the client's previous claim. ``None``: no flag.
+    min_claims
+        The median cap applies only in rounds with at least this many claims (≥ 3: with
+        two, the median is their mean and one inflater moves it as much as it likes).
+
+    Examples
+    --------
+    Cap at the registered sizes and at 3 x the median claim, flag claims that triple::
+
+        review = ClaimReview(registered={0: 30, 1: 34}, median_multiple=3.0, jump_factor=3.0)
+        ValuingStrategy(FedAvg(), utility, claims=review)
+    """
+
+    def __init__(
+        self,
+        *,
+        registered: Mapping[Hashable, int] | None = None,
+        median_multiple: float | None = None,
+        jump_factor: float | None = None,
+        min_claims: int = 3,
+    ) -> None:
+        if registered is None and median_multiple is None and jump_factor is None:
+            raise ValueError(
+                "registered, median_multiple, jump_factor: expected at least one rule (registered sizes, a "
+                "cap at a multiple of the median claim, or a jump factor); got none."
+            )
+        if registered is not None:
+            if not isinstance(registered, Mapping):
+                raise TypeError(
+                    f"registered: expected a mapping {{client id: registered size}}; got {type(registered).__name__}."
+                )
+            for client_id, size in registered.items():
+                if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                    raise ValueError(
+                        f"registered: expected a positive int size for every client; got {size!r} for client "
+                        f"{client_id!r}."
+                    )
+            registered = {_key(c): int(n) for c, n in registered.items()}
+        if median_multiple is not None:
+            median_multiple = _positive_real("median_multiple", median_multiple, minimum=1.0, strict=False)
+        if jump_factor is not None:
+            jump_factor = _positive_real("jump_factor", jump_factor, minimum=1.0, strict=True)
+        if isinstance(min_claims, bool) or not isinstance(min_claims, (int, np.integer)) or min_claims < 3:
+            raise ValueError(
+                f"min_claims: expected an int >= 3 (a median that one claim cannot move); got {min_claims!r}."
+            )
+        self.registered = registered
+        self.median_multiple = median_multiple
+        self.jump_factor = jump_factor
+        self.min_claims = int(min_claims)
+        #: The last claim seen from each client (raw, before any cap), for the jump rule.
+        self.previous_claims: dict[Hashable, float] = {}
+
+    def __repr__(self) -> str:
+        rules = [f"{name}={getattr(self, name)!r}" for name in ("registered", "median_multiple", "jump_factor")
+                 if getattr(self, name) is not None]
+        return f"ClaimReview({', '.join(rules)})"
+
+    def review(self, records: list[ClientReply], weighted_by_key: str = "num-examples") -> list[ClaimFlag]:
+        """Cap the round's claims in place and return the flags to book.
+
+        Parameters
+        ----------
+        records
+            The round's replies (:func:`strategies.records.read_reply`); those with
+            status ``ok`` or ``rejected`` carry a claim. A capped record gets its new
+            ``weight``, ``metrics`` entry and reply-message MetricRecord entry.
+        weighted_by_key
+            The MetricRecord key the inner strategy weighs by
+            (``strategy.weighted_by_key``).
+
+        Returns
+        -------
+        list of ClaimFlag
+            In record order: a client's ``claim_capped`` flag before its ``claim_jumped``.
+        """
+        weighed = [r for r in records if r.status in _WEIGHED_STATUSES and r.weight is not None]
+        claimed = {id(r): float(r.weight) for r in weighed}
+        limits: dict[int, tuple[float, str]] = {}
+        if self.registered is not None:
+            for record in weighed:
+                size = self.registered.get(_key(record.client_id))
+                if size is not None and claimed[id(record)] > size:
+                    limits[id(record)] = (float(size), f"above the registered size {size}")
+        if self.median_multiple is not None and len(weighed) >= self.min_claims:
+            after_registry = [min(claimed[id(r)], limits.get(id(r), (math.inf, ""))[0]) for r in weighed]
+            cap = self.median_multiple * float(np.median(after_registry))
+            for record, claim in zip(weighed, after_registry):
+                if claim > cap:
+                    limits[id(record)] = (cap, f"above {self.median_multiple:g} x the round's median claim")
+        flags = []
+        for record in weighed:
+            claim = claimed[id(record)]
+            if id(record) in limits:
+                limit, reason = limits[id(record)]
+                used = _set_weight(record, limit, weighted_by_key)
+                flags.append(ClaimFlag(record.client_id, CLAIM_CAPPED, claim, used, limit, reason, record.status))
+            previous = self.previous_claims.get(_key(record.client_id))
+            if self.jump_factor is not None and previous is not None and claim > self.jump_factor * previous:
+                flags.append(ClaimFlag(record.client_id, CLAIM_JUMPED, claim, float(record.weight),
+                                       self.jump_factor * previous,
+                                       f"above {self.jump_factor:g} x its previous claim {previous:g}",
+                                       record.status))
+            self.previous_claims[_key(record.client_id)] = claim
+        return flags
+
+
+def _key(client_id: Hashable) -> Hashable:
+    """Client ids as the ledger compares them: ints and their strings are the same client."""
+    if isinstance(client_id, (int, np.integer)) and not isinstance(client_id, bool):
+        return int(client_id)
+    if isinstance(client_id, str) and client_id.isdigit():
+        return int(client_id)
+    return client_id
+
+
+def _set_weight(record: ClientReply, limit: float, weighted_by_key: str) -> float:
+    """Lower a record's claim to ``limit`` everywhere it is read; returns the weight used.
+
+    An int claim stays an int (rounded down, at least 1), as Flower's metric records hold it.
+    """
+    original = record.metrics.get(weighted_by_key, record.weight)
+    used: int | float = max(1, math.floor(limit)) if isinstance(original, (int, np.integer)) else float(limit)
+    record.weight = float(used)
+    record.metrics[weighted_by_key] = used
+    if record.message is not None and not record.message.has_error():
+        for metrics in record.message.content.metric_records.values():
+            if weighted_by_key in metrics:
+                metrics[weighted_by_key] = used
+    return float(used)
+
+
+def claim_rows(server_round: int, flags: list[ClaimFlag], noisy_clients: Collection | None = None) -> list[dict]:
+    """Ledger rows of a round's claim flags (the ledger's columns; no new column or status)."""
+    return [
+        {
+            "round": server_round,
+            "client_id": flag.client_id,
+            "method": flag.method,
+            "value": flag.claimed,
+            "stderr": 0.0,
+            "num_examples": int(flag.used),
+            "status": flag.status,
+            "noisy": None if noisy_clients is None else flag.client_id in noisy_clients,
+        }
+        for flag in flags
+    ]

@@ -1,0 +1,138 @@
+"""``audit_run(..., utility=...)`` recomputes the books from the saved round records.
+
+The hash chain catches a changed line, but a forger can rewrite the chain too (it is
+not signed). The recomputation cannot be forged that way: every value is derived again
+from the saved states and replies and must match. The tests forge both ways: a changed
+value with a rewritten chain, and a changed saved reply.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord
+from flwr.serverapp.strategy import FedAvg, FedAvgM
+
+from fedvalue.archive import read_round_record, round_record_paths, write_round_record
+from fedvalue.audit import audit_run
+from fedvalue.ledger import ROUND_COLUMNS, chain_hash, csv_lines, genesis_hash
+from strategies import PartitionSampler, TopKSelection, ValuingStrategy
+from strategies.records import numpy_to_arrays
+
+from .inprocess import InProcessGrid, set_server_identity
+from .test_faults import nan_handler
+from .test_flow_books import client_app_grid, initial_state, load_client, utility
+from .test_valuing import NODE_OF
+from .test_valuing import initial_arrays as linear_initial_arrays
+from .test_valuing import utility as _linear_utility_fixture
+
+linear_utility = _linear_utility_fixture
+
+
+def flows_run(run_dir, strategy_class=ValuingStrategy, inner=None, **options):
+    strategy = strategy_class(inner or FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir),
+                              sampler=PartitionSampler(4, seed=1), seed=3, flows=True, **options)
+    strategy.start(client_app_grid(load_client), numpy_to_arrays(initial_state()), num_rounds=3, timeout=10,
+                   train_config=ConfigRecord({"lr": 0.1, "local-epochs": 2, "batch-size": 0, "seed": 0}))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def fedavg_run(tmp_path_factory):
+    set_server_identity()
+    return flows_run(tmp_path_factory.mktemp("fedavg"))
+
+
+def rechain(run_dir) -> None:
+    """What a forger does after changing ledger.csv: recompute every hash of rounds.csv."""
+    ledger_lines = (run_dir / "ledger.csv").read_text().splitlines(keepends=True)[1:]
+    with open(run_dir / "rounds.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    previous = genesis_hash(run_dir)
+    for row in rows:
+        body = csv_lines(ROUND_COLUMNS[:-1], [row])[0]
+        mine = [line for line in ledger_lines if line.split(",", 1)[0] == row["round"]]
+        row["hash"] = previous = chain_hash(previous, mine, body)
+    (run_dir / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
+
+
+def test_an_honest_run_recomputes_exactly(fedavg_run):
+    report = audit_run(fedavg_run, utility=utility())
+    assert report.ok, report.problems
+    assert any("recomputed every value of 3 rounds" in c for c in report.checks)
+    assert not any("not recomputed" in c for c in report.checks)
+
+
+@pytest.mark.parametrize("method", ["ads", "loo", "tracin_inflow", "tracin_outflow", "tracin_self"])
+def test_a_changed_value_with_a_forged_chain_is_caught_by_recomputation(tmp_path, fedavg_run, method):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for path in fedavg_run.rglob("*"):
+        if path.is_file():
+            target = run_dir / path.relative_to(fedavg_run)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    lines = (run_dir / "ledger.csv").read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if f",{method}," in line and line.startswith("2,")
+                 and ",ok," in line)
+    cells = lines[index].split(",")
+    cells[3] = repr(float(cells[3]) * 1.001 + 1e-6)
+    lines[index] = ",".join(cells)
+    (run_dir / "ledger.csv").write_text("".join(lines))
+    if method == "ads":  # keep group efficiency too: move the same amount off another client
+        other = next(i for i, line in enumerate(lines) if ",ads," in line and line.startswith("2,") and i != index)
+        moved = float(cells[3]) - float((fedavg_run / "ledger.csv").read_text().splitlines()[index].split(",")[3])
+        other_cells = lines[other].split(",")
+        other_cells[3] = repr(float(other_cells[3]) - moved)
+        lines[other] = ",".join(other_cells)
+        (run_dir / "ledger.csv").write_text("".join(lines))
+    (run_dir / "ledger.parquet").unlink()
+    rechain(run_dir)
+    assert audit_run(run_dir).ok  # chain, schema and efficiency are all satisfied by the forgery
+    report = audit_run(run_dir, utility=utility())
+    assert not report.ok
+    assert any(f"round 2 {method} of client" in p for p in report.problems)
+
+
+def test_a_changed_saved_reply_is_caught(tmp_path, fedavg_run):
+    run_dir = tmp_path / "run"
+    for path in fedavg_run.rglob("*"):
+        if path.is_file():
+            target = run_dir / path.relative_to(fedavg_run)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    record = read_round_record(round_record_paths(run_dir)[1])
+    client = record.accepted[0]
+    record.replies[client] = {k: v * np.float32(1.01) for k, v in record.replies[client].items()}
+    write_round_record(run_dir, record)
+    report = audit_run(run_dir, utility=utility())
+    assert not report.ok
+    assert any("recompute: round 1" in p for p in report.problems)
+
+
+def test_selection_and_rejected_replies_are_recomputed(tmp_path, linear_utility):
+    run_dir = tmp_path / "topk"
+    grid = InProcessGrid(NODE_OF.values(), nan_handler({2: float("nan")}))
+    TopKSelection(FedAvg(fraction_evaluate=0.0), linear_utility, k=2, score="ads", run_dir=str(run_dir),
+                  sampler=PartitionSampler(5, seed=0)).start(grid, linear_initial_arrays(), num_rounds=2, timeout=10)
+    report = audit_run(run_dir, utility=linear_utility)
+    assert report.ok, report.problems
+    assert any("recomputed every value of 2 rounds" in c for c in report.checks)
+    # Marking another client as selected is a changed number the recomputation sees.
+    lines = (run_dir / "ledger.csv").read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if ",selected,0.0," in line)
+    lines[index] = lines[index].replace(",selected,0.0,", ",selected,1.0,")
+    (run_dir / "ledger.csv").write_text("".join(lines))
+    (run_dir / "ledger.parquet").unlink()
+    rechain(run_dir)
+    report = audit_run(run_dir, utility=linear_utility)
+    assert any("selected of client" in p for p in report.problems)
+
+
+def test_rounds_of_other_strategies_are_said_to_be_unrecomputed(tmp_path):
+    run_dir = flows_run(tmp_path / "momentum", inner=FedAvgM(fraction_evaluate=0.0, server_momentum=0.9))
+    report = audit_run(run_dir, utility=utility())
+    assert report.ok, report.problems
+    assert any("rounds [1, 2, 3] aggregate through their strategy's own code" in c for c in report.checks)

@@ -1,0 +1,128 @@
+"""A run that dies keeps its completed rounds, and ``resume`` gives the uninterrupted ledger.
+
+The reference is the same run without interruption: ledger.csv and first_order.csv must be
+byte-identical, rounds.csv equal except the wall-time column (and the hashes that cover
+it), and the final global state identical. The runs use the real ClientApp behind an
+in-process grid, a stateful server optimizer (FedAdam: its moments must survive the
+crash) and a stateful sampler (ValueWeightedSampler: its accumulated values too).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+import pytest
+from flwr.app import ConfigRecord
+from flwr.serverapp.strategy import FedAdam
+
+from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
+from fedvalue.audit import audit_run
+from fedvalue.ledger import load_run
+from strategies import ValueWeightedSampler, ValuingStrategy
+from strategies.records import numpy_to_arrays
+
+from .inprocess import set_server_identity
+from .test_flow_books import client_app_grid, initial_state, load_client, utility
+
+ROUNDS = 4
+
+
+class Crash(RuntimeError):
+    """Stands in for the process dying right after a round committed."""
+
+
+def make_strategy(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy:
+    def on_round(row):
+        if crash_after is not None and row["round"] == crash_after:
+            raise Crash(f"killed after round {crash_after}")
+
+    return ValuingStrategy(
+        FedAdam(fraction_evaluate=0.0, eta=0.05), utility(), run_dir=str(run_dir), methods=("ads", "loo"),
+        sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5, flows=True,
+        run_config={"experiment": "resume"}, on_round=on_round, resume=resume,
+    )
+
+
+def run(strategy: ValuingStrategy):
+    grid = client_app_grid(load_client)
+    config = {"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0}
+    return strategy.start(grid, numpy_to_arrays(initial_state()), num_rounds=ROUNDS, timeout=10,
+                          train_config=ConfigRecord(config))
+
+
+def rounds_without_wall_time(run_dir) -> pd.DataFrame:
+    return load_run(run_dir).rounds.drop(columns=["valuation_seconds", "hash"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    set_server_identity()  # module-scoped: runs before the per-test identity fixture
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    result = run(make_strategy(run_dir))
+    return run_dir, result
+
+
+@pytest.mark.parametrize("crash_after", [1, 2])
+def test_resume_after_a_crash_writes_the_uninterrupted_ledger(tmp_path, uninterrupted, crash_after):
+    reference_dir, reference = uninterrupted
+    with pytest.raises(Crash):
+        run(make_strategy(tmp_path, crash_after=crash_after))
+    # Every completed round is on disk and readable, and the books are intact.
+    assert list(load_run(tmp_path).rounds["round"]) == list(range(1, crash_after + 1))
+    assert audit_run(tmp_path).ok
+    # The process died while writing the next round: torn lines past the last commit.
+    with open(tmp_path / "ledger.csv", "a") as handle:
+        handle.write(f"{crash_after + 1},3,ads,0.123")
+    with open(tmp_path / "first_order.csv", "a") as handle:
+        handle.write(f"{crash_after},1,0.5,")
+
+    result = run(make_strategy(tmp_path, resume=True))
+
+    assert (tmp_path / "ledger.csv").read_bytes() == (reference_dir / "ledger.csv").read_bytes()
+    assert (tmp_path / "first_order.csv").read_bytes() == (reference_dir / "first_order.csv").read_bytes()
+    pd.testing.assert_frame_equal(rounds_without_wall_time(tmp_path), rounds_without_wall_time(reference_dir))
+    for key, array in reference.arrays.items():  # FedAdam's moments survived: same final state
+        np.testing.assert_array_equal(result.arrays[key].numpy(), array.numpy())
+    report = audit_run(tmp_path)
+    assert report.ok, report.problems
+    assert read_checkpoint(tmp_path).round == ROUNDS
+    assert sorted(round_record_paths(tmp_path)) == list(range(1, ROUNDS + 1))
+
+
+def test_records_hold_each_rounds_start_state_and_replies(uninterrupted):
+    run_dir, _ = uninterrupted
+    ledger = load_run(run_dir).ledger
+    paths = round_record_paths(run_dir)
+    for server_round, path in paths.items():
+        record = read_round_record(path)
+        assert record.round == server_round
+        sampled = ledger[(ledger["round"] == server_round) & (ledger["method"] == "ads")]
+        assert [str(c) for c in record.replies] == list(sampled["client_id"])
+        assert set(record.accepted) == set(record.replies)
+        assert len(record.gradients) == 6 and set(record.losses) == set(record.gradients)
+        assert record.meta["methods"] == ["ads", "loo"] and record.meta["aggregation"] == "strategy"
+    # A round's start state is the state the previous round moved to.
+    first, second = read_round_record(paths[1]), read_round_record(paths[2])
+    assert set(first.start_arrays) == set(initial_state())
+    for key, value in initial_state().items():
+        np.testing.assert_array_equal(first.start_arrays[key], value)
+    assert any(not np.array_equal(second.start_arrays[k], first.start_arrays[k]) for k in first.start_arrays)
+
+
+def test_resuming_a_finished_run_or_with_another_configuration_is_refused(tmp_path, uninterrupted):
+    reference_dir, _ = uninterrupted
+    with pytest.raises(ValueError, match="num_rounds: the run .* already completed 4 rounds"):
+        run(make_strategy(reference_dir, resume=True))
+    with pytest.raises(Crash):
+        run(make_strategy(tmp_path, crash_after=1))
+    other = functools.partial(make_strategy, tmp_path, resume=True)
+    with pytest.raises(ValueError, match="resume: the run .* was started with experiment='resume'"):
+        ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path), run_config={"experiment": "other"},
+                        resume=True)
+    with pytest.raises(ValueError, match="resume: expected run_dir"):
+        ValuingStrategy(FedAdam(), utility(), resume=True)
+    with pytest.raises(ValueError, match="resume: expected a run directory holding run.json"):
+        ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path / "empty"), resume=True)
+    assert other() is not None
