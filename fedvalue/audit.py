@@ -85,6 +85,10 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     run_dir = Path(run_dir)
     report = AuditReport(str(run_dir))
     ledger_path, rounds_path = run_dir / "ledger.csv", run_dir / "rounds.csv"
+    if not ledger_path.exists() and not rounds_path.exists():
+        raise FileNotFoundError(
+            f"run_dir: expected a fedvalue run directory holding ledger.csv and rounds.csv; {run_dir} has neither."
+        )
     for path in (ledger_path, rounds_path):
         if not path.exists():
             report.problems.append(f"{path.name}: missing from {run_dir}")

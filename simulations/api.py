@@ -138,11 +138,16 @@ def simulate(
                              "has none.")
     else:
         run_dir = prepare_run_dir(out, config, overwrite=overwrite)
-    valuing = ValuingStrategy(
-        strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
-        noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
-        save_records=save_records, **dict(valuation_options or {}),
-    )
+    try:
+        valuing = ValuingStrategy(
+            strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
+            noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
+            save_records=save_records, **dict(valuation_options or {}),
+        )
+    except (TypeError, ValueError):
+        if not resume:  # a rejected option leaves no half-made run behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     initial = numpy_to_arrays({k: v.detach().cpu().numpy() for k, v in model_factory().state_dict().items()})
     train_record = ConfigRecord(dict(train_config or {}))
     server_app = ServerApp()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,18 +60,31 @@ class FederatedReciprocityConfig:
 
 
 def check(config: FederatedReciprocityConfig) -> None:
+    """ValueError naming the first bad field, before anything is written or started."""
     for name in ("num_clients", "rounds", "clients_per_round", "local_epochs"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
+    for name in ("seed", "max_parallel_clients"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: expected an integer ≥ 0; got {value!r}.")
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
         )
     if config.dataset not in PAPER_LEARNING_RATES:
         raise ValueError(f"dataset: expected one of {list(PAPER_LEARNING_RATES)}; got {config.dataset!r}.")
-    if not config.learning_rate >= 0:
+    if not (math.isfinite(config.learning_rate) and config.learning_rate >= 0):
         raise ValueError(f"learning_rate: expected a number > 0 (0 = the paper's); got {config.learning_rate!r}.")
+    for name in ("num_cpus_per_client", "round_timeout"):
+        value = getattr(config, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected a finite number > 0; got {value!r}.")
+    data_size = {"breast-cancer": 569, "diabetes": 442}[config.dataset]
+    if 2 * config.num_clients > data_size:
+        raise ValueError(f"num_clients: expected at most {data_size // 2} (each client needs a training and an "
+                         f"inference example of the {data_size}); got {config.num_clients}.")
 
 
 @functools.lru_cache(maxsize=2)

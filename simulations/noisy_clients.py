@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,12 +28,18 @@ from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedPro
 from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
 from fedvalue.ledger import Run
+from fedvalue.rounds import VALUATION_METHODS
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
 from simulations.models import make_mlp
 from simulations.parallel import RayParallelUtility
 from strategies import PartitionSampler
+from strategies.sampling import SCHEDULES
+
+#: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.utilities).
+ADS_METHODS = ("auto", "exact", "mc", "tmc")
+UTILITIES = ("accuracy", "neg_loss")
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {
     "fedavg": lambda: FedAvg(fraction_evaluate=0.0),
@@ -81,16 +88,24 @@ class NoisyClientsConfig:
 
 
 def _check(config: NoisyClientsConfig) -> None:
-    def positive_int(name):
+    """ValueError naming the first bad field, before anything is written or started."""
+    def positive_int(name, minimum=1):
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            expected = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+            raise ValueError(f"{name}: expected {expected}; got {value!r}.")
+
+    def positive_number(name):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name}: expected a finite number > 0; got {value!r}.")
 
     for name in ("num_clients", "rounds", "clients_per_round", "local_epochs"):
         positive_int(name)
-    if isinstance(config.valuation_workers, bool) or not isinstance(config.valuation_workers, int) \
-            or config.valuation_workers < 0:
-        raise ValueError(f"valuation_workers: expected an integer ≥ 0; got {config.valuation_workers!r}.")
+    for name in ("valuation_workers", "batch_size", "max_parallel_clients", "seed"):
+        positive_int(name, minimum=0)
+    for name in ("learning_rate", "epsilon", "num_cpus_per_client", "round_timeout", "dirichlet_alpha"):
+        positive_number(name)
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
@@ -101,16 +116,28 @@ def _check(config: NoisyClientsConfig) -> None:
         if not (low_ok and value <= 1) or (name == "holdout_fraction" and value >= 1):
             bounds = "(0, 1)" if name == "holdout_fraction" else "[0, 1]"
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
-    if config.learning_rate <= 0:
-        raise ValueError(f"learning_rate: expected a number > 0; got {config.learning_rate!r}.")
+    if not 0 < config.delta < 1:
+        raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
     if config.strategy not in STRATEGIES:
         raise ValueError(f"strategy: expected one of {sorted(STRATEGIES)}; got {config.strategy!r}.")
     if config.dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
     if config.dataset == "mnist" and not config.mnist_path:
-        raise ValueError("mnist_path: the mnist dataset is read from local files; pass --mnist-path DIR_OR_NPZ.")
+        raise ValueError("mnist_path: expected a directory of MNIST IDX files or an .npz for the mnist dataset "
+                         "(it is read from local files); got none. Pass --mnist-path DIR_OR_NPZ.")
     if config.partition not in ("iid", "dirichlet"):
         raise ValueError(f"partition: expected 'iid' or 'dirichlet'; got {config.partition!r}.")
+    if config.schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {list(SCHEDULES)}; got {config.schedule!r}.")
+    unknown = [m for m in config.methods if m not in VALUATION_METHODS]
+    if unknown or len(set(config.methods)) != len(config.methods):
+        raise ValueError(f"methods: expected distinct names from {list(VALUATION_METHODS)}; got {list(config.methods)}.")
+    if config.ads_method not in ADS_METHODS:
+        raise ValueError(f"ads_method: expected one of {list(ADS_METHODS)}; got {config.ads_method!r}.")
+    if config.utility not in UTILITIES:
+        raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
+    if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in config.hidden):
+        raise ValueError(f"hidden: expected positive layer sizes; got {list(config.hidden)}.")
 
 
 @functools.lru_cache(maxsize=2)
