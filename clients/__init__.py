@@ -4,15 +4,31 @@ Never imports ``simulations`` (simulations imports clients).
 """
 
 from clients.app import ClientData, make_client_app
-from clients.behaviours import ClientBehaviour, FreeRider, HonestClient, LabelNoise, flip_labels
+from clients.behaviours import (
+    BoostedUpdate,
+    ClientBehaviour,
+    FreeRider,
+    HonestClient,
+    InflatedExampleCount,
+    LabelNoise,
+    Replicator,
+    ScaledUpdate,
+    SignFlip,
+    flip_labels,
+)
 from clients.training import evaluate_model, get_model_arrays, set_model_arrays, train_locally
 
 __all__ = [
+    "BoostedUpdate",
     "ClientBehaviour",
     "ClientData",
     "FreeRider",
     "HonestClient",
+    "InflatedExampleCount",
     "LabelNoise",
+    "Replicator",
+    "ScaledUpdate",
+    "SignFlip",
     "evaluate_model",
     "flip_labels",
     "get_model_arrays",

@@ -13,6 +13,15 @@ picklable (plain classes with plain attributes).
 :func:`flip_labels` is the label noise of seed 004 App. C.2 ("Noisy contributors"):
 each label is independently flipped with probability p to a uniformly chosen class in
 {0, ..., K-1} \\ {y_true}; input features are left unchanged.
+
+Manipulations (issue 7; what the books do about each is in tests/strategies/test_manipulation.py):
+
+- :class:`FreeRider`: replies the global model A_{t−1} (or A_{t−1} plus tiny noise);
+- :class:`InflatedExampleCount`: trains honestly, claims more examples than it holds;
+- :class:`Replicator`: trains on a copy of another client's data, so it submits that
+  client's update;
+- :class:`SignFlip` and :class:`BoostedUpdate` (both :class:`ScaledUpdate`): reply
+  A_{t−1} − (w − A_{t−1}), resp. A_{t−1} + λ (w − A_{t−1}), for the honestly trained w.
 """
 
 from __future__ import annotations
@@ -128,10 +137,22 @@ class LabelNoise(ClientBehaviour):
 
 
 class FreeRider(ClientBehaviour):
-    """Sends the global model back unchanged while claiming its example count.
+    """Sends the global model back, untrained, while claiming its example count.
 
-    Its update is zero, so under FedAvg it only dilutes the others' updates.
+    Its update is zero (or, with ``noise_std``, a tiny random one), so under FedAvg it
+    only dilutes the others' updates: v_t(S ∪ {i}) = U(A_{t−1} + n_S/(n_S + n_i) D_S).
+
+    Parameters
+    ----------
+    noise_std
+        Standard deviation of Gaussian noise added to every floating-point entry of the
+        global model, drawn from the round's reply generator (so a run's seed fixes it).
+        ``0`` (default) replies the global model exactly; a small value hides the zero
+        update from an equality check while the update stays ~0.
     """
+
+    def __init__(self, noise_std: float = 0.0) -> None:
+        self.noise_std = _non_negative_float("noise_std", noise_std)
 
     def transform_reply(
         self,
@@ -140,4 +161,167 @@ class FreeRider(ClientBehaviour):
         num_examples: int,
         rng: np.random.Generator,
     ) -> tuple[dict[str, np.ndarray], int]:
-        return {key: np.array(value, copy=True) for key, value in global_arrays.items()}, num_examples
+        reply = {}
+        for key, value in global_arrays.items():
+            value = np.array(value, copy=True)
+            if self.noise_std > 0 and value.dtype.kind == "f":
+                value = (value + rng.normal(0.0, self.noise_std, size=value.shape)).astype(value.dtype)
+            reply[key] = value
+        return reply, num_examples
+
+    def __repr__(self) -> str:
+        return "FreeRider()" if self.noise_std == 0 else f"FreeRider(noise_std={self.noise_std!r})"
+
+
+class InflatedExampleCount(ClientBehaviour):
+    """Trains honestly but claims more examples than it holds, to dominate FedAvg.
+
+    FedAvg weighs client i by p_i = n_i / Σ_j n_j with the n_i the clients claim; a claim of
+    ``factor`` × its size takes a share near 1 of the step once ``factor`` is large against
+    the others' total. (The server's answer is :class:`strategies.claims.ClaimReview`.)
+
+    Parameters
+    ----------
+    factor
+        Claim ``round(factor × n)`` for a client holding n training examples; > 1.
+    claimed
+        Claim this fixed count instead (an int ≥ 1). Give exactly one of the two.
+    """
+
+    def __init__(self, factor: float | None = None, *, claimed: int | None = None) -> None:
+        if (factor is None) == (claimed is None):
+            raise ValueError(
+                f"factor, claimed: expected exactly one of them (a multiplier > 1 or a fixed count); "
+                f"got factor={factor!r}, claimed={claimed!r}."
+            )
+        if factor is not None:
+            if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not math.isfinite(factor) \
+                    or not factor > 1:
+                raise ValueError(f"factor: expected a finite number > 1 (an inflation); got {factor!r}.")
+            factor = float(factor)
+        if claimed is not None:
+            if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)) or claimed < 1:
+                raise ValueError(f"claimed: expected an int >= 1; got {claimed!r}.")
+            claimed = int(claimed)
+        self.factor = factor
+        self.claimed = claimed
+
+    def claim(self, num_examples: int) -> int:
+        """The count this client reports for ``num_examples`` real examples."""
+        return self.claimed if self.claimed is not None else max(1, int(round(self.factor * num_examples)))
+
+    def transform_reply(
+        self,
+        global_arrays: dict[str, np.ndarray],
+        trained_arrays: dict[str, np.ndarray],
+        num_examples: int,
+        rng: np.random.Generator,
+    ) -> tuple[dict[str, np.ndarray], int]:
+        return trained_arrays, self.claim(num_examples)
+
+    def __repr__(self) -> str:
+        what = f"factor={self.factor!r}" if self.factor is not None else f"claimed={self.claimed!r}"
+        return f"InflatedExampleCount({what})"
+
+
+class Replicator(ClientBehaviour):
+    """Submits another client's update: trains on a copy of that client's training data.
+
+    It claims the source's example count too, so with full-batch local training (the
+    default; mini-batch order depends on the partition id) its reply equals the
+    source's bit for bit. Two such replies are symmetric players of the round game:
+    ADS splits their joint value equally; each is a near-substitute for the other, so
+    leave-one-out credits each only with the change from doubling the pair's weight.
+
+    Parameters
+    ----------
+    x_source, y_source
+        The source client's training inputs (N x d) and labels (N), N ≥ 1.
+    source_id
+        The source's client id, for the record (``repr`` and reports).
+    """
+
+    def __init__(self, x_source: np.ndarray, y_source: np.ndarray, *, source_id: int | None = None) -> None:
+        x_source, y_source = np.asarray(x_source), np.asarray(y_source)
+        if x_source.ndim < 2 or y_source.ndim != 1 or len(x_source) != len(y_source) or len(x_source) == 0:
+            raise ValueError(
+                f"x_source, y_source: expected N x d inputs and N labels with N >= 1; got shapes "
+                f"{x_source.shape} and {y_source.shape}."
+            )
+        self.source_id = source_id
+        self._x = x_source
+        self._y = y_source
+
+    def transform_training_data(
+        self, x: np.ndarray, y: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if x.shape[1:] != self._x.shape[1:]:
+            raise ValueError(
+                f"x_source: expected inputs shaped like the client's own {x.shape[1:]} per example; got "
+                f"{self._x.shape[1:]}."
+            )
+        return self._x, self._y
+
+
+class ScaledUpdate(ClientBehaviour):
+    """Trains honestly, then replies A_{t−1} + λ (w − A_{t−1}) instead of w.
+
+    Only floating-point entries are scaled (integer buffers such as batch counters are
+    replied as trained). The arithmetic is in float64, cast back to each entry's dtype.
+
+    Parameters
+    ----------
+    scale
+        λ, a finite number; λ = −1 flips the update's sign (:class:`SignFlip`), λ > 1
+        boosts it (:class:`BoostedUpdate`).
+    """
+
+    def __init__(self, scale: float) -> None:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+            raise ValueError(f"scale: expected a finite number (λ in A + λ(w − A)); got {scale!r}.")
+        self.scale = float(scale)
+
+    def transform_reply(
+        self,
+        global_arrays: dict[str, np.ndarray],
+        trained_arrays: dict[str, np.ndarray],
+        num_examples: int,
+        rng: np.random.Generator,
+    ) -> tuple[dict[str, np.ndarray], int]:
+        reply = {}
+        for key, trained in trained_arrays.items():
+            if trained.dtype.kind != "f":
+                reply[key] = trained
+                continue
+            start = np.asarray(global_arrays[key], dtype=np.float64)
+            reply[key] = (start + self.scale * (trained.astype(np.float64) - start)).astype(trained.dtype)
+        return reply, num_examples
+
+
+class SignFlip(ScaledUpdate):
+    """A sign-flipping attacker: replies A_{t−1} − (w − A_{t−1}), its honest update reversed."""
+
+    def __init__(self) -> None:
+        super().__init__(-1.0)
+
+    def __repr__(self) -> str:
+        return "SignFlip()"
+
+
+class BoostedUpdate(ScaledUpdate):
+    """A boosting (scaled-update) attacker: replies A_{t−1} + λ (w − A_{t−1}) with λ > 1.
+
+    Under FedAvg its update counts λ times, as if it held λ times its data, without a
+    false example count.
+    """
+
+    def __init__(self, scale: float) -> None:
+        super().__init__(scale)
+        if not self.scale > 1:
+            raise ValueError(f"scale: expected a number > 1 (a boost); got {scale!r}. Use ScaledUpdate for others.")
+
+
+def _non_negative_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0; got {value!r}.")
+    return float(value)
