@@ -227,6 +227,8 @@ def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
     return frame
 
 
+#: Ledger methods starting with this flag a client's claimed weight (strategies.claims).
+CLAIM_PREFIX = "claim_"
 #: Ledger methods of TracIn flows and the name each has in summaries.
 FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
 
@@ -330,17 +332,25 @@ def reciprocity_by_round(run: Run, *, p: float = DEFAULT_P) -> pd.DataFrame:
 
 
 def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Per client: ``total_<method>`` for every method, ``rounds``, ``noisy``.
+    """Per client: ``total_<method>`` for every valuation method, ``rounds``, ``noisy``; with
+    TracIn flows ``inflow``, ``outflow``, ``self``, ``balance``, ``ratio``; with a claim review
+    ``claim_flags`` (rows flagging a claimed weight: their values are claimed counts, not
+    values, so they are counted, not summed).
 
     Sorted by total ADS (or the first method) descending.
     """
-    booked = ledger[ledger["status"].isin(["ok", "idle"])]
+    is_claim = ledger["method"].str.startswith(CLAIM_PREFIX)
+    booked = ledger[ledger["status"].isin(["ok", "idle"]) & ~is_claim]
     totals = booked.pivot_table(index="client_id", columns="method", values="value", aggfunc="sum")
     totals.columns = [f"total_{m}" for m in totals.columns]
-    sampled = ledger[ledger["status"] != "idle"]
+    sampled = ledger[(ledger["status"] != "idle") & ~is_claim]
     rounds = sampled.groupby("client_id")["round"].nunique().rename("rounds")
     summary = totals.join(rounds, how="outer")
     summary["rounds"] = summary["rounds"].fillna(0).astype(int)
+    if is_claim.any():
+        flags = ledger[is_claim].groupby("client_id").size().rename("claim_flags")
+        summary = summary.join(flags, how="left")
+        summary["claim_flags"] = summary["claim_flags"].fillna(0).astype(int)
     if "total_tracin_inflow" in summary:
         for method, name in FLOW_METHODS.items():
             summary[name] = summary.pop(f"total_{method}").fillna(0.0)

@@ -9,6 +9,7 @@ import time
 import typing
 from collections.abc import Sequence
 
+from simulations.attacks import AttacksConfig
 from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.noisy_clients import NoisyClientsConfig
 from simulations.reciprocity import ReciprocityConfig
@@ -50,6 +51,14 @@ PARAMETER_HELP = {
     "averaging": "conditional (mean over the splits that put an individual on each side) or all-splits",
     "target": "diabetes target: raw (the paper's) or standardized",
     "p": "population fraction at which alpha is reported",
+    "attacks": "attacks to run, comma-separated (none = the honest baseline)",
+    "attacker": "partition id of the attacking client",
+    "source": "partition id the replicator copies",
+    "noise_std": "standard deviation of the perturbing free-rider's noise",
+    "inflation": "factor by which the inflating client multiplies its example count",
+    "boost": "scale of the boosting attacker's update",
+    "median_multiple": "claim review: cap at this multiple of the round's median claim",
+    "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
 }
 
 SIMULATIONS = {
@@ -57,9 +66,10 @@ SIMULATIONS = {
     "noisy-clients-study": NoisyClientsStudyConfig,
     "reciprocity": ReciprocityConfig,
     "reciprocity-federated": FederatedReciprocityConfig,
+    "attacks": AttacksConfig,
 }
-#: Simulations that write no ledger: --out is optional (tables are written there when given).
-OUT_OPTIONAL = ("reciprocity",)
+#: Simulations whose --out is optional (tables are written there when given).
+OUT_OPTIONAL = ("reciprocity", "attacks")
 #: Simulations whose run can be continued with --resume DIR.
 RESUMABLE = ("noisy-clients", "reciprocity-federated")
 
@@ -162,6 +172,14 @@ def _run(args: argparse.Namespace) -> int:
         return _run_study(config, args, started)
     if args.simulation == "reciprocity":
         return _run_reciprocity(config, args, started)
+    if args.simulation == "attacks":
+        from simulations.attacks import format_table, run_attacks
+
+        table = run_attacks(config, args.out, overwrite=args.overwrite,
+                            on_run=None if args.quiet else lambda line: print(line, flush=True))
+        print(format_table(table))
+        print(f"done in {time.perf_counter() - started:.1f}s" + (f"; ledgers in {args.out}" if args.out else ""))
+        return 0
     progress = None if args.quiet else _progress(config.rounds)
     if args.simulation == "reciprocity-federated":
         from simulations.federated_reciprocity import run_federated_reciprocity

@@ -229,9 +229,9 @@ class ValuingStrategy(Strategy):
 
     def _server_state(self) -> bytes:
         """What resuming needs besides A_t: the inner strategy (optimizer moments), the sampler,
-        the pending first-order check."""
+        the claim review (each client's last claim), the pending first-order check."""
         try:
-            return pickle.dumps({"strategy": self.strategy, "sampler": self.sampler,
+            return pickle.dumps({"strategy": self.strategy, "sampler": self.sampler, "claims": self.claims,
                                  "pending_first_order": self._pending_first_order}, protocol=4)
         except Exception as error:  # noqa: BLE001 - any pickling failure gets the same advice
             raise TypeError(
@@ -247,7 +247,7 @@ class ValuingStrategy(Strategy):
         self.ledger.write_parquet()
         if checkpoint.state is not None:
             state = pickle.loads(checkpoint.state)
-            self.strategy, self.sampler = state["strategy"], state["sampler"]
+            self.strategy, self.sampler, self.claims = state["strategy"], state["sampler"], state["claims"]
             self._pending_first_order = state["pending_first_order"]
         self.rounds = self.ledger.committed_rounds()
         return checkpoint
