@@ -1,7 +1,8 @@
 """Where the time of the noisy-clients study goes, and what the engine costs on top.
 
-    python bench/study.py                # 20 seeds (about 10 minutes on 2 cores)
+    python bench/study.py                # 20 seeds (about 15 minutes on 2 cores: 10 engine, 5 bare)
     python bench/study.py --seeds 4
+    python bench/study.py --seeds 20 --study-dir runs/study   # reuse a finished study's engine timings
 
 Runs, one after the other in this process:
 
@@ -12,14 +13,19 @@ Runs, one after the other in this process:
    ``clients.app.train_client`` with the same seeds, the same valuation
    (``fedavg_round_game`` + ``value_round``) and the same top-k retrains, in one process.
 
-Prints the shares of training, valuation and engine overhead, and the ratio of the
-engine's wall time to the bare arithmetic's.
+Prints the shares of training, valuation and engine overhead, the ratio of the
+engine's wall time to the bare arithmetic's, and whether both produced the same
+accuracies (they do, to the bit: the bare side uses one torch thread, as the engine's
+Ray clients and the study's server process do).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+import json
+import os
 import sys
 import tempfile
 import time
@@ -28,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
 
 from clients.app import train_client  # noqa: E402
 from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean  # noqa: E402
@@ -37,64 +45,113 @@ from simulations.study import RANKINGS, NoisyClientsStudyConfig, _base, run_stud
 from strategies.sampling import PartitionSampler  # noqa: E402
 
 
-def bare_study(config: NoisyClientsStudyConfig) -> dict:
-    """The study's arithmetic without Flower or Ray: returns seconds of training and valuation."""
+def bare_study(config: NoisyClientsStudyConfig) -> tuple[dict, pd.DataFrame]:
+    """The study's arithmetic without Flower or Ray.
+
+    Returns seconds of training and valuation, and the accuracy per (seed, method, k,
+    round) in the layout of the study's ``accuracy.csv`` (to check it is the same computation).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the engine's clients (Ray: one CPU each) and its server (study.py)
+    try:
+        return _bare_study(config)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _bare_study(config: NoisyClientsStudyConfig) -> tuple[dict, pd.DataFrame]:
     seconds = {"training": 0.0, "valuation": 0.0}
+    rows: list[dict] = []
     for seed in range(config.first_seed, config.first_seed + config.seeds):
-        base = _base(config, seed)
-        loader, model_factory, utility, _ = build(base)
-        initial = {k: v.detach().numpy() for k, v in model_factory().state_dict().items()}
         sampler = PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=seed)
         schedule = {t: sampler.sample(t, list(range(config.num_clients))) for t in range(1, config.rounds + 1)}
-        train = functools.partial(train_client, model_factory=model_factory, learning_rate=config.learning_rate,
-                                  local_epochs=config.local_epochs, batch_size=config.batch_size, seed=seed)
 
-        def round_replies(state, server_round):
+        def round_replies(train, loader, state, server_round):
             started = time.perf_counter()
             replies = {c: train(loader(c), global_arrays=state, server_round=server_round) for c in schedule[server_round]}
             seconds["training"] += time.perf_counter() - started
             return replies
 
-        state, accepted = initial, {}
-        for t in range(1, config.rounds + 1):  # the scored run
-            replies = round_replies(state, t)
-            ids = list(replies)
-            started = time.perf_counter()
-            valuation = value_round(fedavg_round_game(ids, state, [replies[c][0] for c in ids],
-                                                      [replies[c][1] for c in ids], utility), ("ads", "loo"))
-            seconds["valuation"] += time.perf_counter() - started
-            accepted[t] = {m: valuation.results[m].values.to_dict() for m in ("ads", "loo")}
-            state = weighted_mean([replies[c][0] for c in ids], [replies[c][1] for c in ids])
+        def scored_run(clean: bool, method_name: str):
+            """A run with every sampled client aggregated and valued by ADS and LOO."""
+            loader, model_factory, utility, _ = build(_base(config, seed, clean=clean))
+            train = functools.partial(train_client, model_factory=model_factory, learning_rate=config.learning_rate,
+                                      local_epochs=config.local_epochs, batch_size=config.batch_size, seed=seed)
+            state = {k: v.detach().numpy() for k, v in model_factory().state_dict().items()}
+            scores = {}
+            for t in range(1, config.rounds + 1):
+                replies = round_replies(train, loader, state, t)
+                ids = list(replies)
+                started = time.perf_counter()
+                valuation = value_round(fedavg_round_game(ids, state, [replies[c][0] for c in ids],
+                                                          [replies[c][1] for c in ids], utility), ("ads", "loo"))
+                seconds["valuation"] += time.perf_counter() - started
+                scores[t] = {m: valuation.results[m].values.to_dict() for m in ("ads", "loo")}
+                state = weighted_mean([replies[c][0] for c in ids], [replies[c][1] for c in ids])
+                rows.append({"seed": seed, "method": method_name, "k": config.clients_per_round, "round": t,
+                             "accuracy": float(utility(state))})
+            return scores, loader, train, model_factory, utility
+
+        if config.clean_runs:
+            scored_run(True, "clean")
+        scores, loader, train, model_factory, utility = scored_run(False, "all")
+        initial = {k: v.detach().numpy() for k, v in model_factory().state_dict().items()}
         for k in config.ks:  # the retrains
             for ranking in RANKINGS:
                 state = initial
                 for t in range(1, config.rounds + 1):
-                    replies = round_replies(state, t)
+                    replies = round_replies(train, loader, state, t)
                     ids = list(replies)
                     if ranking == "random":
                         rng = np.random.default_rng([seed, t, 99])
                         chosen = sorted(rng.choice(ids, size=min(k, len(ids)), replace=False).tolist())
                     else:
-                        chosen = top_k(accepted[t][ranking], k, ids)
+                        chosen = top_k(scores[t][ranking], k, ids)
                     chosen = [c for c in ids if c in set(chosen)]
                     state = weighted_mean([replies[c][0] for c in chosen], [replies[c][1] for c in chosen])
-                    utility(state)  # the retrain books its accuracy
-    return seconds
+                    rows.append({"seed": seed, "method": ranking, "k": k, "round": t,
+                                 "accuracy": float(utility(state))})  # the retrain books its accuracy
+    return seconds, pd.DataFrame(rows)
+
+
+def _finished_study(study_dir: Path, config: NoisyClientsStudyConfig) -> tuple[float, dict]:
+    """Timings and accuracies of a study run with ``config``'s settings (its engine wall time
+    is ``timings.json``'s total: engine start to stop, without the output tables and figure)."""
+    saved = json.loads((study_dir / "run.json").read_text())
+    for name, value in dataclasses.asdict(config).items():
+        if json.loads(json.dumps(value)) != saved.get(name):
+            raise ValueError(f"study_dir: expected a study with {name}={value!r} (the default settings and "
+                             f"--seeds {config.seeds}); {study_dir} has {saved.get(name)!r}.")
+    timings = json.loads((study_dir / "timings.json").read_text())
+    return float(timings["total"]), {"timings": timings, "accuracy": pd.read_csv(study_dir / "accuracy.csv")}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--study-dir", metavar="DIR",
+                        help="take the engine's side from a study already run with `fedvalue run "
+                             "noisy-clients-study --seeds N --out DIR` (default settings) instead of running it again")
     args = parser.parse_args(argv)
     config = NoisyClientsStudyConfig(seeds=args.seeds)
 
-    with tempfile.TemporaryDirectory() as out:
-        started = time.perf_counter()
-        timings = run_study(config, str(Path(out) / "study"))["timings"]
-        engine_total = time.perf_counter() - started
+    if args.study_dir:
+        engine_total, result = _finished_study(Path(args.study_dir), config)
+    else:
+        with tempfile.TemporaryDirectory() as out:
+            started = time.perf_counter()
+            result = run_study(config, str(Path(out) / "study"))
+            engine_total = time.perf_counter() - started
+    timings = result["timings"]
     started = time.perf_counter()
-    bare = bare_study(config)
+    bare, bare_accuracy = bare_study(config)
     bare_total = time.perf_counter() - started
+    keys = ["seed", "method", "k", "round"]
+    both = result["accuracy"].merge(bare_accuracy, on=keys, suffixes=("_engine", "_bare"), validate="one_to_one")
+    if len(both) != len(bare_accuracy) or len(both) != len(result["accuracy"]):
+        raise RuntimeError(f"bare_study: expected the engine's {len(result['accuracy'])} accuracy rows; "
+                           f"matched {len(both)} of the bare run's {len(bare_accuracy)}.")
+    gap = (both["accuracy_engine"] - both["accuracy_bare"]).abs()
 
     training = timings["rounds"] - timings["valuation"]
     overhead = engine_total - timings["rounds"]
@@ -103,11 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'engine run, total':34}{engine_total:>10.1f}{1:>8.0%}")
     print(f"{'  rounds: training + messaging':34}{training:>10.1f}{training / engine_total:>8.0%}")
     print(f"{'  rounds: valuation':34}{timings['valuation']:>10.1f}{timings['valuation'] / engine_total:>8.0%}")
-    print(f"{'  engine start/stop, queries, I/O':34}{overhead:>10.1f}{overhead / engine_total:>8.0%}")
+    print(f"{'  engine start/stop, between runs':34}{overhead:>10.1f}{overhead / engine_total:>8.0%}")
     print(f"{'bare arithmetic, total':34}{bare_total:>10.1f}")
     print(f"{'  training':34}{bare['training']:>10.1f}")
     print(f"{'  valuation':34}{bare['valuation']:>10.1f}")
-    print(f"engine / bare wall time: {engine_total / bare_total:.2f}")
+    other = bare_total - bare["training"] - bare["valuation"]
+    print(f"{'  data, models, state accuracies':34}{other:>10.1f}")
+    print(f"engine / bare wall time: {engine_total / bare_total:.2f}   (bare: one process, one torch thread; "
+          f"engine: {os.cpu_count()} cores, clients in Ray workers)")
+    print(f"same computation: {int((gap < 1e-9).sum())} of {len(gap)} (seed, method, k, round) accuracies equal, "
+          f"largest difference {gap.max():.4f}")
     return 0
 
 

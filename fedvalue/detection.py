@@ -788,6 +788,59 @@ def evaluate_flagging(rule: FlaggingRule, ledger: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def flagging_rates(rules: FlaggingRule | Sequence[FlaggingRule], ledgers: pd.DataFrame | Sequence[pd.DataFrame], *,
+                   confidence: float = 0.95) -> pd.DataFrame:
+    """Each rule's false-positive and detection rates over runs, with intervals over runs.
+
+    Parameters
+    ----------
+    rules
+        Flagging rules to measure (each is applied afresh to every run).
+    ledgers
+        One ledger or several (for example the noisy runs and the clean runs of a study,
+        each possibly holding several runs told apart by ``seed``). A run whose valued
+        clients are all clean is a *clean run*.
+    confidence
+        Level of the normal-approximation intervals over runs, in (0, 1).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per rule: ``method, kind, threshold, patience, n_clean_runs,
+        n_noisy_runs``; ``false_positive_rate`` — the mean over clean runs of the share of
+        clients flagged (every flag there is false), with ``_ci_low``/``_ci_high``;
+        ``false_positive_rate_noisy_runs`` — the mean share of clean clients flagged in
+        runs with noisy clients; ``detection_rate`` — the mean share of noisy clients
+        flagged in runs with noisy clients, with its interval; ``mean_flag_round`` — the
+        mean round at which noisy clients were flagged. NaN where no run of the kind exists.
+    """
+    rules = [rules] if isinstance(rules, FlaggingRule) else list(rules)
+    if not rules or not all(isinstance(rule, FlaggingRule) for rule in rules):
+        raise TypeError(f"rules: expected a FlaggingRule or a non-empty list of them; got {rules!r}.")
+    ledgers = [ledgers] if isinstance(ledgers, pd.DataFrame) else list(ledgers)
+    if not ledgers:
+        raise ValueError("ledgers: expected at least one ledger; got none.")
+    confidence = check_open_unit("confidence", confidence)
+    rows = []
+    for rule in rules:
+        per_run = pd.concat([evaluate_flagging(rule, ledger) for ledger in ledgers], ignore_index=True)
+        clean = per_run[per_run["clean_run"].astype(bool)]
+        dirty = per_run[~per_run["clean_run"].astype(bool)]
+        row: dict[str, object] = {"method": rule.method, "kind": rule.kind, "threshold": rule.threshold,
+                                  "patience": rule.patience, "n_clean_runs": len(clean), "n_noisy_runs": len(dirty)}
+        for name, samples in (("false_positive_rate", clean["false_positive_rate"]),
+                              ("detection_rate", dirty["detection_rate"])):
+            samples = samples.dropna().to_numpy(float)
+            mean, low, high = _interval(samples, confidence) if len(samples) else (math.nan,) * 3
+            row.update({name: mean, f"{name}_ci_low": low, f"{name}_ci_high": high})
+        noisy_fpr = dirty["false_positive_rate"].dropna()
+        row["false_positive_rate_noisy_runs"] = float(noisy_fpr.mean()) if len(noisy_fpr) else math.nan
+        flag_rounds = dirty["mean_flag_round"].dropna()
+        row["mean_flag_round"] = float(flag_rounds.mean()) if len(flag_rounds) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def summarize_flagging(per_run: pd.DataFrame) -> dict[str, float]:
     """Rates over runs from :func:`evaluate_flagging`.
 

@@ -3,18 +3,29 @@
 For every seed: the ``noisy-clients`` run is scored (within-round ADS and LOO), then
 retrained from the same initial model keeping only each round's top k by ADS, by LOO
 and by a seeded random choice (the paper's protocol: the scored run's clients and
-acceptances are replayed). Outputs, in ``--out``:
+acceptances are replayed). With ``clean_runs`` (default 1) every seed also scores the
+same federation with the label noise turned off (``noisy_fraction`` 0), on which the
+online flagging rules' false-positive rate is measured. Outputs, in ``--out``:
 
-``accuracy.csv``   seed, method (ads, loo, random, all), k, round, accuracy
+``accuracy.csv``   seed, method (ads, loo, random: top-k retrains; all: the scored run;
+                   clean: the clean run), k, round, accuracy
 ``detection.csv``  the cumulative detection curve (share of a round's noisy clients among
                    its j lowest-ranked, averaged over rounds, 95% CI over seeds)
 ``metrics.csv``    per method: AUC and precision at the number of noisy clients (mean, CI)
+``flagging.csv``   per online flagging rule (:data:`FLAGGING_RULES`): false-positive rate
+                   on the clean runs, share of clean clients flagged in the noisy runs,
+                   detection rate on the noisy runs (means, 95% CI over seeds)
 ``figure4.png``    top-3 accuracy, top-4 accuracy (mean and 95% CI per round), detection
-``seed-S/``        every run's ledger (``scored``, ``top{k}-{method}``)
+``seed-S/``        every run's ledger (``scored``, ``clean``, ``top{k}-{method}``)
+
+The paper's schedule values every client in exactly one round of the five, so an
+online rule can only judge a client on that one round: the study's rules use
+``patience=1`` (a longer patience never fires here).
 
 One Flower engine serves every run: the ServerApp runs them one after another on the
 same grid and the clients load the seed's data from the ``data-key`` in the train
-config, so Ray starts once, not once per seed (it costs ~15 s on this machine).
+config, so Ray starts once, not once per seed (it costs ~15 s on this machine, ~1% of a
+20-seed study: measured, not the bottleneck either way).
 """
 
 from __future__ import annotations
@@ -29,12 +40,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import make_client_app
-from fedvalue.detection import detection_curve, detection_metrics, summarize_metrics
+from fedvalue.detection import FlaggingRule, detection_curve, detection_metrics, flagging_rates, summarize_metrics
 from fedvalue.ledger import load_run, write_json
 from fedvalue.selection import retrain_plan
 from simulations.api import package_versions, prepare_run_dir
@@ -44,6 +56,22 @@ from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingSt
 from strategies.records import numpy_to_arrays
 
 RANKINGS = ("ads", "loo", "random")
+#: torch threads of the server process while the study runs (restored afterwards). The
+#: valuation's forward passes are small (a few hundred held-out rows): with torch's default
+#: of one thread per core they spin against the Ray clients and any other load, and were
+#: measured 15–40× slower per round on this 2-core machine (1.5 s instead of 0.1 s).
+SERVER_TORCH_THREADS = 1
+#: Online flagging rules measured by the study (patience 1: the paper's schedule values a
+#: client in one round only): a robust z below −threshold within the client's round, or
+#: the client's accumulated value below a threshold in held-out accuracy (0: its books are
+#: negative; −0.01 / −0.02: it cost at least 1% / 2% accuracy). A small calibration table:
+#: pick the rule whose false-positive rate on the clean runs you can afford.
+FLAGGING_RULES = tuple(
+    [FlaggingRule(method, kind="robust_z", threshold=z, patience=1) for method in ("ads", "loo")
+     for z in (1.0, 2.0)]
+    + [FlaggingRule(method, kind="threshold", threshold=t, patience=1) for method in ("ads", "loo")
+       for t in (0.0, -0.01, -0.02)]
+)
 
 
 @dataclass
@@ -53,12 +81,32 @@ class NoisyClientsStudyConfig(NoisyClientsConfig):
     seeds: int = 20
     first_seed: int = 0
     ks: tuple[int, ...] = (3, 4)
+    clean_runs: int = 1
 
 
-def study_client_data(partition_id: int, data_key: int | None = None, *, config_json: str):
-    """Client data of the seed named by ``data_key`` (the engine serves every seed)."""
+#: Settings a study's ``data-key`` may override (the engine serves every seed, noisy and clean).
+DATA_KEY_FIELDS = ("seed", "noisy_fraction")
+
+
+def data_key(seed: int, *, clean: bool = False) -> str:
+    """The ``data-key`` naming a seed's federation (``clean``: with noisy_fraction 0)."""
+    return json.dumps({"seed": int(seed), **({"noisy_fraction": 0.0} if clean else {})}, sort_keys=True)
+
+
+def study_client_data(partition_id: int, data_key: int | str | None = None, *, config_json: str):
+    """Client data of the federation named by ``data_key``: a seed, or a JSON object of
+    :data:`DATA_KEY_FIELDS` overrides (see :func:`data_key`)."""
     config = json.loads(config_json)
-    if data_key is not None:
+    if isinstance(data_key, str):
+        try:
+            overrides = json.loads(data_key)
+        except json.JSONDecodeError:
+            overrides = None
+        if not isinstance(overrides, dict) or set(overrides) - set(DATA_KEY_FIELDS):
+            raise ValueError(f"data_key: expected a JSON object with keys among {list(DATA_KEY_FIELDS)}; "
+                             f"got {data_key!r}.")
+        config.update(overrides)
+    elif data_key is not None:
         config["seed"] = int(data_key)
     return client_data(partition_id, config_json=json.dumps(config, sort_keys=True))
 
@@ -68,11 +116,15 @@ def _check(config: NoisyClientsStudyConfig) -> None:
         raise ValueError(f"seeds: expected a positive integer; got {config.seeds!r}.")
     if not config.ks or any(k < 1 or k > config.clients_per_round for k in config.ks):
         raise ValueError(f"ks: expected sizes in 1..clients_per_round={config.clients_per_round}; got {config.ks!r}.")
+    if isinstance(config.clean_runs, bool) or config.clean_runs not in (0, 1):
+        raise ValueError(f"clean_runs: expected 1 (score a clean run per seed for the flagging false-positive "
+                         f"rate) or 0 (skip it); got {config.clean_runs!r}.")
 
 
-def _base(config: NoisyClientsStudyConfig, seed: int) -> NoisyClientsConfig:
+def _base(config: NoisyClientsStudyConfig, seed: int, *, clean: bool = False) -> NoisyClientsConfig:
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(NoisyClientsConfig)}
-    return NoisyClientsConfig(**{**fields, "seed": seed, "methods": ("ads", "loo")})
+    return NoisyClientsConfig(**{**fields, "seed": seed, "methods": ("ads", "loo"),
+                                 **({"noisy_fraction": 0.0} if clean else {})})
 
 
 def _random_acceptance(sampled: dict[int, list[str]], k: int, seed: int) -> dict[int, list[str]]:
@@ -120,15 +172,30 @@ def run_study(
                 base = _base(config, seed)
                 _, model_factory, utility, noisy = build(base)
                 initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
-                train_config = ConfigRecord({"lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
-                                             "batch-size": int(config.batch_size), "seed": seed, "data-key": seed})
+
+                def train_config(clean: bool = False) -> ConfigRecord:
+                    return ConfigRecord({"lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
+                                         "batch-size": int(config.batch_size), "seed": seed,
+                                         "data-key": data_key(seed, clean=clean)})
+
                 seed_dir = out_dir / f"seed-{seed}"
+                if config.clean_runs:  # same data, model, schedule and utility; no label noise
+                    clean = timed_start(
+                        ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / "clean"),
+                                        methods=("ads", "loo"), sampler=PartitionSampler(
+                                            config.clients_per_round, schedule=config.schedule, seed=seed),
+                                        seed=seed, noisy_clients=frozenset(),
+                                        run_config={"seed": seed, "noisy_fraction": 0.0}),
+                        grid, initial, train_config(clean=True))
+                    accuracy_rows.extend({"seed": seed, "method": "clean", "k": config.clients_per_round,
+                                          "round": r["round"], "accuracy": r["utility_realized"]}
+                                         for r in clean.rounds)
                 scored = timed_start(
                     ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / "scored"),
                                     methods=("ads", "loo"), sampler=PartitionSampler(
                                         config.clients_per_round, schedule=config.schedule, seed=seed),
                                     seed=seed, noisy_clients=noisy, run_config={"seed": seed}),
-                    grid, initial, train_config)
+                    grid, initial, train_config())
                 accuracy_rows.extend({"seed": seed, "method": "all", "k": config.clients_per_round,
                                       "round": r["round"], "accuracy": r["utility_realized"]} for r in scored.rounds)
                 ledger = load_run(seed_dir / "scored").ledger
@@ -142,11 +209,12 @@ def run_study(
                                           preset=accepted, methods=(), sampler=ReplaySampler(sampled), seed=seed,
                                           noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
                                           run_config={"seed": seed, "k": k, "ranking": ranking}),
-                            grid, initial, train_config)
+                            grid, initial, train_config())
                         accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
                                               "accuracy": r["utility_realized"]} for r in retrained.rounds)
                 if on_run is not None:
-                    on_run(f"seed {seed}: scored + {len(config.ks) * len(RANKINGS)} retrained runs")
+                    on_run(f"seed {seed}: {'clean + ' if config.clean_runs else ''}scored + "
+                           f"{len(config.ks) * len(RANKINGS)} retrained runs")
         except BaseException as error:  # surfaced after the engine stops
             failures.append(error)
             raise
@@ -155,10 +223,15 @@ def run_study(
     base = _base(config, seeds[0])
     loader = functools.partial(study_client_data, config_json=json.dumps(dataclasses.asdict(base), sort_keys=True))
     _, model_factory, _, _ = build(base)
-    run_flower_simulation(server_app, make_client_app(loader, model_factory), num_supernodes=config.num_clients,
-                          num_cpus_per_client=config.num_cpus_per_client,
-                          max_parallel_clients=config.max_parallel_clients or None,
-                          ray_address=config.ray_address or None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SERVER_TORCH_THREADS)  # the valuation's forward passes, in this process
+    try:
+        run_flower_simulation(server_app, make_client_app(loader, model_factory), num_supernodes=config.num_clients,
+                              num_cpus_per_client=config.num_cpus_per_client,
+                              max_parallel_clients=config.max_parallel_clients or None,
+                              ray_address=config.ray_address or None)
+    finally:
+        torch.set_num_threads(threads)
     if failures:
         raise failures[0]
     timings["total"] = time.perf_counter() - started
@@ -173,15 +246,24 @@ def write_outputs(out_dir: Path, seeds: list[int], accuracy: pd.DataFrame, timin
         ledger.insert(0, "seed", seed)
         ledgers.append(ledger)
     ledger = pd.concat(ledgers, ignore_index=True)
+    clean_ledgers = []
+    for seed in seeds:
+        if (out_dir / f"seed-{seed}" / "clean").exists():
+            clean = load_run(out_dir / f"seed-{seed}" / "clean").ledger
+            clean.insert(0, "seed", seed)
+            clean_ledgers.append(clean)
     curve = detection_curve(ledger, methods=RANKINGS)
     metrics = summarize_metrics(detection_metrics(ledger, methods=RANKINGS))
+    flagging = flagging_rates(FLAGGING_RULES, [ledger] + ([pd.concat(clean_ledgers, ignore_index=True)]
+                                                          if clean_ledgers else []))
     accuracy.to_csv(out_dir / "accuracy.csv", index=False)
     curve.to_csv(out_dir / "detection.csv", index=False)
     metrics.to_csv(out_dir / "metrics.csv", index=False)
+    flagging.to_csv(out_dir / "flagging.csv", index=False)
     (out_dir / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-    _figure(out_dir / "figure4.png", accuracy, curve, sorted(k for k in accuracy["k"].unique()
-                                                            if (accuracy["method"] != "all").any()))
-    return {"accuracy": accuracy, "detection": curve, "metrics": metrics, "timings": timings}
+    _figure(out_dir / "figure4.png", accuracy, curve,
+            sorted(int(k) for k in accuracy.loc[accuracy["method"].isin(RANKINGS), "k"].unique()))
+    return {"accuracy": accuracy, "detection": curve, "metrics": metrics, "flagging": flagging, "timings": timings}
 
 
 def _mean_ci(values: pd.Series) -> tuple[float, float]:
@@ -197,7 +279,7 @@ def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[in
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    selected = [k for k in ks if ((accuracy["k"] == k) & (accuracy["method"] != "all")).any()]
+    selected = [k for k in ks if ((accuracy["k"] == k) & accuracy["method"].isin(RANKINGS)).any()]
     fig, axes = plt.subplots(1, len(selected) + 1, figsize=(5 * (len(selected) + 1), 4))
     colors = {"ads": "tab:blue", "loo": "tab:orange", "random": "tab:green", "all": "gray"}
     for ax, k in zip(axes, selected):

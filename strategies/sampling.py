@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedvalue.detection import FlaggingRule
+
 SCHEDULES = ("random", "even")
 
 
@@ -62,9 +64,9 @@ class ValueWeightedSampler:
     client i's accumulated value Φ_i is the sum of its ``method`` values so far. Round
     t samples ``clients_per_round`` clients without replacement with probability
     ∝ exp((Φ_i − max Φ) / temperature); clients never sampled get the largest Φ seen
-    (optimism: each is tried once before the value decides). Clients in
-    ``exclude()`` (for example the flagged set of a flagging rule) are not sampled
-    while enough others remain.
+    (optimism: each is tried once before the value decides). Clients flagged by
+    ``flagging`` (an online :class:`~fedvalue.detection.FlaggingRule` fed the same rows)
+    or returned by ``exclude()`` are not sampled while enough others remain.
 
     Parameters
     ----------
@@ -76,27 +78,36 @@ class ValueWeightedSampler:
         Softness of the preference (> 0); large is uniform, small is greedy.
     exclude
         Callable returning client ids not to sample.
+    flagging
+        A :class:`~fedvalue.detection.FlaggingRule` the sampler feeds every round's rows;
+        the clients it flags are excluded from then on (its ``flagged`` set is read live).
     seed
         Seed; round t's draw depends on (seed, t) and the values observed.
     """
 
     def __init__(self, clients_per_round: int, *, method: str = "ads", temperature: float = 0.05,
-                 exclude=None, seed: int = 0) -> None:
+                 exclude=None, flagging: FlaggingRule | None = None, seed: int = 0) -> None:
         if isinstance(clients_per_round, bool) or not isinstance(clients_per_round, (int, np.integer)) or clients_per_round < 1:
             raise ValueError(f"clients_per_round: expected a positive integer; got {clients_per_round!r}.")
         if not (isinstance(temperature, (int, float)) and temperature > 0):
             raise ValueError(f"temperature: expected a number > 0; got {temperature!r}.")
         if exclude is not None and not callable(exclude):
             raise TypeError(f"exclude: expected a callable returning client ids; got {type(exclude).__name__}.")
+        if flagging is not None and not isinstance(flagging, FlaggingRule):
+            raise TypeError(f"flagging: expected a fedvalue.detection.FlaggingRule; got {type(flagging).__name__}.")
         self.clients_per_round = int(clients_per_round)
         self.method = method
         self.temperature = float(temperature)
         self.exclude = exclude
+        self.flagging = flagging
         self.seed = int(seed)
         self.totals: dict[int, float] = {}
 
     def observe(self, ledger_rows) -> None:
         """Accumulate one round's ledger rows (only this method's booked values count)."""
+        ledger_rows = list(ledger_rows)
+        if self.flagging is not None:
+            self.flagging.update(ledger_rows)
         for row in ledger_rows:
             if row.get("method") == self.method and row.get("status") == "ok" and row.get("value") is not None:
                 client = int(row["client_id"])
@@ -109,6 +120,8 @@ class ValueWeightedSampler:
                 f"clients_per_round: expected at most the {len(ids)} available clients; got {self.clients_per_round}."
             )
         excluded = set() if self.exclude is None else {int(c) for c in self.exclude()}
+        if self.flagging is not None:
+            excluded |= {int(c) for c in self.flagging.flagged}
         allowed = [c for c in ids if c not in excluded]
         if len(allowed) < self.clients_per_round:  # never starve a round: fall back to everyone
             allowed = ids

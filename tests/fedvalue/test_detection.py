@@ -21,6 +21,7 @@ from fedvalue.detection import (
     detection_metrics,
     evaluate_flagging,
     expected_hits,
+    flagging_rates,
     precision_at_k,
     rank_clients,
     rank_rounds,
@@ -290,6 +291,34 @@ def test_evaluate_flagging_counts_false_positives_and_detections():
     assert summary == {"false_positive_rate": 0.0, "false_positive_rate_noisy_runs": 0.0, "detection_rate": 1.0,
                        "n_clean_runs": 1, "n_noisy_runs": 1}
     assert rule.flagged == frozenset()  # the template is untouched
+
+
+def test_flagging_rates_measure_false_positives_on_clean_runs_and_detection_on_noisy_runs():
+    # Two clean runs: in run 0 client c6 is an outlier of its round (a false positive for a
+    # strict rule), in run 1 nobody is. One noisy run: n1 is far below, n2 is typical.
+    typical = {"c1": 0.10, "c2": 0.11, "c3": 0.12, "c4": 0.13, "c5": 0.14}
+    clean = pd.concat([make_ledger([{**typical, "c6": -0.5}], seed=0), make_ledger([typical], seed=1)],
+                      ignore_index=True)
+    noisy = make_ledger([{**typical, "n1": -0.5, "n2": 0.12}], seed=2)
+    strict = FlaggingRule("ads", threshold=2.0, patience=1)
+    never = FlaggingRule("ads", threshold=2.0, patience=2)  # one valued round each: cannot fire
+    rates = flagging_rates([strict, never], [noisy, clean]).set_index("patience")
+    assert rates.loc[1, "n_clean_runs"] == 2 and rates.loc[1, "n_noisy_runs"] == 1
+    assert rates.loc[1, "false_positive_rate"] == pytest.approx((1 / 6 + 0) / 2)
+    # interval over the two clean runs: mean ± z·sd/√2
+    half = NormalDist().inv_cdf(0.975) * np.std([1 / 6, 0.0], ddof=1) / math.sqrt(2)
+    assert rates.loc[1, "false_positive_rate_ci_high"] == pytest.approx(1 / 12 + half)
+    assert rates.loc[1, "detection_rate"] == 0.5 and rates.loc[1, "false_positive_rate_noisy_runs"] == 0.0
+    assert rates.loc[1, "mean_flag_round"] == 1.0
+    assert math.isnan(rates.loc[1, "detection_rate_ci_low"])  # one noisy run: no interval
+    assert rates.loc[2, "false_positive_rate"] == 0.0 and rates.loc[2, "detection_rate"] == 0.0
+    assert list(rates[["method", "kind", "threshold"]].iloc[0]) == ["ads", "robust_z", 2.0]
+    only_noisy = flagging_rates(strict, noisy).iloc[0]
+    assert only_noisy["n_clean_runs"] == 0 and math.isnan(only_noisy["false_positive_rate"])
+    with pytest.raises(TypeError, match="rules: expected a FlaggingRule or a non-empty list"):
+        flagging_rates([], noisy)
+    with pytest.raises(ValueError, match="ledgers: expected at least one ledger"):
+        flagging_rates(strict, [])
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -7,6 +7,7 @@ import pandas as pd
 from fedvalue.audit import audit_run
 from fedvalue.ledger import load_run
 from simulations.cli import main
+from simulations.study import FLAGGING_RULES
 
 SMALL = ["--num-clients", "6", "--rounds", "2", "--clients-per-round", "3", "--local-epochs", "2",
          "--hidden", "16", "--seeds", "2", "--first-seed", "5", "--ks", "1,2", "--quiet"]
@@ -18,15 +19,26 @@ def test_small_study_writes_tables_figure_and_replays_the_scored_runs(tmp_path, 
     printed = capsys.readouterr().out
     assert "detection at j = 1" in printed and "final-round accuracy" in printed
     accuracy = pd.read_csv(out / "accuracy.csv")
-    # per seed: the scored run ("all") and 2 k × 3 rankings, 2 rounds each
-    assert len(accuracy) == 2 * 2 * (1 + 2 * 3)
-    assert set(accuracy["method"]) == {"all", "ads", "loo", "random"}
+    # per seed: the clean run, the scored run ("all") and 2 k × 3 rankings, 2 rounds each
+    assert len(accuracy) == 2 * 2 * (1 + 1 + 2 * 3)
+    assert set(accuracy["method"]) == {"clean", "all", "ads", "loo", "random"}
     assert (out / "figure4.png").stat().st_size > 10_000
     detection = pd.read_csv(out / "detection.csv")
     assert set(detection["method"]) == {"ads", "loo", "random"} and detection["mean"].between(0, 1).all()
+    flagging = pd.read_csv(out / "flagging.csv")
+    assert len(flagging) == len(FLAGGING_RULES) and set(flagging["method"]) == {"ads", "loo"}
+    assert (flagging["n_clean_runs"] == 2).all() and (flagging["n_noisy_runs"] == 2).all()
+    for column in ("false_positive_rate", "false_positive_rate_noisy_runs", "detection_rate"):
+        assert flagging[column].between(0, 1).all()
     for seed in (5, 6):
         scored = load_run(out / f"seed-{seed}" / "scored")
         assert set(scored.ledger["method"]) == {"ads", "loo"}
+        clean = load_run(out / f"seed-{seed}" / "clean")
+        # the same federation (clients, rounds, initial model) with the label noise off
+        assert not clean.ledger["noisy"].astype(bool).any() and scored.ledger["noisy"].astype(bool).any()
+        assert list(clean.ledger["client_id"]) == list(scored.ledger["client_id"])
+        assert clean.rounds["utility_before"].iloc[0] == scored.rounds["utility_before"].iloc[0]
+        assert audit_run(out / f"seed-{seed}" / "clean").ok
         for k in (1, 2):
             for ranking in ("ads", "loo", "random"):
                 run_dir = out / f"seed-{seed}" / f"top{k}-{ranking}"

@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from flwr.app import MessageType
+from flwr.app import ConfigRecord, MessageType
 from flwr.serverapp.strategy import FedAvg
 
+from fedvalue.detection import FlaggingRule
 from fedvalue.ledger import load_run
 from fedvalue.rounds import weighted_mean
 from fedvalue.selection import retrain_plan, top_k
 from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy, ValueWeightedSampler
-from strategies.records import arrays_to_numpy
+from strategies.records import arrays_to_numpy, numpy_to_arrays
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
@@ -125,6 +126,20 @@ def test_value_weighted_sampling_prefers_valuable_clients_and_skips_excluded():
         ValueWeightedSampler(2, temperature=0)
 
 
+def test_value_weighted_sampler_stops_sampling_clients_its_flagging_rule_flags():
+    rule = FlaggingRule("ads", kind="threshold", threshold=0.0, patience=1)
+    sampler = ValueWeightedSampler(2, temperature=100.0, flagging=rule, seed=4)  # near uniform
+    assert any(1 in sampler.sample(t, range(4)) for t in range(1, 30))  # before any books: sampled
+    sampler.observe([{"round": 1, "method": "ads", "status": "ok", "client_id": str(c), "value": v}
+                     for c, v in {0: 0.2, 1: -0.1, 2: 0.1}.items()])
+    assert rule.flagged == {"1"}
+    assert all(1 not in sampler.sample(t, range(4)) for t in range(2, 60))
+    # never starves a round: with only the flagged client left besides one, everyone is eligible
+    assert sorted(ValueWeightedSampler(2, flagging=rule).sample(1, [1, 2])) == [1, 2]
+    with pytest.raises(TypeError, match="flagging: expected a fedvalue.detection.FlaggingRule"):
+        ValueWeightedSampler(2, flagging=lambda: {1})
+
+
 def test_the_wrapper_feeds_its_books_to_a_value_weighted_sampler(tmp_path, utility):
     sampler = ValueWeightedSampler(3, temperature=0.05, seed=2)
     ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(tmp_path), sampler=sampler).start(
@@ -132,3 +147,36 @@ def test_the_wrapper_feeds_its_books_to_a_value_weighted_sampler(tmp_path, utili
     ledger = load_run(tmp_path).ledger
     totals = ledger[ledger["method"] == "ads"].groupby("client_id")["value"].sum()
     assert sampler.totals == pytest.approx({int(c): v for c, v in totals.items()})
+
+
+def test_in_round_selection_by_tracin_outflow_keeps_the_largest_outflow_if_all_were_aggregated(tmp_path):
+    from clients.app import train_client
+
+    from . import test_flow_books as fb
+
+    grid = fb.client_app_grid(fb.load_client)
+    strategy = TopKSelection(FedAvg(fraction_evaluate=0.0), fb.utility(), k=2, score="tracin_outflow", flows=True,
+                             methods=("ads",), run_dir=str(tmp_path), sampler=PartitionSampler(4, seed=5))
+    train_config = ConfigRecord({"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0})
+    strategy.start(grid, numpy_to_arrays(fb.initial_state()), num_rounds=2, timeout=60, train_config=train_config)
+    ledger = load_run(tmp_path).ledger
+    train = [m for m in grid.sent if m.metadata.message_type == MessageType.TRAIN]
+    for server_round in (1, 2):
+        sent = [m for m in train if m.content["config"]["server-round"] == server_round]
+        start = arrays_to_numpy(sent[0].content["arrays"])
+        # Reference: every sampled client's update and every client's inference gradient at
+        # A_{t-1}; outflow_u = Σ_{v≠u} −(p_u Δ_u)·g_v with p over ALL sampled replies.
+        replies = {}
+        for message in sent:
+            pid = fb.PID_OF[message.metadata.dst_node_id]
+            arrays, n, _ = train_client(fb.load_client(pid), fb.make_model, start, learning_rate=0.05,
+                                        local_epochs=2, batch_size=0, seed=0, server_round=server_round)
+            replies[pid] = (fb.flat(arrays) - fb.flat(start), n)
+        total = sum(n for _, n in replies.values())
+        grads = {v: fb.inference_gradient(v, start, fb.load_client)[1] for v in range(fb.NUM_CLIENTS)}
+        outflow = {u: sum(-float((n / total) * delta @ g) for v, g in grads.items() if v != u)
+                   for u, (delta, n) in replies.items()}
+        best = sorted(sorted(outflow, key=outflow.get, reverse=True)[:2])
+        rows = ledger[(ledger["round"] == server_round) & (ledger["method"] == "selected")]
+        assert sorted(int(c) for c in rows.loc[rows["value"] == 1.0, "client_id"]) == best
+        assert len(rows) == 4
