@@ -46,6 +46,7 @@ PARAMETER_HELP = {
     "seeds": "number of seeds of the study (one engine serves them all)",
     "first_seed": "first seed of the study",
     "ks": "top-k sizes retrained, comma-separated",
+    "clean_runs": "1: also run each seed with the label noise off (flagging false-positive rate); 0: skip",
     "repetitions": "random training/inference splits averaged over",
     "steps": "full-batch gradient-descent steps T (0 = the paper's: 600 breast-cancer, 200 diabetes)",
     "averaging": "conditional (mean over the splits that put an individual on each side) or all-splits",
@@ -275,6 +276,12 @@ def _run_study(config, args: argparse.Namespace, started: float) -> int:
     print("detection at j = 1 (share of a round's noisy clients found first):")
     print(curve[curve["j"] == 1].set_index("method")["mean"].to_string(float_format=lambda v: f"{v:.3f}"))
     print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if "flagging" in result and result["flagging"] is not None and len(result["flagging"]):
+        print("online flagging (false-positive rate on clean runs, detection on noisy runs):")
+        columns = ["method", "kind", "threshold", "false_positive_rate", "detection_rate",
+                   "false_positive_rate_noisy_runs"]
+        print(result["flagging"][[c for c in columns if c in result["flagging"]]].to_string(
+            index=False, float_format=lambda v: f"{v:.3f}"))
     timings = result["timings"]
     print(f"wrote {args.out} ({timings['runs']} runs) in {time.perf_counter() - started:.1f}s: "
           f"rounds {timings['rounds']:.1f}s of which valuation {timings['valuation']:.1f}s; see figure4.png")
