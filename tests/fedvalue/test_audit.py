@@ -90,4 +90,6 @@ def test_fedvalue_audit_exit_codes(tmp_path, capsys):
     (run_dir / "ledger.csv").write_text(text.replace(first_value, repr(float(first_value) * 2), 1))
     assert main(["audit", str(run_dir)]) == 1
     assert "FAILED: hash chain" in capsys.readouterr().out
-    assert main(["audit", str(tmp_path / "nowhere")]) == 1
+    # A missing run directory is bad input (exit 2), not a failed audit (exit 1).
+    assert main(["audit", str(tmp_path / "nowhere")]) == 2
+    assert "run_dir" in capsys.readouterr().err

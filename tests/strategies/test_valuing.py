@@ -48,7 +48,7 @@ def local_training(arrays: dict, pid: int) -> tuple[dict, int, float]:
         loss = torch.nn.functional.cross_entropy(model(torch.tensor(x)), torch.tensor(y))
         loss.backward()
         optimizer.step()
-    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, len(x), float(loss)
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, len(x), float(loss.detach())
 
 
 def make_handler(failing: set[int] = frozenset()):
