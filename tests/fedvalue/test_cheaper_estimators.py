@@ -94,3 +94,58 @@ def test_cheaper_estimators_are_deterministic_and_never_chosen_by_auto():
 def test_bad_options_name_the_parameter(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         fedvalue.ads(lambda S: 0.0, [["a", "b"]], **{"method": "tmc", **kwargs})
+
+
+# --- the cache: one evaluation per distinct coalition, never more than 2^n -----------------
+
+class RecordingGame(CoalitionGame):
+    """A game that records every coalition mask any estimator asks it for."""
+
+    def __init__(self, utility, players):
+        super().__init__(utility, players)
+        self.requested: list[int] = []
+
+    def values(self, masks):
+        masks = [int(m) for m in masks]
+        self.requested += masks
+        return super().values(masks)
+
+
+@pytest.mark.parametrize("options", [
+    {"method": "mc", "epsilon": 0.3},
+    {"method": "mc", "epsilon": 0.05},
+    {"method": "mc", "epsilon": 0.2, "stderr_target": 1e-9},
+    {"method": "tmc", "epsilon": 0.2, "truncation_tolerance": 0.05},
+    {"method": "tmc", "epsilon": 0.05, "truncation_tolerance": 0.0},
+])
+@pytest.mark.parametrize("groups", [[list("abcdef")], [list("ab"), list("cdef")]])
+def test_sampling_estimators_evaluate_each_distinct_coalition_once(options, groups):
+    from .reference_games import CountingUtility
+
+    players = [p for g in groups for p in g]
+    counting = CountingUtility(random_table_game(players, seed=9))
+    game = RecordingGame(counting, players)
+    result = fedvalue.ads(game, groups, seed=5, **options)
+    distinct = set(game.requested)
+    # Evaluations = distinct coalitions asked for = utility calls, each coalition once.
+    assert result.num_evaluations == game.num_evaluations == game.num_cached == len(distinct)
+    assert len(counting.calls) == len(set(counting.calls)) == len(distinct)
+    # Never more than exact's coalitions (2^n for one group), however many permutations ran.
+    assert len(distinct) <= fedvalue.exact_num_coalitions(groups) <= 2 ** len(players)
+    assert len(game.requested) > len(distinct)  # the cache absorbed repeated prefixes
+
+
+def test_every_estimator_on_one_game_shares_one_cache_of_2_to_the_n():
+    from .reference_games import CountingUtility
+
+    players = list("abcdef")
+    counting = CountingUtility(random_table_game(players, seed=10))
+    game = CoalitionGame(counting, players)
+    fedvalue.ads(game, [players], method="mc", epsilon=0.05, seed=1)  # m* = 1,096 permutations
+    assert game.num_evaluations == game.num_cached == 2 ** 6  # every subset is some prefix
+    for run in (lambda: fedvalue.ads(game, [players], method="exact"),
+                lambda: fedvalue.ads(game, [players], method="tmc", seed=2),
+                lambda: fedvalue.ads(game, [players], method="mc", stderr_target=0.01, seed=3),
+                lambda: fedvalue.loo(game, players)):
+        assert run().num_evaluations == 0
+    assert len(counting.calls) == len(set(counting.calls)) == 2 ** 6
