@@ -2,6 +2,7 @@
 
     python bench/valuation.py                 # n = 6, 8, 10 clients (a few minutes on 2 cores)
     python bench/valuation.py --sizes 6 --repeats 3
+    python bench/valuation.py --threads 1      # torch threads per child (default: torch's, 2 here)
 
 The round: an MNIST-scale MLP 784-200-200-10, 10,000 held-out examples (synthetic
 inputs, labels from a fixed random teacher network), n clients that each took a few
@@ -19,7 +20,11 @@ interleaved order, so the timings and peak memory of one never leak into another
 
 Printed: seconds per round, ratios (a)/(c) and (b)/(c), peak resident memory of the
 child (and its growth above the state after setup), and the largest |value(a) −
-value(c)| over ADS and LOO (must be ≤ 1e-6), and (b)'s MC error against exact.
+value(c)| over ADS and LOO (must be ≤ 1e-6), and (b)'s MC error against exact. The
+load average before and after is printed too: with other work on the machine, torch's
+two threads wait on each other (a thread that lost its core stalls the other at every
+parallel region) and every way slows down several-fold; ``--threads 1`` is then the
+fairer measurement.
 """
 
 from __future__ import annotations
@@ -95,8 +100,12 @@ def _naive_utility(model, x, y, client_arrays, weights):
     return utility
 
 
-def _one(num_clients: int, way: str, permutations: int) -> dict:
+def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dict:
     """Run one (n, way) measurement in this process; returns a JSON-able record."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
     from fedvalue.ads import ads
     from fedvalue.game import CoalitionGame
     from fedvalue.loo import loo
@@ -146,7 +155,7 @@ def _one(num_clients: int, way: str, permutations: int) -> dict:
     return {
         "n": num_clients, "way": way, "seconds": seconds, "evaluations": evaluations,
         "ads": ads_values.tolist(), "loo": loo_values.tolist(),
-        "peak_mb": _max_rss_mb(), "setup_mb": baseline,
+        "peak_mb": _max_rss_mb(), "setup_mb": baseline, "threads": torch.get_num_threads(),
     }
 
 
@@ -154,8 +163,9 @@ def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _child(num_clients: int, way: str, permutations: int) -> dict:
-    command = [sys.executable, __file__, "--one", str(num_clients), way, "--permutations", str(permutations)]
+def _child(num_clients: int, way: str, permutations: int, threads: int) -> dict:
+    command = [sys.executable, __file__, "--one", str(num_clients), way, "--permutations", str(permutations),
+               "--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
@@ -167,16 +177,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[6, 8, 10], help="clients per round")
     parser.add_argument("--permutations", type=int, default=200, help="permutations of way (b)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each (n, way); the minimum is shown")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per child (0: torch's default)")
     parser.add_argument("--one", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        record = _one(int(args.one[0]), args.one[1], args.permutations)
+        record = _one(int(args.one[0]), args.one[1], args.permutations, args.threads)
         print(json.dumps(record))
         return 0
 
     ways = ("naive", "mc-no-cache", "fedvalue")
     print(f"exact within-round ADS + LOO per round; MLP 784-{'-'.join(map(str, HIDDEN))}-10, "
           f"{NUM_HELD_OUT:,} held-out examples, accuracy; {args.repeats} run(s) each, minimum shown")
+    print(f"torch threads per child: {args.threads or 'default'}; load average before: {_load()}", flush=True)
     header = (f"{'n':>3} {'(a) naive s':>12} {'(b) MC-200 s':>13} {'(c) ours s':>11} {'(a)/(c)':>8} "
               f"{'(b)/(c)':>8} {'evals a/b/c':>16} {'peak MB a/b/c':>17} {'growth MB c':>12} "
               f"{'max|a-c|':>9} {'MC err b':>9}")
@@ -185,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         best: dict[str, dict] = {}
         for _ in range(args.repeats):
             for way in ways:
-                record = _child(n, way, args.permutations)
+                record = _child(n, way, args.permutations, args.threads)
                 if way not in best or record["seconds"] < best[way]["seconds"]:
                     best[way] = record
         a, b, c = (best[w] for w in ways)
@@ -198,7 +210,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{c['peak_mb'] - c['setup_mb']:>12.0f} {exact_gap:>9.1e} {mc_error:>9.1e}", flush=True)
         if not math.isfinite(exact_gap) or exact_gap > 1e-6:
             print(f"    values of (a) and (c) differ by {exact_gap:.2e} > 1e-6", flush=True)
+    print(f"threads used: {c['threads']}; load average after: {_load()}")
     return 0
+
+
+def _load() -> str:
+    import os
+
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 if __name__ == "__main__":
