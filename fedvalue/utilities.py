@@ -279,8 +279,8 @@ class LinearStates:
     floats kept for the round) and each state then costs only the layers after it.
     Coefficient rows are combined ``chunk`` states at a time by one matmul. A tail that
     is a chain of Linear layers and elementwise activations (every MLP) runs without
-    ``functional_call``: activations in place over the chunk, one ``addmm`` per state
-    and layer into reused buffers, the chunk scored in one vectorized pass; other tails
+    ``functional_call``: state by state, one ``addmm`` per layer into reused buffers and
+    activations in place, the chunk scored in one vectorized pass; other tails
     go through ``functional_call`` state by state.
     """
 
@@ -384,8 +384,8 @@ class LinearStates:
     ) -> None:
         """Score the states ``chunk`` (rows ``start, ...``) with the tail run as ``plan``:
         per held-out batch, one matmul combines the first-layer outputs of the whole chunk,
-        activations run in place over the chunk, each linear layer is one ``addmm`` per
-        state into a reused buffer, and the chunk is scored in one vectorized pass.
+        the tail runs state by state (:meth:`_run_tail`), and the chunk is scored in one
+        vectorized pass.
 
         (Walking the batch in cache-sized blocks of rows was measured and was slower: the
         smaller matmuls lose more than the saved memory traffic gains, on 2 CPU cores.)
@@ -401,30 +401,39 @@ class LinearStates:
 
     def _run_tail(self, plan: list[tuple], hidden: torch.Tensor, tails: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The tail's layers on ``hidden`` (states × rows × width, a scratch buffer that is
-        overwritten): activations in place over the whole chunk, each linear layer one
-        ``addmm`` per state into a reused buffer. Returns states × rows × outputs."""
-        h = hidden
-        for position, step in enumerate(plan):
-            kind = step[0]
-            if kind == "linear":
-                _, weight_key, bias_key = step
-                weight, bias = tails[weight_key], None if bias_key is None else tails[bias_key]
-                count, rows, outputs = h.shape[0], h.shape[1], weight.shape[1]
-                dest = self._scratch(position, count * rows * outputs, h)
-                dest = dest.view(count, rows, outputs)
-                for j in range(count):
-                    if bias is None:
-                        torch.mm(h[j], weight[j].t(), out=dest[j])
+        overwritten), state by state so each layer's output is still in cache when the
+        next step reads it: linear layers are one ``addmm`` into a reused buffer,
+        activations run in place. Returns states × rows × outputs."""
+        count, rows = hidden.shape[0], hidden.shape[1]
+        last_linear = max((p for p, step in enumerate(plan) if step[0] == "linear"), default=None)
+        if last_linear is None:
+            result = hidden
+        else:
+            outputs = tails[plan[last_linear][1]].shape[1]
+            result = self._scratch("out", count * rows * outputs, hidden).view(count, rows, outputs)
+        for j in range(count):
+            h = hidden[j]
+            for position, step in enumerate(plan):
+                kind = step[0]
+                if kind == "linear":
+                    _, weight_key, bias_key = step
+                    weight = tails[weight_key][j]
+                    if position == last_linear:
+                        dest = result[j]
                     else:
-                        torch.addmm(bias[j], h[j], weight[j].t(), out=dest[j])
-                h = dest
-            elif kind == "relu":
-                h.relu_()
-            elif kind == "tanh":
-                h.tanh_()
-            elif kind == "sigmoid":
-                h.sigmoid_()
-        return h
+                        dest = self._scratch(position, rows * weight.shape[0], h).view(rows, weight.shape[0])
+                    if bias_key is None:
+                        torch.mm(h, weight.t(), out=dest)
+                    else:
+                        torch.addmm(tails[bias_key][j], h, weight.t(), out=dest)
+                    h = dest
+                elif kind == "relu":
+                    h.relu_()
+                elif kind == "tanh":
+                    h.tanh_()
+                elif kind == "sigmoid":
+                    h.sigmoid_()
+        return result
 
     def _scratch(self, key: Hashable, numel: int, like: torch.Tensor) -> torch.Tensor:
         """A reused flat buffer of at least ``numel`` elements (fresh tensors page-fault)."""
