@@ -37,6 +37,9 @@ PARAMETER_HELP = {
     "ads_method": "auto (exact when no dearer than MC), exact, mc or tmc (truncated MC)",
     "epsilon": "MC-ADS accuracy ε",
     "delta": "MC-ADS failure probability δ",
+    "truncation_tolerance": "tmc: a permutation stops when |v(I_t) − v(prefix)| is within this",
+    "stderr_target": "mc/tmc: stop sampling permutations once every client's standard error is below this "
+                     "(0 = run all m* permutations)",
     "utility": "accuracy, neg_loss",
     "num_cpus_per_client": "CPUs Ray gives each client",
     "max_parallel_clients": "clients training at once (0 = sized for the machine)",

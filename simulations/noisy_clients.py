@@ -76,6 +76,8 @@ class NoisyClientsConfig:
     ads_method: str = "auto"
     epsilon: float = 0.1
     delta: float = 0.05
+    truncation_tolerance: float = 1e-3
+    stderr_target: float = 0.0
     utility: str = "accuracy"
     num_cpus_per_client: float = 1.0
     max_parallel_clients: int = 0
@@ -85,6 +87,12 @@ class NoisyClientsConfig:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def valuation_options(config: NoisyClientsConfig) -> dict:
+    """The config's ADS estimator settings, as :class:`strategies.ValuingStrategy` takes them."""
+    return dict(ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
+                truncation_tolerance=config.truncation_tolerance, stderr_target=config.stderr_target or None)
 
 
 def _check(config: NoisyClientsConfig) -> None:
@@ -118,6 +126,10 @@ def _check(config: NoisyClientsConfig) -> None:
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
+    for name in ("truncation_tolerance", "stderr_target"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name}: expected a finite number ≥ 0; got {value!r}.")
     if config.strategy not in STRATEGIES:
         raise ValueError(f"strategy: expected one of {sorted(STRATEGIES)}; got {config.strategy!r}.")
     if config.dataset not in DATASETS:
@@ -223,7 +235,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
                       "batch-size": int(config.batch_size), "seed": int(config.seed)},
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         methods=config.methods,
-        valuation_options=dict(ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta),
+        valuation_options=valuation_options(config),
         seed=config.seed,
         noisy_clients=noisy,
         on_round=on_round,

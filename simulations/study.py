@@ -51,7 +51,7 @@ from fedvalue.ledger import load_run, write_json
 from fedvalue.selection import retrain_plan
 from simulations.api import package_versions, prepare_run_dir
 from simulations.engine import run_flower_simulation
-from simulations.noisy_clients import NoisyClientsConfig, build, client_data
+from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy
 from strategies.records import numpy_to_arrays
 
@@ -112,6 +112,12 @@ def study_client_data(partition_id: int, data_key: int | str | None = None, *, c
 
 
 def _check(config: NoisyClientsStudyConfig) -> None:
+    # The study is seed 004's: FedAvg, ADS against LOO, coalitions scored in the server.
+    for name, expected in (("strategy", "fedavg"), ("methods", ("ads", "loo")), ("valuation_workers", 0)):
+        got = getattr(config, name)
+        if (set(got) != set(expected)) if name == "methods" else got != expected:
+            raise ValueError(f"{name}: the study runs seed 004's FedAvg with ADS and LOO in the server process; "
+                             f"expected {expected!r}, got {got!r}.")
     if isinstance(config.seeds, bool) or not isinstance(config.seeds, int) or config.seeds < 1:
         raise ValueError(f"seeds: expected a positive integer; got {config.seeds!r}.")
     if not config.ks or any(k < 1 or k > config.clients_per_round for k in config.ks):
@@ -185,7 +191,8 @@ def run_study(
                                         methods=("ads", "loo"), sampler=PartitionSampler(
                                             config.clients_per_round, schedule=config.schedule, seed=seed),
                                         seed=seed, noisy_clients=frozenset(),
-                                        run_config={"seed": seed, "noisy_fraction": 0.0}),
+                                        run_config={"seed": seed, "noisy_fraction": 0.0},
+                                        **valuation_options(config)),
                         grid, initial, train_config(clean=True))
                     accuracy_rows.extend({"seed": seed, "method": "clean", "k": config.clients_per_round,
                                           "round": r["round"], "accuracy": r["utility_realized"]}
@@ -194,7 +201,8 @@ def run_study(
                     ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / "scored"),
                                     methods=("ads", "loo"), sampler=PartitionSampler(
                                         config.clients_per_round, schedule=config.schedule, seed=seed),
-                                    seed=seed, noisy_clients=noisy, run_config={"seed": seed}),
+                                    seed=seed, noisy_clients=noisy, run_config={"seed": seed},
+                                    **valuation_options(config)),
                     grid, initial, train_config())
                 accuracy_rows.extend({"seed": seed, "method": "all", "k": config.clients_per_round,
                                       "round": r["round"], "accuracy": r["utility_realized"]} for r in scored.rounds)

@@ -43,6 +43,11 @@ from simulations.cli import main
     (["run", "noisy-clients", "--flip-probability", "-0.1"], "flip_probability"),
     (["run", "noisy-clients", "--delta", "1"], "delta"),
     (["run", "noisy-clients", "--epsilon", "0"], "epsilon"),
+    (["run", "noisy-clients", "--stderr-target", "-0.01"], "stderr_target"),
+    (["run", "noisy-clients", "--truncation-tolerance", "nan"], "truncation_tolerance"),
+    # options the study cannot honour are refused, not ignored
+    (["run", "noisy-clients-study", "--strategy", "fedadam"], "strategy"),
+    (["run", "noisy-clients-study", "--methods", "ads"], "methods"),
     (["run", "noisy-clients", "--learning-rate", "nan"], "learning_rate"),
     (["run", "noisy-clients", "--dirichlet-alpha", "-1"], "dirichlet_alpha"),
     (["run", "noisy-clients", "--round-timeout", "0"], "round_timeout"),
@@ -128,3 +133,14 @@ def test_unknown_simulation_and_unreadable_run_directories(tmp_path, capsys):
         assert "run_dir: expected a fedvalue run directory" in capsys.readouterr().err
     assert main(["run", "noisy-clients", "--resume", str(tmp_path / "missing")]) == 2
     assert "resume: expected a run directory holding run.json" in capsys.readouterr().err
+
+
+def test_estimator_options_reach_the_valuing_strategy():
+    from simulations.noisy_clients import NoisyClientsConfig, valuation_options
+    from strategies import ValuingStrategy
+
+    options = valuation_options(NoisyClientsConfig(ads_method="tmc", truncation_tolerance=5e-3, stderr_target=0.01))
+    assert options["ads_method"] == "tmc" and options["truncation_tolerance"] == 5e-3
+    assert options["stderr_target"] == 0.01
+    assert valuation_options(NoisyClientsConfig())["stderr_target"] is None  # 0 means: all m* permutations
+    assert set(options) <= set(ValuingStrategy.__init__.__code__.co_varnames)
