@@ -33,3 +33,19 @@ def check_seed(seed: object) -> np.random.Generator:
     raise ValueError(
         f"seed: expected a non-negative int, a numpy Generator, a SeedSequence or None; got {seed!r}."
     )
+
+
+def check_finite_array(name: str, values: object, ndim: int, shape_hint: str) -> np.ndarray:
+    """``values`` as a float64 array of ``ndim`` dimensions with finite entries, or a
+    ValueError naming ``name``, the expected shape (``shape_hint``) and the first bad entry."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}: expected a {shape_hint} of real numbers; got {type(values).__name__} "
+                         f"({error}).") from None
+    if array.ndim != ndim:
+        raise ValueError(f"{name}: expected a {shape_hint} of real numbers; got shape {array.shape}.")
+    if not np.all(np.isfinite(array)):
+        where = tuple(int(a[0]) for a in np.nonzero(~np.isfinite(array)))
+        raise ValueError(f"{name}: expected finite numbers; got {array[where]!r} at index {list(where)}.")
+    return array

@@ -96,6 +96,18 @@ def _id_key(client_id: Hashable) -> tuple:
         return (1, 0, text)
 
 
+def _scores_and_flags(scores, flags, score_names: tuple[str, str], flag_names: tuple[str, str]):
+    """Finite float scores and one boolean flag per score, or a ValueError naming the parameter."""
+    scores = np.asarray(scores, dtype=float)
+    flags = np.asarray(flags, dtype=bool)
+    if scores.ndim != 1 or flags.shape != scores.shape:
+        raise ValueError(f"{flag_names[0]}: expected one {flag_names[1]} per {score_names[1]} ({scores.shape}); "
+                         f"got shape {flags.shape}.")
+    if not np.isfinite(scores).all():
+        raise ValueError(f"{score_names[0]}: expected finite numbers; got {scores.tolist()}.")
+    return scores, flags
+
+
 def _check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name}: expected one of {list(choices)}; got {value!r}.")
@@ -216,12 +228,7 @@ def expected_hits(values: Sequence[float], labels: Sequence[bool], *, ties: str 
         H(j) for j = 1..n (float; integers when there are no ties at a cut).
     """
     ties = _check_choice("ties", ties, TIE_RULES)
-    values = np.asarray(values, dtype=float)
-    labels = np.asarray(labels, dtype=bool)
-    if values.ndim != 1 or labels.shape != values.shape:
-        raise ValueError(f"labels: expected one label per value ({values.shape}); got shape {labels.shape}.")
-    if not np.isfinite(values).all():
-        raise ValueError(f"values: expected finite numbers; got {values.tolist()}.")
+    values, labels = _scores_and_flags(values, labels, ("values", "value"), ("labels", "label"))
     n = len(values)
     if ties == "client_id":
         ids = list(range(n)) if client_ids is None else list(client_ids)
@@ -487,12 +494,7 @@ def roc_auc(scores: Sequence[float], noisy: Sequence[bool]) -> float:
     ValueError
         When ``noisy`` holds only one class or the lengths differ.
     """
-    scores = np.asarray(scores, dtype=float)
-    noisy = np.asarray(noisy, dtype=bool)
-    if scores.ndim != 1 or noisy.shape != scores.shape:
-        raise ValueError(f"noisy: expected one flag per score ({scores.shape}); got shape {noisy.shape}.")
-    if not np.isfinite(scores).all():
-        raise ValueError(f"scores: expected finite numbers; got {scores.tolist()}.")
+    scores, noisy = _scores_and_flags(scores, noisy, ("scores", "score"), ("noisy", "flag"))
     n_noisy = int(noisy.sum())
     n_clean = len(noisy) - n_noisy
     if n_noisy == 0 or n_clean == 0:

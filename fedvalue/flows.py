@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fedvalue._checks import check_finite_array
 from fedvalue.reciprocity import (
     DEFAULT_P,
     ReciprocityReport,
@@ -136,16 +137,7 @@ def flatten(vector: Vector, *, keys: Sequence[str] | None = None, name: str = "v
 
 
 def _matrix(name: str, values: object) -> np.ndarray:
-    try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name}: expected a 2-D numeric array; got {type(values).__name__} ({error}).") from None
-    if array.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D array (rows x parameters); got shape {array.shape}.")
-    if not np.all(np.isfinite(array)):
-        row, col = (int(a[0]) for a in np.nonzero(~np.isfinite(array)))
-        raise ValueError(f"{name}: expected finite numbers; got {array[row, col]!r} at row {row}, column {col}.")
-    return array
+    return check_finite_array(name, values, 2, "2-D array (rows x parameters)")
 
 
 # --------------------------------------------------------------------------- projection

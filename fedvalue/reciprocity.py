@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from fedvalue._checks import check_finite_array
+
 __all__ = [
     "DEFAULT_P",
     "ReciprocityReport",
@@ -70,16 +72,7 @@ def _check_p(value: object, name: str = "p") -> float:
 
 
 def _vector(name: str, values: object) -> np.ndarray:
-    try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name}: expected a 1-D array of real numbers; got {type(values).__name__} ({error}).") from None
-    if array.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array of real numbers; got shape {array.shape}.")
-    if not np.all(np.isfinite(array)):
-        bad = int(np.flatnonzero(~np.isfinite(array))[0])
-        raise ValueError(f"{name}: expected finite numbers; got {array[bad]!r} at position {bad}.")
-    return array
+    return check_finite_array(name, values, 1, "1-D array")
 
 
 def _aligned(inflow: object, outflow: object) -> tuple[np.ndarray, np.ndarray, pd.Index]:
