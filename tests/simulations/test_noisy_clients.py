@@ -28,13 +28,15 @@ def committed_rounds(run_dir: Path) -> int:
 def run_and_kill(run_dir: Path, argv: list[str], after_rounds: int) -> int:
     """Start ``fedvalue run`` in its own process group and SIGKILL it once ``after_rounds`` committed."""
     command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *argv]
-    process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    log = run_dir.with_name(run_dir.name + "-killed.log")
+    with open(log, "wb") as output:
+        process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=output, stderr=output)
     deadline = time.monotonic() + 240
     try:
         while committed_rounds(run_dir) < after_rounds:
             if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the run ended or stalled before round {after_rounds} (code {process.poll()})")
+                raise AssertionError(f"the run ended or stalled before round {after_rounds} (code "
+                                     f"{process.poll()}); its output ends:\n{log.read_text()[-3000:]}")
             time.sleep(0.05)
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the driver and the Ray processes it started
