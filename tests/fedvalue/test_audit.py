@@ -93,3 +93,23 @@ def test_fedvalue_audit_exit_codes(tmp_path, capsys):
     # A missing run directory is bad input (exit 2), not a failed audit (exit 1).
     assert main(["audit", str(tmp_path / "nowhere")]) == 2
     assert "run_dir" in capsys.readouterr().err
+
+
+def test_a_parquet_copy_a_round_behind_is_stale_not_tampered(tmp_path):
+    """A kill between a round's commit and the Parquet rewrite leaves the copy rounds
+    behind: that passes with a note; a copy cut inside a round or with a changed value fails."""
+    run_dir = write_run(tmp_path)
+    ledger = pd.read_parquet(run_dir / "ledger.parquet")
+    first_two = ledger[ledger["round"] <= 2]
+    first_two.to_parquet(run_dir / "ledger.parquet", index=False)
+    report = audit_run(run_dir)
+    assert report.ok, report.problems
+    assert any("up to round 2" in c for c in report.checks)
+
+    ledger.iloc[: len(first_two) + 1].to_parquet(run_dir / "ledger.parquet", index=False)
+    assert any("ends inside a round" in p for p in audit_run(run_dir).problems)
+
+    changed = first_two.copy()
+    changed.loc[changed.index[0], "value"] = changed["value"].iloc[0] * 2
+    changed.to_parquet(run_dir / "ledger.parquet", index=False)
+    assert "ledger.parquet differs from ledger.csv" in audit_run(run_dir).problems

@@ -56,6 +56,8 @@ def test_small_run_is_booked_deterministic_and_survives_a_kill(tmp_path, capsys)
     assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 0
     # Same seed, same books, byte for byte, interrupted or not.
     assert (first / "ledger.csv").read_bytes() == (second / "ledger.csv").read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(second / "ledger.parquet"), load_run(second).ledger,
+                                  check_dtype=False)  # the Parquet copy caught up too
     run = load_run(first)
     assert sorted(run.ledger["client_id"].unique()) == [str(c) for c in range(8)]  # even schedule: each once
     assert set(run.ledger["method"]) == {"ads", "loo"} and set(run.ledger["status"]) == {"ok"}
