@@ -2,7 +2,7 @@
 
     python bench/study.py                # 20 seeds (about 15 minutes on 2 cores: 10 engine, 5 bare)
     python bench/study.py --seeds 4
-    python bench/study.py --seeds 20 --study-dir runs/study   # reuse a finished study's engine timings
+    python bench/study.py --seeds 20 --study-dir ~/fedvalue-runs/study   # reuse a finished study's engine timings
 
 Runs, one after the other in this process:
 

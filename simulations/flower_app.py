@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from flwr.app import ConfigRecord, Context
 from flwr.clientapp import ClientApp
@@ -29,7 +30,8 @@ def config_from_run_config(run_config: dict) -> tuple[NoisyClientsConfig, str]:
                 kind = type(f.default[0])
                 value = tuple(kind(v) for v in str(value).split(","))
             values[f.name] = value
-    return NoisyClientsConfig(**values), str(run_config.get("out", "runs/flwr-run"))
+    # Runs land outside the project directory (which holds the code only); "~" is the user's home.
+    return NoisyClientsConfig(**values), os.path.expanduser(str(run_config.get("out", "~/fedvalue-runs/flwr-run")))
 
 
 server_app = ServerApp()
