@@ -63,6 +63,7 @@ from simulations.api import package_versions, prepare_run_dir
 from simulations.data import load_dataset, partition_iid, split_holdout
 from simulations.engine import run_flower_simulation
 from simulations.models import make_linear_model
+from simulations.settings import check_integers, check_numbers, saved_config
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from strategies.claims import CLAIM_METHODS
 from strategies.records import numpy_to_arrays
@@ -104,10 +105,9 @@ class AttacksConfig:
 
 def check(config: AttacksConfig) -> None:
     """Every setting, before Ray starts; errors name the parameter, the expectation and the value."""
-    for name in ("num_clients", "rounds", "local_epochs"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
+    check_integers(config, ("num_clients", "rounds", "local_epochs"))
+    check_integers(config, ("seed", "max_parallel_clients"), minimum=0)
+    check_numbers(config, ("learning_rate", "num_cpus_per_client", "round_timeout"))
     if config.num_clients < 3:
         raise ValueError(f"num_clients: expected at least 3 (an attacker, a source and an honest client); "
                          f"got {config.num_clients}.")
@@ -124,8 +124,6 @@ def check(config: AttacksConfig) -> None:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
     if not 0 < config.holdout_fraction < 1:
         raise ValueError(f"holdout_fraction: expected a number in (0, 1); got {config.holdout_fraction!r}.")
-    if not config.learning_rate > 0:
-        raise ValueError(f"learning_rate: expected a number > 0; got {config.learning_rate!r}.")
     # The behaviours and the review check their own numbers (noise_std, inflation, boost, ...).
     FreeRider(config.noise_std), InflatedExampleCount(config.inflation), BoostedUpdate(config.boost)
     ClaimReview(median_multiple=config.median_multiple, jump_factor=config.jump_factor)
@@ -188,8 +186,7 @@ def claim_review(config: AttacksConfig) -> ClaimReview:
 
 
 def _config_from_json(config_json: str) -> AttacksConfig:
-    fields = json.loads(config_json)
-    return AttacksConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    return saved_config(AttacksConfig, json.loads(config_json))
 
 
 def summarize(ledger: pd.DataFrame, rounds: pd.DataFrame, attack: str, attacker: int,

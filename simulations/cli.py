@@ -13,6 +13,7 @@ from simulations.attacks import AttacksConfig
 from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.noisy_clients import NoisyClientsConfig
 from simulations.reciprocity import ReciprocityConfig
+from simulations.settings import saved_config
 from simulations.study import NoisyClientsStudyConfig
 
 PARAMETER_HELP = {
@@ -203,30 +204,32 @@ def _run(args: argparse.Namespace) -> int:
 def _config_for_resume(config_cls, args: argparse.Namespace):
     """The configuration saved in ``args.resume``/run.json; an option given on the command line
     must agree with it (a changed setting would not continue the same run)."""
-    import json
     from pathlib import Path
 
     if args.out is not None and Path(args.out) != Path(args.resume):
         raise ValueError(f"out: --resume continues the run in {args.resume}; got another --out {args.out}.")
-    path = Path(args.resume) / "run.json"
-    if not path.exists():
+    saved = _saved_run_config(args.resume)
+    if saved is None:
         raise ValueError(f"resume: expected a run directory holding run.json; {args.resume} has none.")
-    saved = json.loads(path.read_text(encoding="utf-8"))
     if saved.get("simulation") != args.simulation:
         raise ValueError(f"resume: {args.resume} holds a {saved.get('simulation')!r} run; got simulation "
                          f"{args.simulation!r}.")
-    values = {}
+    config = saved_config(config_cls, saved, source=str(Path(args.resume) / "run.json"))
     for f in dataclasses.fields(config_cls):
-        if f.name not in saved:
-            raise ValueError(f"resume: {path} lacks the setting {f.name!r}; it was not written by this version.")
-        value = saved[f.name]
-        value = tuple(value) if isinstance(f.default, tuple) else value
-        given = getattr(args, f.name)
+        value, given = getattr(config, f.name), getattr(args, f.name)
         if given != f.default and given != value:
             raise ValueError(f"{f.name}: the run in {args.resume} was started with {value!r}; got {given!r}. "
                              "A resumed run keeps its settings.")
-        values[f.name] = value
-    return config_cls(**values)
+    return config
+
+
+def _saved_run_config(run_dir: str) -> dict | None:
+    """The configuration in ``run_dir``/run.json (None when there is none)."""
+    import json
+    from pathlib import Path
+
+    path = Path(run_dir) / "run.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
@@ -313,23 +316,16 @@ def _report(args: argparse.Namespace) -> int:
 def _utility_of_run(run_dir: str):
     """The utility a run directory was valued with, rebuilt from its run.json (None when the
     run was not made by a simulation of this CLI)."""
-    import json
-    from pathlib import Path
+    saved = _saved_run_config(run_dir) or {}
+    if saved.get("simulation") == "noisy-clients":
+        from simulations.noisy_clients import build
 
-    path = Path(run_dir) / "run.json"
-    if not path.exists():
-        return None
-    saved = json.loads(path.read_text(encoding="utf-8"))
-    builders = {"noisy-clients": ("simulations.noisy_clients", "build", lambda built: built[2]),
-                "reciprocity-federated": ("simulations.federated_reciprocity", "build", lambda built: built[1])}
-    if saved.get("simulation") not in builders:
-        return None
-    module_name, function, pick = builders[saved["simulation"]]
-    config_cls = SIMULATIONS[saved["simulation"]]
-    values = {f.name: tuple(saved[f.name]) if isinstance(f.default, tuple) else saved[f.name]
-              for f in dataclasses.fields(config_cls) if f.name in saved}
-    module = __import__(module_name, fromlist=[function])
-    return pick(getattr(module, function)(config_cls(**values)))
+        return build(saved_config(NoisyClientsConfig, saved, strict=False))[2]
+    if saved.get("simulation") == "reciprocity-federated":
+        from simulations.federated_reciprocity import build
+
+        return build(saved_config(FederatedReciprocityConfig, saved, strict=False))[1]
+    return None
 
 
 def _audit(args: argparse.Namespace) -> int:

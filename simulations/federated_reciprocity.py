@@ -29,6 +29,7 @@ from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import load_dataset, partition_iid
 from simulations.models import make_linear_model
+from simulations.settings import check_integers, check_numbers
 from strategies import PartitionSampler
 
 #: Seed 000 §5.2: logistic regression at η = 0.1, linear regression at η = 0.01.
@@ -61,14 +62,8 @@ class FederatedReciprocityConfig:
 
 def check(config: FederatedReciprocityConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
-    for name in ("num_clients", "rounds", "clients_per_round", "local_epochs"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
-    for name in ("seed", "max_parallel_clients"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name}: expected an integer ≥ 0; got {value!r}.")
+    check_integers(config, ("num_clients", "rounds", "clients_per_round", "local_epochs"))
+    check_integers(config, ("seed", "max_parallel_clients"), minimum=0)
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
@@ -77,10 +72,7 @@ def check(config: FederatedReciprocityConfig) -> None:
         raise ValueError(f"dataset: expected one of {list(PAPER_LEARNING_RATES)}; got {config.dataset!r}.")
     if not (math.isfinite(config.learning_rate) and config.learning_rate >= 0):
         raise ValueError(f"learning_rate: expected a number > 0 (0 = the paper's); got {config.learning_rate!r}.")
-    for name in ("num_cpus_per_client", "round_timeout"):
-        value = getattr(config, name)
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name}: expected a finite number > 0; got {value!r}.")
+    check_numbers(config, ("num_cpus_per_client", "round_timeout"))
     data_size = {"breast-cancer": 569, "diabetes": 442}[config.dataset]
     if 2 * config.num_clients > data_size:
         raise ValueError(f"num_clients: expected at most {data_size // 2} (each client needs a training and an "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from simulations.api import simulate
 from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
 from simulations.models import make_mlp
 from simulations.parallel import RayParallelUtility
+from simulations.settings import check_integers, check_numbers, saved_config
 from strategies import PartitionSampler
 from strategies.sampling import SCHEDULES
 
@@ -97,23 +97,9 @@ def valuation_options(config: NoisyClientsConfig) -> dict:
 
 def _check(config: NoisyClientsConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
-    def positive_int(name, minimum=1):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            expected = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
-            raise ValueError(f"{name}: expected {expected}; got {value!r}.")
-
-    def positive_number(name):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name}: expected a finite number > 0; got {value!r}.")
-
-    for name in ("num_clients", "rounds", "clients_per_round", "local_epochs"):
-        positive_int(name)
-    for name in ("valuation_workers", "batch_size", "max_parallel_clients", "seed"):
-        positive_int(name, minimum=0)
-    for name in ("learning_rate", "epsilon", "num_cpus_per_client", "round_timeout", "dirichlet_alpha"):
-        positive_number(name)
+    check_integers(config, ("num_clients", "rounds", "clients_per_round", "local_epochs"))
+    check_integers(config, ("valuation_workers", "batch_size", "max_parallel_clients", "seed"), minimum=0)
+    check_numbers(config, ("learning_rate", "epsilon", "num_cpus_per_client", "round_timeout", "dirichlet_alpha"))
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
@@ -126,10 +112,7 @@ def _check(config: NoisyClientsConfig) -> None:
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
-    for name in ("truncation_tolerance", "stderr_target"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name}: expected a finite number ≥ 0; got {value!r}.")
+    check_numbers(config, ("truncation_tolerance", "stderr_target"), zero_ok=True)
     if config.strategy not in STRATEGIES:
         raise ValueError(f"strategy: expected one of {sorted(STRATEGIES)}; got {config.strategy!r}.")
     if config.dataset not in DATASETS:
@@ -159,7 +142,7 @@ def _prepared(config_json: str) -> tuple[Dataset, Dataset, list[np.ndarray], fro
     Cached per process: Ray workers rebuild it once from the config instead of receiving
     the data with every message (the ClientApp travels pickled with each message).
     """
-    config = NoisyClientsConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(config_json).items()})
+    config = saved_config(NoisyClientsConfig, json.loads(config_json))
     seeds = np.random.SeedSequence(config.seed).spawn(4)
     dataset = load_dataset(config.dataset, mnist_path=config.mnist_path or None)
     train, holdout = split_holdout(dataset, config.holdout_fraction, seed=np.random.default_rng(seeds[0]))

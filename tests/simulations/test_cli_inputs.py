@@ -53,6 +53,9 @@ from simulations.cli import main
     (["run", "noisy-clients", "--round-timeout", "0"], "round_timeout"),
     (["run", "noisy-clients", "--num-cpus-per-client", "0"], "num_cpus_per_client"),
     (["run", "reciprocity", "--p", "1.5"], "p"),
+    (["run", "attacks", "--round-timeout", "0"], "round_timeout"),
+    (["run", "attacks", "--seed", "-1"], "seed"),
+    (["run", "reciprocity-federated", "--num-cpus-per-client", "inf"], "num_cpus_per_client"),
     # MNIST without files, or with missing ones
     (["run", "noisy-clients", "--dataset", "mnist"], "mnist_path"),
     (["run", "noisy-clients", "--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "mnist_path"),

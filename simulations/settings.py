@@ -1,0 +1,46 @@
+"""Checks and round trips shared by the simulations' config dataclasses.
+
+Every simulation checks its whole configuration before anything is written or started;
+an error names the field, what was expected and what was got. A configuration saved in
+a run's ``run.json`` comes back as the same dataclass (JSON lists become tuples again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+
+
+def check_integers(config: object, names: Iterable[str], *, minimum: int = 1) -> None:
+    """Each field in ``names`` is an int ≥ ``minimum`` (bools refused)."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            expected = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+            raise ValueError(f"{name}: expected {expected}; got {value!r}.")
+
+
+def check_numbers(config: object, names: Iterable[str], *, zero_ok: bool = False) -> None:
+    """Each field in ``names`` is a finite number > 0 (≥ 0 with ``zero_ok``; bools refused)."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < 0 or (value == 0 and not zero_ok):
+            raise ValueError(f"{name}: expected a finite number {'≥' if zero_ok else '>'} 0; got {value!r}.")
+
+
+def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, source: str = "the saved settings"):
+    """``config_cls`` rebuilt from a saved mapping (``run.json``, named ``source`` in errors):
+    tuple fields from JSON lists; a field missing from ``saved`` is an error when
+    ``strict``, else its default."""
+    values = {}
+    for field in dataclasses.fields(config_cls):
+        if field.name not in saved:
+            if strict:
+                raise ValueError(f"resume: {source} lacks the setting {field.name!r}; it was not written by this "
+                                 "version.")
+            continue
+        value = saved[field.name]
+        values[field.name] = tuple(value) if isinstance(field.default, tuple) else value
+    return config_cls(**values)
