@@ -44,7 +44,9 @@ _META_KEY = "__meta__"
 _ROUND_FILE = re.compile(r"round-(\d{6})\.npz$")
 
 
-def _fsync_replace(tmp: Path, path: Path) -> None:
+def replace_durably(tmp: Path, path: Path) -> None:
+    """Move the finished file ``tmp`` onto ``path`` after forcing it to disk: a crash leaves
+    the old ``path`` or the new one, never a torn file."""
     with open(tmp, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
@@ -61,7 +63,7 @@ def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Ma
         payload[_META_KEY] = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
     with open(tmp, "wb") as handle:
         np.savez(handle, **payload)
-    _fsync_replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def load_npz(path: str | os.PathLike) -> tuple[Arrays, dict]:
@@ -226,12 +228,12 @@ def write_checkpoint(run_dir: str | os.PathLike, server_round: int, arrays: Mapp
     save_npz(arrays_path, arrays)
     tmp = state_path.with_name(state_path.name + ".tmp")
     tmp.write_bytes(state)
-    _fsync_replace(tmp, state_path)
+    replace_durably(tmp, state_path)
     sizes = {name: (run_dir / name).stat().st_size for name in files if (run_dir / name).exists()}
     pointer = run_dir / CHECKPOINT_FILE
     tmp = pointer.with_name(pointer.name + ".tmp")
     tmp.write_text(json.dumps({"round": int(server_round), "files": sizes}, sort_keys=True) + "\n", encoding="utf-8")
-    _fsync_replace(tmp, pointer)
+    replace_durably(tmp, pointer)
     for path in (run_dir / CHECKPOINT_DIR).iterdir():
         if path not in (arrays_path, state_path):
             path.unlink()

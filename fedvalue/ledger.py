@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedvalue.archive import replace_durably
 from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_over_rounds, reciprocity_ratio
 
 LEDGER_COLUMNS = ("round", "client_id", "method", "value", "stderr", "num_examples", "status", "noisy")
@@ -195,7 +196,7 @@ class LedgerWriter:
             return
         tmp = self.run_dir / "ledger.parquet.tmp"
         read_ledger_csv(self.ledger_path).to_parquet(tmp, index=False)
-        os.replace(tmp, parquet)
+        replace_durably(tmp, parquet)
 
     def committed_rounds(self) -> list[dict]:
         """The rows of rounds.csv written so far (as the writer's caller booked them)."""
@@ -212,7 +213,7 @@ class LedgerWriter:
 def write_json(path: Path, data: Mapping) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
