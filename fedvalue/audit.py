@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
-from fedvalue.flows import flatten, round_flows
+from fedvalue.flows import fedavg_round_flows
 from fedvalue.ledger import (
     CLIENT_STATUSES,
     LEDGER_COLUMNS,
@@ -39,7 +39,6 @@ from fedvalue.ledger import (
     chain_hash,
     genesis_hash,
     read_ledger_csv,
-    read_rounds_csv,
 )
 from fedvalue.rounds import ArraysUtility, fedavg_round_game, value_round, weighted_mean
 
@@ -228,16 +227,19 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
     round_rows = rounds.set_index("round")
     booked_values = ledger.set_index(["round", "method", "client_id"])["value"]
     recomputed_rounds, skipped, worst = 0, [], 0.0
+    following = None  # the next round's record: read once, for its start state and then its own round
     for position, t in enumerate(committed):
         if t not in paths:
             continue
-        record = read_round_record(paths[t])
+        record = following if following is not None and following.round == t else read_round_record(paths[t])
+        following = None
         if record.meta.get("aggregation") != "weighted-mean":
             skipped.append(t)
             continue
         next_start = None
         if position + 1 < len(committed) and committed[position + 1] in paths:
-            next_start = read_round_record(paths[committed[position + 1]]).start_arrays
+            following = read_round_record(paths[committed[position + 1]])
+            next_start = following.start_arrays
         elif position + 1 == len(committed):
             checkpoint = read_checkpoint(run_dir)
             next_start = checkpoint.arrays if checkpoint.round == t else None
@@ -320,15 +322,8 @@ def _recompute_round(record, utility: ArraysUtility, next_start) -> dict:
         for client in ok:
             values[("selected", client)] = float(client in set(accepted))
     if meta.get("flows") and (record.gradients or accepted):
-        keys = list(record.start_arrays)
-        start = flatten(record.start_arrays, keys=keys)
-        total = float(sum(record.weights[c] for c in accepted))
-        gradients = {c: g for c, g in record.gradients.items()}
-        missing = [c for c in accepted if c not in gradients]
-        for client in missing:
-            gradients[client] = np.zeros_like(start)
-        flows = round_flows({c: flatten(record.replies[c], keys=keys) - start for c in accepted}, gradients,
-                            weights={c: record.weights[c] / total for c in accepted}, keys=keys)
+        flows, missing = fedavg_round_flows(record.start_arrays, {c: record.replies[c] for c in accepted},
+                                            record.weights, record.gradients)
         for client, inflow, outflow, self_influence in zip(flows.clients, flows.inflow, flows.outflow,
                                                            flows.self_influence):
             values[("tracin_inflow", client)] = None if client in missing else float(inflow)

@@ -71,6 +71,7 @@ __all__ = [
     "FlowBook",
     "RandomProjection",
     "RoundFlows",
+    "fedavg_round_flows",
     "flatten",
     "flow_matrix",
     "flows_from_arrays",
@@ -429,6 +430,31 @@ def _stack(vectors: Mapping[Hashable, Vector], name: str, keys: Sequence[str] | 
             raise ValueError(f"{name}[{client!r}]: expected a vector of length {size}, like the others; got {len(v)}.")
         flat.append(v)
     return flat
+
+
+def fedavg_round_flows(
+    start_arrays: Mapping[str, np.ndarray],
+    replies: Mapping[Hashable, Mapping[str, np.ndarray]],
+    weights: Mapping[Hashable, float],
+    gradients: Mapping[Hashable, Vector],
+) -> tuple[RoundFlows, frozenset]:
+    """TracIn flows of a FedAvg step made by ``replies``, from the round's arrays.
+
+    s_u = p_u Δ_u with p_u = n_u / Σ_{j∈replies} n_j (``weights``) and Δ_u = w_u − A_{t−1};
+    g_v is the inference gradient at A_{t−1} of every client in ``gradients``. A client in
+    ``replies`` without a gradient still has its outflow (it needs only the others'
+    gradients); its inflow is unknown, so it is returned among the second element, the
+    clients whose gradient was missing (computed with g_v = 0).
+    """
+    keys = list(start_arrays)
+    start = flatten(start_arrays, keys=keys, name="start arrays")
+    total = float(sum(weights[c] for c in replies))
+    updates = {c: flatten(arrays, keys=keys, name=f"arrays of client {c}") - start for c, arrays in replies.items()}
+    grads = dict(gradients)
+    missing = frozenset(c for c in updates if c not in grads)
+    for client in missing:
+        grads[client] = np.zeros_like(start)
+    return round_flows(updates, grads, weights={c: weights[c] / total for c in replies}, keys=keys), missing
 
 
 def round_flows(

@@ -31,7 +31,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER, log
 
 from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
-from fedvalue.flows import RoundFlows, flatten, round_flows
+from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, FLOW_METHODS, LedgerWriter
 from fedvalue.rounds import (
     VALUATION_METHODS,
@@ -381,7 +381,9 @@ class ValuingStrategy(Strategy):
 
         utility_before = valuation.utility_before if valuation is not None else float(self.utility(self._start_arrays))
         harms = self._harms(server_round, records, accepted, pure, snapshot)
-        utility_realized = float(self.utility(arrays_to_numpy(live_arrays))) if live_arrays is not None else utility_before
+        # A round where nothing was aggregated keeps the global state.
+        realized = arrays_to_numpy(live_arrays) if live_arrays is not None else self._start_arrays
+        utility_realized = float(self.utility(realized)) if live_arrays is not None else utility_before
         flows = (self._round_flows(server_round, [r for r in ok if r.client_id in accepted], gradients)
                  if self.flows else None)
         round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized,
@@ -394,7 +396,6 @@ class ValuingStrategy(Strategy):
         if hasattr(self.sampler, "observe"):
             self.sampler.observe(ledger_rows)
         if self.checkpoint:  # after everything the next round depends on has seen this one
-            realized = arrays_to_numpy(live_arrays) if live_arrays is not None else self._start_arrays
             write_checkpoint(self.ledger.run_dir, server_round, realized, self._server_state())
         self.rounds.append(round_row)
         self.last_valuation = valuation
@@ -457,24 +458,11 @@ class ValuingStrategy(Strategy):
 
     def _flows_of(self, aggregated: list[ClientReply],
                   gradients: Mapping[object, InferenceGradient]) -> tuple[RoundFlows, frozenset]:
-        """TracIn flows if ``aggregated`` make the round's step, and the clients without a gradient.
-
-        s_u = p_u Δ_u with p_u = n_u / Σ_{j aggregated} n_j and Δ_u = w_u − A_{t−1};
-        g_v is the inference gradient at A_{t−1} of every client that sent one. An
-        aggregated client whose gradient is missing still has its outflow computed (it
-        needs only the others' gradients); its inflow is unknown (booked empty).
-        """
-        keys = list(self._start_arrays)
-        start = flatten(self._start_arrays, keys=keys, name="start arrays")
-        total = float(sum(r.weight for r in aggregated))
-        updates = {r.client_id: flatten(r.arrays, keys=keys, name=f"arrays of client {r.client_id}") - start
-                   for r in aggregated}
-        weights = {r.client_id: r.weight / total for r in aggregated}
-        grads: dict = {c: g.gradient for c, g in gradients.items()}
-        missing = frozenset(c for c in updates if c not in grads)
-        for client_id in missing:
-            grads[client_id] = np.zeros_like(start)
-        return round_flows(updates, grads, weights=weights, keys=keys), missing
+        """TracIn flows if ``aggregated`` make the round's step, and the clients without a
+        gradient (:func:`fedvalue.flows.fedavg_round_flows`; their inflow is booked empty)."""
+        return fedavg_round_flows(self._start_arrays, {r.client_id: r.arrays for r in aggregated},
+                                  {r.client_id: r.weight for r in aggregated},
+                                  {c: g.gradient for c, g in gradients.items()})
 
     def outflows_if_all_aggregated(self, ok: list[ClientReply],
                                    gradients: Mapping[object, InferenceGradient]) -> dict:
