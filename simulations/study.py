@@ -185,25 +185,23 @@ def run_study(
                                          "data-key": data_key(seed, clean=clean)})
 
                 seed_dir = out_dir / f"seed-{seed}"
-                if config.clean_runs:  # same data, model, schedule and utility; no label noise
-                    clean = timed_start(
-                        ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / "clean"),
+
+                def scored_run(name: str, noisy_clients: frozenset, run_config: dict, clean: bool = False):
+                    """One run scored with ADS and LOO on the paper's schedule (the clean one: no label noise)."""
+                    return timed_start(
+                        ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / name),
                                         methods=("ads", "loo"), sampler=PartitionSampler(
                                             config.clients_per_round, schedule=config.schedule, seed=seed),
-                                        seed=seed, noisy_clients=frozenset(),
-                                        run_config={"seed": seed, "noisy_fraction": 0.0},
+                                        seed=seed, noisy_clients=noisy_clients, run_config=run_config,
                                         **valuation_options(config)),
-                        grid, initial, train_config(clean=True))
+                        grid, initial, train_config(clean=clean))
+
+                if config.clean_runs:  # same data, model, schedule and utility; no label noise
+                    clean = scored_run("clean", frozenset(), {"seed": seed, "noisy_fraction": 0.0}, clean=True)
                     accuracy_rows.extend({"seed": seed, "method": "clean", "k": config.clients_per_round,
                                           "round": r["round"], "accuracy": r["utility_realized"]}
                                          for r in clean.rounds)
-                scored = timed_start(
-                    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / "scored"),
-                                    methods=("ads", "loo"), sampler=PartitionSampler(
-                                        config.clients_per_round, schedule=config.schedule, seed=seed),
-                                    seed=seed, noisy_clients=noisy, run_config={"seed": seed},
-                                    **valuation_options(config)),
-                    grid, initial, train_config())
+                scored = scored_run("scored", noisy, {"seed": seed})
                 accuracy_rows.extend({"seed": seed, "method": "all", "k": config.clients_per_round,
                                       "round": r["round"], "accuracy": r["utility_realized"]} for r in scored.rounds)
                 ledger = load_run(seed_dir / "scored").ledger
