@@ -1,4 +1,4 @@
-"""Per-round cost of exact within-round ADS + LOO, three ways, measured side by side.
+"""Per-round cost of exact within-round ADS + LOO, three ways and a floor, measured side by side.
 
     python bench/valuation.py                 # n = 6, 8, 10 clients (a few minutes on 2 cores)
     python bench/valuation.py --sizes 6 --repeats 3
@@ -17,8 +17,11 @@ interleaved order, so the timings and peak memory of one never leak into another
     permutation evaluated as in (a) (200·n evaluations), plus LOO's n + 1.
 (c) fedvalue: ``fedavg_round_game`` + ``value_round`` (one shared cache, linear
     combinations with first-layer reuse, near ties re-scored on the plain path).
+(d) the floor of (c): only the matmuls after the first layer (784-200 is shared by all
+    coalitions; 200x200 and 200x10 are not), 2^n times per held-out batch, in (c)'s
+    shapes, with nothing else. (c)/(d) is what (c) spends on top of that arithmetic.
 
-Printed: seconds per round, ratios (a)/(c) and (b)/(c), peak resident memory of the
+Printed: seconds per round, ratios (a)/(c), (b)/(c) and (c)/(d), peak resident memory of the
 child (and its growth above the state after setup), and the largest |value(a) −
 value(c)| over ADS and LOO (must be ≤ 1e-6), and (b)'s MC error against exact. The
 load average before and after is printed too: with other work on the machine, torch's
@@ -144,6 +147,8 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
         full = v(ids)
         loo_values = np.array([full - v([c for c in ids if c != k]) for k in ids])
         evaluations += num_clients + 1
+    elif way == "tail-matmuls":
+        ads_values, loo_values, evaluations = _tail_matmuls(num_clients, model, x)
     else:
         utility = TorchModelUtility(model, x, y)
         game = fedavg_round_game(ids, start, clients, weights, utility)
@@ -157,6 +162,34 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
         "ads": ads_values.tolist(), "loo": loo_values.tolist(),
         "peak_mb": _max_rss_mb(), "setup_mb": baseline, "threads": torch.get_num_threads(),
     }
+
+
+def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, int]:
+    """The floor of (c): only the matmuls after the first layer (200x200 and 200x10, with
+    bias), for each of the 2^n states and each held-out batch, in the shapes and batches
+    (c) runs them, on fixed inputs and weights. No first-layer combination, activations,
+    scoring, ADS or LOO: what is left of (c) once everything but this arithmetic is free."""
+    import torch
+
+    import inspect
+
+    from fedvalue.utilities import TorchModelUtility, _scoring
+
+    batch_size = inspect.signature(TorchModelUtility).parameters["batch_size"].default
+    generator = torch.Generator().manual_seed(0)
+    layers = [m for m in model if isinstance(m, torch.nn.Linear)][1:]
+    weights = [torch.randn(m.out_features, m.in_features, generator=generator) * 0.07 for m in layers]
+    biases = [torch.randn(m.out_features, generator=generator) for m in layers]
+    batches = [len(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+    hidden = torch.rand(batches[0], layers[0].in_features, generator=generator)
+    outputs = [torch.empty(batches[0], m.out_features) for m in layers]
+    with _scoring():
+        for _ in range(2**num_clients):
+            for rows in batches:
+                h = hidden[:rows]
+                for weight, bias, out in zip(weights, biases, outputs):
+                    h = torch.addmm(bias, h, weight.t(), out=out[:rows])
+    return np.zeros(num_clients), np.zeros(num_clients), 2**num_clients
 
 
 def _max_rss_mb() -> float:
@@ -185,13 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record))
         return 0
 
-    ways = ("naive", "mc-no-cache", "fedvalue")
+    ways = ("naive", "mc-no-cache", "fedvalue", "tail-matmuls")
     print(f"exact within-round ADS + LOO per round; MLP 784-{'-'.join(map(str, HIDDEN))}-10, "
           f"{NUM_HELD_OUT:,} held-out examples, accuracy; {args.repeats} run(s) each, minimum shown")
     print(f"torch threads per child: {args.threads or 'default'}; load average before: {_load()}", flush=True)
     header = (f"{'n':>3} {'(a) naive s':>12} {'(b) MC-200 s':>13} {'(c) ours s':>11} {'(a)/(c)':>8} "
               f"{'(b)/(c)':>8} {'evals a/b/c':>16} {'peak MB a/b/c':>17} {'growth MB c':>12} "
-              f"{'max|a-c|':>9} {'MC err b':>9}")
+              f"{'max|a-c|':>9} {'MC err b':>9} {'(d) floor s':>12} {'(c)/(d)':>8}")
     print(header)
     for n in args.sizes:
         best: dict[str, dict] = {}
@@ -200,14 +233,15 @@ def main(argv: list[str] | None = None) -> int:
                 record = _child(n, way, args.permutations, args.threads)
                 if way not in best or record["seconds"] < best[way]["seconds"]:
                     best[way] = record
-        a, b, c = (best[w] for w in ways)
+        a, b, c, d = (best[w] for w in ways)
         exact_gap = max(float(np.max(np.abs(np.subtract(a[k], c[k])))) for k in ("ads", "loo"))
         mc_error = float(np.max(np.abs(np.subtract(b["ads"], c["ads"]))))
         print(f"{n:>3} {a['seconds']:>12.2f} {b['seconds']:>13.2f} {c['seconds']:>11.2f} "
               f"{a['seconds'] / c['seconds']:>8.1f} {b['seconds'] / c['seconds']:>8.1f} "
               f"{a['evaluations']:>5}/{b['evaluations']:>4}/{c['evaluations']:>5} "
               f"{a['peak_mb']:>5.0f}/{b['peak_mb']:>5.0f}/{c['peak_mb']:>5.0f} "
-              f"{c['peak_mb'] - c['setup_mb']:>12.0f} {exact_gap:>9.1e} {mc_error:>9.1e}", flush=True)
+              f"{c['peak_mb'] - c['setup_mb']:>12.0f} {exact_gap:>9.1e} {mc_error:>9.1e} "
+              f"{d['seconds']:>12.2f} {c['seconds'] / d['seconds']:>8.2f}", flush=True)
         if not math.isfinite(exact_gap) or exact_gap > 1e-6:
             print(f"    values of (a) and (c) differ by {exact_gap:.2e} > 1e-6", flush=True)
     print(f"threads used: {c['threads']}; load average after: {_load()}")
