@@ -3,6 +3,7 @@
     python bench/valuation.py                 # n = 6, 8, 10 clients (a few minutes on 2 cores)
     python bench/valuation.py --sizes 6 --repeats 3
     python bench/valuation.py --threads 1      # torch threads per child (default: torch's, 2 here)
+    python bench/valuation.py --against-floor --sizes 10 --repeats 5   # (c) and (d) only, every run
 
 The round: an MNIST-scale MLP 784-200-200-10, 10,000 held-out examples (synthetic
 inputs, labels from a fixed random teacher network), n clients that each took a few
@@ -211,12 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--permutations", type=int, default=200, help="permutations of way (b)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each (n, way); the minimum is shown")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per child (0: torch's default)")
+    parser.add_argument("--against-floor", action="store_true",
+                        help="only (c) and (d), alternating, every run printed (spread on a noisy machine)")
     parser.add_argument("--one", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         record = _one(int(args.one[0]), args.one[1], args.permutations, args.threads)
         print(json.dumps(record))
         return 0
+    if args.against_floor:
+        return _against_floor(args.sizes, args.repeats, args.threads)
 
     ways = ("naive", "mc-no-cache", "fedvalue", "tail-matmuls")
     print(f"exact within-round ADS + LOO per round; MLP 784-{'-'.join(map(str, HIDDEN))}-10, "
@@ -245,6 +250,26 @@ def main(argv: list[str] | None = None) -> int:
         if not math.isfinite(exact_gap) or exact_gap > 1e-6:
             print(f"    values of (a) and (c) differ by {exact_gap:.2e} > 1e-6", flush=True)
     print(f"threads used: {c['threads']}; load average after: {_load()}")
+    return 0
+
+
+def _against_floor(sizes: list[int], repeats: int, threads: int) -> int:
+    """(c) and (d) alternating, ``repeats`` pairs per n, each pair and the medians printed."""
+    print(f"(c) ours against (d) its matmuls alone; {repeats} alternating pair(s) per n; "
+          f"load average before: {_load()}", flush=True)
+    print(f"{'n':>3} {'pair':>4} {'(c) ours s':>11} {'(d) floor s':>12} {'(c)/(d)':>8} {'peak MB c':>10}")
+    for n in sizes:
+        ours, floor = [], []
+        for pair in range(repeats):
+            c = _child(n, "fedvalue", 0, threads)
+            d = _child(n, "tail-matmuls", 0, threads)
+            ours.append(c["seconds"])
+            floor.append(d["seconds"])
+            print(f"{n:>3} {pair + 1:>4} {c['seconds']:>11.2f} {d['seconds']:>12.2f} "
+                  f"{c['seconds'] / d['seconds']:>8.2f} {c['peak_mb']:>10.0f}", flush=True)
+        print(f"{n:>3} {'med':>4} {np.median(ours):>11.2f} {np.median(floor):>12.2f} "
+              f"{np.median(np.divide(ours, floor)):>8.2f}", flush=True)
+    print(f"load average after: {_load()}")
     return 0
 
 
