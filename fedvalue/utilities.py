@@ -343,18 +343,20 @@ class LinearStates:
 
     @_scoring()
     def scores(self, coefficients: np.ndarray) -> FastScores:
-        """Fast-path sums per (state, held-out batch) and near-tie rows (see module docstring)."""
+        """Fast-path sums per (state, held-out batch) and near-tie rows (see module docstring).
+
+        Per chunk of states and held-out batch, one matmul combines the first-layer outputs
+        of the whole chunk into a reused buffer (a fresh tensor per chunk would page-fault
+        tens of MB each time); the tail then runs as its plan (:meth:`_run_tail`, the chunk
+        scored in one vectorized pass) or through ``functional_call`` state by state.
+        (Walking the batch in cache-sized blocks of rows was measured and was slower: the
+        smaller matmuls lose more than the saved memory traffic gains, on 2 CPU cores.)
+        """
         utility, split = self.utility, self.utility._split
         rows = self._coefficients(coefficients)
         scores = FastScores(len(rows), utility.num_batches)
         heads = None if split is None else self._head_products()
         plan = None if split is None else self._tail_plan()
-        if plan is not None:
-            for start in range(0, len(rows), self.chunk):
-                self._score_planned(scores, rows[start : start + self.chunk], start, heads, plan)
-            return scores
-        # One reused buffer: a fresh tensor per chunk would page-fault tens of MB each time.
-        buffer = None
         for start in range(0, len(rows), self.chunk):
             chunk = rows[start : start + self.chunk]
             if split is None:
@@ -369,35 +371,17 @@ class LinearStates:
             tails = self.combine(chunk, split.tail_keys)
             for b, head in enumerate(heads):
                 y = utility.y[utility._slice(b)]
-                if buffer is None:
-                    buffer = torch.empty(self.chunk * heads[0].shape[1], dtype=head.dtype, device=head.device)
-                out = buffer[: len(chunk) * head.shape[1]].view(len(chunk), head.shape[1])
-                hidden = torch.matmul(chunk, head, out=out).reshape(len(chunk), len(y), -1)
+                hidden = self._scratch("hidden", len(chunk) * head.shape[1], head).view(len(chunk), head.shape[1])
+                torch.matmul(chunk, head, out=hidden)
+                hidden = hidden.view(len(chunk), len(y), -1)
+                if plan is not None:
+                    utility._score_fast_many(scores, start, b, self._run_tail(plan, hidden, tails), y)
+                    continue
                 for j in range(len(chunk)):
                     state = {k: v[j] for k, v in tails.items()}
                     out = torch.func.functional_call(split.tail, state, (hidden[j],))
                     utility._score_fast(scores, start + j, b, out, y)
         return scores
-
-    def _score_planned(
-        self, scores: FastScores, chunk: torch.Tensor, start: int, heads: list[torch.Tensor], plan: list[tuple]
-    ) -> None:
-        """Score the states ``chunk`` (rows ``start, ...``) with the tail run as ``plan``:
-        per held-out batch, one matmul combines the first-layer outputs of the whole chunk,
-        the tail runs state by state (:meth:`_run_tail`), and the chunk is scored in one
-        vectorized pass.
-
-        (Walking the batch in cache-sized blocks of rows was measured and was slower: the
-        smaller matmuls lose more than the saved memory traffic gains, on 2 CPU cores.)
-        """
-        utility = self.utility
-        tails = self.combine(chunk, utility._split.tail_keys)
-        for b, head in enumerate(heads):
-            y = utility.y[utility._slice(b)]
-            hidden = self._scratch("hidden", len(chunk) * head.shape[1], head).view(len(chunk), head.shape[1])
-            torch.matmul(chunk, head, out=hidden)
-            out = self._run_tail(plan, hidden.view(len(chunk), len(y), -1), tails)
-            utility._score_fast_many(scores, start, b, out, y)
 
     def _run_tail(self, plan: list[tuple], hidden: torch.Tensor, tails: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The tail's layers on ``hidden`` (states × rows × width, a scratch buffer that is
