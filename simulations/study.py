@@ -52,6 +52,7 @@ from fedvalue.selection import retrain_plan
 from simulations.api import package_versions, prepare_run_dir
 from simulations.engine import run_flower_simulation
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
+from simulations.settings import check_integers
 from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy
 from strategies.records import numpy_to_arrays
 
@@ -118,8 +119,7 @@ def _check(config: NoisyClientsStudyConfig) -> None:
         if (set(got) != set(expected)) if name == "methods" else got != expected:
             raise ValueError(f"{name}: the study runs seed 004's FedAvg with ADS and LOO in the server process; "
                              f"expected {expected!r}, got {got!r}.")
-    if isinstance(config.seeds, bool) or not isinstance(config.seeds, int) or config.seeds < 1:
-        raise ValueError(f"seeds: expected a positive integer; got {config.seeds!r}.")
+    check_integers(config, ("seeds",))
     if not config.ks or any(k < 1 or k > config.clients_per_round for k in config.ks):
         raise ValueError(f"ks: expected sizes in 1..clients_per_round={config.clients_per_round}; got {config.ks!r}.")
     if isinstance(config.clean_runs, bool) or config.clean_runs not in (0, 1):
