@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import json
 import math
 import resource
@@ -171,8 +172,6 @@ def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, i
     (c) runs them, on fixed inputs and weights. No first-layer combination, activations,
     scoring, ADS or LOO: what is left of (c) once everything but this arithmetic is free."""
     import torch
-
-    import inspect
 
     from fedvalue.utilities import TorchModelUtility, _scoring
 
