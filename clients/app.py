@@ -4,7 +4,9 @@ Messages (Flower 1.41 Message API):
 
 - ``train``: content ``"arrays"`` (the global model, an ArrayRecord) and ``"config"``
   (ConfigRecord: ``"lr"``, ``"local-epochs"``, ``"batch-size"`` (0 = full batch,
-  default 0), ``"seed"`` (default 0), ``"server-round"`` (FedAvg adds it)). Reply:
+  default 0), ``"seed"`` (default 0), ``"server-round"`` (FedAvg adds it),
+  ``"proximal-mu"`` (FedProx adds it: local training then minimizes
+  ℓ(w) + (μ/2)‖w − w_global‖²)). Reply:
   ``"arrays"`` (the trained model), ``"metrics"`` (MetricRecord ``num-examples``,
   ``train-loss``) and ``"client"`` (ConfigRecord ``partition-id``). The partition id
   is in a ConfigRecord because FedAvg checks only the ArrayRecord and MetricRecord
@@ -35,13 +37,14 @@ close over large data: load it inside ``load_client_data`` instead.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 
 from clients.behaviours import ClientBehaviour, HonestClient
 from clients.training import (
@@ -63,6 +66,8 @@ NUM_EXAMPLES_KEY = "num-examples"
 GRADIENT_KEY = "inference-gradient"
 DATA_KEY = "data-key"
 INFERENCE_LOSS_KEY = "inference-loss"
+#: FedProx's configure_train puts its μ here.
+PROXIMAL_MU_KEY = "proximal-mu"
 
 
 @dataclass
@@ -199,6 +204,7 @@ def train_client(
     batch_size: int,
     seed: int,
     server_round: int,
+    proximal_mu: float = 0.0,
 ) -> tuple[dict[str, np.ndarray], int, float]:
     """One client's round without Flower: behaviour, local SGD, behaviour.
 
@@ -212,7 +218,7 @@ def train_client(
     x, y = data.behaviour.transform_training_data(data.x_train, data.y_train, np.random.default_rng(data_seed))
     train_loss = train_locally(
         model, x, y, epochs=local_epochs, learning_rate=learning_rate,
-        batch_size=batch_size or None, loss=data.loss, seed=train_seed,
+        batch_size=batch_size or None, loss=data.loss, seed=train_seed, proximal_mu=proximal_mu,
     )
     trained = get_model_arrays(model)
     arrays, num_examples = data.behaviour.transform_reply(
@@ -225,14 +231,30 @@ def train_client(
         )
     if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples < 1:
         raise ValueError(f"behaviour {data.behaviour!r}: transform_reply must return num_examples >= 1; got {num_examples!r}.")
-    # Same keys, order and dtypes as the model, whatever the behaviour returned.
-    arrays = {key: np.ascontiguousarray(np.asarray(arrays[key], dtype=trained[key].dtype)) for key in trained}
+    # Same keys, order, shapes and dtypes as the model, whatever the behaviour returned
+    # (np.ascontiguousarray would turn a 0-d buffer such as BatchNorm's counter into shape (1,)).
+    arrays = {key: _contiguous(np.asarray(arrays[key], dtype=trained[key].dtype)) for key in trained}
     return arrays, int(num_examples), float(train_loss)
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """``array`` in C order with its own shape (0-d arrays stay 0-d)."""
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _proximal_mu(config: ConfigRecord) -> float:
+    """FedProx's μ from the train config (FedProx's configure_train sends it; 0 without)."""
+    value = config.get(PROXIMAL_MU_KEY, 0.0)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        raise ValueError(f"train config {PROXIMAL_MU_KEY!r}: expected a number >= 0; got {value!r}.")
+    return float(value)
 
 
 def make_client_app(
     load_client_data: Callable[[int], ClientData],
     model_factory: Callable[[], torch.nn.Module],
+    *,
+    mods: Sequence[Mod] = (),
 ) -> ClientApp:
     """A ClientApp that trains ``model_factory()`` on ``load_client_data(partition_id)``.
 
@@ -243,6 +265,14 @@ def make_client_app(
         picklable, cheap, and deterministic.
     model_factory
         Builds the model whose ``state_dict`` keys the server's arrays carry.
+    mods
+        Flower client mods wrapped around the ``train`` handler, outermost first:
+        ``flwr.clientapp.mod.fixedclipping_mod`` with
+        ``DifferentialPrivacyClientSideFixedClipping``, ``adaptiveclipping_mod`` with
+        ``DifferentialPrivacyClientSideAdaptiveClipping``. (Flower's DP mods act on
+        training replies only and refuse messages without exactly one ArrayRecord, so
+        they never wrap ``evaluate`` or ``query``; with TracIn flows a training reply
+        carries a second ArrayRecord, which these mods refuse.)
 
     Returns
     -------
@@ -256,9 +286,13 @@ def make_client_app(
             "model_factory: expected a callable that builds a fresh torch.nn.Module (e.g. "
             f"functools.partial(make_mlp, ...)); got {type(model_factory).__name__}."
         )
+    mods = list(mods)
+    if not all(callable(mod) for mod in mods):
+        raise TypeError(f"mods: expected Flower client mods (callables (message, context, call_next) -> "
+                        f"Message); got {mods!r}.")
     app = ClientApp()
 
-    @app.train()
+    @app.train(mods=mods)
     def train(msg: Message, context: Context) -> Message:
         partition_id = partition_id_of(context)
         data = _load(load_client_data, partition_id, msg.content)
@@ -271,6 +305,7 @@ def make_client_app(
             batch_size=_config_int(config, "batch-size", 0, 0),
             seed=_config_int(config, "seed", 0, 0),
             server_round=_config_int(config, "server-round", 0, 0),
+            proximal_mu=_proximal_mu(config),
         )
         content = RecordDict({
             ARRAYS_KEY: ArrayRecord({key: Array(value) for key, value in arrays.items()}),

@@ -75,6 +75,7 @@ def train_locally(
     batch_size: int | None = None,
     loss: str = "cross_entropy",
     seed: Seed,
+    proximal_mu: float = 0.0,
 ) -> float:
     """Train ``model`` in place with plain SGD; return the last epoch's mean loss.
 
@@ -98,6 +99,11 @@ def train_locally(
     seed
         Seed of the mini-batch order (unused with full batch, but required so that
         every call states its randomness).
+    proximal_mu
+        FedProx's proximal term (Li et al., "Federated Optimization in Heterogeneous
+        Networks", Eq. 2): each step minimizes ℓ(w) + (μ/2)·‖w − w⁰‖² with w⁰ the
+        parameters the model had when training started (the global model). 0 is plain
+        SGD. The reported loss is ℓ alone.
 
     Returns
     -------
@@ -115,6 +121,9 @@ def train_locally(
         raise ValueError(f"learning_rate: expected a finite number > 0; got {learning_rate!r}.")
     if batch_size is not None:
         batch_size = _positive_int("batch_size", batch_size)
+    if (isinstance(proximal_mu, bool) or not isinstance(proximal_mu, numbers.Real)
+            or not math.isfinite(proximal_mu) or proximal_mu < 0):
+        raise ValueError(f"proximal_mu: expected a finite number >= 0; got {proximal_mu!r}.")
     x_t, y_t = as_tensors(x, y, loss)
     num_examples = len(x_t)
     if num_examples == 0:
@@ -123,6 +132,7 @@ def train_locally(
     loss_fn = _loss_fn(loss)
     optimizer = torch.optim.SGD(model.parameters(), lr=float(learning_rate))
     full_batch = batch_size is None or batch_size >= num_examples
+    anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
     model.train()
     epoch_loss = math.nan
     for _ in range(epochs):
@@ -137,7 +147,11 @@ def train_locally(
                 xb, yb = x_t[index], y_t[index]
             optimizer.zero_grad(set_to_none=True)
             batch_loss = loss_fn(model(xb), yb)
-            batch_loss.backward()
+            objective = batch_loss
+            if anchor is not None:
+                objective = batch_loss + proximal_mu / 2 * sum(
+                    (p - p0).pow(2).sum() for p, p0 in zip(model.parameters(), anchor))
+            objective.backward()
             optimizer.step()
             total += float(batch_loss.detach()) * len(xb)
         epoch_loss = total / num_examples
