@@ -68,6 +68,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_open_unit, check_seed
+from fedvalue.schema import CLIENT_STATUSES
 
 #: Name of the seeded random-ranking baseline (not a ledger method).
 RANDOM = "random"
@@ -130,9 +131,9 @@ def _check_ledger(ledger: object, columns: Sequence[str] = REQUIRED_COLUMNS, nam
                          f"{list(ledger.columns)}.")
     if ledger.empty:
         raise ValueError(f"{name}: expected at least one row; got an empty frame.")
-    bad = sorted(set(ledger["status"].astype(str)) - {"ok", "failed", "idle"})
+    bad = sorted(set(ledger["status"].astype(str)) - set(CLIENT_STATUSES))
     if bad:
-        raise ValueError(f"{name}['status']: expected values in ['ok', 'failed', 'idle']; got {bad}.")
+        raise ValueError(f"{name}['status']: expected values in {list(CLIENT_STATUSES)}; got {bad}.")
     if RUN_COLUMN in ledger.columns and ledger[RUN_COLUMN].isna().any():
         raise ValueError(f"{name}['{RUN_COLUMN}']: expected a run key on every row; got missing values.")
     ok = ledger["status"] == "ok"

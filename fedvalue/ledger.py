@@ -4,13 +4,17 @@ A run directory holds
 
 ``ledger.csv`` / ``ledger.parquet``
     Long format, one row per (round, client, method): ``round``, ``client_id``,
-    ``method``, ``value``, ``stderr``, ``num_examples``, ``status``, ``noisy``.
+    ``method``, ``value``, ``stderr``, ``num_examples``, ``status`` (ok, failed, rejected,
+    idle: :mod:`fedvalue.schema`), ``noisy``, ``reason`` (why a failed or rejected
+    client was not valued; empty otherwise).
 ``rounds.csv``
     One row per round: ``round``, ``clients`` (space-separated ids in reply order),
     ``num_clients``, ``num_failed``, ``utility_before`` (v_t(∅) = U(A_{t−1})),
     ``utility_after`` (v_t(I_t)), ``utility_realized`` (U(A_t), the state the run
     moved to), ``num_evaluations``, ``valuation_seconds``, ``ads_method``,
-    ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), seed 004 Prop. 4.2), ``hash``:
+    ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), seed 004 Prop. 4.2),
+    ``num_unaggregatable`` (coalitions the inner strategy returned no arrays for, valued
+    at v_t(∅) as Flower keeps the state), ``hash``:
     SHA-256 over the previous round's hash, the round's ledger.csv lines as written and
     its rounds.csv line without the hash; round 1 chains from the SHA-256 of run.json.
     Changing any recorded value breaks the chain from that round on
@@ -43,18 +47,10 @@ import pandas as pd
 
 from fedvalue.archive import replace_durably
 from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_over_rounds, reciprocity_ratio
+from fedvalue.schema import CLIENT_STATUSES, LEDGER_COLUMNS, ROUND_COLUMNS
 
-LEDGER_COLUMNS = ("round", "client_id", "method", "value", "stderr", "num_examples", "status", "noisy")
-ROUND_COLUMNS = (
-    "round", "clients", "num_clients", "num_failed", "utility_before", "utility_after",
-    "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap", "hash",
-)
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
 GENESIS_HASH = "0" * 64
-#: ok: valued this round; failed: sampled but no usable reply (error, timeout, malformed);
-#: rejected: replied with NaN/inf arrays, kept out of the aggregate and booked with the harm it
-#: would have done; idle: not sampled, booked only for what it received (TracIn inflow).
-CLIENT_STATUSES = ("ok", "failed", "rejected", "idle")
 #: The first-order check of TracIn flows (seed 000, Remark 2.5): per round and client, the
 #: actual change of its inference loss against the change its flows predict.
 FIRST_ORDER_FILE = "first_order.csv"
@@ -220,7 +216,7 @@ def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
     """ledger.csv as a DataFrame with stable dtypes (client ids stay strings)."""
     frame = pd.read_csv(
         path,
-        dtype={"client_id": str, "method": str, "status": str, "noisy": str},
+        dtype={"client_id": str, "method": str, "status": str, "noisy": str, "reason": str},
         keep_default_na=False,
         na_values={"value": [""], "stderr": [""], "num_examples": [""]},
     )

@@ -1,0 +1,32 @@
+"""The ledger's contract, named once: client statuses and the columns of the run tables.
+
+Every writer and reader of a run directory (the ledger writer, the audit, detection,
+the strategies that book rounds) takes these names from here.
+"""
+
+from __future__ import annotations
+
+#: Valued this round (its reply made the round game).
+STATUS_OK = "ok"
+#: Sampled, but no usable reply (an error, a timeout, arrays or metrics Flower's aggregation
+#: would choke on); its ``reason`` says which.
+STATUS_FAILED = "failed"
+#: Replied with NaN/inf arrays: kept out of the aggregate and booked with the harm it would
+#: have done; its ``reason`` says which arrays.
+STATUS_REJECTED = "rejected"
+#: Not sampled this round: booked only for what it received (TracIn inflow).
+STATUS_IDLE = "idle"
+CLIENT_STATUSES = (STATUS_OK, STATUS_FAILED, STATUS_REJECTED, STATUS_IDLE)
+#: Statuses of clients that were sampled but not valued: their rows carry a reason.
+PROBLEM_STATUSES = (STATUS_FAILED, STATUS_REJECTED)
+
+#: ledger.csv, one row per (round, client, method); ``reason`` is empty unless the row's
+#: status is failed or rejected.
+LEDGER_COLUMNS = ("round", "client_id", "method", "value", "stderr", "num_examples", "status", "noisy", "reason")
+#: rounds.csv, one row per round; ``num_unaggregatable`` counts the coalitions the inner
+#: strategy returned no arrays for (valued at v_t(∅)); ``hash`` is the chain link.
+ROUND_COLUMNS = (
+    "round", "clients", "num_clients", "num_failed", "utility_before", "utility_after",
+    "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap",
+    "num_unaggregatable", "hash",
+)
