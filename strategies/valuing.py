@@ -16,19 +16,16 @@ at round start.
 
 from __future__ import annotations
 
-import copy
 import logging
 import pickle
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from contextlib import contextmanager
-from logging import WARNING
 
 import numpy as np
 import pandas as pd
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
-from flwr.supercore.logger import FLOWER_LOGGER, log
+from flwr.supercore.logger import log
 
 from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
 from fedvalue.flows import RoundFlows, fedavg_round_flows
@@ -42,7 +39,9 @@ from fedvalue.rounds import (
     value_round,
     weighted_mean,
 )
+from fedvalue.schema import PROBLEM_STATUSES
 from strategies.claims import ClaimReview, claim_rows
+from strategies.counterfactual import CounterfactualAggregator, RandomState
 from strategies.records import (
     GRADIENT_KEY,
     ClientReply,
@@ -57,17 +56,6 @@ from strategies.sampling import PartitionSampler
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
 PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
-
-
-@contextmanager
-def quiet_flower(level: int = WARNING):
-    """Silence Flower's per-call INFO logs while counterfactual coalitions aggregate."""
-    previous = FLOWER_LOGGER.level
-    FLOWER_LOGGER.setLevel(max(level, previous))
-    try:
-        yield
-    finally:
-        FLOWER_LOGGER.setLevel(previous)
 
 
 class ValuingStrategy(Strategy):
@@ -346,7 +334,13 @@ class ValuingStrategy(Strategy):
         return dict(sorted(self._client_to_node.items()))
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Aggregate with the inner strategy (live), then value the round and write it."""
+        """Value the round, aggregate with the inner strategy (live), write the round's books.
+
+        Counterfactual coalitions aggregate copies of the replies from the random state
+        captured here, and the live aggregation starts from it too
+        (:mod:`strategies.counterfactual`): the live run is the bare run's, bit for bit.
+        """
+        random_state = RandomState.capture()
         server_round += self._round_offset
         replies = list(replies)
         gradients = dict(self._idle_gradients)
@@ -368,19 +362,23 @@ class ValuingStrategy(Strategy):
         ]
         ok = [r for r in records if r.status == "ok"]
         pure = type(self.strategy) in PURE_WEIGHTED_MEAN
-        # Coalitions aggregate on copies of the strategy as it was before the live aggregation.
-        snapshot = None if pure or not ok else _snapshot(self.strategy)
-        valuation = self._value(server_round, ok, pure, snapshot) if ok else None
+        # Made before the live aggregation, which may consume or rewrite the replies it is given.
+        aggregator = None if pure else CounterfactualAggregator(
+            self.strategy, server_round,
+            {r.client_id: r.message for r in records if r.status in ("ok", "rejected")},
+            self._start_arrays, random_state)
+        valuation = self._value(server_round, ok, aggregator) if ok else None
         accepted = self.select(server_round, ok, valuation, gradients) if ok else set()
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
         passed = [r.message for r in records
                   if (r.status == "ok" and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
         if not self.reject_non_finite:
             passed += [r.message for r in records if r.status == "rejected"]
+        random_state.restore()
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
 
         utility_before = valuation.utility_before if valuation is not None else float(self.utility(self._start_arrays))
-        harms = self._harms(server_round, records, accepted, pure, snapshot)
+        harms = self._harms(records, accepted, aggregator)
         # A round where nothing was aggregated keeps the global state.
         realized = arrays_to_numpy(live_arrays) if live_arrays is not None else self._start_arrays
         utility_realized = float(self.utility(realized)) if live_arrays is not None else utility_before
@@ -388,7 +386,9 @@ class ValuingStrategy(Strategy):
                  if self.flows else None)
         round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized,
                                              flows, accepted, harms)
+        round_row["num_unaggregatable"] = 0 if aggregator is None else len(aggregator.unaggregatable)
         ledger_rows += claim_rows(server_round, claim_flags, self.noisy_clients)
+        _log_problems(server_round, records)
         if self.save_records:
             self._archive_round(server_round, records, accepted, gradients, pure)
         if self.ledger is not None:
@@ -403,40 +403,37 @@ class ValuingStrategy(Strategy):
             self.on_round(round_row)
         return live_arrays, live_metrics
 
-    def _value(self, server_round: int, ok: list[ClientReply], pure: bool, snapshot) -> RoundValuation:
-        """The round game over the clients that replied, valued by ``self.methods``."""
+    def _value(self, server_round: int, ok: list[ClientReply],
+               aggregator: CounterfactualAggregator | None) -> RoundValuation:
+        """The round game over the clients that replied, valued by ``self.methods``; FedAvg's
+        family (``aggregator`` None) as the weighted mean, any other strategy by its own code."""
         ids = [r.client_id for r in ok]
-        if pure:
+        if aggregator is None:
             game = fedavg_round_game(ids, self._start_arrays, [r.arrays for r in ok], [r.weight for r in ok],
                                      self.utility)
         else:
-            aggregate = _copy_aggregator(snapshot, server_round, {r.client_id: r.message for r in ok})
-            game = round_game(ids, self._start_arrays, aggregate, self.utility,
+            game = round_game(ids, self._start_arrays, aggregator, self.utility,
                               batch_utility=getattr(self.utility, "batch", None))
         return value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
                            **self.valuation_options)
 
-    def _harms(self, server_round, records, accepted, pure, snapshot) -> dict:
+    def _harms(self, records: list[ClientReply], accepted: set,
+               aggregator: CounterfactualAggregator | None) -> dict:
         """For each rejected reply: U(Agg(accepted ∪ {i})) − U(Agg(accepted)), the harm it would
         have done had it been aggregated (None when that utility is not even a number)."""
         rejected = [r for r in records if r.status == "rejected"]
         if not rejected:
             return {}
         kept = [r for r in records if r.status == "ok" and r.client_id in accepted]
-        start = self._start_arrays
 
         def utility_of(members: list[ClientReply]) -> float:
             if not members:
-                return float(self.utility(start))
-            if pure:
-                arrays = weighted_mean([r.arrays for r in members], [r.weight for r in members])
+                return float(self.utility(self._start_arrays))
+            if aggregator is None:
+                with np.errstate(all="ignore"):
+                    arrays = weighted_mean([r.arrays for r in members], [r.weight for r in members])
             else:
-                strategy = copy.deepcopy(snapshot if snapshot is not None else _snapshot(self.strategy))
-                with quiet_flower(), np.errstate(all="ignore"):
-                    result, _ = strategy.aggregate_train(server_round, [r.message for r in members])
-                if result is None:
-                    return float("nan")
-                arrays = arrays_to_numpy(result)
+                arrays = aggregator([r.client_id for r in members])
             with np.errstate(all="ignore"):
                 return float(self.utility(arrays))
 
@@ -536,6 +533,7 @@ class ValuingStrategy(Strategy):
                     "num_examples": int(record.weight) if ok and self.weighted_by_key == "num-examples" else record.metrics.get("num-examples"),
                     "status": record.status,
                     "noisy": noisy,
+                    "reason": _reason(record),
                 })
             if self.books_selection:
                 rows.append({
@@ -543,11 +541,11 @@ class ValuingStrategy(Strategy):
                     "value": float(record.client_id in accepted) if record.status == "ok" else None,
                     "stderr": 0.0 if record.status == "ok" else None,
                     "num_examples": int(record.weight) if record.status == "ok" else None,
-                    "status": record.status, "noisy": noisy,
+                    "status": record.status, "noisy": noisy, "reason": _reason(record),
                 })
             if flows is not None:
                 rows += self._flow_rows(server_round, record.client_id, flows, record.status,
-                                        int(record.weight) if record.status == "ok" else None)
+                                        int(record.weight) if record.status == "ok" else None, _reason(record))
         if flows is not None:
             booked = {r.client_id for r in records}
             for client_id in flows[0].index:
@@ -555,7 +553,7 @@ class ValuingStrategy(Strategy):
                     rows += self._flow_rows(server_round, client_id, flows, "idle", None)
         return round_row, rows
 
-    def _flow_rows(self, server_round, client_id, flows, status, num_examples) -> list[dict]:
+    def _flow_rows(self, server_round, client_id, flows, status, num_examples, reason="") -> list[dict]:
         """tracin_inflow/outflow/self rows of one client; empty values where unknown (failed
         clients, a client whose inference gradient is missing has no known inflow)."""
         frame, missing = flows
@@ -568,8 +566,21 @@ class ValuingStrategy(Strategy):
                 value = None
             rows.append({"round": server_round, "client_id": client_id, "method": method, "value": value,
                          "stderr": None if value is None else 0.0, "num_examples": num_examples,
-                         "status": status, "noisy": noisy})
+                         "status": status, "noisy": noisy, "reason": reason})
         return rows
+
+
+def _reason(record: ClientReply) -> str:
+    """Why a sampled client was not valued (empty for valued clients)."""
+    return record.error if record.status in PROBLEM_STATUSES else ""
+
+
+def _log_problems(server_round: int, records: list[ClientReply]) -> None:
+    """One log line per round naming every failed or rejected client and why."""
+    problems = [f"{r.client_id} {r.status} ({r.error})" for r in records if r.status in PROBLEM_STATUSES]
+    if problems:
+        log(logging.WARNING, "round %s: %d of %d sampled clients not valued: %s", server_round, len(problems),
+            len(records), "; ".join(problems))
 
 
 def _mark_inconsistent(records: list[ClientReply], start: Mapping[str, np.ndarray]) -> None:
@@ -596,30 +607,3 @@ def _mark_duplicate_ids(records: list[ClientReply]) -> None:
             record.status, record.error = "failed", f"duplicate reply for client {record.client_id}"
         seen.add(record.client_id)
 
-
-def _snapshot(strategy: Strategy) -> Strategy:
-    try:
-        return copy.deepcopy(strategy)
-    except Exception as error:  # noqa: BLE001 - any deepcopy failure gets the same advice
-        raise TypeError(
-            f"strategy: valuing a {type(strategy).__name__} needs copy.deepcopy of it at round start "
-            f"(counterfactual coalitions must not touch the live optimizer state); deepcopy failed: "
-            f"{error}. Make the strategy deep-copyable (hold no locks, files or grids)."
-        ) from error
-
-
-def _copy_aggregator(snapshot: Strategy, server_round: int, messages: Mapping[int, Message]):
-    """Agg_t(S) = aggregate_train of a fresh copy of the round-start strategy on S's replies."""
-
-    def aggregate(coalition: Sequence[int]) -> dict[str, np.ndarray]:
-        strategy = copy.deepcopy(snapshot)
-        with quiet_flower():
-            arrays, _ = strategy.aggregate_train(server_round, [messages[c] for c in coalition])
-        if arrays is None:
-            raise RuntimeError(
-                f"strategy: {type(snapshot).__name__}.aggregate_train returned no arrays for coalition "
-                f"{list(coalition)}; the round game needs an aggregate for every non-empty coalition."
-            )
-        return arrays_to_numpy(arrays)
-
-    return aggregate
