@@ -130,9 +130,21 @@ def train_locally(
         raise ValueError("x: expected at least one training example; got 0.")
     generator = torch_generator(seed)
     loss_fn = _loss_fn(loss)
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(learning_rate))
-    full_batch = batch_size is None or batch_size >= num_examples
     anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
+    # Dropout and other stochastic layers draw from torch's global generator: seed it from
+    # ``seed`` inside a fork, so training is reproducible and the caller's state is kept.
+    cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed((generator.initial_seed() + 1) % 2**63)
+        return _sgd_epochs(model, x_t, y_t, epochs, float(learning_rate), batch_size, loss_fn, generator,
+                           proximal_mu, anchor)
+
+
+def _sgd_epochs(model, x_t, y_t, epochs, learning_rate, batch_size, loss_fn, generator, proximal_mu, anchor) -> float:
+    """The epochs of :func:`train_locally` (arguments already checked)."""
+    num_examples = len(x_t)
+    optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
+    full_batch = batch_size is None or batch_size >= num_examples
     model.train()
     epoch_loss = math.nan
     for _ in range(epochs):

@@ -488,14 +488,17 @@ class _FirstLinear:
 
 
 def _split_first_linear(model: torch.nn.Module) -> _FirstLinear | None:
-    """Cut a ``Sequential`` whose first parametrized module is ``nn.Linear``; else None."""
+    """Cut a ``Sequential`` whose first parametrized module is exactly ``nn.Linear`` (after
+    parameter-free modules of the exact types above); None for any other model, which then
+    scores every state whole."""
     if not isinstance(model, torch.nn.Sequential):
         return None
     children = list(model.named_children())
+    # Exact types: a subclass may compute something else than x Wᵀ + b (the fast path's premise).
     for position, (name, module) in enumerate(children):
-        if isinstance(module, torch.nn.Linear):
+        if type(module) is torch.nn.Linear:
             break
-        if not isinstance(module, _PARAMETER_FREE) or any(True for _ in module.parameters()):
+        if type(module) not in _PARAMETER_FREE or any(True for _ in module.parameters()):
             return None
     else:
         return None

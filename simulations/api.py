@@ -17,20 +17,26 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import random
 import shutil
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context
+from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
+from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
 from simulations.engine import run_flower_simulation
 from strategies import PartitionSampler, ValuingStrategy
+from strategies.counterfactual import RandomState
 from strategies.records import numpy_to_arrays
 
 
@@ -42,6 +48,27 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
+
+
+@contextmanager
+def seeded_server_generators(seed: int) -> Iterator[None]:
+    """Seed the server's global generators (numpy's legacy one, Python's ``random``, torch)
+    from the run's seed for the block, and put the caller's state back after.
+
+    Flower's randomized strategies draw from them (DP noise from ``np.random.normal``,
+    node sampling from ``random.sample``): seeding them is what makes the same seed give
+    the same ledger for those strategies too. A simulation (this module, the Flower App)
+    does it; the library never seeds a global generator.
+    """
+    found = RandomState.capture()
+    numpy_seed, python_seed, torch_seed = np.random.SeedSequence([int(seed), 0x5EED]).generate_state(3)
+    np.random.seed(int(numpy_seed))
+    random.seed(int(python_seed))
+    torch.manual_seed(int(torch_seed))
+    try:
+        yield
+    finally:
+        found.restore()
 
 
 def prepare_run_dir(out: str | os.PathLike, config: Mapping, *, overwrite: bool = False) -> Path:
@@ -87,6 +114,7 @@ def simulate(
     flows: bool = False,
     resume: bool = False,
     save_records: bool = True,
+    client_mods: Sequence[Mod] = (),
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -115,6 +143,15 @@ def simulate(
     save_records
         Save each round's record (states, replies, gradients) under ``out/records`` for
         ``fedvalue audit`` to recompute the books.
+    client_mods
+        Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
+        ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
+
+    Raises
+    ------
+    NoClientValued
+        When no client of any round gave a usable reply: the ledger holds every round,
+        each failed client with its reason, and the error names the reasons.
 
     Returns
     -------
@@ -156,12 +193,13 @@ def simulate(
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
+            with seeded_server_generators(seed):
+                valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
         except BaseException as error:  # surfaced to the caller after the engine stops
             failures.append(error)
             raise
 
-    client_app = make_client_app(load_client_data, model_factory)
+    client_app = make_client_app(load_client_data, model_factory, mods=client_mods)
     run_flower_simulation(
         server_app, client_app, num_supernodes=num_clients, num_cpus_per_client=num_cpus_per_client,
         max_parallel_clients=max_parallel_clients, ray_address=ray_address,
@@ -173,4 +211,16 @@ def simulate(
             f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
             f"{run_dir} holds the completed rounds. See the engine's log above."
         )
-    return load_run(run_dir)
+    run = load_run(run_dir)
+    if not (run.ledger["status"] == STATUS_OK).any():
+        reasons = run.ledger.loc[run.ledger["status"].isin(PROBLEM_STATUSES), "reason"].value_counts()
+        raise NoClientValued(
+            f"no client gave a usable reply in any of the {num_rounds} rounds, so nothing was aggregated or "
+            f"valued (the ledger in {run_dir} books every failure). Reasons: "
+            + "; ".join(f"{reason} ({count} rows)" for reason, count in reasons.items())
+        )
+    return run
+
+
+class NoClientValued(RuntimeError):
+    """A run in which every sampled client failed every round."""

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 
 from simulations.attacks import AttacksConfig
 from simulations.federated_reciprocity import FederatedReciprocityConfig
+from simulations.api import NoClientValued
 from simulations.noisy_clients import NoisyClientsConfig
 from simulations.reciprocity import ReciprocityConfig
 from simulations.settings import saved_config
+from simulations.strategy_choices import STRATEGIES, STRATEGY_PARAMETERS
 from simulations.study import NoisyClientsStudyConfig
 
 PARAMETER_HELP = {
@@ -33,7 +35,7 @@ PARAMETER_HELP = {
     "local_epochs": "local epochs per round",
     "learning_rate": "local SGD learning rate",
     "batch_size": "local batch size (0 = full batch)",
-    "strategy": "inner Flower strategy: fedavg, fedprox, fedavgm, fedadam, fedyogi, fedadagrad",
+    "strategy": "inner Flower strategy: " + ", ".join(STRATEGIES),
     "methods": "valuations per round, comma-separated: ads,loo",
     "ads_method": "auto (exact when no dearer than MC), exact, mc or tmc (truncated MC)",
     "epsilon": "MC-ADS accuracy ε",
@@ -64,6 +66,7 @@ PARAMETER_HELP = {
     "boost": "scale of the boosting attacker's update",
     "median_multiple": "claim review: cap at this multiple of the round's median claim",
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
+    **{name: text for name, (_, text) in STRATEGY_PARAMETERS.items()},
 }
 
 SIMULATIONS = {
@@ -354,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"fedvalue: error: {error}", file=sys.stderr)
         return 2
+    except NoClientValued as error:
+        print(f"fedvalue: run failed: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

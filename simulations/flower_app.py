@@ -14,8 +14,9 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app
-from simulations.api import prepare_run_dir
-from simulations.noisy_clients import STRATEGIES, NoisyClientsConfig, build
+from simulations.api import prepare_run_dir, seeded_server_generators
+from simulations.noisy_clients import NoisyClientsConfig, build
+from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import numpy_to_arrays
 
@@ -43,22 +44,25 @@ def main(grid: Grid, context: Context) -> None:
     _, model_factory, utility, noisy = build(config)
     run_dir = prepare_run_dir(out, config.as_dict(), overwrite=True)
     strategy = ValuingStrategy(
-        STRATEGIES[config.strategy](), utility, run_dir=str(run_dir), methods=config.methods,
+        build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir), methods=config.methods,
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         seed=config.seed, noisy_clients=noisy, run_config={"simulation": "noisy-clients", **config.as_dict()},
         ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
     )
     initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
-    strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                   train_config=ConfigRecord({"lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
-                                              "batch-size": int(config.batch_size), "seed": int(config.seed)}))
+    with seeded_server_generators(config.seed):
+        strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
+                       train_config=ConfigRecord({"lr": float(config.learning_rate),
+                                                  "local-epochs": int(config.local_epochs),
+                                                  "batch-size": int(config.batch_size), "seed": int(config.seed)}))
 
 
 def _client_app() -> ClientApp:
     # Clients hold the default partitions: under `flwr run` only server-side keys
     # (out, rounds, clients-per-round, schedule, strategy, methods, ...) may differ from the defaults.
-    loader, model_factory, _, _ = build(NoisyClientsConfig())
-    return make_client_app(loader, model_factory)
+    config = NoisyClientsConfig()
+    loader, model_factory, _, _ = build(config)
+    return make_client_app(loader, model_factory, mods=client_mods(config.strategy))
 
 
 client_app = _client_app()

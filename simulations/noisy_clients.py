@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi, Strategy
 
 from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
@@ -34,6 +33,7 @@ from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichle
 from simulations.models import make_mlp
 from simulations.parallel import RayParallelUtility
 from simulations.settings import check_integers, check_numbers, saved_config
+from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
 from strategies import PartitionSampler
 from strategies.sampling import SCHEDULES
 
@@ -41,14 +41,6 @@ from strategies.sampling import SCHEDULES
 ADS_METHODS = ("auto", "exact", "mc", "tmc")
 UTILITIES = ("accuracy", "neg_loss")
 
-STRATEGIES: dict[str, Callable[[], Strategy]] = {
-    "fedavg": lambda: FedAvg(fraction_evaluate=0.0),
-    "fedprox": lambda: FedProx(fraction_evaluate=0.0),
-    "fedavgm": lambda: FedAvgM(fraction_evaluate=0.0, server_momentum=0.9),
-    "fedadam": lambda: FedAdam(fraction_evaluate=0.0, eta=0.01),
-    "fedyogi": lambda: FedYogi(fraction_evaluate=0.0, eta=0.01),
-    "fedadagrad": lambda: FedAdagrad(fraction_evaluate=0.0, eta=0.01),
-}
 
 
 @dataclass
@@ -72,6 +64,16 @@ class NoisyClientsConfig:
     learning_rate: float = 0.1
     batch_size: int = 0
     strategy: str = "fedavg"
+    proximal_mu: float = STRATEGY_PARAMETERS["proximal_mu"][0]
+    trimmed_beta: float = STRATEGY_PARAMETERS["trimmed_beta"][0]
+    num_malicious: int = STRATEGY_PARAMETERS["num_malicious"][0]
+    num_selected: int = STRATEGY_PARAMETERS["num_selected"][0]
+    q: float = STRATEGY_PARAMETERS["q"][0]
+    noise: float = STRATEGY_PARAMETERS["noise"][0]
+    clipping_norm: float = STRATEGY_PARAMETERS["clipping_norm"][0]
+    target_clipped_quantile: float = STRATEGY_PARAMETERS["target_clipped_quantile"][0]
+    clip_norm_lr: float = STRATEGY_PARAMETERS["clip_norm_lr"][0]
+    clipped_count_stddev: float = STRATEGY_PARAMETERS["clipped_count_stddev"][0]
     methods: tuple[str, ...] = ("ads", "loo")
     ads_method: str = "auto"
     epsilon: float = 0.1
@@ -113,8 +115,7 @@ def _check(config: NoisyClientsConfig) -> None:
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
     check_numbers(config, ("truncation_tolerance", "stderr_target"), zero_ok=True)
-    if config.strategy not in STRATEGIES:
-        raise ValueError(f"strategy: expected one of {sorted(STRATEGIES)}; got {config.strategy!r}.")
+    check_strategy(config, config.clients_per_round)
     if config.dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
     if config.dataset == "mnist" and not config.mnist_path:
@@ -207,7 +208,8 @@ def run_noisy_clients(
 
 def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume=False) -> Run:
     return simulate(
-        strategy=STRATEGIES[config.strategy](),
+        strategy=build_strategy(config, config.clients_per_round),
+        client_mods=client_mods(config.strategy),
         model_factory=model_factory,
         load_client_data=loader,
         num_clients=config.num_clients,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -48,12 +49,27 @@ def partition_id_of(content: RecordDict) -> int | None:
     return int(record[PARTITION_ID_KEY])
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Longest reason booked in the ledger (a client's traceback can be pages long).
+MAX_REASON_CHARS = 300
+
+
+def concise_reason(text: str) -> str:
+    """A client error as one readable line: terminal colours and Ray's wrapping removed (the
+    client's own message follows Flower's "Message: "), whitespace collapsed, length capped."""
+    text = _ANSI.sub("", str(text))
+    if "Message: " in text:
+        text = text.rsplit("Message: ", 1)[1].rstrip("'>) \n")
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
+
+
 def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[int, int]) -> ClientReply:
     """Turn a reply Message into a :class:`ClientReply`; malformed replies are 'failed'."""
     node_id = int(message.metadata.src_node_id)
     fallback_id = node_to_client.get(node_id, f"node-{node_id}")
     if message.has_error():
-        return ClientReply(fallback_id, node_id, "failed", error=str(message.error.reason), message=message)
+        return ClientReply(fallback_id, node_id, "failed", error=concise_reason(message.error.reason), message=message)
     content = message.content
     client_id = partition_id_of(content)
     client_id = fallback_id if client_id is None else client_id

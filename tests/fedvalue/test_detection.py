@@ -144,6 +144,21 @@ def test_rounds_of_different_sizes_keep_their_last_value_and_failed_clients_are_
     assert curve["n_rounds"].tolist() == [2, 2, 2, 1]
 
 
+def test_rejected_and_idle_rows_as_the_ledger_writer_books_them_are_accepted_and_not_ranked():
+    """Every status the writer produces (fedvalue.schema) is accepted; only 'ok' rows are ranked."""
+    from fedvalue.schema import CLIENT_STATUSES
+
+    ledger = make_ledger([{"c1": 0.0, "n1": 1.0, "c2": 2.0, "c3": 9.0},
+                          {"n1": 0.0, "c1": 1.0, "c2": 2.0, "c3": -5.0}], failed={(2, "c3")})
+    rejected = ledger.assign(status=ledger["status"].replace("failed", "rejected"))
+    idle = pd.DataFrame([{"round": 2, "client_id": "c9", "method": "ads", "value": 0.5, "status": "idle",
+                          "noisy": False}]).astype({"noisy": "boolean"})
+    assert set(pd.concat([rejected, idle])["status"]) | {"failed"} == set(CLIENT_STATUSES)
+    expected = detection_curve(ledger, "ads", metric="precision")
+    pd.testing.assert_frame_equal(detection_curve(pd.concat([rejected, idle], ignore_index=True), "ads",
+                                                  metric="precision"), expected)
+
+
 def test_several_methods_share_one_frame():
     ledger = make_ledger([{"n1": (0.0, 5.0), "c1": (1.0, 1.0), "c2": (2.0, 2.0)}], methods=("ads", "loo"))
     curve = detection_curve(ledger, ["ads", "loo", RANDOM])

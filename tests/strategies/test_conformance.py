@@ -20,26 +20,21 @@ from __future__ import annotations
 
 import inspect
 import math
-import random
 
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import FedAvg, Strategy
 
-from clients.app import ClientData, make_client_app
+from clients.app import ClientData
 from fedvalue.utilities import TorchModelUtility
 from simulations.models import make_mlp
-from strategies import ValuingStrategy
-from strategies.records import numpy_to_arrays
 
-from .clientapp_grid import ClientAppGrid
+from .bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 
 NUM_CLIENTS, ROUNDS, FEATURES, CLASSES = 6, 3, 6, 3
-NODES = {4000 + 13 * pid: pid for pid in range(NUM_CLIENTS)}
 LEARNING_RATE = 0.2
 TRAIN_CONFIG = {"lr": LEARNING_RATE, "local-epochs": 3, "seed": 0}
 #: Tree-ensemble strategies aggregate serialized XGBoost boosters, not a model's arrays.
@@ -109,67 +104,7 @@ def holdout_utility() -> TorchModelUtility:
     return TorchModelUtility(model_factory(), x, y, metric="neg_loss")
 
 
-def initial_arrays() -> ArrayRecord:
-    return numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
-
-
-def run(name: str, wrapped: bool):
-    """One run of ``name`` on fresh clients, from the same global random state every time."""
-    random.seed(1234)
-    np.random.seed(1234)
-    torch.manual_seed(1234)
-    inner = build_strategy(name)
-    grid = ClientAppGrid(make_client_app(load_client, model_factory, mods=CLIENT_MODS.get(name, [])), NODES)
-    outer = ValuingStrategy(inner, holdout_utility(), methods=("ads", "loo"), ads_method="exact") if wrapped else inner
-    result = outer.start(grid, initial_arrays(), num_rounds=ROUNDS, timeout=60, train_config=ConfigRecord(TRAIN_CONFIG))
-    return inner, result, outer
-
-
-def comparable(value, path: str = "strategy"):
-    """A strategy's state as plain data: records as arrays, nested strategies as their state."""
-    if isinstance(value, ArrayRecord):
-        return {k: v.numpy() for k, v in value.items()}
-    if isinstance(value, Array):
-        return value.numpy()
-    if isinstance(value, (MetricRecord, ConfigRecord)):
-        return dict(value)
-    if isinstance(value, dict):
-        return {k: comparable(v, f"{path}[{k!r}]") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [comparable(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, Strategy) or (hasattr(value, "__dict__") and not callable(value)):
-        return {k: comparable(v, f"{path}.{k}") for k, v in vars(value).items()}
-    if callable(value):
-        return ("callable", getattr(value, "__qualname__", type(value).__name__))
-    return value
-
-
-def assert_same(a, b, path: str = "strategy") -> None:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), path
-        assert a.dtype == b.dtype and a.shape == b.shape, path
-        assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), f"{path} differs"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and list(a) == list(b), f"{path}: keys {list(a)} vs {list(b)}"
-        for key in a:
-            assert_same(a[key], b[key], f"{path}[{key!r}]")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and math.isnan(a):
-        assert isinstance(b, float) and math.isnan(b), path
-    else:
-        assert a == b, f"{path}: {a!r} vs {b!r}"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models on a busy 2-core machine: a second OpenMP thread only spins (as on a Ray actor)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+SETUP = Setup(model_factory, load_client, holdout_utility, NUM_CLIENTS, ROUNDS, TRAIN_CONFIG)
 
 
 @pytest.mark.parametrize("name", shipped_strategies())
@@ -177,25 +112,14 @@ def test_wrapping_leaves_the_run_untouched_and_books_the_rounds_soundly(name):
     if name in XGBOOST:
         pytest.skip("XGBoost strategies aggregate serialized boosters, not a model's arrays: there is no "
                     "torch model state for a utility to score.")
-    bare_inner, bare, _ = run(name, wrapped=False)
-    wrapped_inner, wrapped, valuing = run(name, wrapped=True)
-
-    assert len(valuing.rounds) == ROUNDS
+    mods = CLIENT_MODS.get(name, [])
+    bare = run(SETUP, lambda: build_strategy(name), wrapped=False, mods=mods)
+    wrapped = run(SETUP, lambda: build_strategy(name), wrapped=True, mods=mods)
     # Bulyan (f = 0) aggregates nothing below 3 replies: the 6 + 15 smaller coalitions keep A_{t−1}.
     too_small = math.comb(NUM_CLIENTS, 1) + math.comb(NUM_CLIENTS, 2) if name == "Bulyan" else 0
-    for row in valuing.rounds:
-        assert row["num_failed"] == 0, row
-        assert abs(row["efficiency_gap"]) < 1e-9, row
-        assert row["utility_after"] == row["utility_realized"], row
-        assert row["num_unaggregatable"] == too_small, row
-    game = valuing.last_valuation.game
-    for coalition, value in game.cached_values().items():
-        if name == "Bulyan" and 0 < len(coalition) < 3:
-            assert value == valuing.rounds[-1]["utility_before"], coalition
-    assert list(bare.arrays) == list(wrapped.arrays)
-    for key in bare.arrays:
-        assert_same(bare.arrays[key].numpy(), wrapped.arrays[key].numpy(), f"final arrays[{key!r}]")
-    assert_same(comparable(bare_inner), comparable(wrapped_inner))
-    # The run moved: a conformance check on a frozen model would prove nothing.
-    first = initial_arrays()
-    assert any(not np.array_equal(first[k].numpy(), wrapped.arrays[k].numpy()) for k in first)
+    assert_untouched_and_sound(SETUP, bare, wrapped, unaggregatable=too_small)
+    if name == "Bulyan":
+        valuing = wrapped.valuing
+        for coalition, value in valuing.last_valuation.game.cached_values().items():
+            if 0 < len(coalition) < 3:
+                assert value == valuing.rounds[-1]["utility_before"], coalition
