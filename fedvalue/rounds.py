@@ -31,6 +31,8 @@ Aggregator = Callable[[Sequence[Hashable]], Arrays]
 ArraysUtility = Callable[[Mapping[str, np.ndarray]], float]
 BatchArraysUtility = Callable[[Sequence[Mapping[str, np.ndarray]]], Sequence[float]]
 
+#: Coalition states materialized at once for a batch utility (memory: this many model states).
+STATES_PER_BATCH = 64
 #: Valuation methods the platform knows how to compute per round.
 VALUATION_METHODS = ("ads", "loo")
 
@@ -175,7 +177,12 @@ def round_game(
     batch = None
     if batch_utility is not None:
         def batch(coalitions: Sequence[frozenset]) -> Sequence[float]:
-            return batch_utility([arrays_of(c) for c in coalitions])
+            # A batch can be thousands of coalitions (MC asks for every prefix at once), each
+            # state a model's size: materialize them a chunk at a time.
+            values: list[float] = []
+            for start in range(0, len(coalitions), STATES_PER_BATCH):
+                values.extend(batch_utility([arrays_of(c) for c in coalitions[start:start + STATES_PER_BATCH]]))
+            return values
 
     return CoalitionGame(single, client_ids, batch_utility=batch)
 

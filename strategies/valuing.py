@@ -2,16 +2,17 @@
 
 Composition, as Flower's ``dp_fixed_clipping`` wraps a strategy: ``self.strategy`` does
 all sampling configuration and aggregation; the wrapper records each round's realized
-state and values its clients (shared/DESIGN.md, "Round game"):
+state and values its clients by the round game ([ADS] Remark 4.1, Eq. 10):
 
     v_t(S) = U(Agg_t(A_{t−1}; {reply_i : i ∈ S})),   v_t(∅) = U(A_{t−1}),
 
 where Agg_t is the inner strategy's own ``aggregate_train``. Counterfactual coalitions
-never touch the live strategy: FedAvg and FedProx (pure aggregation) use the
-n-weighted mean directly; every other strategy (FedAdam, FedYogi, FedAdagrad, FedAvgM,
-robust rules, user subclasses) aggregates each coalition on a deep copy of itself
-taken before the live aggregation of the round, i.e. with the server-optimizer state
-at round start.
+never touch the live run: FedAvg and FedProx (pure aggregation) use the n-weighted mean
+directly; every other strategy (server optimizers, robust and q-fair rules, DP wrappers,
+user subclasses) aggregates each coalition with its own code on copies of the replies,
+on a copy of itself at round start and under the round's random state
+(:mod:`strategies.counterfactual`), and the live aggregation gets the original replies
+from the same random state.
 """
 
 from __future__ import annotations

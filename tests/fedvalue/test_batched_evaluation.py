@@ -471,3 +471,25 @@ def test_models_run_with_denormals_flushed():
     utility.linear(clients).values(np.eye(3))
     assert probe.seen and all(probe.seen)
     assert not _flushing()
+
+
+def test_round_game_materializes_a_large_batch_a_chunk_of_states_at_a_time():
+    """MC asks for every permutation prefix in one batch: the states reach the batch utility in
+    chunks of STATES_PER_BATCH (bounded memory) and the values equal the one-at-a-time path."""
+    from fedvalue.rounds import STATES_PER_BATCH
+
+    model = make_mlp(5, 3, hidden=(8,), seed=1)
+    start, clients, weights = _round(4, 8, model)
+    utility = TorchModelUtility(model, *_held_out(5, 60, 5, 3), metric="neg_loss")
+    ids = list(range(8))
+    sizes = []
+
+    def batch(arrays_list):
+        sizes.append(len(arrays_list))
+        return utility.batch(arrays_list)
+
+    batched = round_game(ids, start, fedavg_aggregator(ids, clients, weights), utility, batch_utility=batch)
+    plain = round_game(ids, start, fedavg_aggregator(ids, clients, weights), utility)
+    masks = list(range(2 ** 8))
+    np.testing.assert_array_equal(batched.values(masks), plain.values(masks))
+    assert max(sizes) == STATES_PER_BATCH and sum(sizes) == 2 ** 8 and len(sizes) == 2 ** 8 // STATES_PER_BATCH
