@@ -18,7 +18,7 @@ Messages (Flower 1.41 Message API):
   partition ids before sampling (:class:`strategies.ValuingStrategy` asks). A query
   that carries ``"arrays"`` and config ``"inference-gradient": True`` is answered
   with the inference gradient at those arrays (below), without training.
-- Inference gradients (TracIn flows, seed 000): when the train or query config holds
+- Inference gradients (TracIn flows, [RECIP]): when the train or query config holds
   ``"inference-gradient": True`` the reply also carries ``"inference-gradient"``, an
   ArrayRecord with g = ∇ Σ_{z' ∈ inference split} ℓ_{z'} at the RECEIVED arrays
   (computed before local training), and ``"inference-loss"`` (that sum) in the

@@ -10,11 +10,11 @@ training::
 Behaviours travel to the Ray workers with the client's data, so they must be
 picklable (plain classes with plain attributes).
 
-:func:`flip_labels` is the label noise of seed 004 App. C.2 ("Noisy contributors"):
+:func:`flip_labels` is the label noise of [ADS] App. C.2 ("Noisy contributors"):
 each label is independently flipped with probability p to a uniformly chosen class in
 {0, ..., K-1} \\ {y_true}; input features are left unchanged.
 
-Manipulations (issue 7; what the books do about each is in tests/strategies/test_manipulation.py):
+Manipulations (what the books do about each is in tests/strategies/test_manipulation.py):
 
 - :class:`FreeRider`: replies the global model A_{t−1} (or A_{t−1} plus tiny noise);
 - :class:`InflatedExampleCount`: trains honestly, claims more examples than it holds;
@@ -42,7 +42,7 @@ def flip_labels(labels: np.ndarray, p: float, num_classes: int, *, seed: Seed) -
     labels
         1-D integer labels in ``[0, num_classes)``.
     p
-        Flip probability in [0, 1] (seed 004 App. C.2 uses p = 0.7).
+        Flip probability in [0, 1] ([ADS] App. C.2 uses p = 0.7).
     num_classes
         K >= 2.
     seed
@@ -111,7 +111,7 @@ class LabelNoise(ClientBehaviour):
     Parameters
     ----------
     p
-        Flip probability (seed 004 App. C.2: 0.7).
+        Flip probability ([ADS] App. C.2: 0.7).
     num_classes
         Number of classes K; flips go to one of the other K-1 uniformly.
     seed

@@ -1,7 +1,7 @@
 """Local training in pure torch, and a model's state as ``dict[str, np.ndarray]``.
 
 ``train_locally`` is plain SGD (no momentum, no weight decay), full batch by default as
-in seed 004 App. C.2. It is deterministic: mini-batch order comes from a
+in [ADS] App. C.2. It is deterministic: mini-batch order comes from a
 ``torch.Generator`` seeded from ``seed`` and the global torch RNG is never touched.
 Bit-for-bit equality across runs also needs the same torch thread count (CPU matmul
 reductions are split by thread); Ray actors run with one thread per CPU they hold.
@@ -207,8 +207,8 @@ def summed_loss_gradient(
     """L = Σ_{z'} ℓ_{z'}(w) and g = ∇_w L on (x, y) at the model's parameters.
 
     ℓ is the per-example loss local training averages, so a step Δw changes L by
-    g·Δw to first order: the quantity TracIn flows are made of (seed 000, Eq. 5;
-    shared/DESIGN.md "TracIn flows"). Returns g for every ``state_dict`` entry, in its
+    g·Δw to first order: the quantity TracIn flows are made of ([RECIP], Eq. 5;
+    fedvalue.flows, "Federated form"). Returns g for every ``state_dict`` entry, in its
     order (zeros for buffers); an empty split gives L = 0 and g = 0.
     """
     x_t, y_t = as_tensors(x, y, loss)

@@ -1,7 +1,7 @@
 """fedvalue: contributor accounting for federated learning.
 
 The accounting core: coalition games, Asymmetric Data Shapley (exact and Monte Carlo,
-seed 004) and within-round leave-one-out. Pure numpy/pandas: never imports flwr or ray.
+[ADS]) and within-round leave-one-out. Pure numpy/pandas: never imports flwr or ray.
 """
 
 from fedvalue.ads import MAX_EXACT_GROUP_SIZE, ads, exact_num_coalitions, mc_num_permutations

@@ -1,8 +1,8 @@
-"""Asymmetric Data Shapley over ordered groups (seed 004, §4–5).
+"""Asymmetric Data Shapley over ordered groups ([ADS], §4–5).
 
 Groups σ = (D_1, ..., D_T) are ordered; sources are exchangeable within a group and
 later groups come after earlier ones. With U_{t−1} = D_1 ∪ ... ∪ D_{t−1}, the value
-of z ∈ D_t is the subset form (seed 004, Prop. 4.1, Eq. 9)
+of z ∈ D_t is the subset form ([ADS], Prop. 4.1, Eq. 9)
 
     φ^σ(z) = (1/|D_t|) Σ_{S ⊆ D_t∖{z}} C(|D_t|−1, |S|)^{-1}
              [v(U_{t−1} ∪ S ∪ {z}) − v(U_{t−1} ∪ S)],
@@ -99,7 +99,7 @@ def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashabl
 
 
 def mc_num_permutations(num_players: int, epsilon: float, delta: float, r: float = 1.0) -> int:
-    """m* = ⌈r²/(2ε²) · log(2n/δ)⌉ (seed 004, §5.1 and Alg. 1, line 2)."""
+    """m* = ⌈r²/(2ε²) · log(2n/δ)⌉ ([ADS], §5.1 and Alg. 1, line 2)."""
     return math.ceil(r * r / (2.0 * epsilon * epsilon) * math.log(2.0 * num_players / delta))
 
 
@@ -121,7 +121,7 @@ def ads(
     truncation_tolerance: float = 1e-3,
     stderr_target: float | None = None,
 ) -> ValuationResult:
-    """Asymmetric Data Shapley of every player over ordered groups (seed 004).
+    """Asymmetric Data Shapley of every player over ordered groups ([ADS]).
 
     Parameters
     ----------

@@ -7,7 +7,7 @@
    round chaining from SHA-256(run.json) (:mod:`fedvalue.ledger`). A changed, added,
    removed or reordered value anywhere breaks the chain from that round on;
 2. the schema: the columns, statuses, rounds in order, finite values for booked rows;
-3. group efficiency per round (seed 004, Prop. 4.2): Σ_i φ_t(i) over the round's ADS
+3. group efficiency per round ([ADS], Prop. 4.2): Σ_i φ_t(i) over the round's ADS
    rows equals utility_after − utility_before, to ``tolerance`` × max(1, Σ_i |φ_t(i)|);
 4. the Parquet copy equals the CSV;
 5. with a ``utility`` and the run's round records (:mod:`fedvalue.archive`), every number

@@ -1,4 +1,4 @@
-"""Noisy-client detection from the valuation ledger (seed 004 §6.2, App. C.2, Figure 4c).
+"""Noisy-client detection from the valuation ledger ([ADS] §6.2, App. C.2, Figure 4c).
 
 Scores are read from a ledger in long format (see :mod:`fedvalue.ledger`): one row per
 (round, client, method) with ``value``, ``status`` and the ground-truth ``noisy`` flag.
@@ -429,7 +429,7 @@ def round_detection_curves(ledger: pd.DataFrame, methods: str | Sequence[str] = 
 def detection_curve(ledger: pd.DataFrame, methods: str | Sequence[str] = ("ads", "loo", RANDOM), *,
                     metric: str = "recall", ties: str = "average", ci_over: str = "run",
                     confidence: float = 0.95, seed: int | np.random.Generator | None = 0) -> pd.DataFrame:
-    """The cumulative detection curve of seed 004 App. C.2 (Figure 4c), averaged.
+    """The cumulative detection curve of [ADS] App. C.2 (Figure 4c), averaged.
 
     Parameters
     ----------

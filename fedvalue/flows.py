@@ -1,4 +1,4 @@
-"""TracIn inflows and outflows between clients, in O(n·p) per round (seed 000, Eqs. 1–6, §4).
+"""TracIn inflows and outflows between clients, in O(n·p) per round ([RECIP], Eqs. 1–6, §4).
 
 Seed 000 (Sundararajan & Krichene, ICML 2023) measures the influence of a training
 example z on an inference example z' with TracIn (Eq. 4),
@@ -10,7 +10,7 @@ the first-order reduction of z'’s loss caused by z's share −η_t ∇ℓ_z(w_
 inference data, Eq. 1), outflow O_u (u's training data on others' inference data, Eq. 2)
 and self-influence (u on u, §2.2).
 
-**Federated form** (shared/DESIGN.md). In round t client u's share of the server step is
+**Federated form** (this project's reading of [RECIP] for FL). In round t client u's share of the server step is
 its aggregation-weighted update s_u = p_u Δ_u (FedAvg: p_u = n_u / Σ n, Δ_u = w_u − A_{t−1};
 s_u = 0 for a client that did not train), and g_v = Σ_{z'∈Z'_v} ∇ℓ_{z'}(A_{t−1}) is the
 summed inference-loss gradient of client v at the round's starting state — for every
@@ -21,7 +21,7 @@ client, trained or not (a client not sampled still receives inflow). The flow is
     inflow_v  = Σ_t Σ_{u≠v} F_t(u→v),   outflow_u = Σ_t Σ_{v≠u} F_t(u→v),
     self_u    = Σ_t F_t(u→u).
 
-**O(n·p) computation** (seed 000 §4, Eqs. 5–6). With G = Σ_v g_v and D = Σ_u s_u,
+**O(n·p) computation** ([RECIP] §4, Eqs. 5–6). With G = Σ_v g_v and D = Σ_u s_u,
 
     outflow_u = −s_u · (G − g_u),   inflow_v = −(D − s_v) · g_v,   self_u = −s_u · g_u,
 
@@ -295,7 +295,7 @@ def flows_from_arrays(
     gradients: np.ndarray,
     trained: np.ndarray | Sequence[int],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Inflow, outflow and self-influence of one round in O(n·p) (seed 000 §4, Eqs. 5–6).
+    """Inflow, outflow and self-influence of one round in O(n·p) ([RECIP] §4, Eqs. 5–6).
 
     With s_u the step share of trained unit u and g_v the inference gradient of unit v,
     G = Σ_v g_v, D = Σ_u s_u:
@@ -371,7 +371,7 @@ class RoundFlows:
         Whether the client contributed a step this round (False: outflow = self = 0).
     total
         Σ_u Σ_v F(u→v) = −D·G, self-influence included: the first-order reduction of the
-        summed inference loss over the round (seed 000, Remark 2.5).
+        summed inference loss over the round ([RECIP], Remark 2.5).
     """
 
     clients: tuple[Hashable, ...]
@@ -465,7 +465,7 @@ def round_flows(
     keys: Sequence[str] | None = None,
     projection: RandomProjection | None = None,
 ) -> RoundFlows:
-    """TracIn flows of one federated round, F_t(u→v) = −(p_u Δ_u)·g_v (seed 000 §4; DESIGN.md).
+    """TracIn flows of one federated round, F_t(u→v) = −(p_u Δ_u)·g_v ([RECIP] §4).
 
     Parameters
     ----------
@@ -570,7 +570,7 @@ def tracin_round_flows(
     inference_owners: Sequence[Hashable] | np.ndarray | None = None,
     projection: RandomProjection | None = None,
 ) -> RoundFlows:
-    """Centralized TracIn flows of one SGD step from per-example gradients (seed 000, Eq. 4).
+    """Centralized TracIn flows of one SGD step from per-example gradients ([RECIP], Eq. 4).
 
     The step is w_{t+1} = w_t − η_t Σ_{z∈B_t} ∇ℓ_z(w_t) with η_t = ``step_size`` (full-batch
     gradient descent on the MEAN loss with learning rate η: η_t = η / |B_t|). Individual
@@ -851,5 +851,5 @@ class FlowBook:
         return reciprocity(frame["inflow"], frame["outflow"], p=p)
 
     def reciprocity_over_rounds(self, p: float = DEFAULT_P) -> pd.DataFrame:
-        """Reciprocity on the cumulative flows after each round (seed 000 Fig. 1c)."""
+        """Reciprocity on the cumulative flows after each round ([RECIP] Fig. 1c)."""
         return reciprocity_over_rounds(self.rounds_frame(), p=p)

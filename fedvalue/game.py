@@ -3,7 +3,7 @@
 A game is a set of players (client ids) and a utility v: 2^N -> R. Every estimator in
 fedvalue asks a :class:`CoalitionGame` for coalition values; the game evaluates each
 distinct coalition at most once (cache keyed by bitmask) and counts the real utility
-evaluations, so exact ADS, MC-ADS and LOO on one game share their work (seed 004,
+evaluations, so exact ADS, MC-ADS and LOO on one game share their work ([ADS],
 Alg. 1 evaluates v on prefixes of permutations; all such prefixes are subsets, which
 the cache deduplicates).
 

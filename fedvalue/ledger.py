@@ -12,7 +12,7 @@ A run directory holds
     ``num_clients``, ``num_failed``, ``utility_before`` (v_t(∅) = U(A_{t−1})),
     ``utility_after`` (v_t(I_t)), ``utility_realized`` (U(A_t), the state the run
     moved to), ``num_evaluations``, ``valuation_seconds``, ``ads_method``,
-    ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), seed 004 Prop. 4.2),
+    ``efficiency_gap`` (Σφ_t − (v_t(I_t) − v_t(∅)), [ADS] Prop. 4.2),
     ``num_unaggregatable`` (coalitions the inner strategy returned no arrays for, valued
     at v_t(∅) as Flower keeps the state), ``hash``:
     SHA-256 over the previous round's hash, the round's ledger.csv lines as written and
@@ -21,7 +21,7 @@ A run directory holds
     (``fedvalue audit DIR`` checks it).
 ``first_order.csv`` (runs with TracIn flows)
     Per round and client: its summed inference loss at A_{t−1} and at A_t, the actual
-    change and the change its flows predict, −(inflow + self) (seed 000, Remark 2.5).
+    change and the change its flows predict, −(inflow + self) ([RECIP], Remark 2.5).
 ``run.json``
     The full configuration, seed and package versions.
 
@@ -51,7 +51,7 @@ from fedvalue.schema import CLIENT_STATUSES, LEDGER_COLUMNS, ROUND_COLUMNS
 
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
 GENESIS_HASH = "0" * 64
-#: The first-order check of TracIn flows (seed 000, Remark 2.5): per round and client, the
+#: The first-order check of TracIn flows ([RECIP], Remark 2.5): per round and client, the
 #: actual change of its inference loss against the change its flows predict.
 FIRST_ORDER_FILE = "first_order.csv"
 FIRST_ORDER_COLUMNS = ("round", "client_id", "loss_before", "loss_after", "actual_change", "predicted_change")
@@ -269,7 +269,7 @@ def flow_rounds(ledger: pd.DataFrame) -> pd.DataFrame:
 
 
 def first_order_error(first_order: pd.DataFrame | None) -> dict:
-    """The first-order check of TracIn flows (seed 000, Remark 2.5 / Fig. 5).
+    """The first-order check of TracIn flows ([RECIP], Remark 2.5 / Fig. 5).
 
     Per round t and client v, actual = L_v(A_t) − L_v(A_{t−1}) and predicted =
     −(inflow_v + self_v). Returns ``relative_error`` = Σ|actual − predicted| / Σ|actual|
@@ -296,7 +296,7 @@ def run_summary(run: Run, *, p: float = DEFAULT_P) -> dict:
     Always: ``rounds``, ``utility_start`` (U(A_0)), ``utility_end`` (U of the last realized
     state), ``max_efficiency_gap`` (largest |Σφ_t − (v_t(I_t) − v_t(∅))|),
     ``num_evaluations`` and ``valuation_seconds`` (sums over rounds), ``failed_replies``.
-    With TracIn flows: reciprocity of the clients' total inflows and outflows (seed 000
+    With TracIn flows: reciprocity of the clients' total inflows and outflows ([RECIP]
     Def. 2.1: ``alpha`` at ``p``, ``pearson``, ``spearman``, ``negative_inflow_share``,
     ``negative_outflow_share``, ...; prefixed ``reciprocity_``), ``flow_balance_gap``
     (Σ inflow − Σ outflow, zero up to rounding) and :func:`first_order_error`.
@@ -324,7 +324,7 @@ def run_summary(run: Run, *, p: float = DEFAULT_P) -> dict:
 
 
 def reciprocity_by_round(run: Run, *, p: float = DEFAULT_P) -> pd.DataFrame:
-    """Reciprocity on the cumulative flows after each round (seed 000 §5.1, Fig. 1c)."""
+    """Reciprocity on the cumulative flows after each round ([RECIP] §5.1, Fig. 1c)."""
     return reciprocity_over_rounds(flow_rounds(run.ledger), p=p)
 
 

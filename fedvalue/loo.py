@@ -1,4 +1,4 @@
-"""Within-round leave-one-out (seed 004, App. C.2).
+"""Within-round leave-one-out ([ADS], App. C.2).
 
     ψ(i) = v(N) − v(N ∖ {i}),   i ∈ N,
 

@@ -1,4 +1,4 @@
-"""Reciprocity of inflows and outflows (seed 000, Def. 2.1 and §5).
+"""Reciprocity of inflows and outflows ([RECIP], Def. 2.1 and §5).
 
 Seed 000 (Sundararajan & Krichene, "Inflow, Outflow, and Reciprocity in Machine
 Learning", ICML 2023) measures, per individual u, the inflow I_u (influence of others'
@@ -56,7 +56,7 @@ __all__ = [
     "reciprocity_ratio",
 ]
 
-#: The population fraction at which seed 000 reports α ("(0.75, α)-reciprocal").
+#: The population fraction at which [RECIP] reports α ("(0.75, α)-reciprocal").
 DEFAULT_P = 0.75
 
 
@@ -102,7 +102,7 @@ def _aligned(inflow: object, outflow: object) -> tuple[np.ndarray, np.ndarray, p
 
 
 def reciprocity_ratio(inflow: object, outflow: object) -> np.ndarray:
-    """Per-individual reciprocity r_u of seed 000 Def. 2.1.
+    """Per-individual reciprocity r_u of [RECIP] Def. 2.1.
 
     r_u = min(I_u/O_u, O_u/I_u) when I_u and O_u have the same strict sign, 0 when the
     signs differ or exactly one is zero, 1 when both are zero (module docstring).
@@ -201,7 +201,7 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ReciprocityReport:
-    """Reciprocity figures of one set of inflows and outflows (seed 000, Def. 2.1, §5).
+    """Reciprocity figures of one set of inflows and outflows ([RECIP], Def. 2.1, §5).
 
     Attributes
     ----------
@@ -267,7 +267,7 @@ class ReciprocityReport:
 
 
 def reciprocity(inflow: object, outflow: object, *, p: float = DEFAULT_P) -> ReciprocityReport:
-    """Reciprocity figures of inflows and outflows (seed 000, Def. 2.1, §2.2, §5).
+    """Reciprocity figures of inflows and outflows ([RECIP], Def. 2.1, §2.2, §5).
 
     Parameters
     ----------
@@ -314,7 +314,7 @@ def reciprocity_over_rounds(
     p: float = DEFAULT_P,
     client_column: str = "client",
 ) -> pd.DataFrame:
-    """Reciprocity after each round, on the cumulative flows (seed 000 §5.1, Fig. 1c).
+    """Reciprocity after each round, on the cumulative flows ([RECIP] §5.1, Fig. 1c).
 
     After round t the flows of every client are summed over rounds ≤ t,
     I_u(t) = Σ_{s≤t} I_{u,s}, O_u(t) = Σ_{s≤t} O_{u,s}, and :func:`reciprocity` is

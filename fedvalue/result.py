@@ -29,10 +29,10 @@ class ValuationResult:
     groups
         The ordered groups σ = (D_1, ..., D_T); LOO has one group, its players.
     prefix_utilities
-        v(U_0), v(U_1), ..., v(U_T) with U_t = D_1 ∪ ... ∪ D_t (seed 004, Prop. 4.2).
+        v(U_0), v(U_1), ..., v(U_T) with U_t = D_1 ∪ ... ∪ D_t ([ADS], Prop. 4.2).
         For LOO only v(N) is known: a one-element tuple.
     efficiency_gaps
-        Σ_{z∈D_t} φ(z) − (v(U_t) − v(U_{t−1})) per group t (seed 004, Prop. 4.2);
+        Σ_{z∈D_t} φ(z) − (v(U_t) − v(U_{t−1})) per group t ([ADS], Prop. 4.2);
         zero up to rounding for ADS, exact or MC. Empty for LOO, which is not efficient.
     num_permutations
         Sampled permutations for ``"ads-mc"``, None otherwise.

@@ -1,4 +1,4 @@
-"""The round game of federated learning and its valuation (seed 004, Remark 4.1).
+"""The round game of federated learning and its valuation ([ADS], Remark 4.1).
 
 Round t samples clients I_t; the server holds the realized state A_{t−1} and client i
 returns arrays w_i with weight n_i. The round game is

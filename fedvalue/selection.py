@@ -1,4 +1,4 @@
-"""Top-k client selection from within-round scores (seed 004 §6.2, App. C.2).
+"""Top-k client selection from within-round scores ([ADS] §6.2, App. C.2).
 
 Within round t the clients are ranked by their score φ_t (ADS, LOO, TracIn outflow, or
 a seeded random order); the top k are the k highest, ties broken by the round's reply

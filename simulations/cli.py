@@ -26,7 +26,7 @@ PARAMETER_HELP = {
     "num_clients": "number of clients (partitions)",
     "rounds": "federated rounds",
     "clients_per_round": "clients sampled per round",
-    "schedule": "even (each client once per pass, seed 004 App. C.2) or random",
+    "schedule": "even (each client once per pass, [ADS] App. C.2) or random",
     "partition": "iid or dirichlet (label skew)",
     "dirichlet_alpha": "concentration of the label-skew partition",
     "noisy_fraction": "share of clients with label noise",

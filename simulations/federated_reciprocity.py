@@ -1,7 +1,7 @@
-"""TracIn reciprocity between federated clients, through Flower on Ray (seed 000 in FL).
+"""TracIn reciprocity between federated clients, through Flower on Ray ([RECIP] in FL).
 
 Each of ``num_clients`` clients holds an equal random share of the dataset and splits
-it at random into a training half and an inference half (Theorem 3.2 of seed 000 needs
+it at random into a training half and an inference half ([RECIP] Theorem 3.2 needs
 every example equally likely in either split). Every round all clients train
 ``local_epochs`` full-batch GD epochs from A_{t−1} (logistic regression on
 breast-cancer, linear regression on diabetes; the paper's step sizes by default) and
@@ -9,7 +9,7 @@ FedAvg aggregates. With flows on, each client returns g_v = ∇ Σ_{inference} �
 A_{t−1}; clients not sampled answer a query with it. The ledger books
 F_t(u→v) = −(p_u Δ_u)·g_v as inflow / outflow / self per round and client, and
 ``first_order.csv`` the actual change of each client's inference loss against
-−(inflow + self) (seed 000, Remark 2.5).
+−(inflow + self) ([RECIP], Remark 2.5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``noisy-clients`` simulation: seed 004 §6.2 / App. C.2 on embedded data.
+"""The ``noisy-clients`` simulation: [ADS] §6.2 / App. C.2 on embedded data.
 
 30 clients, 5 rounds, 6 clients per round, each client once (the 30 clients are
 partitioned evenly across the rounds; ``schedule="random"`` samples afresh every
@@ -158,7 +158,7 @@ def _prepared(config_json: str) -> tuple[Dataset, Dataset, list[np.ndarray], fro
 
 
 def client_data(partition_id: int, *, config_json: str) -> ClientData:
-    """Client ``partition_id``'s data; noisy clients flip labels (seed 004 App. C.2)."""
+    """Client ``partition_id``'s data; noisy clients flip labels ([ADS] App. C.2)."""
     train, _, partitions, noisy = _prepared(config_json)
     config = json.loads(config_json)
     behaviour = (

@@ -1,7 +1,7 @@
-"""Centralized TracIn reciprocity on the healthcare data sets (seed 000 §5.2).
+"""Centralized TracIn reciprocity on the healthcare data sets ([RECIP] §5.2).
 
 Reproduces "the diabetes model is (0.75, 0.76)-TracIn-reciprocal ... the breast cancer
-model is (0.75, 0.93)-TracIn-reciprocal" of seed 000 (Sundararajan & Krichene, ICML 2023).
+model is (0.75, 0.93)-TracIn-reciprocal" of [RECIP] (Sundararajan & Krichene).
 
 **Setup** (§5.2 and its footnote 4). One individual per example (569 for breast cancer,
 442 for diabetes). Breast cancer: logistic regression, T = 600 full-batch gradient-descent
@@ -86,7 +86,7 @@ PAPER = {
 
 @dataclass
 class ReciprocityConfig:
-    """Every number of the centralized reproduction (seed 000 §5.2).
+    """Every number of the centralized reproduction ([RECIP] §5.2).
 
     ``steps = 0`` and ``learning_rate = 0`` (or None) mean the paper's values for the
     dataset (600 / 0.1 for breast-cancer, 200 / 0.01 for diabetes).

@@ -1,4 +1,4 @@
-"""The seed-004 federated study (§6.2, App. C.2, Figure 4) over many seeds, on one engine.
+"""The [ADS] federated study (§6.2, App. C.2, Figure 4) over many seeds, on one engine.
 
 For every seed: the ``noisy-clients`` run is scored (within-round ADS and LOO), then
 retrained from the same initial model keeping only each round's top k by ADS, by LOO
@@ -113,11 +113,11 @@ def study_client_data(partition_id: int, data_key: int | str | None = None, *, c
 
 
 def _check(config: NoisyClientsStudyConfig) -> None:
-    # The study is seed 004's: FedAvg, ADS against LOO, coalitions scored in the server.
+    # The study is [ADS]'s: FedAvg, ADS against LOO, coalitions scored in the server.
     for name, expected in (("strategy", "fedavg"), ("methods", ("ads", "loo")), ("valuation_workers", 0)):
         got = getattr(config, name)
         if (set(got) != set(expected)) if name == "methods" else got != expected:
-            raise ValueError(f"{name}: the study runs seed 004's FedAvg with ADS and LOO in the server process; "
+            raise ValueError(f"{name}: the study runs [ADS]'s FedAvg with ADS and LOO in the server process; "
                              f"expected {expected!r}, got {got!r}.")
     check_integers(config, ("seeds",))
     if not config.ks or any(k < 1 or k > config.clients_per_round for k in config.ks):

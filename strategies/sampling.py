@@ -21,7 +21,7 @@ class PartitionSampler:
         Clients sampled per round.
     schedule
         ``"random"``: a fresh uniform sample without replacement every round.
-        ``"even"``: every client once per pass, as seed 004 App. C.2 (30 clients
+        ``"even"``: every client once per pass, as [ADS] App. C.2 (30 clients
         partitioned evenly across 5 rounds): a seeded permutation of all partitions is
         cut into consecutive blocks of ``clients_per_round``; after a full pass a new
         permutation starts.

@@ -1,4 +1,4 @@
-"""Score-driven client selection as Flower strategies (seed 004 §6.2, App. C.2).
+"""Score-driven client selection as Flower strategies ([ADS] §6.2, App. C.2).
 
 :class:`TopKSelection` is a :class:`~strategies.ValuingStrategy` that, every round,
 lets every sampled client train, values the round, and hands the inner strategy only

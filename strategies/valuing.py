@@ -92,7 +92,7 @@ class ValuingStrategy(Strategy):
     query_timeout
         Seconds to wait for clients to report their partition ids.
     flows
-        Book TracIn flows between clients (seed 000; shared/DESIGN.md): sampled
+        Book TracIn flows between clients ([RECIP]): sampled
         clients return their inference gradient at A_{t−1} with their update; every
         other client is asked for it with a query carrying A_{t−1} (one forward and
         backward pass on its inference split, no training), so it receives inflow too.
@@ -474,7 +474,7 @@ class ValuingStrategy(Strategy):
         """TracIn flows of the round (per client inflow, outflow, self) and the first-order check.
 
         For FedAvg Σ_u p_u Δ_u = A_t − A_{t−1}, so −(inflow_v + self_v) = D·g_v is the
-        first-order change of client v's inference loss over the round (seed 000,
+        first-order change of client v's inference loss over the round ([RECIP],
         Remark 2.5), checked against the loss v reports at A_t (next round's gradient
         query, or the query after the last round).
         """

@@ -12,7 +12,7 @@ import numpy as np
 def ordered_permutation_values(
     utility: Callable[[frozenset], float], groups: Sequence[Sequence[Hashable]]
 ) -> dict[Hashable, float]:
-    """ADS by its permutation form (seed 004, Eqs. 7–8): the mean marginal over every
+    """ADS by its permutation form ([ADS], Eqs. 7–8): the mean marginal over every
     permutation that keeps the group order, 1/Π|D_t|! each."""
     totals = {p: 0.0 for g in groups for p in g}
     count = 0

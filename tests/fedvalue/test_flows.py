@@ -1,15 +1,15 @@
-"""TracIn flows between clients (fedvalue.flows; seed 000, Eqs. 1–6, §4, Remark 2.5).
+"""TracIn flows between clients (fedvalue.flows; [RECIP], Eqs. 1–6, §4, Remark 2.5).
 
 References used, none of them the O(n·p) code under test:
 
 * **Brute-force pairwise flows.** F(u→v) = −(p_u Δ_u)·g_v with explicit Python loops over
   pairs of clients and over coordinates; inflow_v = Σ_{u≠v} F(u→v), outflow_u =
-  Σ_{v≠u} F(u→v), self_u = F(u→u) (DESIGN.md, "TracIn flows between clients"). On
+  Σ_{v≠u} F(u→v), self_u = F(u→u) (fedvalue.flows, "Federated form"). On
   small-integer inputs with dyadic weights every float is exact, so the comparison is exact.
 * **Centralized per-example TracIn** (Eq. 4): Σ_{z∈Z_u} Σ_{z'∈Z'_v} (η/|B|) ∇ℓ_z·∇ℓ_{z'} by
   loops over example pairs of a numpy logistic regression trained by full-batch gradient
   descent on the mean loss. FedSGD (one local GD step per round, FedAvg with p_u = n_u/N)
-  must give the same flows (DESIGN.md).
+  must give the same flows ([RECIP] Eq. 4 with one step per round).
 * **The real loss change** (Remark 2.5): the flows' total predicts the change of the summed
   inference loss to first order, so the prediction error shrinks like η².
 * **Johnson–Lindenstrauss statistics**: mean and variance of projected dot products over

@@ -1,4 +1,4 @@
-"""Reciprocity figures (seed 000 Def. 2.1, §2.2, §5) against hand-made answers and scipy."""
+"""Reciprocity figures ([RECIP] Def. 2.1, §2.2, §5) against hand-made answers and scipy."""
 
 from __future__ import annotations
 

@@ -310,7 +310,7 @@ def test_partition_dirichlet_impossible_minimums_raise():
         partition_dirichlet(labels.astype(float), 2, alpha=1.0, seed=0)
 
 
-# --- label noise (seed 004 App. C.2) -------------------------------------------------------
+# --- label noise ([ADS] App. C.2) -------------------------------------------------------
 
 
 def test_flip_labels_with_p_one_changes_every_label_uniformly_over_other_classes():

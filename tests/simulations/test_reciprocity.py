@@ -1,4 +1,4 @@
-"""The centralized reciprocity reproduction of seed 000 §5.2 and its CLI.
+"""The centralized reciprocity reproduction of [RECIP] §5.2 and its CLI.
 
 References: per-example TracIn (Eq. 4) by explicit loops over (training, inference)
 example pairs and gradient-descent steps, written here from the loss formulas; the

@@ -1,4 +1,4 @@
-"""Messages built outside a running ServerApp need the task identity set (DESIGN.md)."""
+"""Messages built outside a running ServerApp need the task identity set (flwr.supercore.task_identity)."""
 
 import pytest
 

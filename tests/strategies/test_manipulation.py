@@ -1,4 +1,4 @@
-"""What the books do about manipulating clients (issue 7, part 2).
+"""What the books do about manipulating clients (scripted attacks and the claim review).
 
 Every attack is a scripted behaviour of the real ClientApp (clients/behaviours.py)
 behind the in-process grid; ValuingStrategy books exact within-round ADS, LOO and
@@ -145,7 +145,7 @@ def replayed_replies(grid: InProcessGrid, server_round: int, behaviours: dict | 
 
 
 def shapley_of(player, players, value) -> float:
-    """Brute-force subset form of within-round ADS for one player (DESIGN.md)."""
+    """Brute-force subset form of within-round ADS for one player ([ADS] Remark 4.1, Prop. 4.1)."""
     others = [p for p in players if p != player]
     n = len(players)
     total = 0.0
