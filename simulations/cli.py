@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from simulations.attacks import AttacksConfig
 from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.noisy_clients import NoisyClientsConfig
+from simulations.procurement import PROCUREMENT_HELP, ProcurementConfig
 from simulations.reciprocity import ReciprocityConfig
 from simulations.settings import saved_config
 from simulations.study import NoisyClientsStudyConfig
@@ -64,6 +65,7 @@ PARAMETER_HELP = {
     "boost": "scale of the boosting attacker's update",
     "median_multiple": "claim review: cap at this multiple of the round's median claim",
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
+    **PROCUREMENT_HELP,
 }
 
 SIMULATIONS = {
@@ -72,6 +74,7 @@ SIMULATIONS = {
     "reciprocity": ReciprocityConfig,
     "reciprocity-federated": FederatedReciprocityConfig,
     "attacks": AttacksConfig,
+    "procurement": ProcurementConfig,
 }
 #: Simulations whose --out is optional (tables are written there when given).
 OUT_OPTIONAL = ("reciprocity", "attacks")
@@ -177,6 +180,8 @@ def _run(args: argparse.Namespace) -> int:
         return _run_study(config, args, started)
     if args.simulation == "reciprocity":
         return _run_reciprocity(config, args, started)
+    if args.simulation == "procurement":
+        return _run_procurement(config, args, started)
     if args.simulation == "attacks":
         from simulations.attacks import format_table, run_attacks
 
@@ -262,6 +267,19 @@ def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
     return 0
 
 
+def _run_procurement(config, args: argparse.Namespace, started: float) -> int:
+    """[ADS] §6.3: staged procurement over seeds, Figures 5 and 6 (simulations.procurement)."""
+    from simulations.procurement import headline, run_procurement_study
+
+    tables = run_procurement_study(config, args.out, overwrite=args.overwrite,
+                                   on_stage=None if args.quiet else lambda line: print(line, flush=True))
+    print(headline(tables))
+    print(f"wrote {args.out} ({config.seeds} seeds × {len(config.rules)} rules × {config.stages} stages) in "
+          f"{time.perf_counter() - started:.1f}s; see figure5.png, figure6.png and "
+          f"`fedvalue audit {args.out}/seed-{config.first_seed}/{config.rules[0]}`")
+    return 0
+
+
 def _print_run_summary(summary: dict) -> None:
     """The run-level figures (utility, efficiency, reciprocity, first-order check)."""
     for key, value in summary.items():
@@ -333,9 +351,16 @@ def _audit(args: argparse.Namespace) -> int:
 
     utility = None if args.no_recompute else _utility_of_run(args.run_dir)
     report = audit_run(args.run_dir, tolerance=args.tolerance, utility=utility)
+    replayed = not args.no_recompute and (_saved_run_config(args.run_dir) or {}).get("simulation") == "procurement"
+    if replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
+        from simulations.procurement import replay_check
+
+        checks, problems = replay_check(args.run_dir)
+        report.checks += checks
+        report.problems += problems
     for check in report.checks:
         print(f"ok: {check}")
-    if utility is None and not args.no_recompute:
+    if utility is None and not args.no_recompute and not replayed:
         print("note: the run's utility cannot be rebuilt from run.json (not a fedvalue simulation): values were "
               "not recomputed; fedvalue.audit.audit_run(DIR, utility=...) does it from Python")
     for problem in report.problems:
