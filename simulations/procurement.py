@@ -19,6 +19,8 @@ fine-tuning seeds: their trajectories differ only by what was bought. Outputs in
 ``avgerr_summary.csv``    rule, stage, mean, ci_low, ci_high (Student-t band at ``confidence``)
 ``purchases.csv``         seed, rule, stage, contributor, noise_share, ads, loo (its values)
 ``purchase_shares.csv``   rule, stage, noise_share, share (of the seeds' purchases)
+``paired.csv``            per pair of rules: per-seed difference of the mean AvgErr over stages
+                          (mean, band, seeds where the first rule was lower)
 ``figure5.png``           AvgErr per stage and rule with the confidence band
 ``figure6.png``           share of purchases by noise level per stage, one panel per rule
 ``seed-S/RULE/``          each run's books (ledger.csv, rounds.csv, run.json), auditable
@@ -222,13 +224,13 @@ def _stage_printer(show: Callable[[str], None], seed: int, rule: str, stages: in
 
 def _band(values: pd.Series, confidence: float) -> pd.Series:
     """Mean and Student-t confidence interval of the mean over seeds."""
-    from scipy.stats import t as student_t
+    from scipy.special import stdtrit  # the t quantile, without importing all of scipy.stats
 
     values = values.to_numpy(dtype=np.float64)
     mean = float(values.mean())
     half = 0.0
     if len(values) > 1:
-        half = float(student_t.ppf(0.5 + confidence / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
+        half = float(stdtrit(len(values) - 1, 0.5 + confidence / 2) * values.std(ddof=1) / math.sqrt(len(values)))
     return pd.Series({"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "seeds": len(values)})
 
 
@@ -243,7 +245,9 @@ def write_outputs(out_dir: Path, config: ProcurementConfig, errors: pd.DataFrame
                                        names=["rule", "stage", "noise_share"])
     shares = (counts.reindex(index, fill_value=0) / totals.reindex(index.droplevel("noise_share")).to_numpy())
     shares = shares.rename("share").reset_index()
+    paired = paired_differences(errors, config.confidence)
     errors.to_csv(out_dir / "avgerr.csv", index=False)
+    paired.to_csv(out_dir / "paired.csv", index=False)
     summary.to_csv(out_dir / "avgerr_summary.csv", index=False)
     purchases.to_csv(out_dir / "purchases.csv", index=False)
     shares.to_csv(out_dir / "purchase_shares.csv", index=False)
@@ -251,17 +255,40 @@ def write_outputs(out_dir: Path, config: ProcurementConfig, errors: pd.DataFrame
 
     figure5(out_dir / "figure5.png", summary, config.confidence, config.seeds)
     figure6(out_dir / "figure6.png", shares, config.seeds)
-    return {"avgerr": errors, "summary": summary, "purchases": purchases, "shares": shares}
+    return {"avgerr": errors, "summary": summary, "purchases": purchases, "shares": shares, "paired": paired}
+
+
+def paired_differences(errors: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    """Per pair of rules, the per-seed difference of the mean AvgErr over stages 1..T
+    (first rule minus second; negative: the first rule's models were better), with its band.
+
+    The rules of one seed share offers and fine-tuning seeds, so the paired difference is
+    the sharper comparison than two overlapping bands.
+    """
+    per_seed = errors[errors["stage"] > 0].groupby(["rule", "seed"])["avgerr"].mean().unstack("rule")
+    rules = list(dict.fromkeys(errors["rule"]))
+    rows = []
+    for k, first in enumerate(rules):
+        for second in rules[k + 1:]:
+            band = _band(per_seed[first] - per_seed[second], confidence)
+            rows.append({"first": first, "second": second, **band.to_dict(),
+                         "first_better_seeds": int((per_seed[first] < per_seed[second]).sum())})
+    frame = pd.DataFrame(rows, columns=["first", "second", "mean", "ci_low", "ci_high", "seeds", "first_better_seeds"])
+    frame["seeds"] = frame["seeds"].astype(int)
+    return frame
 
 
 def headline(tables: dict) -> str:
-    """Final-stage AvgErr per rule and the share of purchases by noise level over all stages."""
+    """Final-stage AvgErr per rule, paired differences and the share of purchases by noise level."""
     summary, purchases = tables["summary"], tables["purchases"]
     last = summary[summary["stage"] == summary["stage"].max()]
     lines = [f"AvgErr after stage {int(last['stage'].iloc[0])} (mean [band] over {int(last['seeds'].iloc[0])} seeds):"]
     lines += [f"  {r.rule:<7}{r.mean:8.3f}  [{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in last.itertuples()]
     area = summary[summary["stage"] > 0].groupby("rule", sort=False)["mean"].mean()
     lines.append("mean AvgErr over stages 1..T: " + ", ".join(f"{r} {v:.3f}" for r, v in area.items()))
+    for r in tables["paired"].itertuples():
+        lines.append(f"paired {r.first} − {r.second} (per-seed mean over stages): {r.mean:+.3f} "
+                     f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}], {r.first} lower in {r.first_better_seeds}/{int(r.seeds)} seeds")
     share = purchases.groupby("rule", sort=False)["noise_share"].value_counts(normalize=True).unstack(fill_value=0.0)
     lines.append("share of purchases by noise share (all stages and seeds):")
     lines += [f"  {rule:<7}" + "  ".join(f"{c:g}: {share.loc[rule, c]:.3f}" for c in share.columns)

@@ -41,7 +41,7 @@ def figure6(path: Path, shares: pd.DataFrame, seeds: int) -> None:
     rules = list(dict.fromkeys(shares["rule"]))
     fig, axes = plt.subplots(1, len(rules), figsize=(5 * len(rules), 4), squeeze=False)
     levels = sorted(shares["noise_share"].unique())
-    colors = plt.get_cmap("RdYlGn_r")([0.15 + 0.7 * k / max(1, len(levels) - 1) for k in range(len(levels))])
+    colors = plt.get_cmap("viridis_r")([0.1 + 0.8 * k / max(1, len(levels) - 1) for k in range(len(levels))])
     for ax, rule in zip(axes[0], rules):
         rows = shares[shares["rule"] == rule].pivot(index="stage", columns="noise_share", values="share")
         bottom = None

@@ -118,6 +118,11 @@ def test_cli_end_to_end_same_seed_same_bytes_and_the_audit_passes(tmp_path, caps
         assert (a / name).stat().st_size > 10_000
     summary = pd.read_csv(a / "avgerr_summary.csv")
     assert set(summary["rule"]) == {"ads", "loo", "random"} and (summary["ci_low"] <= summary["ci_high"]).all()
+    paired = pd.read_csv(a / "paired.csv")
+    errors = pd.read_csv(a / "avgerr.csv")
+    per_seed = errors[errors["stage"] > 0].groupby(["rule", "seed"])["avgerr"].mean()
+    ads_minus_loo = paired[(paired["first"] == "ads") & (paired["second"] == "loo")]
+    assert ads_minus_loo["mean"].item() == pytest.approx((per_seed["ads"] - per_seed["loo"]).mean())
     shares = pd.read_csv(a / "purchase_shares.csv")
     np.testing.assert_allclose(shares.groupby(["rule", "stage"])["share"].sum(), 1.0)
 
@@ -157,7 +162,7 @@ def forge(run_dir, *, rechain: bool) -> None:
 
 def test_an_existing_run_is_kept_unless_overwrite(tmp_path, capsys):
     out = tmp_path / "run"
-    args = ["run", "procurement", "--out", str(out), "--seeds", "1", "--stages", "1", "--initial-epochs", "5",
+    args = ["run", "procurement", "--out", str(out), "--seeds", "1", "--stages", "1", "--initial-epochs", "5", "--rules", "ads",
             "--quiet"]
     assert main(args) == 0
     before = (out / "avgerr.csv").read_bytes()
