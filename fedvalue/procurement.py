@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -121,6 +122,19 @@ def _check_offers(offers: Sequence[Offer], stage: int) -> tuple[str, ...]:
     return ids
 
 
+def _check_purchase(rule: str, budget: int, methods: Sequence[str]) -> None:
+    if rule not in PURCHASE_RULES:
+        raise ValueError(f"rule: expected one of {list(PURCHASE_RULES)}; got {rule!r}.")
+    unknown = [m for m in methods if m not in VALUATION_METHODS]
+    if unknown or len(set(methods)) != len(methods):
+        raise ValueError(f"methods: expected distinct names from {list(VALUATION_METHODS)}; got {list(methods)}.")
+    if rule != "random" and rule not in methods:
+        raise ValueError(f"methods: expected {rule!r} among them (rule {rule!r} buys by that value); got "
+                         f"{list(methods)}.")
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        raise ValueError(f"budget: expected a positive integer (offers bought per stage); got {budget!r}.")
+
+
 def procure_stage(
     learner: Learner,
     state: Mapping[str, np.ndarray],
@@ -149,13 +163,7 @@ def procure_stage(
         Seed every coalition is fine-tuned with.
     """
     ids = _check_offers(offers, stage)
-    if rule not in PURCHASE_RULES:
-        raise ValueError(f"rule: expected one of {list(PURCHASE_RULES)}; got {rule!r}.")
-    if rule != "random" and rule not in methods:
-        raise ValueError(f"methods: expected {rule!r} among them (rule {rule!r} buys by that value); got "
-                         f"{list(methods)}.")
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
-        raise ValueError(f"budget: expected a positive integer (offers bought per stage); got {budget!r}.")
+    _check_purchase(rule, budget, methods)
     started = time.perf_counter()
     aggregate, memo = fine_tune_aggregator(learner, state, offers, fine_tune_seed)
     game = round_game(ids, state, aggregate, utility)
@@ -263,9 +271,10 @@ def run_procurement(
     by what was bought. With ``run_dir`` the books are written stage by stage (``config``
     goes to run.json; ``noisy`` fills the ledger's ``noisy`` column).
     """
-    unknown = [m for m in methods if m not in VALUATION_METHODS]
-    if unknown or len(set(methods)) != len(methods):
-        raise ValueError(f"methods: expected distinct names from {list(VALUATION_METHODS)}; got {list(methods)}.")
+    _check_purchase(rule, budget, methods)  # before anything is written
+    if run_dir is not None and (Path(run_dir) / "ledger.csv").exists():
+        raise ValueError(f"run_dir: expected a new or empty directory for the books; {run_dir} already holds a "
+                         "ledger (appending would mix two runs). Choose another directory or remove it.")
     tune_sequence, pick_sequence = _root_sequence(seed).spawn(2)
     tune_rng, pick_rng = np.random.default_rng(tune_sequence), np.random.default_rng(pick_sequence)
     writer = None if run_dir is None else LedgerWriter(run_dir, config=config)

@@ -307,7 +307,10 @@ def replay_check(run_dir: str | Path) -> tuple[list[str], list[str]]:
     """
     run_dir = Path(run_dir)
     saved = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    config = saved_config(ProcurementConfig, saved, source=str(run_dir / "run.json"))
+    try:
+        config = saved_config(ProcurementConfig, saved, source=str(run_dir / "run.json"))
+    except (TypeError, ValueError) as error:
+        return [], [f"replay: {run_dir / 'run.json'} does not hold a procurement configuration ({error})"]
     seed, rule = saved.get("seed"), saved.get("rule")
     if isinstance(seed, bool) or not isinstance(seed, int) or rule not in PURCHASE_RULES:
         return [], [f"replay: {run_dir / 'run.json'} names no seed and rule of a procurement run"]

@@ -184,3 +184,15 @@ def test_bad_offers_and_methods_name_the_parameter():
         run_procurement(MeanLearner(), start, [offers_of({"a": [1.0]})], utility, methods=("ads", "tracin"))
     with pytest.raises(ValueError, match="^seed: expected"):
         run_procurement(MeanLearner(), start, [offers_of({"a": [1.0]})], utility, seed=-3)
+
+
+def test_a_refused_run_writes_nothing_and_an_existing_ledger_is_never_appended_to(tmp_path):
+    start, stages = {"w": np.array([0.0])}, [offers_of({"a": [1.0], "b": [0.5]})]
+    with pytest.raises(ValueError, match="^rule: expected"):
+        run_procurement(MeanLearner(), start, stages, utility, rule="best", run_dir=str(tmp_path / "refused"))
+    assert not (tmp_path / "refused").exists()
+    run_procurement(MeanLearner(), start, stages, utility, run_dir=str(tmp_path / "books"))
+    before = (tmp_path / "books" / "ledger.csv").read_bytes()
+    with pytest.raises(ValueError, match="^run_dir: expected a new or empty directory"):
+        run_procurement(MeanLearner(), start, stages, utility, run_dir=str(tmp_path / "books"))
+    assert (tmp_path / "books" / "ledger.csv").read_bytes() == before
