@@ -105,6 +105,9 @@ def _check(config: ProcurementConfig) -> None:
     if not shares or any(isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s <= 1 for s in shares) \
             or len(set(shares)) != len(shares):
         raise ValueError(f"noise_shares: expected distinct numbers in [0, 1], one per contributor; got {list(shares)}.")
+    if len({contributor_id(s) for s in shares}) != len(shares):
+        raise ValueError(f"noise_shares: expected shares at least 0.01 apart (contributors are named by percent, "
+                         f"c30 for 0.3); got {list(shares)}.")
     if config.budget > len(shares):
         raise ValueError(f"budget: expected at most the {len(shares)} offers of a stage (one per noise share); "
                          f"got {config.budget}.")
@@ -289,7 +292,8 @@ def headline(tables: dict) -> str:
     for r in tables["paired"].itertuples():
         lines.append(f"paired {r.first} − {r.second} (per-seed mean over stages): {r.mean:+.3f} "
                      f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}], {r.first} lower in {r.first_better_seeds}/{int(r.seeds)} seeds")
-    share = purchases.groupby("rule", sort=False)["noise_share"].value_counts(normalize=True).unstack(fill_value=0.0)
+    share = (purchases.groupby("rule", sort=False)["noise_share"].value_counts(normalize=True)
+             .unstack(fill_value=0.0).reindex(columns=sorted(tables["shares"]["noise_share"].unique()), fill_value=0.0))
     lines.append("share of purchases by noise share (all stages and seeds):")
     lines += [f"  {rule:<7}" + "  ".join(f"{c:g}: {share.loc[rule, c]:.3f}" for c in share.columns)
               for rule in share.index]

@@ -179,6 +179,7 @@ def test_an_existing_run_is_kept_unless_overwrite(tmp_path, capsys):
     (["--first-seed", "-1"], "first_seed"),
     (["--noise-shares", "0.3,1.5"], "noise_shares"),
     (["--noise-shares", "0.3,0.3"], "noise_shares"),
+    (["--noise-shares", "0.301,0.302"], "noise_shares"),
     (["--rating-noise-variance", "-1"], "rating_noise_variance"),
     (["--part-worth-max", "0"], "part_worth_max"),
     (["--fine-tune-learning-rate", "nan"], "fine_tune_learning_rate"),
