@@ -13,6 +13,7 @@ from simulations.attacks import AttacksConfig
 from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.api import NoClientValued
 from simulations.noisy_clients import NoisyClientsConfig
+from simulations.procurement import PROCUREMENT_HELP, ProcurementConfig
 from simulations.reciprocity import ReciprocityConfig
 from simulations.settings import saved_config
 from simulations.strategy_choices import STRATEGIES, STRATEGY_PARAMETERS
@@ -49,7 +50,7 @@ PARAMETER_HELP = {
     "ray_address": "attach to an existing Ray cluster at this address",
     "round_timeout": "seconds to wait for a round's replies",
     "valuation_workers": "Ray actors scoring coalitions in parallel (0 = in the server process)",
-    "seeds": "number of seeds of the study (one engine serves them all)",
+    "seeds": "number of seeds averaged over (the study runs them all on one engine)",
     "first_seed": "first seed of the study",
     "ks": "top-k sizes retrained, comma-separated",
     "clean_runs": "1: also run each seed with the label noise off (flagging false-positive rate); 0: skip",
@@ -67,6 +68,7 @@ PARAMETER_HELP = {
     "median_multiple": "claim review: cap at this multiple of the round's median claim",
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
     **{name: text for name, (_, text) in STRATEGY_PARAMETERS.items()},
+    **PROCUREMENT_HELP,
 }
 
 SIMULATIONS = {
@@ -75,6 +77,7 @@ SIMULATIONS = {
     "reciprocity": ReciprocityConfig,
     "reciprocity-federated": FederatedReciprocityConfig,
     "attacks": AttacksConfig,
+    "procurement": ProcurementConfig,
 }
 #: Simulations whose --out is optional (tables are written there when given).
 OUT_OPTIONAL = ("reciprocity", "attacks")
@@ -180,6 +183,8 @@ def _run(args: argparse.Namespace) -> int:
         return _run_study(config, args, started)
     if args.simulation == "reciprocity":
         return _run_reciprocity(config, args, started)
+    if args.simulation == "procurement":
+        return _run_procurement(config, args, started)
     if args.simulation == "attacks":
         from simulations.attacks import format_table, run_attacks
 
@@ -265,6 +270,19 @@ def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
     return 0
 
 
+def _run_procurement(config, args: argparse.Namespace, started: float) -> int:
+    """[ADS] §6.3: staged procurement over seeds, Figures 5 and 6 (simulations.procurement)."""
+    from simulations.procurement import headline, run_procurement_study
+
+    tables = run_procurement_study(config, args.out, overwrite=args.overwrite,
+                                   on_stage=None if args.quiet else lambda line: print(line, flush=True))
+    print(headline(tables))
+    print(f"wrote {args.out} ({config.seeds} seeds × {len(config.rules)} rules × {config.stages} stages) in "
+          f"{time.perf_counter() - started:.1f}s; see figure5.png, figure6.png and "
+          f"`fedvalue audit {args.out}/seed-{config.first_seed}/{config.rules[0]}`")
+    return 0
+
+
 def _print_run_summary(summary: dict) -> None:
     """The run-level figures (utility, efficiency, reciprocity, first-order check)."""
     for key, value in summary.items():
@@ -336,9 +354,16 @@ def _audit(args: argparse.Namespace) -> int:
 
     utility = None if args.no_recompute else _utility_of_run(args.run_dir)
     report = audit_run(args.run_dir, tolerance=args.tolerance, utility=utility)
+    replayed = not args.no_recompute and (_saved_run_config(args.run_dir) or {}).get("simulation") == "procurement"
+    if replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
+        from simulations.procurement import replay_check
+
+        checks, problems = replay_check(args.run_dir)
+        report.checks += checks
+        report.problems += problems
     for check in report.checks:
         print(f"ok: {check}")
-    if utility is None and not args.no_recompute:
+    if utility is None and not args.no_recompute and not replayed:
         print("note: the run's utility cannot be rebuilt from run.json (not a fedvalue simulation): values were "
               "not recomputed; fedvalue.audit.audit_run(DIR, utility=...) does it from Python")
     for problem in report.problems:
