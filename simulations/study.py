@@ -46,7 +46,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import make_client_app
-from fedvalue.detection import FlaggingRule, detection_curve, detection_metrics, flagging_rates, summarize_metrics
+from fedvalue.detection import detection_curve, detection_metrics, summarize_metrics
+from fedvalue.flagging import FlaggingRule, flagging_rates
 from fedvalue.ledger import load_run, write_json
 from fedvalue.selection import retrain_plan
 from simulations.api import package_versions, prepare_run_dir

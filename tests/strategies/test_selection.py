@@ -8,7 +8,7 @@ import pytest
 from flwr.app import ConfigRecord, MessageType
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.detection import FlaggingRule
+from fedvalue.flagging import FlaggingRule
 from fedvalue.ledger import load_run
 from fedvalue.rounds import weighted_mean
 from fedvalue.selection import retrain_plan, top_k
@@ -136,7 +136,7 @@ def test_value_weighted_sampler_stops_sampling_clients_its_flagging_rule_flags()
     assert all(1 not in sampler.sample(t, range(4)) for t in range(2, 60))
     # never starves a round: with only the flagged client left besides one, everyone is eligible
     assert sorted(ValueWeightedSampler(2, flagging=rule).sample(1, [1, 2])) == [1, 2]
-    with pytest.raises(TypeError, match="flagging: expected a fedvalue.detection.FlaggingRule"):
+    with pytest.raises(TypeError, match="flagging: expected a fedvalue.flagging.FlaggingRule"):
         ValueWeightedSampler(2, flagging=lambda: {1})
 
 
