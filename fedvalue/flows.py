@@ -1,6 +1,6 @@
 """TracIn inflows and outflows between clients, in O(n·p) per round ([RECIP], Eqs. 1–6, §4).
 
-Seed 000 (Sundararajan & Krichene, ICML 2023) measures the influence of a training
+[RECIP] measures the influence of a training
 example z on an inference example z' with TracIn (Eq. 4),
 
     TracIn(z, z') = Σ_{t : z ∈ B_t} η_t ∇ℓ_z(w_t) · ∇ℓ_{z'}(w_t),

@@ -1,7 +1,7 @@
 """Reciprocity of inflows and outflows ([RECIP], Def. 2.1 and §5).
 
-Seed 000 (Sundararajan & Krichene, "Inflow, Outflow, and Reciprocity in Machine
-Learning", ICML 2023) measures, per individual u, the inflow I_u (influence of others'
+[RECIP] (Sundararajan & Krichene, "Inflow, Outflow, and Reciprocity in Machine
+Learning") measures, per individual u, the inflow I_u (influence of others'
 training data on u's predictions, Eq. 1) and the outflow O_u (influence of u's training
 data on others' predictions, Eq. 2); :mod:`fedvalue.flows` computes them with TracIn.
 

@@ -241,7 +241,7 @@ def _saved_run_config(run_dir: str) -> dict | None:
 
 
 def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
-    """Seed 000 §5.2: the centralized reproduction table (both datasets with --dataset all)."""
+    """[RECIP] §5.2: the centralized reproduction table (both datasets with --dataset all)."""
     from pathlib import Path
 
     from fedvalue.ledger import write_json

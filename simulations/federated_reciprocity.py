@@ -32,7 +32,7 @@ from simulations.models import make_linear_model
 from simulations.settings import check_integers, check_numbers
 from strategies import PartitionSampler
 
-#: Seed 000 §5.2: logistic regression at η = 0.1, linear regression at η = 0.01.
+#: [RECIP] §5.2: logistic regression at η = 0.1, linear regression at η = 0.01.
 PAPER_LEARNING_RATES = {"breast-cancer": 0.1, "diabetes": 0.01}
 
 

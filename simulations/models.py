@@ -39,7 +39,7 @@ def make_mlp(
 ) -> torch.nn.Sequential:
     """A ReLU MLP ``input_dim -> hidden... -> num_classes`` (logits).
 
-    Seed 004 App. C.2 uses ``make_mlp(784, 10, hidden=(200, 200))``. ``hidden=()``
+    [ADS] App. C.2 uses ``make_mlp(784, 10, hidden=(200, 200))``. ``hidden=()``
     gives a single linear layer.
 
     Parameters

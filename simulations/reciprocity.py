@@ -74,7 +74,7 @@ DATASETS = ("breast-cancer", "diabetes")
 AVERAGINGS = ("conditional", "all-splits")
 TARGETS = ("raw", "standardized")
 
-#: Seed 000 §5.2 and footnote 4: model, steps T, learning rate η, and the reported
+#: [RECIP] §5.2 and footnote 4: model, steps T, learning rate η, and the reported
 #: (0.75, α) for TracIn (and Marginal, not reproduced here); Pearson is not reported.
 PAPER = {
     "breast-cancer": {"model": "logistic", "steps": 600, "learning_rate": 0.1, "alpha": 0.93,
@@ -284,7 +284,7 @@ def _one_split(model: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, infe
 
 
 def run_centralized_reciprocity(config: ReciprocityConfig | None = None) -> CentralizedReciprocityResult:
-    """Seed 000 §5.2 on one dataset: TracIn flows averaged over random half/half splits.
+    """[RECIP] §5.2 on one dataset: TracIn flows averaged over random half/half splits.
 
     Parameters
     ----------
