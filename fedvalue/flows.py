@@ -38,12 +38,8 @@ descent on the mean loss: η_t = η / |B_t|) and calls the same core, :func:`flo
 With one full-batch GD step per round and every client every round (FedSGD,
 p_u = n_u / N) the federated flows equal the centralized ones.
 
-**Random projection** (optional, for large p). With R ∈ ℝ^{k×p}, R_ij i.i.d. N(0, 1/k)
-(Gaussian) or ±1/√k (Rademacher), E[RᵀR] = I, so (R s_u)·(R g_v) is an unbiased
-estimate of s_u·g_v with standard deviation ≈ ‖s_u‖‖g_v‖ √(2/k) (Johnson–Lindenstrauss).
-The SAME R is applied to updates and gradients; it is generated from the seed in column
-chunks, so memory stays O(k · chunk) however large p is. For k ≥ p no projection is
-done (identity: exact and cheaper).
+**Random projection** (optional, for large p): :class:`fedvalue.projection.RandomProjection`
+applies the same seeded R to updates and gradients.
 
 All arithmetic is float64.
 """
@@ -59,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_finite_array
+from fedvalue.projection import RandomProjection, Vector, _project, flatten
 from fedvalue.reciprocity import (
     DEFAULT_P,
     ReciprocityReport,
@@ -69,10 +66,8 @@ from fedvalue.reciprocity import (
 
 __all__ = [
     "FlowBook",
-    "RandomProjection",
     "RoundFlows",
     "fedavg_round_flows",
-    "flatten",
     "flow_matrix",
     "flows_from_arrays",
     "round_flows",
@@ -84,207 +79,13 @@ _BLOCK_ENTRIES = 1 << 22
 #: flow_matrix refuses more clients than this (it is O(n²·p), for tests and small cases).
 MAX_FLOW_MATRIX_CLIENTS = 2000
 
-Vector = np.ndarray | Sequence[float] | Mapping[str, np.ndarray]
 
 
 # --------------------------------------------------------------------------- inputs
 
 
-def flatten(vector: Vector, *, keys: Sequence[str] | None = None, name: str = "vector") -> np.ndarray:
-    """One flat float64 vector from an array or a dict of arrays.
-
-    Parameters
-    ----------
-    vector
-        An array (any shape; raveled in C order) or a mapping name -> array, whose arrays
-        are raveled and concatenated in the order ``keys``.
-    keys
-        Key order for a mapping; default ``sorted(vector)``. Pass the model's own order
-        (e.g. ``list(state_dict)``) to match vectors flattened elsewhere.
-    name
-        The parameter's name for error messages.
-
-    Returns
-    -------
-    numpy.ndarray
-        1-D float64 (a copy when the input was not float64 already).
-
-    Raises
-    ------
-    ValueError
-        Keys missing or extra, non-numeric or non-finite entries.
-    """
-    if isinstance(vector, Mapping):
-        order = sorted(vector) if keys is None else list(keys)
-        if set(order) != set(vector):
-            raise ValueError(
-                f"{name}: expected arrays under exactly the keys {order}; got keys {list(vector)} "
-                f"(missing {sorted(set(order) - set(vector), key=str)}, extra {sorted(set(vector) - set(order), key=str)})."
-            )
-        try:
-            parts = [np.asarray(vector[k], dtype=np.float64).ravel() for k in order]
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{name}: expected numeric arrays; got {error}.") from None
-        flat = np.concatenate(parts) if parts else np.zeros(0)
-    else:
-        try:
-            flat = np.asarray(vector, dtype=np.float64).ravel()
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{name}: expected a numeric array or a dict of arrays; got {error}.") from None
-    if not np.all(np.isfinite(flat)):
-        bad = int(np.flatnonzero(~np.isfinite(flat))[0])
-        raise ValueError(f"{name}: expected finite numbers; got {flat[bad]!r} at flat position {bad}.")
-    return flat
-
-
 def _matrix(name: str, values: object) -> np.ndarray:
     return check_finite_array(name, values, 2, "2-D array (rows x parameters)")
-
-
-# --------------------------------------------------------------------------- projection
-
-
-class RandomProjection:
-    """A seeded k×p random projection R, applied without holding R in memory.
-
-    R_ij are i.i.d. N(0, 1/k) (``kind="gaussian"``) or ±1/√k with probability 1/2
-    (``kind="rademacher"``); E[RᵀR] = I, so projected dot products are unbiased with
-    standard deviation ≈ ‖x‖‖y‖ √(2/k) (module docstring). Columns are generated in
-    chunks of ``chunk_size``; chunk j comes from its own child of the seed's
-    SeedSequence, so the matrix depends only on (seed, k, kind, chunk_size) and memory is
-    O(k · chunk_size) plus, when it fits in ``max_cache_bytes``, the cached matrix.
-
-    When k ≥ p the projection is the identity (``output_dim = p``): exact, and a random
-    k×p matrix with k ≥ p could only add noise.
-
-    Parameters
-    ----------
-    dim
-        p, the length of the vectors projected.
-    k
-        Target dimension.
-    kind
-        ``"gaussian"`` or ``"rademacher"``.
-    seed
-        Non-negative int, SeedSequence, numpy Generator (one draw of entropy is taken
-        from it) or None (fresh entropy: not reproducible).
-    chunk_size
-        Columns per generated block; default ≈ 2^20 / k (8 MiB blocks).
-    max_cache_bytes
-        Keep the generated blocks when k·p·8 bytes is at most this (default 128 MiB).
-    """
-
-    KINDS = ("gaussian", "rademacher")
-
-    def __init__(
-        self,
-        dim: int,
-        k: int,
-        *,
-        kind: str = "gaussian",
-        seed: int | np.random.Generator | np.random.SeedSequence | None = None,
-        chunk_size: int | None = None,
-        max_cache_bytes: int = 1 << 27,
-    ) -> None:
-        for label, value in (("dim", dim), ("k", k)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{label}: expected a positive integer; got {value!r}.")
-        if kind not in self.KINDS:
-            raise ValueError(f"kind: expected one of {list(self.KINDS)}; got {kind!r}.")
-        if chunk_size is None:
-            chunk_size = max(1, (1 << 20) // int(k))
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
-            raise ValueError(f"chunk_size: expected a positive integer or None; got {chunk_size!r}.")
-        if isinstance(seed, np.random.Generator):
-            sequence = np.random.SeedSequence(seed.integers(0, 2**63, size=4).tolist())
-        elif seed is None or isinstance(seed, np.random.SeedSequence):
-            sequence = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence()
-        elif isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 0:
-            sequence = np.random.SeedSequence(int(seed))
-        else:
-            raise ValueError(
-                f"seed: expected a non-negative int, a numpy Generator, a SeedSequence or None; got {seed!r}."
-            )
-        self.dim = int(dim)
-        self.k = int(k)
-        self.kind = kind
-        self.chunk_size = int(chunk_size)
-        self._entropy = sequence.entropy
-        self._spawn_key = tuple(sequence.spawn_key)
-        self._cache: dict[int, np.ndarray] | None = (
-            {} if self.k * self.dim * 8 <= max_cache_bytes else None
-        )
-
-    @property
-    def identity(self) -> bool:
-        """True when k ≥ p: vectors are returned unchanged."""
-        return self.k >= self.dim
-
-    @property
-    def output_dim(self) -> int:
-        """min(k, p)."""
-        return self.dim if self.identity else self.k
-
-    def _block(self, j: int) -> np.ndarray:
-        if self._cache is not None and j in self._cache:
-            return self._cache[j]
-        start = j * self.chunk_size
-        width = min(self.chunk_size, self.dim - start)
-        rng = np.random.default_rng(np.random.SeedSequence(self._entropy, spawn_key=(*self._spawn_key, j)))
-        if self.kind == "gaussian":
-            block = rng.standard_normal((self.k, width))
-        else:
-            block = rng.integers(0, 2, size=(self.k, width)).astype(np.float64) * 2.0 - 1.0
-        block /= math.sqrt(self.k)
-        if self._cache is not None:
-            self._cache[j] = block
-        return block
-
-    def project_many(self, vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
-        """R x for each 1-D vector x of length p (rows of a 2-D array or a list).
-
-        Returns
-        -------
-        numpy.ndarray
-            ``len(vectors) x output_dim``, float64.
-        """
-        if isinstance(vectors, np.ndarray):
-            matrix = np.asarray(vectors, dtype=np.float64)
-            rows = list(matrix.reshape(len(matrix), -1)) if len(matrix) else []
-        else:
-            rows = [np.asarray(v, dtype=np.float64).ravel() for v in vectors]
-        for i, row in enumerate(rows):
-            if row.shape[0] != self.dim:
-                raise ValueError(f"vectors: expected length {self.dim} (the projection's dim); got {row.shape[0]} at {i}.")
-        if not rows:
-            return np.zeros((0, self.output_dim))
-        if self.identity:
-            return np.stack(rows)
-        out = np.zeros((len(rows), self.k))
-        for j in range(math.ceil(self.dim / self.chunk_size)):
-            lo, hi = j * self.chunk_size, min(self.dim, (j + 1) * self.chunk_size)
-            if rows:
-                out += np.stack([row[lo:hi] for row in rows]) @ self._block(j).T
-        return out
-
-    def __call__(self, vector: np.ndarray) -> np.ndarray:
-        """R x for one vector of length p."""
-        return self.project_many([vector])[0]
-
-    def __repr__(self) -> str:
-        return f"RandomProjection(dim={self.dim}, k={self.k}, kind={self.kind!r}, chunk_size={self.chunk_size})"
-
-
-def _project(projection: RandomProjection | None, matrix: np.ndarray, name: str) -> np.ndarray:
-    if projection is None:
-        return matrix
-    if not isinstance(projection, RandomProjection):
-        raise TypeError(f"projection: expected a RandomProjection or None; got {type(projection).__name__}.")
-    if matrix.shape[1] != projection.dim:
-        raise ValueError(
-            f"{name}: expected vectors of length {projection.dim} (the projection's dim); got {matrix.shape[1]}."
-        )
-    return projection.project_many(matrix)
 
 
 # --------------------------------------------------------------------------- core

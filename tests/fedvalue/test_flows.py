@@ -32,14 +32,13 @@ from hypothesis.extra import numpy as hnp
 
 from fedvalue.flows import (
     FlowBook,
-    RandomProjection,
     RoundFlows,
-    flatten,
     flow_matrix,
     flows_from_arrays,
     round_flows,
     tracin_round_flows,
 )
+from fedvalue.projection import RandomProjection, flatten
 
 # --------------------------------------------------------------------------- references
 
