@@ -55,19 +55,24 @@ from clients.training import (
     summed_loss_gradient,
     train_locally,
 )
-
-#: Reply keys (strategies/records.py reads the same names).
-ARRAYS_KEY = "arrays"
-METRICS_KEY = "metrics"
-CONFIG_KEY = "config"
-CLIENT_RECORD_KEY = "client"
-PARTITION_ID_KEY = "partition-id"
-NUM_EXAMPLES_KEY = "num-examples"
-GRADIENT_KEY = "inference-gradient"
-DATA_KEY = "data-key"
-INFERENCE_LOSS_KEY = "inference-loss"
-#: FedProx's configure_train puts its μ here.
-PROXIMAL_MU_KEY = "proximal-mu"
+from strategies.protocol import (
+    ARRAYS_KEY,
+    BATCH_SIZE_KEY,
+    CLIENT_RECORD_KEY,
+    CONFIG_KEY,
+    DATA_KEY,
+    GRADIENT_KEY,
+    INFERENCE_LOSS_KEY,
+    LEARNING_RATE_KEY,
+    LOCAL_EPOCHS_KEY,
+    METRICS_KEY,
+    NUM_EXAMPLES_KEY,
+    PARTITION_ID_KEY,
+    PROXIMAL_MU_KEY,
+    SEED_KEY,
+    SERVER_ROUND_KEY,
+    TRAIN_LOSS_KEY,
+)
 
 
 @dataclass
@@ -155,7 +160,7 @@ def _config_int(config: ConfigRecord, key: str, default: int | None, minimum: in
 
 
 def _learning_rate(config: ConfigRecord) -> float:
-    value = config.get("lr")
+    value = config.get(LEARNING_RATE_KEY)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"train config 'lr': expected a number > 0; got {value!r} (keys sent: {list(config)}).")
     return float(value)
@@ -301,15 +306,15 @@ def make_client_app(
         arrays, num_examples, train_loss = train_client(
             data, model_factory, global_arrays,
             learning_rate=_learning_rate(config),
-            local_epochs=_config_int(config, "local-epochs", None, 1),
-            batch_size=_config_int(config, "batch-size", 0, 0),
-            seed=_config_int(config, "seed", 0, 0),
-            server_round=_config_int(config, "server-round", 0, 0),
+            local_epochs=_config_int(config, LOCAL_EPOCHS_KEY, None, 1),
+            batch_size=_config_int(config, BATCH_SIZE_KEY, 0, 0),
+            seed=_config_int(config, SEED_KEY, 0, 0),
+            server_round=_config_int(config, SERVER_ROUND_KEY, 0, 0),
             proximal_mu=_proximal_mu(config),
         )
         content = RecordDict({
             ARRAYS_KEY: ArrayRecord({key: Array(value) for key, value in arrays.items()}),
-            METRICS_KEY: MetricRecord({NUM_EXAMPLES_KEY: num_examples, "train-loss": train_loss}),
+            METRICS_KEY: MetricRecord({NUM_EXAMPLES_KEY: num_examples, TRAIN_LOSS_KEY: train_loss}),
             CLIENT_RECORD_KEY: _client_record(partition_id),
         })
         if _wants_gradient(msg.content):

@@ -66,6 +66,7 @@ from simulations.models import make_linear_model
 from simulations.settings import check_integers, check_numbers, saved_config
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from strategies.claims import CLAIM_METHODS
+from strategies.protocol import train_config
 from strategies.records import numpy_to_arrays
 
 ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated-count-reviewed", "replicator",
@@ -264,9 +265,9 @@ def run_attacks(
                                 **config.as_dict()},
                 )
                 strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                               train_config=ConfigRecord({
-                                   "lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
-                                   "batch-size": 0, "seed": int(config.seed), "data-key": attack}))
+                               train_config=ConfigRecord(train_config(
+                                   learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                                   seed=config.seed, data_key=attack)))
                 run = load_run(out_dir / attack)
                 rows.append(summarize(run.ledger, run.rounds, attack, config.attacker, config.source))
                 if on_run is not None:

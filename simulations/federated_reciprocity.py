@@ -31,6 +31,7 @@ from simulations.data import load_dataset, partition_iid
 from simulations.models import make_linear_model
 from simulations.settings import check_integers, check_numbers
 from strategies import PartitionSampler
+from strategies.protocol import train_config
 
 #: [RECIP] §5.2: logistic regression at η = 0.1, linear regression at η = 0.01.
 PAPER_LEARNING_RATES = {"breast-cancer": 0.1, "diabetes": 0.01}
@@ -135,8 +136,8 @@ def run_federated_reciprocity(
         num_rounds=config.rounds,
         utility=utility,
         out=out,
-        train_config={"lr": float(config.step_size), "local-epochs": int(config.local_epochs),
-                      "batch-size": 0, "seed": int(config.seed)},
+        train_config=train_config(learning_rate=config.step_size, local_epochs=config.local_epochs,
+                                  seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule="random", seed=config.seed),
         methods=(),
         flows=True,

@@ -15,9 +15,10 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app
 from simulations.api import prepare_run_dir, seeded_server_generators
-from simulations.noisy_clients import NoisyClientsConfig, build
+from simulations.noisy_clients import NoisyClientsConfig, build, valuation_options
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
+from strategies.protocol import train_config
 from strategies.records import numpy_to_arrays
 
 
@@ -47,14 +48,14 @@ def main(grid: Grid, context: Context) -> None:
         build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir), methods=config.methods,
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         seed=config.seed, noisy_clients=noisy, run_config={"simulation": "noisy-clients", **config.as_dict()},
-        ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
+        **valuation_options(config),  # every estimator option, as `fedvalue run` passes them
     )
     initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
     with seeded_server_generators(config.seed):
         strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                       train_config=ConfigRecord({"lr": float(config.learning_rate),
-                                                  "local-epochs": int(config.local_epochs),
-                                                  "batch-size": int(config.batch_size), "seed": int(config.seed)}))
+                       train_config=ConfigRecord(train_config(
+                           learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                           batch_size=config.batch_size, seed=config.seed)))
 
 
 def _client_app() -> ClientApp:

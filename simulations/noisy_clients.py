@@ -35,6 +35,7 @@ from simulations.parallel import RayParallelUtility
 from simulations.settings import check_integers, check_numbers, saved_config
 from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
 from strategies import PartitionSampler
+from strategies.protocol import train_config
 from strategies.sampling import SCHEDULES
 
 #: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.utilities).
@@ -216,8 +217,8 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         num_rounds=config.rounds,
         utility=utility,
         out=out,
-        train_config={"lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
-                      "batch-size": int(config.batch_size), "seed": int(config.seed)},
+        train_config=train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                                  batch_size=config.batch_size, seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         methods=config.methods,
         valuation_options=valuation_options(config),

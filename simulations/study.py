@@ -55,6 +55,7 @@ from simulations.engine import run_flower_simulation
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from simulations.settings import check_integers
 from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy
+from strategies.protocol import train_config
 from strategies.records import numpy_to_arrays
 
 RANKINGS = ("ads", "loo", "random")
@@ -162,11 +163,11 @@ def run_study(
     failures: list[BaseException] = []
     server_app = ServerApp()
 
-    def timed_start(strategy, grid, initial, train_config):
+    def timed_start(strategy, grid, initial, train_record):
         marks = [time.perf_counter()]
         strategy.on_round = lambda row: marks.append(time.perf_counter())
         strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                       train_config=train_config)
+                       train_config=train_record)
         timings["rounds"] += marks[-1] - marks[0]
         timings["valuation"] += sum(r["valuation_seconds"] for r in strategy.rounds)
         timings["runs"] += 1
@@ -180,10 +181,10 @@ def run_study(
                 _, model_factory, utility, noisy = build(base)
                 initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
 
-                def train_config(clean: bool = False) -> ConfigRecord:
-                    return ConfigRecord({"lr": float(config.learning_rate), "local-epochs": int(config.local_epochs),
-                                         "batch-size": int(config.batch_size), "seed": seed,
-                                         "data-key": data_key(seed, clean=clean)})
+                def config_record(clean: bool = False) -> ConfigRecord:
+                    return ConfigRecord(train_config(learning_rate=config.learning_rate,
+                                                     local_epochs=config.local_epochs, batch_size=config.batch_size,
+                                                     seed=seed, data_key=data_key(seed, clean=clean)))
 
                 seed_dir = out_dir / f"seed-{seed}"
 
@@ -195,7 +196,7 @@ def run_study(
                                             config.clients_per_round, schedule=config.schedule, seed=seed),
                                         seed=seed, noisy_clients=noisy_clients, run_config=run_config,
                                         **valuation_options(config)),
-                        grid, initial, train_config(clean=clean))
+                        grid, initial, config_record(clean=clean))
 
                 if config.clean_runs:  # same data, model, schedule and utility; no label noise
                     clean = scored_run("clean", frozenset(), {"seed": seed, "noisy_fraction": 0.0}, clean=True)
@@ -216,7 +217,7 @@ def run_study(
                                           preset=accepted, methods=(), sampler=ReplaySampler(sampled), seed=seed,
                                           noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
                                           run_config={"seed": seed, "k": k, "ranking": ranking}),
-                            grid, initial, train_config())
+                            grid, initial, config_record())
                         accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
                                               "accuracy": r["utility_realized"]} for r in retrained.rounds)
                 if on_run is not None:

@@ -9,13 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-#: ConfigRecord a client puts in its reply to say who it is (never a MetricRecord:
-#: FedAvg averages every metric).
-CLIENT_RECORD_KEY = "client"
-PARTITION_ID_KEY = "partition-id"
-#: Inference gradient a client attaches for TracIn flows (clients/app.py), and its loss.
-GRADIENT_KEY = "inference-gradient"
-INFERENCE_LOSS_KEY = "inference-loss"
+from strategies.protocol import CLIENT_RECORD_KEY, GRADIENT_KEY, INFERENCE_LOSS_KEY, PARTITION_ID_KEY
+
 
 
 def arrays_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:

@@ -43,8 +43,8 @@ from fedvalue.rounds import (
 from fedvalue.schema import PROBLEM_STATUSES
 from strategies.claims import ClaimReview, claim_rows
 from strategies.counterfactual import CounterfactualAggregator, RandomState
+from strategies.protocol import GRADIENT_KEY
 from strategies.records import (
-    GRADIENT_KEY,
     ClientReply,
     InferenceGradient,
     arrays_to_numpy,
