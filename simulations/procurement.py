@@ -47,6 +47,7 @@ from simulations.conjoint import RatingGenerator, mixed_ratings, random_profiles
 from simulations.procurement_model import NegativeAverageError, RatingMLP
 from simulations.settings import check_integers, check_numbers, saved_config
 
+
 @dataclass
 class ProcurementConfig:
     """Every number of the simulation (each is a ``fedvalue run procurement`` option)."""
