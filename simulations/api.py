@@ -211,16 +211,21 @@ def simulate(
             f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
             f"{run_dir} holds the completed rounds. See the engine's log above."
         )
-    run = load_run(run_dir)
-    if not (run.ledger["status"] == STATUS_OK).any():
-        reasons = run.ledger.loc[run.ledger["status"].isin(PROBLEM_STATUSES), "reason"].value_counts()
-        raise NoClientValued(
-            f"no client gave a usable reply in any of the {num_rounds} rounds, so nothing was aggregated or "
-            f"valued (the ledger in {run_dir} books every failure). Reasons: "
-            + "; ".join(f"{reason} ({count} rows)" for reason, count in reasons.items())
-        )
-    return run
+    return check_some_client_valued(load_run(run_dir), run_dir)
 
 
 class NoClientValued(RuntimeError):
     """A run in which every sampled client failed every round."""
+
+
+def check_some_client_valued(run: Run, run_dir: str | os.PathLike) -> Run:
+    """``run``, or :class:`NoClientValued` naming the booked reasons when no client of any
+    round was valued (nothing was aggregated: a run that only looks finished)."""
+    if not (run.ledger["status"] == STATUS_OK).any():
+        reasons = run.ledger.loc[run.ledger["status"].isin(PROBLEM_STATUSES), "reason"].value_counts()
+        raise NoClientValued(
+            f"no client gave a usable reply in any of the {len(run.rounds)} rounds, so nothing was aggregated or "
+            f"valued (the ledger in {run_dir} books every failure). Reasons: "
+            + "; ".join(f"{reason} ({count} rows)" for reason, count in reasons.items())
+        )
+    return run

@@ -14,7 +14,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app
-from simulations.api import prepare_run_dir, seeded_server_generators
+from fedvalue.ledger import load_run
+from simulations.api import check_some_client_valued, prepare_run_dir, seeded_server_generators
 from simulations.noisy_clients import NoisyClientsConfig, build, valuation_options
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
@@ -56,6 +57,7 @@ def main(grid: Grid, context: Context) -> None:
                        train_config=ConfigRecord(train_config(
                            learning_rate=config.learning_rate, local_epochs=config.local_epochs,
                            batch_size=config.batch_size, seed=config.seed)))
+    check_some_client_valued(load_run(run_dir), run_dir)  # fail loudly, as `fedvalue run` does
 
 
 def _client_app() -> ClientApp:
