@@ -173,7 +173,8 @@ def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, i
     scoring, ADS or LOO: what is left of (c) once everything but this arithmetic is free."""
     import torch
 
-    from fedvalue.utilities import TorchModelUtility, _scoring
+    from fedvalue._scoring import scoring
+    from fedvalue.utilities import TorchModelUtility
 
     batch_size = inspect.signature(TorchModelUtility).parameters["batch_size"].default
     generator = torch.Generator().manual_seed(0)
@@ -183,7 +184,7 @@ def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, i
     batches = [len(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
     hidden = torch.rand(batches[0], layers[0].in_features, generator=generator)
     outputs = [torch.empty(batches[0], m.out_features) for m in layers]
-    with _scoring():
+    with scoring():
         for _ in range(2**num_clients):
             for rows in batches:
                 h = hidden[:rows]

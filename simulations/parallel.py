@@ -21,7 +21,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fedvalue.utilities import FastScores, LinearStates, TorchModelUtility
+from fedvalue._scoring import FastScores
+from fedvalue.linear import LinearStates
+from fedvalue.utilities import TorchModelUtility
 
 
 class _Scorer:

@@ -134,7 +134,7 @@ def test_models_without_a_leading_linear_layer_use_combined_states():
     model = TwoBranch()
     x, y = _held_out(16, 90, 4, 3)
     utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=25)
-    assert utility._split is None
+    assert utility.first_linear is None
     start, clients, weights = _round(17, 3, model)
     coalitions, rows = _all_coalition_rows(3, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
@@ -148,7 +148,7 @@ def test_flatten_before_the_first_linear_layer_is_cut_correctly():
     x = rng.normal(size=(70, 3, 4)).astype(np.float32)
     y = rng.integers(0, 3, 70)
     utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=16)
-    assert utility._split is not None and utility._split.weight_key == "1.weight"
+    assert utility.first_linear is not None and utility.first_linear.weight_key == "1.weight"
     start, clients, weights = _round(19, 4, model)
     coalitions, rows = _all_coalition_rows(4, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
@@ -261,7 +261,7 @@ def test_round_game_paths_equal_plain_on_random_mlps(seed, linear_chunk, metric,
     # Accuracy: equal (and exactly so below). Losses: equal to float32 rounding, 1e-6 of
     # the loss (losses of these random, widely spread states reach 25 nats).
     rtol = 0 if metric == "accuracy" else 1e-6
-    monkeypatch.setattr("fedvalue.utilities.LinearStates.chunk", linear_chunk)
+    monkeypatch.setattr("fedvalue.linear.LinearStates.chunk", linear_chunk)
     linear_game = fedavg_round_game(ids, start, clients, weights, plain_utility)
     np.testing.assert_allclose(linear_game.values(masks), plain, rtol=rtol, atol=1e-6)
     for chunk_size in (2, 5, 32):  # 32: the CUDA default, here on the CPU
@@ -379,7 +379,7 @@ def test_every_kind_of_tail_gives_the_plain_values(name, metric):
     model = _tails()[name]
     x, y = _held_out(61, 250, 7, 4)
     utility = TorchModelUtility(model, x, y, metric=metric, batch_size=60)
-    assert utility._split is not None
+    assert utility.first_linear is not None
     start, clients, weights = _round(62, 4, model, spread=0.5)
     states = utility.linear([start, *clients])
     plan = states._tail_plan()

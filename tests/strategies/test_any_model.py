@@ -17,7 +17,8 @@ from flwr.serverapp.strategy import FedAdam, FedAvg
 
 from clients.app import ClientData
 from fedvalue.rounds import fedavg_round_game, weighted_mean
-from fedvalue.utilities import TorchModelUtility, _split_first_linear
+from fedvalue.linear import split_first_linear
+from fedvalue.utilities import TorchModelUtility
 
 from .bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 
@@ -159,7 +160,7 @@ def test_round_game_on_any_model_equals_the_plain_utility_of_each_coalition(mode
 
 def test_fast_path_declines_a_linear_subclass_and_still_scores_it_exactly():
     model = _seeded(torch.nn.Sequential(ScaledLinear(FEATURES, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)))
-    assert _split_first_linear(model) is None
+    assert split_first_linear(model) is None
     x, y = _inputs("batchnorm", np.random.default_rng(2), 100)
     utility = TorchModelUtility(model, x, y, metric="neg_loss")
     basis = [{k: v.detach().numpy() + i * 0.1 for k, v in model.state_dict().items()} for i in range(3)]
