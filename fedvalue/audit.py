@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
-from fedvalue.flows import fedavg_round_flows
+from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import (
     CLIENT_STATUSES,
     LEDGER_COLUMNS,
@@ -41,6 +41,7 @@ from fedvalue.ledger import (
     read_ledger_csv,
 )
 from fedvalue.rounds import ArraysUtility, fedavg_round_game, value_round, weighted_mean
+from fedvalue.schema import STATUS_OK, STATUS_REJECTED
 
 
 @dataclass
@@ -245,7 +246,7 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
         elif position + 1 == len(committed):
             checkpoint = read_checkpoint(run_dir)
             next_start = checkpoint.arrays if checkpoint.round == t else None
-        expected = _recompute_round(record, utility, next_start)
+        expected = _recompute_round(record, utility)
         problems_before = len(report.problems)
         for key, value in expected["values"].items():
             booked = booked_values.get((t, key[0], str(key[1])))
@@ -278,59 +279,32 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
             "recomputed (the audit recomputes FedAvg-family rounds only); the checks above hold for them")
 
 
-def _recompute_round(record, utility: ArraysUtility, next_start) -> dict:
-    """The books of one FedAvg-family round, from its record alone."""
-    statuses = record.statuses
-    ok = [c for c in record.replies if statuses.get(c) == "ok"]
+def _recompute_round(record, utility: ArraysUtility) -> dict:
+    """The books of one FedAvg-family round rebuilt from its record alone, by the writer's own
+    :func:`fedvalue.books.book_round` (the audit computes no ledger value itself)."""
+    statuses, meta = record.statuses, record.meta
+    ok = [c for c in record.replies if statuses.get(c) == STATUS_OK]
     accepted = [c for c in ok if c in set(record.accepted)]
-    meta = record.meta
-    values: dict[tuple[str, object], float | None] = {}
-    round_values: dict[str, float | None] = {}
-    realized = None
+    valuation = None
     if ok:
         game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
                                  [record.weights[c] for c in ok], utility)
         valuation = value_round(game, meta["methods"], seed=np.random.default_rng([int(meta["seed"]), record.round]),
                                 **meta["valuation"])
-        for method, result in valuation.results.items():
-            for client in ok:
-                values[(method, client)] = float(result.values[client])
-        round_values["utility_before"] = valuation.utility_before
-        round_values["utility_after"] = valuation.utility_after
-    else:
-        round_values["utility_before"] = float(utility(record.start_arrays))
-    def utility_of(members: list) -> float:
-        if not members:
-            return float(utility(record.start_arrays))
-        with np.errstate(all="ignore"):
-            return float(utility(weighted_mean([record.replies[c] for c in members],
-                                               [record.weights[c] for c in members])))
-
-    rejected = [c for c in record.replies if statuses.get(c) == "rejected"]
+    rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
+    realized = None
     if aggregated:
         with np.errstate(all="ignore"):
             realized = weighted_mean([record.replies[c] for c in aggregated], [record.weights[c] for c in aggregated])
-    round_values["utility_realized"] = utility_of(aggregated) if aggregated else round_values["utility_before"]
-    # A rejected reply is booked with the harm it would have done: U(Agg(accepted ∪ {i})) − U(Agg(accepted)).
-    base = utility_of(accepted)
-    for client in rejected:
-        try:
-            harm = utility_of(accepted + [client]) - base
-        except (ValueError, FloatingPointError):
-            harm = float("nan")
-        for method in meta["methods"]:
-            values[(method, client)] = harm if math.isfinite(harm) else None
-    if meta.get("selection"):
-        for client in ok:
-            values[("selected", client)] = float(client in set(accepted))
-    if meta.get("flows") and (record.gradients or accepted):
-        flows, missing = fedavg_round_flows(record.start_arrays, {c: record.replies[c] for c in accepted},
-                                            record.weights, record.gradients)
-        for client, inflow, outflow, self_influence in zip(flows.clients, flows.inflow, flows.outflow,
-                                                           flows.self_influence):
-            values[("tracin_inflow", client)] = None if client in missing else float(inflow)
-            values[("tracin_outflow", client)] = float(outflow)
-            values[("tracin_self", client)] = float(self_influence)
-    return {"values": values, "round": round_values, "realized": realized}
+    # Replies in reply order (the order their sums were taken in), then the clients without one.
+    entries = [ClientEntry(c, statuses[c], record.weights.get(c)) for c in record.replies if c in statuses]
+    entries += [ClientEntry(c, status) for c, status in statuses.items() if c not in record.replies]
+    books = book_round(record.round, entries, valuation, methods=meta["methods"], start_arrays=record.start_arrays,
+                       replies=record.replies, accepted=accepted, realized=realized, utility=utility,
+                       gradients=record.gradients if meta.get("flows") else None,
+                       book_selection=bool(meta.get("selection")))
+    values = {(row["method"], row["client_id"]): row["value"] for row in books.ledger_rows}
+    columns = ("utility_before", "utility_after", "utility_realized") if ok else ("utility_before", "utility_realized")
+    return {"values": values, "round": {c: books.round_row[c] for c in columns}, "realized": realized}

@@ -22,15 +22,15 @@ import pickle
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
+from fedvalue.books import ClientEntry, book_round
 from fedvalue.flows import RoundFlows, fedavg_round_flows
-from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, FLOW_METHODS, LedgerWriter
+from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, LedgerWriter
 from fedvalue.rounds import (
     VALUATION_METHODS,
     ArraysUtility,
@@ -38,12 +38,11 @@ from fedvalue.rounds import (
     fedavg_round_game,
     round_game,
     value_round,
-    weighted_mean,
 )
 from fedvalue.schema import PROBLEM_STATUSES
 from strategies.claims import ClaimReview, claim_rows
 from strategies.counterfactual import CounterfactualAggregator, RandomState
-from strategies.protocol import GRADIENT_KEY
+from strategies.protocol import GRADIENT_KEY, NUM_EXAMPLES_KEY
 from strategies.records import (
     ClientReply,
     InferenceGradient,
@@ -378,15 +377,25 @@ class ValuingStrategy(Strategy):
         random_state.restore()
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
 
-        utility_before = valuation.utility_before if valuation is not None else float(self.utility(self._start_arrays))
-        harms = self._harms(records, accepted, aggregator)
         # A round where nothing was aggregated keeps the global state.
-        realized = arrays_to_numpy(live_arrays) if live_arrays is not None else self._start_arrays
-        utility_realized = float(self.utility(realized)) if live_arrays is not None else utility_before
-        flows = (self._round_flows(server_round, [r for r in ok if r.client_id in accepted], gradients)
-                 if self.flows else None)
-        round_row, ledger_rows = self._books(server_round, records, valuation, utility_before, utility_realized,
-                                             flows, accepted, harms)
+        realized = arrays_to_numpy(live_arrays) if live_arrays is not None else None
+        if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
+            self._check_first_order({c: g.loss for c, g in gradients.items()})
+        books = book_round(
+            server_round, [self._entry(r) for r in records], valuation, methods=self.methods,
+            start_arrays=self._start_arrays,
+            replies={r.client_id: r.arrays for r in records if r.status in ("ok", "rejected")},
+            accepted=accepted, realized=realized, utility=self.utility, aggregate=aggregator,
+            gradients={c: g.gradient for c, g in gradients.items()} if self.flows else None,
+            noisy_clients=self.noisy_clients, book_selection=self.books_selection,
+        )
+        if books.flows is not None:
+            predicted = books.flows.predicted_loss_change()
+            self._pending_first_order = (server_round, {
+                c: (g.loss, float(predicted[c])) for c, g in gradients.items()
+            })
+        realized = self._start_arrays if realized is None else realized
+        round_row, ledger_rows = books.round_row, books.ledger_rows
         round_row["num_unaggregatable"] = 0 if aggregator is None else len(aggregator.unaggregatable)
         ledger_rows += claim_rows(server_round, claim_flags, self.noisy_clients)
         _log_problems(server_round, records)
@@ -418,34 +427,6 @@ class ValuingStrategy(Strategy):
         return value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
                            **self.valuation_options)
 
-    def _harms(self, records: list[ClientReply], accepted: set,
-               aggregator: CounterfactualAggregator | None) -> dict:
-        """For each rejected reply: U(Agg(accepted ∪ {i})) − U(Agg(accepted)), the harm it would
-        have done had it been aggregated (None when that utility is not even a number)."""
-        rejected = [r for r in records if r.status == "rejected"]
-        if not rejected:
-            return {}
-        kept = [r for r in records if r.status == "ok" and r.client_id in accepted]
-
-        def utility_of(members: list[ClientReply]) -> float:
-            if not members:
-                return float(self.utility(self._start_arrays))
-            if aggregator is None:
-                with np.errstate(all="ignore"):
-                    arrays = weighted_mean([r.arrays for r in members], [r.weight for r in members])
-            else:
-                arrays = aggregator([r.client_id for r in members])
-            with np.errstate(all="ignore"):
-                return float(self.utility(arrays))
-
-        base = utility_of(kept)
-        harms = {}
-        for record in rejected:
-            with np.errstate(all="ignore"):
-                value = utility_of(kept + [record]) - base
-            harms[record.client_id] = value if np.isfinite(value) else None
-        return harms
-
     def select(self, server_round: int, ok: list[ClientReply], valuation: RoundValuation,
                gradients: Mapping[object, InferenceGradient]) -> set:
         """Client ids whose updates the inner strategy aggregates (here: every valid reply)."""
@@ -469,25 +450,6 @@ class ValuingStrategy(Strategy):
         outflow = dict(zip(flows.clients, flows.outflow.tolist()))
         return {r.client_id: outflow[r.client_id] for r in ok}
 
-    def _round_flows(self, server_round: int, aggregated: list[ClientReply],
-                     gradients: dict[object, InferenceGradient]) -> tuple[pd.DataFrame, frozenset] | None:
-        """TracIn flows of the round (per client inflow, outflow, self) and the first-order check.
-
-        For FedAvg Σ_u p_u Δ_u = A_t − A_{t−1}, so −(inflow_v + self_v) = D·g_v is the
-        first-order change of client v's inference loss over the round ([RECIP],
-        Remark 2.5), checked against the loss v reports at A_t (next round's gradient
-        query, or the query after the last round).
-        """
-        self._check_first_order({c: g.loss for c, g in gradients.items()})
-        if not gradients and not aggregated:
-            return None
-        flows, missing = self._flows_of(aggregated, gradients)
-        predicted = flows.predicted_loss_change()
-        self._pending_first_order = (server_round, {
-            c: (g.loss, float(predicted[c])) for c, g in gradients.items()
-        })
-        return flows.to_frame(), missing
-
     def _check_first_order(self, losses: Mapping[object, float]) -> None:
         """Book last round's predicted loss changes against the losses now reported at A_t."""
         if self._pending_first_order is None:
@@ -502,73 +464,13 @@ class ValuingStrategy(Strategy):
         if self.ledger is not None:
             self.ledger.append_table(FIRST_ORDER_FILE, FIRST_ORDER_COLUMNS, rows)
 
-    def _books(self, server_round, records, valuation, utility_before, utility_realized, flows=None, accepted=(),
-               harms=None):
-        ads_result = None if valuation is None else valuation.results.get("ads")
-        round_row = {
-            "round": server_round,
-            "clients": " ".join(str(r.client_id) for r in records),
-            "num_clients": len(records),
-            "num_failed": sum(r.status != "ok" for r in records),
-            "utility_before": utility_before,
-            "utility_after": None if valuation is None else valuation.utility_after,
-            "utility_realized": utility_realized,
-            "num_evaluations": 0 if valuation is None else valuation.num_evaluations,
-            "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
-            "ads_method": "" if ads_result is None else ads_result.method,
-            "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
-        }
-        rows = []
-        for record in records:
-            noisy = None if self.noisy_clients is None else record.client_id in self.noisy_clients
-            for method in self.methods:
-                result = None if valuation is None else valuation.results[method]
-                ok = record.status == "ok"
-                value = float(result.values[record.client_id]) if ok else (harms or {}).get(record.client_id)
-                rows.append({
-                    "round": server_round,
-                    "client_id": record.client_id,
-                    "method": method,
-                    "value": value,
-                    "stderr": float(result.stderr[record.client_id]) if ok else (0.0 if value is not None else None),
-                    "num_examples": int(record.weight) if ok and self.weighted_by_key == "num-examples" else record.metrics.get("num-examples"),
-                    "status": record.status,
-                    "noisy": noisy,
-                    "reason": _reason(record),
-                })
-            if self.books_selection:
-                rows.append({
-                    "round": server_round, "client_id": record.client_id, "method": "selected",
-                    "value": float(record.client_id in accepted) if record.status == "ok" else None,
-                    "stderr": 0.0 if record.status == "ok" else None,
-                    "num_examples": int(record.weight) if record.status == "ok" else None,
-                    "status": record.status, "noisy": noisy, "reason": _reason(record),
-                })
-            if flows is not None:
-                rows += self._flow_rows(server_round, record.client_id, flows, record.status,
-                                        int(record.weight) if record.status == "ok" else None, _reason(record))
-        if flows is not None:
-            booked = {r.client_id for r in records}
-            for client_id in flows[0].index:
-                if client_id not in booked:
-                    rows += self._flow_rows(server_round, client_id, flows, "idle", None)
-        return round_row, rows
-
-    def _flow_rows(self, server_round, client_id, flows, status, num_examples, reason="") -> list[dict]:
-        """tracin_inflow/outflow/self rows of one client; empty values where unknown (failed
-        clients, a client whose inference gradient is missing has no known inflow)."""
-        frame, missing = flows
-        noisy = None if self.noisy_clients is None else client_id in self.noisy_clients
-        known = status in ("ok", "idle") and client_id in frame.index
-        rows = []
-        for method, column in FLOW_METHODS.items():
-            value = float(frame.at[client_id, column]) if known else None
-            if column == "inflow" and client_id in missing:
-                value = None
-            rows.append({"round": server_round, "client_id": client_id, "method": method, "value": value,
-                         "stderr": None if value is None else 0.0, "num_examples": num_examples,
-                         "status": status, "noisy": noisy, "reason": reason})
-        return rows
+    def _entry(self, record: ClientReply) -> ClientEntry:
+        """A reply as the books take it: its example count is its weight when the strategy
+        weighs by examples, else what it reported."""
+        ok = record.status == "ok"
+        num_examples = (int(record.weight) if ok and self.weighted_by_key == NUM_EXAMPLES_KEY
+                        else record.metrics.get(NUM_EXAMPLES_KEY))
+        return ClientEntry(record.client_id, record.status, record.weight, num_examples, _reason(record))
 
 
 def _reason(record: ClientReply) -> str:
