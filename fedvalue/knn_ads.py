@@ -97,41 +97,62 @@ def totals_by(values: pd.Series, labels: Sequence[Hashable] | None, name: str) -
     return values.groupby(keys, sort=True).sum().rename(name)
 
 
-def _group_values(order_groups: np.ndarray, matches: np.ndarray, t: int, k: int) -> np.ndarray:
-    """Thm 5.1 + base case for group t on a chunk: φ per member, chunk × m, nearest first."""
-    rows = order_groups.shape[0]
+def _group_values(order: np.ndarray, order_groups: np.ndarray, matches: np.ndarray, t: int,
+                  k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Thm 5.1 + base case for group t on a chunk: (members, φ), both chunk × m, nearest first."""
+    rows, n = order_groups.shape
+    if t == 0 and np.all(order_groups[0] == 0):  # one group: no masks to apply
+        return order, _first_group_values(matches.astype(np.float64), k)
     in_group = order_groups == t
     m = int(in_group[0].sum())
-    before = order_groups < t
-    c = np.cumsum(before, axis=1, dtype=np.int64)[in_group].reshape(rows, m)
+    members = order[in_group].reshape(rows, m)
     a = matches[in_group].reshape(rows, m).astype(np.float64)
+    if t == 0:
+        return members, _first_group_values(a, k)
+    before = order_groups < t
+    c = np.cumsum(before, axis=1, dtype=np.int32)[in_group].reshape(rows, m).astype(np.int64)
     # B_0..B_K over P's K nearest (b_j = 0 beyond |P|).
     size_p = int(before[0].sum())
     b = np.zeros((rows, k), dtype=np.float64)
-    if size_p:
-        first = min(k, size_p)
-        b[:, :first] = matches[before].reshape(rows, size_p)[:, :first]
+    first = min(k, size_p)
+    b[:, :first] = matches[before].reshape(rows, size_p)[:, :first]
     prefix = np.zeros((rows, k + 1), dtype=np.float64)
     np.cumsum(b, axis=1, out=prefix[:, 1:])
 
     phi = np.empty((rows, m), dtype=np.float64)
-    c_last = c[:, -1]
-    n0 = np.clip(np.minimum(m, k - c_last), 0, None)
-    row_index = np.arange(rows)
-    phi[:, -1] = (n0 * a[:, -1] - (prefix[:, k] - prefix[row_index, k - n0])) / (m * k)
-    if m > 1:
-        i = np.arange(1, m, dtype=np.int64)[None, :]
-        c_i, c_next = c[:, :-1], c[:, 1:]
-        n_b = np.clip(np.minimum(i, k - c_next), 0, None)
-        lo = np.clip(k - c_next, 0, None)
+    n0 = np.maximum(np.minimum(m, k - c[:, -1]), 0)
+    phi[:, -1] = (n0 * a[:, -1] - (prefix[:, k] - prefix[np.arange(rows), k - n0])) / (m * k)
+    phi[:, :-1] = phi[:, -1:]
+    # c_i is non-decreasing in i and every step with c_i ≥ K is 0 (case 1): only the first
+    # `width` steps can differ from 0 (for a later group, a few times K members).
+    width = int((c[:, :-1] < k).sum(axis=1).max()) if m > 1 else 0
+    if width:
+        i = np.arange(1, width + 1, dtype=np.int64)[None, :]
+        c_i, c_next = c[:, :width], c[:, 1: width + 1]
+        a_i, a_next = a[:, :width], a[:, 1: width + 1]
+        n_b = np.maximum(np.minimum(i, k - c_next), 0)
+        lo = np.maximum(k - c_next, 0)
         hi = np.minimum(i - 1, k - c_i - 1)
-        n_c = np.clip(hi - lo + 1, 0, None)
+        n_c = np.maximum(hi - lo + 1, 0)
         # B indices are only meaningful where n_C > 0; clip keeps the gather in range elsewhere.
         top = np.take_along_axis(prefix, np.clip(k - lo, 0, k), axis=1)
         bottom = np.take_along_axis(prefix, np.clip(k - hi - 1, 0, k), axis=1)
         displaced = np.where(n_c > 0, top - bottom, 0.0)
-        steps = (n_b * (a[:, :-1] - a[:, 1:]) + n_c * a[:, :-1] - displaced) / (i * k)
+        steps = (n_b * (a_i - a_next) + n_c * a_i - displaced) / (i * k)
         # φ_i = φ_m + Σ_{j=i}^{m−1} (φ_j − φ_{j+1}): a reverse running sum, farthest first.
+        phi[:, :width] += np.cumsum(steps[:, ::-1], axis=1)[:, ::-1]
+    return members, phi
+
+
+def _first_group_values(a: np.ndarray, k: int) -> np.ndarray:
+    """The general case with P = ∅ (c = 0, B = 0), i.e. KNN-Shapley ([KNNSV] Thm 1):
+    φ_m = min(m, K)·a_m/(mK), φ_i − φ_{i+1} = min(i, K)(a_i − a_{i+1})/(iK)."""
+    rows, m = a.shape
+    phi = np.empty((rows, m), dtype=np.float64)
+    phi[:, -1] = min(m, k) * a[:, -1] / (m * k)
+    if m > 1:
+        i = np.arange(1, m, dtype=np.int64)
+        steps = (np.minimum(i, k) * (a[:, :-1] - a[:, 1:])) / (i * k)
         phi[:, :-1] = phi[:, -1:] + np.cumsum(steps[:, ::-1], axis=1)[:, ::-1]
     return phi
 
@@ -186,6 +207,9 @@ def knn_ads(
     n_train, n_test = x_train.shape[0], x_test.shape[0]
     group_of = check_instance_groups(groups, n_train)
     num_groups = int(group_of.max()) + 1
+    # Narrow dtypes: the chunk's gathers through them are the bulk of the memory traffic.
+    group_of = group_of.astype(np.int8 if num_groups < 128 else np.int64)
+    y_train = y_train.astype(np.int32) if np.abs(y_train).max() < 2**31 else y_train
     for name, labels in (("sources", sources), ("contributors", contributors)):
         if labels is not None and len(labels) != n_train:
             raise ValueError(f"{name}: expected one label per training instance ({n_train}); got {len(labels)}.")
@@ -201,9 +225,8 @@ def knn_ads(
         order_groups = group_of[order]
         matches = y_train[order] == y_test[rows, None]
         for t in range(num_groups):
-            phi = _group_values(order_groups, matches, t, k)
-            members = order[order_groups == t].reshape(phi.shape)
-            np.add.at(totals, members.ravel(), phi.ravel())
+            members, phi = _group_values(order, order_groups, matches, t, k)
+            totals += np.bincount(members.ravel(), weights=phi.ravel(), minlength=n_train)
             hits[t + 1] += int(_prefix_hits(order_groups, matches, t, k).sum())
     values = totals / n_test
     prefix_utilities = hits / (k * n_test)

@@ -22,6 +22,7 @@ so brute force over :class:`KnnUtility` and the closed forms answer the same gam
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -64,12 +65,22 @@ def check_chunk_size(chunk_size: object) -> int:
 
 
 def _train_keys(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """‖x_i‖² per row and, when rows repeat, the index of each row's first copy."""
+    """‖x_i‖² per row and, when rows repeat, the index of each row's first copy.
+
+    Rows are matched by a 128-bit digest of their bytes, confirmed by comparing the rows
+    (a digest collision between different rows leaves them distinct); memory O(n).
+    """
     norms = np.einsum("ij,ij->i", x_train, x_train)
-    _, first, inverse = np.unique(x_train, axis=0, return_index=True, return_inverse=True)
-    if len(first) == x_train.shape[0]:
+    rows = np.ascontiguousarray(x_train)
+    first_seen: dict[bytes, int] = {}
+    first_copy = np.arange(rows.shape[0])
+    for i in range(rows.shape[0]):
+        j = first_seen.setdefault(hashlib.blake2b(rows[i].tobytes(), digest_size=16).digest(), i)
+        if j != i and np.array_equal(rows[i], rows[j]):
+            first_copy[i] = j
+    if np.all(first_copy == np.arange(rows.shape[0])):
         return norms, None
-    return norms, first[inverse.ravel()]
+    return norms, first_copy
 
 
 def neighbour_orders(
@@ -82,10 +93,19 @@ def neighbour_orders(
     norms, first_copy = _train_keys(x_train)
     for start in range(0, x_test.shape[0], chunk_size):
         rows = slice(start, min(start + chunk_size, x_test.shape[0]))
-        keys = norms[None, :] - 2.0 * (x_test[rows] @ x_train.T)
+        keys = x_test[rows] @ x_train.T
+        keys *= -2.0
+        keys += norms  # in place: one chunk × n_train array
         if first_copy is not None:
             keys = keys[:, first_copy]  # duplicates take their first copy's key: exact ties
-        yield rows, np.argsort(keys, axis=1, kind="stable")
+        # The unstable sort is ~4× faster; rows with an exact tie are redone stably, so the
+        # order is always (key, training index).
+        order = np.argsort(keys, axis=1)
+        ranked = np.take_along_axis(keys, order, axis=1)
+        tied = np.flatnonzero((ranked[:, 1:] == ranked[:, :-1]).any(axis=1))
+        if tied.size:
+            order[tied] = np.argsort(keys[tied], axis=1, kind="stable")
+        yield rows, order
 
 
 def neighbour_ranks(x_train: np.ndarray, x_test: np.ndarray, chunk_size: int = DEFAULT_CHUNK_SIZE) -> np.ndarray:
@@ -114,21 +134,39 @@ class KnnUtility:
         self.num_train, self.num_test = x_train.shape[0], x_test.shape[0]
         self.ranks = neighbour_ranks(x_train, x_test, check_chunk_size(chunk_size))
         self.matches = y_train[None, :] == y_test[:, None]  # n_test × n_train
+        self.y_train, self.y_test = y_train, y_test
 
-    def hits(self, coalition: Iterable[int]) -> int:
-        """Correct-label neighbours among each test point's K nearest in ``coalition``, summed."""
+    def _nearest(self, coalition: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(members, positions in ``members`` of each test point's min(K, |S|) nearest)."""
         members = np.fromiter((int(i) for i in coalition), dtype=np.int64)
-        if members.size == 0:
-            return 0
-        if members.min() < 0 or members.max() >= self.num_train:
+        if members.size and (members.min() < 0 or members.max() >= self.num_train):
             raise ValueError(f"coalition: expected training indices in [0, {self.num_train}); got "
                              f"{sorted(members.tolist())[:5]}...")
         ranks = self.ranks[:, members]
         if members.size > self.k:
-            nearest = np.argpartition(ranks, self.k - 1, axis=1)[:, : self.k]
-        else:
-            nearest = np.broadcast_to(np.arange(members.size), ranks.shape)
+            return members, np.argpartition(ranks, self.k - 1, axis=1)[:, : self.k]
+        return members, np.broadcast_to(np.arange(members.size), ranks.shape)
+
+    def hits(self, coalition: Iterable[int]) -> int:
+        """Correct-label neighbours among each test point's K nearest in ``coalition``, summed."""
+        members, nearest = self._nearest(coalition)
+        if members.size == 0:
+            return 0
         return int(np.take_along_axis(self.matches[:, members], nearest, axis=1).sum())
+
+    def accuracy(self, coalition: Iterable[int]) -> float:
+        """Test accuracy of the K-NN majority vote trained on ``coalition`` (same neighbour
+        order; a tied vote goes to the smallest label); 0 for the empty coalition."""
+        members, nearest = self._nearest(coalition)
+        if members.size == 0:
+            return 0.0
+        labels = self.y_train[members][nearest]  # n_test × min(K, |S|)
+        offset = labels.min()
+        width = int(labels.max() - offset) + 1
+        votes = np.zeros((labels.shape[0], width), dtype=np.int64)
+        np.add.at(votes, (np.arange(labels.shape[0])[:, None], labels - offset), 1)
+        predicted = votes.argmax(axis=1) + offset
+        return float(np.mean(predicted == self.y_test))
 
     def __call__(self, coalition: Iterable[int]) -> float:
         return self.hits(coalition) / (self.k * self.num_test)
