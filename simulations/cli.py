@@ -10,9 +10,11 @@ import typing
 from collections.abc import Sequence
 
 from simulations.attacks import AttacksConfig
+from simulations.augmentation import AugmentationConfig
 from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.noisy_clients import NoisyClientsConfig
 from simulations.reciprocity import ReciprocityConfig
+from simulations.replication_market import ReplicationMarketConfig
 from simulations.settings import saved_config
 from simulations.study import NoisyClientsStudyConfig
 
@@ -64,6 +66,21 @@ PARAMETER_HELP = {
     "boost": "scale of the boosting attacker's update",
     "median_multiple": "claim review: cap at this multiple of the round's median claim",
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
+    # augmentation and replication-market ([ADS] §6.1)
+    "runs": "independent runs (seeds seed, seed+1, ...) averaged in the figure",
+    "train_per_class": "original training instances per class (breast-cancer: of the majority class)",
+    "test_per_class": "test instances per class (breast-cancer: of the majority class)",
+    "rotation": "augmentation: largest rotation in degrees (drawn uniformly in ±rotation)",
+    "shift": "augmentation: largest shift as a share of the image side",
+    "scale": "augmentation: zoom drawn uniformly in 1 ± scale",
+    "imbalance": "breast-cancer: minority count as a share of the majority count (train and test)",
+    "smote_neighbors": "breast-cancer: Borderline-SMOTE neighbours",
+    "k": "neighbours K of the KNN model and utility",
+    "permutations": "permutations of MC-ADS and MC-DS per run",
+    "max_fraction": "largest share of the synthetic instances removed or added",
+    "fraction_steps": "steps from 0 to max-fraction",
+    "contributors": "contributors sharing the originals",
+    "max_copies": "replication: the broker adds 1..max-copies exact copies of every original",
 }
 
 SIMULATIONS = {
@@ -72,6 +89,8 @@ SIMULATIONS = {
     "reciprocity": ReciprocityConfig,
     "reciprocity-federated": FederatedReciprocityConfig,
     "attacks": AttacksConfig,
+    "augmentation": AugmentationConfig,
+    "replication-market": ReplicationMarketConfig,
 }
 #: Simulations whose --out is optional (tables are written there when given).
 OUT_OPTIONAL = ("reciprocity", "attacks")
@@ -177,6 +196,8 @@ def _run(args: argparse.Namespace) -> int:
         return _run_study(config, args, started)
     if args.simulation == "reciprocity":
         return _run_reciprocity(config, args, started)
+    if args.simulation in ("augmentation", "replication-market"):
+        return _run_synthetic_data(config, args, started)
     if args.simulation == "attacks":
         from simulations.attacks import format_table, run_attacks
 
@@ -259,6 +280,19 @@ def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
             result.report.curve().to_csv(out / f"{name}-alpha-curve.csv", index=False)
         write_json(out / "reciprocity.json", {"simulation": "reciprocity", "results": [r.to_dict() for r in results]})
     print(f"done in {time.perf_counter() - started:.1f}s" + ("" if out is None else f"; tables in {out}"))
+    return 0
+
+
+def _run_synthetic_data(config, args: argparse.Namespace, started: float) -> int:
+    """[ADS] §6.1: augmentation (Figure 2) and replication-market (Figure 3); no federation, no Ray."""
+    from simulations.augmentation import run_augmentation
+    from simulations.replication_market import run_replication_market
+
+    run = run_augmentation if args.simulation == "augmentation" else run_replication_market
+    table = run(config, args.out, overwrite=args.overwrite, on_stage=None if args.quiet else
+                lambda line: print(line, flush=True))
+    print(table)
+    print(f"done in {time.perf_counter() - started:.1f}s; tables and figure in {args.out}")
     return 0
 
 
