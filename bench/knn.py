@@ -18,6 +18,8 @@ peak memory is its own: "peak RSS" is ``resource.getrusage(RUSAGE_SELF).ru_maxrs
 end, and "over data" subtracts the resident size read from /proc/self/statm after the data
 were generated and before the estimator started. The vectorized estimator is also run at
 several chunk sizes to show that its extra memory follows the chunk, not n_train × n_test.
+"CPU s" is the child's user + system time over the measured call (both BLAS threads count),
+less sensitive than wall time to other jobs on a shared machine; the speed-up is wall time.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def child(spec: dict) -> dict:
     x_train, y_train, x_test, y_test = make_problem(spec["train"], spec["test"], spec["features"], spec["seed"])
     groups = groups_of(spec["train"], spec["groups"])
     before = resident_mib()
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     if spec["implementation"] == "loop":
         values = loop_reference(x_train, y_train, x_test, y_test, groups, spec["k"])
@@ -109,9 +112,11 @@ def child(spec: dict) -> dict:
         result = knn_ads(x_train, y_train, x_test, y_test, groups, k=spec["k"], chunk_size=spec["chunk"])
         values = result.instances.values.sort_index().to_numpy(float)
     seconds = time.perf_counter() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     np.save(spec["values_path"], values)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return {"seconds": seconds, "peak_mib": peak, "over_data_mib": peak - before}
+    return {"seconds": seconds, "cpu_seconds": cpu, "peak_mib": peak, "over_data_mib": peak - before}
 
 
 def measure(spec: dict) -> tuple[dict, np.ndarray]:
@@ -139,10 +144,15 @@ def main() -> None:
     base = {"train": args.train, "test": args.test, "features": args.features, "k": args.k, "seed": args.seed}
     print(f"problem: {args.train} training × {args.features} features, {args.test} test points, K = {args.k}, "
           f"10 classes, seed {args.seed}; each row a fresh process")
-    header = f"{'method':<12} {'implementation':<22} {'seconds':>9} {'peak RSS MiB':>13} {'over data MiB':>14} " \
-             f"{'speed-up':>9} {'max |Δ value|':>14}"
+    header = f"{'method':<12} {'implementation':<22} {'wall s':>7} {'CPU s':>7} {'peak RSS MiB':>13} " \
+             f"{'over data MiB':>14} {'speed-up':>9} {'max |Δ value|':>14}"
     print(header)
     print("-" * len(header))
+
+    def row(name: str, implementation: str, run: dict, speed_up: str, difference: str) -> None:
+        print(f"{name:<12} {implementation:<22} {run['seconds']:>7.2f} {run['cpu_seconds']:>7.2f} "
+              f"{run['peak_mib']:>13.0f} {run['over_data_mib']:>14.0f} {speed_up:>9} {difference:>14}")
+
     with tempfile.TemporaryDirectory() as scratch:
         for name, num_groups in (("KNN-ADS", 2), ("KNN-Shapley", 1)):
             runs = {}
@@ -152,18 +162,15 @@ def main() -> None:
                 runs[implementation] = measure(spec)
             (fast, fast_values), (slow, slow_values) = runs["vectorized"], runs["loop"]
             difference = float(np.max(np.abs(fast_values - slow_values)))
-            print(f"{name:<12} {'vectorized, chunk ' + str(args.chunk):<22} {fast['seconds']:>9.2f} "
-                  f"{fast['peak_mib']:>13.0f} {fast['over_data_mib']:>14.0f} "
-                  f"{slow['seconds'] / fast['seconds']:>8.1f}x {difference:>14.1e}")
-            print(f"{name:<12} {'loop per test point':<22} {slow['seconds']:>9.2f} {slow['peak_mib']:>13.0f} "
-                  f"{slow['over_data_mib']:>14.0f} {'1.0x':>9} {'':>14}")
+            row(name, f"vectorized, chunk {args.chunk}", fast, f"{slow['seconds'] / fast['seconds']:.1f}x",
+                f"{difference:.1e}")
+            row(name, "loop per test point", slow, "1.0x", "")
         for chunk in [int(c) for c in args.chunk_sweep.split(",") if c.strip()]:
             spec = base | {"groups": 2, "implementation": "vectorized", "chunk": chunk,
                            "values_path": os.path.join(scratch, f"sweep-{chunk}.npy")}
             run, values = measure(spec)
             difference = float(np.max(np.abs(values - runs_values_reference(scratch))))
-            print(f"{'KNN-ADS':<12} {'vectorized, chunk ' + str(chunk):<22} {run['seconds']:>9.2f} "
-                  f"{run['peak_mib']:>13.0f} {run['over_data_mib']:>14.0f} {'':>9} {difference:>14.1e}")
+            row("KNN-ADS", f"vectorized, chunk {chunk}", run, "", f"{difference:.1e}")
 
 
 def runs_values_reference(scratch: str) -> np.ndarray:
