@@ -4,7 +4,9 @@ Ordered instance groups σ = (C_1, ..., C_T), the KNN utility of
 :mod:`fedvalue.knn_utility` (normalized by K). Fix a test point x and a group t; let
 P = C_1 ∪ ... ∪ C_{t−1}, q_1, ..., q_m the members of C_t from nearest to farthest, a_i =
 1[y_{q_i} = y], b_j = 1[y of P's j-th nearest = y] (b_j = 0 beyond |P|), B_j = b_1 + ... + b_j,
-and c_i the number of P's instances before q_i in the order. By Lemma B.1 and Eq. 19 of
+and c_i the number of P's instances before q_i in the order (the total order of
+:mod:`fedvalue.knn_utility`: a P-instance at the same distance but a lower index counts,
+where the paper's strict inequality would not; so ties need no special case). By Lemma B.1 and Eq. 19 of
 [ADS] App. B.6 the number s of q_1..q_{i−1} that precede the pair {q_i, q_{i+1}} is uniform
 on {0, ..., i−1}, and regimes (15)–(17) give
 

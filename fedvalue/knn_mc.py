@@ -12,7 +12,8 @@ The permutations are drawn by :func:`fedvalue.ads.sample_ordered_permutations` a
 prefix utility is hits/(K·n_test), the float :class:`~fedvalue.knn_utility.KnnUtility`
 returns, so :func:`knn_mc_ads` gives bit for bit the values of
 ``fedvalue.ads(KnnUtility(...), groups, method="mc", seed=...)`` for the same seed.
-One group is MC-DS (Data Shapley, [ADS] Eq. 3).
+One group is MC-DS (Data Shapley, [ADS] Eq. 3). Memory: the permutations × n marginals (as
+``fedvalue.ads`` keeps them, for the same mean and standard error) plus a block's state.
 
 Truncation (``truncation_tolerance > 0``) is the rule of ``fedvalue.ads(method="tmc")``:
 in group t a permutation stops once |v(U_t) − v(prefix)| < tolerance and its remaining

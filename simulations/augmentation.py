@@ -54,18 +54,18 @@ BETTER = {"a": "higher", "b": "lower", "c": "lower", "d": "higher"}
 @dataclass(frozen=True)
 class AugmentationConfig:
     seed: int = 0
-    runs: int = 3
+    runs: int = 10
     dataset: str = "digits"
     mnist_path: str = ""
-    train_per_class: int = 30
-    test_per_class: int = 30
+    train_per_class: int = 50
+    test_per_class: int = 50
     rotation: float = 45.0
     shift: float = 0.0625
     scale: float = 0.1
     imbalance: float = 0.25
     smote_neighbors: int = 3
     k: int = 5
-    permutations: int = 300
+    permutations: int = 500
     max_fraction: float = 0.3
     fraction_steps: int = 6
 

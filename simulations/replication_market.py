@@ -46,8 +46,8 @@ class ReplicationMarketConfig:
     dataset: str = "digits"
     mnist_path: str = ""
     contributors: int = 10
-    train_per_class: int = 30
-    test_per_class: int = 30
+    train_per_class: int = 50
+    test_per_class: int = 50
     k: int = 5
     max_copies: int = 2
     rotation: float = 45.0
