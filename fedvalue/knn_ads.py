@@ -100,26 +100,34 @@ def totals_by(values: pd.Series, labels: Sequence[Hashable] | None, name: str) -
 
 
 def _group_values(order: np.ndarray, order_groups: np.ndarray, matches: np.ndarray, t: int,
-                  k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Thm 5.1 + base case for group t on a chunk: (members, φ), both chunk × m, nearest first."""
+                  k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Thm 5.1 + base case for group t on a chunk: (members, φ), both chunk × m, nearest
+    first, and the chunk's correct labels among the K nearest of C_1 ∪ ... ∪ C_t."""
     rows, n = order_groups.shape
     if t == 0 and np.all(order_groups[0] == 0):  # one group: no masks to apply
-        return order, _first_group_values(matches.astype(np.float64), k)
+        return order, _first_group_values(matches.astype(np.float64), k), int(matches[:, :k].sum())
     in_group = order_groups == t
     m = int(in_group[0].sum())
     members = order[in_group].reshape(rows, m)
     a = matches[in_group].reshape(rows, m).astype(np.float64)
     if t == 0:
-        return members, _first_group_values(a, k)
+        return members, _first_group_values(a, k), int(a[:, :k].sum())
     before = order_groups < t
-    c = np.cumsum(before, axis=1, dtype=np.int32)[in_group].reshape(rows, m).astype(np.int64)
+    earlier_count = np.cumsum(before, axis=1, dtype=np.int32)
+    c = earlier_count[in_group].reshape(rows, m).astype(np.int64)
     # B_0..B_K over P's K nearest (b_j = 0 beyond |P|).
     size_p = int(before[0].sum())
     b = np.zeros((rows, k), dtype=np.float64)
     first = min(k, size_p)
-    b[:, :first] = matches[before].reshape(rows, size_p)[:, :first]
+    b[:, :first] = matches[before & (earlier_count <= k)].reshape(rows, first)
     prefix = np.zeros((rows, k + 1), dtype=np.float64)
     np.cumsum(b, axis=1, out=prefix[:, 1:])
+    # The K nearest of P ∪ C_t: q_i is among them iff c_i + i ≤ K; P gives the rest.
+    head = min(k, m)
+    from_group = (c[:, :head] + np.arange(1, head + 1) <= k).sum(axis=1)
+    from_earlier = np.minimum(k, size_p + m) - from_group
+    hits = int((a[:, :head] * (np.arange(head) < from_group[:, None])).sum() + prefix[np.arange(rows),
+                                                                                          from_earlier].sum())
 
     phi = np.empty((rows, m), dtype=np.float64)
     n0 = np.maximum(np.minimum(m, k - c[:, -1]), 0)
@@ -143,7 +151,7 @@ def _group_values(order: np.ndarray, order_groups: np.ndarray, matches: np.ndarr
         steps = (n_b * (a_i - a_next) + n_c * a_i - displaced) / (i * k)
         # φ_i = φ_m + Σ_{j=i}^{m−1} (φ_j − φ_{j+1}): a reverse running sum, farthest first.
         phi[:, :width] += np.cumsum(steps[:, ::-1], axis=1)[:, ::-1]
-    return members, phi
+    return members, phi, hits
 
 
 def _first_group_values(a: np.ndarray, k: int) -> np.ndarray:
@@ -157,13 +165,6 @@ def _first_group_values(a: np.ndarray, k: int) -> np.ndarray:
         steps = (np.minimum(i, k) * (a[:, :-1] - a[:, 1:])) / (i * k)
         phi[:, :-1] = phi[:, -1:] + np.cumsum(steps[:, ::-1], axis=1)[:, ::-1]
     return phi
-
-
-def _prefix_hits(order_groups: np.ndarray, matches: np.ndarray, t: int, k: int) -> np.ndarray:
-    """Correct-label neighbours among the K nearest of C_1 ∪ ... ∪ C_t, per test point."""
-    inside = order_groups <= t
-    taken = inside & (np.cumsum(inside, axis=1) <= k)
-    return (matches & taken).sum(axis=1)
 
 
 def knn_ads(
@@ -227,9 +228,9 @@ def knn_ads(
         order_groups = group_of[order]
         matches = y_train[order] == y_test[rows, None]
         for t in range(num_groups):
-            members, phi = _group_values(order, order_groups, matches, t, k)
+            members, phi, group_hits = _group_values(order, order_groups, matches, t, k)
             totals += np.bincount(members.ravel(), weights=phi.ravel(), minlength=n_train)
-            hits[t + 1] += int(_prefix_hits(order_groups, matches, t, k).sum())
+            hits[t + 1] += group_hits
     values = totals / n_test
     prefix_utilities = hits / (k * n_test)
 
