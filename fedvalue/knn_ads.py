@@ -104,8 +104,6 @@ def _group_values(order: np.ndarray, order_groups: np.ndarray, matches: np.ndarr
     """Thm 5.1 + base case for group t on a chunk: (members, φ), both chunk × m, nearest
     first, and the chunk's correct labels among the K nearest of C_1 ∪ ... ∪ C_t."""
     rows, n = order_groups.shape
-    if t == 0 and np.all(order_groups[0] == 0):  # one group: no masks to apply
-        return order, _first_group_values(matches.astype(np.float64), k), int(matches[:, :k].sum())
     in_group = order_groups == t
     m = int(in_group[0].sum())
     members = order[in_group].reshape(rows, m)
@@ -162,8 +160,12 @@ def _first_group_values(a: np.ndarray, k: int) -> np.ndarray:
     phi[:, -1] = min(m, k) * a[:, -1] / (m * k)
     if m > 1:
         i = np.arange(1, m, dtype=np.int64)
-        steps = (np.minimum(i, k) * (a[:, :-1] - a[:, 1:])) / (i * k)
-        phi[:, :-1] = phi[:, -1:] + np.cumsum(steps[:, ::-1], axis=1)[:, ::-1]
+        weights = np.minimum(i, k) / (i * k)
+        # a is 0/1 (bool or float): the difference is −1, 0 or 1, times the weight.
+        steps = np.subtract(a[:, :-1], a[:, 1:], dtype=np.float64)
+        steps *= weights
+        phi[:, :-1] = np.cumsum(steps[:, ::-1], axis=1)[:, ::-1]
+        phi[:, :-1] += phi[:, -1:]
     return phi
 
 
@@ -225,8 +227,13 @@ def knn_ads(
     totals = np.zeros(n_train, dtype=np.float64)
     hits = np.zeros(num_groups + 1, dtype=np.int64)
     for rows, order in neighbour_orders(x_train, x_test, chunk_size):
-        order_groups = group_of[order]
         matches = y_train[order] == y_test[rows, None]
+        if num_groups == 1:  # KNN-Shapley: no group bookkeeping
+            phi = _first_group_values(matches, k)
+            totals += np.bincount(order.ravel(), weights=phi.ravel(), minlength=n_train)
+            hits[1] += int(matches[:, :k].sum())
+            continue
+        order_groups = group_of[order]
         for t in range(num_groups):
             members, phi, group_hits = _group_values(order, order_groups, matches, t, k)
             totals += np.bincount(members.ravel(), weights=phi.ravel(), minlength=n_train)
