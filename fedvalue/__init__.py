@@ -6,15 +6,24 @@ The accounting core: coalition games, Asymmetric Data Shapley (exact and Monte C
 
 from fedvalue.ads import MAX_EXACT_GROUP_SIZE, ads, exact_num_coalitions, mc_num_permutations
 from fedvalue.game import CoalitionGame
+from fedvalue.knn_ads import KnnValuation, knn_ads, knn_shapley
+from fedvalue.knn_mc import knn_loo, knn_mc_ads
+from fedvalue.knn_utility import KnnUtility
 from fedvalue.loo import loo
 from fedvalue.result import ValuationResult
 
 __all__ = [
     "MAX_EXACT_GROUP_SIZE",
     "CoalitionGame",
+    "KnnUtility",
+    "KnnValuation",
     "ValuationResult",
     "ads",
     "exact_num_coalitions",
+    "knn_ads",
+    "knn_loo",
+    "knn_mc_ads",
+    "knn_shapley",
     "loo",
     "mc_num_permutations",
 ]

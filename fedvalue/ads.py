@@ -286,6 +286,25 @@ def _exact_group(game: CoalitionGame, base: int, positions: np.ndarray) -> np.nd
     return values
 
 
+def sample_ordered_permutations(
+    sizes: Sequence[int], num_permutations: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Alg. 1, lines 5–8: ``num_permutations`` σ-respecting permutations, one per row.
+
+    Entry (s, j) is the column (in the concatenated group order) of the j-th player added
+    in permutation s. Shared with :mod:`fedvalue.knn_mc`, whose incremental MC must draw
+    the very same permutations for the same seed.
+    """
+    offsets = np.cumsum([0, *sizes[:-1]])
+    return np.concatenate(
+        [
+            offset + rng.permuted(np.tile(np.arange(size), (num_permutations, 1)), axis=1)
+            for offset, size in zip(offsets, sizes)
+        ],
+        axis=1,
+    )
+
+
 def _monte_carlo(
     game: CoalitionGame,
     group_positions: list[np.ndarray],
@@ -298,15 +317,7 @@ def _monte_carlo(
     """
     sizes = [len(p) for p in group_positions]
     n = sum(sizes)
-    # Column j of `order` is the within-group rank-ordered column index into the player list.
-    offsets = np.cumsum([0] + sizes[:-1])
-    order = np.concatenate(
-        [
-            offset + rng.permuted(np.tile(np.arange(size), (num_permutations, 1)), axis=1)
-            for offset, size in zip(offsets, sizes)
-        ],
-        axis=1,
-    )
+    order = sample_ordered_permutations(sizes, num_permutations, rng)
     positions = np.concatenate(group_positions)
     bit_positions = positions[order]
     if game.num_players <= 62:

@@ -10,11 +10,13 @@ import typing
 from collections.abc import Sequence
 
 from simulations.attacks import AttacksConfig
+from simulations.augmentation import AugmentationConfig
 from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.api import NoClientValued
 from simulations.noisy_clients import NoisyClientsConfig
 from simulations.procurement import PROCUREMENT_HELP, ProcurementConfig
 from simulations.reciprocity import ReciprocityConfig
+from simulations.replication_market import ReplicationMarketConfig
 from simulations.settings import saved_config
 from simulations.strategy_choices import STRATEGIES, STRATEGY_PARAMETERS
 from simulations.study import NoisyClientsStudyConfig
@@ -69,6 +71,21 @@ PARAMETER_HELP = {
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
     **{name: text for name, (_, text) in STRATEGY_PARAMETERS.items()},
     **PROCUREMENT_HELP,
+    # augmentation and replication-market ([ADS] §6.1)
+    "runs": "independent runs (seeds seed, seed+1, ...) averaged in the figure",
+    "train_per_class": "original training instances per class (breast-cancer: of the majority class)",
+    "test_per_class": "test instances per class (breast-cancer: of the majority class)",
+    "rotation": "augmentation: largest rotation in degrees (drawn uniformly in ±rotation)",
+    "shift": "augmentation: largest shift as a share of the image side",
+    "scale": "augmentation: zoom drawn uniformly in 1 ± scale",
+    "imbalance": "breast-cancer: minority count as a share of the majority count (train and test)",
+    "smote_neighbors": "breast-cancer: Borderline-SMOTE neighbours",
+    "k": "neighbours K of the KNN model and utility",
+    "permutations": "permutations of MC-ADS and MC-DS per run",
+    "max_fraction": "largest share of the synthetic instances removed or added",
+    "fraction_steps": "steps from 0 to max-fraction",
+    "contributors": "contributors sharing the originals",
+    "max_copies": "replication: the broker adds 1..max-copies exact copies of every original",
 }
 
 SIMULATIONS = {
@@ -78,6 +95,8 @@ SIMULATIONS = {
     "reciprocity-federated": FederatedReciprocityConfig,
     "attacks": AttacksConfig,
     "procurement": ProcurementConfig,
+    "augmentation": AugmentationConfig,
+    "replication-market": ReplicationMarketConfig,
 }
 #: Simulations whose --out is optional (tables are written there when given).
 OUT_OPTIONAL = ("reciprocity", "attacks")
@@ -185,6 +204,8 @@ def _run(args: argparse.Namespace) -> int:
         return _run_reciprocity(config, args, started)
     if args.simulation == "procurement":
         return _run_procurement(config, args, started)
+    if args.simulation in ("augmentation", "replication-market"):
+        return _run_synthetic_data(config, args, started)
     if args.simulation == "attacks":
         from simulations.attacks import format_table, run_attacks
 
@@ -280,6 +301,19 @@ def _run_procurement(config, args: argparse.Namespace, started: float) -> int:
     print(f"wrote {args.out} ({config.seeds} seeds × {len(config.rules)} rules × {config.stages} stages) in "
           f"{time.perf_counter() - started:.1f}s; see figure5.png, figure6.png and "
           f"`fedvalue audit {args.out}/seed-{config.first_seed}/{config.rules[0]}`")
+    return 0
+
+
+def _run_synthetic_data(config, args: argparse.Namespace, started: float) -> int:
+    """[ADS] §6.1: augmentation (Figure 2) and replication-market (Figure 3); no federation, no Ray."""
+    from simulations.augmentation import run_augmentation
+    from simulations.replication_market import run_replication_market
+
+    run = run_augmentation if args.simulation == "augmentation" else run_replication_market
+    table = run(config, args.out, overwrite=args.overwrite, on_stage=None if args.quiet else
+                lambda line: print(line, flush=True))
+    print(table)
+    print(f"done in {time.perf_counter() - started:.1f}s; tables and figure in {args.out}")
     return 0
 
 
