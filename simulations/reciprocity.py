@@ -26,7 +26,7 @@ individuals in the inference set only have inflows"), and has no self-influence:
     I_v = Σ_t (η/|Z|) Σ_{z∈Z} ∇ℓ_z(w_t) · ∇ℓ_v(w_t)         (v ∈ Z'),
 
 computed step by step by :func:`fedvalue.flows.tracin_round_flows` (the O(n·p) form of §4,
-the same core as the federated books) and accumulated in a :class:`fedvalue.flows.FlowBook`.
+the same core as the federated books) and accumulated in a :class:`fedvalue.flow_book.FlowBook`.
 
 **Averaging over splits** ("measuring reciprocity is only possible in expectation over
 random train/test splits ... we average measurements over 100 random splits"). With
@@ -57,7 +57,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedvalue.flows import FlowBook, tracin_round_flows
+from fedvalue.flow_book import FlowBook
+from fedvalue.flows import tracin_round_flows
 from fedvalue.reciprocity import ReciprocityReport, reciprocity
 
 __all__ = [

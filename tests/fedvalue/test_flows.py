@@ -30,8 +30,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from fedvalue.flow_book import FlowBook
 from fedvalue.flows import (
-    FlowBook,
     RoundFlows,
     flow_matrix,
     flows_from_arrays,
