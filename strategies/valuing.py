@@ -39,17 +39,16 @@ from fedvalue.rounds import (
     round_game,
     value_round,
 )
-from fedvalue.schema import PROBLEM_STATUSES
 from strategies.claims import ClaimReview, claim_rows
 from strategies.counterfactual import CounterfactualAggregator, RandomState
 from strategies.protocol import GRADIENT_KEY, NUM_EXAMPLES_KEY
+from strategies.intake import log_problems, reason, take_in
 from strategies.records import (
     ClientReply,
     InferenceGradient,
     arrays_to_numpy,
     numpy_to_arrays,
     partition_id_of,
-    read_reply,
     take_inference_gradient,
 )
 from strategies.sampling import PartitionSampler
@@ -342,24 +341,10 @@ class ValuingStrategy(Strategy):
         """
         random_state = RandomState.capture()
         server_round += self._round_offset
-        replies = list(replies)
-        gradients = dict(self._idle_gradients)
-        for message in replies:  # out before anything reads the reply: the inner strategy must not see it
-            gradient = take_inference_gradient(message)
-            if gradient is not None:
-                gradients[gradient.client_id] = gradient
-        records = [read_reply(m, self.weighted_by_key, self._node_to_client) for m in replies]
-        _mark_duplicate_ids(records)
-        _mark_inconsistent(records, self._start_arrays)
-        # Capped claims reach the books and the inner strategy alike, so v_t(I_t) stays U(A_t).
-        claim_flags = [] if self.claims is None else self.claims.review(records, self.weighted_by_key)
-        # A sampled client whose reply never came (timeout, lost worker) is booked, not forgotten.
-        replied = {r.node_id for r in records}
-        records += [
-            ClientReply(self._node_to_client.get(node, f"node-{node}"), node, "failed",
-                        error="no reply within the round's timeout")
-            for node in self._targets if node not in replied
-        ]
+        intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self._node_to_client,
+                         start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
+                         gradients=self._idle_gradients)
+        records, gradients, claim_flags = intake.records, intake.gradients, intake.claim_flags
         ok = [r for r in records if r.status == "ok"]
         pure = type(self.strategy) in PURE_WEIGHTED_MEAN
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
@@ -398,7 +383,7 @@ class ValuingStrategy(Strategy):
         round_row, ledger_rows = books.round_row, books.ledger_rows
         round_row["num_unaggregatable"] = 0 if aggregator is None else len(aggregator.unaggregatable)
         ledger_rows += claim_rows(server_round, claim_flags, self.noisy_clients)
-        _log_problems(server_round, records)
+        log_problems(server_round, records)
         if self.save_records:
             self._archive_round(server_round, records, accepted, gradients, pure)
         if self.ledger is not None:
@@ -470,43 +455,4 @@ class ValuingStrategy(Strategy):
         ok = record.status == "ok"
         num_examples = (int(record.weight) if ok and self.weighted_by_key == NUM_EXAMPLES_KEY
                         else record.metrics.get(NUM_EXAMPLES_KEY))
-        return ClientEntry(record.client_id, record.status, record.weight, num_examples, _reason(record))
-
-
-def _reason(record: ClientReply) -> str:
-    """Why a sampled client was not valued (empty for valued clients)."""
-    return record.error if record.status in PROBLEM_STATUSES else ""
-
-
-def _log_problems(server_round: int, records: list[ClientReply]) -> None:
-    """One log line per round naming every failed or rejected client and why."""
-    problems = [f"{r.client_id} {r.status} ({r.error})" for r in records if r.status in PROBLEM_STATUSES]
-    if problems:
-        log(logging.WARNING, "round %s: %d of %d sampled clients not valued: %s", server_round, len(problems),
-            len(records), "; ".join(problems))
-
-
-def _mark_inconsistent(records: list[ClientReply], start: Mapping[str, np.ndarray]) -> None:
-    """Replies Flower's aggregation would choke on are failed, not fatal: arrays whose keys or
-    shapes differ from the global model's, or metric keys that differ from the most common set."""
-    shapes = {k: np.shape(v) for k, v in start.items()}
-    for record in records:
-        if record.status in ("ok", "rejected") and {k: np.shape(v) for k, v in record.arrays.items()} != shapes:
-            record.status, record.error = "failed", "arrays do not match the global model's keys and shapes"
-    candidates = [r for r in records if r.status in ("ok", "rejected")]
-    key_sets = [tuple(sorted(r.metrics)) for r in candidates]
-    if key_sets:
-        common = max(dict.fromkeys(key_sets), key=key_sets.count)  # most common; first seen on ties
-        for record, keys in zip(candidates, key_sets):
-            if keys != common:
-                record.status, record.error = "failed", f"metric keys {list(keys)} differ from {list(common)}"
-
-
-def _mark_duplicate_ids(records: list[ClientReply]) -> None:
-    """A second reply claiming a client id already seen this round is not counted."""
-    seen = set()
-    for record in records:
-        if record.status == "ok" and record.client_id in seen:
-            record.status, record.error = "failed", f"duplicate reply for client {record.client_id}"
-        seen.add(record.client_id)
-
+        return ClientEntry(record.client_id, record.status, record.weight, num_examples, reason(record))
