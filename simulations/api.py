@@ -181,6 +181,7 @@ def simulate(
             noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
             save_records=save_records, **dict(valuation_options or {}),
         )
+        valuing.open_books()  # bad input surfaces here, before the engine starts
     except (TypeError, ValueError):
         if not resume:  # a rejected option leaves no half-made run behind
             shutil.rmtree(run_dir, ignore_errors=True)

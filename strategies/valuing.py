@@ -165,7 +165,10 @@ class ValuingStrategy(Strategy):
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
         if resume and run_dir is None:
             raise ValueError("resume: expected run_dir, the directory of the run to continue; got None.")
-        self.ledger = None if run_dir is None else LedgerWriter(run_dir, config=run_config, resume=resume)
+        # The run directory is written (or, resuming, rewound) by open_books(), not here.
+        self._run_dir, self._run_config, self._resume = run_dir, run_config, bool(resume)
+        self.ledger: LedgerWriter | None = None
+        self._books_open = False
         self.save_records = bool(save_records) and run_dir is not None
         self.checkpoint = bool(checkpoint) and run_dir is not None
         self.rounds: list[dict] = []
@@ -181,7 +184,23 @@ class ValuingStrategy(Strategy):
         self._pending_first_order: tuple[int, dict] | None = None
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
-        self._resumed_from: Checkpoint | None = self._restore() if resume else None
+        self._resumed_from: Checkpoint | None = None
+
+    def open_books(self) -> None:
+        """Create the run directory and its run.json, or, resuming, cut the directory back to
+        its last checkpoint and take the inner strategy, sampler and claim review from it.
+
+        :meth:`start` calls it; call it first to meet bad input (a changed configuration, a
+        directory without a checkpoint) before a simulation engine starts. Runs once.
+        """
+        if self._books_open:
+            return
+        self._books_open = True
+        if self._run_dir is None:
+            return
+        self.ledger = LedgerWriter(self._run_dir, config=self._run_config, resume=self._resume)
+        if self._resume:
+            self._resumed_from = self._restore()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -195,6 +214,7 @@ class ValuingStrategy(Strategy):
         one more gradient query at the final state gives the last round's first-order
         check its actual loss change.
         """
+        self.open_books()
         offset = 0 if self._resumed_from is None else self._resumed_from.round
         if offset >= num_rounds:
             raise ValueError(

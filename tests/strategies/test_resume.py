@@ -120,9 +120,9 @@ def test_resuming_a_finished_run_or_with_another_configuration_is_refused(tmp_pa
     other = functools.partial(make_strategy, tmp_path, resume=True)
     with pytest.raises(ValueError, match="resume: the run .* was started with experiment='resume'"):
         ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path), run_config={"experiment": "other"},
-                        resume=True)
+                        resume=True).open_books()  # constructors do no I/O: the books are opened here
     with pytest.raises(ValueError, match="resume: expected run_dir"):
         ValuingStrategy(FedAdam(), utility(), resume=True)
     with pytest.raises(ValueError, match="resume: expected a run directory holding run.json"):
-        ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path / "empty"), resume=True)
+        ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path / "empty"), resume=True).open_books()
     assert other() is not None
