@@ -327,3 +327,11 @@ if __name__ == "__main__":
     from simulations.attacks import main as _main
 
     sys.exit(_main())
+
+
+def cli_main(config: AttacksConfig, options) -> int:
+    """``fedvalue run attacks``: one run per attack and the table of what each got."""
+    table = run_attacks(config, options.out, overwrite=options.overwrite, on_run=options.say())
+    print(format_table(table))
+    print(f"done in {options.elapsed():.1f}s" + (f"; ledgers in {options.out}" if options.out else ""))
+    return 0

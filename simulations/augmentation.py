@@ -267,3 +267,11 @@ def prepare_out(out: str | Path, overwrite: bool) -> Path:
 
 
 __all__ = ["AugmentationConfig", "METHODS", "PANELS", "run_augmentation"]
+
+
+def cli_main(config, options) -> int:
+    """``fedvalue run augmentation``: the runs, the table and the figure."""
+    table = run_augmentation(config, options.out, overwrite=options.overwrite, on_stage=options.say())
+    print(table)
+    print(f"done in {options.elapsed():.1f}s; tables and figure in {options.out}")
+    return 0

@@ -9,17 +9,11 @@ import time
 import typing
 from collections.abc import Sequence
 
-from simulations.attacks import AttacksConfig
-from simulations.augmentation import AugmentationConfig
-from simulations.federated_reciprocity import FederatedReciprocityConfig
 from simulations.api import NoClientValued
-from simulations.noisy_clients import NoisyClientsConfig
-from simulations.procurement import PROCUREMENT_HELP, ProcurementConfig
-from simulations.reciprocity import ReciprocityConfig
-from simulations.replication_market import ReplicationMarketConfig
+from simulations.console import RunOptions, print_run_summary
+from simulations.registry import SIMULATIONS, Simulation
 from simulations.settings import saved_config
 from simulations.strategy_choices import STRATEGIES, STRATEGY_PARAMETERS
-from simulations.study import NoisyClientsStudyConfig
 
 PARAMETER_HELP = {
     "seed": "seed of everything random in the run (same seed, same ledger)",
@@ -70,7 +64,7 @@ PARAMETER_HELP = {
     "median_multiple": "claim review: cap at this multiple of the round's median claim",
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
     **{name: text for name, (_, text) in STRATEGY_PARAMETERS.items()},
-    **PROCUREMENT_HELP,
+    **{name: text for simulation in SIMULATIONS.values() for name, text in simulation.help.items()},
     # augmentation and replication-market ([ADS] §6.1)
     "runs": "independent runs (seeds seed, seed+1, ...) averaged in the figure",
     "train_per_class": "original training instances per class (breast-cancer: of the majority class)",
@@ -87,22 +81,6 @@ PARAMETER_HELP = {
     "contributors": "contributors sharing the originals",
     "max_copies": "replication: the broker adds 1..max-copies exact copies of every original",
 }
-
-SIMULATIONS = {
-    "noisy-clients": NoisyClientsConfig,
-    "noisy-clients-study": NoisyClientsStudyConfig,
-    "reciprocity": ReciprocityConfig,
-    "reciprocity-federated": FederatedReciprocityConfig,
-    "attacks": AttacksConfig,
-    "procurement": ProcurementConfig,
-    "augmentation": AugmentationConfig,
-    "replication-market": ReplicationMarketConfig,
-}
-#: Simulations whose --out is optional (tables are written there when given).
-OUT_OPTIONAL = ("reciprocity", "attacks")
-#: Simulations whose run can be continued with --resume DIR.
-RESUMABLE = ("noisy-clients", "reciprocity-federated")
-
 
 def _parse_tuple(kind):
     def parse(text: str):
@@ -132,9 +110,9 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
 
 def _simulations_epilog() -> str:
     lines = ["simulations and their parameters (fedvalue run SIMULATION --help for details):"]
-    for name, config_cls in SIMULATIONS.items():
+    for name, simulation in SIMULATIONS.items():
         lines.append(f"  {name}")
-        for f in dataclasses.fields(config_cls):
+        for f in dataclasses.fields(simulation.config):
             lines.append(f"      --{f.name.replace('_', '-')} (default {f.default})")
     return "\n".join(lines)
 
@@ -147,12 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     simulations = run.add_subparsers(dest="simulation", required=True, metavar="SIMULATION")
-    for name, config_cls in SIMULATIONS.items():
+    for name, simulation in SIMULATIONS.items():
+        config_cls = simulation.config
         sim = simulations.add_parser(name, help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
-        sim.add_argument("--out", required=name not in (*OUT_OPTIONAL, *RESUMABLE),
-                         help="output directory" + (" for the tables (optional)" if name in OUT_OPTIONAL
+        sim.add_argument("--out", required=not (simulation.out_optional or simulation.resumable),
+                         help="output directory" + (" for the tables (optional)" if simulation.out_optional
                                                     else " for the ledger"))
-        if name in RESUMABLE:
+        if simulation.resumable:
             sim.add_argument("--resume", metavar="DIR",
                              help="continue the run in DIR from its last completed round (its settings are "
                                   "read from DIR/run.json)")
@@ -169,65 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(total_rounds: int):
-    started = time.perf_counter()
-
-    def show(row: dict) -> None:
-        after = row["utility_after"]
-        after_text = "   -  " if after is None else f"{after:.4f}"
-        print(
-            f"round {row['round']}/{total_rounds}: {row['num_clients']} clients ({row['num_failed']} failed), "
-            f"utility {row['utility_before']:.4f} -> {after_text} (realized {row['utility_realized']:.4f}), "
-            f"{row['num_evaluations']} evaluations, valuation {row['valuation_seconds']:.2f}s, "
-            f"elapsed {time.perf_counter() - started:.1f}s",
-            flush=True,
-        )
-
-    return show
-
-
 def _run(args: argparse.Namespace) -> int:
-    from simulations.noisy_clients import run_noisy_clients
-
-    config_cls = SIMULATIONS[args.simulation]
+    simulation = SIMULATIONS[args.simulation]
     if getattr(args, "resume", None):
-        config = _config_for_resume(config_cls, args)
+        config = _config_for_resume(simulation.config, args)
         args.out = args.resume
     else:
-        if args.simulation in RESUMABLE and args.out is None:
+        if simulation.resumable and args.out is None:
             raise ValueError("out: expected --out DIR for the run's ledger (or --resume DIR to continue a run).")
-        config = config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
-    started = time.perf_counter()
-    if args.simulation == "noisy-clients-study":
-        return _run_study(config, args, started)
-    if args.simulation == "reciprocity":
-        return _run_reciprocity(config, args, started)
-    if args.simulation == "procurement":
-        return _run_procurement(config, args, started)
-    if args.simulation in ("augmentation", "replication-market"):
-        return _run_synthetic_data(config, args, started)
-    if args.simulation == "attacks":
-        from simulations.attacks import format_table, run_attacks
-
-        table = run_attacks(config, args.out, overwrite=args.overwrite,
-                            on_run=None if args.quiet else lambda line: print(line, flush=True))
-        print(format_table(table))
-        print(f"done in {time.perf_counter() - started:.1f}s" + (f"; ledgers in {args.out}" if args.out else ""))
-        return 0
-    progress = None if args.quiet else _progress(config.rounds)
-    if args.simulation == "reciprocity-federated":
-        from simulations.federated_reciprocity import run_federated_reciprocity
-
-        run = run_federated_reciprocity(config, args.out, on_round=progress, overwrite=args.overwrite,
-                                        resume=bool(args.resume))
-    else:
-        run = run_noisy_clients(config, args.out, on_round=progress, overwrite=args.overwrite,
-                                resume=bool(args.resume))
-    print(f"wrote {args.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
-          f"{time.perf_counter() - started:.1f}s; see `fedvalue report {args.out}`")
-    if run.first_order is not None:
-        _print_run_summary(run.run_summary())
-    return 0
+        config = simulation.config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(simulation.config)})
+    options = RunOptions(out=args.out, overwrite=args.overwrite, quiet=args.quiet,
+                         resume=bool(getattr(args, "resume", None)), started=time.perf_counter())
+    return simulation.main(config, options)
 
 
 def _config_for_resume(config_cls, args: argparse.Namespace):
@@ -261,94 +193,6 @@ def _saved_run_config(run_dir: str) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
-def _run_reciprocity(config, args: argparse.Namespace, started: float) -> int:
-    """[RECIP] §5.2: the centralized reproduction table (both datasets with --dataset all)."""
-    from pathlib import Path
-
-    from fedvalue.ledger import write_json
-    from simulations.reciprocity import format_table, run_centralized_reciprocity
-
-    from simulations.reciprocity import DATASETS
-
-    if config.dataset not in (*DATASETS, "all"):
-        raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")
-    datasets = list(DATASETS) if config.dataset == "all" else [config.dataset]
-    out = None if args.out is None else Path(args.out)
-    if out is not None and out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise ValueError(f"out: {out} already holds files; pass --overwrite to replace them or choose another "
-                         "directory.")
-    results = [run_centralized_reciprocity(dataclasses.replace(config, dataset=d)) for d in datasets]
-    print(format_table(*results))
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for result in results:
-            name = result.config.dataset
-            result.to_frame().to_csv(out / f"{name}-figures.csv")
-            result.individuals.to_csv(out / f"{name}-individuals.csv")
-            result.report.curve().to_csv(out / f"{name}-alpha-curve.csv", index=False)
-        write_json(out / "reciprocity.json", {"simulation": "reciprocity", "results": [r.to_dict() for r in results]})
-    print(f"done in {time.perf_counter() - started:.1f}s" + ("" if out is None else f"; tables in {out}"))
-    return 0
-
-
-def _run_procurement(config, args: argparse.Namespace, started: float) -> int:
-    """[ADS] §6.3: staged procurement over seeds, Figures 5 and 6 (simulations.procurement)."""
-    from simulations.procurement import headline, run_procurement_study
-
-    tables = run_procurement_study(config, args.out, overwrite=args.overwrite,
-                                   on_stage=None if args.quiet else lambda line: print(line, flush=True))
-    print(headline(tables))
-    print(f"wrote {args.out} ({config.seeds} seeds × {len(config.rules)} rules × {config.stages} stages) in "
-          f"{time.perf_counter() - started:.1f}s; see figure5.png, figure6.png and "
-          f"`fedvalue audit {args.out}/seed-{config.first_seed}/{config.rules[0]}`")
-    return 0
-
-
-def _run_synthetic_data(config, args: argparse.Namespace, started: float) -> int:
-    """[ADS] §6.1: augmentation (Figure 2) and replication-market (Figure 3); no federation, no Ray."""
-    from simulations.augmentation import run_augmentation
-    from simulations.replication_market import run_replication_market
-
-    run = run_augmentation if args.simulation == "augmentation" else run_replication_market
-    table = run(config, args.out, overwrite=args.overwrite, on_stage=None if args.quiet else
-                lambda line: print(line, flush=True))
-    print(table)
-    print(f"done in {time.perf_counter() - started:.1f}s; tables and figure in {args.out}")
-    return 0
-
-
-def _print_run_summary(summary: dict) -> None:
-    """The run-level figures (utility, efficiency, reciprocity, first-order check)."""
-    for key, value in summary.items():
-        text = f"{value:.4g}" if isinstance(value, float) else str(value)
-        print(f"  {key:<36}{text}")
-
-
-def _run_study(config, args: argparse.Namespace, started: float) -> int:
-    from simulations.study import run_study
-
-    result = run_study(config, args.out, overwrite=args.overwrite,
-                       on_run=None if args.quiet else lambda text: print(
-                           f"{text} (elapsed {time.perf_counter() - started:.1f}s)", flush=True))
-    accuracy, curve, metrics = result["accuracy"], result["detection"], result["metrics"]
-    last = accuracy[accuracy["round"] == accuracy["round"].max()]
-    print("final-round accuracy (mean over seeds):")
-    print(last.groupby(["k", "method"])["accuracy"].mean().unstack().to_string(float_format=lambda v: f"{v:.4f}"))
-    print("detection at j = 1 (share of a round's noisy clients found first):")
-    print(curve[curve["j"] == 1].set_index("method")["mean"].to_string(float_format=lambda v: f"{v:.3f}"))
-    print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    if "flagging" in result and result["flagging"] is not None and len(result["flagging"]):
-        print("online flagging (false-positive rate on clean runs, detection on noisy runs):")
-        columns = ["method", "kind", "threshold", "false_positive_rate", "detection_rate",
-                   "false_positive_rate_noisy_runs"]
-        print(result["flagging"][[c for c in columns if c in result["flagging"]]].to_string(
-            index=False, float_format=lambda v: f"{v:.3f}"))
-    timings = result["timings"]
-    print(f"wrote {args.out} ({timings['runs']} runs) in {time.perf_counter() - started:.1f}s: "
-          f"rounds {timings['rounds']:.1f}s of which valuation {timings['valuation']:.1f}s; see figure4.png")
-    return 0
-
-
 def _report(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -364,35 +208,26 @@ def _report(args: argparse.Namespace) -> int:
             print(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
                   f"clean {by_noise.get(False, float('nan')):.4f}")
     print("run:")
-    _print_run_summary(run.run_summary())
+    print_run_summary(run.run_summary())
     return 0
 
 
-def _utility_of_run(run_dir: str):
-    """The utility a run directory was valued with, rebuilt from its run.json (None when the
-    run was not made by a simulation of this CLI)."""
-    saved = _saved_run_config(run_dir) or {}
-    if saved.get("simulation") == "noisy-clients":
-        from simulations.noisy_clients import build
-
-        return build(saved_config(NoisyClientsConfig, saved, strict=False))[2]
-    if saved.get("simulation") == "reciprocity-federated":
-        from simulations.federated_reciprocity import build
-
-        return build(saved_config(FederatedReciprocityConfig, saved, strict=False))[1]
-    return None
+def _simulation_of_run(run_dir: str) -> Simulation | None:
+    """The simulation that made a run directory, from its run.json (None when none did)."""
+    return SIMULATIONS.get((_saved_run_config(run_dir) or {}).get("simulation"))
 
 
 def _audit(args: argparse.Namespace) -> int:
     from fedvalue.audit import audit_run
 
-    utility = None if args.no_recompute else _utility_of_run(args.run_dir)
+    simulation = None if args.no_recompute else _simulation_of_run(args.run_dir)
+    utility = None
+    if simulation is not None and simulation.utility_from_run is not None:
+        utility = simulation.utility_from_run(_saved_run_config(args.run_dir))
     report = audit_run(args.run_dir, tolerance=args.tolerance, utility=utility)
-    replayed = not args.no_recompute and (_saved_run_config(args.run_dir) or {}).get("simulation") == "procurement"
+    replayed = simulation is not None and simulation.replay_check is not None
     if replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
-        from simulations.procurement import replay_check
-
-        checks, problems = replay_check(args.run_dir)
+        checks, problems = simulation.replay_check(args.run_dir)
         report.checks += checks
         report.problems += problems
     for check in report.checks:

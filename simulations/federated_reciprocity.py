@@ -29,7 +29,7 @@ from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import load_dataset, partition_iid
 from simulations.models import make_linear_model
-from simulations.settings import check_integers, check_numbers
+from simulations.settings import check_integers, check_numbers, saved_config
 from strategies import PartitionSampler
 from strategies.protocol import train_config
 
@@ -152,3 +152,17 @@ def run_federated_reciprocity(
         max_parallel_clients=config.max_parallel_clients or None,
         ray_address=config.ray_address or None,
     )
+
+
+def cli_main(config: FederatedReciprocityConfig, options) -> int:
+    """``fedvalue run reciprocity-federated``: run (or resume) and print the run's figures."""
+    from simulations.console import print_federated_run, round_progress
+
+    run = run_federated_reciprocity(config, options.out, on_round=None if options.quiet else
+                                    round_progress(config.rounds), overwrite=options.overwrite, resume=options.resume)
+    return print_federated_run(run, options)
+
+
+def utility_from_run(saved: dict):
+    """The utility a saved reciprocity-federated run was valued with (for the audit)."""
+    return build(saved_config(FederatedReciprocityConfig, saved, strict=False))[1]

@@ -233,3 +233,17 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         max_parallel_clients=config.max_parallel_clients or None,
         ray_address=config.ray_address or None,
     )
+
+
+def cli_main(config: NoisyClientsConfig, options) -> int:
+    """``fedvalue run noisy-clients``: run (or resume) and print one line per round."""
+    from simulations.console import print_federated_run, round_progress
+
+    run = run_noisy_clients(config, options.out, on_round=None if options.quiet else round_progress(config.rounds),
+                            overwrite=options.overwrite, resume=options.resume)
+    return print_federated_run(run, options)
+
+
+def utility_from_run(saved: dict):
+    """The utility a saved noisy-clients run was valued with (for the audit)."""
+    return build(saved_config(NoisyClientsConfig, saved, strict=False))[2]

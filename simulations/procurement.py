@@ -337,3 +337,13 @@ def replay_check(run_dir: str | Path) -> tuple[list[str], list[str]]:
     checks = [] if problems else [f"replayed seed {seed} under rule {rule!r}: every ledger row and stage "
                                   f"figure equal ({len(booked)} rows, {len(rounds)} stages)"]
     return checks, problems
+
+
+def cli_main(config: ProcurementConfig, options) -> int:
+    """``fedvalue run procurement``: staged procurement over seeds, Figures 5 and 6."""
+    tables = run_procurement_study(config, options.out, overwrite=options.overwrite, on_stage=options.say())
+    print(headline(tables))
+    print(f"wrote {options.out} ({config.seeds} seeds × {len(config.rules)} rules × {config.stages} stages) in "
+          f"{options.elapsed():.1f}s; see figure5.png, figure6.png and "
+          f"`fedvalue audit {options.out}/seed-{config.first_seed}/{config.rules[0]}`")
+    return 0

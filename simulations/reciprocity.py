@@ -365,3 +365,30 @@ def format_table(*results: CentralizedReciprocityResult) -> str:
             lines.append(f"  {metric:<24}{row['measured']:>12.4g}{paper:>10}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def cli_main(config: ReciprocityConfig, options) -> int:
+    """``fedvalue run reciprocity``: the centralized reproduction table (both datasets with --dataset all)."""
+    from pathlib import Path
+
+    from fedvalue.ledger import write_json
+
+    if config.dataset not in (*DATASETS, "all"):
+        raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")
+    datasets = list(DATASETS) if config.dataset == "all" else [config.dataset]
+    out = None if options.out is None else Path(options.out)
+    if out is not None and out.exists() and any(out.iterdir()) and not options.overwrite:
+        raise ValueError(f"out: {out} already holds files; pass --overwrite to replace them or choose another "
+                         "directory.")
+    results = [run_centralized_reciprocity(dataclasses.replace(config, dataset=d)) for d in datasets]
+    print(format_table(*results))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for result in results:
+            name = result.config.dataset
+            result.to_frame().to_csv(out / f"{name}-figures.csv")
+            result.individuals.to_csv(out / f"{name}-individuals.csv")
+            result.report.curve().to_csv(out / f"{name}-alpha-curve.csv", index=False)
+        write_json(out / "reciprocity.json", {"simulation": "reciprocity", "results": [r.to_dict() for r in results]})
+    print(f"done in {options.elapsed():.1f}s" + ("" if out is None else f"; tables in {out}"))
+    return 0

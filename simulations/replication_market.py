@@ -193,3 +193,11 @@ def plot(totals: pd.DataFrame, path: Path) -> None:
 
 
 __all__ = ["ReplicationMarketConfig", "run_replication_market"]
+
+
+def cli_main(config, options) -> int:
+    """``fedvalue run replication-market``: the runs, the table and the figure."""
+    table = run_replication_market(config, options.out, overwrite=options.overwrite, on_stage=options.say())
+    print(table)
+    print(f"done in {options.elapsed():.1f}s; tables and figure in {options.out}")
+    return 0

@@ -319,3 +319,27 @@ def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[in
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def cli_main(config: NoisyClientsStudyConfig, options) -> int:
+    """``fedvalue run noisy-clients-study``: run every seed and print the study's tables."""
+    result = run_study(config, options.out, overwrite=options.overwrite,
+                       on_run=None if options.quiet else lambda text: print(
+                           f"{text} (elapsed {options.elapsed():.1f}s)", flush=True))
+    accuracy, curve, metrics = result["accuracy"], result["detection"], result["metrics"]
+    last = accuracy[accuracy["round"] == accuracy["round"].max()]
+    print("final-round accuracy (mean over seeds):")
+    print(last.groupby(["k", "method"])["accuracy"].mean().unstack().to_string(float_format=lambda v: f"{v:.4f}"))
+    print("detection at j = 1 (share of a round's noisy clients found first):")
+    print(curve[curve["j"] == 1].set_index("method")["mean"].to_string(float_format=lambda v: f"{v:.3f}"))
+    print(metrics.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if "flagging" in result and result["flagging"] is not None and len(result["flagging"]):
+        print("online flagging (false-positive rate on clean runs, detection on noisy runs):")
+        columns = ["method", "kind", "threshold", "false_positive_rate", "detection_rate",
+                   "false_positive_rate_noisy_runs"]
+        print(result["flagging"][[c for c in columns if c in result["flagging"]]].to_string(
+            index=False, float_format=lambda v: f"{v:.3f}"))
+    timings = result["timings"]
+    print(f"wrote {options.out} ({timings['runs']} runs) in {options.elapsed():.1f}s: "
+          f"rounds {timings['rounds']:.1f}s of which valuation {timings['valuation']:.1f}s; see figure4.png")
+    return 0

@@ -1,0 +1,59 @@
+"""What ``fedvalue run`` prints while and after a simulation runs (shared by the simulations)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line passes a simulation besides its config."""
+
+    out: str | None
+    overwrite: bool = False
+    quiet: bool = False
+    resume: bool = False
+    started: float = 0.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def say(self) -> Callable[[str], None] | None:
+        """A progress printer, or None when quiet."""
+        return None if self.quiet else (lambda line: print(line, flush=True))
+
+
+def round_progress(total_rounds: int) -> Callable[[dict], None]:
+    """One line per committed round of a federated run."""
+    started = time.perf_counter()
+
+    def show(row: dict) -> None:
+        after = row["utility_after"]
+        after_text = "   -  " if after is None else f"{after:.4f}"
+        print(
+            f"round {row['round']}/{total_rounds}: {row['num_clients']} clients ({row['num_failed']} failed), "
+            f"utility {row['utility_before']:.4f} -> {after_text} (realized {row['utility_realized']:.4f}), "
+            f"{row['num_evaluations']} evaluations, valuation {row['valuation_seconds']:.2f}s, "
+            f"elapsed {time.perf_counter() - started:.1f}s",
+            flush=True,
+        )
+
+    return show
+
+
+def print_run_summary(summary: dict) -> None:
+    """The run-level figures (utility, efficiency, reciprocity, first-order check)."""
+    for key, value in summary.items():
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"  {key:<36}{text}")
+
+
+def print_federated_run(run, options: RunOptions) -> int:
+    """The closing lines of a federated run (its summary when flows were booked)."""
+    print(f"wrote {options.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
+          f"{options.elapsed():.1f}s; see `fedvalue report {options.out}`")
+    if run.first_order is not None:
+        print_run_summary(run.run_summary())
+    return 0
