@@ -25,21 +25,22 @@ import numpy as np  # noqa: E402
 
 from clients.behaviours import flip_labels  # noqa: E402
 from clients.training import get_model_arrays, set_model_arrays, train_locally  # noqa: E402
+from fedvalue.ads import AdsSettings  # noqa: E402
 from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean  # noqa: E402
 from fedvalue.utilities import TorchModelUtility  # noqa: E402
 from simulations.data import load_dataset, partition_iid, split_holdout  # noqa: E402
 from simulations.models import make_mlp  # noqa: E402
 
 ESTIMATORS = {
-    "exact": {"ads_method": "exact"},
-    "mc (m*)": {"ads_method": "mc"},
-    "mc, stderr<=0.005": {"ads_method": "mc", "stderr_target": 0.005},
-    "mc, stderr<=0.01": {"ads_method": "mc", "stderr_target": 0.01},
-    "mc, stderr<=0.02": {"ads_method": "mc", "stderr_target": 0.02},
-    "tmc, tol 1e-3": {"ads_method": "tmc", "truncation_tolerance": 1e-3},
-    "tmc, tol 5e-3": {"ads_method": "tmc", "truncation_tolerance": 5e-3},
-    "tmc, tol 2e-2": {"ads_method": "tmc", "truncation_tolerance": 2e-2},
-    "tmc 5e-3 + stderr<=0.01": {"ads_method": "tmc", "truncation_tolerance": 5e-3, "stderr_target": 0.01},
+    "exact": {"method": "exact"},
+    "mc (m*)": {"method": "mc"},
+    "mc, stderr<=0.005": {"method": "mc", "stderr_target": 0.005},
+    "mc, stderr<=0.01": {"method": "mc", "stderr_target": 0.01},
+    "mc, stderr<=0.02": {"method": "mc", "stderr_target": 0.02},
+    "tmc, tol 1e-3": {"method": "tmc", "truncation_tolerance": 1e-3},
+    "tmc, tol 5e-3": {"method": "tmc", "truncation_tolerance": 5e-3},
+    "tmc, tol 2e-2": {"method": "tmc", "truncation_tolerance": 2e-2},
+    "tmc 5e-3 + stderr<=0.01": {"method": "tmc", "truncation_tolerance": 5e-3, "stderr_target": 0.01},
 }
 
 
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, options in ESTIMATORS.items():
             game = fedavg_round_game(ids, state, clients, weights, utility)
             started = time.perf_counter()
-            result = value_round(game, ("ads",), seed=np.random.default_rng([0, n]), **options).results["ads"]
+            result = value_round(game, ("ads",), AdsSettings(**options),
+                                 seed=np.random.default_rng([0, n])).results["ads"]
             seconds = time.perf_counter() - started
             if exact is None:
                 exact = result.values

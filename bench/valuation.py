@@ -111,7 +111,7 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
 
     if threads:
         torch.set_num_threads(threads)
-    from fedvalue.ads import ads
+    from fedvalue.ads import AdsSettings, ads
     from fedvalue.game import CoalitionGame
     from fedvalue.loo import loo
     from fedvalue.rounds import fedavg_round_game, value_round
@@ -154,7 +154,7 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
     else:
         utility = TorchModelUtility(model, x, y)
         game = fedavg_round_game(ids, start, clients, weights, utility)
-        valuation = value_round(game, ("ads", "loo"), ads_method="exact")
+        valuation = value_round(game, ("ads", "loo"), AdsSettings(method="exact"))
         ads_values = valuation.results["ads"].values.to_numpy()
         loo_values = valuation.results["loo"].values.to_numpy()
         evaluations = game.num_evaluations

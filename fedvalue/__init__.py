@@ -4,7 +4,7 @@ The accounting core: coalition games, Asymmetric Data Shapley (exact and Monte C
 [ADS]) and within-round leave-one-out. Pure numpy/pandas: never imports flwr or ray.
 """
 
-from fedvalue.ads import MAX_EXACT_GROUP_SIZE, ads, exact_num_coalitions, mc_num_permutations
+from fedvalue.ads import MAX_EXACT_GROUP_SIZE, AdsSettings, ads, exact_num_coalitions, mc_num_permutations
 from fedvalue.game import CoalitionGame
 from fedvalue.knn_ads import KnnValuation, knn_ads, knn_shapley
 from fedvalue.knn_mc import knn_loo, knn_mc_ads
@@ -14,6 +14,7 @@ from fedvalue.result import ValuationResult
 
 __all__ = [
     "MAX_EXACT_GROUP_SIZE",
+    "AdsSettings",
     "CoalitionGame",
     "KnnUtility",
     "KnnValuation",

@@ -41,8 +41,10 @@ working.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -108,6 +110,47 @@ def exact_num_coalitions(groups: Sequence[Sequence[Hashable]]) -> int:
     return 1 + sum((1 << len(group)) - 1 for group in groups)
 
 
+@dataclass(frozen=True)
+class AdsSettings:
+    """The ADS estimator's settings, checked once when made and passed whole (to
+    :func:`ads`, :func:`fedvalue.rounds.value_round`, the valuing strategy and the round
+    records the audit reads). See :func:`ads` for what each one means."""
+
+    method: Method = "auto"
+    epsilon: float = 0.1
+    delta: float = 0.05
+    r: float = 1.0
+    max_evaluations: int | None = None
+    truncation_tolerance: float = 1e-3
+    stderr_target: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in ("auto", "exact", "mc", "tmc"):
+            raise ValueError(f"method: expected 'auto', 'exact', 'mc' or 'tmc'; got {self.method!r}.")
+        tolerance, target = self.truncation_tolerance, self.stderr_target
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
+                or not tolerance >= 0 or not math.isfinite(tolerance):
+            raise ValueError(f"truncation_tolerance: expected a finite number ≥ 0; got {tolerance!r}.")
+        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                                   or not target > 0 or not math.isfinite(target)):
+            raise ValueError(f"stderr_target: expected a finite number > 0 or None; got {target!r}.")
+        check_positive("epsilon", self.epsilon)
+        check_open_unit("delta", self.delta)
+        check_positive("r", self.r)
+        if self.max_evaluations is not None and (
+            isinstance(self.max_evaluations, bool)
+            or not isinstance(self.max_evaluations, (int, np.integer))
+            or self.max_evaluations < 1
+        ):
+            raise ValueError(
+                f"max_evaluations: expected a positive integer or None; got {self.max_evaluations!r}."
+            )
+
+    def as_keywords(self) -> dict:
+        """The settings as :func:`ads` takes them."""
+        return dataclasses.asdict(self)
+
+
 def ads(
     utility: Utility | CoalitionGame,
     groups: Sequence[Sequence[Hashable]],
@@ -157,25 +200,8 @@ def ads(
         per-group ``efficiency_gaps``.
     """
     groups = validate_groups(groups)
-    if method not in ("auto", "exact", "mc", "tmc"):
-        raise ValueError(f"method: expected 'auto', 'exact', 'mc' or 'tmc'; got {method!r}.")
-    if isinstance(truncation_tolerance, bool) or not isinstance(truncation_tolerance, (int, float)) \
-            or not truncation_tolerance >= 0 or not math.isfinite(truncation_tolerance):
-        raise ValueError(f"truncation_tolerance: expected a finite number ≥ 0; got {truncation_tolerance!r}.")
-    if stderr_target is not None and (isinstance(stderr_target, bool) or not isinstance(stderr_target, (int, float))
-                                      or not stderr_target > 0 or not math.isfinite(stderr_target)):
-        raise ValueError(f"stderr_target: expected a finite number > 0 or None; got {stderr_target!r}.")
-    check_positive("epsilon", epsilon)
-    check_open_unit("delta", delta)
-    check_positive("r", r)
-    if max_evaluations is not None and (
-        isinstance(max_evaluations, bool)
-        or not isinstance(max_evaluations, (int, np.integer))
-        or max_evaluations < 1
-    ):
-        raise ValueError(
-            f"max_evaluations: expected a positive integer or None; got {max_evaluations!r}."
-        )
+    AdsSettings(method=method, epsilon=epsilon, delta=delta, r=r, max_evaluations=max_evaluations,  # the checks
+                truncation_tolerance=truncation_tolerance, stderr_target=stderr_target)
     rng = check_seed(seed)
 
     players = [p for group in groups for p in group]

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedvalue.ads import AdsSettings
 from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import (
@@ -289,8 +290,8 @@ def _recompute_round(record, utility: ArraysUtility) -> dict:
     if ok:
         game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
                                  [record.weights[c] for c in ok], utility)
-        valuation = value_round(game, meta["methods"], seed=np.random.default_rng([int(meta["seed"]), record.round]),
-                                **meta["valuation"])
+        valuation = value_round(game, meta["methods"], AdsSettings(**meta["valuation"]),
+                                seed=np.random.default_rng([int(meta["seed"]), record.round]))
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_seed
+from fedvalue.ads import AdsSettings
 from fedvalue.ledger import LedgerWriter
 from fedvalue.rounds import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
 from fedvalue.selection import top_k
@@ -170,7 +171,7 @@ def procure_stage(
     valuation = None
     if methods:
         # Exact ADS: a stage holds a handful of offers, and 2^n fine-tunes are the paper's protocol.
-        valuation = value_round(game, methods, ads_method="exact")
+        valuation = value_round(game, methods, AdsSettings(method="exact"))
     if rule == "random":
         if pick_rng is None:
             raise ValueError("pick_rng: expected a numpy Generator for rule 'random'; got None.")

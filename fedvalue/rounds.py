@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedvalue.ads import ads
+from fedvalue.ads import AdsSettings, ads
 from fedvalue.game import CoalitionGame
 from fedvalue.loo import loo
 from fedvalue.result import ValuationResult
@@ -190,21 +190,18 @@ def round_game(
 def value_round(
     game: CoalitionGame,
     methods: Sequence[str] = VALUATION_METHODS,
+    settings: AdsSettings | None = None,
     *,
-    ads_method: str = "auto",
-    epsilon: float = 0.1,
-    delta: float = 0.05,
-    r: float = 1.0,
     seed: int | np.random.Generator | None = None,
-    max_evaluations: int | None = None,
-    truncation_tolerance: float = 1e-3,
-    stderr_target: float | None = None,
 ) -> RoundValuation:
-    """Within-round ADS (one group I_t, Eq. 10) and LOO on one shared cache.
+    """Within-round ADS (one group I_t, Eq. 10) with ``settings`` and LOO on one shared cache.
 
     ``utility_before`` is v_t(∅) = U(A_{t−1}); ``utility_after`` is v_t(I_t), which for
     FedAvg is U(A_t), the realized next state.
     """
+    settings = AdsSettings() if settings is None else settings
+    if not isinstance(settings, AdsSettings):
+        raise TypeError(f"settings: expected a fedvalue.ads.AdsSettings or None; got {type(settings).__name__}.")
     unknown = [m for m in methods if m not in VALUATION_METHODS]
     if unknown:
         raise ValueError(
@@ -214,11 +211,7 @@ def value_round(
     players = list(game.players)
     results: dict[str, ValuationResult] = {}
     if "ads" in methods:
-        results["ads"] = ads(
-            game, [players], method=ads_method, epsilon=epsilon, delta=delta, r=r,
-            seed=seed, max_evaluations=max_evaluations, truncation_tolerance=truncation_tolerance,
-            stderr_target=stderr_target,
-        )
+        results["ads"] = ads(game, [players], seed=seed, **settings.as_keywords())
     if "loo" in methods:
         results["loo"] = loo(game, players)
     before, after = game.values([0, game.full_mask])

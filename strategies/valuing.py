@@ -27,6 +27,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import log
 
+from fedvalue.ads import AdsSettings
 from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.flows import RoundFlows, fedavg_round_flows
@@ -152,9 +153,10 @@ class ValuingStrategy(Strategy):
         self.utility = utility
         self.methods = tuple(methods)
         self.sampler = sampler
-        self.valuation_options = dict(ads_method=ads_method, epsilon=epsilon, delta=delta, r=r,
-                                      max_evaluations=max_evaluations, truncation_tolerance=truncation_tolerance,
-                                      stderr_target=stderr_target)
+        # Checked here, once, and passed whole to every round's valuation and round record.
+        self.ads_settings = AdsSettings(method=ads_method, epsilon=epsilon, delta=delta, r=r,
+                                        max_evaluations=max_evaluations, truncation_tolerance=truncation_tolerance,
+                                        stderr_target=stderr_target)
         self.seed = int(seed)
         self.noisy_clients = None if noisy_clients is None else frozenset(noisy_clients)
         if claims is not None and not callable(getattr(claims, "review", None)):
@@ -271,7 +273,7 @@ class ValuingStrategy(Strategy):
             accepted=[r.client_id for r in records if r.status == "ok" and r.client_id in accepted],
             gradients={c: g.gradient for c, g in gradients.items()} if self.flows else {},
             losses={c: g.loss for c, g in gradients.items()} if self.flows else {},
-            meta={"methods": list(self.methods), "valuation": self.valuation_options, "seed": self.seed,
+            meta={"methods": list(self.methods), "valuation": self.ads_settings.as_keywords(), "seed": self.seed,
                   "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
                   "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                   "reject_non_finite": self.reject_non_finite, "selection": self.books_selection},
@@ -429,8 +431,7 @@ class ValuingStrategy(Strategy):
         else:
             game = round_game(ids, self._start_arrays, aggregator, self.utility,
                               batch_utility=getattr(self.utility, "batch", None))
-        return value_round(game, self.methods, seed=np.random.default_rng([self.seed, server_round]),
-                           **self.valuation_options)
+        return value_round(game, self.methods, self.ads_settings, seed=np.random.default_rng([self.seed, server_round]))
 
     def select(self, server_round: int, ok: list[ClientReply], valuation: RoundValuation,
                gradients: Mapping[object, InferenceGradient]) -> set:

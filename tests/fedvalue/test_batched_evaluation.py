@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedvalue.ads import AdsSettings
 from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
 from fedvalue.utilities import TorchModelUtility
 from simulations.models import make_mlp
@@ -301,7 +302,7 @@ def test_round_game_cache_counts_the_distinct_coalitions(ads_method, options):
         return values(masks)
 
     game.values = recording
-    valuation = value_round(game, ("ads", "loo"), ads_method=ads_method, seed=0, **options)
+    valuation = value_round(game, ("ads", "loo"), AdsSettings(method=ads_method, **options), seed=0)
     distinct = set(requested)
     assert valuation.num_evaluations == game.num_cached == len(distinct) <= 2**6
     if ads_method == "exact" or options.get("epsilon") == 0.05:

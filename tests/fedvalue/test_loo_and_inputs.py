@@ -163,3 +163,20 @@ def test_result_frame_and_gap():
     assert frame.loc["c", "value"] == pytest.approx(9 - 4)
     assert result.prefix_utilities == (0.0, 4.0, 9.0)
     assert math.isnan(fedvalue.loo(square, ["a", "b"]).max_efficiency_gap)
+
+
+def test_ads_settings_are_checked_once_when_made_and_cannot_change():
+    import dataclasses
+
+    from fedvalue import AdsSettings
+
+    with pytest.raises(ValueError, match="method: expected 'auto', 'exact', 'mc' or 'tmc'; got 'bogus'"):
+        AdsSettings(method="bogus")
+    with pytest.raises(ValueError, match="stderr_target: expected a finite number > 0 or None"):
+        AdsSettings(stderr_target=0.0)
+    with pytest.raises(ValueError, match="max_evaluations: expected a positive integer or None"):
+        AdsSettings(max_evaluations=0)
+    settings = AdsSettings(method="mc", epsilon=0.2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.epsilon = 0.5
+    assert AdsSettings(**settings.as_keywords()) == settings  # the round record's round trip

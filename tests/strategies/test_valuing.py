@@ -227,3 +227,8 @@ def test_wrapper_bad_input(utility):
         ValuingStrategy(object(), utility)
     with pytest.raises(ValueError, match="methods: expected a subset"):
         ValuingStrategy(FedAvg(), utility, methods=("ads", "banzhaf"))
+
+
+def test_bad_estimator_settings_are_refused_when_the_strategy_is_made(utility):
+    with pytest.raises(ValueError, match="delta: "):
+        ValuingStrategy(FedAvg(), utility, delta=1.5)
