@@ -60,8 +60,6 @@ class CoalitionGame:
     ----------
     num_evaluations : int
         Real utility evaluations so far (cache hits excluded).
-    num_lookups : int
-        Coalition values requested so far (cache hits included).
     """
 
     def __init__(
@@ -107,7 +105,6 @@ class CoalitionGame:
         self._batch_utility = batch_utility
         self._cache: dict[int, float] = {}
         self.num_evaluations = 0
-        self.num_lookups = 0
 
     @property
     def num_players(self) -> int:
@@ -138,9 +135,6 @@ class CoalitionGame:
         """Player ids of a bitmask."""
         return frozenset(p for k, p in enumerate(self.players) if (mask >> k) & 1)
 
-    def is_cached(self, mask: int) -> bool:
-        return int(mask) in self._cache
-
     @property
     def num_cached(self) -> int:
         """Distinct coalitions evaluated so far."""
@@ -157,7 +151,6 @@ class CoalitionGame:
         request gives a deterministic sequence of utility calls.
         """
         masks = [int(m) for m in masks]
-        self.num_lookups += len(masks)
         missing = list(dict.fromkeys(m for m in masks if m not in self._cache))
         if missing:
             self._evaluate(missing)

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.archive import replace_durably
-from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_over_rounds, reciprocity_ratio
+from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_ratio
 from fedvalue.schema import CLIENT_STATUSES, LEDGER_COLUMNS, ROUND_COLUMNS
 
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
@@ -321,11 +321,6 @@ def run_summary(run: Run, *, p: float = DEFAULT_P) -> dict:
         summary["flow_balance_gap"] = float(totals["inflow"].sum() - totals["outflow"].sum())
         summary.update(first_order_error(run.first_order))
     return summary
-
-
-def reciprocity_by_round(run: Run, *, p: float = DEFAULT_P) -> pd.DataFrame:
-    """Reciprocity on the cumulative flows after each round ([RECIP] §5.1, Fig. 1c)."""
-    return reciprocity_over_rounds(flow_rounds(run.ledger), p=p)
 
 
 def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:

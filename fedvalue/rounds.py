@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -144,7 +144,6 @@ class RoundValuation:
     utility_before: float
     utility_after: float
     seconds: float
-    extra: dict = field(default_factory=dict)
 
     @property
     def num_evaluations(self) -> int:

@@ -72,7 +72,7 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
         found.restore()
 
 
-def prepare_run_dir(out: str | os.PathLike, config: Mapping, *, overwrite: bool = False) -> Path:
+def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Create ``out``; refuse a directory that already holds a run unless ``overwrite``."""
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -182,7 +182,7 @@ def simulate(
             raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
                              "has none.")
     else:
-        run_dir = prepare_run_dir(out, config, overwrite=overwrite)
+        run_dir = prepare_run_dir(out, overwrite=overwrite)
     try:
         valuing = ValuingStrategy(
             strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,

@@ -23,23 +23,19 @@ The table has, per attack, the attacker's totals over the rounds (ADS, LOO, Trac
 outflow and inflow) next to the mean total of the honest clients, the final held-out
 accuracy and its change against ``none``, and the claim flags booked.
 
-Why not :func:`simulations.api.simulate`: it starts Ray once per call (about 15 s here)
-and takes no claim review; like :mod:`simulations.study`, one engine serves every run
-here, the clients reading the attack from the ``data-key`` of the train config.
+One engine serves every run (as in :mod:`simulations.study`; :func:`simulations.api.simulate`
+starts one per call), the clients reading the attack from the ``data-key`` of the train config.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -239,7 +235,7 @@ def run_attacks(
         with tempfile.TemporaryDirectory(prefix="fedvalue-attacks-") as scratch:
             return run_attacks(config, scratch, on_run=on_run, overwrite=True)
     run_config = {"simulation": "attacks", **config.as_dict(), "versions": package_versions()}
-    out_dir = prepare_run_dir(out, run_config, overwrite=overwrite)
+    out_dir = prepare_run_dir(out, overwrite=overwrite)
     write_json(out_dir / "run.json", run_config)
     config_json = json.dumps(config.as_dict(), sort_keys=True)
     train, holdout, _ = _prepared(config.seed, config.num_clients, config.holdout_fraction)
@@ -294,39 +290,6 @@ def run_attacks(
 def format_table(table: pd.DataFrame) -> str:
     """The table as printed: attacker vs honest mean per book, accuracy and its change."""
     return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m simulations.attacks [--out DIR] [--rounds N] ...``: run and print the table."""
-    parser = argparse.ArgumentParser(prog="python -m simulations.attacks", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", help="directory for attacks.csv and the ledgers (default: a temporary one)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a measurement already in --out")
-    for field in dataclasses.fields(AttacksConfig):
-        kind = type(field.default)
-        parse = (lambda text: tuple(p.strip() for p in text.split(",") if p.strip())) if kind is tuple else kind
-        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, type=parse, default=field.default,
-                            metavar=field.name.upper(), help=f"(default: {field.default})")
-    args = parser.parse_args(argv)
-    config = AttacksConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(AttacksConfig)})
-    try:
-        check(config)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    table = run_attacks(config, args.out, overwrite=args.overwrite, on_run=lambda line: print(line, flush=True))
-    print(format_table(table))
-    print(f"({config.num_clients} clients, {config.rounds} rounds, attacker {config.attacker}, utility "
-          f"{config.utility}; {time.perf_counter() - started:.0f}s"
-          + (f"; ledgers in {Path(args.out)}" if args.out else "") + ")")
-    return 0
-
-
-if __name__ == "__main__":
-    # Run the importable module, not __main__: Ray unpickles the client loader by module name.
-    from simulations.attacks import main as _main
-
-    sys.exit(_main())
 
 
 def cli_main(config: AttacksConfig, options) -> int:

@@ -44,7 +44,7 @@ server_app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     config, out = config_from_run_config(dict(context.run_config))
     _, model_factory, utility, noisy = build(config)
-    run_dir = prepare_run_dir(out, config.as_dict(), overwrite=True)
+    run_dir = prepare_run_dir(out, overwrite=True)
     strategy = ValuingStrategy(
         build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir), methods=config.methods,
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),

@@ -193,7 +193,7 @@ def run_procurement_study(config: ProcurementConfig, out: str | Path, *, overwri
     from simulations.api import package_versions, prepare_run_dir
 
     _check(config)
-    out_dir = prepare_run_dir(out, {"simulation": "procurement"}, overwrite=overwrite)
+    out_dir = prepare_run_dir(out, overwrite=overwrite)
     write_json(out_dir / "run.json", {"simulation": "procurement-study", **config.as_dict(),
                                       "versions": package_versions()})
     started = time.perf_counter()

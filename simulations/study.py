@@ -156,7 +156,7 @@ def run_study(
     for seed in seeds:
         build(_base(config, seed))  # every seed's input is checked before Ray starts
     study_config = {"simulation": "noisy-clients-study", **dataclasses.asdict(config), "versions": package_versions()}
-    out_dir = prepare_run_dir(out, study_config, overwrite=overwrite)
+    out_dir = prepare_run_dir(out, overwrite=overwrite)
     write_json(out_dir / "run.json", study_config)
     timings = {"valuation": 0.0, "rounds": 0.0, "runs": 0}
     accuracy_rows: list[dict] = []

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from strategies.protocol import CLIENT_RECORD_KEY, GRADIENT_KEY, INFERENCE_LOSS_KEY, PARTITION_ID_KEY
 
@@ -121,7 +121,3 @@ def take_inference_gradient(message: Message) -> InferenceGradient | None:
     if not all(np.isfinite(g).all() for g in gradient.values()):
         return None
     return InferenceGradient(client_id, gradient, float(loss))
-
-
-def config_to_dict(config: ConfigRecord | MetricRecord | None) -> dict:
-    return {} if config is None else dict(config)

@@ -58,7 +58,7 @@ def test_exact_equals_permutation_form_property(sizes, seed):
 
 # --- closed forms ------------------------------------------------------------------------
 
-def test_issue_example_square_game():
+def test_square_game_gives_equal_shares():
     result = fedvalue.ads(lambda s: float(len(s) ** 2), [["a", "b", "c"]], method="exact")
     np.testing.assert_allclose(result.values.to_numpy(), [3.0, 3.0, 3.0])
     assert result.num_evaluations == 8
