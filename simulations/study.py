@@ -54,7 +54,7 @@ from simulations.api import package_versions, prepare_run_dir
 from simulations.engine import run_flower_simulation
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from simulations.settings import check_integers
-from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy
+from strategies import PartitionSampler, Replay, ReplaySampler, ValuingStrategy
 from strategies.protocol import train_config
 from strategies.records import numpy_to_arrays
 
@@ -213,10 +213,10 @@ def run_study(
                         if ranking == "random":
                             accepted = _random_acceptance(sampled, k, seed)
                         retrained = timed_start(
-                            TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=k, score="random",
-                                          preset=accepted, methods=(), sampler=ReplaySampler(sampled), seed=seed,
-                                          noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
-                                          run_config={"seed": seed, "k": k, "ranking": ranking}),
+                            ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, acceptance=Replay(accepted),
+                                            methods=(), sampler=ReplaySampler(sampled), seed=seed,
+                                            noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
+                                            run_config={"seed": seed, "k": k, "ranking": ranking}),
                             grid, initial, config_record())
                         accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
                                               "accuracy": r["utility_realized"]} for r in retrained.rounds)

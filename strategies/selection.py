@@ -1,77 +1,13 @@
-"""Score-driven client selection as Flower strategies ([ADS] §6.2, App. C.2).
+"""Replaying a scored run's sampling: the retrain protocol of [ADS] §6.2, App. C.2.
 
-:class:`TopKSelection` is a :class:`~strategies.ValuingStrategy` that, every round,
-lets every sampled client train, values the round, and hands the inner strategy only
-the top-k updates by a within-round score: the realized state moves with the accepted
-clients, and the ledger books ``selected`` (1/0) per client and round. With
-``preset`` it replays a given acceptance per round instead (the paper's retrain
-protocol, with :class:`ReplaySampler` replaying the scored run's clients).
+:class:`ReplaySampler` samples in each round exactly the clients a scored run sampled;
+with the acceptance policy :class:`~strategies.acceptance.Replay` of that run's accepted
+clients, a retrain starts from the same initial model with only the clients a score kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-
-import numpy as np
-
-from fedvalue.selection import top_k
-from strategies.valuing import ValuingStrategy
-
-SCORES = ("ads", "loo", "tracin_outflow", "random")
-
-
-class TopKSelection(ValuingStrategy):
-    """Aggregate only the k best updates of each round by ``score``.
-
-    Parameters
-    ----------
-    strategy, utility
-        As :class:`~strategies.ValuingStrategy`; all its keywords are accepted.
-    k
-        Updates aggregated per round (all when fewer clients replied).
-    score
-        ``"ads"`` or ``"loo"`` (must be among ``methods``), ``"tracin_outflow"``
-        (needs ``flows=True``: outflow if every reply were aggregated) or ``"random"``
-        (seeded by ``seed`` and the round).
-    preset
-        ``{round: client ids}`` to accept instead of scoring (retrain protocol).
-    """
-
-    books_selection = True
-
-    def __init__(self, strategy, utility, *, k: int, score: str = "ads",
-                 preset: Mapping[int, Collection] | None = None, **kwargs) -> None:
-        super().__init__(strategy, utility, **kwargs)
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k: expected a positive integer; got {k!r}.")
-        if score not in SCORES:
-            raise ValueError(f"score: expected one of {list(SCORES)}; got {score!r}.")
-        if preset is None and score in ("ads", "loo") and score not in self.methods:
-            raise ValueError(f"score: {score!r} needs methods to include it; methods are {list(self.methods)}.")
-        if preset is None and score == "tracin_outflow" and not self.flows:
-            raise ValueError("score: 'tracin_outflow' needs flows=True.")
-        sampler = kwargs.get("sampler")
-        if sampler is not None and getattr(sampler, "clients_per_round", k) < k:
-            raise ValueError(f"k: expected at most the {sampler.clients_per_round} clients sampled per round; got {k}.")
-        self.k = int(k)
-        self.score = score
-        self.preset = None if preset is None else {int(t): {str(c) for c in ids} for t, ids in preset.items()}
-
-    def select(self, server_round, ok, valuation, gradients) -> set:
-        order = [r.client_id for r in ok]
-        if self.preset is not None:
-            chosen = self.preset.get(server_round, set())
-            return {c for c in order if str(c) in chosen}
-        if self.score == "random":
-            rng = np.random.default_rng([self.seed, server_round, 1])
-            picked = rng.choice(len(order), size=min(self.k, len(order)), replace=False)
-            return {order[i] for i in picked}
-        if self.score == "tracin_outflow":
-            scores = self.outflows_if_all_aggregated(ok, gradients)
-        else:
-            values = valuation.results[self.score].values
-            scores = {c: float(values[c]) for c in order}
-        return set(top_k(scores, self.k, order))
+from collections.abc import Mapping, Sequence
 
 
 class ReplaySampler:

@@ -40,6 +40,7 @@ from fedvalue.rounds import (
     round_game,
     value_round,
 )
+from strategies.acceptance import AcceptAll, Acceptance
 from strategies.claims import ClaimReview, claim_rows
 from strategies.counterfactual import CounterfactualAggregator, RandomState
 from strategies.protocol import GRADIENT_KEY, NUM_EXAMPLES_KEY
@@ -107,6 +108,11 @@ class ValuingStrategy(Strategy):
     checkpoint
         With ``run_dir``: after each round commits, save A_t and the server's state (the
         inner strategy, the sampler, pending checks; pickled) so the run can resume.
+    acceptance
+        Which valid replies the inner strategy aggregates (:mod:`strategies.acceptance`):
+        every one (default), the top k by a score (:class:`~strategies.acceptance.TopK`) or a
+        replayed plan (:class:`~strategies.acceptance.Replay`); the last two book
+        ``selected`` rows.
     resume
         Continue the run in ``run_dir`` from its last checkpoint: tables are cut back to
         the last committed round, the inner strategy and sampler are restored from the
@@ -141,6 +147,7 @@ class ValuingStrategy(Strategy):
         save_records: bool = True,
         checkpoint: bool = True,
         resume: bool = False,
+        acceptance: Acceptance | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -180,6 +187,12 @@ class ValuingStrategy(Strategy):
         self._node_to_client: dict[int, int] = {}
         self.flows = bool(flows)
         self.reject_non_finite = bool(reject_non_finite)
+        self.acceptance = AcceptAll() if acceptance is None else acceptance
+        if not callable(getattr(self.acceptance, "accept", None)):
+            raise TypeError(f"acceptance: expected an acceptance policy (strategies.TopK, Replay, AcceptAll); got "
+                            f"{type(acceptance).__name__}.")
+        self.acceptance.check(methods=self.methods, flows=self.flows,
+                              clients_per_round=getattr(sampler, "clients_per_round", None))
         self._targets: list[int] = []
         self._idle_gradients: dict = {}
         # Round t's predicted loss changes, checked against the losses reported in round t + 1.
@@ -276,7 +289,7 @@ class ValuingStrategy(Strategy):
             meta={"methods": list(self.methods), "valuation": self.ads_settings.as_keywords(), "seed": self.seed,
                   "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
                   "weighted_by_key": self.weighted_by_key, "flows": self.flows,
-                  "reject_non_finite": self.reject_non_finite, "selection": self.books_selection},
+                  "reject_non_finite": self.reject_non_finite, "selection": self.acceptance.books_selection},
         ))
 
     # -- delegation -------------------------------------------------------------------------
@@ -375,7 +388,9 @@ class ValuingStrategy(Strategy):
             {r.client_id: r.message for r in records if r.status in ("ok", "rejected")},
             self._start_arrays, random_state)
         valuation = self._value(server_round, ok, aggregator) if ok else None
-        accepted = self.select(server_round, ok, valuation, gradients) if ok else set()
+        accepted = self.acceptance.accept(
+            server_round, [r.client_id for r in ok], valuation, seed=self.seed,
+            outflows=lambda: self.outflows_if_all_aggregated(ok, gradients)) if ok else set()
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
         passed = [r.message for r in records
                   if (r.status == "ok" and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
@@ -394,7 +409,7 @@ class ValuingStrategy(Strategy):
             replies={r.client_id: r.arrays for r in records if r.status in ("ok", "rejected")},
             accepted=accepted, realized=realized, utility=self.utility, aggregate=aggregator,
             gradients={c: g.gradient for c, g in gradients.items()} if self.flows else None,
-            noisy_clients=self.noisy_clients, book_selection=self.books_selection,
+            noisy_clients=self.noisy_clients, book_selection=self.acceptance.books_selection,
         )
         if books.flows is not None:
             predicted = books.flows.predicted_loss_change()
@@ -432,14 +447,6 @@ class ValuingStrategy(Strategy):
             game = round_game(ids, self._start_arrays, aggregator, self.utility,
                               batch_utility=getattr(self.utility, "batch", None))
         return value_round(game, self.methods, self.ads_settings, seed=np.random.default_rng([self.seed, server_round]))
-
-    def select(self, server_round: int, ok: list[ClientReply], valuation: RoundValuation,
-               gradients: Mapping[object, InferenceGradient]) -> set:
-        """Client ids whose updates the inner strategy aggregates (here: every valid reply)."""
-        return {r.client_id for r in ok}
-
-    #: Whether the ledger books a ``selected`` row (1/0) per client and round.
-    books_selection = False
 
     def _flows_of(self, aggregated: list[ClientReply],
                   gradients: Mapping[object, InferenceGradient]) -> tuple[RoundFlows, frozenset]:

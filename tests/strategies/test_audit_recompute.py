@@ -18,7 +18,7 @@ from flwr.serverapp.strategy import FedAvg, FedAvgM
 from fedvalue.archive import read_round_record, round_record_paths, write_round_record
 from fedvalue.audit import audit_run
 from fedvalue.ledger import ROUND_COLUMNS, chain_hash, csv_lines, genesis_hash
-from strategies import PartitionSampler, TopKSelection, ValuingStrategy
+from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.records import numpy_to_arrays
 
 from .inprocess import InProcessGrid, set_server_identity
@@ -115,8 +115,8 @@ def test_a_changed_saved_reply_is_caught(tmp_path, fedavg_run):
 def test_selection_and_rejected_replies_are_recomputed(tmp_path, linear_utility):
     run_dir = tmp_path / "topk"
     grid = InProcessGrid(NODE_OF.values(), nan_handler({2: float("nan")}))
-    TopKSelection(FedAvg(fraction_evaluate=0.0), linear_utility, k=2, score="ads", run_dir=str(run_dir),
-                  sampler=PartitionSampler(5, seed=0)).start(grid, linear_initial_arrays(), num_rounds=2, timeout=10)
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), linear_utility, acceptance=TopK(2, "ads"), run_dir=str(run_dir),
+                    sampler=PartitionSampler(5, seed=0)).start(grid, linear_initial_arrays(), num_rounds=2, timeout=10)
     report = audit_run(run_dir, utility=linear_utility)
     assert report.ok, report.problems
     assert any("recomputed every value of 2 rounds" in c for c in report.checks)

@@ -12,7 +12,7 @@ from fedvalue.flagging import FlaggingRule
 from fedvalue.ledger import load_run
 from fedvalue.rounds import weighted_mean
 from fedvalue.selection import retrain_plan, top_k
-from strategies import PartitionSampler, ReplaySampler, TopKSelection, ValuingStrategy, ValueWeightedSampler
+from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 
 from .inprocess import InProcessGrid
@@ -34,8 +34,8 @@ def test_top_k_keeps_the_highest_and_breaks_ties_by_reply_order():
 
 def test_in_round_acceptance_aggregates_exactly_the_top_k_updates(tmp_path, utility):
     grid = InProcessGrid(NODE_OF.values(), make_handler())
-    strategy = TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=2, score="ads", run_dir=str(tmp_path),
-                             sampler=PartitionSampler(4, seed=3))
+    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, acceptance=TopK(2, "ads"),
+                               run_dir=str(tmp_path), sampler=PartitionSampler(4, seed=3))
     result = strategy.start(grid, initial_arrays(), num_rounds=3, timeout=10)
     ledger = load_run(tmp_path).ledger
     train = [m for m in grid.sent if m.metadata.message_type == MessageType.TRAIN]
@@ -66,8 +66,8 @@ def test_retrain_protocol_with_k_equal_to_the_round_reproduces_the_scored_run(tm
         InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=3, timeout=10)
     scored = load_run(scored_dir)
     sampled, accepted = retrain_plan(scored.ledger, "ads", k=3)
-    TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=3, preset=accepted, run_dir=str(retrain_dir),
-                  sampler=ReplaySampler(sampled)).start(
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, acceptance=Replay(accepted), run_dir=str(retrain_dir),
+                    sampler=ReplaySampler(sampled)).start(
         InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=3, timeout=10)
     retrained = load_run(retrain_dir)
     books = retrained.ledger[retrained.ledger["method"] != "selected"].reset_index(drop=True)
@@ -83,8 +83,8 @@ def test_retrain_with_top_1_moves_with_that_client_only(tmp_path, utility):
         InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=1, timeout=10)
     sampled, accepted = retrain_plan(load_run(scored_dir).ledger, "loo", k=1)
     grid = InProcessGrid(NODE_OF.values(), make_handler())
-    result = TopKSelection(FedAvg(fraction_evaluate=0.0), utility, k=1, preset=accepted,
-                           sampler=ReplaySampler(sampled)).start(grid, initial_arrays(), num_rounds=1, timeout=10)
+    result = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, acceptance=Replay(accepted),
+                             sampler=ReplaySampler(sampled)).start(grid, initial_arrays(), num_rounds=1, timeout=10)
     only = int(accepted[1][0])
     trained, _, _ = local_training(arrays_to_numpy(initial_arrays()), only)
     for key, value in arrays_to_numpy(result.arrays).items():
@@ -93,13 +93,13 @@ def test_retrain_with_top_1_moves_with_that_client_only(tmp_path, utility):
 
 def test_selection_inputs_are_checked(utility):
     with pytest.raises(ValueError, match="k: expected at most the 2 clients sampled per round; got 3"):
-        TopKSelection(FedAvg(), utility, k=3, sampler=PartitionSampler(2))
+        ValuingStrategy(FedAvg(), utility, acceptance=TopK(3), sampler=PartitionSampler(2))
     with pytest.raises(ValueError, match="score: expected one of"):
-        TopKSelection(FedAvg(), utility, k=1, score="shapley")
+        TopK(1, score="shapley")
     with pytest.raises(ValueError, match="needs methods to include it"):
-        TopKSelection(FedAvg(), utility, k=1, score="loo", methods=("ads",))
+        ValuingStrategy(FedAvg(), utility, acceptance=TopK(1, "loo"), methods=("ads",))
     with pytest.raises(ValueError, match="needs flows=True"):
-        TopKSelection(FedAvg(), utility, k=1, score="tracin_outflow")
+        ValuingStrategy(FedAvg(), utility, acceptance=TopK(1, "tracin_outflow"))
     with pytest.raises(ValueError, match="method: expected one of the ledger's methods"):
         retrain_plan(pd.DataFrame({"round": [1], "client_id": ["0"], "method": ["ads"], "value": [0.1],
                                    "status": ["ok"]}), "loo", 1)
@@ -155,8 +155,8 @@ def test_in_round_selection_by_tracin_outflow_keeps_the_largest_outflow_if_all_w
     from . import test_flow_books as fb
 
     grid = fb.client_app_grid(fb.load_client)
-    strategy = TopKSelection(FedAvg(fraction_evaluate=0.0), fb.utility(), k=2, score="tracin_outflow", flows=True,
-                             methods=("ads",), run_dir=str(tmp_path), sampler=PartitionSampler(4, seed=5))
+    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), fb.utility(), acceptance=TopK(2, "tracin_outflow"),
+                               flows=True, methods=("ads",), run_dir=str(tmp_path), sampler=PartitionSampler(4, seed=5))
     train_config = ConfigRecord({"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0})
     strategy.start(grid, numpy_to_arrays(fb.initial_state()), num_rounds=2, timeout=60, train_config=train_config)
     ledger = load_run(tmp_path).ledger

@@ -1,0 +1,108 @@
+"""Which valid replies of a round the inner strategy aggregates: acceptance policies.
+
+Every sampled client trains and the round is valued; the policy then decides which of the
+valid replies the inner strategy aggregates, so the realized state moves with the accepted
+clients ([ADS] §6.2, App. C.2: top-k selection by within-round scores and the retrain
+protocol). A policy is passed to :class:`~strategies.ValuingStrategy` as ``acceptance``:
+
+* :class:`AcceptAll` (the default): every valid reply.
+* :class:`TopK`: the k best by ``"ads"`` or ``"loo"`` (they must be among the strategy's
+  methods), ``"tracin_outflow"`` (outflow as if every reply were aggregated; needs
+  ``flows=True``) or ``"random"`` (seeded by the run's seed and the round).
+* :class:`Replay`: a given acceptance per round (the retrain protocol, with
+  :class:`~strategies.sampling.ReplaySampler` replaying the scored run's clients).
+
+Policies other than AcceptAll book a ``selected`` row (1/0) per client and round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from fedvalue.rounds import RoundValuation
+from fedvalue.selection import top_k
+
+SCORES = ("ads", "loo", "tracin_outflow", "random")
+
+
+class Acceptance(Protocol):
+    """What the valuing strategy asks of an acceptance policy."""
+
+    #: Whether the ledger books a ``selected`` row (1/0) per client and round.
+    books_selection: bool
+
+    def check(self, *, methods: Sequence[str], flows: bool, clients_per_round: int | None) -> None:
+        """Refuse a policy the strategy cannot honour (ValueError naming the parameter)."""
+
+    def accept(self, server_round: int, clients: Sequence[Hashable], valuation: RoundValuation | None, *,
+               seed: int, outflows: Callable[[], Mapping[Hashable, float]]) -> set:
+        """The accepted clients among ``clients`` (the round's valid replies, in reply order)."""
+
+
+class AcceptAll:
+    """Every valid reply is aggregated (plain valuation, nothing booked as selected)."""
+
+    books_selection = False
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        return None
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows) -> set:
+        return set(clients)
+
+
+class TopK:
+    """The ``k`` best valid replies of each round by ``score`` (module docstring)."""
+
+    books_selection = True
+
+    def __init__(self, k: int, score: str = "ads") -> None:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k: expected a positive integer; got {k!r}.")
+        if score not in SCORES:
+            raise ValueError(f"score: expected one of {list(SCORES)}; got {score!r}.")
+        self.k = int(k)
+        self.score = score
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        if self.score in ("ads", "loo") and self.score not in methods:
+            raise ValueError(f"score: {self.score!r} needs methods to include it; methods are {list(methods)}.")
+        if self.score == "tracin_outflow" and not flows:
+            raise ValueError("score: 'tracin_outflow' needs flows=True.")
+        if clients_per_round is not None and clients_per_round < self.k:
+            raise ValueError(f"k: expected at most the {clients_per_round} clients sampled per round; got {self.k}.")
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows) -> set:
+        order = list(clients)
+        if self.score == "random":
+            rng = np.random.default_rng([seed, server_round, 1])
+            picked = rng.choice(len(order), size=min(self.k, len(order)), replace=False)
+            return {order[i] for i in picked}
+        if self.score == "tracin_outflow":
+            scores = outflows()
+        else:
+            values = valuation.results[self.score].values
+            scores = {c: float(values[c]) for c in order}
+        return set(top_k(scores, self.k, order))
+
+    def __repr__(self) -> str:
+        return f"TopK(k={self.k}, score={self.score!r})"
+
+
+class Replay:
+    """Accept in round t exactly the clients ``plan[t]`` names (ids compared as text)."""
+
+    books_selection = True
+
+    def __init__(self, plan: Mapping[int, Collection]) -> None:
+        self.plan = {int(t): {str(c) for c in ids} for t, ids in plan.items()}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        return None
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows) -> set:
+        chosen = self.plan.get(server_round, set())
+        return {c for c in clients if str(c) in chosen}
