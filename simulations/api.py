@@ -36,6 +36,7 @@ from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
 from simulations.engine import run_flower_simulation
 from strategies import PartitionSampler, ValuingStrategy
+from strategies.acceptance import Acceptance
 from strategies.claims import ClaimReview
 from strategies.counterfactual import RandomState
 from strategies.records import numpy_to_arrays
@@ -120,6 +121,7 @@ def simulate(
     reject_non_finite: bool = True,
     query_timeout: float = 120.0,
     checkpoint: bool = True,
+    acceptance: Acceptance | None = None,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -151,8 +153,9 @@ def simulate(
     client_mods
         Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
         ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
-    claims, reject_non_finite, query_timeout, checkpoint
-        As :class:`strategies.ValuingStrategy` takes them (claim review, NaN/inf replies
+    claims, reject_non_finite, query_timeout, checkpoint, acceptance
+        As :class:`strategies.ValuingStrategy` takes them (``acceptance``: top-k selection or
+        a replayed plan, :mod:`strategies.acceptance`) (claim review, NaN/inf replies
         kept out, seconds to wait for partition ids and gradients, checkpoints for resume).
 
     Raises
@@ -188,7 +191,8 @@ def simulate(
             strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
             noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
             save_records=save_records, claims=claims, reject_non_finite=reject_non_finite,
-            query_timeout=query_timeout, checkpoint=checkpoint, **dict(valuation_options or {}),
+            query_timeout=query_timeout, checkpoint=checkpoint, acceptance=acceptance,
+            **dict(valuation_options or {}),
         )
         valuing.open_books()  # bad input surfaces here, before the engine starts
     except (TypeError, ValueError):

@@ -3,13 +3,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from fedvalue.flagging import FlaggingRule
 
 SCHEDULES = ("random", "even")
+
+
+class Sampler(Protocol):
+    """Chooses each round's clients by partition id (what ValuingStrategy's ``sampler`` is)."""
+
+    clients_per_round: int
+
+    def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
+        """The partition ids to train in ``server_round``, out of those connected."""
+
+
+@runtime_checkable
+class LearningSampler(Protocol):
+    """A sampler that also reads each round's ledger rows (value-weighted sampling)."""
+
+    def observe(self, ledger_rows: Sequence[Mapping]) -> None:
+        """Take in one committed round's ledger rows."""
 
 
 class PartitionSampler:

@@ -53,7 +53,7 @@ from strategies.records import (
     partition_id_of,
     take_inference_gradient,
 )
-from strategies.sampling import PartitionSampler
+from strategies.sampling import LearningSampler, Sampler
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
 PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
@@ -128,7 +128,7 @@ class ValuingStrategy(Strategy):
         *,
         run_dir: str | None = None,
         methods: Sequence[str] = VALUATION_METHODS,
-        sampler: PartitionSampler | None = None,
+        sampler: Sampler | None = None,
         ads_method: str = "auto",
         epsilon: float = 0.1,
         delta: float = 0.05,
@@ -425,7 +425,7 @@ class ValuingStrategy(Strategy):
             self._archive_round(server_round, records, accepted, gradients, pure)
         if self.ledger is not None:
             self.ledger.write_round(round_row, ledger_rows)
-        if hasattr(self.sampler, "observe"):
+        if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
         if self.checkpoint:  # after everything the next round depends on has seen this one
             write_checkpoint(self.ledger.run_dir, server_round, realized, self._server_state())
