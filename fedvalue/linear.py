@@ -17,15 +17,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedvalue._scoring import FastScores, scoring
-
-if TYPE_CHECKING:
-    from fedvalue.utilities import TorchModelUtility
 
 #: Modules without parameters that may precede the first linear layer.
 PARAMETER_FREE = (torch.nn.Flatten, torch.nn.Identity, torch.nn.Dropout)
@@ -48,7 +44,8 @@ class LinearStates:
     #: States combined per matmul (memory: chunk × batch_size × first-layer width floats).
     chunk = 16
 
-    def __init__(self, utility: TorchModelUtility, basis: Sequence[Mapping[str, np.ndarray]]) -> None:
+    def __init__(self, utility, basis: Sequence[Mapping[str, np.ndarray]]) -> None:
+        # utility: the fedvalue.utilities.TorchModelUtility that built this (not imported: it imports us).
         if len(basis) == 0:
             raise ValueError("basis: expected at least one state; got none.")
         self.utility = utility

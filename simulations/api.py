@@ -25,21 +25,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context
+from flwr.app import ConfigRecord
 from flwr.clientapp.typing import Mod
-from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
-from simulations.engine import run_flower_simulation
+from simulations.engine import serve
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
 from strategies.claims import ClaimReview
 from strategies.counterfactual import RandomState
-from strategies.records import numpy_to_arrays
+from strategies.records import initial_arrays
 
 
 def package_versions() -> dict[str, str]:
@@ -199,27 +199,15 @@ def simulate(
         if not resume:  # a rejected option leaves no half-made run behind
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    initial = numpy_to_arrays({k: v.detach().cpu().numpy() for k, v in model_factory().state_dict().items()})
+    initial = initial_arrays(model_factory())
     train_record = ConfigRecord(dict(train_config or {}))
-    server_app = ServerApp()
-    failures: list[BaseException] = []
+    def main(grid: Grid) -> None:
+        with seeded_server_generators(seed):
+            valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
-        try:
-            with seeded_server_generators(seed):
-                valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
-        except BaseException as error:  # surfaced to the caller after the engine stops
-            failures.append(error)
-            raise
-
-    client_app = make_client_app(load_client_data, model_factory, mods=client_mods)
-    run_flower_simulation(
-        server_app, client_app, num_supernodes=num_clients, num_cpus_per_client=num_cpus_per_client,
-        max_parallel_clients=max_parallel_clients, ray_address=ray_address,
-    )
-    if failures:
-        raise failures[0]
+    serve(make_client_app(load_client_data, model_factory, mods=client_mods), main, num_supernodes=num_clients,
+          num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
+          ray_address=ray_address)
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(
             f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "

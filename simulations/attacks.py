@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from flwr.app import ConfigRecord, Context
-from flwr.serverapp import Grid, ServerApp
+from flwr.app import ConfigRecord
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
@@ -57,13 +57,13 @@ from fedvalue.ledger import load_run, write_json
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import package_versions, prepare_run_dir
 from simulations.data import load_dataset, partition_iid, split_holdout
-from simulations.engine import run_flower_simulation
+from simulations.engine import serve
 from simulations.models import make_linear_model
 from simulations.settings import check_integers, check_numbers, saved_config
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from strategies.claims import CLAIM_METHODS
 from strategies.protocol import train_config
-from strategies.records import numpy_to_arrays
+from strategies.records import initial_arrays
 
 ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated-count-reviewed", "replicator",
            "sign-flip", "boost")
@@ -241,44 +241,33 @@ def run_attacks(
     train, holdout, _ = _prepared(config.seed, config.num_clients, config.holdout_fraction)
     model_factory = functools.partial(make_linear_model, train.x.shape[1], train.num_classes, seed=config.seed)
     utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility)
-    initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
+    initial = initial_arrays(model_factory())
     rows: list[dict] = []
-    failures: list[BaseException] = []
-    server_app = ServerApp()
-
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
-        try:
-            for attack in config.attacks:
-                started = time.perf_counter()
-                strategy = ValuingStrategy(
-                    FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / attack), methods=("ads", "loo"),
-                    sampler=PartitionSampler(config.num_clients, seed=config.seed), seed=config.seed, flows=True,
-                    claims=claim_review(config) if attack == "inflated-count-reviewed" else None,
-                    # The ledger's "noisy" column marks the client known to misbehave.
-                    noisy_clients=set() if attack == "none" else {config.attacker},
-                    run_config={"attack": attack, "behaviour": repr(attacker_behaviour(attack, config)),
-                                **config.as_dict()},
-                )
-                strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                               train_config=ConfigRecord(train_config(
-                                   learning_rate=config.learning_rate, local_epochs=config.local_epochs,
-                                   seed=config.seed, data_key=attack)))
-                run = load_run(out_dir / attack)
-                rows.append(summarize(run.ledger, run.rounds, attack, config.attacker, config.source))
-                if on_run is not None:
-                    on_run(f"{attack}: {config.rounds} rounds in {time.perf_counter() - started:.1f}s")
-        except BaseException as error:  # surfaced after the engine stops
-            failures.append(error)
-            raise
+    def main(grid: Grid) -> None:
+        for attack in config.attacks:
+            started = time.perf_counter()
+            strategy = ValuingStrategy(
+                FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / attack), methods=("ads", "loo"),
+                sampler=PartitionSampler(config.num_clients, seed=config.seed), seed=config.seed, flows=True,
+                claims=claim_review(config) if attack == "inflated-count-reviewed" else None,
+                # The ledger's "noisy" column marks the client known to misbehave.
+                noisy_clients=set() if attack == "none" else {config.attacker},
+                run_config={"attack": attack, "behaviour": repr(attacker_behaviour(attack, config)),
+                            **config.as_dict()},
+            )
+            strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
+                           train_config=ConfigRecord(train_config(
+                               learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                               seed=config.seed, data_key=attack)))
+            run = load_run(out_dir / attack)
+            rows.append(summarize(run.ledger, run.rounds, attack, config.attacker, config.source))
+            if on_run is not None:
+                on_run(f"{attack}: {config.rounds} rounds in {time.perf_counter() - started:.1f}s")
 
     loader = functools.partial(attack_client_data, config_json=config_json)
-    run_flower_simulation(server_app, make_client_app(loader, model_factory), num_supernodes=config.num_clients,
-                          num_cpus_per_client=config.num_cpus_per_client,
-                          max_parallel_clients=config.max_parallel_clients or None,
-                          ray_address=config.ray_address or None)
-    if failures:
-        raise failures[0]
+    serve(make_client_app(loader, model_factory), main, num_supernodes=config.num_clients,
+          num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=config.max_parallel_clients or None,
+          ray_address=config.ray_address or None)
     table = pd.DataFrame(rows)
     baseline = table.loc[table["attack"] == "none", "accuracy"]
     table.insert(table.columns.get_loc("accuracy") + 1, "accuracy_change",

@@ -74,13 +74,15 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+T = TypeVar("T")
 #: Seconds between polls for replies (Flower's in-memory grid uses the same).
 PULL_INTERVAL_S = 0.1
 #: After the engine stops, seconds to wait for the ServerApp thread to notice.
@@ -317,3 +319,31 @@ def run_flower_simulation(
             stopped.set()
             if started.is_set():
                 finished.wait(SERVER_EXIT_WAIT_S)
+
+
+def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int, num_cpus_per_client: float = 1,
+          max_parallel_clients: int | None = None, ray_address: str | None = None) -> T | None:
+    """Run ``main(grid)`` as the ServerApp of one engine against ``client_app`` and return what
+    it returned (None when the engine stopped it first: the caller checks what it got done);
+    whatever ``main`` raised is raised here once the engine has stopped.
+
+    Every simulation goes through this one entry (one run, or many runs on one engine like a
+    study's seeds); the engine options are :func:`run_flower_simulation`'s.
+    """
+    server_app = ServerApp()
+    outcome: dict[str, object] = {}
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        try:
+            outcome["result"] = main(grid)
+        except BaseException as error:  # surfaced to the caller after the engine stops
+            outcome["error"] = error
+            raise
+
+    run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
+                          num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
+                          ray_address=ray_address)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")

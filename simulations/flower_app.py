@@ -20,7 +20,7 @@ from simulations.noisy_clients import NoisyClientsConfig, build, valuation_optio
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.protocol import train_config
-from strategies.records import numpy_to_arrays
+from strategies.records import initial_arrays
 
 
 def config_from_run_config(run_config: dict) -> tuple[NoisyClientsConfig, str]:
@@ -51,7 +51,7 @@ def main(grid: Grid, context: Context) -> None:
         seed=config.seed, noisy_clients=noisy, run_config={"simulation": "noisy-clients", **config.as_dict()},
         **valuation_options(config),  # every estimator option, as `fedvalue run` passes them
     )
-    initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
+    initial = initial_arrays(model_factory())
     with seeded_server_generators(config.seed):
         strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
                        train_config=ConfigRecord(train_config(

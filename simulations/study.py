@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from flwr.app import ConfigRecord, Context
-from flwr.serverapp import Grid, ServerApp
+from flwr.app import ConfigRecord
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import make_client_app
@@ -51,12 +51,12 @@ from fedvalue.flagging import FlaggingRule, flagging_rates
 from fedvalue.ledger import load_run, write_json
 from fedvalue.selection import retrain_plan
 from simulations.api import package_versions, prepare_run_dir
-from simulations.engine import run_flower_simulation
+from simulations.engine import serve
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from simulations.settings import check_integers
 from strategies import PartitionSampler, Replay, ReplaySampler, ValuingStrategy
 from strategies.protocol import train_config
-from strategies.records import numpy_to_arrays
+from strategies.records import initial_arrays
 
 RANKINGS = ("ads", "loo", "random")
 #: torch threads of the server process while the study runs (restored afterwards). The
@@ -160,9 +160,6 @@ def run_study(
     write_json(out_dir / "run.json", study_config)
     timings = {"valuation": 0.0, "rounds": 0.0, "runs": 0}
     accuracy_rows: list[dict] = []
-    failures: list[BaseException] = []
-    server_app = ServerApp()
-
     def timed_start(strategy, grid, initial, train_record):
         marks = [time.perf_counter()]
         strategy.on_round = lambda row: marks.append(time.perf_counter())
@@ -173,59 +170,54 @@ def run_study(
         timings["runs"] += 1
         return strategy
 
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
-        try:
-            for seed in seeds:
-                base = _base(config, seed)
-                _, model_factory, utility, noisy = build(base)
-                initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
+    def main(grid: Grid) -> None:
+        for seed in seeds:
+            base = _base(config, seed)
+            _, model_factory, utility, noisy = build(base)
+            initial = initial_arrays(model_factory())
 
-                def config_record(clean: bool = False) -> ConfigRecord:
-                    return ConfigRecord(train_config(learning_rate=config.learning_rate,
-                                                     local_epochs=config.local_epochs, batch_size=config.batch_size,
-                                                     seed=seed, data_key=data_key(seed, clean=clean)))
+            def config_record(clean: bool = False) -> ConfigRecord:
+                return ConfigRecord(train_config(learning_rate=config.learning_rate,
+                                                 local_epochs=config.local_epochs, batch_size=config.batch_size,
+                                                 seed=seed, data_key=data_key(seed, clean=clean)))
 
-                seed_dir = out_dir / f"seed-{seed}"
+            seed_dir = out_dir / f"seed-{seed}"
 
-                def scored_run(name: str, noisy_clients: frozenset, run_config: dict, clean: bool = False):
-                    """One run scored with ADS and LOO on the paper's schedule (the clean one: no label noise)."""
-                    return timed_start(
-                        ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / name),
-                                        methods=("ads", "loo"), sampler=PartitionSampler(
-                                            config.clients_per_round, schedule=config.schedule, seed=seed),
-                                        seed=seed, noisy_clients=noisy_clients, run_config=run_config,
-                                        **valuation_options(config)),
-                        grid, initial, config_record(clean=clean))
+            def scored_run(name: str, noisy_clients: frozenset, run_config: dict, clean: bool = False):
+                """One run scored with ADS and LOO on the paper's schedule (the clean one: no label noise)."""
+                return timed_start(
+                    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / name),
+                                    methods=("ads", "loo"), sampler=PartitionSampler(
+                                        config.clients_per_round, schedule=config.schedule, seed=seed),
+                                    seed=seed, noisy_clients=noisy_clients, run_config=run_config,
+                                    **valuation_options(config)),
+                    grid, initial, config_record(clean=clean))
 
-                if config.clean_runs:  # same data, model, schedule and utility; no label noise
-                    clean = scored_run("clean", frozenset(), {"seed": seed, "noisy_fraction": 0.0}, clean=True)
-                    accuracy_rows.extend({"seed": seed, "method": "clean", "k": config.clients_per_round,
-                                          "round": r["round"], "accuracy": r["utility_realized"]}
-                                         for r in clean.rounds)
-                scored = scored_run("scored", noisy, {"seed": seed})
-                accuracy_rows.extend({"seed": seed, "method": "all", "k": config.clients_per_round,
-                                      "round": r["round"], "accuracy": r["utility_realized"]} for r in scored.rounds)
-                ledger = load_run(seed_dir / "scored").ledger
-                for k in config.ks:
-                    for ranking in RANKINGS:
-                        sampled, accepted = retrain_plan(ledger, "ads" if ranking == "random" else ranking, k)
-                        if ranking == "random":
-                            accepted = _random_acceptance(sampled, k, seed)
-                        retrained = timed_start(
-                            ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, acceptance=Replay(accepted),
-                                            methods=(), sampler=ReplaySampler(sampled), seed=seed,
-                                            noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
-                                            run_config={"seed": seed, "k": k, "ranking": ranking}),
-                            grid, initial, config_record())
-                        accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
-                                              "accuracy": r["utility_realized"]} for r in retrained.rounds)
-                if on_run is not None:
-                    on_run(f"seed {seed}: {'clean + ' if config.clean_runs else ''}scored + "
-                           f"{len(config.ks) * len(RANKINGS)} retrained runs")
-        except BaseException as error:  # surfaced after the engine stops
-            failures.append(error)
-            raise
+            if config.clean_runs:  # same data, model, schedule and utility; no label noise
+                clean = scored_run("clean", frozenset(), {"seed": seed, "noisy_fraction": 0.0}, clean=True)
+                accuracy_rows.extend({"seed": seed, "method": "clean", "k": config.clients_per_round,
+                                      "round": r["round"], "accuracy": r["utility_realized"]}
+                                     for r in clean.rounds)
+            scored = scored_run("scored", noisy, {"seed": seed})
+            accuracy_rows.extend({"seed": seed, "method": "all", "k": config.clients_per_round,
+                                  "round": r["round"], "accuracy": r["utility_realized"]} for r in scored.rounds)
+            ledger = load_run(seed_dir / "scored").ledger
+            for k in config.ks:
+                for ranking in RANKINGS:
+                    sampled, accepted = retrain_plan(ledger, "ads" if ranking == "random" else ranking, k)
+                    if ranking == "random":
+                        accepted = _random_acceptance(sampled, k, seed)
+                    retrained = timed_start(
+                        ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, acceptance=Replay(accepted),
+                                        methods=(), sampler=ReplaySampler(sampled), seed=seed,
+                                        noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
+                                        run_config={"seed": seed, "k": k, "ranking": ranking}),
+                        grid, initial, config_record())
+                    accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
+                                          "accuracy": r["utility_realized"]} for r in retrained.rounds)
+            if on_run is not None:
+                on_run(f"seed {seed}: {'clean + ' if config.clean_runs else ''}scored + "
+                       f"{len(config.ks) * len(RANKINGS)} retrained runs")
 
     started = time.perf_counter()
     base = _base(config, seeds[0])
@@ -234,14 +226,11 @@ def run_study(
     threads = torch.get_num_threads()
     torch.set_num_threads(SERVER_TORCH_THREADS)  # the valuation's forward passes, in this process
     try:
-        run_flower_simulation(server_app, make_client_app(loader, model_factory), num_supernodes=config.num_clients,
-                              num_cpus_per_client=config.num_cpus_per_client,
-                              max_parallel_clients=config.max_parallel_clients or None,
-                              ray_address=config.ray_address or None)
+        serve(make_client_app(loader, model_factory), main, num_supernodes=config.num_clients,
+              num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=config.max_parallel_clients or None,
+              ray_address=config.ray_address or None)
     finally:
         torch.set_num_threads(threads)
-    if failures:
-        raise failures[0]
     timings["total"] = time.perf_counter() - started
     return write_outputs(out_dir, seeds, pd.DataFrame(accuracy_rows), timings)
 

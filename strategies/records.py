@@ -22,6 +22,11 @@ def numpy_to_arrays(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({key: Array(np.asarray(value)) for key, value in arrays.items()})
 
 
+def initial_arrays(model) -> ArrayRecord:
+    """A torch model's state as the run's A_0 (brought to the CPU first)."""
+    return numpy_to_arrays({key: value.detach().cpu().numpy() for key, value in model.state_dict().items()})
+
+
 @dataclass
 class ClientReply:
     """One client's reply in a round, as the books need it."""
