@@ -33,11 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
+from fedvalue.schema import FIRST_ORDER_FILE, LEDGER_FILE, ROUNDS_FILE
+
 RECORDS_DIR = "records"
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_DIR = "checkpoint"
 #: Append-only tables of a run; a checkpoint records their sizes.
-APPEND_ONLY_FILES = ("ledger.csv", "rounds.csv", "first_order.csv")
+APPEND_ONLY_FILES = (LEDGER_FILE, ROUNDS_FILE, FIRST_ORDER_FILE)
 
 Arrays = dict[str, np.ndarray]
 _META_KEY = "__meta__"

@@ -33,16 +33,18 @@ import pandas as pd
 from fedvalue.ads import AdsSettings
 from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
 from fedvalue.books import ClientEntry, book_round
-from fedvalue.ledger import (
+from fedvalue.ledger import chain_hash, genesis_hash, read_ledger_csv
+from fedvalue.rounds import ArraysUtility, fedavg_round_game, value_round, weighted_mean
+from fedvalue.schema import (
     CLIENT_STATUSES,
     LEDGER_COLUMNS,
+    LEDGER_FILE,
+    LEDGER_PARQUET_FILE,
     ROUND_COLUMNS,
-    chain_hash,
-    genesis_hash,
-    read_ledger_csv,
+    ROUNDS_FILE,
+    STATUS_OK,
+    STATUS_REJECTED,
 )
-from fedvalue.rounds import ArraysUtility, fedavg_round_game, value_round, weighted_mean
-from fedvalue.schema import STATUS_OK, STATUS_REJECTED
 
 
 @dataclass
@@ -85,7 +87,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     """
     run_dir = Path(run_dir)
     report = AuditReport(str(run_dir))
-    ledger_path, rounds_path = run_dir / "ledger.csv", run_dir / "rounds.csv"
+    ledger_path, rounds_path = run_dir / LEDGER_FILE, run_dir / ROUNDS_FILE
     if not ledger_path.exists() and not rounds_path.exists():
         raise FileNotFoundError(
             f"run_dir: expected a fedvalue run directory holding ledger.csv and rounds.csv; {run_dir} has neither."
@@ -174,7 +176,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
             report.checks.append(f"group efficiency in {len(sums)} rounds (max gap {worst:.1e})")
 
     # 4. Parquet mirrors the CSV.
-    parquet = run_dir / "ledger.parquet"
+    parquet = run_dir / LEDGER_PARQUET_FILE
     if parquet.exists():
         _check_parquet(pd.read_parquet(parquet), ledger, report)
 

@@ -25,12 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedvalue.flows import RoundFlows, fedavg_round_flows
-from fedvalue.ledger import FLOW_METHODS
 from fedvalue.rounds import Aggregator, Arrays, ArraysUtility, RoundValuation, weighted_mean
-from fedvalue.schema import PROBLEM_STATUSES, STATUS_IDLE, STATUS_OK, STATUS_REJECTED
-
-#: Ledger method of top-k selection marks.
-SELECTED = "selected"
+from fedvalue.schema import FLOW_METHODS, PROBLEM_STATUSES, SELECTED, STATUS_IDLE, STATUS_OK, STATUS_REJECTED
 
 
 @dataclass(frozen=True)

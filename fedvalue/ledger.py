@@ -47,14 +47,21 @@ import pandas as pd
 
 from fedvalue.archive import replace_durably
 from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_ratio
-from fedvalue.schema import CLIENT_STATUSES, LEDGER_COLUMNS, ROUND_COLUMNS
+from fedvalue.schema import (
+    CLAIM_PREFIX,
+    CLIENT_STATUSES,
+    FIRST_ORDER_FILE,
+    FLOW_METHODS,
+    LEDGER_COLUMNS,
+    LEDGER_FILE,
+    LEDGER_PARQUET_FILE,
+    ROUND_COLUMNS,
+    ROUNDS_FILE,
+    RUN_CONFIG_FILE,
+)
 
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
 GENESIS_HASH = "0" * 64
-#: The first-order check of TracIn flows ([RECIP], Remark 2.5): per round and client, the
-#: actual change of its inference loss against the change its flows predict.
-FIRST_ORDER_FILE = "first_order.csv"
-FIRST_ORDER_COLUMNS = ("round", "client_id", "loss_before", "loss_after", "actual_change", "predicted_change")
 
 
 def _cell(value: object) -> str:
@@ -108,7 +115,7 @@ def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_ha
 
 
 def genesis_hash(run_dir: Path) -> str:
-    config = run_dir / "run.json"
+    config = run_dir / RUN_CONFIG_FILE
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else GENESIS_HASH
 
 
@@ -142,10 +149,10 @@ class LedgerWriter:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if config is not None:
-            write_json(self.run_dir / "run.json", config)
+            write_json(self.run_dir / RUN_CONFIG_FILE, config)
 
     def _check_same_config(self, config: Mapping | None) -> None:
-        saved_path = self.run_dir / "run.json"
+        saved_path = self.run_dir / RUN_CONFIG_FILE
         if not saved_path.exists():
             raise ValueError(f"resume: expected a run directory holding run.json; {self.run_dir} has none.")
         if config is None:
@@ -163,11 +170,11 @@ class LedgerWriter:
 
     @property
     def ledger_path(self) -> Path:
-        return self.run_dir / "ledger.csv"
+        return self.run_dir / LEDGER_FILE
 
     @property
     def rounds_path(self) -> Path:
-        return self.run_dir / "rounds.csv"
+        return self.run_dir / ROUNDS_FILE
 
     def write_round(self, round_row: Mapping[str, object], ledger_rows: list[Mapping[str, object]]) -> None:
         """Append one round: its ledger rows first, then its rounds.csv row (the commit mark)."""
@@ -186,7 +193,7 @@ class LedgerWriter:
 
     def write_parquet(self) -> None:
         """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file."""
-        parquet = self.run_dir / "ledger.parquet"
+        parquet = self.run_dir / LEDGER_PARQUET_FILE
         if not self.ledger_path.exists():
             parquet.unlink(missing_ok=True)
             return
@@ -224,10 +231,6 @@ def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
     return frame
 
 
-#: Ledger methods starting with this flag a client's claimed weight (strategies.claims).
-CLAIM_PREFIX = "claim_"
-#: Ledger methods of TracIn flows and the name each has in summaries.
-FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
 
 
 def read_rounds_csv(path: str | os.PathLike) -> pd.DataFrame:
@@ -357,13 +360,13 @@ def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
 def load_run(run_dir: str | os.PathLike) -> Run:
     """Read a run directory written by :class:`LedgerWriter`."""
     run_dir = Path(run_dir)
-    ledger_path = run_dir / "ledger.csv"
+    ledger_path = run_dir / LEDGER_FILE
     if not ledger_path.exists():
         raise FileNotFoundError(
             f"run_dir: expected a fedvalue run directory holding ledger.csv; {run_dir} has none."
         )
-    rounds = read_rounds_csv(run_dir / "rounds.csv")
-    config_path = run_dir / "run.json"
+    rounds = read_rounds_csv(run_dir / ROUNDS_FILE)
+    config_path = run_dir / RUN_CONFIG_FILE
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
     first_order_path = run_dir / FIRST_ORDER_FILE
     first_order = pd.read_csv(first_order_path, dtype={"client_id": str}) if first_order_path.exists() else None

@@ -39,6 +39,7 @@ from fedvalue._checks import check_seed
 from fedvalue.ads import AdsSettings
 from fedvalue.ledger import LedgerWriter
 from fedvalue.rounds import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
+from fedvalue.schema import LEDGER_FILE, SELECTED
 from fedvalue.selection import top_k
 
 #: How the buyer picks the purchased offers of a stage.
@@ -218,7 +219,7 @@ def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
         for method, result in ({} if valuation is None else valuation.results).items():
             rows.append({**common, "method": method, "value": float(result.values[client]),
                          "stderr": float(result.stderr[client])})
-        rows.append({**common, "method": "selected", "value": float(client in bought), "stderr": 0.0})
+        rows.append({**common, "method": SELECTED, "value": float(client in bought), "stderr": 0.0})
     return round_row, rows
 
 
@@ -273,7 +274,7 @@ def run_procurement(
     goes to run.json; ``noisy`` fills the ledger's ``noisy`` column).
     """
     _check_purchase(rule, budget, methods)  # before anything is written
-    if run_dir is not None and (Path(run_dir) / "ledger.csv").exists():
+    if run_dir is not None and (Path(run_dir) / LEDGER_FILE).exists():
         raise ValueError(f"run_dir: expected a new or empty directory for the books; {run_dir} already holds a "
                          "ledger (appending would mix two runs). Choose another directory or remove it.")
     tune_sequence, pick_sequence = _root_sequence(seed).spawn(2)

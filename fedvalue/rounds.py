@@ -24,6 +24,7 @@ from fedvalue.ads import AdsSettings, ads
 from fedvalue.game import CoalitionGame
 from fedvalue.loo import loo
 from fedvalue.result import ValuationResult
+from fedvalue.schema import VALUATION_METHODS as SCHEMA_VALUATION_METHODS
 
 Arrays = dict[str, np.ndarray]
 #: Aggregates the replies of a coalition (ids in round order) into new global arrays.
@@ -33,8 +34,8 @@ BatchArraysUtility = Callable[[Sequence[Mapping[str, np.ndarray]]], Sequence[flo
 
 #: Coalition states materialized at once for a batch utility (memory: this many model states).
 STATES_PER_BATCH = 64
-#: Valuation methods the platform knows how to compute per round.
-VALUATION_METHODS = ("ads", "loo")
+#: Valuation methods the platform computes per round (named in fedvalue.schema).
+VALUATION_METHODS = SCHEMA_VALUATION_METHODS
 
 
 def weighted_mean(

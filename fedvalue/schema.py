@@ -1,4 +1,4 @@
-"""The ledger's contract, named once: client statuses and the columns of the run tables.
+"""The ledger's contract, named once: file names, client statuses, methods and columns.
 
 Every writer and reader of a run directory (the ledger writer, the audit, detection,
 the strategies that book rounds) takes these names from here.
@@ -30,3 +30,22 @@ ROUND_COLUMNS = (
     "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap",
     "num_unaggregatable", "hash",
 )
+
+#: The files of a run directory (records and checkpoints: :mod:`fedvalue.archive`).
+LEDGER_FILE = "ledger.csv"
+LEDGER_PARQUET_FILE = "ledger.parquet"
+ROUNDS_FILE = "rounds.csv"
+RUN_CONFIG_FILE = "run.json"
+#: The first-order check of TracIn flows ([RECIP], Remark 2.5): per round and client, the
+#: actual change of its inference loss against the change its flows predict.
+FIRST_ORDER_FILE = "first_order.csv"
+FIRST_ORDER_COLUMNS = ("round", "client_id", "loss_before", "loss_after", "actual_change", "predicted_change")
+
+#: Ledger methods: the valuations per round, top-k selection marks, TracIn flows (and the
+#: name each has in summaries); claim-review flags start with CLAIM_PREFIX.
+VALUATION_METHODS = ("ads", "loo")
+SELECTED = "selected"
+FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
+CLAIM_PREFIX = "claim_"
+CLAIM_CAPPED = CLAIM_PREFIX + "capped"
+CLAIM_JUMPED = CLAIM_PREFIX + "jumped"

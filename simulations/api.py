@@ -33,7 +33,7 @@ from flwr.serverapp.strategy import Strategy
 from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
-from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
+from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, RUN_CONFIG_FILE, STATUS_OK
 from simulations.engine import serve
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
@@ -79,7 +79,7 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a directory for the run; {out} is a file.")
     if out.is_dir() and any(out.iterdir()):
-        if not (out / "ledger.csv").exists() and not (out / "run.json").exists():
+        if not (out / LEDGER_FILE).exists() and not (out / RUN_CONFIG_FILE).exists():
             raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
         if not overwrite:
             raise ValueError(
@@ -181,7 +181,7 @@ def simulate(
     config["versions"] = package_versions()
     if resume:
         run_dir = Path(out)
-        if not (run_dir / "run.json").exists():
+        if not (run_dir / RUN_CONFIG_FILE).exists():
             raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
                              "has none.")
     else:

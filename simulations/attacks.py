@@ -54,6 +54,7 @@ from clients.behaviours import (
     SignFlip,
 )
 from fedvalue.ledger import load_run, write_json
+from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import package_versions, prepare_run_dir
 from simulations.data import load_dataset, partition_iid, split_holdout
@@ -236,7 +237,7 @@ def run_attacks(
             return run_attacks(config, scratch, on_run=on_run, overwrite=True)
     run_config = {"simulation": "attacks", **config.as_dict(), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / "run.json", run_config)
+    write_json(out_dir / RUN_CONFIG_FILE, run_config)
     config_json = json.dumps(config.as_dict(), sort_keys=True)
     train, holdout, _ = _prepared(config.seed, config.num_clients, config.holdout_fraction)
     model_factory = functools.partial(make_linear_model, train.x.shape[1], train.num_classes, seed=config.seed)

@@ -9,6 +9,7 @@ import time
 import typing
 from collections.abc import Sequence
 
+from fedvalue.schema import RUN_CONFIG_FILE
 from simulations.api import NoClientValued
 from simulations.console import RunOptions, print_run_summary
 from simulations.registry import SIMULATIONS, Simulation
@@ -175,7 +176,7 @@ def _config_for_resume(config_cls, args: argparse.Namespace):
     if saved.get("simulation") != args.simulation:
         raise ValueError(f"resume: {args.resume} holds a {saved.get('simulation')!r} run; got simulation "
                          f"{args.simulation!r}.")
-    config = saved_config(config_cls, saved, source=str(Path(args.resume) / "run.json"))
+    config = saved_config(config_cls, saved, source=str(Path(args.resume) / RUN_CONFIG_FILE))
     for f in dataclasses.fields(config_cls):
         value, given = getattr(config, f.name), getattr(args, f.name)
         if given != f.default and given != value:
@@ -189,7 +190,7 @@ def _saved_run_config(run_dir: str) -> dict | None:
     import json
     from pathlib import Path
 
-    path = Path(run_dir) / "run.json"
+    path = Path(run_dir) / RUN_CONFIG_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 

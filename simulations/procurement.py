@@ -43,6 +43,7 @@ import pandas as pd
 from fedvalue.ledger import read_ledger_csv, read_rounds_csv, write_json
 from fedvalue.procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
 from fedvalue.rounds import Arrays
+from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
 from simulations.conjoint import RatingGenerator, mixed_ratings, random_profiles, validation_profiles
 from simulations.procurement_model import NegativeAverageError, RatingMLP
 from simulations.settings import check_integers, check_numbers, saved_config
@@ -194,7 +195,7 @@ def run_procurement_study(config: ProcurementConfig, out: str | Path, *, overwri
 
     _check(config)
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / "run.json", {"simulation": "procurement-study", **config.as_dict(),
+    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "procurement-study", **config.as_dict(),
                                       "versions": package_versions()})
     started = time.perf_counter()
     error_rows, purchase_rows = [], []
@@ -311,9 +312,9 @@ def replay_check(run_dir: str | Path) -> tuple[list[str], list[str]]:
     wall-clock ``valuation_seconds`` and the ``hash`` that covers it must come out equal.
     """
     run_dir = Path(run_dir)
-    saved = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    saved = json.loads((run_dir / RUN_CONFIG_FILE).read_text(encoding="utf-8"))
     try:
-        config = saved_config(ProcurementConfig, saved, source=str(run_dir / "run.json"))
+        config = saved_config(ProcurementConfig, saved, source=str(run_dir / RUN_CONFIG_FILE))
     except (TypeError, ValueError) as error:
         return [], [f"replay: {run_dir / 'run.json'} does not hold a procurement configuration ({error})"]
     seed, rule = saved.get("seed"), saved.get("rule")
@@ -323,11 +324,11 @@ def replay_check(run_dir: str | Path) -> tuple[list[str], list[str]]:
         replay = Path(scratch) / "replay"
         setting = build(config, seed)
         run_one(config, setting, rule, replay)
-        booked, replayed = read_ledger_csv(run_dir / "ledger.csv"), read_ledger_csv(replay / "ledger.csv")
-        rounds, replayed_rounds = (read_rounds_csv(d / "rounds.csv").drop(columns=["valuation_seconds", "hash"])
+        booked, replayed = read_ledger_csv(run_dir / LEDGER_FILE), read_ledger_csv(replay / LEDGER_FILE)
+        rounds, replayed_rounds = (read_rounds_csv(d / ROUNDS_FILE).drop(columns=["valuation_seconds", "hash"])
                                    for d in (run_dir, replay))
     problems = []
-    for name, mine, theirs in (("ledger.csv", booked, replayed), ("rounds.csv", rounds, replayed_rounds)):
+    for name, mine, theirs in ((LEDGER_FILE, booked, replayed), (ROUNDS_FILE, rounds, replayed_rounds)):
         try:
             pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
         except AssertionError as error:

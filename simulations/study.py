@@ -49,6 +49,7 @@ from clients.app import make_client_app
 from fedvalue.detection import detection_curve, detection_metrics, summarize_metrics
 from fedvalue.flagging import FlaggingRule, flagging_rates
 from fedvalue.ledger import load_run, write_json
+from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.selection import retrain_plan
 from simulations.api import package_versions, prepare_run_dir
 from simulations.engine import serve
@@ -157,7 +158,7 @@ def run_study(
         build(_base(config, seed))  # every seed's input is checked before Ray starts
     study_config = {"simulation": "noisy-clients-study", **dataclasses.asdict(config), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / "run.json", study_config)
+    write_json(out_dir / RUN_CONFIG_FILE, study_config)
     timings = {"valuation": 0.0, "rounds": 0.0, "runs": 0}
     accuracy_rows: list[dict] = []
     def timed_start(strategy, grid, initial, train_record):

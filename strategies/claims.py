@@ -35,11 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.records import ClientReply
 
 #: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
-CLAIM_CAPPED = "claim_capped"
-CLAIM_JUMPED = "claim_jumped"
 CLAIM_METHODS = (CLAIM_CAPPED, CLAIM_JUMPED)
 
 #: Statuses whose replies carry a weight (ok, and rejected for non-finite arrays).

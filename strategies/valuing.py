@@ -31,7 +31,8 @@ from fedvalue.ads import AdsSettings
 from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.flows import RoundFlows, fedavg_round_flows
-from fedvalue.ledger import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, LedgerWriter
+from fedvalue.ledger import LedgerWriter
+from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from fedvalue.rounds import (
     VALUATION_METHODS,
     ArraysUtility,

@@ -17,7 +17,8 @@ from flwr.serverapp.strategy import FedAvg, FedAvgM
 
 from fedvalue.archive import read_round_record, round_record_paths, write_round_record
 from fedvalue.audit import audit_run
-from fedvalue.ledger import ROUND_COLUMNS, chain_hash, csv_lines, genesis_hash
+from fedvalue.ledger import chain_hash, csv_lines, genesis_hash
+from fedvalue.schema import ROUND_COLUMNS
 from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.records import numpy_to_arrays
 

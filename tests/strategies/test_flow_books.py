@@ -18,7 +18,8 @@ from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
 from clients.behaviours import FreeRider, HonestClient
-from fedvalue.ledger import FIRST_ORDER_FILE, load_run
+from fedvalue.ledger import load_run
+from fedvalue.schema import FIRST_ORDER_FILE
 from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays

@@ -11,7 +11,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
-from fedvalue.ledger import LEDGER_COLUMNS, load_run
+from fedvalue.ledger import load_run
+from fedvalue.schema import LEDGER_COLUMNS
 from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
