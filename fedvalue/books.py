@@ -96,6 +96,8 @@ def book_round(
     gradients: Mapping[Hashable, Arrays] | None = None,
     noisy_clients: Collection[Hashable] | None = None,
     book_selection: bool = False,
+    utility_before: float | None = None,
+    utility_realized: float | None = None,
 ) -> RoundBooks:
     """The round's rounds.csv row and ledger rows (see the module docstring).
 
@@ -115,9 +117,14 @@ def book_round(
         The strategy's own Agg for harms (None: the weighted mean).
     gradients
         Inference gradients at A_{t−1} of every client that sent one; None books no flows.
+    utility_before, utility_realized
+        U(A_{t−1}) and U(A_t) when the caller already has them (a game's cached values);
+        computed here otherwise.
     """
-    utility_before = valuation.utility_before if valuation is not None else float(utility(start_arrays))
-    utility_realized = float(utility(realized)) if realized is not None else utility_before
+    if utility_before is None:
+        utility_before = valuation.utility_before if valuation is not None else float(utility(start_arrays))
+    if utility_realized is None:
+        utility_realized = float(utility(realized)) if realized is not None else utility_before
     harms = rejected_harms(entries, accepted, start_arrays=start_arrays, replies=replies, utility=utility,
                            aggregate=aggregate)
     weights = {e.client_id: e.weight for e in entries if e.status == STATUS_OK}

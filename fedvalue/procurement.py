@@ -37,9 +37,10 @@ import pandas as pd
 
 from fedvalue._checks import check_seed
 from fedvalue.ads import AdsSettings
+from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import LedgerWriter
 from fedvalue.rounds import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
-from fedvalue.schema import LEDGER_FILE, SELECTED
+from fedvalue.schema import LEDGER_FILE, STATUS_OK
 from fedvalue.selection import top_k
 
 #: How the buyer picks the purchased offers of a stage.
@@ -194,33 +195,17 @@ def procure_stage(
 
 def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
                 noisy: Mapping[str, bool] | None = None) -> tuple[dict, list[dict]]:
-    """The stage's rounds.csv row and ledger.csv rows (:mod:`fedvalue.ledger` schema)."""
+    """The stage's rounds.csv row and ledger.csv rows, booked by :func:`fedvalue.books.book_round`
+    as a federated round: every offer valued (``ok``), the purchase as ``selected`` rows."""
+    entries = [ClientEntry(o.contributor_id, STATUS_OK, float(o.num_examples), int(o.num_examples)) for o in offers]
     valuation = outcome.valuation
-    ads_result = None if valuation is None else valuation.results.get("ads")
-    round_row = {
-        "round": outcome.stage,
-        "clients": " ".join(outcome.offers),
-        "num_clients": len(outcome.offers),
-        "num_failed": 0,
-        "utility_before": outcome.utility_before,
-        "utility_after": None if valuation is None else valuation.utility_after,
-        "utility_realized": outcome.utility_realized,
-        "num_evaluations": 0 if valuation is None else valuation.num_evaluations,
-        "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
-        "ads_method": "" if ads_result is None else ads_result.method,
-        "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
-    }
-    rows = []
-    bought = set(outcome.purchased)
-    for offer in offers:
-        client = offer.contributor_id
-        common = {"round": outcome.stage, "client_id": client, "num_examples": int(offer.num_examples),
-                  "status": "ok", "noisy": None if noisy is None else bool(noisy[client])}
-        for method, result in ({} if valuation is None else valuation.results).items():
-            rows.append({**common, "method": method, "value": float(result.values[client]),
-                         "stderr": float(result.stderr[client])})
-        rows.append({**common, "method": SELECTED, "value": float(client in bought), "stderr": 0.0})
-    return round_row, rows
+    books = book_round(
+        outcome.stage, entries, valuation, methods=[] if valuation is None else list(valuation.results),
+        start_arrays={}, replies={}, accepted=set(outcome.purchased), realized=outcome.state, utility=None,
+        noisy_clients=None if noisy is None else {c for c, is_noisy in noisy.items() if is_noisy},
+        book_selection=True, utility_before=outcome.utility_before, utility_realized=outcome.utility_realized,
+    )
+    return books.round_row, books.ledger_rows
 
 
 @dataclass
