@@ -35,6 +35,8 @@ from flwr.serverapp.strategy import (
     Strategy,
 )
 
+from simulations.settings import check_integers, check_numbers
+
 #: The configuration fields strategies read, with their defaults and help.
 STRATEGY_PARAMETERS = {
     "proximal_mu": (0.01, "fedprox: weight μ of the proximal term (μ/2)‖w − w_global‖² in local training"),
@@ -127,32 +129,21 @@ def check_strategy(config, clients_per_round: int) -> None:
             users = sorted(s for s, choice in STRATEGIES.items() if name in choice.reads)
             raise ValueError(f"{name}: only strategies {users} read it; got {value!r} with strategy "
                              f"{config.strategy!r}. Drop the option or choose one of those strategies.")
-    for name in ("proximal_mu", "noise", "clipped_count_stddev"):
-        _number(config, name, minimum=0.0)
-    for name in ("clipping_norm", "clip_norm_lr", "q"):
-        _number(config, name, minimum=0.0, strict=True)
+    check_numbers(config, ("proximal_mu", "noise", "clipped_count_stddev"), zero_ok=True)
+    check_numbers(config, ("clipping_norm", "clip_norm_lr", "q"))
     if not 0 <= config.trimmed_beta < 0.5:
         raise ValueError(f"trimmed_beta: expected a number in [0, 0.5); got {config.trimmed_beta!r}.")
     if not 0 < config.target_clipped_quantile < 1:
         raise ValueError(f"target_clipped_quantile: expected a number in (0, 1); got "
                          f"{config.target_clipped_quantile!r}.")
-    for name in ("num_malicious", "num_selected"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < (name == "num_selected"):
-            raise ValueError(f"{name}: expected an integer >= {int(name == 'num_selected')}; got {value!r}.")
+    check_integers(config, ("num_malicious",), minimum=0)
+    check_integers(config, ("num_selected",))
     if config.strategy == "bulyan" and clients_per_round < 4 * config.num_malicious + 3:
         raise ValueError(f"num_malicious: bulyan needs clients_per_round >= 4 * num_malicious + 3 = "
                          f"{4 * config.num_malicious + 3}; got clients_per_round={clients_per_round}.")
     if config.strategy == "multikrum" and config.num_selected > clients_per_round:
         raise ValueError(f"num_selected: expected at most clients_per_round={clients_per_round}; got "
                          f"{config.num_selected}.")
-
-
-def _number(config, name: str, *, minimum: float, strict: bool = False) -> None:
-    value = getattr(config, name)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and value != float("inf")
-    if not ok or value < minimum or (strict and value == minimum):
-        raise ValueError(f"{name}: expected a finite number {'>' if strict else '>='} {minimum:g}; got {value!r}.")
 
 
 def build_strategy(config, clients_per_round: int) -> Strategy:
