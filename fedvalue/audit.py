@@ -34,7 +34,7 @@ from fedvalue.ads import AdsSettings
 from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import chain_hash, genesis_hash, read_ledger_csv
-from fedvalue.rounds import ArraysUtility, fedavg_round_game, value_round, weighted_mean
+from fedvalue.rounds import ArraysUtility, fedavg_round_game, round_rng, value_round, weighted_mean
 from fedvalue.schema import (
     CLIENT_STATUSES,
     LEDGER_COLUMNS,
@@ -293,7 +293,7 @@ def _recompute_round(record, utility: ArraysUtility) -> dict:
         game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
                                  [record.weights[c] for c in ok], utility)
         valuation = value_round(game, meta["methods"], AdsSettings(**meta["valuation"]),
-                                seed=np.random.default_rng([int(meta["seed"]), record.round]))
+                                seed=round_rng(meta["seed"], record.round))
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)

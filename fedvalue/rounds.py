@@ -187,6 +187,12 @@ def round_game(
     return CoalitionGame(single, client_ids, batch_utility=batch)
 
 
+def round_rng(seed: int, server_round: int) -> np.random.Generator:
+    """The generator of round t's MC permutations: ``[seed, t]``. The writer and the audit
+    both take it from here, so an audit reproduces an MC-valued round."""
+    return np.random.default_rng([int(seed), int(server_round)])
+
+
 def value_round(
     game: CoalitionGame,
     methods: Sequence[str] = VALUATION_METHODS,

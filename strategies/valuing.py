@@ -39,6 +39,7 @@ from fedvalue.rounds import (
     RoundValuation,
     fedavg_round_game,
     round_game,
+    round_rng,
     value_round,
 )
 from strategies.acceptance import AcceptAll, Acceptance
@@ -447,7 +448,7 @@ class ValuingStrategy(Strategy):
         else:
             game = round_game(ids, self._start_arrays, aggregator, self.utility,
                               batch_utility=getattr(self.utility, "batch", None))
-        return value_round(game, self.methods, self.ads_settings, seed=np.random.default_rng([self.seed, server_round]))
+        return value_round(game, self.methods, self.ads_settings, seed=round_rng(self.seed, server_round))
 
     def _flows_of(self, aggregated: list[ClientReply],
                   gradients: Mapping[object, InferenceGradient]) -> tuple[RoundFlows, frozenset]:

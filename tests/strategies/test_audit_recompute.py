@@ -138,3 +138,25 @@ def test_rounds_of_other_strategies_are_said_to_be_unrecomputed(tmp_path):
     assert report.ok, report.problems
     assert any("rounds [1, 2, 3] aggregate through FedAvgM's own code: their values were NOT recomputed" in c
                for c in report.checks)
+
+
+def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_utility):
+    """MC-ADS draws its permutations from the round's seed (fedvalue.rounds.round_rng): the audit
+    draws the same ones and recomputes every value exactly; another seed gives other values."""
+    run_dir = tmp_path / "mc"
+    grid = InProcessGrid(NODE_OF.values(), nan_handler({}))
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), linear_utility, run_dir=str(run_dir), ads_method="mc",
+                    epsilon=0.5, seed=11, sampler=PartitionSampler(5, seed=0)).start(
+        grid, linear_initial_arrays(), num_rounds=2, timeout=10)
+    with open(run_dir / "ledger.csv", newline="") as handle:
+        stderr = [float(row["stderr"]) for row in csv.DictReader(handle) if row["stderr"]]
+    assert max(stderr) > 0  # MC was used: permutations were drawn
+    report = audit_run(run_dir, utility=linear_utility)
+    assert report.ok, report.problems
+    assert any("recomputed every value of 2 rounds from the saved arrays (largest difference 0.0e+00)" in c
+               for c in report.checks)
+    for path in round_record_paths(run_dir).values():  # the audit reads the seed from the record
+        record = read_round_record(path)
+        record.meta["seed"] = 12
+        write_round_record(run_dir, record)
+    assert not audit_run(run_dir, utility=linear_utility).ok
