@@ -71,11 +71,11 @@ def _older_objects_frozen() -> Iterator[None]:
 
 
 @contextmanager
-def quiet_flower(level: int = logging.WARNING) -> Iterator[None]:
-    """Silence Flower's logs below ``level`` (its per-call INFO lines, or everything a
-    counterfactual coalition would log about itself)."""
+def _flower_silenced() -> Iterator[None]:
+    """Flower logs nothing a counterfactual coalition would say about itself (an INFO line
+    per call, warnings about coalitions smaller than the round): it is not the live run."""
     previous = FLOWER_LOGGER.level
-    FLOWER_LOGGER.setLevel(max(level, previous))
+    FLOWER_LOGGER.setLevel(max(logging.CRITICAL, previous))
     try:
         yield
     finally:
@@ -182,7 +182,7 @@ class CounterfactualAggregator:
         """The arrays the strategy aggregates from ``coalition``'s replies, in that order."""
         strategy = copy.deepcopy(self.snapshot)
         replies = [copy_reply(self.messages[c]) for c in coalition]
-        with (quiet_flower(logging.CRITICAL), np.errstate(all="ignore"), self.random_state.replayed(),
+        with (_flower_silenced(), np.errstate(all="ignore"), self.random_state.replayed(),
               _older_objects_frozen()):
             arrays, _ = strategy.aggregate_train(self.server_round, replies)
         if arrays is None or len(arrays) == 0:
