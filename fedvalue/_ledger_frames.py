@@ -47,18 +47,6 @@ def _scores_and_flags(scores, flags, score_names: tuple[str, str], flag_names: t
     return scores, flags
 
 
-def _check_choice(name: str, value: object, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name}: expected one of {list(choices)}; got {value!r}.")
-    return value
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer ≥ {minimum}; got {value!r}.")
-    return int(value)
-
-
 def _check_ledger(ledger: object, columns: Sequence[str] = REQUIRED_COLUMNS, name: str = "ledger") -> pd.DataFrame:
     if not isinstance(ledger, pd.DataFrame):
         raise TypeError(f"{name}: expected a pandas DataFrame in the ledger's long format; "

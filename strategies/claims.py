@@ -29,12 +29,12 @@ claimed, ``num_examples`` = the weight used.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from fedvalue._checks import check_integer, check_number
 from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.records import ClientReply
 
@@ -76,13 +76,6 @@ class ClaimFlag:
     reason: str
     status: str = "ok"
 
-
-def _positive_real(name: str, value: object, *, minimum: float, strict: bool) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and (
-        value > minimum if strict else value >= minimum)
-    if not ok:
-        raise ValueError(f"{name}: expected a finite number {'>' if strict else '>='} {minimum:g}; got {value!r}.")
-    return float(value)
 
 
 class ClaimReview:
@@ -128,20 +121,13 @@ class ClaimReview:
                     f"registered: expected a mapping {{client id: registered size}}; got {type(registered).__name__}."
                 )
             for client_id, size in registered.items():
-                if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                    raise ValueError(
-                        f"registered: expected a positive int size for every client; got {size!r} for client "
-                        f"{client_id!r}."
-                    )
+                check_integer(f"registered[{client_id!r}]", size, unit="size")
             registered = {_key(c): int(n) for c, n in registered.items()}
         if median_multiple is not None:
-            median_multiple = _positive_real("median_multiple", median_multiple, minimum=1.0, strict=False)
+            median_multiple = check_number("median_multiple", median_multiple, low=1.0)
         if jump_factor is not None:
-            jump_factor = _positive_real("jump_factor", jump_factor, minimum=1.0, strict=True)
-        if isinstance(min_claims, bool) or not isinstance(min_claims, (int, np.integer)) or min_claims < 3:
-            raise ValueError(
-                f"min_claims: expected an int >= 3 (a median that one claim cannot move); got {min_claims!r}."
-            )
+            jump_factor = check_number("jump_factor", jump_factor, low=1.0, low_open=True)
+        check_integer("min_claims", min_claims, 3, why="a median that one claim cannot move")
         self.registered = registered
         self.median_multiple = median_multiple
         self.jump_factor = jump_factor
