@@ -14,7 +14,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from fedvalue.schema import CLIENT_STATUSES
+from fedvalue.schema import CLIENT_STATUSES, client_sort_key
 
 #: Name of the seeded random-ranking baseline (not a ledger method).
 RANDOM = "random"
@@ -24,15 +24,6 @@ REQUIRED_COLUMNS = ("round", "client_id", "method", "value", "status", "noisy")
 RUN_COLUMN = "seed"
 CURVE_METRICS = ("recall", "precision")
 TIE_RULES = ("average", "client_id")
-
-
-def _id_key(client_id: Hashable) -> tuple:
-    """Sort key for client ids: integers (or integer strings) numerically, then strings."""
-    text = str(client_id)
-    try:
-        return (0, int(text), "")
-    except ValueError:
-        return (1, 0, text)
 
 
 def _scores_and_flags(scores, flags, score_names: tuple[str, str], flag_names: tuple[str, str]):
@@ -129,7 +120,7 @@ def _valued(rows: pd.DataFrame, method: str) -> pd.DataFrame:
 
 
 def _sorted_by_id(client_ids: Iterable[Hashable]) -> list[Hashable]:
-    return sorted(client_ids, key=_id_key)
+    return sorted(client_ids, key=client_sort_key)
 
 
 def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float, float]:

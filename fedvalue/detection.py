@@ -64,7 +64,6 @@ from fedvalue._ledger_frames import (
     _check_ledger,
     _check_ledger_like,
     _check_methods,
-    _id_key,
     _interval,
     _noisy_of,
     _runs,
@@ -72,6 +71,7 @@ from fedvalue._ledger_frames import (
     _sorted_by_id,
     _valued,
 )
+from fedvalue.schema import client_sort_key
 
 CURVE_METRICS = ("recall", "precision")
 TIE_RULES = ("average", "client_id")
@@ -110,7 +110,7 @@ def expected_hits(values: Sequence[float], labels: Sequence[bool], *, ties: str 
         if len(ids) != n:
             raise ValueError(f"client_ids: expected {n} ids; got {len(ids)}.")
         id_rank = np.empty(n, dtype=int)
-        id_rank[sorted(range(n), key=lambda i: _id_key(ids[i]))] = np.arange(n)
+        id_rank[sorted(range(n), key=lambda i: client_sort_key(ids[i]))] = np.arange(n)
         order = np.lexsort((id_rank, values))
         return np.cumsum(labels[order]).astype(float)
     order = np.argsort(values, kind="mergesort")
@@ -174,7 +174,7 @@ def rank_rounds(ledger: pd.DataFrame, method: str, *, seed: int | np.random.Gene
 
 def _ranked(client_ids: list, values: np.ndarray, noisy: list) -> pd.DataFrame:
     id_rank = np.empty(len(client_ids), dtype=int)
-    id_rank[sorted(range(len(client_ids)), key=lambda i: _id_key(client_ids[i]))] = np.arange(len(client_ids))
+    id_rank[sorted(range(len(client_ids)), key=lambda i: client_sort_key(client_ids[i]))] = np.arange(len(client_ids))
     order = np.lexsort((id_rank, values))
     frame = pd.DataFrame({
         "client_id": [client_ids[i] for i in order],

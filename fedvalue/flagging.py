@@ -28,12 +28,12 @@ from fedvalue._ledger_frames import (
     _check_ledger,
     _check_ledger_like,
     _check_methods,
-    _id_key,
     _interval,
     _noisy_of,
     _runs,
     _valued,
 )
+from fedvalue.schema import client_sort_key
 
 FLAGGING_KINDS = ("robust_z", "threshold")
 #: 1 / Φ^{-1}(3/4): makes the MAD a consistent estimator of a normal standard deviation.
@@ -151,7 +151,7 @@ class FlaggingRule:
         ok = rows[rows["status"] == "ok"]
         if ok["client_id"].duplicated().any():
             raise ValueError(f"round_frame: expected one {self.method!r} row per client; got duplicates "
-                             f"{sorted(set(ok.loc[ok['client_id'].duplicated(), 'client_id']), key=_id_key)}.")
+                             f"{sorted(set(ok.loc[ok['client_id'].duplicated(), 'client_id']), key=client_sort_key)}.")
         values = pd.to_numeric(ok["value"], errors="coerce").to_numpy(float)
         if not np.isfinite(values).all():
             raise ValueError(f"round_frame['value']: expected finite values on rows with status 'ok'; got "
