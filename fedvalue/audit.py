@@ -17,7 +17,11 @@
    also equal the next round's recorded start state), the harm booked for rejected
    replies, the top-k ``selected`` marks and the TracIn flows (from the saved inference
    gradients) must equal the ledger's. Rounds aggregated by another strategy are checked
-   by 1–3 only (their aggregation needs the strategy's own code and state).
+   by 1–3 only (their aggregation needs the strategy's own code and state). With the run's
+   ``fairness`` objective, the fairness books too (:mod:`fedvalue.fair_books`): ads_fairness,
+   loo_fairness, fairness_influence, the clients a drop-K or I-JACK rule accepts and the
+   I-JACK factors (re-derived from the recomputed influences and the recorded rule; A_t is
+   then the mean weighted by n_u w_u), and group efficiency of ads_fairness.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import pandas as pd
 from fedvalue.ads import AdsSettings
 from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
 from fedvalue.books import ClientEntry, book_round
+from fedvalue.fair_books import FairnessBooks, fairness_round, policy_outcome
+from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import chain_hash, genesis_hash, read_ledger_csv
 from fedvalue.rounds import ArraysUtility, fedavg_round_game, round_rng, value_round, weighted_mean
 from fedvalue.schema import (
@@ -69,7 +75,7 @@ def _lines(path: Path) -> tuple[str, list[str]]:
 
 
 def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: ArraysUtility | None = None,
-              recompute_tolerance: float = 1e-9) -> AuditReport:
+              recompute_tolerance: float = 1e-9, fairness: GroupFairness | None = None) -> AuditReport:
     """Check a run directory written by :class:`fedvalue.ledger.LedgerWriter` (module docstring).
 
     Parameters
@@ -84,6 +90,9 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     recompute_tolerance
         Allowed |recomputed − booked| relative to max(1, |booked|); the same code on the same
         arrays reproduces the values exactly, so any larger difference is a changed number.
+    fairness
+        The run's fairness objective (same held-out data, sensitive attribute and gap), for
+        runs that booked fairness; without it their rounds are not recomputed.
     """
     run_dir = Path(run_dir)
     report = AuditReport(str(run_dir))
@@ -182,7 +191,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
 
     # 5. Recompute from the saved arrays.
     if utility is not None:
-        recompute_run(run_dir, utility, ledger, rounds, report, recompute_tolerance)
+        recompute_run(run_dir, utility, ledger, rounds, report, recompute_tolerance, fairness=fairness)
     return report
 
 
@@ -217,7 +226,7 @@ def _close(booked: float | None, recomputed: float | None, tolerance: float) -> 
 
 
 def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd.DataFrame, rounds: pd.DataFrame,
-                  report: AuditReport, tolerance: float = 1e-9) -> None:
+                  report: AuditReport, tolerance: float = 1e-9, *, fairness: GroupFairness | None = None) -> None:
     """Check 5 of the module docstring; findings go to ``report``."""
     run_dir = Path(run_dir)
     paths = round_record_paths(run_dir)
@@ -242,6 +251,10 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
             skipped.append(t)
             skipped_by.add(str(record.meta.get("strategy", "an unknown strategy")))
             continue
+        if "fairness" in record.meta and fairness is None:
+            skipped.append(t)
+            skipped_by.add("fairness books without the run's fairness objective")
+            continue
         next_start = None
         if position + 1 < len(committed) and committed[position + 1] in paths:
             following = read_round_record(paths[committed[position + 1]])
@@ -249,8 +262,9 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
         elif position + 1 == len(committed):
             checkpoint = read_checkpoint(run_dir)
             next_start = checkpoint.arrays if checkpoint.round == t else None
-        expected = _recompute_round(record, utility)
+        expected = _recompute_round(record, utility, fairness)
         problems_before = len(report.problems)
+        report.problems += [f"recompute: round {t} {problem}" for problem in expected["problems"]]
         for key, value in expected["values"].items():
             booked = booked_values.get((t, key[0], str(key[1])))
             booked = None if booked is None or pd.isna(booked) else float(booked)
@@ -278,36 +292,59 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
                              f"(largest difference {worst:.1e})")
     if skipped:
         report.checks.append(
-            f"rounds {skipped} aggregate through {', '.join(sorted(skipped_by))}'s own code: their values were NOT "
-            "recomputed (the audit recomputes FedAvg-family rounds only); the checks above hold for them")
+            f"rounds {skipped}: values NOT recomputed ({', '.join(sorted(skipped_by))}; the audit recomputes "
+            "FedAvg-family rounds only, fairness books with the run's fairness objective); the checks above hold for them")
 
 
-def _recompute_round(record, utility: ArraysUtility) -> dict:
+def _recompute_round(record, utility: ArraysUtility, fairness: GroupFairness | None = None) -> dict:
     """The books of one FedAvg-family round rebuilt from its record alone, by the writer's own
     :func:`fedvalue.books.book_round` (the audit computes no ledger value itself)."""
     statuses, meta = record.statuses, record.meta
     ok = [c for c in record.replies if statuses.get(c) == STATUS_OK]
     accepted = [c for c in ok if c in set(record.accepted)]
     valuation = None
+    settings = AdsSettings(**meta["valuation"])
     if ok:
         game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
                                  [record.weights[c] for c in ok], utility)
-        valuation = value_round(game, meta["methods"], AdsSettings(**meta["valuation"]),
-                                seed=round_rng(meta["seed"], record.round))
+        valuation = value_round(game, meta["methods"], settings, seed=round_rng(meta["seed"], record.round))
+    problems: list[str] = []
+    fair, factors = None, {}
+    if "fairness" in meta and fairness is not None:
+        fair = fairness_round(fairness, ok, record.start_arrays, [record.replies[c] for c in ok],
+                              [record.weights[c] for c in ok], methods=meta["methods"], settings=settings,
+                              seed=round_rng(meta["seed"], record.round))
+        rule = meta["fairness"].get("rule")
+        if rule and ok:
+            chosen, rule_factors = policy_outcome(rule, fair.influences)
+            if chosen != set(accepted):
+                problems.append(f"the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the recomputed "
+                                f"fairness influences; the record accepted {sorted(accepted, key=str)}")
+            if rule_factors is not None:
+                factors = rule_factors
+                fair = FairnessBooks(fair.valuation, fair.influences, fair.utility, factors)
+        if fair.valuation is not None and "ads" in fair.valuation.results:
+            gap = float(fair.valuation.results["ads"].values.sum()) - (
+                fair.valuation.utility_after - fair.valuation.utility_before)
+            if not abs(gap) <= 1e-9 * max(1.0, float(np.abs(fair.valuation.results["ads"].values).sum())):
+                problems.append(f"ads_fairness breaks group efficiency by {gap:.3g}")
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
     realized = None
     if aggregated:
         with np.errstate(all="ignore"):
-            realized = weighted_mean([record.replies[c] for c in aggregated], [record.weights[c] for c in aggregated])
+            realized = weighted_mean([record.replies[c] for c in aggregated],
+                                     [record.weights[c] * factors[c] if c in factors else record.weights[c]
+                                      for c in aggregated])
     # Replies in reply order (the order their sums were taken in), then the clients without one.
     entries = [ClientEntry(c, statuses[c], record.weights.get(c)) for c in record.replies if c in statuses]
     entries += [ClientEntry(c, status) for c, status in statuses.items() if c not in record.replies]
     books = book_round(record.round, entries, valuation, methods=meta["methods"], start_arrays=record.start_arrays,
                        replies=record.replies, accepted=accepted, realized=realized, utility=utility,
                        gradients=record.gradients if meta.get("flows") else None,
-                       book_selection=bool(meta.get("selection")))
+                       book_selection=bool(meta.get("selection")), fairness=fair)
     values = {(row["method"], row["client_id"]): row["value"] for row in books.ledger_rows}
     columns = ("utility_before", "utility_after", "utility_realized") if ok else ("utility_before", "utility_realized")
-    return {"values": values, "round": {c: books.round_row[c] for c in columns}, "realized": realized}
+    return {"values": values, "round": {c: books.round_row[c] for c in columns}, "realized": realized,
+            "problems": problems}

@@ -15,6 +15,11 @@ With top-k selection a ``selected`` row (1 aggregated, 0 not) follows; with Trac
 ([RECIP] §4) the ``tracin_inflow / outflow / self`` rows of each client, then those of the
 clients that did not train this round (``idle``: they still receive inflow). Agg is the
 weighted mean of the FedAvg family, or the strategy's own rule passed as ``aggregate``.
+
+With fairness books (:mod:`fedvalue.fair_books`), each sampled client's rows go on with
+``ads_fairness`` / ``loo_fairness`` (its value in the round game with U = −gap; for a rejected
+reply the harm on that game), ``fairness_influence`` and, when the round was reweighted,
+``fair_weight``.
 """
 
 from __future__ import annotations
@@ -24,9 +29,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedvalue.fair_books import FairnessBooks
 from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.rounds import Aggregator, Arrays, ArraysUtility, RoundValuation, weighted_mean
-from fedvalue.schema import FLOW_METHODS, PROBLEM_STATUSES, SELECTED, STATUS_IDLE, STATUS_OK, STATUS_REJECTED
+from fedvalue.schema import (
+    FAIR_WEIGHT,
+    FAIRNESS_INFLUENCE,
+    FAIRNESS_VALUATION_METHODS,
+    FLOW_METHODS,
+    PROBLEM_STATUSES,
+    SELECTED,
+    STATUS_IDLE,
+    STATUS_OK,
+    STATUS_REJECTED,
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +114,7 @@ def book_round(
     book_selection: bool = False,
     utility_before: float | None = None,
     utility_realized: float | None = None,
+    fairness: FairnessBooks | None = None,
 ) -> RoundBooks:
     """The round's rounds.csv row and ledger rows (see the module docstring).
 
@@ -120,6 +137,8 @@ def book_round(
     utility_before, utility_realized
         U(A_{t−1}) and U(A_t) when the caller already has them (a game's cached values);
         computed here otherwise.
+    fairness
+        The round's fairness valuation, influences and I-JACK factors; None books none.
     """
     if utility_before is None:
         utility_before = valuation.utility_before if valuation is not None else float(utility(start_arrays))
@@ -127,6 +146,8 @@ def book_round(
         utility_realized = float(utility(realized)) if realized is not None else utility_before
     harms = rejected_harms(entries, accepted, start_arrays=start_arrays, replies=replies, utility=utility,
                            aggregate=aggregate)
+    fair_harms = {} if fairness is None else rejected_harms(
+        entries, accepted, start_arrays=start_arrays, replies=replies, utility=fairness.utility, aggregate=aggregate)
     weights = {e.client_id: e.weight for e in entries if e.status == STATUS_OK}
     aggregated = [e.client_id for e in entries if e.status == STATUS_OK and e.client_id in accepted]
     flows = missing = None
@@ -175,6 +196,9 @@ def book_round(
         if frame is not None:
             rows += _flow_rows(server_round, entry.client_id, frame, missing, entry.status,
                                int(entry.weight) if ok else None, reason, noisy_of(entry.client_id))
+        if fairness is not None:
+            rows += _fairness_rows(server_round, entry, fairness, methods, fair_harms.get(entry.client_id),
+                                   reason, noisy_of(entry.client_id))
     if frame is not None:
         booked = {e.client_id for e in entries}
         for client_id in frame.index:
@@ -197,3 +221,24 @@ def _flow_rows(server_round, client_id, frame, missing, status, num_examples, re
                      "stderr": None if value is None else 0.0, "num_examples": num_examples,
                      "status": status, "noisy": noisy, "reason": reason})
     return rows
+
+
+def _fairness_rows(server_round, entry: ClientEntry, fairness: FairnessBooks, methods, harm, reason,
+                   noisy) -> list[dict]:
+    """ads_fairness/loo_fairness, fairness_influence (and fair_weight) rows of one sampled client."""
+    ok = entry.status == STATUS_OK and fairness.valuation is not None
+    client = entry.client_id
+    booked: list[tuple[str, float | None, float | None]] = []
+    for method in methods:
+        result = fairness.valuation.results[method] if ok else None
+        value = float(result.values[client]) if ok else harm
+        stderr = float(result.stderr[client]) if ok else (0.0 if value is not None else None)
+        booked.append((FAIRNESS_VALUATION_METHODS[method], value, stderr))
+    influence = float(fairness.influences[client]) if ok else None
+    booked.append((FAIRNESS_INFLUENCE, influence, 0.0 if ok else None))
+    if fairness.factors is not None:
+        factor = float(fairness.factors[client]) if ok else None
+        booked.append((FAIR_WEIGHT, factor, 0.0 if ok else None))
+    return [{"round": server_round, "client_id": client, "method": method, "value": value, "stderr": stderr,
+             "num_examples": entry.num_examples, "status": entry.status, "noisy": noisy, "reason": reason}
+            for method, value, stderr in booked]

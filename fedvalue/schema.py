@@ -53,6 +53,11 @@ FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_
 CLAIM_PREFIX = "claim_"
 CLAIM_CAPPED = CLAIM_PREFIX + "capped"
 CLAIM_JUMPED = CLAIM_PREFIX + "jumped"
+#: Fairness books (fedvalue.fair_books): the round game valued with U = −gap (method ->
+#: ledger name), each client's first-order fairness influence, the I-JACK factor.
+FAIRNESS_VALUATION_METHODS = {"ads": "ads_fairness", "loo": "loo_fairness"}
+FAIRNESS_INFLUENCE = "fairness_influence"
+FAIR_WEIGHT = "fair_weight"
 
 
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")

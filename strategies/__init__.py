@@ -1,7 +1,7 @@
 """Flower server strategies that keep contributor books (the only place converting
 Flower records to arrays on the server side)."""
 
-from strategies.acceptance import AcceptAll, Replay, TopK
+from strategies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
 from strategies.claims import ClaimFlag, ClaimReview
 from strategies.sampling import PartitionSampler, ValueWeightedSampler
 from strategies.selection import ReplaySampler
@@ -11,6 +11,8 @@ __all__ = [
     "AcceptAll",
     "ClaimFlag",
     "ClaimReview",
+    "FairDropK",
+    "FairReweight",
     "PartitionSampler",
     "Replay",
     "ReplaySampler",

@@ -11,8 +11,16 @@ protocol). A policy is passed to :class:`~strategies.ValuingStrategy` as ``accep
   ``flows=True``) or ``"random"`` (seeded by the run's seed and the round).
 * :class:`Replay`: a given acceptance per round (the retrain protocol, with
   :class:`~strategies.sampling.ReplaySampler` replaying the scored run's clients).
+* :class:`FairDropK`: all but the K replies with the largest positive fairness influence
+  I^F_t(u) ([FAIRIJ] Prop. 3.1, drop-K / Fair-IJ at client level).
+* :class:`FairReweight`: every reply, its FedAvg weight n_u multiplied by the I-JACK factor
+  w_u = max(0, 1 − λ I^F_t(u)) normalized to mean 1 ([FAIRIJ] Prop. 3.2); a reply whose factor
+  is 0 is not aggregated. λ = 0 leaves the run FedAvg's, bit for bit.
 
-Policies other than AcceptAll book a ``selected`` row (1/0) per client and round.
+The fairness policies need the strategy's ``fairness`` objective (the influences are those
+booked as ``fairness_influence``: every valid reply as if all were aggregated). Policies
+other than AcceptAll and FairReweight book a ``selected`` row (1/0) per client and round;
+FairReweight books ``fair_weight`` (w_u) instead.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from fedvalue._checks import check_choice, check_integer
+from fedvalue.fair_books import policy_outcome
 from fedvalue.rounds import RoundValuation
 from fedvalue.selection import top_k
 
@@ -39,8 +48,10 @@ class Acceptance(Protocol):
         """Refuse a policy the strategy cannot honour (ValueError naming the parameter)."""
 
     def accept(self, server_round: int, clients: Sequence[Hashable], valuation: RoundValuation | None, *,
-               seed: int, outflows: Callable[[], Mapping[Hashable, float]]) -> set:
-        """The accepted clients among ``clients`` (the round's valid replies, in reply order)."""
+               seed: int, outflows: Callable[[], Mapping[Hashable, float]],
+               fairness: Mapping[Hashable, float] | None = None) -> set:
+        """The accepted clients among ``clients`` (the round's valid replies, in reply order);
+        ``fairness`` holds their fairness influences when the strategy books fairness."""
 
 
 class AcceptAll:
@@ -51,7 +62,7 @@ class AcceptAll:
     def check(self, *, methods, flows, clients_per_round) -> None:
         return None
 
-    def accept(self, server_round, clients, valuation, *, seed, outflows) -> set:
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
         return set(clients)
 
 
@@ -74,7 +85,7 @@ class TopK:
         if clients_per_round is not None and clients_per_round < self.k:
             raise ValueError(f"k: expected at most the {clients_per_round} clients sampled per round; got {self.k}.")
 
-    def accept(self, server_round, clients, valuation, *, seed, outflows) -> set:
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
         order = list(clients)
         if self.score == "random":
             rng = np.random.default_rng([seed, server_round, 1])
@@ -102,6 +113,64 @@ class Replay:
     def check(self, *, methods, flows, clients_per_round) -> None:
         return None
 
-    def accept(self, server_round, clients, valuation, *, seed, outflows) -> set:
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
         chosen = self.plan.get(server_round, set())
         return {c for c in clients if str(c) in chosen}
+
+
+class _FairPolicy:
+    """What the fairness policies share: they need the fairness influences."""
+
+    books_selection = True
+    needs_fairness = True
+    rule: dict = {}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        return None
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
+        if fairness is None:
+            raise ValueError(f"acceptance: {self!r} needs the strategy's fairness objective (fairness=...).")
+        accepted, _ = policy_outcome(self.rule, {c: fairness[c] for c in clients})
+        return accepted
+
+    def factors(self, clients: Sequence[Hashable], fairness: Mapping[Hashable, float]) -> dict | None:
+        """Multipliers of the accepted clients' weights (None: weights unchanged)."""
+        return None
+
+
+class FairDropK(_FairPolicy):
+    """All valid replies but the ``k`` with the largest positive fairness influence (module docstring)."""
+
+    def __init__(self, k: int) -> None:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"k: expected a non-negative integer; got {k!r}.")
+        self.k = int(k)
+        self.rule = {"rule": "drop-k", "k": self.k}
+
+    def __repr__(self) -> str:
+        return f"FairDropK(k={self.k})"
+
+
+class FairReweight(_FairPolicy):
+    """I-JACK reweighting of the valid replies with strength ``lam`` (module docstring)."""
+
+    books_selection = False
+
+    def __init__(self, lam: float) -> None:
+        if isinstance(lam, bool) or not isinstance(lam, (int, float, np.floating)) or not np.isfinite(lam) or lam < 0:
+            raise ValueError(f"lam: expected a finite number >= 0; got {lam!r}.")
+        self.lam = float(lam)
+        self.rule = {"rule": "ijack", "lam": self.lam}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        if flows:
+            raise ValueError("acceptance: FairReweight changes the aggregation weights, which TracIn flows take as "
+                             "FedAvg's; use flows=False with it.")
+
+    def factors(self, clients, fairness) -> dict:
+        _, factors = policy_outcome(self.rule, {c: fairness[c] for c in clients})
+        return factors
+
+    def __repr__(self) -> str:
+        return f"FairReweight(lam={self.lam})"

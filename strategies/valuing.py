@@ -30,7 +30,9 @@ from flwr.supercore.logger import log
 from fedvalue.ads import AdsSettings
 from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
 from fedvalue.books import ClientEntry, book_round
+from fedvalue.fair_books import FairnessBooks, fairness_round
 from fedvalue.flows import RoundFlows, fedavg_round_flows
+from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from fedvalue.rounds import (
@@ -114,7 +116,14 @@ class ValuingStrategy(Strategy):
         Which valid replies the inner strategy aggregates (:mod:`strategies.acceptance`):
         every one (default), the top k by a score (:class:`~strategies.acceptance.TopK`) or a
         replayed plan (:class:`~strategies.acceptance.Replay`); the last two book
-        ``selected`` rows.
+        ``selected`` rows; the fairness policies (:class:`~strategies.acceptance.FairDropK`,
+        :class:`~strategies.acceptance.FairReweight`) act on the fairness influences and need
+        ``fairness``.
+    fairness
+        A :class:`fedvalue.fairness.GroupFairness` objective on held-out data with a sensitive
+        attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
+        game with U = −gap, the same methods and settings) and ``fairness_influence``
+        (:mod:`fedvalue.fair_books`).
     resume
         Continue the run in ``run_dir`` from its last checkpoint: tables are cut back to
         the last committed round, the inner strategy and sampler are restored from the
@@ -150,6 +159,7 @@ class ValuingStrategy(Strategy):
         checkpoint: bool = True,
         resume: bool = False,
         acceptance: Acceptance | None = None,
+        fairness: GroupFairness | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -195,6 +205,13 @@ class ValuingStrategy(Strategy):
                             f"{type(acceptance).__name__}.")
         self.acceptance.check(methods=self.methods, flows=self.flows,
                               clients_per_round=getattr(sampler, "clients_per_round", None))
+        if fairness is not None and not (callable(fairness) and callable(getattr(fairness, "gradient", None))):
+            raise TypeError(f"fairness: expected a fedvalue.fairness.GroupFairness (or None); got "
+                            f"{type(fairness).__name__}.")
+        if getattr(self.acceptance, "needs_fairness", False) and fairness is None:
+            raise ValueError(f"fairness: the acceptance policy {self.acceptance!r} acts on fairness influences; "
+                             "pass fairness=GroupFairness(...) (held-out data with a sensitive attribute).")
+        self.fairness = fairness
         self._targets: list[int] = []
         self._idle_gradients: dict = {}
         # Round t's predicted loss changes, checked against the losses reported in round t + 1.
@@ -291,8 +308,16 @@ class ValuingStrategy(Strategy):
             meta={"methods": list(self.methods), "valuation": self.ads_settings.as_keywords(), "seed": self.seed,
                   "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
                   "weighted_by_key": self.weighted_by_key, "flows": self.flows,
-                  "reject_non_finite": self.reject_non_finite, "selection": self.acceptance.books_selection},
+                  "reject_non_finite": self.reject_non_finite, "selection": self.acceptance.books_selection,
+                  **self._fairness_meta()},
         ))
+
+    def _fairness_meta(self) -> dict:
+        """The record's note of fairness books and rule (absent without them: old records unchanged)."""
+        if self.fairness is None:
+            return {}
+        return {"fairness": {"gap": self.fairness.gap, "utility_gap": self.fairness.utility_gap,
+                             "rule": dict(getattr(self.acceptance, "rule", {})) or None}}
 
     # -- delegation -------------------------------------------------------------------------
 
@@ -390,9 +415,16 @@ class ValuingStrategy(Strategy):
             {r.client_id: r.message for r in records if r.status in ("ok", "rejected")},
             self._start_arrays, random_state)
         valuation = self._value(server_round, ok, aggregator) if ok else None
+        fair = None if self.fairness is None else self._fairness_books(server_round, ok, aggregator)
         accepted = self.acceptance.accept(
             server_round, [r.client_id for r in ok], valuation, seed=self.seed,
-            outflows=lambda: self.outflows_if_all_aggregated(ok, gradients)) if ok else set()
+            outflows=lambda: self.outflows_if_all_aggregated(ok, gradients),
+            fairness=None if fair is None else fair.influences) if ok else set()
+        if fair is not None and ok and getattr(self.acceptance, "factors", None) is not None:
+            factors = self.acceptance.factors([r.client_id for r in ok], fair.influences)
+            if factors is not None:
+                fair = FairnessBooks(fair.valuation, fair.influences, fair.utility, factors)
+                self._reweight([r for r in ok if r.client_id in accepted], factors)
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
         passed = [r.message for r in records
                   if (r.status == "ok" and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
@@ -411,7 +443,7 @@ class ValuingStrategy(Strategy):
             replies={r.client_id: r.arrays for r in records if r.status in ("ok", "rejected")},
             accepted=accepted, realized=realized, utility=self.utility, aggregate=aggregator,
             gradients={c: g.gradient for c, g in gradients.items()} if self.flows else None,
-            noisy_clients=self.noisy_clients, book_selection=self.acceptance.books_selection,
+            noisy_clients=self.noisy_clients, book_selection=self.acceptance.books_selection, fairness=fair,
         )
         if books.flows is not None:
             predicted = books.flows.predicted_loss_change()
@@ -449,6 +481,22 @@ class ValuingStrategy(Strategy):
             game = round_game(ids, self._start_arrays, aggregator, self.utility,
                               batch_utility=getattr(self.utility, "batch", None))
         return value_round(game, self.methods, self.ads_settings, seed=round_rng(self.seed, server_round))
+
+    def _fairness_books(self, server_round: int, ok: list[ClientReply],
+                        aggregator: CounterfactualAggregator | None) -> FairnessBooks:
+        """The round game valued on fairness (U = −gap) and each valid reply's fairness influence."""
+        return fairness_round(self.fairness, [r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
+                              [r.weight for r in ok], methods=self.methods, settings=self.ads_settings,
+                              seed=round_rng(self.seed, server_round), aggregate=aggregator)
+
+    def _reweight(self, accepted: list[ClientReply], factors: Mapping) -> None:
+        """Multiply the weight each accepted reply's message carries by its factor (the live
+        aggregation sees n_u w_u; the books keep n_u)."""
+        for record in accepted:
+            used = float(record.weight) * float(factors[record.client_id])
+            for metrics in record.message.content.metric_records.values():
+                if self.weighted_by_key in metrics:
+                    metrics[self.weighted_by_key] = used
 
     def _flows_of(self, aggregated: list[ClientReply],
                   gradients: Mapping[object, InferenceGradient]) -> tuple[RoundFlows, frozenset]:
