@@ -222,10 +222,12 @@ def _audit(args: argparse.Namespace) -> int:
     from fedvalue.audit import audit_run
 
     simulation = None if args.no_recompute else _simulation_of_run(args.run_dir)
-    utility = None
+    utility = fairness = None
     if simulation is not None and simulation.utility_from_run is not None:
         utility = simulation.utility_from_run(_saved_run_config(args.run_dir))
-    report = audit_run(args.run_dir, tolerance=args.tolerance, utility=utility)
+    if simulation is not None and simulation.fairness_from_run is not None:
+        fairness = simulation.fairness_from_run(_saved_run_config(args.run_dir))
+    report = audit_run(args.run_dir, tolerance=args.tolerance, utility=utility, fairness=fairness)
     replayed = simulation is not None and simulation.replay_check is not None
     if replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
         checks, problems = simulation.replay_check(args.run_dir)

@@ -13,6 +13,7 @@ from typing import Any
 from simulations import (
     attacks,
     augmentation,
+    fairness,
     federated_reciprocity,
     noisy_clients,
     procurement,
@@ -46,6 +47,8 @@ class Simulation:
         returns the audit's (checks, problems).
     help
         Help text of options this simulation alone has.
+    fairness_from_run
+        Rebuilds the fairness objective a run booked fairness with, for the audit (None: none).
     """
 
     config: type
@@ -55,6 +58,7 @@ class Simulation:
     utility_from_run: Callable[[dict], Any] | None = None
     replay_check: Callable[[str], tuple[list[str], list[str]]] | None = None
     help: Mapping[str, str] = field(default_factory=dict)
+    fairness_from_run: Callable[[dict], Any] | None = None
 
 
 SIMULATIONS: dict[str, Simulation] = {
@@ -70,4 +74,6 @@ SIMULATIONS: dict[str, Simulation] = {
                               replay_check=procurement.replay_check, help=procurement.PROCUREMENT_HELP),
     "augmentation": Simulation(augmentation.AugmentationConfig, augmentation.cli_main),
     "replication-market": Simulation(replication_market.ReplicationMarketConfig, replication_market.cli_main),
+    "fairness": Simulation(fairness.FairnessConfig, fairness.cli_main, utility_from_run=fairness.utility_from_run,
+                           fairness_from_run=fairness.fairness_from_run, help=fairness.HELP),
 }

