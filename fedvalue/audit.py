@@ -241,6 +241,7 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
     booked_values = ledger.set_index(["round", "method", "client_id"])["value"]
     recomputed_rounds, skipped, worst = 0, [], 0.0
     skipped_by: set[str] = set()
+    unfair: list[int] = []  # rounds with fairness books, audited without the fairness objective
     following = None  # the next round's record: read once, for its start state and then its own round
     for position, t in enumerate(committed):
         if t not in paths:
@@ -252,8 +253,7 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
             skipped_by.add(str(record.meta.get("strategy", "an unknown strategy")))
             continue
         if "fairness" in record.meta and fairness is None:
-            skipped.append(t)
-            skipped_by.add("fairness books without the run's fairness objective")
+            unfair.append(t)
             continue
         next_start = None
         if position + 1 < len(committed) and committed[position + 1] in paths:
@@ -292,8 +292,12 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
                              f"(largest difference {worst:.1e})")
     if skipped:
         report.checks.append(
-            f"rounds {skipped}: values NOT recomputed ({', '.join(sorted(skipped_by))}; the audit recomputes "
-            "FedAvg-family rounds only, fairness books with the run's fairness objective); the checks above hold for them")
+            f"rounds {skipped} aggregate through {', '.join(sorted(skipped_by))}'s own code: their values were NOT "
+            "recomputed (the audit recomputes FedAvg-family rounds only); the checks above hold for them")
+    if unfair:
+        report.checks.append(
+            f"rounds {unfair} booked fairness: their values were NOT recomputed without the run's fairness objective "
+            "(audit_run(..., fairness=...)); the checks above hold for them")
 
 
 def _recompute_round(record, utility: ArraysUtility, fairness: GroupFairness | None = None) -> dict:

@@ -16,12 +16,12 @@ runs differ in what the server aggregates:
   λ in ``lams``.
 
 Outputs in ``--out``: ``per_round.csv`` (accuracy and hard DP/EOP/EO gaps of every realized
-state on the held-out rows, round 0 = A_0), ``tradeoff.csv`` (per run: accuracy and DP gap
-averaged over the last ``tail`` rounds, and the accuracy cost and gap reduction against
-FedAvg), ``comparison.csv`` (drop-K against dropping K random clients, per K),
+state on the held-out rows, round 0 = A_0), ``tradeoff.csv`` (per rule: accuracy and DP gap
+averaged over the last ``tail`` rounds and over ``seeds`` repetitions, and the accuracy cost
+and gap reduction against FedAvg), ``comparison.csv`` (drop-K against dropping K random clients, per K),
 ``clients.csv`` (the FedAvg run's per-client totals beside each client's group and label
 mix), ``fairness.png`` (DP gap and accuracy per round, and the trade-off over K and λ in the
-style of [FAIRINFL] Figure 2), and every run's ledger under ``DATASET/RUN/`` (``fedvalue
+style of [FAIRINFL] Figure 2), and every run's ledger under ``DATASET/seed-S/RUN/`` (``fedvalue
 report`` and ``fedvalue audit`` read them). One Flower engine (Ray) serves every run.
 """
 
@@ -64,6 +64,7 @@ SERVER_TORCH_THREADS = 1
 @dataclass(frozen=True)
 class FairnessConfig:
     seed: int = 0
+    seeds: int = 1
     datasets: tuple[str, ...] = DATASETS
     num_clients: int = 20
     clients_per_round: int = 8
@@ -74,7 +75,7 @@ class FairnessConfig:
     examples_per_client: int = 40
     gap: str = "dp"
     drops: tuple[int, ...] = (1, 2, 3)
-    lams: tuple[float, ...] = (10.0, 30.0, 100.0, 300.0)
+    lams: tuple[float, ...] = (3.0, 10.0, 30.0, 100.0)
     tail: int = 3
     round_timeout: float = 600.0
     num_cpus_per_client: float = 1
@@ -82,8 +83,8 @@ class FairnessConfig:
     ray_address: str = ""
 
     def check(self) -> None:
-        check_integers(self, ("num_clients", "clients_per_round", "rounds", "local_epochs", "examples_per_client",
-                              "tail"))
+        check_integers(self, ("seeds", "num_clients", "clients_per_round", "rounds", "local_epochs",
+                              "examples_per_client", "tail"))
         check_integers(self, ("seed", "max_parallel_clients"), minimum=0)
         check_numbers(self, ("learning_rate", "concentration", "round_timeout", "num_cpus_per_client"))
         if not self.datasets or any(d not in DATASETS for d in self.datasets) or len(set(self.datasets)) != len(
@@ -106,6 +107,7 @@ class FairnessConfig:
 
 
 HELP = {
+    "seeds": "repetitions with seeds seed, seed+1, ... (data, initial model, sampling, random drops)",
     "datasets": "comma-separated among gaussian, german",
     "drops": "numbers of clients dropped per round by drop-k and random, comma-separated",
     "lams": "I-JACK strengths λ, comma-separated (w_u = max(0, 1 − λ·influence))",
@@ -130,9 +132,13 @@ def _federation_of(config: dict, dataset: str) -> FairFederation:
                       int(config["examples_per_client"]))
 
 
-def fair_client_data(partition_id: int, *, dataset: str, config_json: str) -> ClientData:
-    """Client ``partition_id`` of the federation of ``dataset`` (picklable for Ray)."""
-    return _federation_of(json.loads(config_json), dataset).client_data(partition_id)
+def fair_client_data(partition_id: int, data_key: str | None = None, *, dataset: str, config_json: str) -> ClientData:
+    """Client ``partition_id`` of the federation of ``dataset`` with the seed ``data_key``
+    (default: the config's), picklable for Ray."""
+    config = json.loads(config_json)
+    if data_key is not None:
+        config["seed"] = int(data_key)
+    return _federation_of(config, dataset).client_data(partition_id)
 
 
 def model_factory(num_features: int, seed: int) -> torch.nn.Module:
@@ -190,51 +196,62 @@ def run_fairness(config: FairnessConfig, out: str | Path, *, overwrite: bool = F
 
 def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir: Path, per_round: list[dict],
                    say: Callable[[str], None] | None) -> None:
-    """Every run of one data set, one after another on one engine; per-round metrics to ``per_round``."""
-    data = _federation_of(settings, dataset)
-    run_config = {"simulation": "fairness", "dataset": dataset, **{
-        k: settings[k] for k in ("seed", "num_clients", "concentration", "examples_per_client", "gap")}}
-    utility, objective = utility_from_run(run_config), fairness_from_run(run_config)
-    factory = functools.partial(model_factory, data.num_features, config.seed)
-    initial = initial_arrays(factory())
-    record = ConfigRecord(train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,
-                                       seed=config.seed))
+    """Every run of one data set and every seed, one after another on one engine; per-round
+    metrics to ``per_round``. Ledgers go to ``DATASET/seed-S/RUN``."""
+    seeds = range(config.seed, config.seed + config.seeds)
+    width = _federation_of(settings, dataset).num_features
 
     def main(grid: Grid) -> None:
-        for policy, parameter, acceptance in policies(config):
-            name = run_name(policy, parameter)
+        for seed in seeds:
+            run_config = {"simulation": "fairness", "dataset": dataset, **{
+                k: settings[k] for k in ("num_clients", "concentration", "examples_per_client", "gap")}, "seed": seed}
+            utility, objective = utility_from_run(run_config), fairness_from_run(run_config)
+            initial = initial_arrays(model_factory(width, seed))
+            record = ConfigRecord(train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                                               seed=seed, data_key=str(seed)))
+            for policy, parameter, acceptance in policies(config):
+                name = run_name(policy, parameter)
 
-            def evaluate(server_round: int, arrays, policy=policy, parameter=parameter) -> MetricRecord:
-                metrics = objective.metrics(arrays_to_numpy(arrays))
-                per_round.append({"dataset": dataset, "policy": policy, "parameter": parameter,
-                                  "round": server_round, **metrics})
-                return MetricRecord({k: float(v) for k, v in metrics.items()})
+                def evaluate(server_round: int, arrays, policy=policy, parameter=parameter, seed=seed) -> MetricRecord:
+                    metrics = objective.metrics(arrays_to_numpy(arrays))
+                    per_round.append({"dataset": dataset, "seed": seed, "policy": policy, "parameter": parameter,
+                                      "round": server_round, **metrics})
+                    return MetricRecord({k: float(v) for k, v in metrics.items()})
 
-            strategy = ValuingStrategy(
-                FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / dataset / name),
-                methods=("ads", "loo"), sampler=PartitionSampler(config.clients_per_round, seed=config.seed),
-                seed=config.seed, acceptance=acceptance, fairness=objective,
-                run_config={**run_config, "policy": policy, "parameter": parameter})
-            strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                           train_config=record, evaluate_fn=evaluate)
-            if say is not None:
-                final = per_round[-1]
-                say(f"{dataset} {name}: accuracy {final['accuracy']:.3f}, DP gap {final['dp_gap']:.3f}")
+                strategy = ValuingStrategy(
+                    FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / dataset / f"seed-{seed}" / name),
+                    methods=("ads", "loo"), sampler=PartitionSampler(config.clients_per_round, seed=seed),
+                    seed=seed, acceptance=acceptance, fairness=objective,
+                    run_config={**run_config, "policy": policy, "parameter": parameter})
+                strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
+                               train_config=record, evaluate_fn=evaluate)
+                if say is not None:
+                    final = per_round[-1]
+                    say(f"{dataset} seed {seed} {name}: accuracy {final['accuracy']:.3f}, DP gap {final['dp_gap']:.3f}")
 
     loader = functools.partial(fair_client_data, dataset=dataset, config_json=json.dumps(settings, sort_keys=True))
-    serve(make_client_app(loader, factory), main, num_supernodes=config.num_clients,
-          num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=config.max_parallel_clients or None,
-          ray_address=config.ray_address or None)
+    # Every seed's model has the same shape (the inputs' width does not depend on the seed).
+    serve(make_client_app(loader, functools.partial(model_factory, width, config.seed)), main,
+          num_supernodes=config.num_clients, num_cpus_per_client=config.num_cpus_per_client,
+          max_parallel_clients=config.max_parallel_clients or None, ray_address=config.ray_address or None)
 
 
 # -------------------------------------------------------------------------- outputs
 
 
 def tradeoff(per_round: pd.DataFrame, tail: int) -> pd.DataFrame:
-    """Per run: accuracy and gaps averaged over the last ``tail`` rounds; cost and reduction vs FedAvg."""
+    """Per data set and rule: accuracy and gaps averaged over the last ``tail`` rounds and over
+    seeds; accuracy cost and DP-gap reduction against FedAvg (the same seeds), and the
+    standard error of the DP gap over seeds."""
     last = per_round[per_round["round"] > per_round["round"].max() - tail]
     columns = ["accuracy", "dp_gap", "eop_gap", "eo_gap"]
-    table = last.groupby(["dataset", "policy", "parameter"], sort=False)[columns].mean().reset_index()
+    runs = last.groupby(["dataset", "seed", "policy", "parameter"], sort=False)[columns].mean().reset_index()
+    keys = ["dataset", "policy", "parameter"]
+    table = runs.groupby(keys, sort=False)[columns].mean().reset_index()
+    spread = runs.groupby(keys, sort=False)["dp_gap"].agg(lambda v: float(v.std(ddof=1) / np.sqrt(len(v)))
+                                                          if len(v) > 1 else float("nan"))
+    table["dp_gap_stderr"] = spread.to_numpy()
+    table["seeds"] = runs.groupby(keys, sort=False).size().to_numpy()
     base = table[table["policy"] == "fedavg"].set_index("dataset")
     table["accuracy_cost"] = table["dataset"].map(base["accuracy"]) - table["accuracy"]
     table["dp_gap_reduction"] = table["dataset"].map(base["dp_gap"]) - table["dp_gap"]
@@ -261,11 +278,11 @@ def comparison(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def client_table(out_dir: Path, config: FairnessConfig) -> pd.DataFrame:
-    """The FedAvg run's per-client totals beside each client's group and label mix."""
+    """The first seed's FedAvg run: per-client totals beside each client's group and label mix."""
     frames = []
     settings = dataclasses.asdict(config)
     for dataset in config.datasets:
-        summary = load_run(out_dir / dataset / "fedavg").summary().reset_index()
+        summary = load_run(out_dir / dataset / f"seed-{config.seed}" / "fedavg").summary().reset_index()
         summary["client"] = summary["client_id"].astype(int)
         mixes = _federation_of(settings, dataset).mixes()
         merged = mixes.merge(summary.drop(columns=["client_id"]), on="client", how="left")
@@ -288,13 +305,14 @@ def plot(per_round: pd.DataFrame, table: pd.DataFrame, config: FairnessConfig, p
              ("ijack", float(lam), f"I-JACK (λ={lam:g})")]
     colors = {"fedavg": "black", "drop-k": "tab:blue", "random": "tab:gray", "ijack": "tab:orange"}
     for row, dataset in enumerate(datasets):
-        runs = per_round[per_round["dataset"] == dataset]
+        runs = per_round[per_round["dataset"] == dataset].groupby(
+            ["policy", "parameter", "round"], sort=False)[["dp_gap", "accuracy"]].mean().reset_index()
         for column, metric in enumerate(("dp_gap", "accuracy")):
             ax = axes[row][column]
             for policy, parameter, label in shown:
                 line = runs[(runs["policy"] == policy) & (runs["parameter"] == parameter)]
                 ax.plot(line["round"], line[metric], marker="o", ms=3, label=label, color=colors[policy])
-            ax.set_xlabel("round")
+            ax.set_xlabel(f"round (mean over {config.seeds} seed{'s' if config.seeds > 1 else ''})")
             ax.set_ylabel("DP gap (held-out)" if metric == "dp_gap" else "accuracy (held-out)")
             ax.set_title(f"{dataset}: {'DP gap' if metric == 'dp_gap' else 'accuracy'} per round")
             ax.legend(fontsize=8)
@@ -318,7 +336,7 @@ def plot(per_round: pd.DataFrame, table: pd.DataFrame, config: FairnessConfig, p
 
 
 def write_outputs(out_dir: Path, config: FairnessConfig, per_round: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    per_round = per_round.sort_values(["dataset", "policy", "parameter", "round"], kind="mergesort")
+    per_round = per_round.sort_values(["dataset", "seed", "policy", "parameter", "round"], kind="mergesort")
     table = tradeoff(per_round, config.tail)
     versus = comparison(table)
     clients = client_table(out_dir, config)
