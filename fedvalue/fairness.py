@@ -44,7 +44,6 @@ from collections.abc import Hashable, Mapping
 import numpy as np
 import torch
 
-from fedvalue._checks import check_finite_array
 from fedvalue.projection import flatten
 
 #: Gap names: demographic parity, equal opportunity (TPR), equalized odds.
@@ -108,7 +107,10 @@ class GroupFairness:
         self.gap = _check_gap(gap)
         if utility_gap not in ("relaxed", "hard"):
             raise ValueError(f"utility_gap: expected 'relaxed' or 'hard'; got {utility_gap!r}.")
-        x = check_finite_array("x", x, 2, "2-D array (examples x features)")
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim < 2 or not np.isfinite(x).all():
+            raise ValueError(f"x: expected finite inputs with one row per example (2-D or more); got shape {x.shape}"
+                             f"{'' if x.ndim < 2 else ' with non-finite entries'}.")
         y = np.asarray(y)
         z = np.asarray(sensitive)
         if len(x) == 0 or len(y) != len(x) or len(z) != len(x):
