@@ -38,12 +38,12 @@ be valued on fairness by exact ADS and LOO like on accuracy.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Hashable, Mapping
 
 import numpy as np
 import torch
 
+from fedvalue._checks import check_choice, check_integer, check_number
 from fedvalue.projection import flatten
 
 #: Gap names: demographic parity, equal opportunity (TPR), equalized odds.
@@ -51,9 +51,7 @@ GAPS = ("dp", "eop", "eo")
 
 
 def _check_gap(gap: object) -> str:
-    if gap not in GAPS:
-        raise ValueError(f"gap: expected one of {list(GAPS)}; got {gap!r}.")
-    return str(gap)
+    return str(check_choice("gap", gap, GAPS))
 
 
 def _group_mean_difference(h: torch.Tensor, mask1: torch.Tensor, mask0: torch.Tensor) -> torch.Tensor:
@@ -105,8 +103,7 @@ class GroupFairness:
     def __init__(self, model: torch.nn.Module, x: np.ndarray, y: np.ndarray, sensitive: np.ndarray, *,
                  gap: str = "dp", positive: int = 1, utility_gap: str = "relaxed") -> None:
         self.gap = _check_gap(gap)
-        if utility_gap not in ("relaxed", "hard"):
-            raise ValueError(f"utility_gap: expected 'relaxed' or 'hard'; got {utility_gap!r}.")
+        check_choice("utility_gap", utility_gap, ("relaxed", "hard"))
         x = np.asarray(x, dtype=np.float64)
         if x.ndim < 2 or not np.isfinite(x).all():
             raise ValueError(f"x: expected finite inputs with one row per example (2-D or more); got shape {x.shape}"
@@ -118,8 +115,7 @@ class GroupFairness:
                              f"{len(y)} labels and {len(z)} sensitive values.")
         if not np.isin(z, (0, 1)).all():
             raise ValueError(f"sensitive: expected 0/1 values (a binary attribute); got {np.unique(z)[:5].tolist()}.")
-        if isinstance(positive, bool) or not isinstance(positive, (int, np.integer)) or positive < 0:
-            raise ValueError(f"positive: expected a non-negative class index; got {positive!r}.")
+        check_integer("positive", positive, 0, why="the favourable class index")
         self.model = model.eval()
         self.positive = int(positive)
         self.utility_gap = utility_gap
@@ -256,8 +252,7 @@ def client_fairness_influences(
 def drop_k(influences: Mapping[Hashable, float], k: int) -> set:
     """The clients drop-K / Fair-IJ drops ([FAIRIJ] Prop. 3.1): the ``k`` with the largest
     positive influence (fewer when fewer are positive); ties go to the earlier client."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"k: expected a non-negative integer; got {k!r}.")
+    k = check_integer("k", k, 0)
     order = list(influences)
     ranked = sorted((c for c in order if influences[c] > 0), key=lambda c: (-influences[c], order.index(c)))
     return set(ranked[: int(k)])
@@ -268,8 +263,7 @@ def ijack_factors(influences: Mapping[Hashable, float], lam: float) -> dict[Hash
     over the round's clients (λ = 0 gives exactly 1 for everyone); all 0 when every w_u is 0.
 
     A client's aggregation weight becomes p_u w_u / Σ_v p_v w_v."""
-    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not math.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam: expected a finite number >= 0; got {lam!r}.")
+    lam = check_number("lam", lam, low=0.0)
     raw = {c: max(0.0, 1.0 - float(lam) * float(v)) for c, v in influences.items()}
     total = sum(raw.values())
     if total <= 0:

@@ -118,7 +118,8 @@ def _dirichlet_split(y: np.ndarray, z: np.ndarray, num_clients: int, concentrati
 
 
 def build_federation(dataset: str, *, num_clients: int, concentration: float, seed: int,
-                     examples_per_client: int = 40, test_size: int = 2000, test_fraction: float = 0.3) -> FairFederation:
+                     examples_per_client: int = 40, test_size: int = 2000,
+                     test_fraction: float = 0.3) -> FairFederation:
     """The federation of ``dataset`` (module docstring); a client left empty by the split gets
     one row of the largest client, so every client can train."""
     if dataset not in DATASETS:

@@ -51,6 +51,7 @@ from simulations.augmentation import prepare_out
 from simulations.engine import serve
 from simulations.fair_data import DATASETS, FairFederation, build_federation
 from simulations.models import make_linear_model
+from fedvalue._checks import check_choice
 from simulations.settings import check_integers, check_numbers
 from strategies import AcceptAll, FairDropK, FairReweight, PartitionSampler, TopK, ValuingStrategy
 from strategies.protocol import train_config
@@ -90,13 +91,12 @@ class FairnessConfig:
         if not self.datasets or any(d not in DATASETS for d in self.datasets) or len(set(self.datasets)) != len(
                 self.datasets):
             raise ValueError(f"datasets: expected distinct names among {list(DATASETS)}; got {list(self.datasets)}.")
-        if self.gap not in GAPS:
-            raise ValueError(f"gap: expected one of {list(GAPS)}; got {self.gap!r}.")
+        check_choice("gap", self.gap, GAPS)
         if self.clients_per_round > self.num_clients:
             raise ValueError(f"clients_per_round: expected at most num_clients ({self.num_clients}); got "
                              f"{self.clients_per_round}.")
-        bad_k = [k for k in self.drops if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < self.clients_per_round]
-        if bad_k:
+        if any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < self.clients_per_round
+               for k in self.drops):
             raise ValueError(f"drops: expected integers in [1, clients_per_round - 1 = {self.clients_per_round - 1}]; "
                              f"got {list(self.drops)}.")
         bad_lam = [v for v in self.lams if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0]
@@ -270,7 +270,8 @@ def comparison(table: pd.DataFrame) -> pd.DataFrame:
             rows.append({
                 "dataset": dataset, "k": int(k),
                 "drop_k_dp_gap": fair.at[k, "dp_gap"], "random_dp_gap": rand.at[k, "dp_gap"],
-                "drop_k_accuracy_cost": fair.at[k, "accuracy_cost"], "random_accuracy_cost": rand.at[k, "accuracy_cost"],
+                "drop_k_accuracy_cost": fair.at[k, "accuracy_cost"],
+                "random_accuracy_cost": rand.at[k, "accuracy_cost"],
                 "fair_dominates": bool(fair.at[k, "dp_gap"] < rand.at[k, "dp_gap"]
                                        and fair.at[k, "accuracy_cost"] <= rand.at[k, "accuracy_cost"]),
             })
@@ -324,8 +325,9 @@ def plot(per_round: pd.DataFrame, table: pd.DataFrame, config: FairnessConfig, p
                     linestyle="-" if policy != "fedavg" else "none", label=policy)
             for _, r in chosen.iterrows():
                 if policy != "fedavg":
-                    ax.annotate(f"{'λ' if policy == 'ijack' else 'K'}={r['parameter']:g}", (r["dp_gap"], r["accuracy"]),
-                                fontsize=7, xytext=(3, 3), textcoords="offset points")
+                    symbol = "λ" if policy == "ijack" else "K"
+                    ax.annotate(f"{symbol}={r['parameter']:g}", (r["dp_gap"], r["accuracy"]), fontsize=7,
+                                xytext=(3, 3), textcoords="offset points")
         ax.set_xlabel(f"DP gap (mean of last {config.tail} rounds)")
         ax.set_ylabel("accuracy")
         ax.set_title(f"{dataset}: accuracy–fairness trade-off")

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
-from fedvalue._checks import check_choice, check_integer
+from fedvalue._checks import check_choice, check_integer, check_number
 from fedvalue.fair_books import policy_outcome
 from fedvalue.rounds import RoundValuation
 from fedvalue.selection import top_k
@@ -143,9 +143,7 @@ class FairDropK(_FairPolicy):
     """All valid replies but the ``k`` with the largest positive fairness influence (module docstring)."""
 
     def __init__(self, k: int) -> None:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"k: expected a non-negative integer; got {k!r}.")
-        self.k = int(k)
+        self.k = check_integer("k", k, 0)
         self.rule = {"rule": "drop-k", "k": self.k}
 
     def __repr__(self) -> str:
@@ -158,9 +156,7 @@ class FairReweight(_FairPolicy):
     books_selection = False
 
     def __init__(self, lam: float) -> None:
-        if isinstance(lam, bool) or not isinstance(lam, (int, float, np.floating)) or not np.isfinite(lam) or lam < 0:
-            raise ValueError(f"lam: expected a finite number >= 0; got {lam!r}.")
-        self.lam = float(lam)
+        self.lam = check_number("lam", lam, low=0.0)
         self.rule = {"rule": "ijack", "lam": self.lam}
 
     def check(self, *, methods, flows, clients_per_round) -> None:

@@ -197,7 +197,7 @@ def test_ijack_factors():
     factors = ijack_factors(influences, 1.0)  # raw 0.5, 2, 0
     assert factors == pytest.approx({"a": 0.6, "b": 2.4, "c": 0.0})
     assert ijack_factors({"a": 1.0}, 5.0) == {"a": 0.0}
-    with pytest.raises(ValueError, match="lam: expected a finite number >= 0"):
+    with pytest.raises(ValueError, match="lam: expected a finite number ≥ 0"):
         ijack_factors(influences, -0.1)
 
 

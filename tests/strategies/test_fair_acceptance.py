@@ -100,7 +100,7 @@ def test_fairness_policies_refuse_to_run_without_a_fairness_objective():
     with pytest.raises(ValueError, match="FairReweight changes the aggregation weights"):
         ValuingStrategy(fedavg(), SETUP.make_utility(), acceptance=FairReweight(1.0), flows=True,
                         fairness=fairness_objective())
-    with pytest.raises(ValueError, match="lam: expected a finite number >= 0"):
+    with pytest.raises(ValueError, match="lam: expected a finite number ≥ 0"):
         FairReweight(-1.0)
     with pytest.raises(ValueError, match="k: expected a non-negative integer"):
         FairDropK(-2)
