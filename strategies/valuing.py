@@ -419,7 +419,8 @@ class ValuingStrategy(Strategy):
         accepted = self.acceptance.accept(
             server_round, [r.client_id for r in ok], valuation, seed=self.seed,
             outflows=lambda: self.outflows_if_all_aggregated(ok, gradients),
-            fairness=None if fair is None else fair.influences) if ok else set()
+            # Only with fairness books: a policy written before them takes no such keyword.
+            **({} if fair is None else {"fairness": fair.influences})) if ok else set()
         if fair is not None and ok and getattr(self.acceptance, "factors", None) is not None:
             factors = self.acceptance.factors([r.client_id for r in ok], fair.influences)
             if factors is not None:
