@@ -65,7 +65,7 @@ SERVER_TORCH_THREADS = 1
 @dataclass(frozen=True)
 class FairnessConfig:
     seed: int = 0
-    seeds: int = 2
+    seeds: int = 5
     datasets: tuple[str, ...] = DATASETS
     num_clients: int = 20
     clients_per_round: int = 8
@@ -76,7 +76,7 @@ class FairnessConfig:
     examples_per_client: int = 40
     gap: str = "dp"
     drops: tuple[int, ...] = (1, 2)
-    lams: tuple[float, ...] = (10.0, 30.0, 100.0)
+    lams: tuple[float, ...] = (10.0, 30.0, 60.0, 100.0)
     tail: int = 3
     round_timeout: float = 600.0
     num_cpus_per_client: float = 1
