@@ -69,8 +69,9 @@ def test_the_cli_names_a_bad_option(capsys):
 
 
 def test_a_small_run_writes_tables_figure_and_auditable_ledgers(tmp_path, capsys):
-    config = FairnessConfig(datasets=("gaussian",), num_clients=6, clients_per_round=4, rounds=2, local_epochs=3,
-                            examples_per_client=20, drops=(1,), lams=(30.0,), tail=1, max_parallel_clients=1)
+    config = FairnessConfig(datasets=("gaussian",), seeds=1, num_clients=6, clients_per_round=4, rounds=2,
+                            local_epochs=3, examples_per_client=20, drops=(1,), lams=(30.0,), tail=1,
+                            max_parallel_clients=1)
     tables = run_fairness(config, tmp_path / "out")
     out = tmp_path / "out"
     for name in ("per_round.csv", "tradeoff.csv", "comparison.csv", "clients.csv", "fairness.png"):
