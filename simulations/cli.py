@@ -35,11 +35,12 @@ PARAMETER_HELP = {
     "batch_size": "local batch size (0 = full batch)",
     "strategy": "inner Flower strategy: " + ", ".join(STRATEGIES),
     "methods": "valuations per round, comma-separated: ads,loo",
-    "ads_method": "auto (exact when no dearer than MC), exact, mc or tmc (truncated MC)",
+    "ads_method": "auto (exact when no dearer than MC; with --stderr-target the cheapest sampler), exact, mc, "
+                  "tmc (truncated MC), antithetic, stratified or kernelshap",
     "epsilon": "MC-ADS accuracy ε",
     "delta": "MC-ADS failure probability δ",
     "truncation_tolerance": "tmc: a permutation stops when |v(I_t) − v(prefix)| is within this",
-    "stderr_target": "mc/tmc: stop sampling permutations once every client's standard error is below this "
+    "stderr_target": "sampling methods: stop sampling once every client's standard error is below this "
                      "(0 = run all m* permutations)",
     "utility": "accuracy, neg_loss",
     "num_cpus_per_client": "CPUs Ray gives each client",

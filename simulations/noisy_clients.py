@@ -39,7 +39,7 @@ from strategies.protocol import train_config
 from strategies.sampling import SCHEDULES
 
 #: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.utilities).
-ADS_METHODS = ("auto", "exact", "mc", "tmc")
+ADS_METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
 UTILITIES = ("accuracy", "neg_loss")
 
 
