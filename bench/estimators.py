@@ -41,6 +41,11 @@ ESTIMATORS = {
     "tmc, tol 5e-3": {"method": "tmc", "truncation_tolerance": 5e-3},
     "tmc, tol 2e-2": {"method": "tmc", "truncation_tolerance": 2e-2},
     "tmc 5e-3 + stderr<=0.01": {"method": "tmc", "truncation_tolerance": 5e-3, "stderr_target": 0.01},
+    "antithetic, stderr<=0.01": {"method": "antithetic", "stderr_target": 0.01},
+    "stratified, stderr<=0.01": {"method": "stratified", "stderr_target": 0.01},
+    "stratified, stderr<=0.005": {"method": "stratified", "stderr_target": 0.005},
+    "kernelshap, stderr<=0.01": {"method": "kernelshap", "stderr_target": 0.01},
+    "auto, stderr<=0.01": {"method": "auto", "stderr_target": 0.01},
 }
 
 
@@ -90,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             if exact is None:
                 exact = result.values
             error = float((result.values - exact).abs().max())
+            if name.startswith("auto"):
+                name = f"auto ({result.method[4:]}), <=0.01"
             print(f"{n:>3}  {name:<25}{error:>16.4f}{game.num_evaluations:>13}"
                   f"{result.num_permutations or '-':>14}{result.max_efficiency_gap:>10.1e}{seconds:>9.2f}",
                   flush=True)
