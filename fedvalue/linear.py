@@ -41,10 +41,8 @@ class LinearStates:
     go through ``functional_call`` state by state.
     """
 
-    #: States combined per matmul (memory: chunk × block_rows × first-layer width floats).
+    #: States combined per matmul (memory: chunk × batch_size × first-layer width floats).
     chunk = 16
-    #: Held-out rows per block on a CPU (see :meth:`scores`).
-    block_rows = 128
 
     def __init__(self, utility, basis: Sequence[Mapping[str, np.ndarray]]) -> None:
         # utility: the fedvalue.utilities.TorchModelUtility that built this (not imported: it imports us).
@@ -81,53 +79,36 @@ class LinearStates:
             for k in keys
         }
 
-    def _head_products(self) -> list[list[tuple[slice, torch.Tensor]]]:
-        """Per held-out batch, per block of ``block_rows`` of its rows: the rows (within the
-        batch) and the (K, rows × width) first-layer outputs x W_kᵀ + b_k of every basis state,
-        contiguous per block so a block's combination reads one dense matrix."""
+    def _head_products(self) -> list[torch.Tensor]:
+        """Per held-out batch, the (K, batch × width) first-layer outputs of every basis state."""
         if self._heads is None:
             utility, split = self.utility, self.utility.first_linear
             weights = self.stacked[split.weight_key]  # (K, width, inputs)
-            width = weights.shape[1]
             self._heads = []
             for b in range(utility.num_batches):
                 x = utility.x[utility.batch_rows(b)]
                 if split.prefix is not None:
                     x = split.prefix(x)
-                blocks = []
-                for first in range(0, len(x), self._block_rows(len(x))):
-                    rows = slice(first, min(first + self._block_rows(len(x)), len(x)))
-                    xb = x[rows]
-                    head = torch.empty(self.num_basis, len(xb) * width, dtype=x.dtype, device=x.device)
-                    for k in range(self.num_basis):  # written in place: no bias-add or transpose copies
-                        out = head[k].view(len(xb), width)
-                        if split.bias_key is None:
-                            torch.mm(xb, weights[k].t(), out=out)
-                        else:
-                            torch.addmm(self.stacked[split.bias_key][k], xb, weights[k].t(), out=out)
-                    blocks.append((rows, head))
-                self._heads.append(blocks)
+                head = torch.empty(self.num_basis, len(x) * weights.shape[1], dtype=x.dtype, device=x.device)
+                for k in range(self.num_basis):  # written in place: no bias-add or transpose copies
+                    out = head[k].view(len(x), weights.shape[1])
+                    if split.bias_key is None:
+                        torch.mm(x, weights[k].t(), out=out)
+                    else:
+                        torch.addmm(self.stacked[split.bias_key][k], x, weights[k].t(), out=out)
+                self._heads.append(head)
         return self._heads
-
-    def _block_rows(self, batch: int) -> int:
-        """Rows walked at once: all of them on a GPU; on a CPU a block whose combined first
-        layer (chunk × rows × width) stays in cache for the activation and the next matmul."""
-        return batch if self.utility.device.type == "cuda" else self.block_rows
 
     @scoring()
     def scores(self, coefficients: np.ndarray) -> FastScores:
         """Fast-path sums per (state, held-out batch) and near-tie rows (see module docstring).
 
-        Per chunk of states, held-out batch and block of ``block_rows`` rows, one matmul
-        combines the block's first-layer outputs for the whole chunk into a reused buffer
-        small enough to stay in cache, and the tail runs on it state by state while it is
-        there (:meth:`_run_tail`: activation in place, next layer's ``addmm``), writing its
-        rows of the batch's outputs; the chunk's batch is then scored in one vectorized
-        pass. The combination, the activation and the tail's matmuls thus touch each
-        block once from memory instead of three times (measured: the separate whole-batch
-        passes cost 1.3–1.8× the tail's matmuls, blocks of 128 rows about 1.0–1.1×, one
-        thread). Tails that are not a plan go through ``functional_call`` state by state
-        on whole batches.
+        Per chunk of states and held-out batch, one matmul combines the first-layer outputs
+        of the whole chunk into a reused buffer (a fresh tensor per chunk would page-fault
+        tens of MB each time); the tail then runs as its plan (:meth:`_run_tail`, the chunk
+        scored in one vectorized pass) or through ``functional_call`` state by state.
+        (Walking the batch in cache-sized blocks of rows was measured and was slower: the
+        smaller matmuls lose more than the saved memory traffic gains, on 2 CPU cores.)
         """
         utility, split = self.utility, self.utility.first_linear
         rows = self._coefficients(coefficients)
@@ -146,42 +127,32 @@ class LinearStates:
                         utility.score_fast(scores, start + j, b, out, utility.y[batch])
                 continue
             tails = self.combine(chunk, split.tail_keys)
-            for b, blocks in enumerate(heads):
+            for b, head in enumerate(heads):
                 y = utility.y[utility.batch_rows(b)]
+                hidden = self._scratch("hidden", len(chunk) * head.shape[1], head).view(len(chunk), head.shape[1])
+                torch.matmul(chunk, head, out=hidden)
+                hidden = hidden.view(len(chunk), len(y), -1)
                 if plan is not None:
-                    result = None
-                    for block, head in blocks:
-                        hidden = self._scratch("hidden", len(chunk) * head.shape[1], head)
-                        torch.matmul(chunk, head, out=hidden.view(len(chunk), head.shape[1]))
-                        hidden = hidden.view(len(chunk), block.stop - block.start, -1)
-                        if result is None:
-                            result = self._scratch("out", len(chunk) * len(y) * self._width_out(plan, tails, hidden),
-                                                   hidden).view(len(chunk), len(y), -1)
-                        self._run_tail(plan, hidden, tails, result[:, block])
-                    utility.score_fast_many(scores, start, b, result, y)
+                    utility.score_fast_many(scores, start, b, self._run_tail(plan, hidden, tails), y)
                     continue
-                hidden = torch.cat([(chunk @ head).view(len(chunk), r.stop - r.start, -1) for r, head in blocks], dim=1)
                 for j in range(len(chunk)):
                     state = {k: v[j] for k, v in tails.items()}
                     out = torch.func.functional_call(split.tail, state, (hidden[j],))
                     utility.score_fast(scores, start + j, b, out, y)
         return scores
 
-    @staticmethod
-    def _width_out(plan: list[tuple], tails: Mapping[str, torch.Tensor], hidden: torch.Tensor) -> int:
-        """Outputs of the tail: its last linear layer's, or the first layer's width."""
-        linears = [step for step in plan if step[0] == "linear"]
-        return tails[linears[-1][1]].shape[1] if linears else hidden.shape[-1]
-
-    def _run_tail(self, plan: list[tuple], hidden: torch.Tensor, tails: Mapping[str, torch.Tensor],
-                  result: torch.Tensor) -> None:
+    def _run_tail(self, plan: list[tuple], hidden: torch.Tensor, tails: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The tail's layers on ``hidden`` (states × rows × width, a scratch buffer that is
         overwritten), state by state so each layer's output is still in cache when the
         next step reads it: linear layers are one ``addmm`` into a reused buffer,
-        activations run in place. Writes ``result`` (states × rows × outputs, each state's
-        rows contiguous)."""
+        activations run in place. Returns states × rows × outputs."""
         count, rows = hidden.shape[0], hidden.shape[1]
         last_linear = max((p for p, step in enumerate(plan) if step[0] == "linear"), default=None)
+        if last_linear is None:
+            result = hidden
+        else:
+            outputs = tails[plan[last_linear][1]].shape[1]
+            result = self._scratch("out", count * rows * outputs, hidden).view(count, rows, outputs)
         for j in range(count):
             h = hidden[j]
             for position, step in enumerate(plan):
@@ -204,8 +175,7 @@ class LinearStates:
                     h.tanh_()
                 elif kind == "sigmoid":
                     h.sigmoid_()
-            if last_linear is None:
-                result[j].copy_(h)
+        return result
 
     def _scratch(self, key: Hashable, numel: int, like: torch.Tensor) -> torch.Tensor:
         """A reused flat buffer of at least ``numel`` elements (fresh tensors page-fault)."""

@@ -277,30 +277,6 @@ def test_round_game_paths_equal_plain_on_random_mlps(seed, linear_chunk, metric,
         np.testing.assert_array_equal(linear_game.values(masks), plain)
 
 
-@pytest.mark.parametrize("block_rows", [1, 5, 128, 100_000])
-@pytest.mark.parametrize("hidden", [(), (16,), (24, 12)])
-def test_linear_row_blocks_are_bit_equal_to_the_plain_path(block_rows, hidden, monkeypatch):
-    """Combination, activation and tail walked in blocks of rows: accuracies equal the plain
-    path's exactly, whatever the block (1 row, one not dividing the batch, the default, the
-    whole batch), and losses to float rounding; a tanh tail too."""
-    torch.set_num_threads(1)
-    model = make_mlp(10, 4, hidden=hidden, seed=7)
-    if hidden:
-        model[1] = torch.nn.Tanh()  # the activation after the first layer
-    x, y = _held_out(8, 301, 10, 4)
-    start, clients, weights = _round(9, 5, model, spread=0.5)
-    coalitions, rows = _all_coalition_rows(5, weights)
-    monkeypatch.setattr("fedvalue.linear.LinearStates.block_rows", block_rows)
-    for metric in ("accuracy", "neg_loss"):
-        utility = TorchModelUtility(model, x, y, metric=metric, batch_size=150)
-        fast = utility.linear([start, *clients]).values(rows)
-        plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
-        if metric == "accuracy":
-            np.testing.assert_array_equal(fast, plain)
-        else:
-            np.testing.assert_allclose(fast, plain, rtol=1e-6, atol=1e-6)
-
-
 @pytest.mark.parametrize("ads_method, options", [
     ("exact", {}), ("mc", {"epsilon": 0.3}), ("mc", {"epsilon": 0.05}), ("tmc", {"epsilon": 0.2}),
 ])
