@@ -282,3 +282,30 @@ def test_on_real_rounds_the_new_samplers_match_exact_for_fewer_coalitions_than_m
         if method == "stratified":  # MC's standard error for at most half its coalitions
             assert result.num_evaluations <= mc.num_evaluations / 2
             assert error <= 2 * mc_error
+
+
+def test_the_rounds_table_names_the_sampler_auto_took():
+    from fedvalue.books import ClientEntry, book_round
+    from fedvalue.rounds import fedavg_round_game
+
+    rng = np.random.default_rng(21)
+    target = rng.normal(size=4)
+    start = {"w": np.zeros(4)}
+    ids = [f"c{k}" for k in range(16)]
+    replies = {c: {"w": target + rng.normal(0, 0.2 + 0.4 * (k % 2), 4)} for k, c in enumerate(ids)}
+    weights = [float(w) for w in rng.integers(10, 50, 16)]
+
+    def utility(arrays) -> float:
+        return -float(np.sum((arrays["w"] - target) ** 2))
+
+    game = fedavg_round_game(ids, start, [replies[c] for c in ids], weights, utility)
+    settings = AdsSettings(stderr_target=0.02)  # 2^16 > MC's m*·n: past exact
+    valuation = value_round(game, ("ads", "loo"), settings, seed=22)
+    entries = [ClientEntry(c, "ok", w, int(w)) for c, w in zip(ids, weights)]
+    books = book_round(3, entries, valuation, methods=("ads", "loo"), start_arrays=start, replies=replies,
+                       accepted=set(ids), realized=None, utility=utility, book_selection=False, noisy_clients=set())
+    method = books.round_row["ads_method"]
+    assert method == valuation.results["ads"].method and method == "ads-stratified"  # MC stays near 0.14 at its cap here
+    stderrs = [r["stderr"] for r in books.ledger_rows if r["method"] == "ads"]
+    assert len(stderrs) == 16 and max(stderrs) <= 0.02
+    assert game.num_evaluations < 2 ** 16 / 4
