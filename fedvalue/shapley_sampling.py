@@ -21,7 +21,9 @@ until every standard error is at most a target (or a cap on samples is reached).
   of s players before i on σ's cycle, a uniform s-subset of the others: one unbiased
   marginal per (i, s) and block, with no variance between strata. The block of reversed
   σ is added (the antithetic partner of each shift, [SAMPLPERM]); a sample is the
-  pair of blocks, 2d² prefixes.
+  pair of blocks, 2d² prefixes. Strata means do not telescope, so each sample is made
+  efficient by adding (v(U_t) − v(U_{t−1}) − Σ_i φ̂_i)/d to every player, zero in
+  expectation (Σ_i φ̂_i is unbiased for the gain): the estimate stays unbiased.
 * :class:`KernelSampler`: KernelSHAP with paired sampling [KERNELSHAP]: coalitions
   z ∈ {0,1}^d drawn from the Shapley kernel p(z) ∝ (d−1) / (C(d,|z|) |z| (d−|z|)), each
   with its complement, and φ the efficiency-constrained least squares solution
@@ -177,6 +179,8 @@ class StratifiedSampler(_Sampler):
         self.exact_sizes = sorted({0, 1, d - 2, d - 1} & set(range(d))) if d > 4 else list(range(d))
         self.sampled_sizes = [s for s in range(d) if s not in self.exact_sizes]
         self._exact = self._exact_strata()
+        empty, full = self._values([self.base, self.base | sum(1 << int(p) for p in self.positions.tolist())])
+        self.total = float(full - empty)
         self._rows: list[np.ndarray] = []
 
     def _exact_strata(self) -> np.ndarray:
@@ -225,8 +229,9 @@ class StratifiedSampler(_Sampler):
         sums = np.zeros((len(sigmas), d))
         block_of = np.repeat(np.arange(len(sigmas)), d)[:, None].repeat(len(self.sampled_sizes), axis=1)
         np.add.at(sums, (block_of, players), steps)  # each player once per sampled size per block
-        sums = sums.reshape(count, -1, d).mean(axis=1)
-        self._rows.append((self._exact + sums) / d)
+        rows = (self._exact + sums.reshape(count, -1, d).mean(axis=1)) / d
+        # Each sample made efficient: + (v(U_t) − v(U_{t−1}) − Σ_i φ_i)/d, zero in expectation.
+        self._rows.append(rows + (self.total - rows.sum(axis=1, keepdims=True)) / d)
         self.samples += count
 
     def estimate(self) -> tuple[np.ndarray, np.ndarray]:

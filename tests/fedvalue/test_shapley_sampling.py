@@ -143,6 +143,7 @@ def test_every_sampler_is_within_its_standard_errors_at_n_24(method, game):
         assert float(result.stderr.max()) <= 0.004
     # Max over 24 players of |N(0, σ_i)| stays below 4.5 max σ_i.
     assert float(error.max()) <= 4.5 * float(result.stderr.max())
+    assert result.max_efficiency_gap < 1e-9  # every sampler is efficient, stratified by its correction
     assert result.num_evaluations <= 2 ** 24
 
 
