@@ -424,7 +424,12 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
         report.unverifiable.append(f"values: not recomputed, the records cannot be read ({error})")
         return
     committed = [int(r) for r in rounds["round"]]
-    if noisy_clients is None and isinstance(config.get("noisy_clients"), list):
+    saved_noisy = config.get("noisy_clients")
+    if noisy_clients is not None and isinstance(saved_noisy, list) and \
+            sorted(map(str, saved_noisy)) != sorted(map(str, noisy_clients)):
+        report.problems.append(f"run.json: noisy_clients {saved_noisy[:10]} are not the ones the run's settings and "
+                               f"seed draw, {sorted(noisy_clients)[:10]}")
+    if noisy_clients is None and isinstance(saved_noisy, list):
         noisy_clients = {c for c in config["noisy_clients"] if isinstance(c, (int, str)) and not isinstance(c, bool)}
     if noisy_clients is not None:
         noisy_clients = {str(c) for c in noisy_clients}

@@ -122,6 +122,7 @@ def simulate(
     query_timeout: float = 120.0,
     checkpoint: bool = True,
     acceptance: Acceptance | None = None,
+    sign_key=None,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -157,6 +158,9 @@ def simulate(
         As :class:`strategies.ValuingStrategy` takes them (``acceptance``: top-k selection or
         a replayed plan, :mod:`strategies.acceptance`) (claim review, NaN/inf replies
         kept out, seconds to wait for partition ids and gradients, checkpoints for resume).
+    sign_key
+        An Ed25519 private key (PEM path or :class:`fedvalue.seals.Signer`) signing each
+        round's seal and the final manifest (:mod:`fedvalue.seals`).
 
     Raises
     ------
@@ -191,7 +195,7 @@ def simulate(
             strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
             noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
             save_records=save_records, claims=claims, reject_non_finite=reject_non_finite,
-            query_timeout=query_timeout, checkpoint=checkpoint, acceptance=acceptance,
+            query_timeout=query_timeout, checkpoint=checkpoint, acceptance=acceptance, sign_key=sign_key,
             **dict(valuation_options or {}),
         )
         valuing.open_books()  # bad input surfaces here, before the engine starts
