@@ -313,6 +313,7 @@ def read_checkpoint(run_dir: str | os.PathLike) -> Checkpoint:
     """The run's last checkpoint; round 0 (start afresh) when it has none."""
     run_dir = Path(run_dir)
     pointer = run_dir / CHECKPOINT_FILE
+    rundir.check_dir(run_dir, CHECKPOINT_DIR)
     if not rundir.exists(run_dir, CHECKPOINT_FILE):
         return Checkpoint(0, None, None, {})
     try:

@@ -382,6 +382,9 @@ def _check_manifest(run_dir: Path, report: AuditReport, manifest: dict, present:
     if manifest.get("rounds") != present or manifest.get("complete") is not True:
         report.problems.append(f"{MANIFEST_FILE}: names {manifest.get('rounds')!r} rounds (complete: "
                                f"{manifest.get('complete')!r}); rounds.csv holds {present}")
+    if manifest.get("planned_rounds") != present:
+        report.problems.append(f"completeness: the run holds {present} rounds; {manifest.get('planned_rounds')!r} "
+                               "were planned")
     if planned is not None and manifest.get("planned_rounds") != planned:
         report.problems.append(f"{MANIFEST_FILE}: names {manifest.get('planned_rounds')!r} planned rounds; run.json "
                                f"planned {planned}")

@@ -419,6 +419,11 @@ def load_run(run_dir: str | os.PathLike) -> Run:
                        if rundir.exists(run_dir, FIRST_ORDER_FILE) else None)
     except rundir.UnsafeRunFile:
         raise
+        for frame, columns in ((ledger, ("round", "value", "stderr", "num_examples")),
+                               (rounds, ("round", "utility_before", "utility_realized", "num_evaluations"))):
+            odd = [c for c in columns if c not in frame or not pd.api.types.is_numeric_dtype(frame[c])]
+            if odd:
+                raise ValueError(f"columns {odd} are missing or not numbers")
     except (ValueError, KeyError, TypeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise ValueError(f"run_dir: {run_dir} holds tables that are not a fedvalue ledger ({error}).") from None
     return Run(ledger=ledger, rounds=rounds, config=read_run_config(run_dir), first_order=first_order)

@@ -216,20 +216,23 @@ def _report(args: argparse.Namespace) -> int:
     from fedvalue.ledger import load_run
 
     run = load_run(args.run_dir)
-    try:
+    lines = []
+    try:  # everything is computed before anything is printed: a bad ledger gives one message
         summary = run.summary()
-    except (KeyError, TypeError, ValueError, IndexError) as error:
+        with pd.option_context("display.max_rows", None, "display.width", 120):
+            lines.append(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+        if "noisy" in summary and summary["noisy"].notna().any():
+            for column in [c for c in summary.columns if c.startswith("total_")]:
+                by_noise = summary.groupby("noisy")[column].mean()
+                lines.append(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
+                             f"clean {by_noise.get(False, float('nan')):.4f}")
+        figures = run.run_summary()
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise ValueError(f"run_dir: the ledger in {args.run_dir} cannot be summarized ({type(error).__name__}: "
                          f"{error}); `fedvalue audit {args.run_dir}` says what is wrong with it.") from None
-    with pd.option_context("display.max_rows", None, "display.width", 120):
-        print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
-    if "noisy" in summary and summary["noisy"].notna().any():
-        for column in [c for c in summary.columns if c.startswith("total_")]:
-            by_noise = summary.groupby("noisy")[column].mean()
-            print(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
-                  f"clean {by_noise.get(False, float('nan')):.4f}")
+    print("\n".join(lines))
     print("run:")
-    print_run_summary(run.run_summary())
+    print_run_summary(figures)
     return 0
 
 
