@@ -308,7 +308,7 @@ def _check_parquet(mirror: pd.DataFrame, ledger: pd.DataFrame, report: AuditRepo
 
 
 def _planned_rounds(config: dict) -> int | None:
-    planned = config.get("num_rounds", config.get("rounds"))
+    planned = config.get("num_rounds")
     return planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
 
 
@@ -356,8 +356,9 @@ def _check_commitments(run_dir: Path, report: AuditReport, config: dict, heads: 
     unsealed = [t for t in range(1, present + 1) if t not in by_round]
     # A run killed between a round's commit and its seal leaves that last round unsealed.
     tolerated = [present] if manifest is None and present else []
-    if [t for t in unsealed if t not in tolerated]:
-        status = report.problems if seals or manifest is not None or verifier is not None else report.unverifiable
+    sealed = bool(seals) or verifier is not None or (manifest is not None and manifest.get("sealed") is not False)
+    if [t for t in unsealed if t not in tolerated] and (sealed or manifest is None):
+        status = report.problems if sealed else report.unverifiable
         status.append(f"{SEALS_FILE}: rounds {[t for t in unsealed if t not in tolerated][:10]} carry no seal")
     if manifest is None:
         if planned is not None and present > planned:

@@ -150,7 +150,7 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
             problems.append(f"round {t} {method} of client {client}: num_examples is booked "
                             f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want['num_examples'])!r}")
         if noisy_clients is not None and _text(got["noisy"]).lower() != _text(want["noisy"]).lower():
-            problems.append(f"round {t} client {client}: noisy is booked {_text(got['noisy'])!r}; the run's noisy "
+            problems.append(f"round {t} client {client}: noisy is booked {_text(got['noisy']).lower()!r}; the run's noisy "
                             f"clients give {_text(want['noisy']).lower()!r}")
     for column, want in books.round_row.items():
         if column in ("round", "valuation_seconds"):

@@ -47,6 +47,7 @@ import pandas as pd
 
 from fedvalue import rundir
 from fedvalue.archive import replace_durably
+from fedvalue.seals import Signer, write_manifest
 from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_ratio
 from fedvalue.schema import (
     CLAIM_PREFIX,
@@ -233,6 +234,13 @@ class LedgerWriter:
         if not self.rounds_path.exists():
             return []
         return read_rounds_csv(self.rounds_path).to_dict("records")
+
+    def close(self, planned_rounds: int, *, sealed: bool = False, signer: Signer | None = None) -> dict:
+        """Write the run's final manifest (:mod:`fedvalue.seals`): its rounds, its chain head and
+        the digest of every file. Called once the run has done all ``planned_rounds``."""
+        heads = chain_heads(self.run_dir)
+        return write_manifest(self.run_dir, rounds=len(heads), planned_rounds=planned_rounds,
+                              head=heads[-1] if heads else None, sealed=sealed, signer=signer)
 
     def append_table(self, name: str, columns: Iterable[str], rows: list[Mapping[str, object]]) -> None:
         """Append rows to a side table of the run (written before the round's commit mark)."""

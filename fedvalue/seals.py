@@ -227,12 +227,13 @@ def manifest_files(run_dir: str | os.PathLike) -> list[str]:
     return sorted(names)
 
 
-def write_manifest(run_dir: str | os.PathLike, *, rounds: int, planned_rounds: int, head: str,
-                   signer: Signer | None = None) -> dict:
-    """Write ``manifest.json`` for a run that completed ``rounds`` of ``planned_rounds``."""
+def write_manifest(run_dir: str | os.PathLike, *, rounds: int, planned_rounds: int, head: str | None,
+                   sealed: bool = True, signer: Signer | None = None) -> dict:
+    """Write ``manifest.json`` for a run that completed ``rounds`` of ``planned_rounds``
+    (``sealed``: every round has its seal in ``seals.jsonl``)."""
     files = {name: sha256_of(run_dir, name) for name in manifest_files(run_dir)}
     fields = {"complete": rounds == planned_rounds, "rounds": int(rounds), "planned_rounds": int(planned_rounds),
-              "head": head, "files": files}
+              "head": head, "sealed": bool(sealed), "files": files}
     manifest = signer.sign(fields) if signer is not None else fields
     path = rundir.check_file(run_dir, MANIFEST_FILE)
     tmp = rundir.check_file(run_dir, MANIFEST_FILE + ".tmp")

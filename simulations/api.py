@@ -87,7 +87,14 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
                 "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
             )
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fedvalue-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"out: expected a directory fedvalue can create and write; {out} cannot be "
+                         f"({error.strerror or error}).") from None
     return out
 
 

@@ -62,7 +62,8 @@ measured on the 2-core CPU machine):
   later rounds 0.2 s; shutdown 1-2 s; about 13 s in all. One or two actors make no
   difference at this size; each actor holds about 0.55 GB (RSS, torch loaded).
 - ``ray_address`` pointing at no cluster is not an error soon: ``ray.init`` retries
-  its connection for minutes (over 5 min observed).
+  its connection for minutes (over 5 min observed). :func:`check_ray_address` tries a
+  plain TCP connection first, bounded by ``RAY_CONNECT_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ import logging
 import math
 import numbers
 import os
+import socket
 import threading
 import time
 import warnings
@@ -89,6 +91,29 @@ PULL_INTERVAL_S = 0.1
 SERVER_EXIT_WAIT_S = 10.0
 #: Longest wait for the engine to register all nodes (it takes milliseconds).
 NODE_REGISTRATION_WAIT_S = 30.0
+
+
+#: Longest wait for a TCP connection to ``ray_address`` before a run refuses it.
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """ValueError unless something accepts a TCP connection at ``address`` (``host:port`` or
+    ``ray://host:port``) within ``timeout`` seconds; ``"auto"`` (a local cluster, found by
+    Ray itself) is left to Ray. Ray would otherwise retry for minutes."""
+    if address == "auto":
+        return
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ray_address: expected 'auto', 'host:port' or 'ray://host:port'; got {address!r}.")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as error:
+        raise ValueError(f"ray_address: nothing accepted a connection at {host}:{port} within {timeout:g} s "
+                         f"({error.strerror or error}); start the Ray cluster first or leave --ray-address out."
+                         ) from None
 
 
 class EngineStoppedError(RuntimeError):
@@ -293,6 +318,7 @@ def run_flower_simulation(
 
     init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}
     if ray_address is not None:
+        check_ray_address(ray_address)  # fail in seconds, not after Ray's minutes of retries
         init_args["address"] = ray_address
     else:
         parallel = max_parallel_clients or default_max_parallel_clients(num_supernodes, num_cpus_per_client)

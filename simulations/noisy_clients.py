@@ -30,6 +30,7 @@ from fedvalue.rounds import VALUATION_METHODS
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
+from simulations.engine import check_ray_address
 from simulations.models import make_mlp
 from simulations.parallel import RayParallelUtility
 from simulations.settings import check_integers, check_numbers, saved_config
@@ -38,6 +39,10 @@ from strategies import PartitionSampler
 from strategies.protocol import train_config
 from strategies.sampling import SCHEDULES
 
+#: Largest model (parameters, counted with MNIST's 784 inputs) and most valuation actors
+#: accepted: a typo must not exhaust memory.
+MAX_PARAMETERS = 50_000_000
+MAX_VALUATION_WORKERS = 256
 #: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.utilities).
 ADS_METHODS = ("auto", "exact", "mc", "tmc")
 UTILITIES = ("accuracy", "neg_loss")
@@ -135,6 +140,18 @@ def _check(config: NoisyClientsConfig) -> None:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
     if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in config.hidden):
         raise ValueError(f"hidden: expected positive layer sizes; got {list(config.hidden)}.")
+    sizes = [784, *config.hidden, 10]
+    parameters = sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+    if parameters > MAX_PARAMETERS:
+        raise ValueError(f"hidden: expected layers making at most {MAX_PARAMETERS:,} parameters; "
+                         f"{list(config.hidden)} make {parameters:,}.")
+    if not config.methods:
+        raise ValueError(f"methods: expected at least one of {list(VALUATION_METHODS)}; got none.")
+    if config.valuation_workers > MAX_VALUATION_WORKERS:
+        raise ValueError(f"valuation_workers: expected at most {MAX_VALUATION_WORKERS} Ray actors; got "
+                         f"{config.valuation_workers}.")
+    if config.ray_address:
+        check_ray_address(config.ray_address)
 
 
 @functools.lru_cache(maxsize=2)

@@ -53,7 +53,6 @@ from fedvalue.seals import (
     read_seals,
     seal_fields,
     sha256_of,
-    write_manifest,
 )
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from fedvalue.rounds import (
@@ -297,9 +296,7 @@ class ValuingStrategy(Strategy):
         """The final manifest (:mod:`fedvalue.seals`), once every planned round committed."""
         if self.ledger is None or not self.rounds or self.rounds[-1]["round"] != self._num_rounds:
             return
-        heads = chain_heads(self.ledger.run_dir)
-        write_manifest(self.ledger.run_dir, rounds=len(heads), planned_rounds=self._num_rounds, head=heads[-1],
-                       signer=self.signer)
+        self.ledger.close(self._num_rounds, sealed=True, signer=self.signer)
 
     def _seal(self, server_round: int, head: str, checkpoint: tuple[str, str] | None) -> None:
         """Round ``server_round``'s seal: its head and the digests of its record and checkpoint."""
@@ -328,8 +325,8 @@ class ValuingStrategy(Strategy):
         """Cut the run directory back to its last checkpoint and take the server's state from it."""
         run_dir = self.ledger.run_dir
         if rundir.exists(run_dir, MANIFEST_FILE):
-            raise ValueError(f"resume: the run in {run_dir} is complete (it holds its final manifest); there is "
-                             "nothing to resume.")
+            raise ValueError(f"resume: the run in {run_dir} already completed {len(self.ledger.committed_rounds())} "
+                             "rounds (it holds its final manifest); there is nothing to resume.")
         checkpoint = read_checkpoint(run_dir)
         rewind(run_dir, checkpoint)
         cut_seals(run_dir, checkpoint.round)

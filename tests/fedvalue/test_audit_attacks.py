@@ -347,7 +347,7 @@ def test_resume_writes_nothing_through_links(signed_run, tmp_path, capsys):
 def test_a_complete_run_is_not_resumed_and_a_bad_key_is_bad_input(signed_run, tmp_path, capsys):
     run_dir, private, public = signed_run
     assert main(["run", "noisy-clients", "--resume", str(run_dir), "--quiet"]) == 2
-    assert "is complete" in capsys.readouterr().err
+    assert "already completed 3 rounds" in capsys.readouterr().err
     assert main(["audit", str(run_dir), "--public-key", str(private)]) == 2  # a private key is not a public one
     assert "public_key: expected an Ed25519 public key" in capsys.readouterr().err
     other_private, other_public = tmp_path / "o.pem", tmp_path / "o.pub"

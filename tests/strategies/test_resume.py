@@ -113,7 +113,7 @@ def test_records_hold_each_rounds_start_state_and_replies(uninterrupted):
 
 def test_resuming_a_finished_run_or_with_another_configuration_is_refused(tmp_path, uninterrupted):
     reference_dir, _ = uninterrupted
-    with pytest.raises(ValueError, match="num_rounds: the run .* already completed 4 rounds"):
+    with pytest.raises(ValueError, match="the run .* already completed 4 rounds"):
         run(make_strategy(reference_dir, resume=True))
     with pytest.raises(Crash):
         run(make_strategy(tmp_path, crash_after=1))
