@@ -34,7 +34,7 @@ from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, RUN_CONFIG_FILE, STATUS_OK
-from simulations.engine import serve
+from simulations.engine import serve, stop_on_signals
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
 from strategies.claims import ClaimReview
@@ -216,9 +216,10 @@ def simulate(
         with seeded_server_generators(seed):
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
-    serve(make_client_app(load_client_data, model_factory, mods=client_mods), main, num_supernodes=num_clients,
-          num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-          ray_address=ray_address)
+    with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
+        serve(make_client_app(load_client_data, model_factory, mods=client_mods), main, num_supernodes=num_clients,
+              num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
+              ray_address=ray_address)
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(
             f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from fedvalue.schema import RUN_CONFIG_FILE
 from simulations.api import NoClientValued
 from simulations.console import RunOptions, print_run_summary
+from simulations.engine import INTERRUPTED_EXIT_CODE
 from simulations.registry import SIMULATIONS, Simulation
 from simulations.settings import saved_config
 from simulations.strategy_choices import STRATEGIES, STRATEGY_PARAMETERS
+from strategies.valuing import RunInterrupted
 
 PARAMETER_HELP = {
     "seed": "seed of everything random in the run (same seed, same ledger)",
@@ -317,6 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoClientValued as error:
         print(f"fedvalue: run failed: {error}", file=sys.stderr)
         return 1
+    except (RunInterrupted, KeyboardInterrupt) as error:
+        print(f"fedvalue: interrupted: {error or 'stopped at once'}", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
 
 
 if __name__ == "__main__":

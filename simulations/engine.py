@@ -72,7 +72,9 @@ import logging
 import math
 import numbers
 import os
+import signal
 import socket
+import sys
 import threading
 import time
 import warnings
@@ -114,6 +116,56 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> N
         raise ValueError(f"ray_address: nothing accepted a connection at {host}:{port} within {timeout:g} s "
                          f"({error.strerror or error}); start the Ray cluster first or leave --ray-address out."
                          ) from None
+
+
+#: Exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT_CODE = 130
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event, *, announce: bool = True) -> Iterator[None]:
+    """For the block, SIGINT (Ctrl-C) and SIGTERM set ``stop`` instead of killing the run: the
+    valuing strategy then stops after the round in flight commits. A second SIGINT stops at
+    once (KeyboardInterrupt). Only in the main thread (elsewhere signals cannot be handled);
+    the previous handlers come back after the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        if announce:
+            print(f"fedvalue: {signal.Signals(signum).name}: stopping after the round in flight commits "
+                  "(Ctrl-C again to stop at once); the run stays resumable", file=sys.stderr, flush=True)
+
+    previous = {number: signal.signal(number, handle) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """``ray.init`` replaces the SIGTERM handler with one that exits at once; keep ours (the
+    run stops after its round in flight). Ray's private hook is patched only if it exists."""
+    try:
+        from ray._private import utils as ray_utils
+    except ImportError:  # pragma: no cover - Ray is a dependency
+        yield
+        return
+    original = getattr(ray_utils, "set_sigterm_handler", None)
+    if original is None or signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        yield
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
 
 
 class EngineStoppedError(RuntimeError):
@@ -332,7 +384,7 @@ def run_flower_simulation(
     from flwr.simulation import run_simulation  # imports ray: only when a run starts
 
     stopped, started, finished = threading.Event(), threading.Event(), threading.Event()
-    with _quiet_flower(quiet):
+    with _quiet_flower(quiet), _keep_sigterm_handler():
         try:
             run_simulation(
                 server_app=_stoppable(server_app, num_supernodes, stopped, started, finished),

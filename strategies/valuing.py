@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import pickle
+import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -81,6 +82,10 @@ from strategies.sampling import LearningSampler, Sampler
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
 PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
+
+
+class RunInterrupted(RuntimeError):
+    """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
 
 
 def aggregates_by_weighted_mean(strategy: Strategy) -> bool:
@@ -233,6 +238,8 @@ class ValuingStrategy(Strategy):
         self.acceptance.check(methods=self.methods, flows=self.flows,
                               clients_per_round=getattr(sampler, "clients_per_round", None))
         self.signer = sign_key if sign_key is None or isinstance(sign_key, Signer) else Signer.from_file(sign_key)
+        #: Set (by a signal handler) to stop after the round in flight commits: RunInterrupted.
+        self.stop_requested = threading.Event()
         self._num_rounds: int | None = None
         self._targets: list[int] = []
         self._idle_gradients: dict = {}
@@ -521,6 +528,9 @@ class ValuingStrategy(Strategy):
         self.last_valuation = valuation
         if self.on_round is not None:
             self.on_round(round_row)
+        if self.stop_requested.is_set():
+            where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
+            raise RunInterrupted(f"stopped on request after round {server_round} committed{where}")
         return live_arrays, live_metrics
 
     def _value(self, server_round: int, ok: list[ClientReply],

@@ -152,3 +152,15 @@ def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_ut
         write_round_record(run_dir, record)
     reseal(run_dir)
     assert not audit_run(run_dir, utility=linear_utility).ok
+
+
+class MyFedAvg(FedAvg):
+    """A user's FedAvg subclass that keeps FedAvg's aggregation (the README's example)."""
+
+
+def test_a_fedavg_subclass_keeping_its_aggregation_is_recomputed(tmp_path, fedavg_run):
+    run_dir = flows_run(tmp_path / "mine", inner=MyFedAvg(fraction_evaluate=0.0))
+    report = audit_run(run_dir, utility=utility())
+    assert report.intact, (report.problems, report.unverifiable)
+    assert any("recomputed every value of 3 rounds" in c for c in report.checks)
+    assert (run_dir / "ledger.csv").read_bytes() == (fedavg_run / "ledger.csv").read_bytes()
