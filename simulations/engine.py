@@ -127,7 +127,11 @@ def stop_on_signals(stop: threading.Event, *, announce: bool = True) -> Iterator
     """For the block, SIGINT (Ctrl-C) and SIGTERM set ``stop`` instead of killing the run: the
     valuing strategy then stops after the round in flight commits. A second SIGINT stops at
     once (KeyboardInterrupt). Only in the main thread (elsewhere signals cannot be handled);
-    the previous handlers come back after the block."""
+    the previous handlers come back after the block.
+
+    Once Ray's core worker runs in this process its C++ failure handler also catches
+    SIGTERM and aborts the process after this handler (observed with Ray 2.55): SIGTERM then
+    stops the run at once, and the run resumes from its last committed round."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -146,26 +150,6 @@ def stop_on_signals(stop: threading.Event, *, announce: bool = True) -> Iterator
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-
-
-@contextmanager
-def _keep_sigterm_handler() -> Iterator[None]:
-    """``ray.init`` replaces the SIGTERM handler with one that exits at once; keep ours (the
-    run stops after its round in flight). Ray's private hook is patched only if it exists."""
-    try:
-        from ray._private import utils as ray_utils
-    except ImportError:  # pragma: no cover - Ray is a dependency
-        yield
-        return
-    original = getattr(ray_utils, "set_sigterm_handler", None)
-    if original is None or signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
-        yield
-        return
-    ray_utils.set_sigterm_handler = lambda handler: None
-    try:
-        yield
-    finally:
-        ray_utils.set_sigterm_handler = original
 
 
 class EngineStoppedError(RuntimeError):
@@ -384,7 +368,7 @@ def run_flower_simulation(
     from flwr.simulation import run_simulation  # imports ray: only when a run starts
 
     stopped, started, finished = threading.Event(), threading.Event(), threading.Event()
-    with _quiet_flower(quiet), _keep_sigterm_handler():
+    with _quiet_flower(quiet):
         try:
             run_simulation(
                 server_app=_stoppable(server_app, num_supernodes, stopped, started, finished),

@@ -125,3 +125,30 @@ def test_run_help_lists_simulations_and_parameters(capsys):
         main(["run", "--help"])
     out = capsys.readouterr().out
     assert "noisy-clients" in out and "--clients-per-round" in out and "--flip-probability" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_run_and_it_resumes(tmp_path, signum, capsys):
+    """Ctrl-C sent to the CLI's process once round 1 committed: the round in flight commits and
+    the process exits 130. SIGTERM: Ray's own handler ends the process at once (non-zero).
+    Either way the run is incomplete, not failed, and resumes to the end."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *SMALL]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while committed_rounds(run_dir) < 1 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signum)
+    output = process.communicate(timeout=240)[0].decode()
+    if signum == signal.SIGINT:
+        assert process.returncode == 130, output
+        assert "stopping after the round in flight commits" in output and "interrupted" in output
+    else:
+        assert process.returncode != 0, output
+    done = committed_rounds(run_dir)
+    assert 1 <= done < 4
+    assert main(["audit", str(run_dir)]) == 1
+    assert "FAILED" not in capsys.readouterr().out
+    assert main(["run", "noisy-clients", "--resume", str(run_dir), "--quiet"]) == 0
+    assert main(["audit", str(run_dir)]) == 0
