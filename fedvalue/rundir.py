@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 #: Largest file read whole from a run directory (tables, records, checkpoints).
-MAX_FILE_BYTES = 4 * 1024**3
+MAX_FILE_BYTES = 1024**3
 #: Largest JSON file (run.json, checkpoint.json, the manifest).
 MAX_JSON_BYTES = 64 * 1024**2
 

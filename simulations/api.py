@@ -34,7 +34,7 @@ from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, RUN_CONFIG_FILE, STATUS_OK
-from simulations.engine import serve, stop_on_signals
+from simulations.engine import check_ray_address, serve, stop_on_signals
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
 from strategies.claims import ClaimReview
@@ -189,7 +189,13 @@ def simulate(
     config.setdefault("num_rounds", num_rounds)
     config.setdefault("num_clients", num_clients)
     config.setdefault("strategy", type(strategy).__name__)
+    # The full training settings, so that the run can be read (and audited) from run.json alone.
+    config.setdefault("train_config", dict(train_config or {}))
+    config.setdefault("methods", list(methods))
+    config.setdefault("valuation_options", dict(valuation_options or {}))
     config["versions"] = package_versions()
+    if ray_address is not None:
+        check_ray_address(ray_address)  # before anything is written: a refusal leaves no run directory
     if resume:
         run_dir = Path(out)
         if not (run_dir / RUN_CONFIG_FILE).exists():

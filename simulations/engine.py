@@ -103,6 +103,8 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> N
     """ValueError unless something accepts a TCP connection at ``address`` (``host:port`` or
     ``ray://host:port``) within ``timeout`` seconds; ``"auto"`` (a local cluster, found by
     Ray itself) is left to Ray. Ray would otherwise retry for minutes."""
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"ray_address: expected a non-empty address string; got {address!r}.")
     if address == "auto":
         return
     target = address.split("://", 1)[-1]
@@ -113,9 +115,9 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> N
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             pass
     except OSError as error:
-        raise ValueError(f"ray_address: nothing accepted a connection at {host}:{port} within {timeout:g} s "
-                         f"({error.strerror or error}); start the Ray cluster first or leave --ray-address out."
-                         ) from None
+        raise ValueError(f"ray_address: expected a Ray cluster accepting connections at {host}:{port}; nothing "
+                         f"answered within {timeout:g} s ({error.strerror or error}). Start the cluster first or "
+                         "leave --ray-address out.") from None
 
 
 #: Exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report it).
