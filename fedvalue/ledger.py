@@ -221,12 +221,13 @@ class LedgerWriter:
 
     def write_parquet(self) -> None:
         """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file."""
-        parquet = self.run_dir / LEDGER_PARQUET_FILE
-        if not self.ledger_path.exists():
+        parquet = rundir.check_file(self.run_dir, LEDGER_PARQUET_FILE)
+        if not rundir.exists(self.run_dir, LEDGER_FILE):
             parquet.unlink(missing_ok=True)
             return
-        tmp = self.run_dir / "ledger.parquet.tmp"
-        read_ledger_csv(self.ledger_path).to_parquet(tmp, index=False)
+        tmp = rundir.check_file(self.run_dir, LEDGER_PARQUET_FILE + ".tmp")
+        ledger = io.StringIO(rundir.read_text(self.run_dir, LEDGER_FILE), newline="")
+        read_ledger_csv(ledger).to_parquet(tmp, index=False)
         replace_durably(tmp, parquet)
 
     def committed_rounds(self) -> list[dict]:

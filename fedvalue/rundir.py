@@ -127,6 +127,8 @@ def list_dir(run_dir: str | os.PathLike, path: str | os.PathLike) -> list[Path]:
 
 
 def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a regular file"
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
