@@ -363,6 +363,10 @@ def _check_commitments(run_dir: Path, report: AuditReport, config: dict, heads: 
     if manifest is None:
         if planned is not None and present > planned:
             report.problems.append(f"completeness: rounds.csv holds {present} rounds; run.json planned {planned}")
+        elif planned is not None and present == planned:
+            report.unverifiable.append(f"completeness: no final manifest ({MANIFEST_FILE}); the run holds all {planned} "
+                                       "planned rounds but never committed to its end (killed before writing it, "
+                                       "written by an older version, or the manifest was removed)")
         else:
             of = f" of {planned} planned" if planned is not None else ""
             report.unverifiable.append(f"completeness: no final manifest ({MANIFEST_FILE}); the run holds {present} "

@@ -341,9 +341,14 @@ class ValuingStrategy(Strategy):
             self._check_checkpoint(checkpoint)
         self.ledger.write_parquet()
         if checkpoint.state is not None:
-            state = pickle.loads(checkpoint.state)
-            self.strategy, self.sampler, self.claims = state["strategy"], state["sampler"], state["claims"]
-            self._pending_first_order = state["pending_first_order"]
+            try:
+                state = pickle.loads(checkpoint.state)
+                strategy, sampler, claims = state["strategy"], state["sampler"], state["claims"]
+                pending = state["pending_first_order"]
+            except Exception as error:  # noqa: BLE001 - a state that does not restore is refused, whatever it raises
+                raise ValueError(f"resume: the server state saved with the checkpoint of round {checkpoint.round} "
+                                 f"does not restore ({type(error).__name__}: {error}).") from None
+            self.strategy, self.sampler, self.claims, self._pending_first_order = strategy, sampler, claims, pending
         self.rounds = self.ledger.committed_rounds()
         return checkpoint
 
