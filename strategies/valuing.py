@@ -533,7 +533,7 @@ class ValuingStrategy(Strategy):
         self.last_valuation = valuation
         if self.on_round is not None:
             self.on_round(round_row)
-        if self.stop_requested.is_set():
+        if self.stop_requested.is_set() and server_round != self._num_rounds:  # the last round closes the books
             where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
             raise RunInterrupted(f"stopped on request after round {server_round} committed{where}")
         return live_arrays, live_metrics
