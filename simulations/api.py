@@ -222,10 +222,15 @@ def simulate(
         with seeded_server_generators(seed):
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
-    with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
-        serve(make_client_app(load_client_data, model_factory, mods=client_mods), main, num_supernodes=num_clients,
-              num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-              ray_address=ray_address)
+    try:
+        with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
+            serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
+                  num_supernodes=num_clients, num_cpus_per_client=num_cpus_per_client,
+                  max_parallel_clients=max_parallel_clients, ray_address=ray_address)
+    except (TypeError, ValueError):
+        if not resume and not valuing.rounds:  # refused before any round committed: no half-made run
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(
             f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
