@@ -36,7 +36,6 @@ close over large data: load it inside ``load_client_data`` instead.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +45,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
+from fedvalue._checks import check_integer, check_non_negative, check_positive, integer_wording
 from clients.behaviours import ClientBehaviour, HonestClient
 from clients.training import (
     LOSSES,
@@ -102,9 +102,7 @@ class ClientData:
     loss: str = "cross_entropy"
 
     def __post_init__(self) -> None:
-        if isinstance(self.partition_id, bool) or not isinstance(self.partition_id, (int, np.integer)) or self.partition_id < 0:
-            raise ValueError(f"partition_id: expected a non-negative int; got {self.partition_id!r}.")
-        self.partition_id = int(self.partition_id)
+        self.partition_id = check_integer("partition_id", self.partition_id, 0)
         for split in ("train", "infer"):
             x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
             if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
@@ -128,12 +126,9 @@ class ClientData:
 def partition_id_of(context: Context) -> int:
     """The partition id the simulation engine put in ``context.node_config``."""
     value = context.node_config.get(PARTITION_ID_KEY)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"context.node_config[{PARTITION_ID_KEY!r}]: expected a non-negative int (the simulation "
-            f"engine sets it; a deployed SuperNode needs --node-config 'partition-id=N'); got {value!r}."
-        )
-    return value
+    return check_integer(f"context.node_config[{PARTITION_ID_KEY!r}]", value, 0,
+                         why="the simulation engine sets it; a deployed SuperNode needs --node-config "
+                             "'partition-id=N'")
 
 
 def _record(content: RecordDict, key: str, kind: str):
@@ -151,19 +146,17 @@ def _record(content: RecordDict, key: str, kind: str):
 def _config_int(config: ConfigRecord, key: str, default: int | None, minimum: int) -> int:
     if key not in config:
         if default is None:
-            raise ValueError(f"train config: expected key {key!r} (an int >= {minimum}); keys sent: {list(config)}.")
+            raise ValueError(f"train config: expected key {key!r} ({integer_wording(minimum)}); keys sent: "
+                             f"{list(config)}.")
         return default
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"train config {key!r}: expected an int >= {minimum}; got {value!r}.")
-    return value
+    return check_integer(f"train config {key!r}", config[key], minimum)
 
 
 def _learning_rate(config: ConfigRecord) -> float:
-    value = config.get(LEARNING_RATE_KEY)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"train config 'lr': expected a number > 0; got {value!r} (keys sent: {list(config)}).")
-    return float(value)
+    try:
+        return check_positive(f"train config {LEARNING_RATE_KEY!r}", config.get(LEARNING_RATE_KEY))
+    except ValueError as error:
+        raise ValueError(f"{error} Keys sent: {list(config)}.") from None
 
 
 def _client_record(partition_id: int) -> ConfigRecord:
@@ -234,8 +227,7 @@ def train_client(
             f"behaviour {data.behaviour!r}: transform_reply must return the model's keys {list(trained)}; "
             f"got {list(arrays)}."
         )
-    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples < 1:
-        raise ValueError(f"behaviour {data.behaviour!r}: transform_reply must return num_examples >= 1; got {num_examples!r}.")
+    check_integer(f"behaviour {data.behaviour!r}: transform_reply's num_examples", num_examples)
     # Same keys, order, shapes and dtypes as the model, whatever the behaviour returned
     # (np.ascontiguousarray would turn a 0-d buffer such as BatchNorm's counter into shape (1,)).
     arrays = {key: _contiguous(np.asarray(arrays[key], dtype=trained[key].dtype)) for key in trained}
@@ -249,10 +241,7 @@ def _contiguous(array: np.ndarray) -> np.ndarray:
 
 def _proximal_mu(config: ConfigRecord) -> float:
     """FedProx's μ from the train config (FedProx's configure_train sends it; 0 without)."""
-    value = config.get(PROXIMAL_MU_KEY, 0.0)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
-        raise ValueError(f"train config {PROXIMAL_MU_KEY!r}: expected a number >= 0; got {value!r}.")
-    return float(value)
+    return check_non_negative(f"train config {PROXIMAL_MU_KEY!r}", config.get(PROXIMAL_MU_KEY, 0.0))
 
 
 def make_client_app(

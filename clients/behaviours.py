@@ -26,11 +26,10 @@ Manipulations (what the books do about each is in tests/strategies/test_manipula
 
 from __future__ import annotations
 
-import math
-import numbers
 
 import numpy as np
 
+from fedvalue._checks import check_integer, check_non_negative, check_number, check_unit_interval
 from clients.seeding import Seed, as_generator
 
 
@@ -59,10 +58,8 @@ def flip_labels(labels: np.ndarray, p: float, num_classes: int, *, seed: Seed) -
         raise ValueError(
             f"labels: expected a 1-D integer array; got dtype {labels.dtype} with shape {labels.shape}."
         )
-    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
-        raise ValueError(f"num_classes: expected an int >= 2 (a flip needs another class); got {num_classes!r}.")
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (0.0 <= p <= 1.0) or math.isnan(p):
-        raise ValueError(f"p: expected a probability in [0, 1]; got {p!r}.")
+    check_integer("num_classes", num_classes, 2, why="a flip needs another class")
+    check_unit_interval("p", p)
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(
             f"labels: expected values in [0, {num_classes}); got values in "
@@ -152,7 +149,7 @@ class FreeRider(ClientBehaviour):
     """
 
     def __init__(self, noise_std: float = 0.0) -> None:
-        self.noise_std = _non_negative_float("noise_std", noise_std)
+        self.noise_std = check_non_negative("noise_std", noise_std)
 
     def transform_reply(
         self,
@@ -195,14 +192,9 @@ class InflatedExampleCount(ClientBehaviour):
                 f"got factor={factor!r}, claimed={claimed!r}."
             )
         if factor is not None:
-            if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not math.isfinite(factor) \
-                    or not factor > 1:
-                raise ValueError(f"factor: expected a finite number > 1 (an inflation); got {factor!r}.")
-            factor = float(factor)
+            factor = check_number("factor", factor, low=1.0, low_open=True, why="an inflation")
         if claimed is not None:
-            if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)) or claimed < 1:
-                raise ValueError(f"claimed: expected an int >= 1; got {claimed!r}.")
-            claimed = int(claimed)
+            claimed = check_integer("claimed", claimed)
         self.factor = factor
         self.claimed = claimed
 
@@ -277,9 +269,7 @@ class ScaledUpdate(ClientBehaviour):
     """
 
     def __init__(self, scale: float) -> None:
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
-            raise ValueError(f"scale: expected a finite number (λ in A + λ(w − A)); got {scale!r}.")
-        self.scale = float(scale)
+        self.scale = check_number("scale", scale, why="λ in A + λ(w − A)")
 
     def transform_reply(
         self,
@@ -319,9 +309,3 @@ class BoostedUpdate(ScaledUpdate):
         super().__init__(scale)
         if not self.scale > 1:
             raise ValueError(f"scale: expected a number > 1 (a boost); got {scale!r}. Use ScaledUpdate for others.")
-
-
-def _non_negative_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name}: expected a finite number >= 0; got {value!r}.")
-    return float(value)

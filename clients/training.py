@@ -10,21 +10,15 @@ reductions are split by thread); Ray actors run with one thread per CPU they hol
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
+from fedvalue._checks import check_integer, check_non_negative, check_positive
 from clients.seeding import Seed, torch_generator
 
 LOSSES = ("cross_entropy", "mse")
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
-    return int(value)
 
 
 def _loss_fn(loss: str):
@@ -111,19 +105,11 @@ def train_locally(
         Mean over the last epoch's examples of the loss each batch had when it was
         used (before its step): with full batch, the loss before the last step.
     """
-    epochs = _positive_int("epochs", epochs)
-    if (
-        isinstance(learning_rate, bool)
-        or not isinstance(learning_rate, numbers.Real)
-        or not math.isfinite(learning_rate)
-        or learning_rate <= 0
-    ):
-        raise ValueError(f"learning_rate: expected a finite number > 0; got {learning_rate!r}.")
+    epochs = check_integer("epochs", epochs)
+    check_positive("learning_rate", learning_rate)
     if batch_size is not None:
-        batch_size = _positive_int("batch_size", batch_size)
-    if (isinstance(proximal_mu, bool) or not isinstance(proximal_mu, numbers.Real)
-            or not math.isfinite(proximal_mu) or proximal_mu < 0):
-        raise ValueError(f"proximal_mu: expected a finite number >= 0; got {proximal_mu!r}.")
+        batch_size = check_integer("batch_size", batch_size)
+    check_non_negative("proximal_mu", proximal_mu)
     x_t, y_t = as_tensors(x, y, loss)
     num_examples = len(x_t)
     if num_examples == 0:

@@ -14,7 +14,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from fedvalue.schema import CLIENT_STATUSES
+from fedvalue.schema import CLIENT_STATUSES, client_sort_key
 
 #: Name of the seeded random-ranking baseline (not a ledger method).
 RANDOM = "random"
@@ -24,15 +24,6 @@ REQUIRED_COLUMNS = ("round", "client_id", "method", "value", "status", "noisy")
 RUN_COLUMN = "seed"
 CURVE_METRICS = ("recall", "precision")
 TIE_RULES = ("average", "client_id")
-
-
-def _id_key(client_id: Hashable) -> tuple:
-    """Sort key for client ids: integers (or integer strings) numerically, then strings."""
-    text = str(client_id)
-    try:
-        return (0, int(text), "")
-    except ValueError:
-        return (1, 0, text)
 
 
 def _scores_and_flags(scores, flags, score_names: tuple[str, str], flag_names: tuple[str, str]):
@@ -45,18 +36,6 @@ def _scores_and_flags(scores, flags, score_names: tuple[str, str], flag_names: t
     if not np.isfinite(scores).all():
         raise ValueError(f"{score_names[0]}: expected finite numbers; got {scores.tolist()}.")
     return scores, flags
-
-
-def _check_choice(name: str, value: object, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name}: expected one of {list(choices)}; got {value!r}.")
-    return value
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer ≥ {minimum}; got {value!r}.")
-    return int(value)
 
 
 def _check_ledger(ledger: object, columns: Sequence[str] = REQUIRED_COLUMNS, name: str = "ledger") -> pd.DataFrame:
@@ -141,7 +120,7 @@ def _valued(rows: pd.DataFrame, method: str) -> pd.DataFrame:
 
 
 def _sorted_by_id(client_ids: Iterable[Hashable]) -> list[Hashable]:
-    return sorted(client_ids, key=_id_key)
+    return sorted(client_ids, key=client_sort_key)
 
 
 def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float, float]:

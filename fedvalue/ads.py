@@ -50,7 +50,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_open_unit, check_positive, check_seed
+from fedvalue._checks import check_integer, check_non_negative, check_number, check_open_unit, check_positive, check_seed
 from fedvalue.game import CoalitionGame, Utility, as_game
 from fedvalue.result import ValuationResult
 
@@ -127,24 +127,12 @@ class AdsSettings:
     def __post_init__(self) -> None:
         if self.method not in ("auto", "exact", "mc", "tmc"):
             raise ValueError(f"method: expected 'auto', 'exact', 'mc' or 'tmc'; got {self.method!r}.")
-        tolerance, target = self.truncation_tolerance, self.stderr_target
-        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
-                or not tolerance >= 0 or not math.isfinite(tolerance):
-            raise ValueError(f"truncation_tolerance: expected a finite number ≥ 0; got {tolerance!r}.")
-        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
-                                   or not target > 0 or not math.isfinite(target)):
-            raise ValueError(f"stderr_target: expected a finite number > 0 or None; got {target!r}.")
+        check_non_negative("truncation_tolerance", self.truncation_tolerance)
+        check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)
         check_positive("epsilon", self.epsilon)
         check_open_unit("delta", self.delta)
         check_positive("r", self.r)
-        if self.max_evaluations is not None and (
-            isinstance(self.max_evaluations, bool)
-            or not isinstance(self.max_evaluations, (int, np.integer))
-            or self.max_evaluations < 1
-        ):
-            raise ValueError(
-                f"max_evaluations: expected a positive integer or None; got {self.max_evaluations!r}."
-            )
+        check_integer("max_evaluations", self.max_evaluations, none_ok=True)
 
     def as_keywords(self) -> dict:
         """The settings as :func:`ads` takes them."""

@@ -57,16 +57,13 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_open_unit, check_seed
+from fedvalue._checks import check_choice, check_integer, check_open_unit, check_seed
 from fedvalue._ledger_frames import (
     RANDOM,
     RUN_COLUMN,
-    _check_choice,
-    _check_int,
     _check_ledger,
     _check_ledger_like,
     _check_methods,
-    _id_key,
     _interval,
     _noisy_of,
     _runs,
@@ -74,6 +71,7 @@ from fedvalue._ledger_frames import (
     _sorted_by_id,
     _valued,
 )
+from fedvalue.schema import client_sort_key
 
 CURVE_METRICS = ("recall", "precision")
 TIE_RULES = ("average", "client_id")
@@ -104,7 +102,7 @@ def expected_hits(values: Sequence[float], labels: Sequence[bool], *, ties: str 
     numpy.ndarray
         H(j) for j = 1..n (float; integers when there are no ties at a cut).
     """
-    ties = _check_choice("ties", ties, TIE_RULES)
+    ties = check_choice("ties", ties, TIE_RULES)
     values, labels = _scores_and_flags(values, labels, ("values", "value"), ("labels", "label"))
     n = len(values)
     if ties == "client_id":
@@ -112,7 +110,7 @@ def expected_hits(values: Sequence[float], labels: Sequence[bool], *, ties: str 
         if len(ids) != n:
             raise ValueError(f"client_ids: expected {n} ids; got {len(ids)}.")
         id_rank = np.empty(n, dtype=int)
-        id_rank[sorted(range(n), key=lambda i: _id_key(ids[i]))] = np.arange(n)
+        id_rank[sorted(range(n), key=lambda i: client_sort_key(ids[i]))] = np.arange(n)
         order = np.lexsort((id_rank, values))
         return np.cumsum(labels[order]).astype(float)
     order = np.argsort(values, kind="mergesort")
@@ -176,7 +174,7 @@ def rank_rounds(ledger: pd.DataFrame, method: str, *, seed: int | np.random.Gene
 
 def _ranked(client_ids: list, values: np.ndarray, noisy: list) -> pd.DataFrame:
     id_rank = np.empty(len(client_ids), dtype=int)
-    id_rank[sorted(range(len(client_ids)), key=lambda i: _id_key(client_ids[i]))] = np.arange(len(client_ids))
+    id_rank[sorted(range(len(client_ids)), key=lambda i: client_sort_key(client_ids[i]))] = np.arange(len(client_ids))
     order = np.lexsort((id_rank, values))
     frame = pd.DataFrame({
         "client_id": [client_ids[i] for i in order],
@@ -264,8 +262,8 @@ def round_detection_curves(ledger: pd.DataFrame, methods: str | Sequence[str] = 
     """
     ledger = _check_ledger(ledger)
     methods = _check_methods(ledger, methods)
-    metric = _check_choice("metric", metric, CURVE_METRICS)
-    ties = _check_choice("ties", ties, TIE_RULES)
+    metric = check_choice("metric", metric, CURVE_METRICS)
+    ties = check_choice("ties", ties, TIE_RULES)
     rng = check_seed(seed)
     frames = []
     for method in methods:
@@ -327,7 +325,7 @@ def detection_curve(ledger: pd.DataFrame, methods: str | Sequence[str] = ("ads",
         a round with n_t < j contributes its value at j = n_t; ``n_rounds`` counts the
         eligible rounds with n_t ≥ j, ``n_runs`` the runs with an eligible round.
     """
-    ci_over = _check_choice("ci_over", ci_over, ("run", "round"))
+    ci_over = check_choice("ci_over", ci_over, ("run", "round"))
     confidence = check_open_unit("confidence", confidence)
     curves = round_detection_curves(ledger, methods, metric=metric, ties=ties, seed=seed)
     if RUN_COLUMN not in curves.columns:
@@ -390,7 +388,7 @@ def precision_at_k(scores: Sequence[float], noisy: Sequence[bool], k: int | None
         k = int(noisy_arr.sum())
         if k == 0:
             raise ValueError("noisy: expected at least one noisy client for k = number of noisy; got none.")
-    k = _check_int("k", k, 1)
+    k = check_integer("k", k, 1)
     if k > len(noisy_arr):
         raise ValueError(f"k: expected at most the {len(noisy_arr)} clients; got {k}.")
     return float(expected_hits(scores, noisy_arr, ties=ties, client_ids=client_ids)[k - 1] / k)
@@ -410,7 +408,7 @@ def detection_metrics(ledger: pd.DataFrame, methods: str | Sequence[str] = ("ads
     """
     ledger = _check_ledger(ledger)
     methods = _check_methods(ledger, methods)
-    ties = _check_choice("ties", ties, TIE_RULES)
+    ties = check_choice("ties", ties, TIE_RULES)
     rng = check_seed(seed)
     rows = []
     for method in methods:

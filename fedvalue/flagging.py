@@ -16,27 +16,24 @@ Online flagging (:class:`FlaggingRule`)
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_open_unit
+from fedvalue._checks import check_choice, check_integer, check_number, check_open_unit
 from fedvalue._ledger_frames import (
     RANDOM,
     RUN_COLUMN,
-    _check_choice,
-    _check_int,
     _check_ledger,
     _check_ledger_like,
     _check_methods,
-    _id_key,
     _interval,
     _noisy_of,
     _runs,
     _valued,
 )
+from fedvalue.schema import client_sort_key
 
 FLAGGING_KINDS = ("robust_z", "threshold")
 #: 1 / Φ^{-1}(3/4): makes the MAD a consistent estimator of a normal standard deviation.
@@ -97,16 +94,15 @@ class FlaggingRule:
                  patience: int = 2, min_clients: int = 3) -> None:
         if not isinstance(method, str) or not method or method == RANDOM:
             raise ValueError(f"method: expected the name of a ledger method such as 'ads'; got {method!r}.")
-        self.kind = _check_choice("kind", kind, FLAGGING_KINDS)
-        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
-            raise ValueError(f"threshold: expected a finite number; got {threshold!r}.")
+        self.kind = check_choice("kind", kind, FLAGGING_KINDS)
+        check_number("threshold", threshold)
         if self.kind == "robust_z" and threshold <= 0:
             raise ValueError(f"threshold: expected a number > 0 for kind='robust_z' (clients with z < −threshold "
                              f"are suspicious); got {threshold!r}.")
         self.method = method
         self.threshold = float(threshold)
-        self.patience = _check_int("patience", patience, 1)
-        self.min_clients = _check_int("min_clients", min_clients, 2)
+        self.patience = check_integer("patience", patience, 1)
+        self.min_clients = check_integer("min_clients", min_clients, 2)
         self.reset()
 
     def __repr__(self) -> str:
@@ -155,7 +151,7 @@ class FlaggingRule:
         ok = rows[rows["status"] == "ok"]
         if ok["client_id"].duplicated().any():
             raise ValueError(f"round_frame: expected one {self.method!r} row per client; got duplicates "
-                             f"{sorted(set(ok.loc[ok['client_id'].duplicated(), 'client_id']), key=_id_key)}.")
+                             f"{sorted(set(ok.loc[ok['client_id'].duplicated(), 'client_id']), key=client_sort_key)}.")
         values = pd.to_numeric(ok["value"], errors="coerce").to_numpy(float)
         if not np.isfinite(values).all():
             raise ValueError(f"round_frame['value']: expected finite values on rows with status 'ok'; got "

@@ -46,15 +46,13 @@ All arithmetic is float64.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_finite_array
+from fedvalue._checks import check_finite_array, check_number, check_positive
 from fedvalue.projection import RandomProjection, Vector, _project, flatten
 
 __all__ = [
@@ -311,8 +309,7 @@ def round_flows(
                 f"weights: expected one weight per client of updates; unknown client(s) {extra}, missing {missing}."
             )
         for c, w in weights.items():
-            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
-                raise ValueError(f"weights[{c!r}]: expected a finite number; got {w!r}.")
+            check_number(f"weights[{c!r}]", w)
     keys = _common_keys(gradients, keys)
     g_rows = _stack(gradients, "gradients", keys, None)
     p = len(g_rows[0])
@@ -401,10 +398,7 @@ def tracin_round_flows(
         Non-2-D, non-finite or mismatched gradients, ``step_size`` not > 0, owner lists of
         the wrong length.
     """
-    if isinstance(step_size, bool) or not isinstance(step_size, numbers.Real) or not (
-        math.isfinite(step_size) and step_size > 0
-    ):
-        raise ValueError(f"step_size: expected a finite number > 0; got {step_size!r}.")
+    check_positive("step_size", step_size)
     x = _matrix("train_gradients", train_gradients)
     y = _matrix("inference_gradients", inference_gradients)
     if x.shape[1] != y.shape[1]:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_open_unit, check_positive, check_seed
+from fedvalue._checks import check_integer, check_non_negative, check_open_unit, check_positive, check_seed
 from fedvalue.ads import mc_num_permutations, sample_ordered_permutations
 from fedvalue.knn_ads import check_instance_groups
 from fedvalue.knn_utility import (
@@ -91,12 +91,9 @@ def knn_mc_ads(
     check_positive("r", r)
     if num_permutations is None:
         num_permutations = mc_num_permutations(n_train, epsilon, delta, r)
-    elif isinstance(num_permutations, bool) or not isinstance(num_permutations, (int, np.integer)) \
-            or num_permutations < 1:
-        raise ValueError(f"num_permutations: expected a positive integer or None; got {num_permutations!r}.")
-    if isinstance(truncation_tolerance, bool) or not isinstance(truncation_tolerance, (int, float)) \
-            or not math.isfinite(truncation_tolerance) or truncation_tolerance < 0:
-        raise ValueError(f"truncation_tolerance: expected a finite number ≥ 0; got {truncation_tolerance!r}.")
+    else:
+        check_integer("num_permutations", num_permutations, none_ok=True)
+    check_non_negative("truncation_tolerance", truncation_tolerance)
     rng = check_seed(seed)
 
     players = np.concatenate(group_arrays)

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from fedvalue._checks import check_finite_array
+from fedvalue._checks import check_finite_array, check_integer
 
 #: Test points per chunk when none is given: a chunk's arrays are chunk × n_train.
 DEFAULT_CHUNK_SIZE = 128
@@ -53,15 +53,11 @@ def check_knn_data(
         if not np.issubdtype(array.dtype, np.integer):
             raise ValueError(f"{name}: expected integer class labels; got dtype {array.dtype}.")
         labels.append(array.astype(np.int64))
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k: expected a positive integer number of neighbours; got {k!r}.")
-    return x_train, labels[0], x_test, labels[1], int(k)
+    return x_train, labels[0], x_test, labels[1], check_integer("k", k, unit="number of neighbours")
 
 
 def check_chunk_size(chunk_size: object) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive integer number of test points; got {chunk_size!r}.")
-    return int(chunk_size)
+    return check_integer("chunk_size", chunk_size, unit="number of test points")
 
 
 def _train_keys(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

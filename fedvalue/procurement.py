@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_seed
+from fedvalue._checks import check_integer, check_seed
 from fedvalue.ads import AdsSettings
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import LedgerWriter
@@ -134,8 +134,7 @@ def _check_purchase(rule: str, budget: int, methods: Sequence[str]) -> None:
     if rule != "random" and rule not in methods:
         raise ValueError(f"methods: expected {rule!r} among them (rule {rule!r} buys by that value); got "
                          f"{list(methods)}.")
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
-        raise ValueError(f"budget: expected a positive integer (offers bought per stage); got {budget!r}.")
+    check_integer("budget", budget, why="offers bought per stage")
 
 
 def procure_stage(

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from fedvalue._checks import check_choice, check_integer
+
 Vector = np.ndarray | Sequence[float] | Mapping[str, np.ndarray]
 
 
@@ -108,15 +110,12 @@ class RandomProjection:
         chunk_size: int | None = None,
         max_cache_bytes: int = 1 << 27,
     ) -> None:
-        for label, value in (("dim", dim), ("k", k)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{label}: expected a positive integer; got {value!r}.")
-        if kind not in self.KINDS:
-            raise ValueError(f"kind: expected one of {list(self.KINDS)}; got {kind!r}.")
+        check_integer("dim", dim)
+        check_integer("k", k)
+        check_choice("kind", kind, self.KINDS)
         if chunk_size is None:
             chunk_size = max(1, (1 << 20) // int(k))
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
-            raise ValueError(f"chunk_size: expected a positive integer or None; got {chunk_size!r}.")
+        check_integer("chunk_size", chunk_size, none_ok=True)
         if isinstance(seed, np.random.Generator):
             sequence = np.random.SeedSequence(seed.integers(0, 2**63, size=4).tolist())
         elif seed is None or isinstance(seed, np.random.SeedSequence):

@@ -37,14 +37,13 @@ after each round.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_finite_array
+from fedvalue._checks import check_finite_array, check_unit_interval
 
 __all__ = [
     "DEFAULT_P",
@@ -66,9 +65,7 @@ _SCALARS = ("p", "alpha", "pearson", "spearman", "negative_inflow_share", "negat
 
 
 def _check_p(value: object, name: str = "p") -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name}: expected a number in [0, 1]; got {value!r}.")
-    return float(value)
+    return check_unit_interval(name, value)
 
 
 def _vector(name: str, values: object) -> np.ndarray:

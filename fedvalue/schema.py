@@ -6,6 +6,10 @@ the strategies that book rounds) takes these names from here.
 
 from __future__ import annotations
 
+import numbers
+import re
+from collections.abc import Hashable
+
 #: Valued this round (its reply made the round game).
 STATUS_OK = "ok"
 #: Sampled, but no usable reply (an error, a timeout, arrays or metrics Flower's aggregation
@@ -49,3 +53,25 @@ FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_
 CLAIM_PREFIX = "claim_"
 CLAIM_CAPPED = CLAIM_PREFIX + "capped"
 CLAIM_JUMPED = CLAIM_PREFIX + "jumped"
+
+
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+
+
+def client_key(client_id: Hashable) -> Hashable:
+    """A client id as every reader compares it: an int, or a string holding an int's
+    decimal form (as a CSV returns it), is that int; any other id is itself."""
+    if isinstance(client_id, bool):
+        return client_id
+    if isinstance(client_id, numbers.Integral):
+        return int(client_id)
+    if isinstance(client_id, str) and _INTEGER_TEXT.fullmatch(client_id):
+        return int(client_id)
+    return client_id
+
+
+def client_sort_key(client_id: Hashable) -> tuple:
+    """Sort key for client ids: integer ids (:func:`client_key`) numerically, then the rest
+    by their text."""
+    key = client_key(client_id)
+    return (0, key, "") if isinstance(key, int) else (1, 0, str(client_id))

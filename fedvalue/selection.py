@@ -13,6 +13,8 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fedvalue._checks import check_integer
+
 
 def top_k(scores: Mapping[Hashable, float], k: int, order: Sequence[Hashable] | None = None) -> list[Hashable]:
     """The k clients with the highest score; ties go to the earlier client in ``order``.
@@ -26,8 +28,7 @@ def top_k(scores: Mapping[Hashable, float], k: int, order: Sequence[Hashable] | 
     order
         Tie-break order (the round's reply order); defaults to the order of ``scores``.
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k: expected a positive integer; got {k!r}.")
+    check_integer("k", k)
     order = list(scores) if order is None else list(order)
     missing = [c for c in order if c not in scores]
     if missing or len(order) != len(scores):

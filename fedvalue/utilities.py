@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from fedvalue._checks import check_integer, check_number
 from fedvalue._scoring import RECHECK_ROWS, FastScores, scoring
 from fedvalue.linear import LinearStates, split_first_linear
 
@@ -83,13 +84,9 @@ class TorchModelUtility:
                 f"x, y: expected the same non-zero number of held-out examples; got {len(x)} "
                 f"inputs and {len(y)} labels."
             )
-        for name, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
-            if value is None and name == "chunk_size":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
-        if not (isinstance(tie_tolerance, (int, float)) and 0 <= tie_tolerance < 1):
-            raise ValueError(f"tie_tolerance: expected a number in [0, 1); got {tie_tolerance!r}.")
+        check_integer("batch_size", batch_size)
+        check_integer("chunk_size", chunk_size, none_ok=True)
+        check_number("tie_tolerance", tie_tolerance, low=0.0, high=1.0, high_open=True)
         self.device = torch.device("cpu" if device is None else device)
         self.model = model.eval()
         self.metric = metric

@@ -30,6 +30,7 @@ from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from fedvalue._checks import check_integer
 from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
@@ -180,10 +181,8 @@ def simulate(
     Run
         The ledger, rounds table and configuration as DataFrames.
     """
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
-        raise ValueError(f"num_rounds: expected a positive integer; got {num_rounds!r}.")
-    if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
-        raise ValueError(f"num_clients: expected a positive integer; got {num_clients!r}.")
+    check_integer("num_rounds", num_rounds)
+    check_integer("num_clients", num_clients)
     config = dict(run_config or {})
     config.setdefault("seed", seed)
     config.setdefault("num_rounds", num_rounds)

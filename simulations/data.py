@@ -9,7 +9,6 @@ deterministic given it.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import zipfile
 import zlib
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedvalue._checks import check_integer, check_open_unit, check_positive
 from clients.behaviours import flip_labels
 from clients.seeding import Seed, as_generator
 
@@ -305,18 +305,6 @@ def _load_mnist_idx(directory: Path, split: str) -> tuple[np.ndarray, np.ndarray
     return _check_mnist_arrays(images, labels, f"{str(images_path)!r} and {str(labels_path)!r}")
 
 
-def _check_fraction(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < value < 1.0:
-        raise ValueError(f"{name}: expected a number in the open interval (0, 1); got {value!r}.")
-    return float(value)
-
-
-def _check_count(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}; got {value!r}.")
-    return int(value)
-
-
 def split_holdout(dataset: Dataset, holdout_fraction: float, *, seed: Seed) -> tuple[Dataset, Dataset]:
     """Split ``dataset`` into (train, holdout), stratified by class for classification.
 
@@ -331,7 +319,7 @@ def split_holdout(dataset: Dataset, holdout_fraction: float, *, seed: Seed) -> t
     """
     if not isinstance(dataset, Dataset):
         raise TypeError(f"dataset: expected a simulations.data.Dataset; got {type(dataset).__name__}.")
-    fraction = _check_fraction("holdout_fraction", holdout_fraction)
+    fraction = check_open_unit("holdout_fraction", holdout_fraction)
     rng = as_generator(seed)
     num_examples = len(dataset)
     if dataset.is_classification:
@@ -359,8 +347,8 @@ def partition_iid(num_examples: int, num_partitions: int, *, seed: Seed) -> list
         Sorted int64 index arrays: disjoint, covering every index once, sizes
         differing by at most 1.
     """
-    num_examples = _check_count("num_examples", num_examples)
-    num_partitions = _check_count("num_partitions", num_partitions)
+    num_examples = check_integer("num_examples", num_examples)
+    num_partitions = check_integer("num_partitions", num_partitions)
     if num_partitions > num_examples:
         raise ValueError(
             f"num_partitions: expected at most num_examples={num_examples} (every partition "
@@ -417,11 +405,10 @@ def partition_dirichlet(
         raise ValueError(
             f"labels: expected a non-empty 1-D integer array; got dtype {labels.dtype} with shape {labels.shape}."
         )
-    num_partitions = _check_count("num_partitions", num_partitions)
-    min_partition_size = _check_count("min_partition_size", min_partition_size, minimum=0)
-    max_attempts = _check_count("max_attempts", max_attempts)
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not math.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"alpha: expected a finite number > 0; got {alpha!r}.")
+    num_partitions = check_integer("num_partitions", num_partitions)
+    min_partition_size = check_integer("min_partition_size", min_partition_size, 0)
+    max_attempts = check_integer("max_attempts", max_attempts)
+    check_positive("alpha", alpha)
     if num_partitions * min_partition_size > labels.size:
         raise ValueError(
             f"min_partition_size: {num_partitions} partitions of at least {min_partition_size} need "

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import os
 import signal
 import socket
@@ -85,6 +84,8 @@ from typing import TypeVar
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
+
+from fedvalue._checks import check_integer, check_positive
 
 T = TypeVar("T")
 #: Seconds between polls for replies (Flower's in-memory grid uses the same).
@@ -333,19 +334,9 @@ def run_flower_simulation(
         raise TypeError(f"server_app: expected a flwr.serverapp.ServerApp; got {type(server_app).__name__}.")
     if not isinstance(client_app, ClientApp):
         raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
-    if isinstance(num_supernodes, bool) or not isinstance(num_supernodes, int) or num_supernodes < 1:
-        raise ValueError(f"num_supernodes: expected a positive int; got {num_supernodes!r}.")
-    if (
-        isinstance(num_cpus_per_client, bool)
-        or not isinstance(num_cpus_per_client, numbers.Real)
-        or not math.isfinite(num_cpus_per_client)
-        or num_cpus_per_client <= 0
-    ):
-        raise ValueError(f"num_cpus_per_client: expected a number > 0; got {num_cpus_per_client!r}.")
-    if max_parallel_clients is not None and (
-        isinstance(max_parallel_clients, bool) or not isinstance(max_parallel_clients, int) or max_parallel_clients < 1
-    ):
-        raise ValueError(f"max_parallel_clients: expected a positive int or None; got {max_parallel_clients!r}.")
+    check_integer("num_supernodes", num_supernodes)
+    check_positive("num_cpus_per_client", num_cpus_per_client)
+    check_integer("max_parallel_clients", max_parallel_clients, none_ok=True)
     if ray_address is not None and (not isinstance(ray_address, str) or not ray_address):
         raise ValueError(f"ray_address: expected a non-empty address string or None; got {ray_address!r}.")
     if ray_address is not None and max_parallel_clients is not None:

@@ -13,13 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from fedvalue._checks import check_integer
 from clients.seeding import Seed, torch_generator
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer; got {value!r}.")
-    return int(value)
+def check_hidden(hidden: Sequence[int]) -> tuple[int, ...]:
+    """The hidden layer sizes as a tuple of positive ints, else a ValueError naming ``hidden``."""
+    if any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1 for h in hidden):
+        raise ValueError(f"hidden: expected positive layer sizes; got {list(hidden)}.")
+    return tuple(int(h) for h in hidden)
 
 
 @torch.no_grad()
@@ -53,11 +55,11 @@ def make_mlp(
     seed
         Seed of the initial parameters.
     """
-    input_dim = _positive_int("input_dim", input_dim)
-    num_classes = _positive_int("num_classes", num_classes)
+    input_dim = check_integer("input_dim", input_dim)
+    num_classes = check_integer("num_classes", num_classes)
     if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence):
         raise ValueError(f"hidden: expected a sequence of positive integers; got {hidden!r}.")
-    sizes = [input_dim] + [_positive_int("hidden", size) for size in hidden] + [num_classes]
+    sizes = [input_dim, *check_hidden(hidden), num_classes]
     generator = torch_generator(seed)
     layers: list[torch.nn.Module] = []
     for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):

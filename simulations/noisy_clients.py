@@ -31,7 +31,7 @@ from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
 from simulations.engine import check_ray_address
-from simulations.models import make_mlp
+from simulations.models import check_hidden, make_mlp
 from simulations.parallel import RayParallelUtility
 from simulations.settings import check_integers, check_numbers, saved_config
 from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
@@ -138,8 +138,7 @@ def _check(config: NoisyClientsConfig) -> None:
         raise ValueError(f"ads_method: expected one of {list(ADS_METHODS)}; got {config.ads_method!r}.")
     if config.utility not in UTILITIES:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
-    if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in config.hidden):
-        raise ValueError(f"hidden: expected positive layer sizes; got {list(config.hidden)}.")
+    check_hidden(config.hidden)
     sizes = [784, *config.hidden, 10]
     parameters = sum(a * b + b for a, b in zip(sizes, sizes[1:]))
     if parameters > MAX_PARAMETERS:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from fedvalue._checks import check_integer, check_non_negative
 from fedvalue._scoring import FastScores
 from fedvalue.linear import LinearStates
 from fedvalue.utilities import TorchModelUtility
@@ -80,12 +81,10 @@ class RayParallelUtility:
 
         if not isinstance(utility, TorchModelUtility):
             raise TypeError(f"utility: expected a fedvalue TorchModelUtility; got {type(utility).__name__}.")
-        for name, value, least in (("num_workers", num_workers, 1), ("threads_per_worker", threads_per_worker, 1),
-                                   ("min_states", min_states, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}: expected an integer ≥ {least}; got {value!r}.")
-        if not (isinstance(num_cpus_per_worker, (int, float)) and num_cpus_per_worker >= 0):
-            raise ValueError(f"num_cpus_per_worker: expected a number ≥ 0; got {num_cpus_per_worker!r}.")
+        check_integer("num_workers", num_workers)
+        check_integer("threads_per_worker", threads_per_worker)
+        check_integer("min_states", min_states)
+        check_non_negative("num_cpus_per_worker", num_cpus_per_worker)
         self.utility = utility
         self.num_workers = num_workers
         self.address = address

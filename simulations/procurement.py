@@ -40,11 +40,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedvalue._checks import check_open_unit
 from fedvalue.ledger import read_ledger_csv, read_rounds_csv, write_json
 from fedvalue.procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
 from fedvalue.rounds import Arrays
 from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
 from simulations.conjoint import RatingGenerator, mixed_ratings, random_profiles, validation_profiles
+from simulations.models import check_hidden
 from simulations.procurement_model import NegativeAverageError, RatingMLP
 from simulations.settings import check_integers, check_numbers, saved_config
 
@@ -115,11 +117,8 @@ def _check(config: ProcurementConfig) -> None:
                          f"got {config.budget}.")
     if not config.rules or any(r not in PURCHASE_RULES for r in config.rules) or len(set(config.rules)) != len(config.rules):
         raise ValueError(f"rules: expected distinct names from {list(PURCHASE_RULES)}; got {list(config.rules)}.")
-    if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in config.hidden):
-        raise ValueError(f"hidden: expected positive layer sizes; got {list(config.hidden)}.")
-    if isinstance(config.confidence, bool) or not isinstance(config.confidence, (int, float)) \
-            or not 0 < config.confidence < 1:
-        raise ValueError(f"confidence: expected a number in (0, 1); got {config.confidence!r}.")
+    check_hidden(config.hidden)
+    check_open_unit("confidence", config.confidence)
 
 
 def contributor_id(noise_share: float) -> str:

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fedvalue._checks import check_choice, check_integer, check_number, check_unit_interval
 from fedvalue.flow_book import FlowBook
 from fedvalue.flows import tracin_round_flows
 from fedvalue.reciprocity import ReciprocityReport, reciprocity
@@ -118,29 +119,17 @@ def check(config: ReciprocityConfig) -> None:
     """ValueError naming the first bad field of ``config``."""
     if not isinstance(config, ReciprocityConfig):
         raise TypeError(f"config: expected a ReciprocityConfig; got {type(config).__name__}.")
-    if isinstance(config.seed, bool) or not isinstance(config.seed, (int, np.integer)) or config.seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer; got {config.seed!r}.")
-    if config.dataset not in DATASETS:
-        raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
-    if isinstance(config.repetitions, bool) or not isinstance(config.repetitions, (int, np.integer)) \
-            or config.repetitions < 1:
-        raise ValueError(f"repetitions: expected a positive integer; got {config.repetitions!r}.")
-    if config.steps is not None and (isinstance(config.steps, bool) or not isinstance(config.steps, (int, np.integer))
-                                     or config.steps < 0):
-        raise ValueError(f"steps: expected a positive integer (0 or None = the paper's); got {config.steps!r}.")
-    lr = config.learning_rate
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating))
-                           or not math.isfinite(lr) or lr < 0):
-        raise ValueError(f"learning_rate: expected a number > 0 (0 or None = the paper's); got {lr!r}.")
-    if config.averaging not in AVERAGINGS:
-        raise ValueError(f"averaging: expected one of {list(AVERAGINGS)}; got {config.averaging!r}.")
-    if config.target not in TARGETS:
-        raise ValueError(f"target: expected one of {list(TARGETS)}; got {config.target!r}.")
+    check_integer("seed", config.seed, 0)
+    check_choice("dataset", config.dataset, DATASETS)
+    check_integer("repetitions", config.repetitions)
+    check_integer("steps", config.steps, 0, none_ok=True, why="0 or None = the paper's")
+    check_number("learning_rate", config.learning_rate, low=0.0, none_ok=True, why="0 or None = the paper's")
+    check_choice("averaging", config.averaging, AVERAGINGS)
+    check_choice("target", config.target, TARGETS)
     if config.target == "standardized" and config.dataset != "diabetes":
         raise ValueError(f"target: 'standardized' applies to the diabetes regression only; got dataset "
                          f"{config.dataset!r}.")
-    if isinstance(config.p, bool) or not isinstance(config.p, (int, float, np.floating)) or not 0 <= config.p <= 1:
-        raise ValueError(f"p: expected a number in [0, 1]; got {config.p!r}.")
+    check_unit_interval("p", config.p)
 
 
 def _load(dataset: str, target: str) -> tuple[np.ndarray, np.ndarray]:

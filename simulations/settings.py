@@ -8,26 +8,21 @@ a run's ``run.json`` comes back as the same dataclass (JSON lists become tuples 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Mapping
+
+from fedvalue._checks import check_integer, check_number
 
 
 def check_integers(config: object, names: Iterable[str], *, minimum: int = 1) -> None:
     """Each field in ``names`` is an int ≥ ``minimum`` (bools refused)."""
     for name in names:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            expected = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
-            raise ValueError(f"{name}: expected {expected}; got {value!r}.")
+        check_integer(name, getattr(config, name), minimum)
 
 
 def check_numbers(config: object, names: Iterable[str], *, zero_ok: bool = False) -> None:
     """Each field in ``names`` is a finite number > 0 (≥ 0 with ``zero_ok``; bools refused)."""
     for name in names:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value < 0 or (value == 0 and not zero_ok):
-            raise ValueError(f"{name}: expected a finite number {'≥' if zero_ok else '>'} 0; got {value!r}.")
+        check_number(name, getattr(config, name), low=0.0, low_open=not zero_ok)
 
 
 def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, source: str = "the saved settings"):

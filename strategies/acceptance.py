@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fedvalue._checks import check_choice, check_integer
 from fedvalue.rounds import RoundValuation
 from fedvalue.selection import top_k
 
@@ -60,10 +61,8 @@ class TopK:
     books_selection = True
 
     def __init__(self, k: int, score: str = "ads") -> None:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k: expected a positive integer; got {k!r}.")
-        if score not in SCORES:
-            raise ValueError(f"score: expected one of {list(SCORES)}; got {score!r}.")
+        check_integer("k", k)
+        check_choice("score", score, SCORES)
         self.k = int(k)
         self.score = score
 

@@ -29,13 +29,13 @@ claimed, ``num_examples`` = the weight used.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED
+from fedvalue._checks import check_integer, check_number
+from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED, client_key
 from strategies.records import ClientReply
 
 #: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
@@ -76,13 +76,6 @@ class ClaimFlag:
     reason: str
     status: str = "ok"
 
-
-def _positive_real(name: str, value: object, *, minimum: float, strict: bool) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and (
-        value > minimum if strict else value >= minimum)
-    if not ok:
-        raise ValueError(f"{name}: expected a finite number {'>' if strict else '>='} {minimum:g}; got {value!r}.")
-    return float(value)
 
 
 class ClaimReview:
@@ -128,20 +121,13 @@ class ClaimReview:
                     f"registered: expected a mapping {{client id: registered size}}; got {type(registered).__name__}."
                 )
             for client_id, size in registered.items():
-                if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                    raise ValueError(
-                        f"registered: expected a positive int size for every client; got {size!r} for client "
-                        f"{client_id!r}."
-                    )
-            registered = {_key(c): int(n) for c, n in registered.items()}
+                check_integer(f"registered[{client_id!r}]", size, unit="size")
+            registered = {client_key(c): int(n) for c, n in registered.items()}
         if median_multiple is not None:
-            median_multiple = _positive_real("median_multiple", median_multiple, minimum=1.0, strict=False)
+            median_multiple = check_number("median_multiple", median_multiple, low=1.0)
         if jump_factor is not None:
-            jump_factor = _positive_real("jump_factor", jump_factor, minimum=1.0, strict=True)
-        if isinstance(min_claims, bool) or not isinstance(min_claims, (int, np.integer)) or min_claims < 3:
-            raise ValueError(
-                f"min_claims: expected an int >= 3 (a median that one claim cannot move); got {min_claims!r}."
-            )
+            jump_factor = check_number("jump_factor", jump_factor, low=1.0, low_open=True)
+        check_integer("min_claims", min_claims, 3, why="a median that one claim cannot move")
         self.registered = registered
         self.median_multiple = median_multiple
         self.jump_factor = jump_factor
@@ -177,7 +163,7 @@ class ClaimReview:
         limits: dict[int, tuple[float, str]] = {}
         if self.registered is not None:
             for record in weighed:
-                size = self.registered.get(_key(record.client_id))
+                size = self.registered.get(client_key(record.client_id))
                 if size is not None and claimed[id(record)] > size:
                     limits[id(record)] = (float(size), f"above the registered size {size}")
         if self.median_multiple is not None and len(weighed) >= self.min_claims:
@@ -193,23 +179,14 @@ class ClaimReview:
                 limit, reason = limits[id(record)]
                 used = _set_weight(record, limit, weighted_by_key)
                 flags.append(ClaimFlag(record.client_id, CLAIM_CAPPED, claim, used, limit, reason, record.status))
-            previous = self.previous_claims.get(_key(record.client_id))
+            previous = self.previous_claims.get(client_key(record.client_id))
             if self.jump_factor is not None and previous is not None and claim > self.jump_factor * previous:
                 flags.append(ClaimFlag(record.client_id, CLAIM_JUMPED, claim, float(record.weight),
                                        self.jump_factor * previous,
                                        f"above {self.jump_factor:g} x its previous claim {previous:g}",
                                        record.status))
-            self.previous_claims[_key(record.client_id)] = claim
+            self.previous_claims[client_key(record.client_id)] = claim
         return flags
-
-
-def _key(client_id: Hashable) -> Hashable:
-    """Client ids as the ledger compares them: ints and their strings are the same client."""
-    if isinstance(client_id, (int, np.integer)) and not isinstance(client_id, bool):
-        return int(client_id)
-    if isinstance(client_id, str) and client_id.isdigit():
-        return int(client_id)
-    return client_id
 
 
 def _set_weight(record: ClientReply, limit: float, weighted_by_key: str) -> float:

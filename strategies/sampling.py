@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from fedvalue._checks import check_choice, check_integer, check_positive
 from fedvalue.flagging import FlaggingRule
 
 SCHEDULES = ("random", "even")
@@ -48,10 +49,8 @@ class PartitionSampler:
     """
 
     def __init__(self, clients_per_round: int, *, schedule: str = "random", seed: int = 0) -> None:
-        if isinstance(clients_per_round, bool) or not isinstance(clients_per_round, (int, np.integer)) or clients_per_round < 1:
-            raise ValueError(f"clients_per_round: expected a positive integer; got {clients_per_round!r}.")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule: expected one of {list(SCHEDULES)}; got {schedule!r}.")
+        check_integer("clients_per_round", clients_per_round)
+        check_choice("schedule", schedule, SCHEDULES)
         self.clients_per_round = int(clients_per_round)
         self.schedule = schedule
         self.seed = int(seed)
@@ -105,10 +104,8 @@ class ValueWeightedSampler:
 
     def __init__(self, clients_per_round: int, *, method: str = "ads", temperature: float = 0.05,
                  exclude=None, flagging: FlaggingRule | None = None, seed: int = 0) -> None:
-        if isinstance(clients_per_round, bool) or not isinstance(clients_per_round, (int, np.integer)) or clients_per_round < 1:
-            raise ValueError(f"clients_per_round: expected a positive integer; got {clients_per_round!r}.")
-        if not (isinstance(temperature, (int, float)) and temperature > 0):
-            raise ValueError(f"temperature: expected a number > 0; got {temperature!r}.")
+        check_integer("clients_per_round", clients_per_round)
+        check_positive("temperature", temperature)
         if exclude is not None and not callable(exclude):
             raise TypeError(f"exclude: expected a callable returning client ids; got {type(exclude).__name__}.")
         if flagging is not None and not isinstance(flagging, FlaggingRule):

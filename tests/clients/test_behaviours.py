@@ -105,7 +105,7 @@ def test_the_run_seed_fixes_a_perturbed_free_riders_noise_per_round():
 
 @pytest.mark.parametrize("value", [-0.1, float("nan"), float("inf"), True, "0.1"])
 def test_free_rider_noise_must_be_a_finite_non_negative_number(value):
-    with pytest.raises(ValueError, match=rf"noise_std: expected a finite number >= 0; got {value!r}"):
+    with pytest.raises(ValueError, match=rf"noise_std: expected a finite number ≥ 0; got {value!r}"):
         FreeRider(noise_std=value)
 
 
@@ -130,8 +130,8 @@ def test_an_inflater_trains_honestly_and_claims_a_multiple_or_a_fixed_count():
     ({"factor": 2.0, "claimed": 100}, "got factor=2.0, claimed=100"),
     ({"factor": 1.0}, "factor: expected a finite number > 1 (an inflation); got 1.0"),
     ({"factor": float("inf")}, "factor: expected a finite number > 1 (an inflation); got inf"),
-    ({"claimed": 0}, "claimed: expected an int >= 1; got 0"),
-    ({"claimed": 12.5}, "claimed: expected an int >= 1; got 12.5"),
+    ({"claimed": 0}, "claimed: expected a positive integer; got 0"),
+    ({"claimed": 12.5}, "claimed: expected a positive integer; got 12.5"),
 ])
 def test_inflater_options_are_checked_where_written(kwargs, message):
     with pytest.raises(ValueError) as error:

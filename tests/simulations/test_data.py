@@ -377,9 +377,9 @@ def test_flip_labels_stays_in_range(num_classes, p, seed, size):
 
 def test_flip_labels_rejects_bad_input_by_name():
     labels = np.array([0, 1, 2])
-    with pytest.raises(ValueError, match=r"p: expected a probability in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"p: expected a number in \[0, 1\]"):
         flip_labels(labels, 1.5, 3, seed=0)
-    with pytest.raises(ValueError, match="num_classes: expected an int >= 2"):
+    with pytest.raises(ValueError, match="num_classes: expected an integer ≥ 2"):
         flip_labels(np.zeros(3, dtype=int), 0.5, 1, seed=0)
     with pytest.raises(ValueError, match=r"labels: expected values in \[0, 2\)"):
         flip_labels(labels, 0.5, 2, seed=0)

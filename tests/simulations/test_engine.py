@@ -208,9 +208,9 @@ def test_default_parallelism_leaves_a_core_for_the_server_and_never_exceeds_the_
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        (dict(num_supernodes=0), ValueError, "num_supernodes: expected a positive int"),
-        (dict(num_cpus_per_client=0), ValueError, "num_cpus_per_client: expected a number > 0"),
-        (dict(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive int"),
+        (dict(num_supernodes=0), ValueError, "num_supernodes: expected a positive integer"),
+        (dict(num_cpus_per_client=0), ValueError, "num_cpus_per_client: expected a finite number > 0"),
+        (dict(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive integer"),
         (dict(ray_address=""), ValueError, "ray_address"),
         (dict(ray_address="auto", max_parallel_clients=2), ValueError, "max_parallel_clients: cannot be set with ray_address"),
     ],

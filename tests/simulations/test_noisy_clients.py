@@ -44,10 +44,35 @@ def run_and_kill(run_dir: Path, argv: list[str], after_rounds: int) -> int:
     return committed_rounds(run_dir)
 
 
-def test_small_run_is_booked_deterministic_and_survives_a_kill(tmp_path, capsys):
-    first, second = tmp_path / "a", tmp_path / "b"
-    assert main(["run", "noisy-clients", "--out", str(first), "--seed", "3", *SMALL]) == 0
-    # The second run is killed mid-way (a real SIGKILL) and resumed.
+@pytest.fixture(scope="module")
+def booked_run(tmp_path_factory) -> Path:
+    """One small real run (Ray, CLI), shared by the tests that read its books."""
+    run_dir = tmp_path_factory.mktemp("noisy") / "a"
+    assert main(["run", "noisy-clients", "--out", str(run_dir), "--seed", "3", *SMALL]) == 0
+    return run_dir
+
+
+def test_a_small_run_books_every_client_it_sampled(booked_run):
+    run = load_run(booked_run)
+    assert sorted(run.ledger["client_id"].unique()) == [str(c) for c in range(8)]  # even schedule: each once
+    assert set(run.ledger["method"]) == {"ads", "loo"} and set(run.ledger["status"]) == {"ok"}
+    assert (run.rounds["efficiency_gap"].abs() < 1e-9).all()
+    assert (run.rounds["utility_after"] == run.rounds["utility_realized"]).all()
+    assert run.ledger["noisy"].sum() == 4 * 2  # 4 noisy clients × 2 methods
+    assert run.config["seed"] == 3 and "flwr" in run.config["versions"]
+    pd.testing.assert_frame_equal(pd.read_parquet(booked_run / "ledger.parquet"), run.ledger, check_dtype=False)
+
+
+def test_a_small_run_is_reported_and_passes_its_audit(booked_run, capsys):
+    assert main(["report", str(booked_run)]) == 0
+    report = capsys.readouterr().out
+    assert "total_ads" in report and "mean total_ads: noisy" in report
+    assert main(["audit", str(booked_run)]) == 0  # the real run's chain, schema and efficiency hold
+
+
+def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, capsys):
+    second = tmp_path / "b"
+    # Killed mid-way (a real SIGKILL of the driver and its Ray processes) and resumed.
     done = run_and_kill(second, ["--seed", "3", *SMALL], after_rounds=2)
     assert 2 <= done < 4
     killed = load_run(second)  # every completed round is readable as it stands
@@ -58,23 +83,11 @@ def test_small_run_is_booked_deterministic_and_survives_a_kill(tmp_path, capsys)
     assert "FAILED" not in out and "is incomplete" in out
     assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 0
     # Same seed, same books, byte for byte, interrupted or not.
-    assert (first / "ledger.csv").read_bytes() == (second / "ledger.csv").read_bytes()
+    assert (booked_run / "ledger.csv").read_bytes() == (second / "ledger.csv").read_bytes()
     pd.testing.assert_frame_equal(pd.read_parquet(second / "ledger.parquet"), load_run(second).ledger,
                                   check_dtype=False)  # the Parquet copy caught up too
-    run = load_run(first)
-    assert sorted(run.ledger["client_id"].unique()) == [str(c) for c in range(8)]  # even schedule: each once
-    assert set(run.ledger["method"]) == {"ads", "loo"} and set(run.ledger["status"]) == {"ok"}
-    assert (run.rounds["efficiency_gap"].abs() < 1e-9).all()
-    assert (run.rounds["utility_after"] == run.rounds["utility_realized"]).all()
-    assert run.ledger["noisy"].sum() == 4 * 2  # 4 noisy clients × 2 methods
-    assert run.config["seed"] == 3 and "flwr" in run.config["versions"]
-    pd.testing.assert_frame_equal(pd.read_parquet(first / "ledger.parquet"), run.ledger, check_dtype=False)
-    capsys.readouterr()
-    assert main(["report", str(first)]) == 0
-    report = capsys.readouterr().out
-    assert "total_ads" in report and "mean total_ads: noisy" in report
-    assert main(["audit", str(first)]) == 0  # the real run's chain, schema and efficiency hold
     assert main(["audit", str(second)]) == 0
+    capsys.readouterr()
     # A finished run has nothing to resume; a resumed run keeps its settings.
     assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 2
     assert "already completed 4 rounds" in capsys.readouterr().err
@@ -98,7 +111,7 @@ def test_coalitions_scored_on_ray_actors_give_the_same_ledger(tmp_path):
     (["--noisy-fraction", "1.5"], "noisy_fraction: expected a number in [0, 1]; got 1.5"),
     (["--strategy", "fedsgd"], "strategy: expected one of"),
     (["--dataset", "cifar"], "dataset"),
-    (["--valuation-workers", "-1"], "valuation_workers: expected an integer ≥ 0; got -1"),
+    (["--valuation-workers", "-1"], "valuation_workers: expected a non-negative integer; got -1"),
     (["--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "mnist_path"),
 ])
 def test_bad_input_is_a_clear_error_without_traceback(tmp_path, capsys, argv, fragment):

@@ -426,13 +426,13 @@ def test_jumps_compare_with_the_clients_own_last_claim():
 @pytest.mark.parametrize("kwargs, names", [
     ({}, "registered, median_multiple, jump_factor: expected at least one rule"),
     ({"registered": [30, 40]}, "registered: expected a mapping"),
-    ({"registered": {0: 0}}, "registered: expected a positive int size for every client; got 0 for client 0"),
-    ({"registered": {0: 3.5}}, "got 3.5 for client 0"),
-    ({"median_multiple": 0.5}, "median_multiple: expected a finite number >= 1; got 0.5"),
-    ({"median_multiple": float("nan")}, "median_multiple: expected a finite number >= 1; got nan"),
+    ({"registered": {0: 0}}, "registered[0]: expected a positive integer size; got 0"),
+    ({"registered": {0: 3.5}}, "registered[0]: expected a positive integer size; got 3.5"),
+    ({"median_multiple": 0.5}, "median_multiple: expected a finite number ≥ 1; got 0.5"),
+    ({"median_multiple": float("nan")}, "median_multiple: expected a finite number ≥ 1; got nan"),
     ({"jump_factor": 1.0}, "jump_factor: expected a finite number > 1; got 1.0"),
     ({"jump_factor": True}, "jump_factor: expected a finite number > 1; got True"),
-    ({"median_multiple": 2.0, "min_claims": 2}, "min_claims: expected an int >= 3"),
+    ({"median_multiple": 2.0, "min_claims": 2}, "min_claims: expected an integer ≥ 3"),
 ])
 def test_claim_review_errors_name_the_parameter_the_expectation_and_the_value(kwargs, names):
     with pytest.raises((ValueError, TypeError)) as error:

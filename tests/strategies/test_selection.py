@@ -122,7 +122,7 @@ def test_value_weighted_sampling_prefers_valuable_clients_and_skips_excluded():
     assert draws == [sampler.sample(t, range(4)) for t in range(1, 200)]  # deterministic
     flagged = ValueWeightedSampler(2, temperature=10.0, exclude=lambda: {0}, seed=1)
     assert all(0 not in flagged.sample(t, range(4)) for t in range(1, 50))
-    with pytest.raises(ValueError, match="temperature: expected a number > 0"):
+    with pytest.raises(ValueError, match="temperature: expected a finite number > 0"):
         ValueWeightedSampler(2, temperature=0)
 
 

@@ -1,0 +1,143 @@
+"""Round records and checkpoints on disk: exact round trips, atomic pointers, rewind."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedvalue.archive import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    RoundRecord,
+    load_npz,
+    read_checkpoint,
+    read_round_record,
+    rewind,
+    round_record_paths,
+    save_npz,
+    write_checkpoint,
+    write_round_record,
+)
+from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE
+
+
+def arrays(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "w": rng.standard_normal((3, 4)).astype(np.float32),
+        "b": rng.standard_normal(4),  # float64
+        "count": np.array(7, dtype=np.int64),  # a 0-d buffer keeps its shape
+    }
+
+
+def same_arrays(a, b) -> bool:
+    return list(a) == list(b) and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes() for k in a
+    )
+
+
+def record(server_round: int = 3) -> RoundRecord:
+    return RoundRecord(
+        round=server_round,
+        start_arrays=arrays(0),
+        replies={4: arrays(1), "edge-a": arrays(2), np.int64(9): arrays(3)},
+        weights={4: 10.0, "edge-a": 2.5, np.int64(9): 1.0},
+        statuses={4: "ok", "edge-a": "rejected", np.int64(9): "ok", 11: "failed"},
+        accepted=[4, np.int64(9)],
+        gradients={4: {"g": np.arange(3.0)}, 12: {"g": np.ones(3)}},
+        losses={4: 0.5, 12: 1.25},
+        meta={"ads_method": "exact", "seed": 0},
+    )
+
+
+def test_npz_round_trip_keeps_bytes_dtypes_shapes_and_meta(tmp_path):
+    path = tmp_path / "a.npz"
+    save_npz(path, arrays(5), {"k": [1, "x"]})
+    loaded, meta = load_npz(path)
+    assert same_arrays(loaded, arrays(5)) and meta == {"k": [1, "x"]}
+
+
+def test_a_round_record_comes_back_exactly(tmp_path):
+    written = record()
+    path = write_round_record(tmp_path, written)
+    assert path == tmp_path / "records" / "round-000003.npz"
+    read = read_round_record(path)
+    assert read.round == 3 and read.meta == written.meta
+    assert same_arrays(read.start_arrays, written.start_arrays)
+    # numpy ids come back as plain ints, in reply order, with their arrays and weights
+    assert list(read.replies) == [4, "edge-a", 9]
+    assert all(same_arrays(read.replies[int(c) if isinstance(c, np.integer) else c], a)
+               for c, a in written.replies.items())
+    assert read.weights == {4: 10.0, "edge-a": 2.5, 9: 1.0}
+    assert read.statuses == {4: "ok", "edge-a": "rejected", 9: "ok", 11: "failed"}
+    assert read.accepted == [4, 9]
+    assert list(read.gradients) == [4, 12] and read.losses == {4: 0.5, 12: 1.25}
+
+
+@pytest.mark.parametrize("bad_id", [True, 1.5, ("a", 1)])
+def test_a_record_refuses_client_ids_it_cannot_save(tmp_path, bad_id):
+    bad = record()
+    bad.statuses[bad_id] = "failed"
+    with pytest.raises(TypeError) as error:
+        write_round_record(tmp_path, bad)
+    assert str(error.value) == f"client ids: expected ints or strings to save a round record; got {bad_id!r}."
+    assert round_record_paths(tmp_path) == {}
+
+
+def test_record_paths_list_only_round_files_in_order(tmp_path):
+    for t in (10, 2, 7):
+        write_round_record(tmp_path, record(t))
+    (tmp_path / "records" / "notes.txt").write_text("not a record")
+    assert list(round_record_paths(tmp_path)) == [2, 7, 10]
+
+
+def test_checkpoint_switches_atomically_and_keeps_only_its_own_files(tmp_path):
+    assert read_checkpoint(tmp_path).round == 0  # nothing yet: start afresh
+    (tmp_path / LEDGER_FILE).write_text("header\nrow1\n")
+    write_checkpoint(tmp_path, 1, arrays(1), b"state-1")
+    (tmp_path / LEDGER_FILE).write_text("header\nrow1\nrow2\n")
+    write_checkpoint(tmp_path, 2, arrays(2), b"state-2")
+    checkpoint = read_checkpoint(tmp_path)
+    assert checkpoint.round == 2 and checkpoint.state == b"state-2"
+    assert same_arrays(checkpoint.arrays, arrays(2))
+    assert checkpoint.file_sizes == {LEDGER_FILE: len("header\nrow1\nrow2\n")}
+    assert sorted(p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()) == ["round-000002.npz", "round-000002.pkl"]
+    assert json.loads((tmp_path / CHECKPOINT_FILE).read_text())["round"] == 2
+
+
+def test_rewind_cuts_tables_and_later_records_back_to_the_checkpoint(tmp_path):
+    (tmp_path / LEDGER_FILE).write_text("header\nround 1\n")
+    (tmp_path / ROUNDS_FILE).write_text("r\n1\n")
+    write_round_record(tmp_path, record(1))
+    write_checkpoint(tmp_path, 1, arrays(1), b"s")
+    with open(tmp_path / LEDGER_FILE, "a") as handle:  # round 2 died half-written
+        handle.write("round 2, half")
+    write_round_record(tmp_path, record(2))
+    rewind(tmp_path, read_checkpoint(tmp_path))
+    assert (tmp_path / LEDGER_FILE).read_text() == "header\nround 1\n"
+    assert (tmp_path / ROUNDS_FILE).read_text() == "r\n1\n"
+    assert list(round_record_paths(tmp_path)) == [1]
+
+
+def test_rewind_refuses_a_table_shorter_than_its_checkpoint(tmp_path):
+    (tmp_path / LEDGER_FILE).write_text("header\nround 1\n")
+    write_checkpoint(tmp_path, 1, arrays(1), b"s")
+    (tmp_path / LEDGER_FILE).write_text("header\n")
+    with pytest.raises(ValueError, match="is shorter than at the checkpoint of round 1"):
+        rewind(tmp_path, read_checkpoint(tmp_path))
+
+
+@pytest.mark.parametrize("pointer", ["not json", '{"round": 1}', '{"round": "x", "files": {}}'])
+def test_a_damaged_checkpoint_pointer_is_named(tmp_path, pointer):
+    (tmp_path / CHECKPOINT_FILE).write_text(pointer)
+    with pytest.raises(ValueError, match="is not a checkpoint written by fedvalue"):
+        read_checkpoint(tmp_path)
+
+
+def test_a_checkpoint_whose_files_were_removed_is_refused(tmp_path):
+    write_checkpoint(tmp_path, 4, arrays(1), b"s")
+    (tmp_path / CHECKPOINT_DIR / "round-000004.pkl").unlink()
+    with pytest.raises(ValueError, match="the checkpoint of round 4 lacks"):
+        read_checkpoint(tmp_path)

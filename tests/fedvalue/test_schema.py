@@ -1,0 +1,55 @@
+"""Client ids as every reader compares and sorts them, and the ledger's named contract."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fedvalue import schema
+from fedvalue.schema import client_key, client_sort_key
+
+ids = st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="abc-_ 0123456789", min_size=1, max_size=6))
+#: Ids a CSV cell holds as written (no blanks: a blank cell reads as missing).
+csv_ids = st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="abc-_0123456789", min_size=1, max_size=6))
+
+
+@given(st.integers(-10**12, 10**12))
+def test_an_int_its_numpy_form_and_its_decimal_string_are_one_client(value):
+    assert client_key(value) == client_key(np.int64(value)) == client_key(str(value)) == value
+    assert client_sort_key(value) == client_sort_key(str(value)) == client_sort_key(np.int64(value))
+
+
+@given(st.lists(ids, max_size=12))
+def test_ids_sort_integers_numerically_then_the_rest_by_text(values):
+    ordered = sorted(values, key=client_sort_key)
+    ints = [client_key(v) for v in ordered if isinstance(client_key(v), int)]
+    rest = [str(v) for v in ordered if not isinstance(client_key(v), int)]
+    assert ints == sorted(ints) and rest == sorted(rest)
+    assert ordered[:len(ints)] == [v for v in ordered if isinstance(client_key(v), int)]
+
+
+@given(st.lists(csv_ids, min_size=1, max_size=12, unique_by=lambda v: client_key(v)))
+def test_ids_read_back_from_a_csv_keep_their_identity_and_order(values):
+    # The ledger is a CSV: pandas returns int ids as int64, mixed ids as strings.
+    frame = pd.read_csv(io.StringIO(pd.DataFrame({"client_id": values}).to_csv(index=False)),
+                        dtype={"client_id": object} if any(isinstance(v, str) for v in values) else None)
+    back = list(frame["client_id"])
+    assert [client_key(v) for v in back] == [client_key(v) for v in values]
+    assert [client_key(v) for v in sorted(back, key=client_sort_key)] == \
+        [client_key(v) for v in sorted(values, key=client_sort_key)]
+
+
+def test_bools_and_other_ids_are_themselves():
+    assert client_key(True) is True and client_key("edge-a") == "edge-a" and client_key(2.5) == 2.5
+
+
+def test_the_contract_names_each_status_column_and_file_once():
+    assert len(set(schema.CLIENT_STATUSES)) == len(schema.CLIENT_STATUSES) == 4
+    assert set(schema.PROBLEM_STATUSES) < set(schema.CLIENT_STATUSES)
+    assert len(set(schema.LEDGER_COLUMNS)) == len(schema.LEDGER_COLUMNS)
+    assert len(set(schema.ROUND_COLUMNS)) == len(schema.ROUND_COLUMNS)
+    assert schema.ROUND_COLUMNS[-1] == "hash"  # the chain link closes every round row
