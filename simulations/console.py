@@ -16,6 +16,7 @@ class RunOptions:
     quiet: bool = False
     resume: bool = False
     started: float = 0.0
+    sign_key: object = None  # a fedvalue.seals.Signer, loaded before anything is written
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

@@ -8,10 +8,10 @@ deterministic given it.
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +40,37 @@ _MNIST_STEMS = {
     ("test", "labels"): "t10k-labels",
 }
 _IDX_UBYTE = 0x08
+#: Largest data file read, and largest it may unpack to (MNIST's biggest file is 47 MB):
+#: a compressed bomb is refused when it passes this, before it fills memory.
+MAX_DATA_BYTES = 512 * 1024**2
+
+
+def _gunzip_capped(raw: bytes, path: Path) -> bytes:
+    """gzip ``raw``, refused once it unpacks past :data:`MAX_DATA_BYTES`."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = bytearray()
+    data = raw
+    while data and not inflate.eof:
+        out += inflate.decompress(data, MAX_DATA_BYTES + 1 - len(out))
+        if len(out) > MAX_DATA_BYTES:
+            raise ValueError(f"mnist_path: {str(path)!r} unpacks to more than {MAX_DATA_BYTES} bytes; not a MNIST "
+                             "file.")
+        data = inflate.unconsumed_tail
+    if not inflate.eof:
+        raise ValueError(f"mnist_path: could not read {str(path)!r}: the gzip stream is truncated.")
+    return bytes(out)
+
+
+def _check_npz_size(path: Path) -> None:
+    """Refuse an archive whose members unpack past :data:`MAX_DATA_BYTES` (before numpy reads it)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            total = sum(member.file_size for member in archive.infolist())
+    except (OSError, zipfile.BadZipFile):
+        return  # not a zip: np.load says what it is
+    if total > MAX_DATA_BYTES:
+        raise ValueError(f"mnist_path: {str(path)!r} unpacks to {total} bytes, more than {MAX_DATA_BYTES}; not a "
+                         "MNIST archive.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,6 +232,7 @@ def _load_mnist_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
         f"mnist_path: expected a readable .npz archive with x_train, y_train, x_test, y_test (or a "
         f"directory of IDX files); could not read {str(path)!r}"
     )
+    _check_npz_size(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
@@ -237,10 +269,12 @@ def _find_idx_file(directory: Path, split: str, kind: str) -> Path:
 def _read_idx(path: Path, expected_ndim: int) -> np.ndarray:
     """An IDX file (big-endian header: 0, 0, dtype code, ndim; ndim int32 sizes; data)."""
     try:
+        if path.stat().st_size > MAX_DATA_BYTES:
+            raise ValueError(f"mnist_path: {str(path)!r} holds more than {MAX_DATA_BYTES} bytes; not a MNIST file.")
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError) as error:
+            raw = _gunzip_capped(raw, path)
+    except (OSError, EOFError, zlib.error) as error:
         raise ValueError(f"mnist_path: could not read {str(path)!r}: {error}") from error
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise ValueError(f"mnist_path: {str(path)!r} is not an IDX file (bad magic number).")

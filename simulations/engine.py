@@ -62,7 +62,8 @@ measured on the 2-core CPU machine):
   later rounds 0.2 s; shutdown 1-2 s; about 13 s in all. One or two actors make no
   difference at this size; each actor holds about 0.55 GB (RSS, torch loaded).
 - ``ray_address`` pointing at no cluster is not an error soon: ``ray.init`` retries
-  its connection for minutes (over 5 min observed).
+  its connection for minutes (over 5 min observed). :func:`check_ray_address` tries a
+  plain TCP connection first, bounded by ``RAY_CONNECT_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import socket
+import sys
 import threading
 import time
 import warnings
@@ -90,6 +94,65 @@ PULL_INTERVAL_S = 0.1
 SERVER_EXIT_WAIT_S = 10.0
 #: Longest wait for the engine to register all nodes (it takes milliseconds).
 NODE_REGISTRATION_WAIT_S = 30.0
+
+
+#: Longest wait for a TCP connection to ``ray_address`` before a run refuses it.
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """ValueError unless something accepts a TCP connection at ``address`` (``host:port`` or
+    ``ray://host:port``) within ``timeout`` seconds; ``"auto"`` (a local cluster, found by
+    Ray itself) is left to Ray. Ray would otherwise retry for minutes."""
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"ray_address: expected a non-empty address string; got {address!r}.")
+    if address == "auto":
+        return
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ray_address: expected 'auto', 'host:port' or 'ray://host:port'; got {address!r}.")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as error:
+        raise ValueError(f"ray_address: expected a Ray cluster accepting connections at {host}:{port}; nothing "
+                         f"answered within {timeout:g} s ({error.strerror or error}). Start the cluster first or "
+                         "leave --ray-address out.") from None
+
+
+#: Exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT_CODE = 130
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event, *, announce: bool = True) -> Iterator[None]:
+    """For the block, SIGINT (Ctrl-C) and SIGTERM set ``stop`` instead of killing the run: the
+    valuing strategy then stops after the round in flight commits. A second SIGINT stops at
+    once (KeyboardInterrupt). Only in the main thread (elsewhere signals cannot be handled);
+    the previous handlers come back after the block.
+
+    Once Ray's core worker runs in this process its C++ failure handler also catches
+    SIGTERM and aborts the process after this handler (observed with Ray 2.55): SIGTERM then
+    stops the run at once, and the run resumes from its last committed round."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        if announce:
+            print(f"fedvalue: {signal.Signals(signum).name}: stopping after the round in flight commits "
+                  "(Ctrl-C again to stop at once); the run stays resumable", file=sys.stderr, flush=True)
+
+    previous = {number: signal.signal(number, handle) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class EngineStoppedError(RuntimeError):
@@ -284,6 +347,7 @@ def run_flower_simulation(
 
     init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}
     if ray_address is not None:
+        check_ray_address(ray_address)  # fail in seconds, not after Ray's minutes of retries
         init_args["address"] = ray_address
     else:
         parallel = max_parallel_clients or default_max_parallel_clients(num_supernodes, num_cpus_per_client)

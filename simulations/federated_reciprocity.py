@@ -124,8 +124,10 @@ def run_federated_reciprocity(
     on_round: Callable[[dict], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    sign_key=None,
 ) -> Run:
-    """Run the federated reciprocity simulation; returns its ledger (flows booked)."""
+    """Run the federated reciprocity simulation; returns its ledger (flows booked); ``sign_key``
+    signs its seals and manifest (:mod:`fedvalue.seals`)."""
     model_factory, utility = build(config)
     return simulate(
         strategy=FedAvg(fraction_evaluate=0.0),
@@ -147,6 +149,7 @@ def run_federated_reciprocity(
                     "learning_rate_used": config.step_size, "splits": "per client: random half train, half inference"},
         overwrite=overwrite,
         resume=resume,
+        sign_key=sign_key,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,
@@ -159,7 +162,8 @@ def cli_main(config: FederatedReciprocityConfig, options) -> int:
     from simulations.console import print_federated_run, round_progress
 
     run = run_federated_reciprocity(config, options.out, on_round=None if options.quiet else
-                                    round_progress(config.rounds), overwrite=options.overwrite, resume=options.resume)
+                                    round_progress(config.rounds), overwrite=options.overwrite, resume=options.resume,
+                                    sign_key=options.sign_key)
     return print_federated_run(run, options)
 
 

@@ -30,6 +30,7 @@ from fedvalue.rounds import VALUATION_METHODS
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
+from simulations.engine import check_ray_address
 from simulations.models import check_hidden, make_mlp
 from simulations.parallel import RayParallelUtility
 from simulations.settings import check_integers, check_numbers, saved_config
@@ -38,6 +39,10 @@ from strategies import PartitionSampler
 from strategies.protocol import train_config
 from strategies.sampling import SCHEDULES
 
+#: Largest model (parameters, counted with MNIST's 784 inputs) and most valuation actors
+#: accepted: a typo must not exhaust memory.
+MAX_PARAMETERS = 50_000_000
+MAX_VALUATION_WORKERS = 256
 #: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.utilities).
 ADS_METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
 UTILITIES = ("accuracy", "neg_loss")
@@ -134,6 +139,18 @@ def _check(config: NoisyClientsConfig) -> None:
     if config.utility not in UTILITIES:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
     check_hidden(config.hidden)
+    sizes = [784, *config.hidden, 10]
+    parameters = sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+    if parameters > MAX_PARAMETERS:
+        raise ValueError(f"hidden: expected layers making at most {MAX_PARAMETERS:,} parameters; "
+                         f"{list(config.hidden)} make {parameters:,}.")
+    if not config.methods:
+        raise ValueError(f"methods: expected at least one of {list(VALUATION_METHODS)}; got none.")
+    if config.valuation_workers > MAX_VALUATION_WORKERS:
+        raise ValueError(f"valuation_workers: expected at most {MAX_VALUATION_WORKERS} Ray actors; got "
+                         f"{config.valuation_workers}.")
+    if config.ray_address:
+        check_ray_address(config.ray_address)
 
 
 @functools.lru_cache(maxsize=2)
@@ -193,20 +210,23 @@ def run_noisy_clients(
     on_round: Callable[[dict], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    sign_key=None,
 ) -> Run:
     """Run the simulation on Ray and return its ledger (see module docstring); ``resume``
-    continues the run in ``out`` from its last completed round."""
+    continues the run in ``out`` from its last completed round; ``sign_key`` signs its seals
+    and manifest (:mod:`fedvalue.seals`)."""
     loader, model_factory, utility, noisy = build(config)
     if config.valuation_workers:
         utility = RayParallelUtility(utility, num_workers=config.valuation_workers)
     try:
-        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume)
+        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume, sign_key)
     finally:
         if config.valuation_workers:
             utility.close()
 
 
-def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume=False) -> Run:
+def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume=False,
+              sign_key=None) -> Run:
     return simulate(
         strategy=build_strategy(config, config.clients_per_round),
         client_mods=client_mods(config.strategy),
@@ -227,6 +247,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},
         overwrite=overwrite,
         resume=resume,
+        sign_key=sign_key,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,
@@ -239,10 +260,20 @@ def cli_main(config: NoisyClientsConfig, options) -> int:
     from simulations.console import print_federated_run, round_progress
 
     run = run_noisy_clients(config, options.out, on_round=None if options.quiet else round_progress(config.rounds),
-                            overwrite=options.overwrite, resume=options.resume)
+                            overwrite=options.overwrite, resume=options.resume, sign_key=options.sign_key)
     return print_federated_run(run, options)
 
 
 def utility_from_run(saved: dict):
     """The utility a saved noisy-clients run was valued with (for the audit)."""
     return build(saved_config(NoisyClientsConfig, saved, strict=False))[2]
+
+
+def audit_from_run(saved: dict) -> dict:
+    """What the audit can rebuild of a saved run from its settings alone: the utility, the
+    noisy clients (drawn from the seed) and round t's sampled clients (the seeded sampler)."""
+    config = saved_config(NoisyClientsConfig, saved, strict=False)
+    _, _, utility, noisy = build(config)
+    sampler = PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed)
+    return {"utility": utility, "noisy_clients": noisy,
+            "sampled": lambda t: sampler.sample(t, range(config.num_clients))}

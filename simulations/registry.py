@@ -41,6 +41,10 @@ class Simulation:
     utility_from_run
         Rebuilds the utility a run was valued with from its run.json, for the audit's
         recomputation (None: the audit cannot rebuild it).
+    audit_from_run
+        Rebuilds from a run.json what the audit checks a run against (the keywords
+        ``utility``, ``noisy_clients``, ``sampled`` of :func:`fedvalue.audit.audit_run`);
+        takes precedence over ``utility_from_run``.
     replay_check
         For runs that save no states to recompute from: replays the run from its run.json and
         returns the audit's (checks, problems).
@@ -53,13 +57,15 @@ class Simulation:
     out_optional: bool = False
     resumable: bool = False
     utility_from_run: Callable[[dict], Any] | None = None
+    audit_from_run: Callable[[dict], dict] | None = None
     replay_check: Callable[[str], tuple[list[str], list[str]]] | None = None
     help: Mapping[str, str] = field(default_factory=dict)
 
 
 SIMULATIONS: dict[str, Simulation] = {
     "noisy-clients": Simulation(noisy_clients.NoisyClientsConfig, noisy_clients.cli_main, resumable=True,
-                                utility_from_run=noisy_clients.utility_from_run),
+                                utility_from_run=noisy_clients.utility_from_run,
+                                audit_from_run=noisy_clients.audit_from_run),
     "noisy-clients-study": Simulation(study.NoisyClientsStudyConfig, study.cli_main),
     "reciprocity": Simulation(reciprocity.ReciprocityConfig, reciprocity.cli_main, out_optional=True),
     "reciprocity-federated": Simulation(federated_reciprocity.FederatedReciprocityConfig,

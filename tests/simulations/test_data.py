@@ -187,6 +187,25 @@ def test_corrupt_gzip_is_a_value_error(tmp_path):
         load_dataset("mnist", mnist_path=directory)
 
 
+def test_compressed_bombs_are_refused_past_the_cap_before_they_fill_memory(tmp_path, monkeypatch):
+    """A gzip IDX file or an .npz that unpacks past MAX_DATA_BYTES is refused (the cap is
+    lowered here so that the bomb is small: 4 MB of zeros compress to 4 KB)."""
+    import simulations.data as data_module
+
+    directory = write_idx_dir(tmp_path / "mnist", fake_mnist(), gz=True)
+    monkeypatch.setattr(data_module, "MAX_DATA_BYTES", 1_000_000)
+    bomb = gzip.compress(bytes([0, 0, 8, 3]) + bytes(4_000_000))
+    assert len(bomb) < 10_000
+    (directory / "train-images-idx3-ubyte.gz").write_bytes(bomb)
+    with pytest.raises(ValueError, match="mnist_path: .* unpacks to more than 1000000 bytes"):
+        load_dataset("mnist", mnist_path=directory)
+    archive = tmp_path / "bomb.npz"
+    np.savez_compressed(archive, x_train=np.zeros((2000, 28, 28), np.uint8), y_train=np.zeros(2000, np.uint8),
+                        x_test=np.zeros((1, 28, 28), np.uint8), y_test=np.zeros(1, np.uint8))
+    with pytest.raises(ValueError, match="mnist_path: .* unpacks to .* bytes, more than 1000000"):
+        load_dataset("mnist", mnist_path=archive)
+
+
 def test_bad_npz_files_raise_value_errors_naming_mnist_path(tmp_path):
     x_train, y_train, x_test, y_test = fake_mnist()
     missing_key = tmp_path / "missing.npz"
