@@ -57,7 +57,8 @@ from fedvalue.ledger import load_run, write_json
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import package_versions, prepare_run_dir
-from simulations.data import load_dataset, partition_iid, split_holdout
+from simulations.data import load_dataset, split_holdout
+from simulations.partitions import partition_iid
 from simulations.engine import serve
 from simulations.models import make_linear_model
 from simulations.settings import check_integers, check_numbers, saved_config

@@ -27,7 +27,8 @@ from clients.app import ClientData
 from fedvalue.ledger import Run
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import load_dataset, partition_iid
+from simulations.data import load_dataset
+from simulations.partitions import partition_iid
 from simulations.models import make_linear_model
 from simulations.settings import check_integers, check_numbers, saved_config
 from strategies import PartitionSampler

@@ -29,9 +29,10 @@ from fedvalue.ledger import Run
 from fedvalue.rounds import VALUATION_METHODS
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
+from simulations.data import DATASETS, Dataset, load_dataset, split_holdout
 from simulations.models import make_mlp
 from simulations.parallel import RayParallelUtility
+from simulations.partitions import PARTITION_SCHEMES, partition
 from simulations.settings import check_integers, check_numbers, saved_config
 from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
 from strategies import PartitionSampler
@@ -58,6 +59,8 @@ class NoisyClientsConfig:
     schedule: str = "even"
     partition: str = "iid"
     dirichlet_alpha: float = 0.5
+    classes_per_partition: int = 2
+    shards_per_partition: int = 2
     noisy_fraction: float = 0.5
     flip_probability: float = 0.7
     hidden: tuple[int, ...] = (200, 200)
@@ -122,8 +125,9 @@ def _check(config: NoisyClientsConfig) -> None:
     if config.dataset == "mnist" and not config.mnist_path:
         raise ValueError("mnist_path: expected a directory of MNIST IDX files or an .npz for the mnist dataset "
                          "(it is read from local files); got none. Pass --mnist-path DIR_OR_NPZ.")
-    if config.partition not in ("iid", "dirichlet"):
-        raise ValueError(f"partition: expected 'iid' or 'dirichlet'; got {config.partition!r}.")
+    check_integers(config, ("classes_per_partition", "shards_per_partition"))
+    if config.partition not in PARTITION_SCHEMES:
+        raise ValueError(f"partition: expected one of {list(PARTITION_SCHEMES)}; got {config.partition!r}.")
     if config.schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {list(SCHEDULES)}; got {config.schedule!r}.")
     unknown = [m for m in config.methods if m not in VALUATION_METHODS]
@@ -148,11 +152,9 @@ def _prepared(config_json: str) -> tuple[Dataset, Dataset, list[np.ndarray], fro
     seeds = np.random.SeedSequence(config.seed).spawn(4)
     dataset = load_dataset(config.dataset, mnist_path=config.mnist_path or None)
     train, holdout = split_holdout(dataset, config.holdout_fraction, seed=np.random.default_rng(seeds[0]))
-    if config.partition == "iid":
-        partitions = partition_iid(len(train.y), config.num_clients, seed=np.random.default_rng(seeds[1]))
-    else:
-        partitions = partition_dirichlet(train.y, config.num_clients, alpha=config.dirichlet_alpha,
-                                         seed=np.random.default_rng(seeds[1]))
+    partitions = partition(train.y, config.num_clients, scheme=config.partition, seed=np.random.default_rng(seeds[1]),
+                           alpha=config.dirichlet_alpha, classes_per_partition=config.classes_per_partition,
+                           shards_per_partition=config.shards_per_partition)
     num_noisy = int(round(config.noisy_fraction * config.num_clients))
     noisy = frozenset(int(c) for c in np.random.default_rng(seeds[2]).choice(config.num_clients, num_noisy, replace=False))
     return train, holdout, partitions, noisy
