@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_options(sim, config_cls)
     report = commands.add_parser("report", help="print a run's per-client summary sorted by value")
     report.add_argument("run_dir", help="a run directory written by fedvalue run")
+    report.add_argument("--plots", action="store_true",
+                        help="write PNG figures to DIR/figures/ (cumulative value, value heat map, flows, utility)")
+    report.add_argument("--html", action="store_true",
+                        help="write DIR/report.html: tables and figures in one self-contained page")
     audit = commands.add_parser("audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
     audit.add_argument("run_dir", help="a run directory written by fedvalue run")
     audit.add_argument("--tolerance", type=float, default=1e-6, help="allowed group-efficiency gap")
@@ -197,11 +201,30 @@ def _saved_run_config(run_dir: str) -> dict | None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fedvalue.report import figure_dirs, html_report, write_figures
+    from fedvalue.schema import LEDGER_FILE
+
+    if (Path(args.run_dir) / LEDGER_FILE).exists() or not (args.plots or args.html):
+        _print_books(args.run_dir)
+    if args.plots:
+        runs = figure_dirs(args.run_dir)
+        if not runs:
+            print(f"{args.run_dir} holds no ledger below it; its own figures are its *.png files")
+        for run_dir in runs:
+            print("wrote " + ", ".join(str(path) for path in write_figures(run_dir)))
+    if args.html:
+        print(f"wrote {html_report(args.run_dir)}")
+    return 0
+
+
+def _print_books(run_dir: str) -> None:
     import pandas as pd
 
     from fedvalue.ledger import load_run
 
-    run = load_run(args.run_dir)
+    run = load_run(run_dir)
     summary = run.summary()
     with pd.option_context("display.max_rows", None, "display.width", 120):
         print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
@@ -212,7 +235,6 @@ def _report(args: argparse.Namespace) -> int:
                   f"clean {by_noise.get(False, float('nan')):.4f}")
     print("run:")
     print_run_summary(run.run_summary())
-    return 0
 
 
 def _simulation_of_run(run_dir: str) -> Simulation | None:
