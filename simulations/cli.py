@@ -45,6 +45,8 @@ PARAMETER_HELP = {
                      "(0 = run all m* permutations)",
     "utility": "accuracy, neg_loss",
     "num_cpus_per_client": "CPUs Ray gives each client",
+    "num_gpus_per_client": "GPUs Ray gives each client (0 = none; fractions share a GPU)",
+    "device": "torch device of the server's valuation (the utility's forward passes): cpu, cuda, cuda:1, ...",
     "max_parallel_clients": "clients training at once (0 = sized for the machine)",
     "ray_address": "attach to an existing Ray cluster at this address",
     "round_timeout": "seconds to wait for a round's replies",

@@ -234,6 +234,7 @@ def run_flower_simulation(
     max_parallel_clients: int | None = None,
     ray_address: str | None = None,
     quiet: bool = True,
+    num_gpus_per_client: float = 0.0,
 ) -> None:
     """Run ``server_app`` against ``num_supernodes`` simulated nodes running ``client_app``.
 
@@ -256,6 +257,9 @@ def run_flower_simulation(
         its CPUs / ``num_cpus_per_client`` then set the parallelism.
     quiet
         Only warnings and errors from Flower, no deprecation notice, no worker output.
+    num_gpus_per_client
+        Ray GPUs each client actor holds (≥ 0; fractions share a GPU). Ray hides the GPUs
+        from actors holding none.
 
     Raises
     ------
@@ -279,6 +283,9 @@ def run_flower_simulation(
         or num_cpus_per_client <= 0
     ):
         raise ValueError(f"num_cpus_per_client: expected a number > 0; got {num_cpus_per_client!r}.")
+    if (isinstance(num_gpus_per_client, bool) or not isinstance(num_gpus_per_client, numbers.Real)
+            or not math.isfinite(num_gpus_per_client) or num_gpus_per_client < 0):
+        raise ValueError(f"num_gpus_per_client: expected a number >= 0; got {num_gpus_per_client!r}.")
     if max_parallel_clients is not None and (
         isinstance(max_parallel_clients, bool) or not isinstance(max_parallel_clients, int) or max_parallel_clients < 1
     ):
@@ -299,7 +306,7 @@ def run_flower_simulation(
         # Ray's CPUs are logical: this caps the actor pool, whatever the machine has.
         init_args["num_cpus"] = max(1, math.ceil(parallel * num_cpus_per_client - 1e-9))
     backend_config = {
-        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": 0.0},
+        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": float(num_gpus_per_client)},
         "init_args": init_args,
     }
 
@@ -322,7 +329,8 @@ def run_flower_simulation(
 
 
 def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int, num_cpus_per_client: float = 1,
-          max_parallel_clients: int | None = None, ray_address: str | None = None) -> T | None:
+          max_parallel_clients: int | None = None, ray_address: str | None = None,
+          num_gpus_per_client: float = 0.0) -> T | None:
     """Run ``main(grid)`` as the ServerApp of one engine against ``client_app`` and return what
     it returned (None when the engine stopped it first: the caller checks what it got done);
     whatever ``main`` raised is raised here once the engine has stopped.
@@ -343,7 +351,7 @@ def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: i
 
     run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
                           num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-                          ray_address=ray_address)
+                          ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("result")

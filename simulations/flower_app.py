@@ -41,6 +41,7 @@ OUT_KEY = "out"
 #: ``fedvalue run`` engine options that the federation sets under ``flwr run`` (and where).
 ENGINE_OPTIONS = {
     "num_cpus_per_client": "options.backend.client-resources.num-cpus of the federation (~/.flwr/config.toml)",
+    "num_gpus_per_client": "options.backend.client-resources.num-gpus of the federation (~/.flwr/config.toml)",
     "max_parallel_clients": "options.backend.init-args.num-cpus of the federation (~/.flwr/config.toml)",
     "ray_address": "the SuperLink the federation points at",
     "valuation_workers": "fedvalue run (coalitions are scored in the ServerApp process under flwr run)",

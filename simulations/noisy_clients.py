@@ -33,7 +33,7 @@ from simulations.data import DATASETS, Dataset, load_dataset, split_holdout
 from simulations.models import make_mlp
 from simulations.parallel import RayParallelUtility
 from simulations.partitions import PARTITION_SCHEMES, partition
-from simulations.settings import check_integers, check_numbers, saved_config
+from simulations.settings import check_devices, check_integers, check_numbers, saved_config
 from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
 from strategies import PartitionSampler
 from strategies.protocol import train_config
@@ -86,6 +86,8 @@ class NoisyClientsConfig:
     stderr_target: float = 0.0
     utility: str = "accuracy"
     num_cpus_per_client: float = 1.0
+    num_gpus_per_client: float = 0.0
+    device: str = "cpu"
     max_parallel_clients: int = 0
     ray_address: str = ""
     round_timeout: float = 600.0
@@ -118,7 +120,8 @@ def _check(config: NoisyClientsConfig) -> None:
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
-    check_numbers(config, ("truncation_tolerance", "stderr_target"), zero_ok=True)
+    check_numbers(config, ("truncation_tolerance", "stderr_target", "num_gpus_per_client"), zero_ok=True)
+    check_devices(config.device, config.num_gpus_per_client, ray_address=config.ray_address)
     check_strategy(config, config.clients_per_round)
     if config.dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
@@ -185,7 +188,7 @@ def build(config: NoisyClientsConfig):
     model_factory = functools.partial(make_mlp, train.x.shape[1], train.num_classes,
                                       hidden=tuple(config.hidden), seed=config.seed)
     loader = functools.partial(client_data, config_json=config_json)
-    utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility)
+    utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility, device=config.device)
     return loader, model_factory, utility, noisy
 
 
@@ -232,6 +235,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         resume=resume,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
+        num_gpus_per_client=config.num_gpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,
         ray_address=config.ray_address or None,
     )

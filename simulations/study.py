@@ -229,7 +229,7 @@ def run_study(
     try:
         serve(make_client_app(loader, model_factory), main, num_supernodes=config.num_clients,
               num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=config.max_parallel_clients or None,
-              ray_address=config.ray_address or None)
+              ray_address=config.ray_address or None, num_gpus_per_client=config.num_gpus_per_client)
     finally:
         torch.set_num_threads(threads)
     timings["total"] = time.perf_counter() - started
@@ -313,9 +313,10 @@ def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[in
 
 def cli_main(config: NoisyClientsStudyConfig, options) -> int:
     """``fedvalue run noisy-clients-study``: run every seed and print the study's tables."""
-    result = run_study(config, options.out, overwrite=options.overwrite,
-                       on_run=None if options.quiet else lambda text: print(
-                           f"{text} (elapsed {options.elapsed():.1f}s)", flush=True))
+    from simulations.console import progress_bar
+
+    with progress_bar(config.seeds, "noisy-clients study", enabled=not options.quiet) as advance:
+        result = run_study(config, options.out, overwrite=options.overwrite, on_run=advance)
     accuracy, curve, metrics = result["accuracy"], result["detection"], result["metrics"]
     last = accuracy[accuracy["round"] == accuracy["round"].max()]
     print("final-round accuracy (mean over seeds):")

@@ -52,8 +52,8 @@ def test_run_config_values_are_typed_and_bad_ones_named():
     with pytest.raises(ValueError, match="hidden: expected comma-separated int values; got '3,a'"):
         config_from_run_config({"hidden": "3,a"})
     for name in ENGINE_OPTIONS:
-        changed = {"num_cpus_per_client": 2.0, "max_parallel_clients": 2, "ray_address": "auto",
-                   "valuation_workers": 2}[name]
+        changed = {"num_cpus_per_client": 2.0, "num_gpus_per_client": 1.0, "max_parallel_clients": 2,
+                   "ray_address": "auto", "valuation_workers": 2}[name]
         with pytest.raises(ValueError, match=f"{run_config_key(name)}: a fedvalue run engine option"):
             config_from_run_config({run_config_key(name): changed})
 
