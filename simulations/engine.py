@@ -176,6 +176,14 @@ class _StoppableGrid(Grid):
         return sorted(replies, key=lambda m: position.get(m.metadata.reply_to_message_id, len(position)))
 
 
+def replies_in_send_order(grid: Grid) -> Grid:
+    """``grid`` answering ``send_and_receive`` with the replies in the order the messages were
+    sent, not of arrival, so that the same seed gives the same ledger rows and the same float
+    sums (FedAvg's weighted mean) whichever client finishes first. For ServerApps that Flower
+    starts itself (``flwr run``); :func:`run_flower_simulation` does it for its own."""
+    return _StoppableGrid(grid, threading.Event())
+
+
 def _stoppable(
     server_app: ServerApp,
     num_supernodes: int,

@@ -30,6 +30,7 @@ from flwr.serverapp import Grid, ServerApp
 from clients.app import make_client_app, partition_id_of
 from fedvalue.ledger import load_run
 from simulations.api import check_some_client_valued, package_versions, prepare_run_dir, seeded_server_generators
+from simulations.engine import replies_in_send_order
 from simulations.noisy_clients import NoisyClientsConfig, build, valuation_options
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
@@ -115,6 +116,7 @@ server_app = ServerApp()
 
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
+    grid = replies_in_send_order(grid)  # arrival order would change the ledger's rows and FedAvg's last bits
     try:
         config, out = config_from_run_config(context.run_config)
         _, model_factory, utility, noisy = build(config)
