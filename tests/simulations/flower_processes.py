@@ -101,9 +101,13 @@ class FlowerProcesses:
             self.seen |= descendants(process.pid)
 
     def stop_all(self) -> list[int]:
-        """SIGTERM what was started (newest first), then any process it started that is still
-        alive; returns the PIDs that had to be killed after the grace period."""
+        """SIGTERM the processes Flower started below ours (a SuperNode leaves its SuperExec
+        running when it stops), then ours, newest first; returns the PIDs that survived
+        SIGTERM and had to be killed."""
         self.remember_children()
+        for pid in self.seen:
+            if alive(pid):
+                os.kill(pid, signal.SIGTERM)
         for process in reversed(self.started):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -113,7 +117,7 @@ class FlowerProcesses:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while any(alive(pid) for pid in self.seen) and time.monotonic() < deadline:
             time.sleep(0.2)
         killed = [pid for pid in self.seen if alive(pid)]
