@@ -262,4 +262,6 @@ def figure_dirs(directory: str | Path) -> Sequence[Path]:
     """The run directories whose figures ``--plots`` writes: ``directory`` itself when it holds
     a ledger, else every run directory below it."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {directory} is none.")
     return [directory] if (directory / LEDGER_FILE).exists() else _ledger_dirs(directory)

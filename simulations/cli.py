@@ -213,7 +213,8 @@ def _report(args: argparse.Namespace) -> int:
     if args.plots:
         runs = figure_dirs(args.run_dir)
         if not runs:
-            print(f"{args.run_dir} holds no ledger below it; its own figures are its *.png files")
+            print(f"{args.run_dir} holds no ledger, here or below: --plots draws a run's books; --html shows this "
+                  "directory's tables and figures")
         for run_dir in runs:
             print("wrote " + ", ".join(str(path) for path in write_figures(run_dir)))
     if args.html:

@@ -110,6 +110,8 @@ def test_cli_report_writes_plots_and_html_and_names_bad_directories(tmp_path, ca
     (tmp_path / "empty").mkdir()
     assert main(["report", str(tmp_path / "empty"), "--html"]) == 2
     assert "run_dir: expected a run directory" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing"), "--plots"]) == 2
+    assert "run_dir: expected a directory written by fedvalue run" in capsys.readouterr().err
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
