@@ -122,6 +122,7 @@ def simulate(
     max_parallel_clients: int | None = None,
     ray_address: str | None = None,
     flows: bool = False,
+    num_gpus_per_client: float = 0.0,
     resume: bool = False,
     save_records: bool = True,
     client_mods: Sequence[Mod] = (),
@@ -159,6 +160,8 @@ def simulate(
     save_records
         Save each round's record (states, replies, gradients) under ``out/records`` for
         ``fedvalue audit`` to recompute the books.
+    num_gpus_per_client
+        GPUs Ray gives each client actor (0: none; fractions share one GPU).
     client_mods
         Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
         ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
@@ -225,7 +228,8 @@ def simulate(
         with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
             serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
                   num_supernodes=num_clients, num_cpus_per_client=num_cpus_per_client,
-                  max_parallel_clients=max_parallel_clients, ray_address=ray_address)
+                  max_parallel_clients=max_parallel_clients, ray_address=ray_address,
+                  num_gpus_per_client=num_gpus_per_client)
     except (TypeError, ValueError):
         if not resume and not valuing.rounds:  # refused before any round committed: no half-made run
             shutil.rmtree(run_dir, ignore_errors=True)

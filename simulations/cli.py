@@ -27,8 +27,10 @@ PARAMETER_HELP = {
     "rounds": "federated rounds",
     "clients_per_round": "clients sampled per round",
     "schedule": "even (each client once per pass, [ADS] App. C.2) or random",
-    "partition": "iid or dirichlet (label skew)",
+    "partition": "Flower Datasets partitioner: iid, dirichlet (label skew), pathological or shard",
     "dirichlet_alpha": "concentration of the label-skew partition",
+    "classes_per_partition": "pathological partition: classes each client holds",
+    "shards_per_partition": "shard partition: label-sorted shards each client holds",
     "noisy_fraction": "share of clients with label noise",
     "flip_probability": "probability a noisy client's label is flipped to another class",
     "hidden": "hidden layer sizes, comma-separated",
@@ -46,6 +48,8 @@ PARAMETER_HELP = {
                      "(0 = run all m* permutations)",
     "utility": "accuracy, neg_loss",
     "num_cpus_per_client": "CPUs Ray gives each client",
+    "num_gpus_per_client": "GPUs Ray gives each client (0 = none; fractions share a GPU)",
+    "device": "torch device of the server's valuation (the utility's forward passes): cpu, cuda, cuda:1, ...",
     "max_parallel_clients": "clients training at once (0 = sized for the machine)",
     "ray_address": "attach to an existing Ray cluster at this address",
     "round_timeout": "seconds to wait for a round's replies",
@@ -148,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_options(sim, config_cls)
     report = commands.add_parser("report", help="print a run's per-client summary sorted by value")
     report.add_argument("run_dir", help="a run directory written by fedvalue run")
+    report.add_argument("--plots", action="store_true",
+                        help="write PNG figures to DIR/figures/ (cumulative value, value heat map, flows, utility)")
+    report.add_argument("--html", action="store_true",
+                        help="write DIR/report.html: tables and figures in one self-contained page")
     audit = commands.add_parser("audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
     audit.add_argument("run_dir", help="a run directory written by fedvalue run")
     audit.add_argument("--tolerance", type=float, default=1e-6, help="allowed group-efficiency gap")
@@ -214,11 +222,31 @@ def _saved_run_config(run_dir: str) -> dict | None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fedvalue.report import figure_dirs, html_report, write_figures
+    from fedvalue.schema import LEDGER_FILE
+
+    if (Path(args.run_dir) / LEDGER_FILE).exists() or not (args.plots or args.html):
+        _print_books(args.run_dir)
+    if args.plots:
+        runs = figure_dirs(args.run_dir)
+        if not runs:
+            print(f"{args.run_dir} holds no ledger, here or below: --plots draws a run's books; --html shows this "
+                  "directory's tables and figures")
+        for run_dir in runs:
+            print("wrote " + ", ".join(str(path) for path in write_figures(run_dir)))
+    if args.html:
+        print(f"wrote {html_report(args.run_dir)}")
+    return 0
+
+
+def _print_books(run_dir: str) -> None:
     import pandas as pd
 
     from fedvalue.ledger import load_run
 
-    run = load_run(args.run_dir)
+    run = load_run(run_dir)
     lines = []
     try:  # everything is computed before anything is printed: a bad ledger gives one message
         summary = run.summary()
@@ -231,8 +259,8 @@ def _report(args: argparse.Namespace) -> int:
                              f"clean {by_noise.get(False, float('nan')):.4f}")
         figures = run.run_summary()
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
-        raise ValueError(f"run_dir: the ledger in {args.run_dir} cannot be summarized ({type(error).__name__}: "
-                         f"{error}); `fedvalue audit {args.run_dir}` says what is wrong with it.") from None
+        raise ValueError(f"run_dir: the ledger in {run_dir} cannot be summarized ({type(error).__name__}: "
+                         f"{error}); `fedvalue audit {run_dir}` says what is wrong with it.") from None
     print("\n".join(lines))
     print("run:")
     print_run_summary(figures)

@@ -85,7 +85,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedvalue._checks import check_integer, check_positive
+from fedvalue._checks import check_integer, check_non_negative, check_positive
 
 T = TypeVar("T")
 #: Seconds between polls for replies (Flower's in-memory grid uses the same).
@@ -240,6 +240,14 @@ class _StoppableGrid(Grid):
         return sorted(replies, key=lambda m: position.get(m.metadata.reply_to_message_id, len(position)))
 
 
+def replies_in_send_order(grid: Grid) -> Grid:
+    """``grid`` answering ``send_and_receive`` with the replies in the order the messages were
+    sent, not of arrival, so that the same seed gives the same ledger rows and the same float
+    sums (FedAvg's weighted mean) whichever client finishes first. For ServerApps that Flower
+    starts itself (``flwr run``); :func:`run_flower_simulation` does it for its own."""
+    return _StoppableGrid(grid, threading.Event())
+
+
 def _stoppable(
     server_app: ServerApp,
     num_supernodes: int,
@@ -298,6 +306,7 @@ def run_flower_simulation(
     max_parallel_clients: int | None = None,
     ray_address: str | None = None,
     quiet: bool = True,
+    num_gpus_per_client: float = 0.0,
 ) -> None:
     """Run ``server_app`` against ``num_supernodes`` simulated nodes running ``client_app``.
 
@@ -320,6 +329,9 @@ def run_flower_simulation(
         its CPUs / ``num_cpus_per_client`` then set the parallelism.
     quiet
         Only warnings and errors from Flower, no deprecation notice, no worker output.
+    num_gpus_per_client
+        Ray GPUs each client actor holds (≥ 0; fractions share a GPU). Ray hides the GPUs
+        from actors holding none.
 
     Raises
     ------
@@ -336,6 +348,7 @@ def run_flower_simulation(
         raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
     check_integer("num_supernodes", num_supernodes)
     check_positive("num_cpus_per_client", num_cpus_per_client)
+    check_non_negative("num_gpus_per_client", num_gpus_per_client)
     check_integer("max_parallel_clients", max_parallel_clients, none_ok=True)
     if ray_address is not None and (not isinstance(ray_address, str) or not ray_address):
         raise ValueError(f"ray_address: expected a non-empty address string or None; got {ray_address!r}.")
@@ -354,7 +367,7 @@ def run_flower_simulation(
         # Ray's CPUs are logical: this caps the actor pool, whatever the machine has.
         init_args["num_cpus"] = max(1, math.ceil(parallel * num_cpus_per_client - 1e-9))
     backend_config = {
-        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": 0.0},
+        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": float(num_gpus_per_client)},
         "init_args": init_args,
     }
 
@@ -377,7 +390,8 @@ def run_flower_simulation(
 
 
 def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int, num_cpus_per_client: float = 1,
-          max_parallel_clients: int | None = None, ray_address: str | None = None) -> T | None:
+          max_parallel_clients: int | None = None, ray_address: str | None = None,
+          num_gpus_per_client: float = 0.0) -> T | None:
     """Run ``main(grid)`` as the ServerApp of one engine against ``client_app`` and return what
     it returned (None when the engine stopped it first: the caller checks what it got done);
     whatever ``main`` raised is raised here once the engine has stopped.
@@ -398,7 +412,7 @@ def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: i
 
     run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
                           num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-                          ray_address=ray_address)
+                          ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("result")

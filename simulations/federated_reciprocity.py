@@ -21,15 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData
 from fedvalue.ledger import Run
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import load_dataset, partition_iid
+from simulations.data import load_dataset
 from simulations.models import make_linear_model
+from simulations.partitions import partition_iid
 from simulations.settings import check_integers, check_numbers, saved_config
+from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import PartitionSampler
 from strategies.protocol import train_config
 
@@ -130,7 +131,7 @@ def run_federated_reciprocity(
     signs its seals and manifest (:mod:`fedvalue.seals`)."""
     model_factory, utility = build(config)
     return simulate(
-        strategy=FedAvg(fraction_evaluate=0.0),
+        strategy=fedavg_without_evaluation(),
         model_factory=model_factory,
         load_client_data=functools.partial(client_data, dataset=config.dataset, num_clients=config.num_clients,
                                            seed=config.seed),

@@ -29,11 +29,12 @@ from fedvalue.ledger import Run
 from fedvalue.rounds import VALUATION_METHODS
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
+from simulations.data import DATASETS, Dataset, load_dataset, split_holdout
 from simulations.engine import check_ray_address
 from simulations.models import check_hidden, make_mlp
 from simulations.parallel import RayParallelUtility
-from simulations.settings import check_integers, check_numbers, saved_config
+from simulations.partitions import PARTITION_SCHEMES, partition
+from simulations.settings import check_devices, check_integers, check_numbers, saved_config
 from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
 from strategies import PartitionSampler
 from strategies.protocol import train_config
@@ -63,6 +64,8 @@ class NoisyClientsConfig:
     schedule: str = "even"
     partition: str = "iid"
     dirichlet_alpha: float = 0.5
+    classes_per_partition: int = 2
+    shards_per_partition: int = 2
     noisy_fraction: float = 0.5
     flip_probability: float = 0.7
     hidden: tuple[int, ...] = (200, 200)
@@ -88,6 +91,8 @@ class NoisyClientsConfig:
     stderr_target: float = 0.0
     utility: str = "accuracy"
     num_cpus_per_client: float = 1.0
+    num_gpus_per_client: float = 0.0
+    device: str = "cpu"
     max_parallel_clients: int = 0
     ray_address: str = ""
     round_timeout: float = 600.0
@@ -120,15 +125,17 @@ def _check(config: NoisyClientsConfig) -> None:
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
-    check_numbers(config, ("truncation_tolerance", "stderr_target"), zero_ok=True)
+    check_numbers(config, ("truncation_tolerance", "stderr_target", "num_gpus_per_client"), zero_ok=True)
+    check_devices(config.device, config.num_gpus_per_client, ray_address=config.ray_address)
     check_strategy(config, config.clients_per_round)
     if config.dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
     if config.dataset == "mnist" and not config.mnist_path:
         raise ValueError("mnist_path: expected a directory of MNIST IDX files or an .npz for the mnist dataset "
                          "(it is read from local files); got none. Pass --mnist-path DIR_OR_NPZ.")
-    if config.partition not in ("iid", "dirichlet"):
-        raise ValueError(f"partition: expected 'iid' or 'dirichlet'; got {config.partition!r}.")
+    check_integers(config, ("classes_per_partition", "shards_per_partition"))
+    if config.partition not in PARTITION_SCHEMES:
+        raise ValueError(f"partition: expected one of {list(PARTITION_SCHEMES)}; got {config.partition!r}.")
     if config.schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {list(SCHEDULES)}; got {config.schedule!r}.")
     unknown = [m for m in config.methods if m not in VALUATION_METHODS]
@@ -164,11 +171,9 @@ def _prepared(config_json: str) -> tuple[Dataset, Dataset, list[np.ndarray], fro
     seeds = np.random.SeedSequence(config.seed).spawn(4)
     dataset = load_dataset(config.dataset, mnist_path=config.mnist_path or None)
     train, holdout = split_holdout(dataset, config.holdout_fraction, seed=np.random.default_rng(seeds[0]))
-    if config.partition == "iid":
-        partitions = partition_iid(len(train.y), config.num_clients, seed=np.random.default_rng(seeds[1]))
-    else:
-        partitions = partition_dirichlet(train.y, config.num_clients, alpha=config.dirichlet_alpha,
-                                         seed=np.random.default_rng(seeds[1]))
+    partitions = partition(train.y, config.num_clients, scheme=config.partition, seed=np.random.default_rng(seeds[1]),
+                           alpha=config.dirichlet_alpha, classes_per_partition=config.classes_per_partition,
+                           shards_per_partition=config.shards_per_partition)
     num_noisy = int(round(config.noisy_fraction * config.num_clients))
     noisy = frozenset(int(c) for c in np.random.default_rng(seeds[2]).choice(config.num_clients, num_noisy, replace=False))
     return train, holdout, partitions, noisy
@@ -199,7 +204,7 @@ def build(config: NoisyClientsConfig):
     model_factory = functools.partial(make_mlp, train.x.shape[1], train.num_classes,
                                       hidden=tuple(config.hidden), seed=config.seed)
     loader = functools.partial(client_data, config_json=config_json)
-    utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility)
+    utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility, device=config.device)
     return loader, model_factory, utility, noisy
 
 
@@ -250,6 +255,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         sign_key=sign_key,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
+        num_gpus_per_client=config.num_gpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,
         ray_address=config.ray_address or None,
     )

@@ -21,7 +21,7 @@ from simulations.cli import main
     (["run", "noisy-clients", "--strategy", "fedsgd"], "strategy"),
     (["run", "noisy-clients", "--utility", "f1"], "utility"),
     (["run", "noisy-clients", "--schedule", "roundrobin"], "schedule"),
-    (["run", "noisy-clients", "--partition", "pathological"], "partition"),
+    (["run", "noisy-clients", "--partition", "natural-id"], "partition"),
     (["run", "reciprocity-federated", "--dataset", "digits"], "dataset"),
     (["run", "reciprocity", "--dataset", "mnist"], "dataset"),
     # k larger than the clients per round
