@@ -48,36 +48,30 @@ def _inside(run_dir: Path, path: Path) -> Path:
     return target
 
 
+def _check_kind(run_dir: str | os.PathLike, path: str | os.PathLike, missing_ok: bool, is_kind, expected: str) -> Path:
+    run_dir = Path(run_dir)
+    path = _inside(run_dir, run_dir / path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        if missing_ok:
+            return path
+        raise
+    if not is_kind(mode):
+        raise UnsafeRunFile(f"{path}: expected {expected}; it is {_kind(mode)}.")
+    return path
+
+
 def check_file(run_dir: str | os.PathLike, path: str | os.PathLike, *, missing_ok: bool = True) -> Path:
     """``path`` (relative to ``run_dir`` or absolute inside it) if it is a regular file or
     absent (``missing_ok``); :class:`UnsafeRunFile` otherwise. For writers: a path that
     passes can be created or replaced without writing through a link."""
-    run_dir = Path(run_dir)
-    path = _inside(run_dir, run_dir / path)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        if missing_ok:
-            return path
-        raise
-    if not stat.S_ISREG(mode):
-        raise UnsafeRunFile(f"{path}: expected a regular file; it is {_kind(mode)}.")
-    return path
+    return _check_kind(run_dir, path, missing_ok, stat.S_ISREG, "a regular file")
 
 
 def check_dir(run_dir: str | os.PathLike, path: str | os.PathLike = ".", *, missing_ok: bool = True) -> Path:
     """``path`` if it is a real directory inside ``run_dir`` (or absent, with ``missing_ok``)."""
-    run_dir = Path(run_dir)
-    path = _inside(run_dir, run_dir / path)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        if missing_ok:
-            return path
-        raise
-    if not stat.S_ISDIR(mode):
-        raise UnsafeRunFile(f"{path}: expected a directory; it is {_kind(mode)}.")
-    return path
+    return _check_kind(run_dir, path, missing_ok, stat.S_ISDIR, "a directory")
 
 
 def exists(run_dir: str | os.PathLike, path: str | os.PathLike) -> bool:

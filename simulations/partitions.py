@@ -30,18 +30,13 @@ import warnings
 import numpy as np
 
 from clients.seeding import Seed, as_generator
+from fedvalue._checks import check_integer
 
 __all__ = ["PARTITION_SCHEMES", "partition", "partition_iid"]
 
 #: Partition schemes (``partition``'s ``scheme``); every one but ``iid`` needs class labels.
 PARTITION_SCHEMES = ("iid", "dirichlet", "pathological", "shard")
 _INDEX, _LABEL = "index", "label"
-
-
-def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: expected an integer >= 1; got {value!r}.")
-    return int(value)
 
 
 def _in_memory(labels: np.ndarray):
@@ -121,13 +116,13 @@ def partition(
     if scheme != "iid" and not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels: the {scheme!r} scheme splits by class and needs integer class labels; got "
                          f"dtype {labels.dtype} (use scheme='iid' for regression targets).")
-    num_partitions = _check_count("num_partitions", num_partitions)
+    num_partitions = check_integer("num_partitions", num_partitions)
     if num_partitions > labels.size:
         raise ValueError(f"num_partitions: expected at most {labels.size}, the number of rows (every partition "
                          f"non-empty); got {num_partitions}.")
-    min_partition_size = _check_count("min_partition_size", min_partition_size)
-    classes_per_partition = _check_count("classes_per_partition", classes_per_partition)
-    shards_per_partition = _check_count("shards_per_partition", shards_per_partition)
+    min_partition_size = check_integer("min_partition_size", min_partition_size)
+    classes_per_partition = check_integer("classes_per_partition", classes_per_partition)
+    shards_per_partition = check_integer("shards_per_partition", shards_per_partition)
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not np.isfinite(alpha) or alpha <= 0:
         raise ValueError(f"alpha: expected a finite number > 0; got {alpha!r}.")
     num_classes = len(np.unique(labels))
@@ -176,5 +171,5 @@ def _setting(scheme: str) -> str:
 def partition_iid(num_examples: int, num_partitions: int, *, seed: Seed) -> list[np.ndarray]:
     """``num_examples`` rows in ``num_partitions`` IID parts (:func:`partition`, ``"iid"``):
     disjoint, covering every row once, sizes differing by at most 1."""
-    num_examples = _check_count("num_examples", num_examples)
+    num_examples = check_integer("num_examples", num_examples)
     return partition(np.zeros(num_examples, dtype=np.int64), num_partitions, scheme="iid", seed=seed)

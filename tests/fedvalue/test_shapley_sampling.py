@@ -235,7 +235,8 @@ def real_round(num_clients: int, seed: int = 0):
     from clients.training import get_model_arrays, set_model_arrays, train_locally
     from fedvalue.rounds import fedavg_round_game, weighted_mean
     from fedvalue.utilities import TorchModelUtility
-    from simulations.data import load_dataset, partition_iid, split_holdout
+    from simulations.data import load_dataset, split_holdout
+    from simulations.partitions import partition_iid
     from simulations.models import make_mlp
 
     torch.set_num_threads(1)

@@ -98,7 +98,7 @@ def test_bad_settings_and_empty_partitions_are_errors_naming_the_setting(digits_
         partition(digits_labels, 3, scheme="natural", seed=0)
     with pytest.raises(ValueError, match="num_partitions: expected at most 3"):
         partition_iid(3, 4, seed=0)
-    with pytest.raises(ValueError, match="num_partitions: expected an integer >= 1"):
+    with pytest.raises(ValueError, match="num_partitions: expected a positive integer"):
         partition_iid(3, 0, seed=0)
     with pytest.raises(ValueError, match="seed"):
         partition_iid(10, 2, seed=-1)
