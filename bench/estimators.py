@@ -28,7 +28,8 @@ from clients.training import get_model_arrays, set_model_arrays, train_locally  
 from fedvalue.ads import AdsSettings  # noqa: E402
 from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean  # noqa: E402
 from fedvalue.utilities import TorchModelUtility  # noqa: E402
-from simulations.data import load_dataset, partition_iid, split_holdout  # noqa: E402
+from simulations.data import load_dataset, split_holdout  # noqa: E402
+from simulations.partitions import partition_iid  # noqa: E402
 from simulations.models import make_mlp  # noqa: E402
 
 ESTIMATORS = {
@@ -41,6 +42,11 @@ ESTIMATORS = {
     "tmc, tol 5e-3": {"method": "tmc", "truncation_tolerance": 5e-3},
     "tmc, tol 2e-2": {"method": "tmc", "truncation_tolerance": 2e-2},
     "tmc 5e-3 + stderr<=0.01": {"method": "tmc", "truncation_tolerance": 5e-3, "stderr_target": 0.01},
+    "antithetic, stderr<=0.01": {"method": "antithetic", "stderr_target": 0.01},
+    "stratified, stderr<=0.01": {"method": "stratified", "stderr_target": 0.01},
+    "stratified, stderr<=0.005": {"method": "stratified", "stderr_target": 0.005},
+    "kernelshap, stderr<=0.01": {"method": "kernelshap", "stderr_target": 0.01},
+    "auto, stderr<=0.01": {"method": "auto", "stderr_target": 0.01},
 }
 
 
@@ -90,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             if exact is None:
                 exact = result.values
             error = float((result.values - exact).abs().max())
+            if name.startswith("auto"):
+                name = f"auto ({result.method[4:]}), <=0.01"
             print(f"{n:>3}  {name:<25}{error:>16.4f}{game.num_evaluations:>13}"
                   f"{result.num_permutations or '-':>14}{result.max_efficiency_gap:>10.1e}{seconds:>9.2f}",
                   flush=True)

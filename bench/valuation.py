@@ -4,6 +4,7 @@
     python bench/valuation.py --sizes 6 --repeats 3
     python bench/valuation.py --threads 1      # torch threads per child (default: torch's, 2 here)
     python bench/valuation.py --against-floor --sizes 10 --repeats 5   # (c) and (d) only, every run
+    python bench/valuation.py --against-floor --before main --threads 1  # and (c) as of git rev main
 
 The round: an MNIST-scale MLP 784-200-200-10, 10,000 held-out examples (synthetic
 inputs, labels from a fixed random teacher network), n clients that each took a few
@@ -41,6 +42,7 @@ import math
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -197,8 +199,10 @@ def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _child(num_clients: int, way: str, permutations: int, threads: int) -> dict:
-    command = [sys.executable, __file__, "--one", str(num_clients), way, "--permutations", str(permutations),
+def _child(num_clients: int, way: str, permutations: int, threads: int, tree: str | None = None) -> dict:
+    """One (n, way) in a fresh process; ``tree``: a checkout whose own bench and code run instead."""
+    script = __file__ if tree is None else str(__import__("pathlib").Path(tree) / "bench" / "valuation.py")
+    command = [sys.executable, script, "--one", str(num_clients), way, "--permutations", str(permutations),
                "--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -214,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads per child (0: torch's default)")
     parser.add_argument("--against-floor", action="store_true",
                         help="only (c) and (d), alternating, every run printed (spread on a noisy machine)")
+    parser.add_argument("--before", metavar="REV",
+                        help="with --against-floor: also (c) as of git revision REV, in the same alternation")
     parser.add_argument("--one", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -221,7 +227,16 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record))
         return 0
     if args.against_floor:
-        return _against_floor(args.sizes, args.repeats, args.threads)
+        if args.before is None:
+            return _against_floor(args.sizes, args.repeats, args.threads)
+        with tempfile.TemporaryDirectory() as tree:
+            root = __import__("pathlib").Path(__file__).resolve().parents[1]
+            archive = subprocess.run(["git", "-C", str(root), "archive", args.before], capture_output=True, check=False)
+            if archive.returncode != 0:
+                parser.error(f"--before: expected a git revision of this repository; got {args.before!r} "
+                             f"({archive.stderr.decode().strip()})")
+            subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+            return _against_floor(args.sizes, args.repeats, args.threads, (args.before, tree))
 
     ways = ("naive", "mc-no-cache", "fedvalue", "tail-matmuls")
     print(f"exact within-round ADS + LOO per round; MLP 784-{'-'.join(map(str, HIDDEN))}-10, "
@@ -253,22 +268,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _against_floor(sizes: list[int], repeats: int, threads: int) -> int:
-    """(c) and (d) alternating, ``repeats`` pairs per n, each pair and the medians printed."""
-    print(f"(c) ours against (d) its matmuls alone; {repeats} alternating pair(s) per n; "
+def _against_floor(sizes: list[int], repeats: int, threads: int, before: tuple[str, str] | None = None) -> int:
+    """(c) and (d) alternating, ``repeats`` pairs per n, each pair and the medians printed;
+    with ``before`` = (revision, its tree), (c) of that revision too, in the same alternation,
+    with its values checked equal to ours."""
+    print(f"(c) ours against (d) its matmuls alone{f', and (c) as of {before[0]}' if before else ''}; "
+          f"{repeats} alternating run(s) per n; torch threads: {threads or 'default'}; "
           f"load average before: {_load()}", flush=True)
-    print(f"{'n':>3} {'pair':>4} {'(c) ours s':>11} {'(d) floor s':>12} {'(c)/(d)':>8} {'peak MB c':>10}")
+    extra = f" {'(c) before s':>13} {'before/(d)':>11} {'values':>7}" if before else ""
+    print(f"{'n':>3} {'pair':>4} {'(c) ours s':>11} {'(d) floor s':>12} {'(c)/(d)':>8} {'peak MB c':>10}{extra}")
     for n in sizes:
-        ours, floor = [], []
+        ours, floor, old = [], [], []
         for pair in range(repeats):
             c = _child(n, "fedvalue", 0, threads)
             d = _child(n, "tail-matmuls", 0, threads)
             ours.append(c["seconds"])
             floor.append(d["seconds"])
-            print(f"{n:>3} {pair + 1:>4} {c['seconds']:>11.2f} {d['seconds']:>12.2f} "
-                  f"{c['seconds'] / d['seconds']:>8.2f} {c['peak_mb']:>10.0f}", flush=True)
-        print(f"{n:>3} {'med':>4} {np.median(ours):>11.2f} {np.median(floor):>12.2f} "
-              f"{np.median(np.divide(ours, floor)):>8.2f}", flush=True)
+            line = (f"{n:>3} {pair + 1:>4} {c['seconds']:>11.2f} {d['seconds']:>12.2f} "
+                    f"{c['seconds'] / d['seconds']:>8.2f} {c['peak_mb']:>10.0f}")
+            if before:
+                b = _child(n, "fedvalue", 0, threads, before[1])
+                old.append(b["seconds"])
+                same = all(np.array_equal(b[k], c[k]) for k in ("ads", "loo"))
+                line += f" {b['seconds']:>13.2f} {b['seconds'] / d['seconds']:>11.2f} {'equal' if same else 'DIFFER':>7}"
+            print(line, flush=True)
+        line = (f"{n:>3} {'med':>4} {np.median(ours):>11.2f} {np.median(floor):>12.2f} "
+                f"{np.median(np.divide(ours, floor)):>8.2f}")
+        if before:
+            line += f" {'':>10} {np.median(old):>13.2f} {np.median(np.divide(old, floor)):>11.2f}"
+        print(line, flush=True)
     print(f"load average after: {_load()}")
     return 0
 

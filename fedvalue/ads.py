@@ -18,7 +18,11 @@ distinct coalitions). ``method="mc"`` is MC-ADS (Alg. 1): m* = ⌈r²/(2ε²) ·
 σ-respecting permutations, each giving all n marginals in one left-to-right pass;
 all prefixes go through the game's cache, so MC never evaluates more distinct
 coalitions than exact. ``method="auto"`` takes exact whenever its coalition count is
-at most MC's m*·n evaluations; the cheaper estimators below are only used when asked.
+at most MC's m*·n evaluations. Past that it takes MC with m* permutations when only
+(ε, δ) is asked for (Hoeffding's m* is the cheapest of these estimators with that
+guarantee: a paired sample's mean still spans r); with a ``stderr_target`` it takes
+whichever of mc, antithetic, stratified and kernelshap a one-block pilot projects to reach the
+target with the fewest coalitions (:func:`fedvalue.shapley_sampling.choose_sampler`).
 
 Cheaper estimators for large rounds (each checked against exact on small rounds in
 tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
@@ -34,7 +38,19 @@ tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
   max(10, largest group) and sampling stops once every player's standard error is at
   most the target, or at m* permutations (Alg. 1's bound stays the cap).
 
-Both walk the permutations in waves — step j of every still-active permutation of a
+* ``method="antithetic"``: permutations in antithetic pairs, π and its reverse
+  [SAMPLPERM], exact for games with at most pairwise interactions; at most ⌈m*/2⌉
+  pairs (m* permutations).
+* ``method="stratified"``: stratified by coalition size [STRAT]: the strata of sizes
+  0, 1, |D_t|−2 and |D_t|−1 computed exactly (about |D_t|² coalitions), the others sampled
+  by blocks of cyclic shifts of a permutation and of its reverse, in which every player
+  takes every position once; at most m* permutations.
+* ``method="kernelshap"``: KernelSHAP with paired sampling and the efficiency constraint
+  [KERNELSHAP]; at most ⌈m*·|D_t|/2⌉ coalition pairs per group (about MC's
+  coalitions). Both per group, in :mod:`fedvalue.shapley_sampling`, with or without
+  ``stderr_target``.
+
+mc and tmc walk the permutations in waves — step j of every still-active permutation of a
 block is one batched request to the game — so batched coalition evaluation keeps
 working.
 """
@@ -53,11 +69,14 @@ import pandas as pd
 from fedvalue._checks import check_integer, check_non_negative, check_number, check_open_unit, check_positive, check_seed
 from fedvalue.game import CoalitionGame, Utility, as_game
 from fedvalue.result import ValuationResult
+from fedvalue.shapley_sampling import SAMPLERS, choose_sampler
 
 #: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
 MAX_EXACT_GROUP_SIZE = 25
 
-Method = Literal["auto", "exact", "mc", "tmc"]
+Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap"]
+#: Every ``method`` :func:`ads` takes.
+METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
 
 
 def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashable, ...], ...]:
@@ -125,8 +144,11 @@ class AdsSettings:
     stderr_target: float | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in ("auto", "exact", "mc", "tmc"):
-            raise ValueError(f"method: expected 'auto', 'exact', 'mc' or 'tmc'; got {self.method!r}.")
+        if self.method not in METHODS:
+            raise ValueError(
+                f"method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; "
+                f"got {self.method!r}."
+            )
         check_non_negative("truncation_tolerance", self.truncation_tolerance)
         check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)
         check_positive("epsilon", self.epsilon)
@@ -164,8 +186,10 @@ def ads(
         group is classical Data Shapley; the within-round FL case is one group whose
         utility is conditioned on the round's starting state.
     method
-        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1) or ``"auto"``: exact when
-        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC.
+        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``,
+        ``"antithetic"``, ``"stratified"``, ``"kernelshap"`` (module docstring) or ``"auto"``: exact when
+        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the
+        sampler a pilot projects to be cheapest.
     epsilon, delta, r
         MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range
         of width r (r = 1 for accuracy).
@@ -178,8 +202,8 @@ def ads(
         ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a
         permutation's group is truncated (module docstring); 0 never truncates.
     stderr_target
-        ``"mc"``/``"tmc"``: stop sampling once every standard error is ≤ this (None:
-        always m* permutations).
+        Sampling methods: stop sampling once every standard error is ≤ this (None:
+        always their cap of samples).
 
     Returns
     -------
@@ -200,10 +224,22 @@ def ads(
     # With the cache, MC never needs more distinct coalitions than exact would.
     mc_cost = m_star * n + 1 if exact_cost is None else min(m_star * n + 1, exact_cost)
 
+    sampler_caps = {"mc": m_star, "antithetic": -(-m_star // 2),
+                    "stratified": max(2, m_star // (2 * largest))}
+    sampler_costs = {  # worst case from an empty cache, never above exact's
+        "antithetic": sum(2 * sampler_caps["antithetic"] * max(len(g) - 1, 0) + 2 for g in groups),
+        "stratified": sum(2 * len(g) ** 2 + 2 * len(g) + 2
+                          + 2 * sampler_caps["stratified"] * len(g) ** 2 for g in groups),
+        "kernelshap": sum(2 * -(-m_star * len(g) // 2) + 2 for g in groups),
+    }
+    if exact_cost is not None:
+        sampler_costs = {k: min(v, exact_cost) for k, v in sampler_costs.items()}
+    piloted = False
     if method == "auto":
         method = "exact" if exact_cost is not None and exact_cost <= m_star * n else "mc"
         if method == "exact" and max_evaluations is not None and exact_cost > max_evaluations:
             method = "mc"
+        piloted = method == "mc" and stderr_target is not None
     if method == "exact":
         if exact_cost is None:
             raise ValueError(
@@ -216,6 +252,16 @@ def ads(
                 f"max_evaluations: exact ADS over groups of sizes {[len(g) for g in groups]} "
                 f"needs {exact_cost} utility evaluations, more than max_evaluations="
                 f"{max_evaluations}. Raise max_evaluations or use method='mc'."
+            )
+    elif method in sampler_costs or piloted:
+        # Piloted: every candidate's pilot plus the chosen one's rest, bounded by the sum.
+        worst = min(exact_cost or math.inf, mc_cost + sum(sampler_costs.values())) if piloted \
+            else sampler_costs[method]
+        if max_evaluations is not None and worst > max_evaluations:
+            raise ValueError(
+                f"max_evaluations: ADS by {'a piloted sampler' if piloted else method} with epsilon="
+                f"{epsilon}, delta={delta}, r={r} may need {worst} utility evaluations, more than "
+                f"max_evaluations={max_evaluations}. Raise max_evaluations or epsilon."
             )
     elif max_evaluations is not None and mc_cost > max_evaluations:  # mc and tmc: tmc never costs more
         raise ValueError(
@@ -232,7 +278,10 @@ def ads(
     for positions in group_positions:
         prefix_masks.append(prefix_masks[-1] | _mask(positions))
 
-    if method == "exact":
+    if piloted or method in sampler_costs:
+        method, values, stderr, num_permutations = _by_sampler(
+            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, piloted)
+    elif method == "exact":
         values = np.concatenate(
             [_exact_group(game, base, pos) for base, pos in zip(prefix_masks, group_positions)]
         )
@@ -264,6 +313,24 @@ def ads(
         efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(groups), name="group"), name="gap"),
         num_permutations=num_permutations,
     )
+
+
+def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted):
+    """ADS of every group by a sampler of :mod:`fedvalue.shapley_sampling` (chosen by a
+    pilot when ``piloted``); returns (method, values, stderr, permutations or None)."""
+    groups = list(zip(prefix_masks[:-1], group_positions))
+    if piloted:
+        method, samplers = choose_sampler(game, groups, rng, target)
+    else:
+        samplers = [SAMPLERS[method](game, base, positions, rng) for base, positions in groups]
+    estimates = []
+    for sampler in samplers:
+        cap = caps.get(method, -(-caps["mc"] * sampler.size // 2))
+        estimates.append(sampler.run(max(cap, sampler.samples), target))
+    values = np.concatenate([e[0] for e in estimates])
+    stderr = np.concatenate([e[1] for e in estimates])
+    per_sample = {"mc": lambda s: 1, "antithetic": lambda s: 2, "stratified": lambda s: 2 * s.size}.get(method)
+    return method, values, stderr, None if per_sample is None else max(per_sample(s) * s.samples for s in samplers)
 
 
 def _mask(positions: np.ndarray) -> int:

@@ -24,15 +24,19 @@ Arrays are stored exactly (``numpy.savez``, no compression, the arrays' own dtyp
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import re
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+import zipfile
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from fedvalue import rundir
 from fedvalue.schema import FIRST_ORDER_FILE, LEDGER_FILE, ROUNDS_FILE
 
 RECORDS_DIR = "records"
@@ -48,7 +52,10 @@ _ROUND_FILE = re.compile(r"round-(\d{6})\.npz$")
 
 def replace_durably(tmp: Path, path: Path) -> None:
     """Move the finished file ``tmp`` onto ``path`` after forcing it to disk: a crash leaves
-    the old ``path`` or the new one, never a torn file."""
+    the old ``path`` or the new one, never a torn file. Neither may be a link or a special
+    file (a received run directory must not redirect a write)."""
+    for target in (tmp, path):
+        rundir.check_file(target.parent, target.name)
     with open(tmp, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
@@ -57,7 +64,8 @@ def replace_durably(tmp: Path, path: Path) -> None:
 def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Mapping | None = None) -> None:
     """Write ``arrays`` (and JSON ``meta``) to ``path`` atomically: a crash leaves the old file or the new."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = rundir.check_file(path.parent, path.name + ".tmp")
+    rundir.check_file(path.parent, path.name)
     payload = {key: np.asarray(value) for key, value in arrays.items()}
     if _META_KEY in payload:
         raise ValueError(f"arrays: the key {_META_KEY!r} is reserved for the record's metadata.")
@@ -68,11 +76,49 @@ def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Ma
     replace_durably(tmp, path)
 
 
-def load_npz(path: str | os.PathLike) -> tuple[Arrays, dict]:
-    """Arrays and metadata written by :func:`save_npz` (arrays in their saved order)."""
-    with np.load(path, allow_pickle=False) as archive:
-        arrays = {key: archive[key] for key in archive.files if key != _META_KEY}
-        meta = json.loads(archive[_META_KEY].tobytes().decode("utf-8")) if _META_KEY in archive.files else {}
+def _check_members(data: bytes, path: Path, max_bytes: int) -> None:
+    """Refuse an archive whose members would unpack to more than ``max_bytes``, or whose
+    array headers promise more elements than their member holds (numpy allocates the
+    promised size before reading)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = archive.infolist()
+        total = sum(member.file_size for member in members)
+        if total > max_bytes:
+            raise ValueError(f"{path}: unpacks to {total} bytes, more than the {max_bytes} allowed.")
+        for member in members:
+            with archive.open(member) as stream:
+                version = np.lib.format.read_magic(stream)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(stream)
+                if dtype.hasobject:
+                    raise ValueError(f"{path}: member {member.filename} holds Python objects, not arrays.")
+                promised = math.prod(shape) * dtype.itemsize
+                if promised > member.file_size:
+                    raise ValueError(f"{path}: member {member.filename} promises {promised} bytes of array "
+                                     f"in {member.file_size}.")
+
+
+def load_npz(path: str | os.PathLike, *, max_bytes: int = rundir.MAX_FILE_BYTES) -> tuple[Arrays, dict]:
+    """Arrays and metadata written by :func:`save_npz` (arrays in their saved order).
+
+    The file must be a regular file (no link, FIFO or device) and unpack to at most
+    ``max_bytes``; anything that is not such an archive raises ValueError naming the file.
+    """
+    path = Path(path)
+    data = rundir.read_bytes(path.parent, path.name, max_bytes=max_bytes)
+    try:
+        _check_members(data, path, max_bytes)
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files if key != _META_KEY}
+            meta = json.loads(archive[_META_KEY].tobytes().decode("utf-8")) if _META_KEY in archive.files else {}
+    except rundir.UnsafeRunFile:
+        raise
+    except (ValueError, OSError, EOFError, KeyError, TypeError, zipfile.BadZipFile, UnicodeDecodeError,
+            RuntimeError, MemoryError) as error:
+        raise ValueError(f"{path}: not an archive written by fedvalue ({type(error).__name__}: {error}).") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: its metadata is not a JSON object.")
     return arrays, meta
 
 
@@ -150,7 +196,7 @@ def write_round_record(run_dir: str | os.PathLike, record: RoundRecord) -> Path:
         "losses": {str(index[c]): float(v) for c, v in record.losses.items()},
         "meta": record.meta,
     }
-    directory = records_dir(run_dir)
+    directory = rundir.check_dir(run_dir, RECORDS_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     path = record_path(run_dir, record.round)
     save_npz(path, arrays, meta)
@@ -158,9 +204,22 @@ def write_round_record(run_dir: str | os.PathLike, record: RoundRecord) -> Path:
 
 
 def read_round_record(path: str | os.PathLike) -> RoundRecord:
-    """A record written by :func:`write_round_record`."""
+    """A record written by :func:`write_round_record`; ValueError naming the file for
+    anything else (a torn archive, garbage metadata)."""
     arrays, meta = load_npz(path)
+    try:
+        return _round_record(arrays, meta)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as error:
+        raise ValueError(f"{path}: not a round record written by fedvalue (its metadata lacks or garbles "
+                         f"{type(error).__name__}: {error}).") from None
+
+
+def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
     clients = meta["clients"]
+    if not isinstance(clients, list) or any(isinstance(c, bool) or not isinstance(c, (int, str)) for c in clients):
+        raise TypeError("'clients' is not a list of ids")
+    if not isinstance(meta["meta"], dict):
+        raise TypeError("'meta' is not an object")
     return RoundRecord(
         round=int(meta["round"]),
         start_arrays=_split_prefix(arrays, "start/"),
@@ -176,11 +235,8 @@ def read_round_record(path: str | os.PathLike) -> RoundRecord:
 
 def round_record_paths(run_dir: str | os.PathLike) -> dict[int, Path]:
     """Round -> record file, for every record the run saved."""
-    directory = records_dir(run_dir)
-    if not directory.is_dir():
-        return {}
     found = {}
-    for path in directory.iterdir():
+    for path in rundir.list_dir(run_dir, RECORDS_DIR):
         match = _ROUND_FILE.match(path.name)
         if match:
             found[int(match.group(1))] = path
@@ -217,48 +273,66 @@ def _checkpoint_files(run_dir: Path, server_round: int) -> tuple[Path, Path]:
     return stem.with_suffix(".npz"), stem.with_suffix(".pkl")
 
 
+def checkpoint_files(server_round: int) -> tuple[str, str]:
+    """Round k's checkpoint files, relative to the run directory."""
+    stem = f"{CHECKPOINT_DIR}/round-{int(server_round):06d}"
+    return stem + ".npz", stem + ".pkl"
+
+
 def write_checkpoint(run_dir: str | os.PathLike, server_round: int, arrays: Mapping[str, np.ndarray],
-                     state: bytes, files: Iterable[str] = APPEND_ONLY_FILES) -> None:
+                     state: bytes, files: Iterable[str] = APPEND_ONLY_FILES,
+                     before_switch: Callable[[tuple[str, str]], None] | None = None) -> None:
     """Checkpoint round ``server_round``, which must already be committed to the tables.
 
-    The round's arrays and state go to their own files first; ``checkpoint.json`` then
-    switches to them in one atomic replace; the previous round's files are removed last.
+    The round's arrays and state go to their own files first; ``before_switch`` (the
+    round's seal, :mod:`fedvalue.seals`) is called with their relative paths; then
+    ``checkpoint.json`` switches to them in one atomic replace; the previous round's
+    files are removed last.
     """
     run_dir = Path(run_dir)
-    (run_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    rundir.check_dir(run_dir, CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
     arrays_path, state_path = _checkpoint_files(run_dir, server_round)
     save_npz(arrays_path, arrays)
-    tmp = state_path.with_name(state_path.name + ".tmp")
+    tmp = rundir.check_file(run_dir, f"{CHECKPOINT_DIR}/{state_path.name}.tmp")
     tmp.write_bytes(state)
     replace_durably(tmp, state_path)
-    sizes = {name: (run_dir / name).stat().st_size for name in files if (run_dir / name).exists()}
-    pointer = run_dir / CHECKPOINT_FILE
-    tmp = pointer.with_name(pointer.name + ".tmp")
+    if before_switch is not None:
+        before_switch(checkpoint_files(server_round))
+    sizes = {name: rundir.check_file(run_dir, name).stat().st_size for name in files
+             if os.path.lexists(run_dir / name)}
+    pointer = rundir.check_file(run_dir, CHECKPOINT_FILE)
+    tmp = rundir.check_file(run_dir, CHECKPOINT_FILE + ".tmp")
     tmp.write_text(json.dumps({"round": int(server_round), "files": sizes}, sort_keys=True) + "\n", encoding="utf-8")
     replace_durably(tmp, pointer)
-    for path in (run_dir / CHECKPOINT_DIR).iterdir():
+    for path in rundir.list_dir(run_dir, CHECKPOINT_DIR):
         if path not in (arrays_path, state_path):
-            path.unlink()
+            rundir.check_file(run_dir, path.relative_to(run_dir)).unlink()
 
 
 def read_checkpoint(run_dir: str | os.PathLike) -> Checkpoint:
     """The run's last checkpoint; round 0 (start afresh) when it has none."""
     run_dir = Path(run_dir)
     pointer = run_dir / CHECKPOINT_FILE
-    if not pointer.exists():
+    rundir.check_dir(run_dir, CHECKPOINT_DIR)
+    if not rundir.exists(run_dir, CHECKPOINT_FILE):
         return Checkpoint(0, None, None, {})
     try:
-        saved = json.loads(pointer.read_text(encoding="utf-8"))
+        saved = json.loads(rundir.read_text(run_dir, CHECKPOINT_FILE, max_bytes=rundir.MAX_JSON_BYTES))
         server_round, sizes = int(saved["round"]), {str(k): int(v) for k, v in saved["files"].items()}
-    except (ValueError, KeyError, TypeError) as error:
+        if server_round < 0 or any(size < 0 for size in sizes.values()):
+            raise ValueError("negative round or size")
+    except rundir.UnsafeRunFile:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
         raise ValueError(f"resume: {pointer} is not a checkpoint written by fedvalue ({error}).") from None
     arrays_path, state_path = _checkpoint_files(run_dir, server_round)
     for path in (arrays_path, state_path):
-        if not path.exists():
+        if not os.path.lexists(path):
             raise ValueError(f"resume: the checkpoint of round {server_round} lacks {path}; the run directory was "
                              "changed by hand.")
     arrays, _ = load_npz(arrays_path)
-    return Checkpoint(server_round, arrays, state_path.read_bytes(), sizes)
+    state = rundir.read_bytes(run_dir, state_path.relative_to(run_dir))
+    return Checkpoint(server_round, arrays, state, sizes)
 
 
 def rewind(run_dir: str | os.PathLike, checkpoint: Checkpoint, files: Sequence[str] = APPEND_ONLY_FILES) -> None:
@@ -266,7 +340,7 @@ def rewind(run_dir: str | os.PathLike, checkpoint: Checkpoint, files: Sequence[s
     wrote is removed (tables truncated to their checkpointed sizes, later records deleted)."""
     run_dir = Path(run_dir)
     for name in files:
-        path = run_dir / name
+        path = rundir.check_file(run_dir, name)
         if not path.exists():
             continue
         size = checkpoint.file_sizes.get(name, 0)
@@ -281,4 +355,4 @@ def rewind(run_dir: str | os.PathLike, checkpoint: Checkpoint, files: Sequence[s
             os.fsync(handle.fileno())
     for server_round, path in round_record_paths(run_dir).items():
         if server_round > checkpoint.round:
-            path.unlink()
+            rundir.check_file(run_dir, path.relative_to(run_dir)).unlink()

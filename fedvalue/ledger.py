@@ -45,7 +45,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedvalue import rundir
 from fedvalue.archive import replace_durably
+from fedvalue.seals import Signer, write_manifest
 from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_ratio
 from fedvalue.schema import (
     CLAIM_PREFIX,
@@ -91,6 +93,7 @@ def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> l
 
 
 def _append_lines(path: Path, columns: Iterable[str], lines: list[str]) -> None:
+    rundir.check_file(path.parent, path.name)  # never append through a link of a received directory
     new_file = not path.exists()
     with open(path, "a", newline="", encoding="utf-8") as handle:
         if new_file:
@@ -114,16 +117,40 @@ def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_ha
     return digest.hexdigest()
 
 
+def chain_heads(run_dir: str | os.PathLike) -> list[str]:
+    """Every round's chain hash recomputed from the run's files; ValueError naming the
+    first round whose recorded hash does not match (a file was changed by hand)."""
+    run_dir = Path(run_dir)
+    if not rundir.exists(run_dir, ROUNDS_FILE):
+        return []
+    ledger = rundir.read_text(run_dir, LEDGER_FILE).splitlines(keepends=True)[1:] \
+        if rundir.exists(run_dir, LEDGER_FILE) else []
+    by_round: dict[str, list[str]] = {}
+    for line in ledger:
+        by_round.setdefault(line.split(",", 1)[0], []).append(line)
+    previous, heads = genesis_hash(run_dir), []
+    for line in rundir.read_text(run_dir, ROUNDS_FILE).splitlines(keepends=True)[1:]:
+        body, _, recorded = line.rstrip("\n").rpartition(",")
+        key = body.split(",", 1)[0]
+        if chain_hash(previous, by_round.get(key, []), body + "\n") != recorded:
+            raise ValueError(f"{ROUNDS_FILE}: round {key[:20]} does not match its recorded hash; the run directory "
+                             "was changed by hand.")
+        previous = recorded
+        heads.append(recorded)
+    return heads
+
+
 def genesis_hash(run_dir: Path) -> str:
-    config = run_dir / RUN_CONFIG_FILE
-    return hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else GENESIS_HASH
+    if not rundir.exists(run_dir, RUN_CONFIG_FILE):
+        return GENESIS_HASH
+    return hashlib.sha256(rundir.read_bytes(run_dir, RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES)).hexdigest()
 
 
 def _last_hash(rounds_path: Path) -> str | None:
-    if not rounds_path.exists():
+    if not rundir.exists(rounds_path.parent, rounds_path.name):
         return None
-    with open(rounds_path, encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    text = rundir.read_text(rounds_path.parent, rounds_path.name)
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     return rows[-1]["hash"] if rows else None
 
 
@@ -152,12 +179,11 @@ class LedgerWriter:
             write_json(self.run_dir / RUN_CONFIG_FILE, config)
 
     def _check_same_config(self, config: Mapping | None) -> None:
-        saved_path = self.run_dir / RUN_CONFIG_FILE
-        if not saved_path.exists():
+        if not rundir.exists(self.run_dir, RUN_CONFIG_FILE):
             raise ValueError(f"resume: expected a run directory holding run.json; {self.run_dir} has none.")
         if config is None:
             return
-        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+        saved = read_run_config(self.run_dir)
         given = json.loads(json.dumps(config, sort_keys=True, default=str))
         changed = sorted(k for k in set(saved) | set(given) if saved.get(k) != given.get(k))
         if changed:
@@ -176,8 +202,9 @@ class LedgerWriter:
     def rounds_path(self) -> Path:
         return self.run_dir / ROUNDS_FILE
 
-    def write_round(self, round_row: Mapping[str, object], ledger_rows: list[Mapping[str, object]]) -> None:
-        """Append one round: its ledger rows first, then its rounds.csv row (the commit mark)."""
+    def write_round(self, round_row: Mapping[str, object], ledger_rows: list[Mapping[str, object]]) -> str:
+        """Append one round: its ledger rows first, then its rounds.csv row (the commit mark);
+        returns the round's chain hash (the run's head)."""
         for row in ledger_rows:
             if row.get("status") not in CLIENT_STATUSES:
                 raise ValueError(
@@ -190,15 +217,17 @@ class LedgerWriter:
         _append_lines(self.ledger_path, LEDGER_COLUMNS, ledger_lines)
         _append_rows(self.rounds_path, ROUND_COLUMNS, [round_row])
         self.write_parquet()
+        return round_row["hash"]
 
     def write_parquet(self) -> None:
         """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file."""
-        parquet = self.run_dir / LEDGER_PARQUET_FILE
-        if not self.ledger_path.exists():
+        parquet = rundir.check_file(self.run_dir, LEDGER_PARQUET_FILE)
+        if not rundir.exists(self.run_dir, LEDGER_FILE):
             parquet.unlink(missing_ok=True)
             return
-        tmp = self.run_dir / "ledger.parquet.tmp"
-        read_ledger_csv(self.ledger_path).to_parquet(tmp, index=False)
+        tmp = rundir.check_file(self.run_dir, LEDGER_PARQUET_FILE + ".tmp")
+        ledger = io.StringIO(rundir.read_text(self.run_dir, LEDGER_FILE), newline="")
+        read_ledger_csv(ledger).to_parquet(tmp, index=False)
         replace_durably(tmp, parquet)
 
     def committed_rounds(self) -> list[dict]:
@@ -207,14 +236,38 @@ class LedgerWriter:
             return []
         return read_rounds_csv(self.rounds_path).to_dict("records")
 
+    def close(self, planned_rounds: int, *, sealed: bool = False, signer: Signer | None = None) -> dict:
+        """Write the run's final manifest (:mod:`fedvalue.seals`): its rounds, its chain head and
+        the digest of every file. Called once the run has done all ``planned_rounds``."""
+        heads = chain_heads(self.run_dir)
+        return write_manifest(self.run_dir, rounds=len(heads), planned_rounds=planned_rounds,
+                              head=heads[-1] if heads else None, sealed=sealed, signer=signer)
+
     def append_table(self, name: str, columns: Iterable[str], rows: list[Mapping[str, object]]) -> None:
         """Append rows to a side table of the run (written before the round's commit mark)."""
         if rows:
             _append_rows(self.run_dir / name, columns, rows)
 
 
+def read_run_config(run_dir: str | os.PathLike) -> dict:
+    """run.json as a dict ({} when absent); ValueError when it is not a JSON object."""
+    if not rundir.exists(run_dir, RUN_CONFIG_FILE):
+        return {}
+    try:
+        config = json.loads(rundir.read_text(run_dir, RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES))
+    except rundir.UnsafeRunFile:
+        raise
+    except ValueError as error:
+        raise ValueError(f"{RUN_CONFIG_FILE}: expected the run's configuration as JSON; it does not parse "
+                         f"({error}).") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{RUN_CONFIG_FILE}: expected a JSON object of settings; got a {type(config).__name__}.")
+    return config
+
+
 def write_json(path: Path, data: Mapping) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    rundir.check_file(path.parent, path.name)
+    tmp = rundir.check_file(path.parent, path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     replace_durably(tmp, path)
 
@@ -360,14 +413,26 @@ def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
 def load_run(run_dir: str | os.PathLike) -> Run:
     """Read a run directory written by :class:`LedgerWriter`."""
     run_dir = Path(run_dir)
-    ledger_path = run_dir / LEDGER_FILE
-    if not ledger_path.exists():
+    if not rundir.exists(run_dir, LEDGER_FILE):
         raise FileNotFoundError(
             f"run_dir: expected a fedvalue run directory holding ledger.csv; {run_dir} has none."
         )
-    rounds = read_rounds_csv(run_dir / ROUNDS_FILE)
-    config_path = run_dir / RUN_CONFIG_FILE
-    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
-    first_order_path = run_dir / FIRST_ORDER_FILE
-    first_order = pd.read_csv(first_order_path, dtype={"client_id": str}) if first_order_path.exists() else None
-    return Run(ledger=read_ledger_csv(ledger_path), rounds=rounds, config=config, first_order=first_order)
+
+    def table(name: str) -> io.StringIO:  # read safely (no links, no FIFOs), then parsed
+        return io.StringIO(rundir.read_text(run_dir, name), newline="")
+
+    try:
+        rounds = read_rounds_csv(table(ROUNDS_FILE))
+        ledger = read_ledger_csv(table(LEDGER_FILE))
+        first_order = (pd.read_csv(table(FIRST_ORDER_FILE), dtype={"client_id": str})
+                       if rundir.exists(run_dir, FIRST_ORDER_FILE) else None)
+    except rundir.UnsafeRunFile:
+        raise
+        for frame, columns in ((ledger, ("round", "value", "stderr", "num_examples")),
+                               (rounds, ("round", "utility_before", "utility_realized", "num_evaluations"))):
+            odd = [c for c in columns if c not in frame or not pd.api.types.is_numeric_dtype(frame[c])]
+            if odd:
+                raise ValueError(f"columns {odd} are missing or not numbers")
+    except (ValueError, KeyError, TypeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise ValueError(f"run_dir: {run_dir} holds tables that are not a fedvalue ledger ({error}).") from None
+    return Run(ledger=ledger, rounds=rounds, config=read_run_config(run_dir), first_order=first_order)

@@ -277,4 +277,6 @@ def run_procurement(
         state = outcome.state
         if on_stage is not None:
             on_stage(outcome)
+    if writer is not None:  # every stage booked: the run commits to its length and files
+        writer.close(len(outcomes))
     return ProcurementRun(rule=rule, stages=outcomes, initial_utility=initial_utility, final_state=state)

@@ -21,7 +21,8 @@ class ValuationResult:
         Value per player (pandas Series indexed by player id, in group order).
     stderr
         Standard error per player: sample standard deviation of the permutation
-        marginals over sqrt(number of permutations) for ``"ads-mc"``; 0 for exact
+        marginals over sqrt(number of permutations) for ``"ads-mc"`` (of the independent
+        samples for the other samplers, :mod:`fedvalue.shapley_sampling`); 0 for exact
         methods.
     num_evaluations
         Real utility evaluations this call made (coalitions already in the game's
@@ -35,7 +36,8 @@ class ValuationResult:
         Σ_{z∈D_t} φ(z) − (v(U_t) − v(U_{t−1})) per group t ([ADS], Prop. 4.2);
         zero up to rounding for ADS, exact or MC. Empty for LOO, which is not efficient.
     num_permutations
-        Sampled permutations for ``"ads-mc"``, None otherwise.
+        Sampled permutations for ``"ads-mc"``, ``"ads-tmc"``, ``"ads-antithetic"`` and
+        ``"ads-stratified"`` (the most over groups), None otherwise.
     """
 
     method: str

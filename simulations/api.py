@@ -35,7 +35,7 @@ from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, RUN_CONFIG_FILE, STATUS_OK
-from simulations.engine import serve
+from simulations.engine import check_ray_address, serve, stop_on_signals
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
 from strategies.claims import ClaimReview
@@ -88,7 +88,14 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
                 "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
             )
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fedvalue-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"out: expected a directory fedvalue can create and write; {out} cannot be "
+                         f"({error.strerror or error}).") from None
     return out
 
 
@@ -115,6 +122,7 @@ def simulate(
     max_parallel_clients: int | None = None,
     ray_address: str | None = None,
     flows: bool = False,
+    num_gpus_per_client: float = 0.0,
     resume: bool = False,
     save_records: bool = True,
     client_mods: Sequence[Mod] = (),
@@ -123,6 +131,7 @@ def simulate(
     query_timeout: float = 120.0,
     checkpoint: bool = True,
     acceptance: Acceptance | None = None,
+    sign_key=None,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -151,6 +160,8 @@ def simulate(
     save_records
         Save each round's record (states, replies, gradients) under ``out/records`` for
         ``fedvalue audit`` to recompute the books.
+    num_gpus_per_client
+        GPUs Ray gives each client actor (0: none; fractions share one GPU).
     client_mods
         Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
         ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
@@ -158,6 +169,9 @@ def simulate(
         As :class:`strategies.ValuingStrategy` takes them (``acceptance``: top-k selection or
         a replayed plan, :mod:`strategies.acceptance`) (claim review, NaN/inf replies
         kept out, seconds to wait for partition ids and gradients, checkpoints for resume).
+    sign_key
+        An Ed25519 private key (PEM path or :class:`fedvalue.seals.Signer`) signing each
+        round's seal and the final manifest (:mod:`fedvalue.seals`).
 
     Raises
     ------
@@ -177,7 +191,13 @@ def simulate(
     config.setdefault("num_rounds", num_rounds)
     config.setdefault("num_clients", num_clients)
     config.setdefault("strategy", type(strategy).__name__)
+    # The full training settings, so that the run can be read (and audited) from run.json alone.
+    config.setdefault("train_config", dict(train_config or {}))
+    config.setdefault("methods", list(methods))
+    config.setdefault("valuation_options", dict(valuation_options or {}))
     config["versions"] = package_versions()
+    if ray_address is not None:
+        check_ray_address(ray_address)  # before anything is written: a refusal leaves no run directory
     if resume:
         run_dir = Path(out)
         if not (run_dir / RUN_CONFIG_FILE).exists():
@@ -190,7 +210,7 @@ def simulate(
             strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
             noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
             save_records=save_records, claims=claims, reject_non_finite=reject_non_finite,
-            query_timeout=query_timeout, checkpoint=checkpoint, acceptance=acceptance,
+            query_timeout=query_timeout, checkpoint=checkpoint, acceptance=acceptance, sign_key=sign_key,
             **dict(valuation_options or {}),
         )
         valuing.open_books()  # bad input surfaces here, before the engine starts
@@ -204,9 +224,16 @@ def simulate(
         with seeded_server_generators(seed):
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
-    serve(make_client_app(load_client_data, model_factory, mods=client_mods), main, num_supernodes=num_clients,
-          num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-          ray_address=ray_address)
+    try:
+        with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
+            serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
+                  num_supernodes=num_clients, num_cpus_per_client=num_cpus_per_client,
+                  max_parallel_clients=max_parallel_clients, ray_address=ray_address,
+                  num_gpus_per_client=num_gpus_per_client)
+    except (TypeError, ValueError):
+        if not resume and not valuing.rounds:  # refused before any round committed: no half-made run
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(
             f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "

@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
 from clients.behaviours import (
@@ -57,10 +56,12 @@ from fedvalue.ledger import load_run, write_json
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import package_versions, prepare_run_dir
-from simulations.data import load_dataset, partition_iid, split_holdout
+from simulations.data import load_dataset, split_holdout
 from simulations.engine import serve
 from simulations.models import make_linear_model
+from simulations.partitions import partition_iid
 from simulations.settings import check_integers, check_numbers, saved_config
+from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from strategies.claims import CLAIM_METHODS
 from strategies.protocol import train_config
@@ -248,7 +249,7 @@ def run_attacks(
         for attack in config.attacks:
             started = time.perf_counter()
             strategy = ValuingStrategy(
-                FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / attack), methods=("ads", "loo"),
+                fedavg_without_evaluation(), utility, run_dir=str(out_dir / attack), methods=("ads", "loo"),
                 sampler=PartitionSampler(config.num_clients, seed=config.seed), seed=config.seed, flows=True,
                 claims=claim_review(config) if attack == "inflated-count-reviewed" else None,
                 # The ledger's "noisy" column marks the client known to misbehave.

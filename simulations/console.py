@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -16,6 +17,7 @@ class RunOptions:
     quiet: bool = False
     resume: bool = False
     started: float = 0.0
+    sign_key: object = None  # a fedvalue.seals.Signer, loaded before anything is written
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -23,6 +25,29 @@ class RunOptions:
     def say(self) -> Callable[[str], None] | None:
         """A progress printer, or None when quiet."""
         return None if self.quiet else (lambda line: print(line, flush=True))
+
+
+@contextmanager
+def progress_bar(total: int, description: str, *, enabled: bool = True, console=None) -> Iterator[Callable[[str], None]]:
+    """A progress bar of ``total`` steps with elapsed time and ETA (rich); the yielded callable
+    advances it one step and shows its text. Disabled (``--quiet``): a callable that does nothing."""
+    if not enabled:
+        yield lambda text="": None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda text="": progress.update(task, advance=1, description=text or description)
 
 
 def round_progress(total_rounds: int) -> Callable[[dict], None]:

@@ -1,4 +1,5 @@
-"""Datasets, held-out splits, client partitions and label noise for the simulations.
+"""Datasets, held-out splits and label noise for the simulations (client partitions:
+:mod:`simulations.partitions`).
 
 Everything is local: scikit-learn's embedded datasets ("digits", "breast-cancer",
 "diabetes") or MNIST files the user already has ("mnist", never downloaded).
@@ -8,16 +9,16 @@ deterministic given it.
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from fedvalue._checks import check_integer, check_open_unit, check_positive
+from fedvalue._checks import check_open_unit
 from clients.behaviours import flip_labels
 from clients.seeding import Seed, as_generator
 
@@ -26,8 +27,6 @@ __all__ = [
     "Dataset",
     "flip_labels",
     "load_dataset",
-    "partition_dirichlet",
-    "partition_iid",
     "split_holdout",
 ]
 
@@ -40,6 +39,37 @@ _MNIST_STEMS = {
     ("test", "labels"): "t10k-labels",
 }
 _IDX_UBYTE = 0x08
+#: Largest data file read, and largest it may unpack to (MNIST's biggest file is 47 MB):
+#: a compressed bomb is refused when it passes this, before it fills memory.
+MAX_DATA_BYTES = 512 * 1024**2
+
+
+def _gunzip_capped(raw: bytes, path: Path) -> bytes:
+    """gzip ``raw``, refused once it unpacks past :data:`MAX_DATA_BYTES`."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = bytearray()
+    data = raw
+    while data and not inflate.eof:
+        out += inflate.decompress(data, MAX_DATA_BYTES + 1 - len(out))
+        if len(out) > MAX_DATA_BYTES:
+            raise ValueError(f"mnist_path: {str(path)!r} unpacks to more than {MAX_DATA_BYTES} bytes; not a MNIST "
+                             "file.")
+        data = inflate.unconsumed_tail
+    if not inflate.eof:
+        raise ValueError(f"mnist_path: could not read {str(path)!r}: the gzip stream is truncated.")
+    return bytes(out)
+
+
+def _check_npz_size(path: Path) -> None:
+    """Refuse an archive whose members unpack past :data:`MAX_DATA_BYTES` (before numpy reads it)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            total = sum(member.file_size for member in archive.infolist())
+    except (OSError, zipfile.BadZipFile):
+        return  # not a zip: np.load says what it is
+    if total > MAX_DATA_BYTES:
+        raise ValueError(f"mnist_path: {str(path)!r} unpacks to {total} bytes, more than {MAX_DATA_BYTES}; not a "
+                         "MNIST archive.")
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,6 +231,7 @@ def _load_mnist_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
         f"mnist_path: expected a readable .npz archive with x_train, y_train, x_test, y_test (or a "
         f"directory of IDX files); could not read {str(path)!r}"
     )
+    _check_npz_size(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
@@ -237,10 +268,12 @@ def _find_idx_file(directory: Path, split: str, kind: str) -> Path:
 def _read_idx(path: Path, expected_ndim: int) -> np.ndarray:
     """An IDX file (big-endian header: 0, 0, dtype code, ndim; ndim int32 sizes; data)."""
     try:
+        if path.stat().st_size > MAX_DATA_BYTES:
+            raise ValueError(f"mnist_path: {str(path)!r} holds more than {MAX_DATA_BYTES} bytes; not a MNIST file.")
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError) as error:
+            raw = _gunzip_capped(raw, path)
+    except (OSError, EOFError, zlib.error) as error:
         raise ValueError(f"mnist_path: could not read {str(path)!r}: {error}") from error
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise ValueError(f"mnist_path: {str(path)!r} is not an IDX file (bad magic number).")
@@ -302,103 +335,3 @@ def split_holdout(dataset: Dataset, holdout_fraction: float, *, seed: Seed) -> t
             f"part of the {num_examples} examples; choose a fraction nearer 0.5."
         )
     return dataset.subset(np.flatnonzero(~holdout_mask)), dataset.subset(np.flatnonzero(holdout_mask))
-
-
-def partition_iid(num_examples: int, num_partitions: int, *, seed: Seed) -> list[np.ndarray]:
-    """Shuffle ``range(num_examples)`` and cut it into ``num_partitions`` parts.
-
-    Returns
-    -------
-    list of np.ndarray
-        Sorted int64 index arrays: disjoint, covering every index once, sizes
-        differing by at most 1.
-    """
-    num_examples = check_integer("num_examples", num_examples)
-    num_partitions = check_integer("num_partitions", num_partitions)
-    if num_partitions > num_examples:
-        raise ValueError(
-            f"num_partitions: expected at most num_examples={num_examples} (every partition "
-            f"non-empty); got {num_partitions}."
-        )
-    order = as_generator(seed).permutation(num_examples)
-    return [np.sort(part).astype(np.int64) for part in np.array_split(order, num_partitions)]
-
-
-def partition_dirichlet(
-    labels: np.ndarray,
-    num_partitions: int,
-    *,
-    alpha: float,
-    seed: Seed,
-    min_partition_size: int = 1,
-    max_attempts: int = 1000,
-) -> list[np.ndarray]:
-    """Label-skewed partition: each class is split across partitions by Dir(alpha).
-
-    For every class, proportions q ~ Dirichlet(alpha, ..., alpha) over the partitions
-    cut the class's shuffled indices; small ``alpha`` concentrates each class on few
-    partitions. The whole draw is repeated until every partition holds at least
-    ``min_partition_size`` examples.
-
-    Parameters
-    ----------
-    labels
-        1-D integer class labels.
-    num_partitions
-        Number of partitions (clients).
-    alpha
-        Dirichlet concentration, > 0 (large: near iid; 0.1: strong skew).
-    seed
-        Seed of the draw.
-    min_partition_size
-        Minimum examples per partition, >= 0.
-    max_attempts
-        Draws tried before giving up.
-
-    Returns
-    -------
-    list of np.ndarray
-        Sorted int64 index arrays, disjoint and covering every index once.
-
-    Raises
-    ------
-    ValueError
-        Bad input; ``num_partitions * min_partition_size > len(labels)``; or no draw
-        met the minimum in ``max_attempts`` (raise alpha or lower the minimum).
-    """
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0:
-        raise ValueError(
-            f"labels: expected a non-empty 1-D integer array; got dtype {labels.dtype} with shape {labels.shape}."
-        )
-    num_partitions = check_integer("num_partitions", num_partitions)
-    min_partition_size = check_integer("min_partition_size", min_partition_size, 0)
-    max_attempts = check_integer("max_attempts", max_attempts)
-    check_positive("alpha", alpha)
-    if num_partitions * min_partition_size > labels.size:
-        raise ValueError(
-            f"min_partition_size: {num_partitions} partitions of at least {min_partition_size} need "
-            f"{num_partitions * min_partition_size} examples; labels has {labels.size}."
-        )
-    rng = as_generator(seed)
-    class_members = [np.flatnonzero(labels == c) for c in np.unique(labels)]
-    concentration = np.full(num_partitions, float(alpha))
-    smallest = 0
-    for _ in range(max_attempts):
-        chunks: list[list[np.ndarray]] = [[] for _ in range(num_partitions)]
-        for members in class_members:
-            proportions = rng.dirichlet(concentration)
-            if not np.all(np.isfinite(proportions)):  # underflow at tiny alpha: draw again
-                proportions = np.eye(num_partitions)[rng.integers(num_partitions)]
-            cuts = np.floor(np.cumsum(proportions)[:-1] * len(members)).astype(int)
-            for chunk_list, chunk in zip(chunks, np.split(rng.permutation(members), cuts)):
-                chunk_list.append(chunk)
-        parts = [np.sort(np.concatenate(chunk_list)).astype(np.int64) for chunk_list in chunks]
-        smallest = min(len(part) for part in parts)
-        if smallest >= min_partition_size:
-            return parts
-    raise ValueError(
-        f"alpha: no Dirichlet({alpha}) draw in {max_attempts} attempts gave every one of the "
-        f"{num_partitions} partitions at least min_partition_size={min_partition_size} examples "
-        f"(last draw's smallest: {smallest}); raise alpha, lower min_partition_size or use fewer partitions."
-    )

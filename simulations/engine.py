@@ -62,7 +62,8 @@ measured on the 2-core CPU machine):
   later rounds 0.2 s; shutdown 1-2 s; about 13 s in all. One or two actors make no
   difference at this size; each actor holds about 0.55 GB (RSS, torch loaded).
 - ``ray_address`` pointing at no cluster is not an error soon: ``ray.init`` retries
-  its connection for minutes (over 5 min observed).
+  its connection for minutes (over 5 min observed). :func:`check_ray_address` tries a
+  plain TCP connection first, bounded by ``RAY_CONNECT_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import socket
+import sys
 import threading
 import time
 import warnings
@@ -81,7 +85,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedvalue._checks import check_integer, check_positive
+from fedvalue._checks import check_integer, check_non_negative, check_positive
 
 T = TypeVar("T")
 #: Seconds between polls for replies (Flower's in-memory grid uses the same).
@@ -90,6 +94,65 @@ PULL_INTERVAL_S = 0.1
 SERVER_EXIT_WAIT_S = 10.0
 #: Longest wait for the engine to register all nodes (it takes milliseconds).
 NODE_REGISTRATION_WAIT_S = 30.0
+
+
+#: Longest wait for a TCP connection to ``ray_address`` before a run refuses it.
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """ValueError unless something accepts a TCP connection at ``address`` (``host:port`` or
+    ``ray://host:port``) within ``timeout`` seconds; ``"auto"`` (a local cluster, found by
+    Ray itself) is left to Ray. Ray would otherwise retry for minutes."""
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"ray_address: expected a non-empty address string; got {address!r}.")
+    if address == "auto":
+        return
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ray_address: expected 'auto', 'host:port' or 'ray://host:port'; got {address!r}.")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as error:
+        raise ValueError(f"ray_address: expected a Ray cluster accepting connections at {host}:{port}; nothing "
+                         f"answered within {timeout:g} s ({error.strerror or error}). Start the cluster first or "
+                         "leave --ray-address out.") from None
+
+
+#: Exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT_CODE = 130
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event, *, announce: bool = True) -> Iterator[None]:
+    """For the block, SIGINT (Ctrl-C) and SIGTERM set ``stop`` instead of killing the run: the
+    valuing strategy then stops after the round in flight commits. A second SIGINT stops at
+    once (KeyboardInterrupt). Only in the main thread (elsewhere signals cannot be handled);
+    the previous handlers come back after the block.
+
+    Once Ray's core worker runs in this process its C++ failure handler also catches
+    SIGTERM and aborts the process after this handler (observed with Ray 2.55): SIGTERM then
+    stops the run at once, and the run resumes from its last committed round."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        if announce:
+            print(f"fedvalue: {signal.Signals(signum).name}: stopping after the round in flight commits "
+                  "(Ctrl-C again to stop at once); the run stays resumable", file=sys.stderr, flush=True)
+
+    previous = {number: signal.signal(number, handle) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class EngineStoppedError(RuntimeError):
@@ -177,6 +240,14 @@ class _StoppableGrid(Grid):
         return sorted(replies, key=lambda m: position.get(m.metadata.reply_to_message_id, len(position)))
 
 
+def replies_in_send_order(grid: Grid) -> Grid:
+    """``grid`` answering ``send_and_receive`` with the replies in the order the messages were
+    sent, not of arrival, so that the same seed gives the same ledger rows and the same float
+    sums (FedAvg's weighted mean) whichever client finishes first. For ServerApps that Flower
+    starts itself (``flwr run``); :func:`run_flower_simulation` does it for its own."""
+    return _StoppableGrid(grid, threading.Event())
+
+
 def _stoppable(
     server_app: ServerApp,
     num_supernodes: int,
@@ -235,6 +306,7 @@ def run_flower_simulation(
     max_parallel_clients: int | None = None,
     ray_address: str | None = None,
     quiet: bool = True,
+    num_gpus_per_client: float = 0.0,
 ) -> None:
     """Run ``server_app`` against ``num_supernodes`` simulated nodes running ``client_app``.
 
@@ -257,6 +329,9 @@ def run_flower_simulation(
         its CPUs / ``num_cpus_per_client`` then set the parallelism.
     quiet
         Only warnings and errors from Flower, no deprecation notice, no worker output.
+    num_gpus_per_client
+        Ray GPUs each client actor holds (≥ 0; fractions share a GPU). Ray hides the GPUs
+        from actors holding none.
 
     Raises
     ------
@@ -273,6 +348,7 @@ def run_flower_simulation(
         raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
     check_integer("num_supernodes", num_supernodes)
     check_positive("num_cpus_per_client", num_cpus_per_client)
+    check_non_negative("num_gpus_per_client", num_gpus_per_client)
     check_integer("max_parallel_clients", max_parallel_clients, none_ok=True)
     if ray_address is not None and (not isinstance(ray_address, str) or not ray_address):
         raise ValueError(f"ray_address: expected a non-empty address string or None; got {ray_address!r}.")
@@ -284,13 +360,14 @@ def run_flower_simulation(
 
     init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}
     if ray_address is not None:
+        check_ray_address(ray_address)  # fail in seconds, not after Ray's minutes of retries
         init_args["address"] = ray_address
     else:
         parallel = max_parallel_clients or default_max_parallel_clients(num_supernodes, num_cpus_per_client)
         # Ray's CPUs are logical: this caps the actor pool, whatever the machine has.
         init_args["num_cpus"] = max(1, math.ceil(parallel * num_cpus_per_client - 1e-9))
     backend_config = {
-        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": 0.0},
+        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": float(num_gpus_per_client)},
         "init_args": init_args,
     }
 
@@ -313,7 +390,8 @@ def run_flower_simulation(
 
 
 def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int, num_cpus_per_client: float = 1,
-          max_parallel_clients: int | None = None, ray_address: str | None = None) -> T | None:
+          max_parallel_clients: int | None = None, ray_address: str | None = None,
+          num_gpus_per_client: float = 0.0) -> T | None:
     """Run ``main(grid)`` as the ServerApp of one engine against ``client_app`` and return what
     it returned (None when the engine stopped it first: the caller checks what it got done);
     whatever ``main`` raised is raised here once the engine has stopped.
@@ -334,7 +412,7 @@ def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: i
 
     run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
                           num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-                          ray_address=ray_address)
+                          ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("result")

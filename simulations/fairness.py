@@ -158,6 +158,11 @@ def fairness_from_run(run_config: dict) -> GroupFairness:
                          data.z_test, gap=run_config["gap"])
 
 
+def audit_from_run(run_config: dict) -> dict:
+    """What the audit recomputes a run's books with: its accuracy utility and fairness objective."""
+    return {"utility": utility_from_run(run_config), "fairness": fairness_from_run(run_config)}
+
+
 def policies(config: FairnessConfig) -> list[tuple[str, float, object]]:
     """(policy, parameter, acceptance) of every run of a data set."""
     runs: list[tuple[str, float, object]] = [("fedavg", 0, AcceptAll())]

@@ -21,15 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData
 from fedvalue.ledger import Run
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import load_dataset, partition_iid
+from simulations.data import load_dataset
 from simulations.models import make_linear_model
+from simulations.partitions import partition_iid
 from simulations.settings import check_integers, check_numbers, saved_config
+from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import PartitionSampler
 from strategies.protocol import train_config
 
@@ -124,11 +125,13 @@ def run_federated_reciprocity(
     on_round: Callable[[dict], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    sign_key=None,
 ) -> Run:
-    """Run the federated reciprocity simulation; returns its ledger (flows booked)."""
+    """Run the federated reciprocity simulation; returns its ledger (flows booked); ``sign_key``
+    signs its seals and manifest (:mod:`fedvalue.seals`)."""
     model_factory, utility = build(config)
     return simulate(
-        strategy=FedAvg(fraction_evaluate=0.0),
+        strategy=fedavg_without_evaluation(),
         model_factory=model_factory,
         load_client_data=functools.partial(client_data, dataset=config.dataset, num_clients=config.num_clients,
                                            seed=config.seed),
@@ -147,6 +150,7 @@ def run_federated_reciprocity(
                     "learning_rate_used": config.step_size, "splits": "per client: random half train, half inference"},
         overwrite=overwrite,
         resume=resume,
+        sign_key=sign_key,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,
@@ -159,7 +163,8 @@ def cli_main(config: FederatedReciprocityConfig, options) -> int:
     from simulations.console import print_federated_run, round_progress
 
     run = run_federated_reciprocity(config, options.out, on_round=None if options.quiet else
-                                    round_progress(config.rounds), overwrite=options.overwrite, resume=options.resume)
+                                    round_progress(config.rounds), overwrite=options.overwrite, resume=options.resume,
+                                    sign_key=options.sign_key)
     return print_federated_run(run, options)
 
 

@@ -29,17 +29,23 @@ from fedvalue.ledger import Run
 from fedvalue.rounds import VALUATION_METHODS
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import DATASETS, Dataset, load_dataset, partition_dirichlet, partition_iid, split_holdout
+from simulations.data import DATASETS, Dataset, load_dataset, split_holdout
+from simulations.engine import check_ray_address
 from simulations.models import check_hidden, make_mlp
 from simulations.parallel import RayParallelUtility
-from simulations.settings import check_integers, check_numbers, saved_config
+from simulations.partitions import PARTITION_SCHEMES, partition
+from simulations.settings import check_devices, check_integers, check_numbers, saved_config
 from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
 from strategies import PartitionSampler
 from strategies.protocol import train_config
 from strategies.sampling import SCHEDULES
 
+#: Largest model (parameters, counted with MNIST's 784 inputs) and most valuation actors
+#: accepted: a typo must not exhaust memory.
+MAX_PARAMETERS = 50_000_000
+MAX_VALUATION_WORKERS = 256
 #: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.utilities).
-ADS_METHODS = ("auto", "exact", "mc", "tmc")
+ADS_METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
 UTILITIES = ("accuracy", "neg_loss")
 
 
@@ -58,6 +64,8 @@ class NoisyClientsConfig:
     schedule: str = "even"
     partition: str = "iid"
     dirichlet_alpha: float = 0.5
+    classes_per_partition: int = 2
+    shards_per_partition: int = 2
     noisy_fraction: float = 0.5
     flip_probability: float = 0.7
     hidden: tuple[int, ...] = (200, 200)
@@ -83,6 +91,8 @@ class NoisyClientsConfig:
     stderr_target: float = 0.0
     utility: str = "accuracy"
     num_cpus_per_client: float = 1.0
+    num_gpus_per_client: float = 0.0
+    device: str = "cpu"
     max_parallel_clients: int = 0
     ray_address: str = ""
     round_timeout: float = 600.0
@@ -115,15 +125,17 @@ def _check(config: NoisyClientsConfig) -> None:
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
-    check_numbers(config, ("truncation_tolerance", "stderr_target"), zero_ok=True)
+    check_numbers(config, ("truncation_tolerance", "stderr_target", "num_gpus_per_client"), zero_ok=True)
+    check_devices(config.device, config.num_gpus_per_client, ray_address=config.ray_address)
     check_strategy(config, config.clients_per_round)
     if config.dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
     if config.dataset == "mnist" and not config.mnist_path:
         raise ValueError("mnist_path: expected a directory of MNIST IDX files or an .npz for the mnist dataset "
                          "(it is read from local files); got none. Pass --mnist-path DIR_OR_NPZ.")
-    if config.partition not in ("iid", "dirichlet"):
-        raise ValueError(f"partition: expected 'iid' or 'dirichlet'; got {config.partition!r}.")
+    check_integers(config, ("classes_per_partition", "shards_per_partition"))
+    if config.partition not in PARTITION_SCHEMES:
+        raise ValueError(f"partition: expected one of {list(PARTITION_SCHEMES)}; got {config.partition!r}.")
     if config.schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {list(SCHEDULES)}; got {config.schedule!r}.")
     unknown = [m for m in config.methods if m not in VALUATION_METHODS]
@@ -134,6 +146,18 @@ def _check(config: NoisyClientsConfig) -> None:
     if config.utility not in UTILITIES:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
     check_hidden(config.hidden)
+    sizes = [784, *config.hidden, 10]
+    parameters = sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+    if parameters > MAX_PARAMETERS:
+        raise ValueError(f"hidden: expected layers making at most {MAX_PARAMETERS:,} parameters; "
+                         f"{list(config.hidden)} make {parameters:,}.")
+    if not config.methods:
+        raise ValueError(f"methods: expected at least one of {list(VALUATION_METHODS)}; got none.")
+    if config.valuation_workers > MAX_VALUATION_WORKERS:
+        raise ValueError(f"valuation_workers: expected at most {MAX_VALUATION_WORKERS} Ray actors; got "
+                         f"{config.valuation_workers}.")
+    if config.ray_address:
+        check_ray_address(config.ray_address)
 
 
 @functools.lru_cache(maxsize=2)
@@ -147,11 +171,9 @@ def _prepared(config_json: str) -> tuple[Dataset, Dataset, list[np.ndarray], fro
     seeds = np.random.SeedSequence(config.seed).spawn(4)
     dataset = load_dataset(config.dataset, mnist_path=config.mnist_path or None)
     train, holdout = split_holdout(dataset, config.holdout_fraction, seed=np.random.default_rng(seeds[0]))
-    if config.partition == "iid":
-        partitions = partition_iid(len(train.y), config.num_clients, seed=np.random.default_rng(seeds[1]))
-    else:
-        partitions = partition_dirichlet(train.y, config.num_clients, alpha=config.dirichlet_alpha,
-                                         seed=np.random.default_rng(seeds[1]))
+    partitions = partition(train.y, config.num_clients, scheme=config.partition, seed=np.random.default_rng(seeds[1]),
+                           alpha=config.dirichlet_alpha, classes_per_partition=config.classes_per_partition,
+                           shards_per_partition=config.shards_per_partition)
     num_noisy = int(round(config.noisy_fraction * config.num_clients))
     noisy = frozenset(int(c) for c in np.random.default_rng(seeds[2]).choice(config.num_clients, num_noisy, replace=False))
     return train, holdout, partitions, noisy
@@ -182,7 +204,7 @@ def build(config: NoisyClientsConfig):
     model_factory = functools.partial(make_mlp, train.x.shape[1], train.num_classes,
                                       hidden=tuple(config.hidden), seed=config.seed)
     loader = functools.partial(client_data, config_json=config_json)
-    utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility)
+    utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility, device=config.device)
     return loader, model_factory, utility, noisy
 
 
@@ -193,20 +215,23 @@ def run_noisy_clients(
     on_round: Callable[[dict], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    sign_key=None,
 ) -> Run:
     """Run the simulation on Ray and return its ledger (see module docstring); ``resume``
-    continues the run in ``out`` from its last completed round."""
+    continues the run in ``out`` from its last completed round; ``sign_key`` signs its seals
+    and manifest (:mod:`fedvalue.seals`)."""
     loader, model_factory, utility, noisy = build(config)
     if config.valuation_workers:
         utility = RayParallelUtility(utility, num_workers=config.valuation_workers)
     try:
-        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume)
+        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume, sign_key)
     finally:
         if config.valuation_workers:
             utility.close()
 
 
-def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume=False) -> Run:
+def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume=False,
+              sign_key=None) -> Run:
     return simulate(
         strategy=build_strategy(config, config.clients_per_round),
         client_mods=client_mods(config.strategy),
@@ -227,8 +252,10 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},
         overwrite=overwrite,
         resume=resume,
+        sign_key=sign_key,
         round_timeout=config.round_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
+        num_gpus_per_client=config.num_gpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,
         ray_address=config.ray_address or None,
     )
@@ -239,10 +266,20 @@ def cli_main(config: NoisyClientsConfig, options) -> int:
     from simulations.console import print_federated_run, round_progress
 
     run = run_noisy_clients(config, options.out, on_round=None if options.quiet else round_progress(config.rounds),
-                            overwrite=options.overwrite, resume=options.resume)
+                            overwrite=options.overwrite, resume=options.resume, sign_key=options.sign_key)
     return print_federated_run(run, options)
 
 
 def utility_from_run(saved: dict):
     """The utility a saved noisy-clients run was valued with (for the audit)."""
     return build(saved_config(NoisyClientsConfig, saved, strict=False))[2]
+
+
+def audit_from_run(saved: dict) -> dict:
+    """What the audit can rebuild of a saved run from its settings alone: the utility, the
+    noisy clients (drawn from the seed) and round t's sampled clients (the seeded sampler)."""
+    config = saved_config(NoisyClientsConfig, saved, strict=False)
+    _, _, utility, noisy = build(config)
+    sampler = PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed)
+    return {"utility": utility, "noisy_clients": noisy,
+            "sampled": lambda t: sampler.sample(t, range(config.num_clients))}

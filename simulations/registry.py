@@ -42,13 +42,15 @@ class Simulation:
     utility_from_run
         Rebuilds the utility a run was valued with from its run.json, for the audit's
         recomputation (None: the audit cannot rebuild it).
+    audit_from_run
+        Rebuilds from a run.json what the audit checks a run against (the keywords
+        ``utility``, ``noisy_clients``, ``sampled``, ``fairness`` of :func:`fedvalue.audit.audit_run`);
+        takes precedence over ``utility_from_run``.
     replay_check
         For runs that save no states to recompute from: replays the run from its run.json and
         returns the audit's (checks, problems).
     help
         Help text of options this simulation alone has.
-    fairness_from_run
-        Rebuilds the fairness objective a run booked fairness with, for the audit (None: none).
     """
 
     config: type
@@ -56,14 +58,15 @@ class Simulation:
     out_optional: bool = False
     resumable: bool = False
     utility_from_run: Callable[[dict], Any] | None = None
+    audit_from_run: Callable[[dict], dict] | None = None
     replay_check: Callable[[str], tuple[list[str], list[str]]] | None = None
     help: Mapping[str, str] = field(default_factory=dict)
-    fairness_from_run: Callable[[dict], Any] | None = None
 
 
 SIMULATIONS: dict[str, Simulation] = {
     "noisy-clients": Simulation(noisy_clients.NoisyClientsConfig, noisy_clients.cli_main, resumable=True,
-                                utility_from_run=noisy_clients.utility_from_run),
+                                utility_from_run=noisy_clients.utility_from_run,
+                                audit_from_run=noisy_clients.audit_from_run),
     "noisy-clients-study": Simulation(study.NoisyClientsStudyConfig, study.cli_main),
     "reciprocity": Simulation(reciprocity.ReciprocityConfig, reciprocity.cli_main, out_optional=True),
     "reciprocity-federated": Simulation(federated_reciprocity.FederatedReciprocityConfig,
@@ -75,5 +78,5 @@ SIMULATIONS: dict[str, Simulation] = {
     "augmentation": Simulation(augmentation.AugmentationConfig, augmentation.cli_main),
     "replication-market": Simulation(replication_market.ReplicationMarketConfig, replication_market.cli_main),
     "fairness": Simulation(fairness.FairnessConfig, fairness.cli_main, utility_from_run=fairness.utility_from_run,
-                           fairness_from_run=fairness.fairness_from_run, help=fairness.HELP),
+                           audit_from_run=fairness.audit_from_run, help=fairness.HELP),
 }

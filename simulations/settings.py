@@ -25,6 +25,28 @@ def check_numbers(config: object, names: Iterable[str], *, zero_ok: bool = False
         check_number(name, getattr(config, name), low=0.0, low_open=not zero_ok)
 
 
+def check_devices(device: object, num_gpus_per_client: float, *, ray_address: str = "") -> None:
+    """``device`` is a torch device this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), and
+    GPUs per client are asked for only where there are GPUs (Ray would wait for them forever);
+    on an existing Ray cluster (``ray_address``) the cluster's GPUs count, not this machine's."""
+    import torch
+
+    try:
+        parsed = torch.device(device) if isinstance(device, str) else None
+    except RuntimeError:
+        parsed = None
+    if parsed is None:
+        raise ValueError(f"device: expected a torch device such as 'cpu', 'cuda' or 'cuda:0'; got {device!r}.")
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if parsed.type == "cuda" and (parsed.index or 0) >= visible:
+        raise ValueError(f"device: {device!r} asked for, but this machine has {visible} CUDA device(s); use 'cpu'.")
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected 'cpu' or a CUDA device; got {device!r}.")
+    if num_gpus_per_client > 0 and not ray_address and visible == 0:
+        raise ValueError(f"num_gpus_per_client: {num_gpus_per_client} GPUs per client asked for, but this machine "
+                         "has no CUDA device (Ray would wait for one forever); use 0.")
+
+
 def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, source: str = "the saved settings"):
     """``config_cls`` rebuilt from a saved mapping (``run.json``, named ``source`` in errors):
     tuple fields from JSON lists; a field missing from ``saved`` is an error when

@@ -10,7 +10,9 @@ copies of the replies and under the noise the round really drew
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
@@ -63,13 +65,33 @@ class StrategyChoice:
     client_mods: tuple[Mod, ...] = ()
 
 
-def _fedavg() -> FedAvg:
-    return FedAvg(fraction_evaluate=0.0)
+class _DropSkippedEvaluationNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Federated evaluation will be skipped" not in str(record.msg)
+
+
+@contextmanager
+def skipped_evaluation_unannounced() -> Iterator[None]:
+    """Build strategies with ``fraction_evaluate=0.0`` without Flower's warning that federated
+    evaluation is skipped: the simulations skip it on purpose (the server's utility is the
+    evaluation), so the warning is noise the user did not cause."""
+    logger, drop = logging.getLogger("flwr"), _DropSkippedEvaluationNotice()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def fedavg_without_evaluation() -> FedAvg:
+    """FedAvg with federated evaluation off (the server values rounds on held-out data)."""
+    with skipped_evaluation_unannounced():
+        return FedAvg(fraction_evaluate=0.0)
 
 
 def _adaptive(cls):
     def build(config, sampled: int) -> Strategy:
-        return cls(_fedavg(), noise_multiplier=config.noise, num_sampled_clients=sampled,
+        return cls(fedavg_without_evaluation(), noise_multiplier=config.noise, num_sampled_clients=sampled,
                    initial_clipping_norm=config.clipping_norm, target_clipped_quantile=config.target_clipped_quantile,
                    clip_norm_lr=config.clip_norm_lr, clipped_count_stddev=config.clipped_count_stddev or None)
     return build
@@ -77,14 +99,14 @@ def _adaptive(cls):
 
 def _fixed(cls):
     def build(config, sampled: int) -> Strategy:
-        return cls(_fedavg(), noise_multiplier=config.noise, clipping_norm=config.clipping_norm,
+        return cls(fedavg_without_evaluation(), noise_multiplier=config.noise, clipping_norm=config.clipping_norm,
                    num_sampled_clients=sampled)
     return build
 
 
 _ADAPTIVE = ("noise", "clipping_norm", "target_clipped_quantile", "clip_norm_lr", "clipped_count_stddev")
 STRATEGIES: dict[str, StrategyChoice] = {
-    "fedavg": StrategyChoice(lambda config, sampled: _fedavg()),
+    "fedavg": StrategyChoice(lambda config, sampled: fedavg_without_evaluation()),
     "fedprox": StrategyChoice(lambda config, sampled: FedProx(fraction_evaluate=0.0, proximal_mu=config.proximal_mu),
                               ("proximal_mu",)),
     "fedavgm": StrategyChoice(lambda config, sampled: FedAvgM(fraction_evaluate=0.0, server_momentum=0.9)),
@@ -149,7 +171,8 @@ def check_strategy(config, clients_per_round: int) -> None:
 def build_strategy(config, clients_per_round: int) -> Strategy:
     """The inner strategy ``config.strategy`` with ``config``'s parameters (checked first)."""
     check_strategy(config, clients_per_round)
-    return STRATEGIES[config.strategy].build(config, clients_per_round)
+    with skipped_evaluation_unannounced():
+        return STRATEGIES[config.strategy].build(config, clients_per_round)
 
 
 def client_mods(strategy: str) -> Sequence[Mod]:

@@ -43,7 +43,6 @@ import pandas as pd
 import torch
 from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
 
 from clients.app import make_client_app
 from fedvalue.detection import detection_curve, detection_metrics, summarize_metrics
@@ -55,6 +54,7 @@ from simulations.api import package_versions, prepare_run_dir
 from simulations.engine import serve
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from simulations.settings import check_integers
+from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import PartitionSampler, Replay, ReplaySampler, ValuingStrategy
 from strategies.protocol import train_config
 from strategies.records import initial_arrays
@@ -187,7 +187,7 @@ def run_study(
             def scored_run(name: str, noisy_clients: frozenset, run_config: dict, clean: bool = False):
                 """One run scored with ADS and LOO on the paper's schedule (the clean one: no label noise)."""
                 return timed_start(
-                    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(seed_dir / name),
+                    ValuingStrategy(fedavg_without_evaluation(), utility, run_dir=str(seed_dir / name),
                                     methods=("ads", "loo"), sampler=PartitionSampler(
                                         config.clients_per_round, schedule=config.schedule, seed=seed),
                                     seed=seed, noisy_clients=noisy_clients, run_config=run_config,
@@ -209,7 +209,7 @@ def run_study(
                     if ranking == "random":
                         accepted = _random_acceptance(sampled, k, seed)
                     retrained = timed_start(
-                        ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, acceptance=Replay(accepted),
+                        ValuingStrategy(fedavg_without_evaluation(), utility, acceptance=Replay(accepted),
                                         methods=(), sampler=ReplaySampler(sampled), seed=seed,
                                         noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"),
                                         run_config={"seed": seed, "k": k, "ranking": ranking}),
@@ -229,7 +229,7 @@ def run_study(
     try:
         serve(make_client_app(loader, model_factory), main, num_supernodes=config.num_clients,
               num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=config.max_parallel_clients or None,
-              ray_address=config.ray_address or None)
+              ray_address=config.ray_address or None, num_gpus_per_client=config.num_gpus_per_client)
     finally:
         torch.set_num_threads(threads)
     timings["total"] = time.perf_counter() - started
@@ -313,9 +313,10 @@ def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[in
 
 def cli_main(config: NoisyClientsStudyConfig, options) -> int:
     """``fedvalue run noisy-clients-study``: run every seed and print the study's tables."""
-    result = run_study(config, options.out, overwrite=options.overwrite,
-                       on_run=None if options.quiet else lambda text: print(
-                           f"{text} (elapsed {options.elapsed():.1f}s)", flush=True))
+    from simulations.console import progress_bar
+
+    with progress_bar(config.seeds, "noisy-clients study", enabled=not options.quiet) as advance:
+        result = run_study(config, options.out, overwrite=options.overwrite, on_run=advance)
     accuracy, curve, metrics = result["accuracy"], result["detection"], result["metrics"]
     last = accuracy[accuracy["round"] == accuracy["round"].max()]
     print("final-round accuracy (mean over seeds):")

@@ -17,8 +17,11 @@ from the same random state.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import pickle
+import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -28,12 +31,32 @@ from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.ads import AdsSettings
-from fedvalue.archive import Checkpoint, RoundRecord, read_checkpoint, rewind, write_checkpoint, write_round_record
+from fedvalue import rundir
+from fedvalue.archive import (
+    Checkpoint,
+    RoundRecord,
+    checkpoint_files,
+    read_checkpoint,
+    record_path,
+    rewind,
+    write_checkpoint,
+    write_round_record,
+)
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.fair_books import FairnessBooks, fairness_round
 from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.fairness import GroupFairness
-from fedvalue.ledger import LedgerWriter
+from fedvalue.ledger import LedgerWriter, chain_heads
+from fedvalue.seals import (
+    MANIFEST_FILE,
+    SEALS_FILE,
+    Signer,
+    append_seal,
+    cut_seals,
+    read_seals,
+    seal_fields,
+    sha256_of,
+)
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from fedvalue.rounds import (
     VALUATION_METHODS,
@@ -61,6 +84,17 @@ from strategies.sampling import LearningSampler, Sampler
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
 PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
+
+
+class RunInterrupted(RuntimeError):
+    """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
+
+
+def aggregates_by_weighted_mean(strategy: Strategy) -> bool:
+    """Whether ``strategy`` aggregates by FedAvg's own ``aggregate_train``: FedAvg, FedProx
+    and their subclasses that do not override it (a user's ``MyFedAvg``)."""
+    return isinstance(strategy, PURE_WEIGHTED_MEAN) and type(strategy).aggregate_train in {
+        cls.aggregate_train for cls in PURE_WEIGHTED_MEAN}
 
 
 class ValuingStrategy(Strategy):
@@ -129,7 +163,14 @@ class ValuingStrategy(Strategy):
         the last committed round, the inner strategy and sampler are restored from the
         checkpoint (replacing the ones given), and :meth:`start` runs the remaining
         rounds of ``num_rounds`` from the checkpointed state. The same seed gives the
-        same ledger as an uninterrupted run.
+        same ledger as an uninterrupted run. Restoring UNPICKLES the saved server state,
+        which executes code: it is done only after the checkpoint's digest matches its
+        round's seal and the seal's head the recomputed hash chain (with ``sign_key``,
+        the seal's signature too); resume only runs you made or whose signer you trust.
+    sign_key
+        An Ed25519 private key (a PEM file from ``fedvalue keygen``, or a
+        :class:`fedvalue.seals.Signer`): each round's seal and the final manifest are
+        signed (:mod:`fedvalue.seals`), so ``fedvalue audit --public-key`` fails any rewrite.
     """
 
     def __init__(
@@ -160,6 +201,7 @@ class ValuingStrategy(Strategy):
         resume: bool = False,
         acceptance: Acceptance | None = None,
         fairness: GroupFairness | None = None,
+        sign_key: str | os.PathLike | Signer | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -212,6 +254,10 @@ class ValuingStrategy(Strategy):
             raise ValueError(f"fairness: the acceptance policy {self.acceptance!r} acts on fairness influences; "
                              "pass fairness=GroupFairness(...) (held-out data with a sensitive attribute).")
         self.fairness = fairness
+        self.signer = sign_key if sign_key is None or isinstance(sign_key, Signer) else Signer.from_file(sign_key)
+        #: Set (by a signal handler) to stop after the round in flight commits: RunInterrupted.
+        self.stop_requested = threading.Event()
+        self._num_rounds: int | None = None
         self._targets: list[int] = []
         self._idle_gradients: dict = {}
         # Round t's predicted loss changes, checked against the losses reported in round t + 1.
@@ -249,6 +295,7 @@ class ValuingStrategy(Strategy):
         check its actual loss change.
         """
         self.open_books()
+        self._num_rounds = num_rounds
         offset = 0 if self._resumed_from is None else self._resumed_from.round
         if offset >= num_rounds:
             raise ValueError(
@@ -266,7 +313,24 @@ class ValuingStrategy(Strategy):
             final = result.arrays if len(result.arrays) else initial_arrays
             gradients = self._query_gradients(grid, final, busy=set())
             self._check_first_order({c: g.loss for c, g in gradients.items()})
+        self._close_books()
         return result
+
+    def _close_books(self) -> None:
+        """The final manifest (:mod:`fedvalue.seals`), once every planned round committed."""
+        if self.ledger is None or not self.rounds or self.rounds[-1]["round"] != self._num_rounds:
+            return
+        self.ledger.close(self._num_rounds, sealed=True, signer=self.signer)
+
+    def _seal(self, server_round: int, head: str, checkpoint: tuple[str, str] | None) -> None:
+        """Round ``server_round``'s seal: its head and the digests of its record and checkpoint."""
+        run_dir = self.ledger.run_dir
+        record = record_path(run_dir, server_round).relative_to(run_dir).as_posix()
+        fields = seal_fields(
+            server_round, head, sha256_of(run_dir, record) if self.save_records else None,
+            None if checkpoint is None else {"npz": sha256_of(run_dir, checkpoint[0]),
+                                             "pkl": sha256_of(run_dir, checkpoint[1])})
+        append_seal(run_dir, fields, self.signer)
 
     def _server_state(self) -> bytes:
         """What resuming needs besides A_t: the inner strategy (optimizer moments), the sampler,
@@ -283,15 +347,47 @@ class ValuingStrategy(Strategy):
 
     def _restore(self) -> Checkpoint:
         """Cut the run directory back to its last checkpoint and take the server's state from it."""
-        checkpoint = read_checkpoint(self.ledger.run_dir)
-        rewind(self.ledger.run_dir, checkpoint)
+        run_dir = self.ledger.run_dir
+        if rundir.exists(run_dir, MANIFEST_FILE):
+            raise ValueError(f"resume: the run in {run_dir} already completed {len(self.ledger.committed_rounds())} "
+                             "rounds (it holds its final manifest); there is nothing to resume.")
+        checkpoint = read_checkpoint(run_dir)
+        rewind(run_dir, checkpoint)
+        cut_seals(run_dir, checkpoint.round)
+        if checkpoint.round:
+            self._check_checkpoint(checkpoint)
         self.ledger.write_parquet()
         if checkpoint.state is not None:
-            state = pickle.loads(checkpoint.state)
-            self.strategy, self.sampler, self.claims = state["strategy"], state["sampler"], state["claims"]
-            self._pending_first_order = state["pending_first_order"]
+            try:
+                state = pickle.loads(checkpoint.state)
+                strategy, sampler, claims = state["strategy"], state["sampler"], state["claims"]
+                pending = state["pending_first_order"]
+            except Exception as error:  # noqa: BLE001 - a state that does not restore is refused, whatever it raises
+                raise ValueError(f"resume: the server state saved with the checkpoint of round {checkpoint.round} "
+                                 f"does not restore ({type(error).__name__}: {error}).") from None
+            self.strategy, self.sampler, self.claims, self._pending_first_order = strategy, sampler, claims, pending
         self.rounds = self.ledger.committed_rounds()
         return checkpoint
+
+    def _check_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Before anything is unpickled: the checkpoint's files must be the ones round k's seal
+        committed to, the seal's head the recomputed chain's (and, with a key, the seal signed)."""
+        run_dir, k = self.ledger.run_dir, checkpoint.round
+        heads = chain_heads(run_dir)
+        seal = next((s for s in read_seals(run_dir) if s["round"] == k), None)
+        where = f"resume: the checkpoint of round {k} in {run_dir}"
+        if seal is None:
+            raise ValueError(f"{where} carries no seal in {SEALS_FILE}; it is not resumed (resuming unpickles it).")
+        if len(heads) != k or seal.get("head") != heads[-1]:
+            raise ValueError(f"{where}: its seal names another chain head than rounds.csv; not resumed.")
+        digests = seal.get("checkpoint") or {}
+        arrays_file = checkpoint_files(k)[0]
+        if digests.get("pkl") != hashlib.sha256(checkpoint.state).hexdigest() or \
+                digests.get("npz") != sha256_of(run_dir, arrays_file):
+            raise ValueError(f"{where} differs from the files its seal committed to; it was changed after the run "
+                             "wrote it and is not unpickled.")
+        if self.signer is not None and (problem := self.signer.verifier().problem(seal)) is not None:
+            raise ValueError(f"{where}: its seal is not signed by the given key ({problem}); not resumed.")
 
     def _archive_round(self, server_round: int, records: list[ClientReply], accepted: set,
                        gradients: Mapping[object, InferenceGradient], pure: bool) -> None:
@@ -408,7 +504,7 @@ class ValuingStrategy(Strategy):
                          gradients=self._idle_gradients)
         records, gradients, claim_flags = intake.records, intake.gradients, intake.claim_flags
         ok = [r for r in records if r.status == "ok"]
-        pure = type(self.strategy) in PURE_WEIGHTED_MEAN
+        pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
         aggregator = None if pure else CounterfactualAggregator(
             self.strategy, server_round,
@@ -458,16 +554,21 @@ class ValuingStrategy(Strategy):
         log_problems(server_round, records)
         if self.save_records:
             self._archive_round(server_round, records, accepted, gradients, pure)
-        if self.ledger is not None:
-            self.ledger.write_round(round_row, ledger_rows)
+        head = self.ledger.write_round(round_row, ledger_rows) if self.ledger is not None else None
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
         if self.checkpoint:  # after everything the next round depends on has seen this one
-            write_checkpoint(self.ledger.run_dir, server_round, realized, self._server_state())
+            write_checkpoint(self.ledger.run_dir, server_round, realized, self._server_state(),
+                             before_switch=lambda files: self._seal(server_round, head, files))
+        elif self.ledger is not None:
+            self._seal(server_round, head, None)
         self.rounds.append(round_row)
         self.last_valuation = valuation
         if self.on_round is not None:
             self.on_round(round_row)
+        if self.stop_requested.is_set() and server_round != self._num_rounds:  # the last round closes the books
+            where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
+            raise RunInterrupted(f"stopped on request after round {server_round} committed{where}")
         return live_arrays, live_metrics
 
     def _value(self, server_round: int, ok: list[ClientReply],

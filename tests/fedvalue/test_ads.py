@@ -378,7 +378,7 @@ def test_an_additive_game_stops_after_one_block_with_exact_values():
     assert float(result.stderr.max()) < 1e-15  # zero up to the rounding of the sums
 
 
-def test_cheaper_estimators_are_deterministic_and_never_chosen_by_auto():
+def test_cheaper_estimators_are_deterministic_and_auto_keeps_exact_where_it_is_cheaper():
     players = list("abcdef")
     first = fedvalue.ads(random_table_game(players, seed=4), [players], method="tmc", seed=11)
     second = fedvalue.ads(random_table_game(players, seed=4), [players], method="tmc", seed=11)
@@ -391,7 +391,7 @@ def test_cheaper_estimators_are_deterministic_and_never_chosen_by_auto():
     ({"truncation_tolerance": float("nan")}, "truncation_tolerance"),
     ({"stderr_target": 0.0}, "stderr_target: expected a finite number > 0 or None"),
     ({"stderr_target": True}, "stderr_target"),
-    ({"method": "gtg"}, "method: expected 'auto', 'exact', 'mc' or 'tmc'"),
+    ({"method": "gtg"}, "method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'"),
 ])
 def test_bad_options_name_the_parameter(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -493,7 +493,7 @@ def test_bad_delta(delta):
 
 
 def test_unknown_method():
-    with pytest.raises(ValueError, match="method: expected 'auto', 'exact', 'mc' or 'tmc'; got 'shapley'"):
+    with pytest.raises(ValueError, match="method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; got 'shapley'"):
         fedvalue.ads(square, [["a"]], method="shapley")
 
 
@@ -536,7 +536,7 @@ def test_ads_settings_are_checked_once_when_made_and_cannot_change():
 
     from fedvalue import AdsSettings
 
-    with pytest.raises(ValueError, match="method: expected 'auto', 'exact', 'mc' or 'tmc'; got 'bogus'"):
+    with pytest.raises(ValueError, match="method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; got 'bogus'"):
         AdsSettings(method="bogus")
     with pytest.raises(ValueError, match="stderr_target: expected a finite number > 0 or None"):
         AdsSettings(stderr_target=0.0)

@@ -31,6 +31,7 @@ def write_run(run_dir, rounds=3, clients=4, seed=0):
                             "utility_realized": after, "num_evaluations": 2**clients, "valuation_seconds": 0.01,
                             "ads_method": "ads-exact", "efficiency_gap": 0.0}, rows)
         before = after
+    writer.close(rounds)  # the final manifest: the run is complete
     return run_dir
 
 
@@ -83,12 +84,15 @@ def test_other_tampering_is_detected(tmp_path, tamper):
 
 def test_fedvalue_audit_exit_codes(tmp_path, capsys):
     run_dir = write_run(tmp_path)
-    assert main(["audit", str(run_dir)]) == 0
-    assert "intact" in capsys.readouterr().out
+    # No simulation rebuilds this run's utility: its values are not verifiable, and the audit fails closed.
+    assert main(["audit", str(run_dir)]) == 1
+    assert "NOT verifiable" in capsys.readouterr().out
+    assert main(["audit", str(run_dir), "--no-recompute"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": intact")
     text = (run_dir / "ledger.csv").read_text()
     first_value = text.splitlines()[1].split(",")[3]
     (run_dir / "ledger.csv").write_text(text.replace(first_value, repr(float(first_value) * 2), 1))
-    assert main(["audit", str(run_dir)]) == 1
+    assert main(["audit", str(run_dir), "--no-recompute"]) == 1
     assert "FAILED: hash chain" in capsys.readouterr().out
     # A missing run directory is bad input (exit 2), not a failed audit (exit 1).
     assert main(["audit", str(tmp_path / "nowhere")]) == 2
@@ -99,6 +103,7 @@ def test_a_parquet_copy_a_round_behind_is_stale_not_tampered(tmp_path):
     """A kill between a round's commit and the Parquet rewrite leaves the copy rounds
     behind: that passes with a note; a copy cut inside a round or with a changed value fails."""
     run_dir = write_run(tmp_path)
+    (run_dir / "manifest.json").unlink()  # a killed run has no final manifest
     ledger = pd.read_parquet(run_dir / "ledger.parquet")
     first_two = ledger[ledger["round"] <= 2]
     first_two.to_parquet(run_dir / "ledger.parquet", index=False)

@@ -21,7 +21,7 @@ from simulations.cli import main
     (["run", "noisy-clients", "--strategy", "fedsgd"], "strategy"),
     (["run", "noisy-clients", "--utility", "f1"], "utility"),
     (["run", "noisy-clients", "--schedule", "roundrobin"], "schedule"),
-    (["run", "noisy-clients", "--partition", "pathological"], "partition"),
+    (["run", "noisy-clients", "--partition", "natural-id"], "partition"),
     (["run", "reciprocity-federated", "--dataset", "digits"], "dataset"),
     (["run", "reciprocity", "--dataset", "mnist"], "dataset"),
     # k larger than the clients per round
@@ -59,6 +59,13 @@ from simulations.cli import main
     # MNIST without files, or with missing ones
     (["run", "noisy-clients", "--dataset", "mnist"], "mnist_path"),
     (["run", "noisy-clients", "--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "mnist_path"),
+    # sizes that would exhaust memory, nothing to book, an address nothing answers at (refused in seconds)
+    (["run", "noisy-clients", "--hidden", "1000000,1000000"], "hidden"),
+    (["run", "noisy-clients", "--valuation-workers", "100000"], "valuation_workers"),
+    (["run", "noisy-clients", "--methods", ""], "methods"),
+    (["run", "noisy-clients", "--ray-address", "127.0.0.1:1"], "ray_address"),
+    (["run", "noisy-clients", "--ray-address", "nowhere"], "ray_address"),
+    (["run", "noisy-clients", "--sign-key", "/nonexistent/key.pem"], "sign_key"),
 ])
 def test_bad_options_name_the_parameter_and_leave_nothing_behind(tmp_path, capsys, argv, named):
     out = tmp_path / "run"
@@ -69,6 +76,14 @@ def test_bad_options_name_the_parameter_and_leave_nothing_behind(tmp_path, capsy
     assert err.startswith(f"fedvalue: error: {named}:"), err
     assert "expected" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_an_out_directory_that_cannot_be_made_is_bad_input(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["run", "noisy-clients", "--out", str(blocker / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedvalue: error: out: expected a directory fedvalue can create and write"), err
 
 
 def write_idx(path, array: np.ndarray, *, magic_dtype: int = 0x08, compress: bool = False) -> None:

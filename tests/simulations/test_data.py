@@ -1,4 +1,4 @@
-"""Datasets, MNIST loaders on files written here, holdout split, partitions, label noise."""
+"""Datasets, MNIST loaders on files written here, holdout split, label noise."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from simulations.data import (
     Dataset,
     flip_labels,
     load_dataset,
-    partition_dirichlet,
-    partition_iid,
     split_holdout,
 )
 
@@ -187,6 +185,25 @@ def test_corrupt_gzip_is_a_value_error(tmp_path):
         load_dataset("mnist", mnist_path=directory)
 
 
+def test_compressed_bombs_are_refused_past_the_cap_before_they_fill_memory(tmp_path, monkeypatch):
+    """A gzip IDX file or an .npz that unpacks past MAX_DATA_BYTES is refused (the cap is
+    lowered here so that the bomb is small: 4 MB of zeros compress to 4 KB)."""
+    import simulations.data as data_module
+
+    directory = write_idx_dir(tmp_path / "mnist", fake_mnist(), gz=True)
+    monkeypatch.setattr(data_module, "MAX_DATA_BYTES", 1_000_000)
+    bomb = gzip.compress(bytes([0, 0, 8, 3]) + bytes(4_000_000))
+    assert len(bomb) < 10_000
+    (directory / "train-images-idx3-ubyte.gz").write_bytes(bomb)
+    with pytest.raises(ValueError, match="mnist_path: .* unpacks to more than 1000000 bytes"):
+        load_dataset("mnist", mnist_path=directory)
+    archive = tmp_path / "bomb.npz"
+    np.savez_compressed(archive, x_train=np.zeros((2000, 28, 28), np.uint8), y_train=np.zeros(2000, np.uint8),
+                        x_test=np.zeros((1, 28, 28), np.uint8), y_test=np.zeros(1, np.uint8))
+    with pytest.raises(ValueError, match="mnist_path: .* unpacks to .* bytes, more than 1000000"):
+        load_dataset("mnist", mnist_path=archive)
+
+
 def test_bad_npz_files_raise_value_errors_naming_mnist_path(tmp_path):
     x_train, y_train, x_test, y_test = fake_mnist()
     missing_key = tmp_path / "missing.npz"
@@ -240,74 +257,6 @@ def test_split_holdout_regression_and_bad_fractions():
     tiny = indexed_dataset(np.array([0, 1], dtype=np.int64), 2)
     with pytest.raises(ValueError, match="holdout_fraction: .* empty"):
         split_holdout(tiny, 0.1, seed=0)
-
-
-def test_seed_must_be_a_seed():
-    with pytest.raises(ValueError, match="seed: expected a non-negative int"):
-        partition_iid(10, 2, seed=-1)
-    with pytest.raises(ValueError, match="seed"):
-        partition_iid(10, 2, seed=1.5)
-
-
-# --- partitions ----------------------------------------------------------------------------
-
-
-def assert_disjoint_and_covering(parts: list[np.ndarray], num_examples: int) -> None:
-    joined = np.concatenate(parts)
-    assert len(joined) == num_examples
-    np.testing.assert_array_equal(np.sort(joined), np.arange(num_examples))
-
-
-@settings(max_examples=50, deadline=None)
-@given(num_examples=st.integers(1, 300), data=st.data())
-def test_partition_iid_is_disjoint_covering_and_balanced(num_examples, data):
-    num_partitions = data.draw(st.integers(1, num_examples))
-    seed = data.draw(st.integers(0, 2**32))
-    parts = partition_iid(num_examples, num_partitions, seed=seed)
-    assert len(parts) == num_partitions
-    assert_disjoint_and_covering(parts, num_examples)
-    sizes = [len(p) for p in parts]
-    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
-    assert all(part.dtype == np.int64 for part in parts)
-    for again, part in zip(partition_iid(num_examples, num_partitions, seed=seed), parts):
-        np.testing.assert_array_equal(again, part)
-
-
-def test_partition_iid_rejects_more_partitions_than_examples():
-    with pytest.raises(ValueError, match="num_partitions: expected at most num_examples=3"):
-        partition_iid(3, 4, seed=0)
-    with pytest.raises(ValueError, match="num_partitions"):
-        partition_iid(3, 0, seed=0)
-
-
-def mean_top_class_share(labels: np.ndarray, parts: list[np.ndarray]) -> float:
-    return float(np.mean([np.bincount(labels[p]).max() / len(p) for p in parts]))
-
-
-def test_partition_dirichlet_covers_and_low_alpha_skews_labels():
-    labels = load_dataset("digits").y
-    skewed = partition_dirichlet(labels, 10, alpha=0.1, seed=0, min_partition_size=10)
-    near_iid = partition_dirichlet(labels, 10, alpha=1000.0, seed=0, min_partition_size=10)
-    for parts in (skewed, near_iid):
-        assert_disjoint_and_covering(parts, len(labels))
-        assert min(len(p) for p in parts) >= 10
-    # 10 balanced classes: an iid partition's top class holds ~10-15%; alpha=0.1 concentrates.
-    assert mean_top_class_share(labels, near_iid) < 0.2
-    assert mean_top_class_share(labels, skewed) > 0.5
-    for again, part in zip(partition_dirichlet(labels, 10, alpha=0.1, seed=0, min_partition_size=10), skewed):
-        np.testing.assert_array_equal(again, part)
-
-
-def test_partition_dirichlet_impossible_minimums_raise():
-    labels = np.repeat(np.arange(3), 5).astype(np.int64)
-    with pytest.raises(ValueError, match="min_partition_size: 4 partitions of at least 4 need 16"):
-        partition_dirichlet(labels, 4, alpha=1.0, seed=0, min_partition_size=4)
-    with pytest.raises(ValueError, match="alpha: no Dirichlet"):
-        partition_dirichlet(labels, 15, alpha=0.01, seed=0, min_partition_size=1, max_attempts=5)
-    with pytest.raises(ValueError, match="alpha: expected a finite number > 0"):
-        partition_dirichlet(labels, 2, alpha=0, seed=0)
-    with pytest.raises(ValueError, match="labels: expected a non-empty 1-D integer array"):
-        partition_dirichlet(labels.astype(float), 2, alpha=1.0, seed=0)
 
 
 # --- label noise ([ADS] App. C.2) -------------------------------------------------------

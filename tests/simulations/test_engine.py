@@ -17,7 +17,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from clients import ClientData, get_model_arrays, make_client_app
-from simulations.data import load_dataset, partition_iid
+from simulations.data import load_dataset
+from simulations.partitions import partition_iid
 from simulations.engine import (
     EngineStoppedError,
     _StoppableGrid,

@@ -77,7 +77,10 @@ def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, cap
     assert 2 <= done < 4
     killed = load_run(second)  # every completed round is readable as it stands
     assert list(killed.rounds["round"]) == list(range(1, done + 1))
-    assert main(["audit", str(second)]) == 0
+    capsys.readouterr()
+    assert main(["audit", str(second)]) == 1  # nothing failed, but an incomplete run is not verifiable
+    out = capsys.readouterr().out
+    assert "FAILED" not in out and "is incomplete" in out
     assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 0
     # Same seed, same books, byte for byte, interrupted or not.
     assert (booked_run / "ledger.csv").read_bytes() == (second / "ledger.csv").read_bytes()
@@ -135,3 +138,30 @@ def test_run_help_lists_simulations_and_parameters(capsys):
         main(["run", "--help"])
     out = capsys.readouterr().out
     assert "noisy-clients" in out and "--clients-per-round" in out and "--flip-probability" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_run_and_it_resumes(tmp_path, signum, capsys):
+    """Ctrl-C sent to the CLI's process once round 1 committed: the round in flight commits and
+    the process exits 130. SIGTERM: Ray's own handler ends the process at once (non-zero).
+    Either way the run is incomplete, not failed, and resumes to the end."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *SMALL]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while committed_rounds(run_dir) < 1 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signum)
+    output = process.communicate(timeout=240)[0].decode()
+    if signum == signal.SIGINT:
+        assert process.returncode == 130, output
+        assert "stopping after the round in flight commits" in output and "interrupted" in output
+    else:
+        assert process.returncode != 0, output
+    done = committed_rounds(run_dir)
+    assert 1 <= done < 4
+    assert main(["audit", str(run_dir)]) == 1
+    assert "FAILED" not in capsys.readouterr().out
+    assert main(["run", "noisy-clients", "--resume", str(run_dir), "--quiet"]) == 0
+    assert main(["audit", str(run_dir)]) == 0

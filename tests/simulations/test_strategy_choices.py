@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from simulations import simulate
 from simulations.api import NoClientValued
 from simulations.cli import main
 from simulations.models import make_mlp
-from simulations.strategy_choices import STRATEGIES, STRATEGY_PARAMETERS
+from simulations.strategy_choices import STRATEGIES, STRATEGY_PARAMETERS, build_strategy, fedavg_without_evaluation
 
 TINY = ["--num-clients", "6", "--rounds", "2", "--clients-per-round", "3", "--local-epochs", "3",
         "--hidden", "16", "--quiet"]
@@ -35,9 +36,9 @@ def test_fedmedian_and_server_side_dp_noise_run_on_ray_value_exactly_and_pass_th
         assert (run.rounds["utility_after"] == run.rounds["utility_realized"]).all()
         assert (run.rounds["efficiency_gap"].abs() < 1e-9).all()
         capsys.readouterr()
-        assert main(["audit", str(tmp_path / name)]) == 0
+        assert main(["audit", str(tmp_path / name)]) == 1  # fails closed: their values cannot be replayed
         out = capsys.readouterr().out
-        assert "intact" in out and "were NOT recomputed" in out  # it says what it could not recompute
+        assert "NOT verifiable" in out and "were NOT recomputed" in out and "FAILED" not in out
     # The server's generators are seeded from the run's seed: the same seed draws the same DP noise.
     assert (tmp_path / "dp" / "ledger.csv").read_bytes() == (tmp_path / "dp-again" / "ledger.csv").read_bytes()
     assert (tmp_path / "median" / "ledger.csv").read_bytes() != (tmp_path / "dp" / "ledger.csv").read_bytes()
@@ -90,3 +91,30 @@ def test_every_strategy_reads_only_declared_parameters_and_help_lists_them(capsy
         main(["run", "noisy-clients", "--help"])
     out = capsys.readouterr().out
     assert all(f"--{p.replace('_', '-')}" in out for p in STRATEGY_PARAMETERS)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_no_strategy_announces_the_federated_evaluation_it_skips_on_purpose():
+    from simulations.noisy_clients import NoisyClientsConfig
+
+    flower, records = logging.getLogger("flwr"), _Records()
+    flower.addHandler(records)
+    try:
+        FedAvg(fraction_evaluate=0.0)  # Flower's own warning, seen by this handler
+        assert any("Federated evaluation will be skipped" in m for m in records.messages)
+        records.messages.clear()
+        fedavg_without_evaluation()
+        for name in STRATEGIES:
+            build_strategy(NoisyClientsConfig(strategy=name, clients_per_round=30), 30)
+    finally:
+        flower.removeHandler(records)
+    assert not [m for m in records.messages if "Federated evaluation will be skipped" in m]
+    assert FedAvg(fraction_evaluate=0.0).fraction_evaluate == 0.0  # the filter is gone again

@@ -17,10 +17,10 @@ from flwr.serverapp.strategy import FedAvg, FedAvgM
 
 from fedvalue.archive import read_round_record, round_record_paths, write_round_record
 from fedvalue.audit import audit_run
-from fedvalue.ledger import chain_hash, csv_lines, genesis_hash
-from fedvalue.schema import ROUND_COLUMNS
 from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.records import numpy_to_arrays
+
+from tests.fedvalue.forgery import rechain, reseal
 
 from .inprocess import InProcessGrid, set_server_identity
 from .test_faults import nan_handler
@@ -44,19 +44,6 @@ def flows_run(run_dir, strategy_class=ValuingStrategy, inner=None, **options):
 def fedavg_run(tmp_path_factory):
     set_server_identity()
     return flows_run(tmp_path_factory.mktemp("fedavg"))
-
-
-def rechain(run_dir) -> None:
-    """What a forger does after changing ledger.csv: recompute every hash of rounds.csv."""
-    ledger_lines = (run_dir / "ledger.csv").read_text().splitlines(keepends=True)[1:]
-    with open(run_dir / "rounds.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    previous = genesis_hash(run_dir)
-    for row in rows:
-        body = csv_lines(ROUND_COLUMNS[:-1], [row])[0]
-        mine = [line for line in ledger_lines if line.split(",", 1)[0] == row["round"]]
-        row["hash"] = previous = chain_hash(previous, mine, body)
-    (run_dir / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
 
 
 def test_an_honest_run_recomputes_exactly(fedavg_run):
@@ -109,6 +96,9 @@ def test_a_changed_saved_reply_is_caught(tmp_path, fedavg_run):
     record.replies[client] = {k: v * np.float32(1.01) for k, v in record.replies[client].items()}
     write_round_record(run_dir, record)
     report = audit_run(run_dir, utility=utility())
+    assert any("its digest is not the one its round's seal committed to" in p for p in report.problems)
+    reseal(run_dir)  # a forger also rewrites the seals and the manifest
+    report = audit_run(run_dir, utility=utility())
     assert not report.ok
     assert any("recompute: round 1" in p for p in report.problems)
 
@@ -135,9 +125,10 @@ def test_selection_and_rejected_replies_are_recomputed(tmp_path, linear_utility)
 def test_rounds_of_other_strategies_are_said_to_be_unrecomputed(tmp_path):
     run_dir = flows_run(tmp_path / "momentum", inner=FedAvgM(fraction_evaluate=0.0, server_momentum=0.9))
     report = audit_run(run_dir, utility=utility())
-    assert report.ok, report.problems
+    assert report.ok, report.problems  # nothing failed, but the audit fails closed: not verifiable, not intact
+    assert not report.intact and report.verdict == "NOT verifiable"
     assert any("rounds [1, 2, 3] aggregate through FedAvgM's own code: their values were NOT recomputed" in c
-               for c in report.checks)
+               for c in report.unverifiable)
 
 
 def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_utility):
@@ -159,4 +150,17 @@ def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_ut
         record = read_round_record(path)
         record.meta["seed"] = 12
         write_round_record(run_dir, record)
+    reseal(run_dir)
     assert not audit_run(run_dir, utility=linear_utility).ok
+
+
+class MyFedAvg(FedAvg):
+    """A user's FedAvg subclass that keeps FedAvg's aggregation (the README's example)."""
+
+
+def test_a_fedavg_subclass_keeping_its_aggregation_is_recomputed(tmp_path, fedavg_run):
+    run_dir = flows_run(tmp_path / "mine", inner=MyFedAvg(fraction_evaluate=0.0))
+    report = audit_run(run_dir, utility=utility())
+    assert report.intact, (report.problems, report.unverifiable)
+    assert any("recomputed every value of 3 rounds" in c for c in report.checks)
+    assert (run_dir / "ledger.csv").read_bytes() == (fedavg_run / "ledger.csv").read_bytes()

@@ -21,6 +21,7 @@ from fedvalue.archive import read_checkpoint, read_round_record, round_record_pa
 from fedvalue.audit import audit_run
 from fedvalue.ledger import load_run
 from strategies import ValueWeightedSampler, ValuingStrategy
+from strategies.valuing import RunInterrupted
 from strategies.records import numpy_to_arrays
 
 from .inprocess import set_server_identity
@@ -113,7 +114,7 @@ def test_records_hold_each_rounds_start_state_and_replies(uninterrupted):
 
 def test_resuming_a_finished_run_or_with_another_configuration_is_refused(tmp_path, uninterrupted):
     reference_dir, _ = uninterrupted
-    with pytest.raises(ValueError, match="num_rounds: the run .* already completed 4 rounds"):
+    with pytest.raises(ValueError, match="the run .* already completed 4 rounds"):
         run(make_strategy(reference_dir, resume=True))
     with pytest.raises(Crash):
         run(make_strategy(tmp_path, crash_after=1))
@@ -126,3 +127,19 @@ def test_resuming_a_finished_run_or_with_another_configuration_is_refused(tmp_pa
     with pytest.raises(ValueError, match="resume: expected a run directory holding run.json"):
         ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path / "empty"), resume=True).open_books()
     assert other() is not None
+
+
+def test_a_stop_request_ends_the_run_after_the_round_in_flight_and_it_resumes(tmp_path, uninterrupted):
+    """What SIGINT/SIGTERM do (simulations.engine.stop_on_signals sets the event): the round in
+    flight commits, then RunInterrupted; the run is incomplete, unfailed, and resumes to the
+    uninterrupted ledger and its final manifest."""
+    reference_dir, _ = uninterrupted
+    strategy = make_strategy(tmp_path)
+    strategy.on_round = lambda row: strategy.stop_requested.set() if row["round"] == 2 else None
+    with pytest.raises(RunInterrupted, match="stopped on request after round 2 committed"):
+        run(strategy)
+    report = audit_run(tmp_path)
+    assert report.ok and not report.intact and any("incomplete" in u for u in report.unverifiable)
+    run(make_strategy(tmp_path, resume=True))
+    assert (tmp_path / "ledger.csv").read_bytes() == (reference_dir / "ledger.csv").read_bytes()
+    assert (tmp_path / "manifest.json").exists() and audit_run(tmp_path).ok

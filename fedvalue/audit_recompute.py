@@ -1,0 +1,229 @@
+"""The audit's recomputation: every recomputable field of a round's books, from its record.
+
+For a round aggregated by the FedAvg family the round game is rebuilt from the record
+(A_{t−1}, the replies and their weights) and booked again by the writer's own
+:func:`fedvalue.books.book_round`: ADS and LOO with their standard errors (MC reruns with
+the recorded seed, round t's generator ``[seed, t]``), v_t(∅), v_t(I_t), U(A_t) (A_t =
+the weighted mean of the accepted replies, which must also be the next round's start
+state), the harm of rejected replies, the ``selected`` marks and the TracIn flows. Every
+ledger row of the round must then equal the recomputed one in ``value``, ``stderr``,
+``status``, ``num_examples`` (the weight, when the strategy weighs by examples) and
+``noisy`` (when the run's noisy clients are known), the round must book exactly the
+recomputed rows, and its ``rounds.csv`` row must equal the recomputed one in
+``clients``, ``num_clients``, ``num_failed``, the utilities, ``num_evaluations``,
+``ads_method``, ``efficiency_gap`` and ``num_unaggregatable``. The record's valuation
+settings, methods and seed must equal run.json's where run.json names them, and its
+sampled clients the sampler's choice where the caller knows the sampler.
+
+A round that booked fairness (:mod:`fedvalue.fair_books`) is recomputed with the run's
+fairness objective too: ``ads_fairness``, ``loo_fairness``, ``fairness_influence``, the
+clients a drop-K or I-JACK rule accepts and the I-JACK factors (re-derived from the
+recomputed influences and the rule saved in the record; A_t is then the mean weighted by
+n_u w_u), and group efficiency of ``ads_fairness``.
+
+Not recomputable from the files (only a signature or a published head protects them):
+``valuation_seconds`` (a timing), the ``reason`` of failed clients, claim-review rows,
+and which client sent which arrays when the books stay consistent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fedvalue.ads import AdsSettings
+from fedvalue.archive import RoundRecord
+from fedvalue.books import ClientEntry, book_round
+from fedvalue.fair_books import FairnessBooks, fairness_round, policy_outcome
+from fedvalue.fairness import GroupFairness
+from fedvalue.rounds import ArraysUtility, fedavg_round_game, round_rng, value_round, weighted_mean
+from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED
+
+#: Weight key of strategies that weigh replies by their example counts.
+NUM_EXAMPLES_KEY = "num-examples"
+#: run.json keys -> the record's valuation settings they fix (the CLI simulations write them).
+SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "delta",
+                "truncation_tolerance": "truncation_tolerance", "stderr_target": "stderr_target"}
+
+
+def close(booked, recomputed, tolerance: float) -> bool:
+    """Equal up to ``tolerance`` × max(1, |booked|); missing equals missing only."""
+    missing_booked = booked is None or (isinstance(booked, float) and math.isnan(booked))
+    if missing_booked or recomputed is None:
+        return missing_booked and recomputed is None
+    try:
+        return abs(float(booked) - float(recomputed)) <= tolerance * max(1.0, abs(float(booked)))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
+    """Where the record's estimator, methods or seed disagree with run.json."""
+    meta, problems = record.meta, []
+    valuation = meta.get("valuation") or {}
+    for key, field in SETTING_KEYS.items():
+        if key in config:
+            expected = config[key] or None if key == "stderr_target" else config[key]
+            if valuation.get(field) != expected:
+                problems.append(f"its {field} is {valuation.get(field)!r}, run.json says {expected!r}")
+    if "methods" in config and list(meta.get("methods", [])) != list(config["methods"]):
+        problems.append(f"its methods are {meta.get('methods')!r}, run.json says {config['methods']!r}")
+    if "seed" in config and meta.get("seed") != config["seed"]:
+        problems.append(f"its seed is {meta.get('seed')!r}, run.json says {config['seed']!r}")
+    return problems
+
+
+def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, accepted: list,
+                    settings: AdsSettings) -> tuple[FairnessBooks, dict, list[str]]:
+    """A round's fairness books from its record, the I-JACK factors, and where the recorded
+    rule's choice or ``ads_fairness``'s group efficiency disagree."""
+    meta, problems, factors = record.meta, [], {}
+    fair = fairness_round(fairness, ok, record.start_arrays, [record.replies[c] for c in ok],
+                          [record.weights[c] for c in ok], methods=meta["methods"], settings=settings,
+                          seed=round_rng(meta["seed"], record.round))
+    rule = meta["fairness"].get("rule")
+    if rule and ok:
+        chosen, rule_factors = policy_outcome(rule, fair.influences)
+        if chosen != set(accepted):
+            problems.append(f"round {record.round}: the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the "
+                            f"recomputed fairness influences; the record accepted {sorted(accepted, key=str)}")
+        if rule_factors is not None:
+            factors = rule_factors
+            fair = FairnessBooks(fair.valuation, fair.influences, fair.utility, factors)
+    if fair.valuation is not None and "ads" in fair.valuation.results:
+        values = fair.valuation.results["ads"].values
+        gap = float(values.sum()) - (fair.valuation.utility_after - fair.valuation.utility_before)
+        if not abs(gap) <= 1e-9 * max(1.0, float(np.abs(values).sum())):
+            problems.append(f"round {record.round}: ads_fairness breaks group efficiency by {gap:.3g}")
+    return fair, factors, problems
+
+
+def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: Collection | None,
+                    fairness: GroupFairness | None = None):
+    """The books of one FedAvg-family round rebuilt from its record alone, A_t, whether
+    weights are example counts, and the fairness rule's disagreements."""
+    statuses, meta = record.statuses, record.meta
+    ok = [c for c in record.replies if statuses.get(c) == STATUS_OK]
+    accepted = [c for c in ok if c in set(record.accepted)]
+    settings = AdsSettings(**meta["valuation"])
+    valuation = None
+    if ok:
+        game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
+                                 [record.weights[c] for c in ok], utility)
+        valuation = value_round(game, meta["methods"], settings, seed=round_rng(meta["seed"], record.round))
+    fair, factors, problems = None, {}, []
+    if "fairness" in meta and fairness is not None:
+        fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings)
+    rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
+    # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
+    aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
+    realized = None
+    if aggregated:
+        with np.errstate(all="ignore"):
+            realized = weighted_mean([record.replies[c] for c in aggregated],
+                                     [record.weights[c] * factors[c] if c in factors else record.weights[c]
+                                      for c in aggregated])
+    by_examples = meta.get("weighted_by_key", NUM_EXAMPLES_KEY) == NUM_EXAMPLES_KEY
+
+    def entry(client, status) -> ClientEntry:
+        weight = record.weights.get(client)
+        count = int(weight) if by_examples and status in (STATUS_OK, STATUS_REJECTED) and weight is not None else None
+        return ClientEntry(client, status, weight, count)
+
+    # Replies in reply order (the order their sums were taken in), then the clients without one.
+    entries = [entry(c, statuses[c]) for c in record.replies if c in statuses]
+    entries += [entry(c, status) for c, status in statuses.items() if c not in record.replies]
+    books = book_round(record.round, entries, valuation, methods=meta["methods"], start_arrays=record.start_arrays,
+                       replies=record.replies, accepted=accepted, realized=realized, utility=utility,
+                       gradients=record.gradients if meta.get("flows") else None,
+                       noisy_clients=noisy_clients, book_selection=bool(meta.get("selection")), fairness=fair)
+    books.round_row["num_unaggregatable"] = 0
+    return books, realized, by_examples, problems
+
+
+def _text(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    return str(value)
+
+
+def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFrame, round_row: Mapping,
+                   tolerance: float, *, noisy_clients: Collection | None,
+                   next_start: Mapping[str, np.ndarray] | None,
+                   fairness: GroupFairness | None = None) -> tuple[list[str], float]:
+    """What in round t's booked ``rows`` (its ledger rows) and ``round_row`` differs from
+    the recomputation, and the largest value difference seen."""
+    t = record.round
+    books, realized, by_examples, problems = recompute_books(record, utility, noisy_clients, fairness)
+    worst = 0.0
+    expected = {(row["method"], str(row["client_id"])): row for row in books.ledger_rows}
+    booked = {}
+    for row in rows.to_dict("records"):
+        if str(row["method"]).startswith(CLAIM_PREFIX):
+            continue  # claim flags book what clients claimed: not in the record
+        booked[(str(row["method"]), str(row["client_id"]))] = row
+    missing = [key for key in expected if key not in booked]
+    extra = [key for key in booked if key not in expected]
+    if missing:
+        problems.append(f"round {t}: the books lack rows the record implies: {missing[:4]}")
+    if extra:
+        problems.append(f"round {t}: rows booked that the record does not imply: {extra[:4]}")
+    for key, want in expected.items():
+        got = booked.get(key)
+        if got is None:
+            continue
+        method, client = key
+        for column in ("value", "stderr"):
+            value = None if pd.isna(got[column]) else got[column]
+            if not close(value, want[column], tolerance):
+                problems.append(f"round {t} {method} of client {client}: {column} is booked {value!r}; the saved "
+                                f"arrays give {want[column]!r}")
+            elif column == "value" and value is not None and want[column] is not None:
+                worst = max(worst, abs(float(value) - float(want[column])))
+        if got["status"] != want["status"]:
+            problems.append(f"round {t} {method} of client {client}: status is booked {got['status']!r}; the record "
+                            f"says {want['status']!r}")
+        if by_examples and want["status"] in (STATUS_OK, STATUS_REJECTED) and _text(got["num_examples"]).removesuffix(".0") != _text(want["num_examples"]):
+            problems.append(f"round {t} {method} of client {client}: num_examples is booked "
+                            f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want['num_examples'])!r}")
+        if noisy_clients is not None and _text(got["noisy"]).lower() != _text(want["noisy"]).lower():
+            problems.append(f"round {t} client {client}: noisy is booked {_text(got['noisy']).lower()!r}; the run's noisy "
+                            f"clients give {_text(want['noisy']).lower()!r}")
+    for column, want in books.round_row.items():
+        if column in ("round", "valuation_seconds"):
+            continue
+        got = round_row.get(column)
+        if column in ("utility_before", "utility_after", "utility_realized", "efficiency_gap"):
+            got = None if got is None or pd.isna(got) else got
+            same = close(got, want, tolerance) or (column == "efficiency_gap" and got is not None and want is not None
+                                                    and abs(float(got) - float(want)) <= tolerance)
+        else:
+            same = _text(got).removesuffix(".0") == _text(want)
+        if not same:
+            problems.append(f"round {t} {column}: booked {_text(got)!r} in rounds.csv; the saved arrays give "
+                            f"{_text(want)!r}")
+    if realized is not None and next_start is not None and (
+        set(realized) != set(next_start)
+        or not all(np.array_equal(realized[k], next_start[k]) for k in next_start)
+    ):
+        problems.append(f"round {t}: the state after it is not the weighted mean of its accepted replies (the next "
+                        "round started elsewhere)")
+    return problems, worst
+
+
+def sample_problems(record: RoundRecord, sampled: Callable[[int], Sequence] | None) -> list[str]:
+    """Where the record's sampled clients are not the sampler's choice for its round."""
+    if sampled is None:
+        return []
+    expected = [str(c) for c in sampled(record.round)]
+    got = [str(c) for c in record.statuses]
+    if sorted(got) != sorted(expected):
+        return [f"round {record.round}: clients {sorted(got)} were booked; the run's sampler chose {sorted(expected)}"]
+    replied = [str(c) for c in record.replies]
+    if replied != [c for c in expected if c in replied]:
+        return [f"round {record.round}: replies are recorded in the order {replied}; the engine returns them in the "
+                f"order sent, {[c for c in expected if c in replied]}"]
+    return []
