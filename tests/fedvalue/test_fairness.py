@@ -37,6 +37,13 @@ def state_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy().astype(np.float64) for k, v in model.state_dict().items()}
 
 
+def mlp_objective(gap: str) -> tuple[GroupFairness, dict[str, np.ndarray]]:
+    """A small MLP's relaxed ``gap`` on the held-out rows, and the MLP's state."""
+    model = mlp()
+    x, y, z = heldout()
+    return GroupFairness(model, x, y, z, gap=gap), state_of(model)
+
+
 def flat(arrays, keys):
     return np.concatenate([np.ravel(arrays[k]) for k in keys])
 
@@ -53,10 +60,7 @@ def test_hard_gaps_are_differences_of_group_rates():
 
 @pytest.mark.parametrize("gap", GAPS)
 def test_relaxed_gap_gradient_matches_finite_differences(gap):
-    x, y, z = heldout()
-    model = mlp()
-    fairness = GroupFairness(model, x, y, z, gap=gap)
-    arrays = state_of(model)
+    fairness, arrays = mlp_objective(gap)
     grad = fairness.gradient(arrays)
     keys = list(arrays)
     rng = np.random.default_rng(3)
@@ -96,10 +100,7 @@ def test_one_logit_models_use_the_sigmoid():
 
 @pytest.mark.parametrize("gap", GAPS)
 def test_first_order_influence_matches_the_actual_change_for_small_steps(gap):
-    x, y, z = heldout()
-    model = mlp()
-    fairness = GroupFairness(model, x, y, z, gap=gap)
-    start = state_of(model)
+    fairness, start = mlp_objective(gap)
     rng = np.random.default_rng(5)
     replies = {c: {k: v + rng.normal(scale=0.3, size=v.shape) for k, v in start.items()} for c in "abcd"}
     weights = {"a": 10, "b": 30, "c": 5, "d": 55}
