@@ -59,15 +59,16 @@ class Outcome:
 def run(setup: Setup, build_strategy: Callable[[], Strategy], *, wrapped: bool,
         mods: Sequence = (), valuing_options: dict | None = None) -> Outcome:
     """One run on fresh clients, from the same global random state every time
-    (``valuing_options``: more keywords for the wrapper)."""
+    (``valuing_options``: more keywords for the wrapper; ``utility`` replaces the setup's)."""
     random.seed(1234)
     np.random.seed(1234)
     torch.manual_seed(1234)
     inner = build_strategy()
     nodes = {4000 + 13 * pid: pid for pid in range(setup.num_clients)}
     grid = ClientAppGrid(make_client_app(setup.load_client, setup.model_factory, mods=list(mods)), nodes)
-    valuing = (ValuingStrategy(inner, setup.make_utility(), methods=("ads", "loo"), ads_method="exact",
-                               **dict(valuing_options or {}))
+    options = dict(valuing_options or {})
+    utility = options.pop("utility", None) or setup.make_utility()
+    valuing = (ValuingStrategy(inner, utility, methods=("ads", "loo"), ads_method="exact", **options)
                if wrapped else None)
     result = (valuing or inner).start(grid, setup.initial_arrays(), num_rounds=setup.rounds, timeout=60,
                                       train_config=ConfigRecord(setup.train_config))

@@ -15,7 +15,7 @@ from fedvalue.audit import audit_run
 from fedvalue.fair_books import policy_outcome
 from fedvalue.fairness import GroupFairness, drop_k, ijack_factors
 from fedvalue.ledger import load_run
-from strategies import FairDropK, FairReweight, TopK, ValuingStrategy
+from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.sampling import PartitionSampler
 
 from .bare_and_wrapped import assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
@@ -80,6 +80,21 @@ def test_ijack_and_drop_k_act_on_the_booked_influences_and_the_audit_recomputes_
         assert {c for c, v in marks.items() if v == 0.0} == out
     report = audit_run(dropped.ledger.run_dir, utility=SETUP.make_utility(), fairness=fairness)
     assert report.intact, (report.problems, report.unverifiable)
+
+
+def test_valuing_on_fairness_alone_gives_the_fairness_books_of_a_run_that_books_both(tmp_path):
+    # U = −gap as the run's only utility: its ADS and LOO are the ads_fairness and
+    # loo_fairness rows booked beside accuracy (same rounds, same game, same estimator).
+    both = booked_run(tmp_path, AcceptAll(), "both")
+    alone = run(SETUP, fedavg, wrapped=True,
+                valuing_options={"utility": fairness_objective(), "run_dir": str(tmp_path / "alone"),
+                                 "sampler": PartitionSampler(SETUP.num_clients, seed=0)}).valuing
+    for method in ("ads", "loo"):
+        expected = rows(both, f"{method}_fairness")[["round", "client_id", "value"]].reset_index(drop=True)
+        got = rows(alone, method)[["round", "client_id", "value"]].reset_index(drop=True)
+        assert len(got) == SETUP.num_clients * SETUP.rounds
+        pd.testing.assert_frame_equal(got, expected)
+    assert not (rows(both, "ads")["value"].to_numpy() == rows(both, "ads_fairness")["value"].to_numpy()).all()
 
 
 def test_the_audit_catches_a_changed_influence(tmp_path):
