@@ -13,10 +13,14 @@ Runs, one after the other in this process:
    ``clients.app.train_client`` with the same seeds, the same valuation
    (``fedavg_round_game`` + ``value_round``) and the same top-k retrains, in one process.
 
-Prints the shares of training, valuation and engine overhead, the ratio of the
-engine's wall time to the bare arithmetic's, and whether both produced the same
+Prints where the engine run's time goes (engine start and stop, waiting for training
+replies split into the clients' handlers and the messaging around them, the partition
+queries, the server's valuation and books), the same for the bare arithmetic, the ratio
+of the engine's wall time to the bare arithmetic's, and whether both produced the same
 accuracies (they do, to the bit: the bare side uses one torch thread, as the engine's
-Ray clients and the study's server process do).
+Ray clients and the study's server process do). The clients' handler times come from a
+client mod writing each ``train`` handler's duration to a file (``--study-dir`` runs
+have none).
 """
 
 from __future__ import annotations
@@ -43,6 +47,29 @@ from fedvalue.selection import top_k  # noqa: E402
 from simulations.noisy_clients import build  # noqa: E402
 from simulations.study import RANKINGS, NoisyClientsStudyConfig, _base, run_study  # noqa: E402
 from strategies.sampling import PartitionSampler  # noqa: E402
+
+
+def _timed_training(log_path: str, message, context, call_next):
+    """Client mod: append ``pid seconds`` of the ``train`` handler to ``log_path``."""
+    started = time.perf_counter()
+    reply = call_next(message, context)
+    with open(log_path, "a") as log:
+        log.write(f"{os.getpid()} {time.perf_counter() - started:.6f}\n")
+    return reply
+
+
+def handler_seconds(log_path: Path) -> tuple[float, float, int]:
+    """Seconds of the clients' training handlers: warm-up (each actor's first: imports,
+    data), the rest, and the number of actors."""
+    first: dict[str, float] = {}
+    rest = 0.0
+    for line in log_path.read_text().splitlines() if log_path.exists() else []:
+        pid, seconds = line.split()
+        if pid in first:
+            rest += float(seconds)
+        else:
+            first[pid] = float(seconds)
+    return sum(first.values()), rest, len(first)
 
 
 def bare_study(config: NoisyClientsStudyConfig) -> tuple[dict, pd.DataFrame]:
@@ -135,13 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = NoisyClientsStudyConfig(seeds=args.seeds)
 
+    handlers = None
     if args.study_dir:
         engine_total, result = _finished_study(Path(args.study_dir), config)
     else:
         with tempfile.TemporaryDirectory() as out:
+            log_path = Path(out) / "handlers.txt"
             started = time.perf_counter()
-            result = run_study(config, str(Path(out) / "study"))
+            result = run_study(config, str(Path(out) / "study"),
+                               client_mods=[functools.partial(_timed_training, str(log_path))])
             engine_total = time.perf_counter() - started
+            handlers = handler_seconds(log_path)
     timings = result["timings"]
     started = time.perf_counter()
     bare, bare_accuracy = bare_study(config)
@@ -153,19 +184,37 @@ def main(argv: list[str] | None = None) -> int:
                            f"matched {len(both)} of the bare run's {len(bare_accuracy)}.")
     gap = (both["accuracy_engine"] - both["accuracy_bare"]).abs()
 
-    training = timings["rounds"] - timings["valuation"]
-    overhead = engine_total - timings["rounds"]
     print(f"noisy-clients study, {args.seeds} seeds, {timings['runs']} runs of {config.rounds} rounds")
-    print(f"{'':34}{'seconds':>10}{'share':>8}")
-    print(f"{'engine run, total':34}{engine_total:>10.1f}{1:>8.0%}")
-    print(f"{'  rounds: training + messaging':34}{training:>10.1f}{training / engine_total:>8.0%}")
-    print(f"{'  rounds: valuation':34}{timings['valuation']:>10.1f}{timings['valuation'] / engine_total:>8.0%}")
-    print(f"{'  engine start/stop, between runs':34}{overhead:>10.1f}{overhead / engine_total:>8.0%}")
-    print(f"{'bare arithmetic, total':34}{bare_total:>10.1f}")
-    print(f"{'  training':34}{bare['training']:>10.1f}")
-    print(f"{'  valuation':34}{bare['valuation']:>10.1f}")
-    other = bare_total - bare["training"] - bare["valuation"]
-    print(f"{'  data, models, state accuracies':34}{other:>10.1f}")
+    print(f"{'':44}{'seconds':>10}{'share':>8}")
+
+    def row(label: str, seconds: float, share: bool = True) -> None:
+        print(f"{label:44}{seconds:>10.1f}" + (f"{seconds / engine_total:>8.0%}" if share else ""))
+
+    row("engine run, total", engine_total)
+    if handlers is not None:  # run here: its tables and figure are written within engine_total
+        row("  output tables and figure", engine_total - timings["total"])
+    row("  engine start/stop, between runs", timings["total"] - timings["rounds"] if handlers is not None
+        else engine_total - timings["rounds"])
+    waiting, messages = timings.get("waiting", {}), timings.get("messages", {})
+    if waiting:  # studies run before the grid counted its messages have the total only
+        train_wait, query_wait = waiting.get("train", 0.0), waiting.get("query", 0.0)
+        row(f"  rounds: waiting for {messages.get('train', 0)} training replies", train_wait)
+        if handlers is not None:
+            warm_up, handled, actors = handlers
+            row(f"    client warm-up (imports, data; {actors} actors)", warm_up / actors)
+            row(f"    client training handlers (sum / {actors} actors)", handled / actors)
+            row("    messaging, the rest", train_wait - (warm_up + handled) / actors)
+        row(f"  rounds: {messages.get('query', 0)} partition-id queries (actor start)", query_wait)
+        row("  rounds: server valuation", timings["valuation"])
+        row("  rounds: server books (records, ledger, seals)",
+            timings["rounds"] - train_wait - query_wait - timings["valuation"])
+    else:
+        row("  rounds: training + messaging + books", timings["rounds"] - timings["valuation"])
+        row("  rounds: server valuation", timings["valuation"])
+    row("bare arithmetic, total", bare_total, share=False)
+    row("  training", bare["training"], share=False)
+    row("  valuation", bare["valuation"], share=False)
+    row("  data, models, state accuracies", bare_total - bare["training"] - bare["valuation"], share=False)
     print(f"engine / bare wall time: {engine_total / bare_total:.2f}   (bare: one process, one torch thread; "
           f"engine: {os.cpu_count()} cores, clients in Ray workers)")
     print(f"same computation: {int((gap < 1e-9).sum())} of {len(gap)} (seed, method, k, round) accuracies equal, "

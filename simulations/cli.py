@@ -53,6 +53,8 @@ PARAMETER_HELP = {
     "max_parallel_clients": "clients training at once (0 = sized for the machine)",
     "ray_address": "attach to an existing Ray cluster at this address",
     "round_timeout": "seconds to wait for a round's replies",
+    "query_timeout": "seconds to wait for the clients to report their partition ids (raise it on a loaded "
+                     "machine)",
     "valuation_workers": "Ray actors scoring coalitions in parallel (0 = in the server process)",
     "seeds": "number of seeds averaged over (the study runs them all on one engine)",
     "first_seed": "first seed of the study",

@@ -132,7 +132,7 @@ def main(grid: Grid, context: Context) -> None:
     strategy = ValuingStrategy(
         build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir), methods=config.methods,
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
-        seed=config.seed, noisy_clients=noisy, run_config=run_config,
+        seed=config.seed, noisy_clients=noisy, run_config=run_config, query_timeout=config.query_timeout,
         **valuation_options(config),  # every estimator option, as `fedvalue run` passes them
     )
     initial = initial_arrays(model_factory())

@@ -96,6 +96,7 @@ class NoisyClientsConfig:
     max_parallel_clients: int = 0
     ray_address: str = ""
     round_timeout: float = 600.0
+    query_timeout: float = 120.0
     valuation_workers: int = 0
 
     def as_dict(self) -> dict:
@@ -112,7 +113,8 @@ def _check(config: NoisyClientsConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
     check_integers(config, ("num_clients", "rounds", "clients_per_round", "local_epochs"))
     check_integers(config, ("valuation_workers", "batch_size", "max_parallel_clients", "seed"), minimum=0)
-    check_numbers(config, ("learning_rate", "epsilon", "num_cpus_per_client", "round_timeout", "dirichlet_alpha"))
+    check_numbers(config, ("learning_rate", "epsilon", "num_cpus_per_client", "round_timeout", "query_timeout",
+                           "dirichlet_alpha"))
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
@@ -254,6 +256,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         resume=resume,
         sign_key=sign_key,
         round_timeout=config.round_timeout,
+        query_timeout=config.query_timeout,
         num_cpus_per_client=config.num_cpus_per_client,
         num_gpus_per_client=config.num_gpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,

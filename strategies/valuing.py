@@ -30,6 +30,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import log
 
+from fedvalue._checks import check_positive
 from fedvalue.ads import AdsSettings
 from fedvalue import rundir
 from fedvalue.archive import (
@@ -72,12 +73,12 @@ from strategies.claims import ClaimReview, claim_rows
 from strategies.counterfactual import CounterfactualAggregator, RandomState
 from strategies.protocol import GRADIENT_KEY, NUM_EXAMPLES_KEY
 from strategies.intake import log_problems, reason, take_in
+from strategies.nodes import NodeDirectory
 from strategies.records import (
     ClientReply,
     InferenceGradient,
     arrays_to_numpy,
     numpy_to_arrays,
-    partition_id_of,
     take_inference_gradient,
 )
 from strategies.sampling import LearningSampler, Sampler
@@ -128,7 +129,12 @@ class ValuingStrategy(Strategy):
     on_round
         Called with each round's ``rounds.csv`` row after it is written.
     query_timeout
-        Seconds to wait for clients to report their partition ids.
+        Seconds to wait for clients to report their partition ids (and, with ``flows``, their
+        inference gradients); > 0.
+    nodes
+        Which node holds which partition (:class:`strategies.nodes.NodeDirectory`): pass one
+        shared directory to runs served one after another by the same engine so that each
+        node is queried once, not once per run; ``None``: a directory of this run's own.
     flows
         Book TracIn flows between clients ([RECIP]): sampled
         clients return their inference gradient at A_{t−1} with their update; every
@@ -193,6 +199,7 @@ class ValuingStrategy(Strategy):
         claims: ClaimReview | None = None,
         on_round: Callable[[dict], None] | None = None,
         query_timeout: float = 120.0,
+        nodes: NodeDirectory | None = None,
         run_config: Mapping | None = None,
         flows: bool = False,
         reject_non_finite: bool = True,
@@ -224,7 +231,7 @@ class ValuingStrategy(Strategy):
             raise TypeError(f"claims: expected a strategies.claims.ClaimReview (or None); got {type(claims).__name__}.")
         self.claims = claims
         self.on_round = on_round
-        self.query_timeout = float(query_timeout)
+        self.query_timeout = check_positive("query_timeout", query_timeout)
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
         if resume and run_dir is None:
             raise ValueError("resume: expected run_dir, the directory of the run to continue; got None.")
@@ -237,8 +244,9 @@ class ValuingStrategy(Strategy):
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
         self._start_arrays: dict[str, np.ndarray] | None = None
-        self._client_to_node: dict[int, int] = {}
-        self._node_to_client: dict[int, int] = {}
+        if nodes is not None and not isinstance(nodes, NodeDirectory):
+            raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got {type(nodes).__name__}.")
+        self.nodes = NodeDirectory() if nodes is None else nodes
         self.flows = bool(flows)
         self.reject_non_finite = bool(reject_non_finite)
         self.acceptance = AcceptAll() if acceptance is None else acceptance
@@ -470,25 +478,8 @@ class ValuingStrategy(Strategy):
         return gradients
 
     def _partition_map(self, grid: Grid) -> dict[int, int]:
-        """partition id -> node id, asked once from every node (node ids are random per run)."""
-        node_ids = sorted(int(n) for n in grid.get_node_ids())
-        unknown = [n for n in node_ids if n not in self._node_to_client]
-        if unknown:
-            queries = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
-            for reply in grid.send_and_receive(queries, timeout=self.query_timeout):
-                if reply.has_error():
-                    continue
-                client_id = partition_id_of(reply.content)
-                if client_id is not None:
-                    node_id = int(reply.metadata.src_node_id)
-                    self._node_to_client[node_id] = client_id
-                    self._client_to_node[client_id] = node_id
-        if not self._client_to_node:
-            raise RuntimeError(
-                "sampler: no client reported its partition id to the query; the ClientApp needs an "
-                "@app.query handler replying ConfigRecord 'client' with 'partition-id' (clients.make_client_app has one)."
-            )
-        return dict(sorted(self._client_to_node.items()))
+        """partition id -> node id (:class:`strategies.nodes.NodeDirectory`: each node asked once)."""
+        return self.nodes.partition_map(grid, self.query_timeout)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Value the round, aggregate with the inner strategy (live), write the round's books.
@@ -499,7 +490,7 @@ class ValuingStrategy(Strategy):
         """
         random_state = RandomState.capture()
         server_round += self._round_offset
-        intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self._node_to_client,
+        intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
                          start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
                          gradients=self._idle_gradients)
         records, gradients, claim_flags = intake.records, intake.gradients, intake.claim_flags

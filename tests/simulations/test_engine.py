@@ -202,6 +202,8 @@ def test_default_parallelism_leaves_a_core_for_the_server_and_never_exceeds_the_
     assert default_max_parallel_clients(100) == 7
     assert default_max_parallel_clients(3) == 3
     assert default_max_parallel_clients(100, num_cpus_per_client=2) == 3
+    assert default_max_parallel_clients(100, server_core=False) == 8
+    assert default_max_parallel_clients(100, num_cpus_per_client=3, server_core=False) == 2
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
     assert default_max_parallel_clients(10) == 1
 

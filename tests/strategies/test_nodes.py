@@ -1,0 +1,103 @@
+"""NodeDirectory: runs on one engine share it and query each node once; the books do not change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ConfigRecord, MessageType
+from flwr.serverapp.strategy import FedAvg
+
+from clients.app import ClientData, make_client_app
+from fedvalue.ledger import load_run
+from fedvalue.utilities import TorchModelUtility
+from simulations.models import make_mlp
+from strategies import PartitionSampler, ValuingStrategy
+from strategies.nodes import NodeDirectory
+from strategies.records import numpy_to_arrays
+
+from .bare_and_wrapped import one_torch_thread  # noqa: F401
+from .clientapp_grid import ClientAppGrid
+from .inprocess import InProcessGrid
+
+NUM_CLIENTS, FEATURES, CLASSES = 5, 4, 2
+NODES = {9001 + 7 * pid: pid for pid in range(NUM_CLIENTS)}
+
+
+def model_factory() -> torch.nn.Module:
+    return make_mlp(FEATURES, CLASSES, hidden=(8,), seed=0)
+
+
+def load_client(partition_id: int) -> ClientData:
+    rng = np.random.default_rng([3, partition_id])
+    x = rng.normal(size=(20 + 4 * partition_id, FEATURES)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * partition_id * x[:, 1] > 0).astype(np.int64)
+    return ClientData(partition_id=partition_id, x_train=x, y_train=y, x_infer=x[:0], y_infer=y[:0])
+
+
+def utility() -> TorchModelUtility:
+    x = np.random.default_rng(8).normal(size=(100, FEATURES)).astype(np.float32)
+    return TorchModelUtility(model_factory(), x, (x[:, 0] > 0).astype(np.int64))
+
+
+def run_on(grid, run_dir, seed: int, nodes: NodeDirectory | None) -> None:
+    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir), methods=("ads", "loo"),
+                               sampler=PartitionSampler(3, seed=seed), seed=seed, nodes=nodes, checkpoint=False)
+    initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
+    strategy.start(grid, initial, num_rounds=2, timeout=60,
+                   train_config=ConfigRecord({"lr": 0.2, "local-epochs": 2, "seed": seed}))
+
+
+def queries(grid) -> int:
+    return sum(m.metadata.message_type == MessageType.QUERY for m in grid.sent)
+
+
+def test_runs_sharing_a_directory_query_each_node_once_and_keep_their_books(tmp_path):
+    shared_grid, own_grid = (ClientAppGrid(make_client_app(load_client, model_factory), NODES) for _ in range(2))
+    nodes = NodeDirectory()
+    for seed in (0, 1):
+        run_on(shared_grid, tmp_path / f"shared-{seed}", seed, nodes)
+        run_on(own_grid, tmp_path / f"own-{seed}", seed, None)
+    assert queries(shared_grid) == nodes.queries_sent == NUM_CLIENTS  # asked once for both runs
+    assert queries(own_grid) == 2 * NUM_CLIENTS  # a directory per run: asked once per run
+    assert nodes.client_to_node == {pid: node for node, pid in NODES.items()}
+    for seed in (0, 1):
+        shared = (tmp_path / f"shared-{seed}" / "ledger.csv").read_bytes()
+        assert shared == (tmp_path / f"own-{seed}" / "ledger.csv").read_bytes()
+        valued = load_run(tmp_path / f"shared-{seed}").ledger
+        assert len(valued) == 2 * 3 * 2 and set(valued["client_id"].astype(int)) <= set(range(NUM_CLIENTS))
+
+
+def test_a_node_that_did_not_answer_is_asked_again():
+    answered = []
+
+    def handler(message, node_id):
+        from flwr.app import ConfigRecord as Record, RecordDict
+
+        answered.append(node_id)
+        return RecordDict({"client": Record({"partition-id": NODES[node_id]})} if len(answered) > 1 else {})
+
+    grid = InProcessGrid(list(NODES)[:2], handler)
+    nodes = NodeDirectory()
+    assert nodes.partition_map(grid, timeout=1) == {1: 9008}  # the first node's reply carried no id
+    assert nodes.partition_map(grid, timeout=1) == {0: 9001, 1: 9008}  # only it is asked again
+    assert answered == [9001, 9008, 9001] and nodes.queries_sent == 3
+
+
+def test_no_partition_id_at_all_is_an_error_naming_the_query_timeout():
+    from flwr.app import RecordDict
+
+    grid = InProcessGrid(list(NODES), lambda message, node_id: RecordDict())
+    with pytest.raises(RuntimeError, match=r"no client reported its partition id .*query_timeout=2 s.*--query-timeout"):
+        NodeDirectory().partition_map(grid, timeout=2)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "named"), [
+    (dict(query_timeout=0), ValueError, "query_timeout: expected a finite number > 0; got 0"),
+    (dict(query_timeout=float("inf")), ValueError, "query_timeout: expected a finite number > 0"),
+    (dict(query_timeout="60"), ValueError, "query_timeout"),
+    (dict(nodes={}), TypeError, "nodes: expected a strategies.nodes.NodeDirectory"),
+])
+def test_bad_query_timeout_or_directory_is_named(kwargs, error, named):
+    with pytest.raises(error, match=named):
+        ValuingStrategy(FedAvg(), utility(), **kwargs)
