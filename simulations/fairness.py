@@ -22,7 +22,10 @@ and gap reduction against FedAvg), ``comparison.csv`` (drop-K against dropping K
 ``clients.csv`` (the FedAvg run's per-client totals beside each client's group and label
 mix), ``fairness.png`` (DP gap and accuracy per round, and the trade-off over K and λ in the
 style of [FAIRINFL] Figure 2), and every run's ledger under ``DATASET/seed-S/RUN/`` (``fedvalue
-report`` and ``fedvalue audit`` read them). One Flower engine (Ray) serves every run.
+report`` and ``fedvalue audit`` read them). One Flower engine (Ray) per data set serves every
+run of it; they share one :class:`strategies.nodes.NodeDirectory` (nodes are asked their
+partition ids once) and write no checkpoints (the simulation is not resumed; the round
+records the audit recomputes from are kept).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from simulations.models import make_linear_model
 from fedvalue._checks import check_choice
 from simulations.settings import check_integers, check_numbers
 from strategies import AcceptAll, FairDropK, FairReweight, PartitionSampler, TopK, ValuingStrategy
+from strategies.nodes import NodeDirectory
 from strategies.protocol import train_config
 from strategies.records import arrays_to_numpy, initial_arrays
 
@@ -207,6 +211,7 @@ def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir
     width = _federation_of(settings, dataset).num_features
 
     def main(grid: Grid) -> None:
+        nodes = NodeDirectory()  # one engine: each node is asked its partition id once, not once per run
         for seed in seeds:
             run_config = {"simulation": "fairness", "dataset": dataset, **{
                 k: settings[k] for k in ("num_clients", "concentration", "examples_per_client", "gap")}, "seed": seed}
@@ -226,7 +231,7 @@ def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir
                 strategy = ValuingStrategy(
                     FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / dataset / f"seed-{seed}" / name),
                     methods=("ads", "loo"), sampler=PartitionSampler(config.clients_per_round, seed=seed),
-                    seed=seed, acceptance=acceptance, fairness=objective,
+                    seed=seed, acceptance=acceptance, fairness=objective, nodes=nodes, checkpoint=False,
                     run_config={**run_config, "policy": policy, "parameter": parameter})
                 strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
                                train_config=record, evaluate_fn=evaluate)
