@@ -246,9 +246,9 @@ def run_study(
             if on_run is not None:
                 on_run(f"seed {seed}: {'clean + ' if config.clean_runs else ''}scored + "
                        f"{len(config.ks) * len(RANKINGS)} retrained runs")
-            # per message type: messages sent and seconds waiting for their replies (the engine's grid counts)
-            timings["messages"] = dict(getattr(grid, "messages_sent", {}))
-            timings["waiting"] = dict(getattr(grid, "wait_seconds", {}))
+        # per message type: messages sent and seconds waiting for their replies (the engine's grid counts)
+        timings["messages"] = dict(getattr(grid, "messages_sent", {}))
+        timings["waiting"] = dict(getattr(grid, "wait_seconds", {}))
 
     started = time.perf_counter()
     base = _base(config, seeds[0])
