@@ -28,6 +28,7 @@ and which client sent which arrays when the books stay consistent.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 
@@ -92,7 +93,7 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
                             f"recomputed fairness influences; the record accepted {sorted(accepted, key=str)}")
         if rule_factors is not None:
             factors = rule_factors
-            fair = FairnessBooks(fair.valuation, fair.influences, fair.utility, factors)
+            fair = dataclasses.replace(fair, factors=factors)
     if fair.valuation is not None and "ads" in fair.valuation.results:
         values = fair.valuation.results["ads"].values
         gap = float(values.sum()) - (fair.valuation.utility_after - fair.valuation.utility_before)

@@ -253,9 +253,9 @@ def drop_k(influences: Mapping[Hashable, float], k: int) -> set:
     """The clients drop-K / Fair-IJ drops ([FAIRIJ] Prop. 3.1): the ``k`` with the largest
     positive influence (fewer when fewer are positive); ties go to the earlier client."""
     k = check_integer("k", k, 0)
-    order = list(influences)
-    ranked = sorted((c for c in order if influences[c] > 0), key=lambda c: (-influences[c], order.index(c)))
-    return set(ranked[: int(k)])
+    positive = [(position, c) for position, c in enumerate(influences) if influences[c] > 0]
+    ranked = sorted(positive, key=lambda item: (-influences[item[1]], item[0]))
+    return {c for _, c in ranked[: int(k)]}
 
 
 def ijack_factors(influences: Mapping[Hashable, float], lam: float) -> dict[Hashable, float]:

@@ -17,6 +17,7 @@ from the same random state.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -511,7 +512,7 @@ class ValuingStrategy(Strategy):
         if fair is not None and ok and getattr(self.acceptance, "factors", None) is not None:
             factors = self.acceptance.factors([r.client_id for r in ok], fair.influences)
             if factors is not None:
-                fair = FairnessBooks(fair.valuation, fair.influences, fair.utility, factors)
+                fair = dataclasses.replace(fair, factors=factors)
                 self._reweight([r for r in ok if r.client_id in accepted], factors)
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
         passed = [r.message for r in records
