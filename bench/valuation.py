@@ -171,19 +171,24 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
 def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, int]:
     """The floor of (c): only the matmuls after the first layer (200x200 and 200x10, with
     bias), for each of the 2^n states and each held-out batch, in the shapes and batches
-    (c) runs them, on fixed inputs and weights. No first-layer combination, activations,
-    scoring, ADS or LOO: what is left of (c) once everything but this arithmetic is free."""
+    (c) runs them (each batch walked ``LinearStates.block_rows`` rows at a time, as the
+    factored path of exact enumeration does), on fixed inputs and weights. No first-layer
+    combination, activations, scoring, ADS or LOO: what is left of (c) once everything
+    but this arithmetic is free."""
     import torch
 
     from fedvalue._scoring import scoring
+    from fedvalue.linear import LinearStates
     from fedvalue.utilities import TorchModelUtility
 
     batch_size = inspect.signature(TorchModelUtility).parameters["batch_size"].default
+    block = LinearStates.block_rows
     generator = torch.Generator().manual_seed(0)
     layers = [m for m in model if isinstance(m, torch.nn.Linear)][1:]
     weights = [torch.randn(m.out_features, m.in_features, generator=generator) * 0.07 for m in layers]
     biases = [torch.randn(m.out_features, generator=generator) for m in layers]
-    batches = [len(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+    batches = [len(x[i : i + batch_size][j : j + block])
+               for i in range(0, len(x), batch_size) for j in range(0, min(batch_size, len(x) - i), block)]
     hidden = torch.rand(batches[0], layers[0].in_features, generator=generator)
     outputs = [torch.empty(batches[0], m.out_features) for m in layers]
     with scoring():

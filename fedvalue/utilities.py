@@ -152,7 +152,8 @@ class TorchModelUtility:
             stacked = {k: torch.stack([s[k] for s in chunk]) for k in self.keys}
             for b in range(self.num_batches):
                 rows = self.batch_rows(b)
-                self.score_fast_many(scores, start, b, forward(stacked, self.x[rows]), self.y[rows])
+                states_here = range(start, start + len(chunk))
+                self.score_fast_many(scores, states_here, b, forward(stacked, self.x[rows]), self.y[rows])
         return list(self.resolve_near_ties(scores, lambda c: states[c]))
 
     @property
@@ -181,12 +182,15 @@ class TorchModelUtility:
 
     def score_fast(self, scores: FastScores, c: int, b: int, out: torch.Tensor, y: torch.Tensor) -> None:
         """Book a fast-path batch of one state (see :meth:`score_fast_many`)."""
-        self.score_fast_many(scores, c, b, out[None], y)
+        self.score_fast_many(scores, [c], b, out[None], y)
 
-    def score_fast_many(self, scores: FastScores, first: int, b: int, out: torch.Tensor, y: torch.Tensor) -> None:
-        """Book fast-path outputs (``out``: states × rows × outputs) of states ``first, first + 1,
-        ...`` on held-out batch ``b``; for accuracy, note the rows whose top-2 logits nearly tie.
-        Losses are summed per state by the plain path's own reduction, so they round as it does."""
+    def score_fast_many(self, scores: FastScores, states: Sequence[int], b: int, out: torch.Tensor,
+                        y: torch.Tensor, *, overwrite: bool = False) -> None:
+        """Book fast-path outputs (``out``: states × rows × outputs) of ``states`` (their indices)
+        on held-out batch ``b``; for accuracy, note the rows whose top-2 logits nearly tie.
+        Losses are summed per state by the plain path's own reduction, so they round as it does.
+        ``overwrite``: ``out`` is the caller's scratch and the top-2 pass may write into it
+        (no copy of the outputs)."""
         count = out.shape[0]
         if self.metric != "accuracy" or out.shape[-1] < 2:
             sums = torch.stack([self._summed_metric(out[j], y) for j in range(count)])
@@ -194,12 +198,13 @@ class TorchModelUtility:
             top, index = out.max(dim=-1)
             hit = index == y
             sums = hit.sum(dim=1, dtype=torch.float64)
-            second = out.scatter(2, index[..., None], float("-inf")).max(dim=-1).values
+            masked = out.scatter_ if overwrite else out.scatter
+            second = masked(2, index[..., None], float("-inf")).max(dim=-1).values
             near = top - second <= self.tie_tolerance * top.abs()
             for j in near.any(dim=1).nonzero().flatten().tolist():
                 near_rows = near[j].nonzero().flatten()
-                scores.near[(first + j, b)] = (near_rows.cpu().numpy(), float(hit[j, near_rows].sum()))
-        scores.sums[first : first + count, b] = sums.cpu().numpy()
+                scores.near[(int(states[j]), b)] = (near_rows.cpu().numpy(), float(hit[j, near_rows].sum()))
+        scores.sums[np.asarray(states), b] = sums.cpu().numpy()
 
     def resolve_near_ties(self, scores: FastScores, state_of: Callable[[int], Mapping[str, torch.Tensor]]) -> np.ndarray:
         """Per-state utilities: near-tie rows re-scored on the plain path.
