@@ -94,14 +94,17 @@ class LinearStates:
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(array).to(device=self.utility.device, dtype=self.dtype)
 
-    def combine(self, rows: torch.Tensor, keys: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Σ_k rows[:, k] B_k for the given state keys: one (states × K) @ (K × size) matmul each."""
-        return {
-            k: (rows.to(self.stacked[k].dtype) @ self.stacked[k].reshape(self.num_basis, -1)).reshape(
-                len(rows), *self.stacked[k].shape[1:]
-            )
-            for k in keys
-        }
+    def combine(self, rows: torch.Tensor, keys: Sequence[str], *, reuse: bool = False) -> dict[str, torch.Tensor]:
+        """Σ_k rows[:, k] B_k for the given state keys: one (states × K) @ (K × size) matmul each.
+        ``reuse``: into buffers reused across calls (valid until the next such call)."""
+        combined = {}
+        for k in keys:
+            flat = self.stacked[k].reshape(self.num_basis, -1)
+            out = None
+            if reuse:
+                out = self._scratch(("combined", k), len(rows) * flat.shape[1], flat).view(len(rows), -1)
+            combined[k] = torch.mm(rows.to(flat.dtype), flat, out=out).view(len(rows), *self.stacked[k].shape[1:])
+        return combined
 
     def _head_products(self, used: np.ndarray) -> list[torch.Tensor]:
         """Per held-out batch, the (K, batch × width) first-layer outputs of the basis states;
@@ -184,7 +187,7 @@ class LinearStates:
         """The two-half factorization of ``rows`` when it pays: a tail plan with a linear
         layer, at most ``left_directions`` left directions and at least ``rows_per_direction``
         rows per direction; None otherwise."""
-        if plan is None or not any(step[0] == "linear" for step in plan):
+        if plan is None or _last_linear(plan) is None:
             return None
         halves = split_rows(rows, max_left=self.left_directions)
         if halves is None:
@@ -208,8 +211,7 @@ class LinearStates:
         left_directions, right_directions = self._tensor(left.directions), self._tensor(right.directions)
         order = np.lexsort((left.of, right.of))
         groups = np.split(order, np.flatnonzero(np.diff(right.of[order])) + 1)
-        last_weight = [step[1] for step in plan if step[0] == "linear"][-1]
-        num_outputs = self.stacked[last_weight].shape[1]
+        num_outputs = self.stacked[plan[_last_linear(plan)][1]].shape[1]
         # A leading ReLU is applied while the two-term sum is formed (one pass instead of two;
         # ATen has that kernel for the CPU only).
         relu_first = plan[0][0] == "relu" and ADD_RELU is not None and rows.device.type == "cpu"
@@ -224,7 +226,7 @@ class LinearStates:
             q = self._scratch("q", head.shape[1], head).view(len(y), width)
             for group in groups:
                 r = int(right.of[group[0]])
-                tails = self._combine_scratch(rows[torch.as_tensor(group, device=rows.device)], split.tail_keys)
+                tails = self.combine(rows[torch.as_tensor(group, device=rows.device)], split.tail_keys, reuse=True)
                 if r >= 0:
                     torch.mm(right_directions[r : r + 1], head[right.columns], out=q.view(1, -1))
                 outputs = self._scratch("out", len(group) * len(y) * num_outputs, head)
@@ -248,22 +250,12 @@ class LinearStates:
                     chunk = slice(start, start + self.chunk)
                     utility.score_fast_many(scores, group[chunk], b, outputs[chunk], y, overwrite=True)
 
-    def _combine_scratch(self, rows: torch.Tensor, keys: Sequence[str]) -> dict[str, torch.Tensor]:
-        """:meth:`combine` into reused buffers (valid until the next call)."""
-        combined = {}
-        for k in keys:
-            flat = self.stacked[k].reshape(self.num_basis, -1)
-            out = self._scratch(("combined", k), len(rows) * flat.shape[1], flat).view(len(rows), -1)
-            torch.mm(rows.to(flat.dtype), flat, out=out)
-            combined[k] = out.view(len(rows), *self.stacked[k].shape[1:])
-        return combined
-
     def _run_tail(self, plan: list[tuple], hidden: torch.Tensor, tails: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The tail's layers on ``hidden`` (states × rows × width, a scratch buffer that is
         overwritten), state by state so each layer's output is still in cache when the
         next step reads it (:meth:`_run_state`). Returns states × rows × outputs."""
         count, rows = hidden.shape[0], hidden.shape[1]
-        last_linear = max((p for p, step in enumerate(plan) if step[0] == "linear"), default=None)
+        last_linear = _last_linear(plan)
         if last_linear is None:
             result = hidden
         else:
@@ -277,7 +269,7 @@ class LinearStates:
     def _bind(plan: list[tuple], tails: Mapping[str, torch.Tensor], j: int) -> list[tuple]:
         """State ``j``'s steps with its tensors: ("linear", Wᵀ, bias or None, scratch key or
         None for the last linear layer) or the activation's step as it is."""
-        last_linear = max((p for p, step in enumerate(plan) if step[0] == "linear"), default=None)
+        last_linear = _last_linear(plan)
         bound = []
         for position, step in enumerate(plan):
             if step[0] == "linear":
@@ -379,6 +371,11 @@ class LinearStates:
 
         with scoring():
             return utility.resolve_near_ties(scores, state_of)
+
+
+def _last_linear(plan: list[tuple]) -> int | None:
+    """Position of the tail plan's last linear layer; None when it has none."""
+    return max((p for p, step in enumerate(plan) if step[0] == "linear"), default=None)
 
 
 class FirstLinear:
