@@ -142,8 +142,9 @@ class LinearStates:
         of the whole chunk into a reused buffer (a fresh tensor per chunk would page-fault
         tens of MB each time); the tail then runs as its plan (:meth:`_run_tail`, the chunk
         scored in one vectorized pass) or through ``functional_call`` state by state.
-        (Walking the batch in cache-sized blocks of rows was measured and was slower: the
-        smaller matmuls lose more than the saved memory traffic gains, on 2 CPU cores.)
+        (Walking the chunked path's batch in row blocks was measured and was slower there:
+        the chunk's combination still streams K heads per block. The factored path's blocks
+        pay because its two-term sums read halves that stay in cache.)
         """
         utility, split = self.utility, self.utility.first_linear
         checked = self._checked(coefficients)
