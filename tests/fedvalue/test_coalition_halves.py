@@ -6,7 +6,6 @@ state FedAvg's own rule builds; the chunked path of the same ``LinearStates``.
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
@@ -18,18 +17,7 @@ from fedvalue.coalition_halves import split_rows
 from fedvalue.linear import LinearStates
 from fedvalue.rounds import weighted_mean
 from fedvalue.utilities import TorchModelUtility
-
-
-def _fedavg_rows(masks: list[tuple[int, ...]], weights: np.ndarray) -> np.ndarray:
-    """Rows over (A_{t−1}, w_1, ..., w_n) as the FedAvg round game builds them."""
-    rows = np.zeros((len(masks), len(weights) + 1))
-    for r, members in enumerate(masks):
-        rows[r, [1 + k for k in members]] = weights[list(members)]
-    return rows / rows.sum(axis=1, keepdims=True)
-
-
-def _all_coalitions(n: int) -> list[tuple[int, ...]]:
-    return [c for size in range(1, n + 1) for c in itertools.combinations(range(n), size)]
+from tests.fedvalue.fedavg_rounds import all_coalitions, fedavg_rows, round_around
 
 
 @settings(max_examples=60, deadline=None)
@@ -43,7 +31,7 @@ def test_factors_rebuild_the_rows_and_respect_the_left_bound(n, seed, count, max
     rng = np.random.default_rng(seed)
     weights = rng.integers(1, 1000, n).astype(float)
     masks = [tuple(np.flatnonzero(rng.random(n) < 0.5)) or (int(rng.integers(n)),) for _ in range(count)]
-    rows = _fedavg_rows(masks, weights)
+    rows = fedavg_rows(masks, weights)
     halves = split_rows(rows, max_left=max_left)
     if halves is None:  # a one-column left half always fits: only when every row uses one column
         assert len(np.flatnonzero(rows.any(axis=0))) == 1
@@ -62,7 +50,7 @@ def test_factors_rebuild_the_rows_and_respect_the_left_bound(n, seed, count, max
 def test_all_coalitions_have_one_direction_per_nonempty_part(n):
     """[ADS] exact enumeration: 2^n − 1 rows, 2^|L| − 1 left and 2^|R| − 1 right directions."""
     rng = np.random.default_rng(n)
-    rows = _fedavg_rows(_all_coalitions(n), rng.integers(1, 100, n).astype(float))
+    rows = fedavg_rows(all_coalitions(n), rng.integers(1, 100, n).astype(float))
     halves = split_rows(rows, max_left=2**n)
     left = halves.left.columns.stop - halves.left.columns.start
     right = halves.right.columns.stop - halves.right.columns.start
@@ -99,14 +87,6 @@ def _models():
     }
 
 
-def _round(model: torch.nn.Module, n: int, seed: int):
-    rng = np.random.default_rng(seed)
-    start = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    clients = [{k: (v + 0.5 * rng.normal(size=v.shape)).astype(v.dtype) for k, v in start.items()}
-               for _ in range(n)]
-    return start, clients, rng.integers(1, 100, n).astype(float)
-
-
 @pytest.mark.parametrize("name", list(_models()))
 @pytest.mark.parametrize("metric", ["accuracy", "neg_loss"])
 @pytest.mark.parametrize("block_rows", [17, 1024])
@@ -119,9 +99,9 @@ def test_factored_path_equals_the_chunked_and_the_plain_paths(name, metric, bloc
     x = rng.normal(size=(250, 7)).astype(np.float32)
     y = rng.integers(0, 4, 250)
     utility = TorchModelUtility(model, x, y, metric=metric, batch_size=60)
-    start, clients, weights = _round(model, 6, 72)
-    coalitions = _all_coalitions(6)
-    rows = _fedavg_rows(coalitions, weights)
+    start, clients, weights = round_around(72, 6, model, spread=0.5)
+    coalitions = all_coalitions(6)
+    rows = fedavg_rows(coalitions, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     taken = []
     original = LinearStates._half_scores
@@ -144,8 +124,8 @@ def test_factored_path_without_the_fused_add_relu_kernel_gives_the_same_values(m
     x = rng.normal(size=(200, 7)).astype(np.float32)
     y = rng.integers(0, 4, 200)
     utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=64)
-    start, clients, weights = _round(model, 7, 74)
-    rows = _fedavg_rows(_all_coalitions(7), weights)
+    start, clients, weights = round_around(74, 7, model, spread=0.5)
+    rows = fedavg_rows(all_coalitions(7), weights)
     fused = utility.linear([start, *clients]).values(rows)
     monkeypatch.setattr("fedvalue.linear.ADD_RELU", None)
     unfused = utility.linear([start, *clients]).values(rows)
@@ -157,11 +137,11 @@ def test_a_batch_of_few_coalitions_takes_the_chunked_path(monkeypatch):
     model = _models()["relu"]
     rng = np.random.default_rng(75)
     utility = TorchModelUtility(model, rng.normal(size=(50, 7)).astype(np.float32), rng.integers(0, 4, 50))
-    start, clients, weights = _round(model, 8, 76)
+    start, clients, weights = round_around(76, 8, model, spread=0.5)
     loo = [tuple(k for k in range(8) if k != out) for out in range(8)]
     taken = []
     monkeypatch.setattr(LinearStates, "_half_scores", lambda self, *a: taken.append(1))
     states = utility.linear([start, *clients])
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in loo]
-    np.testing.assert_array_equal(states.values(_fedavg_rows(loo, weights)), plain)
+    np.testing.assert_array_equal(states.values(fedavg_rows(loo, weights)), plain)
     assert taken == []

@@ -16,22 +16,7 @@ from fedvalue.ads import AdsSettings
 from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
 from fedvalue.utilities import TorchModelUtility
 from simulations.models import make_mlp
-
-
-def _state(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-
-
-def _round(seed: int, num_clients: int, model: torch.nn.Module, spread: float = 0.3):
-    """A start state, clients' models around it and unequal weights."""
-    rng = np.random.default_rng(seed)
-    start = _state(model)
-    clients = [
-        {k: (v + spread * rng.normal(size=v.shape)).astype(v.dtype) for k, v in start.items()}
-        for _ in range(num_clients)
-    ]
-    weights = rng.integers(1, 100, num_clients).astype(float)
-    return start, clients, weights
+from tests.fedvalue.fedavg_rounds import all_coalition_rows, model_state, round_around
 
 
 def _held_out(seed: int, num: int, dim: int, classes: int):
@@ -41,14 +26,6 @@ def _held_out(seed: int, num: int, dim: int, classes: int):
     return x, y
 
 
-def _all_coalition_rows(num_clients: int, weights: np.ndarray) -> tuple[list[tuple[int, ...]], np.ndarray]:
-    coalitions = [c for size in range(1, num_clients + 1) for c in itertools.combinations(range(num_clients), size)]
-    rows = np.zeros((len(coalitions), num_clients + 1))
-    for r, coalition in enumerate(coalitions):
-        rows[r, [1 + k for k in coalition]] = weights[list(coalition)]
-    return coalitions, rows / rows.sum(axis=1, keepdims=True)
-
-
 @pytest.mark.parametrize("metric", ["accuracy", "neg_loss"])
 @pytest.mark.parametrize("batch_size", [7, 64, 1000])
 @pytest.mark.parametrize("hidden", [(), (16,), (24, 12)])
@@ -56,8 +33,8 @@ def test_linear_states_equal_plain_evaluation_of_every_fedavg_coalition(metric, 
     model = make_mlp(10, 4, hidden=hidden, seed=1)
     x, y = _held_out(2, 300, 10, 4)
     utility = TorchModelUtility(model, x, y, metric=metric, batch_size=batch_size)
-    start, clients, weights = _round(3, 4, model)
-    coalitions, rows = _all_coalition_rows(4, weights)
+    start, clients, weights = round_around(3, 4, model)
+    coalitions, rows = all_coalition_rows(4, weights)
     fast = utility.linear([start, *clients]).values(rows)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     np.testing.assert_allclose(fast, plain, rtol=0, atol=1e-6)
@@ -70,8 +47,8 @@ def test_linear_chunk_sizes_give_identical_values(chunk, monkeypatch):
     model = make_mlp(12, 3, hidden=(20,), seed=4)
     x, y = _held_out(5, 257, 12, 3)
     utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=50)
-    start, clients, weights = _round(6, 5, model)
-    coalitions, rows = _all_coalition_rows(5, weights)
+    start, clients, weights = round_around(6, 5, model)
+    coalitions, rows = all_coalition_rows(5, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     states = utility.linear([start, *clients])
     monkeypatch.setattr(states, "chunk", chunk)
@@ -84,7 +61,7 @@ def test_batch_equals_plain_for_arbitrary_states(chunk_size, metric):
     model = make_mlp(8, 5, hidden=(16, 16), seed=7)
     x, y = _held_out(8, 200, 8, 5)
     utility = TorchModelUtility(model, x, y, metric=metric, batch_size=64, chunk_size=chunk_size)
-    _, states, _ = _round(9, 7, model, spread=1.0)
+    _, states, _ = round_around(9, 7, model, spread=1.0)
     plain = [utility(s) for s in states]
     np.testing.assert_allclose(utility.batch(states), plain, rtol=0, atol=1e-6)
 
@@ -95,8 +72,8 @@ def test_regression_utility_in_batches_and_combinations():
     x = rng.normal(size=(150, 6)).astype(np.float32)
     y = rng.normal(size=150).astype(np.float32)
     utility = TorchModelUtility(model, x, y, metric="neg_mse", batch_size=40, chunk_size=3)
-    start, clients, weights = _round(12, 3, model)
-    coalitions, rows = _all_coalition_rows(3, weights)
+    start, clients, weights = round_around(12, 3, model)
+    coalitions, rows = all_coalition_rows(3, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     np.testing.assert_allclose(utility.linear([start, *clients]).values(rows), plain, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(utility.batch(clients), [utility(c) for c in clients], rtol=1e-6, atol=1e-6)
@@ -107,11 +84,11 @@ def test_exact_ties_are_scored_as_the_plain_path_scores_them():
     model = make_mlp(5, 3, hidden=(6,), seed=13)
     x, y = _held_out(14, 120, 5, 3)
     utility = TorchModelUtility(model, x, y, batch_size=32)
-    start, clients, weights = _round(15, 3, model)
+    start, clients, weights = round_around(15, 3, model)
     for state in (start, *clients):
         state["2.weight"][:] = 0.0
         state["2.bias"][:] = 0.25
-    coalitions, rows = _all_coalition_rows(3, weights)
+    coalitions, rows = all_coalition_rows(3, weights)
     expected = float(np.mean(y == 0))
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     assert plain == [expected] * len(coalitions)
@@ -136,8 +113,8 @@ def test_models_without_a_leading_linear_layer_use_combined_states():
     x, y = _held_out(16, 90, 4, 3)
     utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=25)
     assert utility.first_linear is None
-    start, clients, weights = _round(17, 3, model)
-    coalitions, rows = _all_coalition_rows(3, weights)
+    start, clients, weights = round_around(17, 3, model)
+    coalitions, rows = all_coalition_rows(3, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     np.testing.assert_allclose(utility.linear([start, *clients]).values(rows), plain, rtol=0, atol=1e-6)
 
@@ -150,8 +127,8 @@ def test_flatten_before_the_first_linear_layer_is_cut_correctly():
     y = rng.integers(0, 3, 70)
     utility = TorchModelUtility(model, x, y, metric="neg_loss", batch_size=16)
     assert utility.first_linear is not None and utility.first_linear.weight_key == "1.weight"
-    start, clients, weights = _round(19, 4, model)
-    coalitions, rows = _all_coalition_rows(4, weights)
+    start, clients, weights = round_around(19, 4, model)
+    coalitions, rows = all_coalition_rows(4, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     np.testing.assert_allclose(utility.linear([start, *clients]).values(rows), plain, rtol=0, atol=1e-6)
 
@@ -161,7 +138,7 @@ def test_fedavg_round_game_values_equal_the_plain_round_game(metric):
     model = make_mlp(10, 4, hidden=(16,), seed=20)
     x, y = _held_out(21, 400, 10, 4)
     utility = TorchModelUtility(model, x, y, metric=metric, batch_size=128)
-    start, clients, weights = _round(22, 6, model)
+    start, clients, weights = round_around(22, 6, model)
     ids = [f"c{k}" for k in range(6)]
     fast_game = fedavg_round_game(ids, start, clients, weights, utility)
     plain_game = round_game(ids, start, fedavg_aggregator(ids, clients, weights), utility)
@@ -194,7 +171,7 @@ def test_linear_rejects_bad_coefficients_and_integer_buffers():
     model = make_mlp(3, 2, hidden=(), seed=0)
     x, y = _held_out(0, 10, 3, 2)
     utility = TorchModelUtility(model, x, y)
-    states = utility.linear([_state(model)])
+    states = utility.linear([model_state(model)])
     with pytest.raises(ValueError, match="coefficients: expected an array of shape"):
         states.values(np.ones((2, 3)))
     with pytest.raises(ValueError, match="coefficients: expected finite"):
@@ -205,7 +182,7 @@ def test_linear_rejects_bad_coefficients_and_integer_buffers():
     with_buffers = TorchModelUtility(bn.eval(), x, y)
     assert not with_buffers.supports_linear
     with pytest.raises(TypeError, match="integer buffers"):
-        with_buffers.linear([_state(bn)])
+        with_buffers.linear([model_state(bn)])
     for name, kwargs in (("batch_size", {"batch_size": 0}), ("chunk_size", {"chunk_size": -1}),
                          ("tie_tolerance", {"tie_tolerance": 2.0})):
         with pytest.raises(ValueError, match=name):
@@ -219,13 +196,13 @@ def test_near_ties_that_rounding_could_flip_are_rescored_on_the_plain_path():
     x, y = _held_out(24, 600, 20, 3)
     y = np.where(y == 2, 1, y)
     utility = TorchModelUtility(model, x, y, batch_size=128)
-    start, clients, weights = _round(25, 5, model)
+    start, clients, weights = round_around(25, 5, model)
     rng = np.random.default_rng(26)
     for state in (start, *clients):
         state["2.weight"][1] = state["2.weight"][0] * (1 + 1e-6 * rng.normal(size=32)).astype(np.float32)
         state["2.bias"][1] = state["2.bias"][0]
         state["2.weight"][2] = -10.0
-    coalitions, rows = _all_coalition_rows(5, weights)
+    coalitions, rows = all_coalition_rows(5, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     states = utility.linear([start, *clients])
     scores = states.scores(rows)
@@ -256,7 +233,7 @@ def test_round_game_paths_equal_plain_on_random_mlps(seed, linear_chunk, metric,
     x, y = _held_out(seed + 1, 333, 9, 5)
     batch_size = int(rng.choice([50, 128, 1000]))
     plain_utility = TorchModelUtility(model, x, y, metric=metric, batch_size=batch_size, device="cpu")
-    start, clients, weights = _round(seed + 2, 5, model, spread=float(rng.uniform(0.1, 1.0)))
+    start, clients, weights = round_around(seed + 2, 5, model, spread=float(rng.uniform(0.1, 1.0)))
     assert len(set(weights)) > 1  # unequal weights
     ids = list(range(5))
     masks = range(2**5)
@@ -293,7 +270,7 @@ def test_round_game_cache_counts_the_distinct_coalitions(ads_method, options):
             return super().__call__(arrays)
 
     counting = Counting(model, x, y, batch_size=50)
-    start, clients, weights = _round(42, 6, model)
+    start, clients, weights = round_around(42, 6, model)
     ids = [f"c{k}" for k in range(6)]
     game = fedavg_round_game(ids, start, clients, weights, counting)
     requested: list[int] = []
@@ -323,7 +300,7 @@ def test_round_game_cache_counts_the_distinct_coalitions(ads_method, options):
 def _device_round():
     model = make_mlp(10, 4, hidden=(16, 12), seed=50)
     x, y = _held_out(51, 300, 10, 4)
-    start, clients, weights = _round(52, 5, model)
+    start, clients, weights = round_around(52, 5, model)
     return model, x, y, start, clients, weights
 
 
@@ -384,13 +361,13 @@ def test_every_kind_of_tail_gives_the_plain_values(name, metric):
     x, y = _held_out(61, 250, 7, 4)
     utility = TorchModelUtility(model, x, y, metric=metric, batch_size=60)
     assert utility.first_linear is not None
-    start, clients, weights = _round(62, 4, model, spread=0.5)
+    start, clients, weights = round_around(62, 4, model, spread=0.5)
     states = utility.linear([start, *clients])
     plan = states._tail_plan()
     assert (plan is None) == (name == "unsupported-module")
     if name == "single-linear":
         assert plan == []
-    coalitions, rows = _all_coalition_rows(4, weights)
+    coalitions, rows = all_coalition_rows(4, weights)
     plain = [utility(weighted_mean([clients[k] for k in c], weights[list(c)])) for c in coalitions]
     np.testing.assert_allclose(states.values(rows), plain, rtol=0, atol=1e-6)
     np.testing.assert_allclose(states.values(rows), plain, rtol=0, atol=1e-6)  # reused buffers: same again
@@ -404,7 +381,7 @@ def test_a_tail_in_training_mode_is_not_run_in_place():
     x, y = _held_out(63, 40, 7, 4)
     utility = TorchModelUtility(model, x, y)
     assert not model.training
-    start, clients, _ = _round(64, 2, model)
+    start, clients, _ = round_around(64, 2, model)
     assert utility.linear([start, *clients])._tail_plan() is not None
     model.train()  # someone flips it back: the plan falls back to functional_call
     assert utility.linear([start, *clients])._tail_plan() is None
@@ -424,7 +401,7 @@ def test_subnormal_activations_score_alike_on_every_path_and_the_setting_is_rest
     with torch.no_grad():
         model[0].weight.mul_(1e-38)
         model[0].bias.zero_()
-    start, clients, weights = _round(5, 4, model, spread=0.0)
+    start, clients, weights = round_around(5, 4, model, spread=0.0)
     for c in clients:  # clients differ in their output layer only, so hidden stays subnormal
         c["2.weight"] = c["2.weight"] + np.random.default_rng(len(c)).normal(size=c["2.weight"].shape).astype(np.float32)
     x, y = _held_out(5, 300, 6, 3)
@@ -468,7 +445,7 @@ class _FlushProbe(torch.nn.Module):
 def test_models_run_with_denormals_flushed():
     probe = _FlushProbe()
     model = torch.nn.Sequential(torch.nn.Linear(4, 5), probe, torch.nn.Linear(5, 2))
-    start, clients, weights = _round(7, 3, model)
+    start, clients, weights = round_around(7, 3, model)
     x, y = _held_out(7, 50, 4, 2)
     utility = TorchModelUtility(model, x, y)
     utility(start)
@@ -483,7 +460,7 @@ def test_round_game_materializes_a_large_batch_a_chunk_of_states_at_a_time():
     from fedvalue.rounds import STATES_PER_BATCH
 
     model = make_mlp(5, 3, hidden=(8,), seed=1)
-    start, clients, weights = _round(4, 8, model)
+    start, clients, weights = round_around(4, 8, model)
     utility = TorchModelUtility(model, *_held_out(5, 60, 5, 3), metric="neg_loss")
     ids = list(range(8))
     sizes = []
