@@ -217,6 +217,7 @@ class LinearStates:
         # ATen has that kernel for the CPU only).
         relu_first = plan[0][0] == "relu" and ADD_RELU is not None and rows.device.type == "cpu"
         steps = plan[1:] if relu_first else plan
+        last_step = _last_linear(steps)
         for b, head in enumerate(heads):
             y = utility.y[utility.batch_rows(b)]
             width = head.shape[1] // len(y)
@@ -232,7 +233,8 @@ class LinearStates:
                     torch.mm(right_directions[r : r + 1], head[right.columns], out=q.view(1, -1))
                 outputs = self._scratch("out", len(group) * len(y) * num_outputs, head)
                 outputs = outputs.view(len(group), len(y), num_outputs)
-                members = [(j, int(left.of[c]), float(left.sums[c]), float(right.sums[c]), self._bind(steps, tails, j))
+                members = [(j, int(left.of[c]), float(left.sums[c]), float(right.sums[c]),
+                            self._bind(steps, tails, j, last_step))
                            for j, c in enumerate(group.tolist())]
                 for start in range(0, len(y), self.block_rows):
                     block = slice(start, start + self.block_rows)
@@ -263,14 +265,14 @@ class LinearStates:
             outputs = tails[plan[last_linear][1]].shape[1]
             result = self._scratch("out", count * rows * outputs, hidden).view(count, rows, outputs)
         for j in range(count):
-            self._run_state(self._bind(plan, tails, j), hidden[j], result[j])
+            self._run_state(self._bind(plan, tails, j, last_linear), hidden[j], result[j])
         return result
 
     @staticmethod
-    def _bind(plan: list[tuple], tails: Mapping[str, torch.Tensor], j: int) -> list[tuple]:
+    def _bind(plan: list[tuple], tails: Mapping[str, torch.Tensor], j: int, last_linear: int | None) -> list[tuple]:
         """State ``j``'s steps with its tensors: ("linear", Wᵀ, bias or None, scratch key or
-        None for the last linear layer) or the activation's step as it is."""
-        last_linear = _last_linear(plan)
+        None for the last linear layer, at ``last_linear`` = :func:`_last_linear` of ``plan``)
+        or the activation's step as it is."""
         bound = []
         for position, step in enumerate(plan):
             if step[0] == "linear":
