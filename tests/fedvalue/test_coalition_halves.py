@@ -6,7 +6,6 @@ state FedAvg's own rule builds; the chunked path of the same ``LinearStates``.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
