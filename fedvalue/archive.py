@@ -166,7 +166,7 @@ class RoundRecord:
 
 
 def records_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / RECORDS_DIR
+    return rundir.resolve(run_dir) / RECORDS_DIR
 
 
 def record_path(run_dir: str | os.PathLike, server_round: int) -> Path:
@@ -175,6 +175,7 @@ def record_path(run_dir: str | os.PathLike, server_round: int) -> Path:
 
 def write_round_record(run_dir: str | os.PathLike, record: RoundRecord) -> Path:
     """Save ``record`` as ``records/round-NNNNNN.npz`` (atomic). Client ids must be ints or strings."""
+    run_dir = rundir.resolve(run_dir)
     clients = list(dict.fromkeys([*record.statuses, *record.replies, *record.gradients]))
     for client in clients:
         if isinstance(client, bool) or not isinstance(client, (int, np.integer, str)):
@@ -235,6 +236,7 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
 
 def round_record_paths(run_dir: str | os.PathLike) -> dict[int, Path]:
     """Round -> record file, for every record the run saved."""
+    run_dir = rundir.resolve(run_dir)
     found = {}
     for path in rundir.list_dir(run_dir, RECORDS_DIR):
         match = _ROUND_FILE.match(path.name)
@@ -289,7 +291,7 @@ def write_checkpoint(run_dir: str | os.PathLike, server_round: int, arrays: Mapp
     ``checkpoint.json`` switches to them in one atomic replace; the previous round's
     files are removed last.
     """
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     rundir.check_dir(run_dir, CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
     arrays_path, state_path = _checkpoint_files(run_dir, server_round)
     save_npz(arrays_path, arrays)
@@ -311,7 +313,7 @@ def write_checkpoint(run_dir: str | os.PathLike, server_round: int, arrays: Mapp
 
 def read_checkpoint(run_dir: str | os.PathLike) -> Checkpoint:
     """The run's last checkpoint; round 0 (start afresh) when it has none."""
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     pointer = run_dir / CHECKPOINT_FILE
     rundir.check_dir(run_dir, CHECKPOINT_DIR)
     if not rundir.exists(run_dir, CHECKPOINT_FILE):
@@ -338,7 +340,7 @@ def read_checkpoint(run_dir: str | os.PathLike) -> Checkpoint:
 def rewind(run_dir: str | os.PathLike, checkpoint: Checkpoint, files: Sequence[str] = APPEND_ONLY_FILES) -> None:
     """Cut the run's tables and records back to ``checkpoint``: what a later, unfinished round
     wrote is removed (tables truncated to their checkpointed sizes, later records deleted)."""
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     for name in files:
         path = rundir.check_file(run_dir, name)
         if not path.exists():

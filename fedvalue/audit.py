@@ -135,7 +135,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     FileNotFoundError
         ``run_dir`` holds neither ledger.csv nor rounds.csv (not a run directory).
     """
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     report = AuditReport(str(run_dir))
     if not os.path.isdir(run_dir) or (not rundir.exists(run_dir, LEDGER_FILE)
                                       and not rundir.exists(run_dir, ROUNDS_FILE)):
@@ -429,7 +429,7 @@ def recompute_run(run_dir: str | os.PathLike, utility: ArraysUtility, ledger: pd
                   noisy_clients: Collection | None = None, sampled: Callable[[int], Sequence] | None = None,
                   fairness: GroupFairness | None = None) -> None:
     """Check 7 of the module docstring; findings go to ``report``."""
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     config = {} if config is None else config
     try:
         paths = round_record_paths(run_dir)

@@ -120,7 +120,7 @@ def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_ha
 def chain_heads(run_dir: str | os.PathLike) -> list[str]:
     """Every round's chain hash recomputed from the run's files; ValueError naming the
     first round whose recorded hash does not match (a file was changed by hand)."""
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     if not rundir.exists(run_dir, ROUNDS_FILE):
         return []
     ledger = rundir.read_text(run_dir, LEDGER_FILE).splitlines(keepends=True)[1:] \
@@ -170,7 +170,7 @@ class LedgerWriter:
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, config: Mapping | None = None, resume: bool = False) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = rundir.resolve(run_dir)
         if resume:
             self._check_same_config(config)
             return
@@ -412,7 +412,7 @@ def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
 
 def load_run(run_dir: str | os.PathLike) -> Run:
     """Read a run directory written by :class:`LedgerWriter`."""
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     if not rundir.exists(run_dir, LEDGER_FILE):
         raise FileNotFoundError(
             f"run_dir: expected a fedvalue run directory holding ledger.csv; {run_dir} has none."

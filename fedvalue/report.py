@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedvalue import rundir
 from fedvalue.ledger import Run, load_run
 from fedvalue.schema import LEDGER_FILE, RUN_CONFIG_FILE, STATUS_IDLE, STATUS_OK, VALUATION_METHODS
 
@@ -167,7 +168,7 @@ def run_figures(run: Run) -> list[Figure]:
 
 def write_figures(run_dir: str | Path) -> list[Path]:
     """Write the run's figures to ``run_dir/figures/`` and return their paths."""
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     figures = run_figures(load_run(run_dir))
     out = run_dir / FIGURES_DIR
     out.mkdir(exist_ok=True)
@@ -224,7 +225,7 @@ def html_report(directory: str | Path, out: str | Path | None = None) -> Path:
     FileNotFoundError
         ``directory`` does not exist or holds neither a ledger, a CSV table nor a figure.
     """
-    directory = Path(directory)
+    directory = rundir.resolve(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {directory} is none.")
     config_path = directory / RUN_CONFIG_FILE
@@ -261,7 +262,7 @@ def html_report(directory: str | Path, out: str | Path | None = None) -> Path:
 def figure_dirs(directory: str | Path) -> Sequence[Path]:
     """The run directories whose figures ``--plots`` writes: ``directory`` itself when it holds
     a ledger, else every run directory below it."""
-    directory = Path(directory)
+    directory = rundir.resolve(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {directory} is none.")
     return [directory] if (directory / LEDGER_FILE).exists() else _ledger_dirs(directory)

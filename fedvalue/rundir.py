@@ -25,6 +25,22 @@ class UnsafeRunFile(ValueError):
     """A path in a run directory that fedvalue will not read or write."""
 
 
+def resolve(path: str | os.PathLike) -> Path:
+    """The absolute path of a directory a user named: ``~`` expanded, taken relative to the
+    current directory, links in the path resolved. Every entry point (the CLI, ``simulate``,
+    the strategy, ``load_run``, ``audit_run``, the report) resolves a run directory once, so
+    every path fedvalue prints, stores or compares is this one."""
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"run_dir: expected a path (str or os.PathLike); got {type(path).__name__}.") from None
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not text or "\x00" in text:
+        raise ValueError(f"run_dir: expected a directory path; got {text!r}.")
+    return Path(os.path.realpath(os.path.expanduser(text)))
+
+
 def _inside(run_dir: Path, path: Path) -> Path:
     """``path`` checked component by component from ``run_dir``: no link, no way out."""
     base = Path(os.path.abspath(run_dir))
@@ -49,7 +65,7 @@ def _inside(run_dir: Path, path: Path) -> Path:
 
 
 def _check_kind(run_dir: str | os.PathLike, path: str | os.PathLike, missing_ok: bool, is_kind, expected: str) -> Path:
-    run_dir = Path(run_dir)
+    run_dir = resolve(run_dir)
     path = _inside(run_dir, run_dir / path)
     try:
         mode = os.lstat(path).st_mode
@@ -76,7 +92,7 @@ def check_dir(run_dir: str | os.PathLike, path: str | os.PathLike = ".", *, miss
 
 def exists(run_dir: str | os.PathLike, path: str | os.PathLike) -> bool:
     """Whether anything (a file, a link, a FIFO) sits at ``path`` in ``run_dir``."""
-    return os.path.lexists(Path(run_dir) / path)
+    return os.path.lexists(resolve(run_dir) / path)
 
 
 def read_bytes(run_dir: str | os.PathLike, path: str | os.PathLike, *, max_bytes: int = MAX_FILE_BYTES) -> bytes:

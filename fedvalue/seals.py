@@ -214,7 +214,7 @@ def cut_seals(run_dir: str | os.PathLike, last_round: int) -> None:
 def manifest_files(run_dir: str | os.PathLike) -> list[str]:
     """Every file a manifest covers: the run directory's regular files and those of its
     records and checkpoint directories, except the manifest itself (relative, sorted)."""
-    run_dir = Path(run_dir)
+    run_dir = rundir.resolve(run_dir)
     names = []
     for path in rundir.list_dir(run_dir, "."):
         relative = path.relative_to(run_dir).as_posix()

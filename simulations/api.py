@@ -30,11 +30,13 @@ from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from fedvalue import rundir
 from fedvalue._checks import check_integer
 from clients.app import ClientData, make_client_app
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
-from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.seals import SEALS_FILE
 from simulations.engine import check_ray_address, serve, stop_on_signals
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
@@ -75,8 +77,10 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
 
 
 def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Create ``out``; refuse a directory that already holds a run unless ``overwrite``."""
-    out = Path(out)
+    """Create ``out`` and return its resolved path (:func:`fedvalue.rundir.resolve`: ``~``
+    expanded, absolute, links resolved); refuse a directory that already holds a run unless
+    ``overwrite``."""
+    out = rundir.resolve(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a directory for the run; {out} is a file.")
     if out.is_dir() and any(out.iterdir()):
@@ -97,6 +101,13 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
         raise ValueError(f"out: expected a directory fedvalue can create and write; {out} cannot be "
                          f"({error.strerror or error}).") from None
     return out
+
+
+def remove_unstarted_run(run_dir: Path) -> None:
+    """Remove a run directory this call made, after a failure, only while it holds no
+    committed round: a run that committed a round keeps every one (it resumes from them)."""
+    if not rundir.exists(run_dir, ROUNDS_FILE) and not rundir.exists(run_dir, SEALS_FILE):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def simulate(
@@ -199,7 +210,7 @@ def simulate(
     if ray_address is not None:
         check_ray_address(ray_address)  # before anything is written: a refusal leaves no run directory
     if resume:
-        run_dir = Path(out)
+        run_dir = rundir.resolve(out)
         if not (run_dir / RUN_CONFIG_FILE).exists():
             raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
                              "has none.")
@@ -216,7 +227,7 @@ def simulate(
         valuing.open_books()  # bad input surfaces here, before the engine starts
     except (TypeError, ValueError):
         if not resume:  # a rejected option leaves no half-made run behind
-            shutil.rmtree(run_dir, ignore_errors=True)
+            remove_unstarted_run(run_dir)
         raise
     initial = initial_arrays(model_factory())
     train_record = ConfigRecord(dict(train_config or {}))
@@ -231,8 +242,8 @@ def simulate(
                   max_parallel_clients=max_parallel_clients, ray_address=ray_address,
                   num_gpus_per_client=num_gpus_per_client)
     except (TypeError, ValueError):
-        if not resume and not valuing.rounds:  # refused before any round committed: no half-made run
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if not resume:  # refused before any round committed: no half-made run (committed rounds stay)
+            remove_unstarted_run(run_dir)
         raise
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(

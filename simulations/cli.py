@@ -197,7 +197,9 @@ def _config_for_resume(config_cls, args: argparse.Namespace):
     must agree with it (a changed setting would not continue the same run)."""
     from pathlib import Path
 
-    if args.out is not None and Path(args.out) != Path(args.resume):
+    from fedvalue.rundir import resolve
+
+    if args.out is not None and resolve(args.out) != resolve(args.resume):
         raise ValueError(f"out: --resume continues the run in {args.resume}; got another --out {args.out}.")
     saved = _saved_run_config(args.resume)
     if saved is None:
@@ -224,12 +226,12 @@ def _saved_run_config(run_dir: str) -> dict | None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from fedvalue.report import figure_dirs, html_report, write_figures
+    from fedvalue.rundir import resolve
     from fedvalue.schema import LEDGER_FILE
 
-    if (Path(args.run_dir) / LEDGER_FILE).exists() or not (args.plots or args.html):
+    args.run_dir = resolve(args.run_dir)  # once: every path printed below is this one
+    if (args.run_dir / LEDGER_FILE).exists() or not (args.plots or args.html):
         _print_books(args.run_dir)
     if args.plots:
         runs = figure_dirs(args.run_dir)
@@ -295,11 +297,13 @@ def _audit(args: argparse.Namespace) -> int:
     import re
 
     from fedvalue.audit import audit_run
+    from fedvalue.rundir import resolve
     from fedvalue.seals import Verifier
 
     verifier = Verifier.from_file(args.public_key) if args.public_key else None
     if args.expect_head is not None and not re.fullmatch(r"[0-9a-f]{64}", args.expect_head):
         raise ValueError(f"expect_head: expected a chain head of 64 lowercase hex digits; got {args.expect_head!r}.")
+    args.run_dir = resolve(args.run_dir)  # once: the audit, the replay and the verdict name this one
     if not os.path.isdir(args.run_dir):
         raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {args.run_dir} is not a directory.")
     simulation, rebuilt, why_not = (None, {}, None) if args.no_recompute else _audit_context(args.run_dir)

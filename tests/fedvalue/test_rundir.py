@@ -46,3 +46,18 @@ def test_reads_are_capped(tmp_path):
     with pytest.raises(UnsafeRunFile, match="at most 999 bytes"):
         rundir.read_bytes(tmp_path, "big", max_bytes=999)
     assert len(rundir.read_bytes(tmp_path, "big", max_bytes=1000)) == 1000
+
+
+def test_a_run_directory_is_resolved_once_from_relative_tilde_and_linked_paths(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    (real / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path / "link")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    expected = real / "runs" / "x"
+    for named in ("runs/x", "./runs/../runs/x", "~/link/runs/x", str(tmp_path / "link" / "runs" / "x"), expected):
+        assert rundir.resolve(named) == expected
+    (expected / "a.txt").write_text("books")
+    assert rundir.read_text("runs/x", "a.txt") == rundir.read_text("~/link/runs/x", "a.txt") == "books"
+    with pytest.raises(ValueError, match="run_dir: expected a directory path"):
+        rundir.resolve("")

@@ -143,3 +143,25 @@ def test_a_stop_request_ends_the_run_after_the_round_in_flight_and_it_resumes(tm
     run(make_strategy(tmp_path, resume=True))
     assert (tmp_path / "ledger.csv").read_bytes() == (reference_dir / "ledger.csv").read_bytes()
     assert (tmp_path / "manifest.json").exists() and audit_run(tmp_path).ok
+
+
+def test_runs_named_by_relative_tilde_and_linked_paths_resume_to_the_uninterrupted_ledger(
+        tmp_path, uninterrupted, monkeypatch):
+    """The run directory is resolved once, however it is named: a crash after round 1 of a run
+    in a relative directory under a linked parent keeps the round, resumes through ``~``, and
+    its audit names the resolved directory."""
+    reference_dir, _ = uninterrupted
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path / "link")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(Crash):
+        run(make_strategy("runs/x", crash_after=1))
+    assert list(load_run("runs/x").rounds["round"]) == [1]
+    run(make_strategy("~/link/runs/x", resume=True))
+    assert (real / "runs" / "x" / "ledger.csv").read_bytes() == (reference_dir / "ledger.csv").read_bytes()
+    for named in ("runs/x", "~/link/runs/x", str(real / "runs" / "x")):
+        report = audit_run(named)
+        assert report.ok, report.problems
+        assert report.run_dir == str(real / "runs" / "x")
