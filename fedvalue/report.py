@@ -17,6 +17,12 @@ For a run with a ledger (``ledger.csv``, ``rounds.csv``):
 A directory of tables (a study's, a figure reproduction's) has no ledger of its own: its
 HTML page shows its CSV tables and PNG figures, and the books of every run directory below
 it. Figures are written without a timestamp: the same books give the same PNG bytes.
+
+A run directory may come from anyone: every file is read and written through
+:mod:`fedvalue.rundir` (never through a link, regular files only: a linked report.html or
+figures/ is replaced, not written through; a linked table is not shown), text from the
+run (client ids, run.json) is shown with its control characters escaped, and client ids
+are drawn as plain text (a ``$`` is not matplotlib's math).
 """
 
 from __future__ import annotations
@@ -34,12 +40,21 @@ import pandas as pd
 
 from fedvalue import rundir
 from fedvalue.ledger import Run, load_run
-from fedvalue.schema import LEDGER_FILE, RUN_CONFIG_FILE, STATUS_IDLE, STATUS_OK, VALUATION_METHODS
+from fedvalue.rundir import RunDir, open_run_dir, printable
+from fedvalue.schema import (
+    FIGURES_DIR,
+    LEDGER_FILE,
+    REPORT_FILE,
+    RUN_CONFIG_FILE,
+    STATUS_IDLE,
+    STATUS_OK,
+    VALUATION_METHODS,
+    client_sort_key,
+)
 
 __all__ = ["Figure", "html_report", "run_figures", "write_figures"]
 
-FIGURES_DIR = "figures"
-HTML_FILE = "report.html"
+HTML_FILE = REPORT_FILE
 #: Rows of a directory's CSV table shown in its HTML page.
 MAX_TABLE_ROWS = 200
 _NOISY, _CLEAN = "#c0392b", "#2c6fbb"
@@ -86,7 +101,7 @@ def value_matrix(run: Run, method: str) -> pd.DataFrame:
     """φ_t(i) as rounds × clients (NaN where client i was not valued in round t)."""
     rows = run.ledger[(run.ledger["method"] == method) & run.ledger["status"].isin([STATUS_OK, STATUS_IDLE])]
     matrix = rows.pivot_table(index="round", columns="client_id", values="value", aggfunc="sum")
-    clients = sorted(matrix.columns, key=lambda c: (0, int(c)) if str(c).isdigit() else (1, str(c)))
+    clients = sorted(matrix.columns, key=client_sort_key)
     rounds = sorted(set(run.rounds["round"]) | set(matrix.index)) if len(run.rounds) else list(matrix.index)
     return matrix.reindex(index=rounds, columns=clients)
 
@@ -127,10 +142,10 @@ def run_figures(run: Run) -> list[Figure]:
         bound = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
         image = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto",
                           interpolation="nearest")
-        ax.set_xticks(range(matrix.shape[1]), [str(c) for c in matrix.columns], rotation=90, fontsize=7)
+        ax.set_xticks(range(matrix.shape[1]), [client_label(c) for c in matrix.columns], rotation=90, fontsize=7)
         ax.set_yticks(range(matrix.shape[0]), [str(r) for r in matrix.index])
-        for label in ax.get_xticklabels():
-            if label.get_text() in noisy:
+        for client, label in zip(matrix.columns, ax.get_xticklabels()):
+            if client in noisy:
                 label.set_color(_NOISY)
         ax.set(xlabel="client" + (" (noisy in red)" if noisy else ""), ylabel="round",
                title=f"{method} value per round and client")
@@ -166,16 +181,21 @@ def run_figures(run: Run) -> list[Figure]:
     return figures
 
 
-def write_figures(run_dir: str | Path) -> list[Path]:
-    """Write the run's figures to ``run_dir/figures/`` and return their paths."""
-    run_dir = rundir.resolve(run_dir)
-    figures = run_figures(load_run(run_dir))
-    out = run_dir / FIGURES_DIR
-    out.mkdir(exist_ok=True)
+def client_label(client_id) -> str:
+    """A client id as a figure shows it: printable, and plain text (``$`` is not math)."""
+    return printable(client_id, 40).replace("$", r"\$")
+
+
+def write_figures(run_dir: str | Path | RunDir) -> list[Path]:
+    """Write the run's figures to ``run_dir/figures/`` and return their paths (a link at
+    figures/ or at a figure is refused or replaced, never written through)."""
+    run = open_run_dir(run_dir)
+    figures = run_figures(load_run(run))
+    run.mkdir(FIGURES_DIR)
     paths = []
     for figure in figures:
-        (out / figure.name).write_bytes(figure.png)
-        paths.append(out / figure.name)
+        run.write_bytes(f"{FIGURES_DIR}/{figure.name}", figure.png)
+        paths.append(run.path / FIGURES_DIR / figure.name)
     return paths
 
 
@@ -190,20 +210,33 @@ def _table(frame: pd.DataFrame, caption: str, *, index: bool = True) -> str:
     return f"<h3>{html.escape(caption)}</h3>{body}"
 
 
-def _run_section(run_dir: Path, title: str) -> list[str]:
-    run = load_run(run_dir)
-    summary = pd.DataFrame({"value": {k: v for k, v in run.run_summary().items()}})
-    parts = [f"<section><h2>{html.escape(title)}</h2>", _table(summary, "Run")]
-    parts += [_img(f.png, f.caption) for f in run_figures(run)]
-    parts.append(_table(run.summary(), "Per client (sorted by value)"))
-    rounds = run.rounds.drop(columns=[c for c in ("hash",) if c in run.rounds])
-    parts.append(_table(rounds, "Per round", index=False))
+def _run_section(run: RunDir, title: str) -> list[str]:
+    books = load_run(run)
+    summary = pd.DataFrame({"value": {k: v for k, v in books.run_summary().items()}})
+    parts = [f"<section><h2>{html.escape(printable(title))}</h2>", _table(summary, "Run")]
+    parts += [_img(f.png, f.caption) for f in run_figures(books)]
+    parts.append(_table(_printable_frame(books.summary()), "Per client (sorted by value)"))
+    rounds = books.rounds.drop(columns=[c for c in ("hash",) if c in books.rounds])
+    parts.append(_table(_printable_frame(rounds), "Per round", index=False))
     parts.append("</section>")
     return parts
 
 
-def _ledger_dirs(directory: Path) -> list[Path]:
-    return sorted(path.parent for path in directory.rglob(LEDGER_FILE) if path.parent != directory)
+def _printable_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its text (index and cells) shown with control characters escaped."""
+    frame = frame.copy()
+    frame.index = pd.Index([printable(i) if isinstance(i, str) else i for i in frame.index], name=frame.index.name)
+    for column in frame.columns:
+        if frame[column].dtype == object:
+            frame[column] = frame[column].map(lambda v: printable(v) if isinstance(v, str) else v)
+    return frame
+
+
+def _ledger_dirs(run: RunDir) -> list[str]:
+    """The run directories below ``run`` (relative names), found without following a link."""
+    suffix = "/" + LEDGER_FILE
+    return sorted(name[: -len(suffix)] for name, kind in run.walk().items()
+                  if name.endswith(suffix) and kind == "a regular file")
 
 
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}
@@ -212,57 +245,70 @@ table.books td,table.books th{border:1px solid #ccc;padding:2px 6px;text-align:r
 figure{margin:1em 0}img{max-width:100%}figcaption{font-size:13px;color:#444}"""
 
 
-def html_report(directory: str | Path, out: str | Path | None = None) -> Path:
+def html_report(directory: str | Path | RunDir, out: str | Path | None = None) -> Path:
     """Write one self-contained HTML page of ``directory`` (tables and figures inline, PNGs as
     base64 data) to ``out`` (default ``directory/report.html``) and return its path.
 
     A run directory gives its run summary, figures, per-client and per-round tables; any
     other directory its CSV tables (first :data:`MAX_TABLE_ROWS` rows), its PNG figures and
-    the books of every run directory below it.
+    the books of every run directory below it. Only regular files are shown: a link or
+    special file is named as not shown.
 
     Raises
     ------
     FileNotFoundError
         ``directory`` does not exist or holds neither a ledger, a CSV table nor a figure.
     """
-    directory = rundir.resolve(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {directory} is none.")
-    config_path = directory / RUN_CONFIG_FILE
-    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
-    name = config.get("simulation", "run") if isinstance(config, dict) else "run"
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>fedvalue report: {html.escape(str(name))}"
+    try:
+        run = open_run_dir(directory)
+    except (FileNotFoundError, rundir.UnsafeRunFile):
+        raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {printable(directory)} is "
+                                "none.") from None
+    config = run.read_json(RUN_CONFIG_FILE) if run.is_file(RUN_CONFIG_FILE) else {}
+    name = printable(config.get("simulation", "run") if isinstance(config, dict) else "run", 200)
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>fedvalue report: {html.escape(name)}"
              f"</title><style>{_STYLE}</style></head><body>",
-             f"<h1>fedvalue report: {html.escape(str(name))}</h1><p>{html.escape(str(directory))}</p>"]
-    if (directory / LEDGER_FILE).exists():
-        parts += _run_section(directory, "Books")
+             f"<h1>fedvalue report: {html.escape(name)}</h1><p>{html.escape(run.show())}</p>"]
+    if run.exists(LEDGER_FILE):
+        parts += _run_section(run, "Books")
     else:
-        tables = sorted(directory.glob("*.csv"))
-        pictures = sorted(directory.glob("*.png"))
-        sub_runs = _ledger_dirs(directory)
-        if not (tables or pictures or sub_runs):
+        entries = {entry: run.kind(entry) for entry in run.listdir(".")}
+        shown = [e for e, kind in entries.items() if e.endswith((".csv", ".png")) and kind == "a regular file"]
+        hidden = [f"{printable(e)} ({kind})" for e, kind in entries.items()
+                  if e.endswith((".csv", ".png")) and kind != "a regular file"]
+        sub_runs = _ledger_dirs(run)
+        if not (shown or sub_runs):
             raise FileNotFoundError(f"run_dir: expected a run directory (ledger.csv) or a directory of tables and "
-                                    f"figures; {directory} holds none.")
-        parts += [_img(p.read_bytes(), p.name) for p in pictures]
-        for table in tables:
-            frame = pd.read_csv(table)
-            shown = f" (first {MAX_TABLE_ROWS} of {len(frame)} rows)" if len(frame) > MAX_TABLE_ROWS else ""
-            parts.append(_table(frame.head(MAX_TABLE_ROWS), table.name + shown, index=False))
+                                    f"figures; {run.show()} holds none.")
+        parts += [_img(run.read_bytes(e), printable(e)) for e in shown if e.endswith(".png")]
+        for table in (e for e in shown if e.endswith(".csv")):
+            frame = pd.read_csv(io.BytesIO(run.read_bytes(table)))
+            more = f" (first {MAX_TABLE_ROWS} of {len(frame)} rows)" if len(frame) > MAX_TABLE_ROWS else ""
+            parts.append(_table(_printable_frame(frame.head(MAX_TABLE_ROWS)), printable(table) + more, index=False))
+        if hidden:
+            parts.append(f"<p>Not shown (not regular files): {html.escape(', '.join(hidden))}</p>")
         for sub_run in sub_runs:
-            parts += _run_section(sub_run, f"Books of {sub_run.relative_to(directory)}")
+            with run.subdir(sub_run) as books:
+                parts += _run_section(books, f"Books of {sub_run}")
     if config:
         parts.append(f"<h3>Configuration ({RUN_CONFIG_FILE})</h3><pre>"
                      f"{html.escape(json.dumps(config, indent=1, sort_keys=True, default=str))}</pre>")
     parts.append("</body></html>")
-    path = Path(out) if out is not None else directory / HTML_FILE
-    path.write_text("\n".join(parts), encoding="utf-8")
-    return path
+    page = "\n".join(parts)
+    if out is None:
+        run.write_text(HTML_FILE, page)
+        return run.path / HTML_FILE
+    out = rundir.resolve(out)
+    RunDir(out.parent).write_text(out.name, page)
+    return out
 
 
-def figure_dirs(directory: str | Path) -> Sequence[Path]:
-    """The run directories whose figures ``--plots`` writes: ``directory`` itself when it holds
-    a ledger, else every run directory below it."""
-    directory = rundir.resolve(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {directory} is none.")
-    return [directory] if (directory / LEDGER_FILE).exists() else _ledger_dirs(directory)
+def figure_dirs(directory: str | Path | RunDir) -> Sequence[RunDir]:
+    """The run directories whose figures ``--plots`` writes, opened: ``directory`` itself when
+    it holds a ledger, else every run directory below it (found without following a link)."""
+    try:
+        run = open_run_dir(directory)
+    except (FileNotFoundError, rundir.UnsafeRunFile):
+        raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {printable(directory)} is "
+                                "none.") from None
+    return [run] if run.exists(LEDGER_FILE) else [run.subdir(name) for name in _ledger_dirs(run)]

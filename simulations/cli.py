@@ -118,6 +118,27 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
         )
 
 
+def _finite_non_negative(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 and value != float("inf")):
+            raise argparse.ArgumentTypeError(f"{name}: expected a finite number >= 0; got {text!r}")
+        return value
+    return parse
+
+
+def _finite_positive(name: str):
+    def parse(text: str) -> float:
+        value = _finite_non_negative(name)(text)
+        if value == 0:
+            raise argparse.ArgumentTypeError(f"{name}: expected a finite number > 0; got {text!r}")
+        return value
+    return parse
+
+
 def _simulations_epilog() -> str:
     lines = ["simulations and their parameters (fedvalue run SIMULATION --help for details):"]
     for name, simulation in SIMULATIONS.items():
@@ -160,13 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write DIR/report.html: tables and figures in one self-contained page")
     audit = commands.add_parser("audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
     audit.add_argument("run_dir", help="a run directory written by fedvalue run")
-    audit.add_argument("--tolerance", type=float, default=1e-6, help="allowed group-efficiency gap")
+    audit.add_argument("--tolerance", type=_finite_non_negative("tolerance"), default=1e-6,
+                       help="allowed group-efficiency gap (a finite number >= 0)")
     audit.add_argument("--no-recompute", action="store_true",
                        help="skip recomputing every value from the saved round records")
     audit.add_argument("--public-key", metavar="PEM",
                        help="the signer's Ed25519 public key: every seal and the manifest must carry its signature")
     audit.add_argument("--expect-head", metavar="HASH",
                        help="a chain head published elsewhere (64 hex digits): the run must end at it")
+    audit.add_argument("--budget", metavar="SECONDS", type=_finite_positive("budget"), default=600.0,
+                       help="seconds the audit may take; what it has not checked by then is not verifiable "
+                            "(default: 600)")
     keygen = commands.add_parser("keygen", help="write a new Ed25519 key pair for signing runs")
     keygen.add_argument("private_key", help="new file for the private key (PEM, owner-readable only)")
     keygen.add_argument("public_key", help="new file for the public key (PEM), to give auditors")
@@ -218,37 +243,48 @@ def _config_for_resume(config_cls, args: argparse.Namespace):
 
 def _saved_run_config(run_dir: str) -> dict | None:
     """The configuration in ``run_dir``/run.json (None when there is none; ValueError when it
-    is not a JSON object or not a regular file)."""
-    from fedvalue import rundir
+    is not a JSON object or not a regular file), read through :mod:`fedvalue.rundir`."""
     from fedvalue.ledger import read_run_config
+    from fedvalue.rundir import RunDir
 
-    return read_run_config(run_dir) if rundir.exists(run_dir, RUN_CONFIG_FILE) else None
+    try:
+        run = RunDir(run_dir)
+    except FileNotFoundError:
+        return None
+    with run:
+        return read_run_config(run) if run.exists(RUN_CONFIG_FILE) else None
 
 
 def _report(args: argparse.Namespace) -> int:
     from fedvalue.report import figure_dirs, html_report, write_figures
-    from fedvalue.rundir import resolve
+    from fedvalue.rundir import RunDir, UnsafeRunFile, printable
     from fedvalue.schema import LEDGER_FILE
 
-    args.run_dir = resolve(args.run_dir)  # once: every path printed below is this one
-    if (args.run_dir / LEDGER_FILE).exists() or not (args.plots or args.html):
-        _print_books(args.run_dir)
-    if args.plots:
-        runs = figure_dirs(args.run_dir)
-        if not runs:
-            print(f"{args.run_dir} holds no ledger, here or below: --plots draws a run's books; --html shows this "
-                  "directory's tables and figures")
-        for run_dir in runs:
-            print("wrote " + ", ".join(str(path) for path in write_figures(run_dir)))
-    if args.html:
-        print(f"wrote {html_report(args.run_dir)}")
+    try:  # opened once: every file below is read and written through it, every path printed is its
+        run = RunDir(args.run_dir)
+    except (FileNotFoundError, UnsafeRunFile):
+        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(args.run_dir)} is not a "
+                                "directory.") from None
+    with run:
+        if run.exists(LEDGER_FILE) or not (args.plots or args.html):
+            _print_books(run)
+        if args.plots:
+            runs = figure_dirs(run)
+            if not runs:
+                print(f"{run.show()} holds no ledger, here or below: --plots draws a run's books; --html shows this "
+                      "directory's tables and figures")
+            for books in runs:
+                print("wrote " + ", ".join(printable(path) for path in write_figures(books)))
+        if args.html:
+            print(f"wrote {printable(html_report(run))}")
     return 0
 
 
-def _print_books(run_dir: str) -> None:
+def _print_books(run_dir) -> None:
     import pandas as pd
 
     from fedvalue.ledger import load_run
+    from fedvalue.rundir import printable
 
     run = load_run(run_dir)
     lines = []
@@ -262,10 +298,10 @@ def _print_books(run_dir: str) -> None:
                 lines.append(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
                              f"clean {by_noise.get(False, float('nan')):.4f}")
         figures = run.run_summary()
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as error:
         raise ValueError(f"run_dir: the ledger in {run_dir} cannot be summarized ({type(error).__name__}: "
                          f"{error}); `fedvalue audit {run_dir}` says what is wrong with it.") from None
-    print("\n".join(lines))
+    print("\n".join(printable(line, 10_000) for line in "\n".join(lines).splitlines()))
     print("run:")
     print_run_summary(figures)
     return 0
@@ -276,12 +312,17 @@ def _audit_context(run_dir: str) -> tuple[Simulation | None, dict, str | None]:
     (:func:`fedvalue.audit.audit_run` keywords), or why nothing could be rebuilt."""
     try:
         saved = _saved_run_config(run_dir) or {}
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         return None, {}, str(error)
     name = saved.get("simulation")
     simulation = SIMULATIONS.get(name) if isinstance(name, str) else None
     if simulation is None:
         return None, {}, "run.json names no fedvalue simulation"
+    outside = sorted(key for key, value in saved.items() if key.endswith("_path") and value not in ("", None))
+    if outside:  # the audit reads the run directory only
+        return simulation, {}, (f"run.json names data outside the run directory ({', '.join(outside)}); the audit "
+                                "opens no file outside it, so it does not rebuild the run's utility")
+    saved = {**saved, "ray_address": ""} if "ray_address" in saved else saved  # an audit connects nowhere
     try:
         if simulation.audit_from_run is not None:
             return simulation, simulation.audit_from_run(saved), None
@@ -297,7 +338,7 @@ def _audit(args: argparse.Namespace) -> int:
     import re
 
     from fedvalue.audit import audit_run
-    from fedvalue.rundir import resolve
+    from fedvalue.rundir import printable, resolve
     from fedvalue.seals import Verifier
 
     verifier = Verifier.from_file(args.public_key) if args.public_key else None
@@ -305,14 +346,19 @@ def _audit(args: argparse.Namespace) -> int:
         raise ValueError(f"expect_head: expected a chain head of 64 lowercase hex digits; got {args.expect_head!r}.")
     args.run_dir = resolve(args.run_dir)  # once: the audit, the replay and the verdict name this one
     if not os.path.isdir(args.run_dir):
-        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {args.run_dir} is not a directory.")
+        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(args.run_dir)} is not a "
+                                "directory.")
+    started = time.monotonic()
     simulation, rebuilt, why_not = (None, {}, None) if args.no_recompute else _audit_context(args.run_dir)
     replayed = simulation is not None and simulation.replay_check is not None
     report = audit_run(args.run_dir, tolerance=args.tolerance, verifier=verifier, expect_head=args.expect_head,
-                       recompute=not (args.no_recompute or replayed), **rebuilt)
-    if replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
+                       recompute=not (args.no_recompute or replayed), budget_seconds=args.budget, **rebuilt)
+    if replayed and report.problems and (verifier is not None or args.expect_head is not None):
+        report.unverifiable.append("replay: not run, the files already failed the checks above")  # verify, then work
+    elif replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
         try:
-            checks, problems = simulation.replay_check(args.run_dir)
+            checks, problems = simulation.replay_check(args.run_dir,
+                                                       timeout=max(1.0, args.budget - (time.monotonic() - started)))
         except Exception as error:  # noqa: BLE001 - fail closed on whatever the files hold
             checks, problems = [], []
             report.unverifiable.append(f"replay: the run cannot be replayed from run.json ({type(error).__name__}: "
@@ -323,10 +369,13 @@ def _audit(args: argparse.Namespace) -> int:
         report.unverifiable = [u.replace("(no utility to rebuild the round games with)", f"({why_not})")
                                for u in report.unverifiable]
     for status, what in report.verdicts():
-        print(f"{ {'verified': 'ok', 'failed': 'FAILED', 'not verifiable': 'NOT VERIFIABLE'}[status]}: {what}")
+        print(printable(f"{ {'verified': 'ok', 'failed': 'FAILED', 'not verifiable': 'NOT VERIFIABLE'}[status]}: "
+                        f"{what}", 2000))
     for note in report.notes:
-        print(f"note: {note}")
-    print(f"{args.run_dir}: {report.rounds} rounds, {report.ledger_rows} ledger rows: {report.verdict}")
+        print(printable(f"note: {note}", 2000))
+    print(f"run: {report.identity()}")
+    print(printable(f"{args.run_dir}: {report.rounds} rounds, {report.ledger_rows} ledger rows: {report.verdict}",
+                    2000))
     return 0 if report.intact else 1
 
 
@@ -345,7 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except (ValueError, FileNotFoundError) as error:
-        print(f"fedvalue: error: {error}", file=sys.stderr)
+        from fedvalue.rundir import printable
+
+        print(f"fedvalue: error: {printable(error, 4000)}", file=sys.stderr)
         return 2
     except OSError as error:  # an unwritable --out, a path under a file, ...
         print(f"fedvalue: error: {getattr(error, 'filename', None) or 'path'}: {error.strerror or error}",

@@ -17,7 +17,8 @@ import pytest
 from flwr.app import ConfigRecord
 from flwr.serverapp.strategy import FedAdam
 
-from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
+from fedvalue.archive import read_checkpoint_pointer, read_round_record, round_record_paths
+from fedvalue.rundir import RunDir
 from fedvalue.audit import audit_run
 from fedvalue.ledger import load_run
 from strategies import ValueWeightedSampler, ValuingStrategy
@@ -88,7 +89,7 @@ def test_resume_after_a_crash_writes_the_uninterrupted_ledger(tmp_path, uninterr
         np.testing.assert_array_equal(result.arrays[key].numpy(), array.numpy())
     report = audit_run(tmp_path)
     assert report.ok, report.problems
-    assert read_checkpoint(tmp_path).round == ROUNDS
+    assert read_checkpoint_pointer(RunDir(tmp_path))[0] == ROUNDS
     assert sorted(round_record_paths(tmp_path)) == list(range(1, ROUNDS + 1))
 
 
@@ -165,3 +166,73 @@ def test_runs_named_by_relative_tilde_and_linked_paths_resume_to_the_uninterrupt
         report = audit_run(named)
         assert report.ok, report.problems
         assert report.run_dir == str(real / "runs" / "x")
+
+
+def test_a_dp_strategy_drawing_from_the_global_generator_resumes_to_the_uninterrupted_ledger(tmp_path):
+    """Flower's DP noise is drawn from numpy's global generator: the checkpoint saves the global
+    random state as data, so the noise after a resume is the uninterrupted run's, and the
+    adaptive clipping norm (the wrapper's own state) is restored."""
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
+
+    from simulations.api import seeded_server_generators
+    from strategies import PartitionSampler
+
+    def make(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy:
+        def on_round(row):
+            if crash_after is not None and row["round"] == crash_after:
+                raise Crash(f"killed after round {crash_after}")
+
+        inner = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(fraction_evaluate=0.0), noise_multiplier=0.3,
+                                                             clipped_count_stddev=1.0, num_sampled_clients=3)
+        return ValuingStrategy(inner, utility(), run_dir=str(run_dir), methods=("ads",),
+                               sampler=PartitionSampler(3, seed=4), seed=5, run_config={"experiment": "dp"},
+                               on_round=on_round, resume=resume)
+
+    with seeded_server_generators(5):
+        run(make(tmp_path / "reference"))
+    with seeded_server_generators(5), pytest.raises(Crash):
+        run(make(tmp_path / "resumed", crash_after=2))
+    with seeded_server_generators(5):  # a resumed process seeds afresh: the checkpoint's state wins
+        resumed = make(tmp_path / "resumed", resume=True)
+        run(resumed)
+    assert (tmp_path / "resumed" / "ledger.csv").read_bytes() == (tmp_path / "reference" / "ledger.csv").read_bytes()
+    assert resumed.strategy.clipping_norm != 0.1  # the adaptive norm moved and came back from the checkpoint
+
+
+def test_a_strategy_whose_state_is_not_data_is_refused_before_anything_is_written(tmp_path):
+    import threading
+
+    class LockedFedAdam(FedAdam):
+        def __init__(self) -> None:
+            super().__init__(fraction_evaluate=0.0)
+            self.lock = threading.Lock()
+
+    with pytest.raises(TypeError, match="strategy.lock: a _thread.lock cannot be saved as data for resume"):
+        ValuingStrategy(LockedFedAdam(), utility(), run_dir=str(tmp_path / "run")).open_books()
+    assert not (tmp_path / "run").exists()
+    ValuingStrategy(LockedFedAdam(), utility(), run_dir=str(tmp_path / "run"), checkpoint=False).open_books()
+
+
+def test_a_strategy_with_a_state_dict_hook_is_saved_and_restored_by_it():
+    import threading
+
+    from strategies import server_state
+
+    class Counted(FedAdam):
+        def __init__(self) -> None:
+            super().__init__(fraction_evaluate=0.0)
+            self.lock, self.calls = threading.Lock(), 0
+
+        def state_dict(self) -> dict:
+            return {"calls": self.calls, "m_t": self.m_t}
+
+        def load_state_dict(self, state: dict) -> None:
+            self.calls, self.m_t = state["calls"], state["m_t"]
+
+    saved = Counted()
+    saved.calls, saved.m_t = 7, {"w": np.arange(3.0)}
+    tree, arrays = server_state.capture({"strategy": saved})
+    restored = server_state.apply(Counted(), server_state.load(tree, arrays)["strategy"], "strategy")
+    assert restored.calls == 7 and restored.m_t["w"].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(ValueError, match="the checkpoint saved a .*Counted; the resumed run has a .*FedAdam"):
+        server_state.apply(FedAdam(), server_state.load(tree, arrays)["strategy"], "strategy")
