@@ -296,6 +296,8 @@ def audit_from_run(saved: dict) -> dict:
     noisy clients (drawn from the seed), round t's sampled clients (the seeded sampler), each
     client's example count (its seeded partition) and its local training (replayed from the
     round's start with run.json's training settings and seed: :func:`clients.app.train_client`)."""
+    import torch
+
     from clients.app import train_client
 
     config = audited_config(saved)
@@ -307,10 +309,17 @@ def audit_from_run(saved: dict) -> dict:
         return len(loader(int(client)).x_train)
 
     def retrain(server_round: int, client, start_arrays) -> dict:
-        arrays, _, _ = train_client(loader(int(client)), model_factory, dict(start_arrays),
-                                    learning_rate=config.learning_rate, local_epochs=config.local_epochs,
-                                    batch_size=config.batch_size, seed=config.seed, server_round=server_round,
-                                    proximal_mu=proximal_mu)
+        # As many torch threads as the client's Ray worker had: reductions then add in its order
+        # (with another thread count 50 epochs can drift by 1e-4).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, int(config.num_cpus_per_client)))
+        try:
+            arrays, _, _ = train_client(loader(int(client)), model_factory, dict(start_arrays),
+                                        learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                                        batch_size=config.batch_size, seed=config.seed, server_round=server_round,
+                                        proximal_mu=proximal_mu)
+        finally:
+            torch.set_num_threads(threads)
         return arrays
 
     return {"utility": utility, "noisy_clients": noisy,
