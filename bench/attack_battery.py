@@ -6,7 +6,7 @@
 
 Makes one small real signed ``fedvalue run noisy-clients`` run (6 clients, 3 rounds, 2 per
 round) and one procurement study (a folder of tables with a run below it), then, for each
-attack of ``bench/run_dir_attacks.py``, rewrites a fresh copy as a forger without the key
+attack of ``bench/run_dir_attacks.py`` (and ``run_dir_attacks_audit.py``), rewrites a fresh copy as a forger without the key
 would and runs what a reader runs on it (``fedvalue audit`` without and with the signer's
 public key, ``fedvalue report``, ``--resume``), each command a child process under a time
 limit (default 60 s: a hang is measured, not suffered) whose memory is sampled from /proc
@@ -43,10 +43,11 @@ import time
 from pathlib import Path
 
 import run_dir_attacks as attacks
-from run_dir_attacks import ATTACKS, NO_KEY, SECRET, WITH_KEY, Case
+from load import tree_rss
+import run_dir_attacks_audit  # noqa: F401  (registers the second half of the attacks)
+from run_dir_attacks import ATTACKS, SECRET, Case
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = os.sysconf("SC_PAGE_SIZE")
 TINY = ["--num-clients", "6", "--rounds", "3", "--clients-per-round", "2", "--local-epochs", "2", "--hidden", "8",
         "--quiet"]
 CLI = "import sys; from simulations.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -85,29 +86,6 @@ class Listener:
         self.socket.close()
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and its descendants, in MB."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    total, stack = 0, [pid]
-    while stack:
-        current = stack.pop()
-        try:
-            with open(f"/proc/{current}/statm") as handle:
-                total += int(handle.read().split()[1]) * PAGE
-        except (OSError, IndexError, ValueError):
-            pass
-        stack += children.get(current, [])
-    return total / 1e6
-
-
 def run_command(action: attacks.Action, timeout: float, memory_cap_mb: float) -> dict:
     """Run one reader command in its own process group; its outcome and peak memory."""
     if action.python:
@@ -126,7 +104,7 @@ def run_command(action: attacks.Action, timeout: float, memory_cap_mb: float) ->
         reader.start()
     peak, outcome = 0.0, None
     while process.poll() is None:
-        peak = max(peak, _tree_rss_mb(process.pid))
+        peak = max(peak, tree_rss(process.pid)[1] / 1e6)
         if peak > memory_cap_mb:
             outcome = "memory"
         elif time.perf_counter() - started > timeout:

@@ -17,13 +17,16 @@ from the same random state.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
+import random as random_module
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
@@ -341,28 +344,36 @@ class ValuingStrategy(Strategy):
         except server_state.StateNotCaptured as error:
             raise TypeError(f"checkpoint: saving the server's state for resume failed: {error}") from None
 
-    def _check_state(self, state: tuple[object, dict]) -> None:
-        """Before a resume cuts anything: the saved state fits this run's strategy, sampler and review."""
+    def _take_state(self, state: tuple[object, dict], *, into_copies: bool) -> tuple:
+        """(strategy, sampler, claims, pending first-order check, global random state) with the
+        saved state applied; ``into_copies`` applies it to copies (a dry run). ValueError when
+        the state does not fit this run's objects."""
         saved = server_state.load(*state)
-        for part, target in (("strategy", self.strategy), ("sampler", self.sampler), ("claims", self.claims)):
-            server_state.check(target, saved.get(part), part)
+        targets = (self.strategy, self.sampler, self.claims)
+        if into_copies:
+            targets = copy.deepcopy(targets)
+        try:
+            taken = tuple(server_state.apply(target, saved[part], part)
+                          for part, target in zip(("strategy", "sampler", "claims"), targets))
+            numpy_state, python_state, torch_state = saved["random"]
+            np.random.RandomState().set_state(numpy_state)  # each part checked on a generator of its own
+            random_module.Random().setstate(python_state)
+            torch.Generator().set_state(torch_state)
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
+            raise ValueError(f"the saved server state does not fit this run ({error})") from None
+        return (*taken, saved.get("pending_first_order"), RandomState(numpy_state, python_state, torch_state, None))
+
+    def _check_state(self, state: tuple[object, dict]) -> None:
+        """Before a resume cuts anything: the saved state fits this run (applied to copies)."""
+        self._take_state(state, into_copies=True)
 
     def _restore(self) -> Restored:
         """Take the server's state from the verified checkpoint (:class:`fedvalue.run_books.RunBooks`
-        verified it and cut the directory back to it) into this run's own objects."""
+        verified it, checked it fits and cut the directory back to it) into this run's own objects."""
         restored = self.books.restored
         if restored.state is not None:
-            saved = server_state.load(*restored.state)
-            try:
-                self.strategy = server_state.apply(self.strategy, saved["strategy"], "strategy")
-                self.sampler = server_state.apply(self.sampler, saved["sampler"], "sampler")
-                self.claims = server_state.apply(self.claims, saved["claims"], "claims")
-                self._pending_first_order = saved["pending_first_order"]
-                numpy_state, python_state, torch_state = saved["random"]
-                self._resumed_random = RandomState(numpy_state, python_state, torch_state, None)
-            except (KeyError, TypeError, ValueError) as error:
-                raise ValueError(f"resume: the server state saved with the checkpoint of round {restored.round} "
-                                 f"does not restore ({error}).") from None
+            (self.strategy, self.sampler, self.claims, self._pending_first_order,
+             self._resumed_random) = self._take_state(restored.state, into_copies=False)
         self.rounds = self.books.committed_rounds()
         return restored
 

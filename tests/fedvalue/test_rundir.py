@@ -20,11 +20,17 @@ def test_regular_files_inside_are_read(tmp_path):
             assert sub.read_text("a.txt") == "hello" and sub.path == tmp_path / "sub"
 
 
-def test_links_fifos_devices_and_ways_out_are_refused(tmp_path):
+def run_and_outside(tmp_path, text: str):
+    """A run directory and, beside it, a file of the reader's own."""
     outside = tmp_path / "outside.txt"
-    outside.write_text("SECRET")
+    outside.write_text(text)
     run = tmp_path / "run"
     run.mkdir()
+    return run, outside
+
+
+def test_links_fifos_devices_and_ways_out_are_refused(tmp_path):
+    run, outside = run_and_outside(tmp_path, "SECRET")
     (run / "link.txt").symlink_to(outside)
     (run / "linked-dir").symlink_to(tmp_path)
     (run / "zero").symlink_to("/dev/zero")
@@ -64,10 +70,7 @@ def test_a_run_directory_is_resolved_once_from_relative_tilde_and_linked_paths(t
 
 
 def test_writes_replace_a_link_and_never_write_through_it(tmp_path):
-    outside = tmp_path / "outside.txt"
-    outside.write_text("the reader's own file")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run_dir, outside = run_and_outside(tmp_path, "the reader's own file")
     (run_dir / "report.html").symlink_to(outside)
     with rundir.RunDir(run_dir) as run:
         run.write_text("report.html", "<html></html>")

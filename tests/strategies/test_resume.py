@@ -236,3 +236,20 @@ def test_a_strategy_with_a_state_dict_hook_is_saved_and_restored_by_it():
     assert restored.calls == 7 and restored.m_t["w"].tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(ValueError, match="the checkpoint saved a .*Counted; the resumed run has a .*FedAdam"):
         server_state.apply(FedAdam(), server_state.load(tree, arrays)["strategy"], "strategy")
+
+
+def test_a_resume_with_another_strategy_is_refused_before_anything_is_cut(tmp_path):
+    from flwr.serverapp.strategy import FedYogi
+
+    with pytest.raises(Crash):
+        run(make_strategy(tmp_path, crash_after=1))
+    with open(tmp_path / "ledger.csv", "a") as handle:
+        handle.write("2,3,ads,0.123")  # a torn round a resume would cut
+    before = {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    other = ValuingStrategy(FedYogi(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
+                            sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5,
+                            flows=True, run_config={"experiment": "resume"}, resume=True)
+    with pytest.raises(ValueError, match="saved a flwr.serverapp.strategy.fedadam.FedAdam; the resumed run has a "
+                                         "flwr.serverapp.strategy.fedyogi.FedYogi"):
+        other.open_books()
+    assert {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
