@@ -86,6 +86,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive
+from strategies.counterfactual import RandomState
 
 T = TypeVar("T")
 #: Seconds between polls for replies. Flower's in-memory grid polls every 0.1 s: a round's
@@ -434,9 +435,12 @@ def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: i
             outcome["error"] = error
             raise
 
-    run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
-                          num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-                          ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
+    # Ray's init and shutdown draw from Python's global ``random`` in this thread (its spill
+    # directory choice): put the caller's generators back, as they were before the run.
+    with RandomState.capture().replayed():
+        run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
+                              num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
+                              ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("result")

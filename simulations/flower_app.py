@@ -29,13 +29,18 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app, partition_id_of
 from fedvalue.ledger import load_run
-from simulations.api import check_some_client_valued, package_versions, prepare_run_dir, seeded_server_generators
+from simulations.api import (
+    check_some_client_valued,
+    initial_model_arrays,
+    package_versions,
+    prepare_run_dir,
+    seeded_server_generators,
+)
 from simulations.engine import replies_in_send_order
 from simulations.noisy_clients import NoisyClientsConfig, build, valuation_options
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.protocol import train_config
-from strategies.records import initial_arrays
 
 #: The run directory's key (the only key that is not a NoisyClientsConfig field).
 OUT_KEY = "out"
@@ -135,7 +140,7 @@ def main(grid: Grid, context: Context) -> None:
         seed=config.seed, noisy_clients=noisy, run_config=run_config, query_timeout=config.query_timeout,
         **valuation_options(config),  # every estimator option, as `fedvalue run` passes them
     )
-    initial = initial_arrays(model_factory())
+    initial = initial_model_arrays(model_factory, config.seed)
     with seeded_server_generators(config.seed):
         strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
                        train_config=ConfigRecord(train_config(

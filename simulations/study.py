@@ -55,7 +55,7 @@ from fedvalue.flagging import FlaggingRule, flagging_rates
 from fedvalue.ledger import load_run, write_json
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.selection import retrain_plan
-from simulations.api import package_versions, prepare_run_dir
+from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
 from simulations.engine import default_max_parallel_clients, serve
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from simulations.settings import check_integers
@@ -63,7 +63,6 @@ from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import PartitionSampler, Replay, ReplaySampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.protocol import train_config
-from strategies.records import initial_arrays
 
 RANKINGS = ("ads", "loo", "random")
 #: torch threads of the server process while the study runs (restored afterwards). The
@@ -200,7 +199,7 @@ def run_study(
         for seed in seeds:
             base = _base(config, seed)
             _, model_factory, utility, noisy = build(base)
-            initial = initial_arrays(model_factory())
+            initial = initial_model_arrays(model_factory, seed)
 
             def config_record(clean: bool = False) -> ConfigRecord:
                 return ConfigRecord(train_config(learning_rate=config.learning_rate,
