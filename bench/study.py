@@ -89,7 +89,7 @@ def bare_study(config: NoisyClientsStudyConfig) -> tuple[dict, pd.DataFrame]:
 def _bare_study(config: NoisyClientsStudyConfig) -> tuple[dict, pd.DataFrame]:
     seconds = {"training": 0.0, "valuation": 0.0}
     rows: list[dict] = []
-    for seed in range(config.first_seed, config.first_seed + config.seeds):
+    for seed in range(config.seed, config.seed + config.seeds):
         sampler = PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=seed)
         schedule = {t: sampler.sample(t, list(range(config.num_clients))) for t in range(1, config.rounds + 1)}
 

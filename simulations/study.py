@@ -85,12 +85,19 @@ FLAGGING_RULES = tuple(
 
 @dataclass
 class NoisyClientsStudyConfig(NoisyClientsConfig):
-    """The noisy-clients setting plus the study's own numbers."""
+    """The noisy-clients setting plus the study's own numbers (``seed`` is the first seed:
+    the study runs seeds seed, seed + 1, ..., seed + seeds − 1)."""
 
     seeds: int = 20
-    first_seed: int = 0
     ks: tuple[int, ...] = (3, 4)
     clean_runs: int = 1
+
+
+#: Help of the study's options that differ from a single run's (``fedvalue run noisy-clients-study --help``).
+HELP = {
+    "seed": "first seed: the study runs seeds seed, seed+1, ..., seed+seeds-1",
+    "seeds": "number of seeds, all run on one engine",
+}
 
 
 #: Settings a study's ``data-key`` may override (the engine serves every seed, noisy and clean).
@@ -176,7 +183,7 @@ def run_study(
     ``client_mods`` wrap the clients' ``train`` handler (``make_client_app``'s ``mods``).
     """
     _check(config)
-    seeds = list(range(config.first_seed, config.first_seed + config.seeds))
+    seeds = list(range(config.seed, config.seed + config.seeds))
     for seed in seeds:
         build(_base(config, seed))  # every seed's input is checked before Ray starts
     study_config = {"simulation": "noisy-clients-study", **dataclasses.asdict(config), "versions": package_versions()}
