@@ -313,6 +313,7 @@ def _report(args: argparse.Namespace) -> int:
 def _print_books(run_dir: str) -> None:
     import pandas as pd
 
+    from fedvalue.findings import findings_lines, run_findings
     from fedvalue.ledger import load_run
 
     run = load_run(run_dir)
@@ -327,12 +328,15 @@ def _print_books(run_dir: str) -> None:
                 lines.append(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
                              f"clean {by_noise.get(False, float('nan')):.4f}")
         figures = run.run_summary()
+        findings = findings_lines(run_findings(run))  # detection and top-k selection
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise ValueError(f"run_dir: the ledger in {run_dir} cannot be summarized ({type(error).__name__}: "
                          f"{error}); `fedvalue audit {run_dir}` says what is wrong with it.") from None
     print("\n".join(lines))
     print("run:")
     print_run_summary(figures)
+    for line in findings:
+        print(line)
     return 0
 
 
