@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,18 @@ def test_a_serverapp_wrapping_fedadam_books_its_clients(tmp_path):
     pd.testing.assert_series_equal(run.summary()["rounds"].sort_index(),
                                    run.ledger[run.ledger["method"] == "ads"].groupby("client_id")["round"].nunique()
                                    .rename("rounds").sort_index())
+
+
+def test_readme_snippets_are_taken_from_the_examples():
+    """Every README Python block headed ``# examples/NAME.py`` is that file's lines, in order
+    ("..." elides), so what README shows is what the tests run."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n# (examples/\S+\.py)\n(.*?)```", readme, flags=re.S)
+    assert {name for name, _ in blocks} == {"examples/digits_clients.py", "examples/simulate_own_model.py",
+                                            "examples/value_a_serverapp.py", "examples/read_ledger.py"}
+    for name, block in blocks:
+        source = iter(line.strip() for line in (ROOT / name).read_text(encoding="utf-8").splitlines())
+        for line in block.splitlines():
+            line = line.strip()
+            if line and line != "...":
+                assert any(line == candidate for candidate in source), f"{name}: not found in order: {line!r}"
