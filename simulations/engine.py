@@ -81,6 +81,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
@@ -158,6 +159,20 @@ def stop_on_signals(stop: threading.Event, *, announce: bool = True) -> Iterator
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch on ``count`` intra-op threads for the block; the caller's count restored after.
+
+    Matrix products split over different thread counts round differently: the same seed
+    gives the same bits only on the same count (Ray gives a one-CPU client one thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class EngineStoppedError(RuntimeError):

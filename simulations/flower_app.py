@@ -32,10 +32,6 @@ import math
 import os
 import time
 import typing
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import torch
 
 from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
@@ -50,7 +46,7 @@ from simulations.api import (
     prepare_run_dir,
     seeded_server_generators,
 )
-from simulations.engine import replies_in_send_order
+from simulations.engine import replies_in_send_order, torch_threads
 from simulations.noisy_clients import NoisyClientsConfig, build, valuation_options
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
@@ -244,17 +240,10 @@ def client_app_for(context: Context, message: Message | None = None) -> ClientAp
     return _CLIENT_APPS[key]
 
 
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for the block: ``fedvalue run`` gives each client one CPU (Ray then
-    runs torch on one thread), and matrix products split over other thread counts round
-    differently, so the same seed would book other last bits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+def one_torch_thread():
+    """Torch on one thread: ``fedvalue run`` gives each client one CPU (Ray then runs torch on one
+    thread), and other thread counts would book other last bits (:func:`torch_threads`)."""
+    return torch_threads(1)
 
 
 client_app = ClientApp()

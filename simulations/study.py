@@ -44,7 +44,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from flwr.app import ConfigRecord
 from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
@@ -56,7 +55,7 @@ from fedvalue.ledger import load_run, write_json
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.selection import retrain_plan
 from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
-from simulations.engine import default_max_parallel_clients, serve
+from simulations.engine import default_max_parallel_clients, serve, torch_threads
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from simulations.settings import check_integers
 from simulations.strategy_choices import fedavg_without_evaluation
@@ -260,14 +259,10 @@ def run_study(
     base = _base(config, seeds[0])
     loader = functools.partial(study_client_data, config_json=json.dumps(dataclasses.asdict(base), sort_keys=True))
     _, model_factory, _, _ = build(base)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(SERVER_TORCH_THREADS)  # the valuation's forward passes, in this process
-    try:
+    with torch_threads(SERVER_TORCH_THREADS):  # the valuation's forward passes, in this process
         serve(make_client_app(loader, model_factory, mods=client_mods), main, num_supernodes=config.num_clients,
               num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=_parallel_clients(config),
               ray_address=config.ray_address or None, num_gpus_per_client=config.num_gpus_per_client)
-    finally:
-        torch.set_num_threads(threads)
     timings["total"] = time.perf_counter() - started
     return write_outputs(out_dir, seeds, pd.DataFrame(accuracy_rows), timings)
 

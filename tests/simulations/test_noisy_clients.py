@@ -140,6 +140,16 @@ def test_run_help_lists_simulations_and_parameters(capsys):
     assert "noisy-clients" in out and "--clients-per-round" in out and "--flip-probability" in out
 
 
+def started_until_round_1(run_dir: Path) -> subprocess.Popen:
+    """``fedvalue run`` of the small job in a process of its own, once its round 1 committed."""
+    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *SMALL]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while committed_rounds(run_dir) < 1 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return process
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_the_run_and_it_resumes(tmp_path, signum, capsys):
@@ -147,11 +157,7 @@ def test_a_signal_stops_the_run_and_it_resumes(tmp_path, signum, capsys):
     the process exits 130. SIGTERM: Ray's own handler ends the process at once (non-zero).
     Either way the run is incomplete, not failed, and resumes to the end."""
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *SMALL]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 240
-    while committed_rounds(run_dir) < 1 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    process = started_until_round_1(run_dir)
     process.send_signal(signum)
     output = process.communicate(timeout=240)[0].decode()
     if signum == signal.SIGINT:
@@ -172,11 +178,7 @@ def test_a_second_ctrl_c_stops_at_once_with_its_reason_and_the_run_resumes(tmp_p
     """Two SIGINTs once round 1 committed: the second stops the run at once (exit 130) and says
     so, naming where the committed rounds are and how to continue; they resume to the end."""
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *SMALL]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 240
-    while committed_rounds(run_dir) < 1 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    process = started_until_round_1(run_dir)
     process.send_signal(signal.SIGINT)
     time.sleep(0.5)
     process.send_signal(signal.SIGINT)
