@@ -164,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", dest="resume_alone", metavar="DIR",
                      help="continue the run in DIR from its last completed round (simulation and settings from "
                           "DIR/run.json)")
-    run.add_argument("--quiet", dest="quiet_alone", action="store_true", help="with --resume: no per-round progress")
+    run.add_argument("--quiet", dest="quiet_alone", action="store_true", help="no per-round progress")
     run.add_argument("--sign-key", dest="sign_key_alone", metavar="PEM",
-                     help="with --resume: Ed25519 private key signing the rest of the run's seals and its manifest")
+                     help="Ed25519 private key (fedvalue keygen) signing the run's seals and its manifest")
     simulations = run.add_subparsers(dest="simulation", required=False, metavar="SIMULATION")
     for name, simulation in SIMULATIONS.items():
         config_cls = simulation.config
@@ -213,6 +213,12 @@ def _run(args: argparse.Namespace) -> int:
     elif args.simulation is None:
         raise ValueError("fedvalue run: expected a simulation (fedvalue run --help lists them) or --resume DIR to "
                          "continue a run.")
+    else:  # `fedvalue run --quiet SIMULATION ...`: the options before the name count too
+        args.quiet = args.quiet or args.quiet_alone
+        if args.sign_key_alone is not None:
+            if not hasattr(args, "sign_key"):
+                raise ValueError(f"--sign-key: {args.simulation} runs are not signed (only resumable runs are).")
+            args.sign_key = args.sign_key or args.sign_key_alone
     simulation = SIMULATIONS[args.simulation]
     if getattr(args, "resume", None):
         config = _config_for_resume(simulation.config, args)

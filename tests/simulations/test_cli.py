@@ -99,6 +99,11 @@ def test_resume_alone_reads_the_simulation_from_the_run_and_names_what_is_wrong(
     assert called["options"].out == str(run_dir)
     assert main(["run", "--resume", str(run_dir), "noisy-clients", "--resume", str(empty)]) == 2
     assert "--resume: given twice" in capsys.readouterr().err
+    # Options before the simulation's name are not dropped.
+    assert main(["run", "--quiet", "noisy-clients", "--out", str(tmp_path / "new")]) == 0
+    assert called["options"].quiet and not called["options"].resume
+    assert main(["run", "--sign-key", "k.pem", "augmentation", "--out", str(tmp_path / "aug")]) == 2
+    assert "--sign-key: augmentation runs are not signed" in capsys.readouterr().err
 
 
 def test_errors_use_the_command_lines_words(tmp_path, capsys):
