@@ -31,6 +31,11 @@ until the validation accuracy equals the rule's, i.e. random reweighting at equa
 cost. Paired differences over seeds carry Student-t intervals; a rule *beats random at equal
 accuracy cost* when its test gap is below random-matched's by an interval excluding 0 while
 its test accuracy is not below by an interval excluding 0.
+
+**Pruning on SLID** ([FAIRINFL] §6.1–6.2 on the same splits and ERM model): S(i) and S_ℓ(i) of
+the training rows, each pruning order at each of ``prune_fractions``, retrained with the
+relaxed-DP regularizer γ = ``prune_gamma`` (Eq. 10 with Eq. 14); "full" is all rows with the
+regularizer (the paper's lfatr baseline); test accuracy and DP, paired against random pruning.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ class FairnessCentralConfig:
     damping: float = 1.0
     epsilon: float = 1e-3
     confidence: float = 0.95
+    prune_fractions: tuple[float, ...] = (0.8, 0.6, 0.4, 0.2)
+    prune_gamma: float = 1.0
 
     def check(self) -> None:
         check_choice("experiment", self.experiment, EXPERIMENTS)
@@ -106,6 +113,11 @@ class FairnessCentralConfig:
         check_number("damping", self.damping, low=0.0, low_open=True)
         check_number("epsilon", self.epsilon, low=0.0, low_open=True)
         check_number("confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+        if not self.prune_fractions or any(not isinstance(f, (int, float)) or not 0 < f < 1
+                                           for f in self.prune_fractions):
+            raise ValueError(f"prune_fractions: expected numbers in the open interval (0, 1); got "
+                             f"{list(self.prune_fractions)}.")
+        check_number("prune_gamma", self.prune_gamma, low=0.0)
 
 
 HELP = {
@@ -123,6 +135,8 @@ HELP = {
     "epsilon": "ε of SIM-JACK's similarity C = ΦΦᵀ + εI",
     "confidence": "level of the Student-t intervals over seeds",
     "gap": "fairness gap the influences target and λ is chosen on: dp, eop, eo",
+    "prune_fractions": "fractions of SLID's training rows kept by [FAIRINFL] pruning, comma-separated",
+    "prune_gamma": "γ of the relaxed-DP regularizer when retraining SLID after pruning ([FAIRINFL] §6.1: 1)",
 }
 
 
@@ -283,6 +297,62 @@ def tabular_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) 
     return rows
 
 
+def pruning_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) -> list[dict]:
+    """[FAIRINFL] §6.1–6.2 on SLID, same split and ERM model as :func:`tabular_seed`: S(i) (Eq. 35,
+    relaxed DP) and S_ℓ(i) at ERM on the training rows, each pruning order and kept fraction,
+    retrained with γ φ̂ (Eq. 10) on the kept rows; test accuracy and gaps ("full": all rows)."""
+    order = np.random.default_rng([seed, 47]).permutation(len(frame))
+    n = len(order)
+    train, test = np.sort(order[:n // 2]), np.sort(order[3 * n // 4:])
+    x, y, z = slid_rows(frame, train)
+    layer = torch.nn.Linear(x.shape[1], 1)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.zero_()
+    model = BinaryScoreModel(layer)
+    theta = WeightedRisk(model, x[train], y[train], ridge=config.ridge).fit(newton_steps=3)
+    scores = model.score(theta, torch.as_tensor(x[train])).detach().numpy()
+    jacobian = model.score_jacobian(theta, torch.as_tensor(x[train]))
+    fairness = fair_ntk.constraint_influence(jacobian, fair_ntk.constraint_factors(scores, y[train], z[train], "dp"))
+    loss = fair_ntk.loss_influence(jacobian, fair_ntk.logistic_loss_derivatives(scores, y[train]))
+
+    def row(t: torch.Tensor, keep: float, prune: str) -> dict:
+        return {"seed": seed, "keep": keep, "order": prune,
+                **{f"test_{k}": v for k, v in _hard_gaps(model, t, x[test], y[test], z[test]).items()}}
+
+    rows = [row(theta, 1.0, "erm")]
+    xs, ys, zs = x[train], y[train], z[train]
+    rows.append(row(fair_ntk.fit_regularized(model, xs, ys, zs, gamma=config.prune_gamma, start=theta), 1.0, "full"))
+    for fraction in config.prune_fractions:
+        keep = max(2, int(round(fraction * len(train))))
+        for prune in fair_ntk.PRUNINGS:
+            kept = fair_ntk.kept_examples(prune, keep, fairness_scores=fairness, loss_scores=loss,
+                                          seed=np.random.default_rng([seed, 49, keep]))
+            t = fair_ntk.fit_regularized(model, xs[kept], ys[kept], zs[kept], gamma=config.prune_gamma, start=theta)
+            rows.append(row(t, fraction, prune))
+    return rows
+
+
+def pruning_summary(rows: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    """Per (kept fraction, order): test accuracy and DP gap (mean, interval) and the paired
+    differences against random pruning at the same fraction."""
+    out = []
+    for (keep, prune), group in rows.groupby(["keep", "order"], sort=False):
+        g = group.set_index("seed")
+        record = {"keep": keep, "order": prune}
+        for metric in ("test_accuracy", "test_dp_gap"):
+            mean, low, high = interval(g[metric], confidence)
+            record.update({metric: mean, f"{metric}_low": low, f"{metric}_high": high})
+        random = rows[(rows["keep"] == keep) & (rows["order"] == "random")].set_index("seed")
+        if prune != "random" and len(random):
+            for metric in ("test_accuracy", "test_dp_gap"):
+                mean, low, high = interval(g[metric] - random.loc[g.index, metric], confidence)
+                record.update({f"{metric}_vs_random": mean, f"{metric}_vs_random_low": low,
+                               f"{metric}_vs_random_high": high})
+        out.append(record)
+    return pd.DataFrame(out)
+
+
 #: Scales of the random deviations searched to match a rule's validation accuracy.
 RANDOM_SCALES = np.geomspace(0.1, 1000.0, 41)
 
@@ -365,13 +435,16 @@ def run_fairness_central(config: FairnessCentralConfig, say=None) -> dict[str, p
         tables["toy"] = toy_summary(tables["toy_runs"], config.confidence)
     if config.experiment in ("tabular", "all"):
         frame = slid_frame()
-        rows = []
+        rows, pruned = [], []
         for seed in seeds:
             rows += tabular_seed(config, seed, frame)
+            pruned += pruning_seed(config, seed, frame)
             if say is not None:
                 say(f"tabular: seed {seed} done")
         tables["tabular_runs"] = pd.DataFrame(rows)
         tables["tabular"] = tabular_summary(tables["tabular_runs"], config.gap, config.confidence)
+        tables["pruning_runs"] = pd.DataFrame(pruned)
+        tables["pruning"] = pruning_summary(tables["pruning_runs"], config.confidence)
     return tables
 
 
@@ -398,6 +471,8 @@ def _print(tables: dict[str, pd.DataFrame], config: FairnessCentralConfig) -> No
             print(f"[FAIRIJ] protocol on SLID (λ chosen on validation, test split reported); majority-class "
                   f"test accuracy {majority:.4f}")
             print(t[[c for c in columns if c in t]].to_string(index=False, float_format=fmt))
+            print(f"[FAIRINFL] pruning on SLID, retrained with γ = {config.prune_gamma:g} (test split)")
+            print(tables["pruning"].to_string(index=False, float_format=fmt))
 
 
 def cli_main(config: FairnessCentralConfig, options) -> int:
