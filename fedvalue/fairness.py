@@ -252,6 +252,17 @@ def joint_gap_of_scores(f: torch.Tensor, y: torch.Tensor, z: torch.Tensor, gap: 
 # ------------------------------------------------------------------------------ influence
 
 
+def _total_weight(clients: Mapping[Hashable, object], weights: Mapping[Hashable, float], name: str) -> float:
+    """Σ_{c∈clients} n_c, refusing a missing weight or a total that is not positive and finite."""
+    missing = [c for c in clients if c not in weights]
+    if missing:
+        raise ValueError(f"weights: expected a weight for every client of {name}; missing {missing}.")
+    total = float(sum(float(weights[c]) for c in clients))
+    if clients and not (math.isfinite(total) and total > 0):
+        raise ValueError(f"weights: expected a positive finite total; got {total!r}.")
+    return total
+
+
 def client_fairness_influences(
     gradient: Mapping[str, np.ndarray],
     start_arrays: Mapping[str, np.ndarray],
@@ -279,12 +290,7 @@ def client_fairness_influences(
     keys = list(start_arrays)
     g = flatten(gradient, keys=keys, name="gradient")
     start = flatten(start_arrays, keys=keys, name="start_arrays")
-    missing = [c for c in replies if c not in weights]
-    if missing:
-        raise ValueError(f"weights: expected a weight for every client of replies; missing {missing}.")
-    total = float(sum(float(weights[c]) for c in replies))
-    if replies and not (math.isfinite(total) and total > 0):
-        raise ValueError(f"weights: expected a positive finite total; got {total!r}.")
+    total = _total_weight(replies, weights, "replies")
     return {c: float(weights[c]) / total * float((flatten(arrays, keys=keys, name=f"replies[{c!r}]") - start) @ g)
             for c, arrays in replies.items()}
 
@@ -334,11 +340,6 @@ def fedavg_weight_derivatives(influences: Mapping[Hashable, float],
         Client -> the derivative of F(A_t) in u's weight multiplier ω_u at ω = 1, in the order
         of ``influences``; they sum to I(total)·(1 − Σ_u p_u) = 0.
     """
-    missing = [c for c in influences if c not in weights]
-    if missing:
-        raise ValueError(f"weights: expected a weight for every client of influences; missing {missing}.")
-    total = float(sum(float(weights[c]) for c in influences))
-    if influences and not (math.isfinite(total) and total > 0):
-        raise ValueError(f"weights: expected a positive finite total; got {total!r}.")
+    total = _total_weight(influences, weights, "influences")
     summed = float(sum(float(v) for v in influences.values()))
     return {c: float(v) - float(weights[c]) / total * summed for c, v in influences.items()}

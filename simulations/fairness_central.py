@@ -234,19 +234,25 @@ def _strengths(config: FairnessCentralConfig) -> np.ndarray:
     return np.geomspace(config.lam_low, config.lam_high, config.lams)
 
 
-def tabular_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) -> list[dict]:
-    """One seed of the [FAIRIJ] protocol (module docstring): rows per (curvature, edit, variant)."""
+def slid_erm(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame):
+    """A seed's SLID split (train / validation / test: 50 / 25 / 25 %), its rows, and logistic
+    regression fitted by ERM on the training rows (ridge ``ridge``; starts at 0: convex)."""
     order = np.random.default_rng([seed, 47]).permutation(len(frame))
     n = len(order)
-    train, validation, test = np.sort(order[:n // 2]), np.sort(order[n // 2:3 * n // 4]), np.sort(order[3 * n // 4:])
-    x, y, z = slid_rows(frame, train)
+    splits = np.sort(order[:n // 2]), np.sort(order[n // 2:3 * n // 4]), np.sort(order[3 * n // 4:])
+    x, y, z = slid_rows(frame, splits[0])
     layer = torch.nn.Linear(x.shape[1], 1)
     with torch.no_grad():
         layer.weight.zero_()
         layer.bias.zero_()
     model = BinaryScoreModel(layer)
-    risk = WeightedRisk(model, x[train], y[train], ridge=config.ridge)
-    theta = risk.fit(newton_steps=3)
+    risk = WeightedRisk(model, x[splits[0]], y[splits[0]], ridge=config.ridge)
+    return (x, y, z), splits, model, risk, risk.fit(newton_steps=3)
+
+
+def tabular_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) -> list[dict]:
+    """One seed of the [FAIRIJ] protocol (module docstring): rows per (curvature, edit, variant)."""
+    (x, y, z), (train, validation, test), model, risk, theta = slid_erm(config, seed, frame)
     gradients = risk.per_example_gradients(theta)
     gap_gradient = fr.validation_gap_gradient(model, theta, x[validation], y[validation], z[validation], config.gap)
     solvers = {"exact": ExactSolver(risk.hessian(theta)),
@@ -301,16 +307,7 @@ def pruning_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) 
     """[FAIRINFL] §6.1–6.2 on SLID, same split and ERM model as :func:`tabular_seed`: S(i) (Eq. 35,
     relaxed DP) and S_ℓ(i) at ERM on the training rows, each pruning order and kept fraction,
     retrained with γ φ̂ (Eq. 10) on the kept rows; test accuracy and gaps ("full": all rows)."""
-    order = np.random.default_rng([seed, 47]).permutation(len(frame))
-    n = len(order)
-    train, test = np.sort(order[:n // 2]), np.sort(order[3 * n // 4:])
-    x, y, z = slid_rows(frame, train)
-    layer = torch.nn.Linear(x.shape[1], 1)
-    with torch.no_grad():
-        layer.weight.zero_()
-        layer.bias.zero_()
-    model = BinaryScoreModel(layer)
-    theta = WeightedRisk(model, x[train], y[train], ridge=config.ridge).fit(newton_steps=3)
+    (x, y, z), (train, _, test), model, _, theta = slid_erm(config, seed, frame)
     scores = model.score(theta, torch.as_tensor(x[train])).detach().numpy()
     jacobian = model.score_jacobian(theta, torch.as_tensor(x[train]))
     fairness = fair_ntk.constraint_influence(jacobian, fair_ntk.constraint_factors(scores, y[train], z[train], "dp"))

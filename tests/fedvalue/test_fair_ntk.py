@@ -10,14 +10,8 @@ import torch
 from fedvalue import fair_ntk
 from fedvalue.fairness import JOINT_GAPS, joint_gap_of_scores
 from fedvalue.influence_curvature import BinaryScoreModel
+from tests.fedvalue.test_fairness import one_thread  # noqa: F401 - one torch thread, as there
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def setting(n: int = 40, seed: int = 0):

@@ -18,14 +18,8 @@ from fedvalue.influence_curvature import (
     IdentitySolver,
     WeightedRisk,
 )
+from tests.fedvalue.test_fairness import one_thread  # noqa: F401 - one torch thread, as there
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def rows(n: int, seed: int):

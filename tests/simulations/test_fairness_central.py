@@ -20,14 +20,8 @@ from simulations.fairness_central import (
     toy_seed,
     toy_summary,
 )
+from tests.fedvalue.test_fairness import one_thread  # noqa: F401 - one torch thread, as there
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_toy_pruning_by_fairness_moves_the_threshold_right_and_lowers_dp():
