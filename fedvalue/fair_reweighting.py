@@ -68,8 +68,12 @@ def fairness_influences(per_example_gradients, gap_gradient, solver) -> np.ndarr
     """I_F,n = −g_aᵀ M⁻¹ g_n for every row g_n of ``per_example_gradients`` ([FAIRIJ] Eq. 6),
     M⁻¹ given by ``solver.solve`` (one solve; M symmetric)."""
     g = torch.as_tensor(per_example_gradients, dtype=torch.float64)
-    s = solver.solve(torch.as_tensor(gap_gradient, dtype=torch.float64))
-    return -(g @ s).numpy()
+    g_a = torch.as_tensor(gap_gradient, dtype=torch.float64)
+    if g.ndim != 2 or g_a.shape != (g.shape[1],):
+        raise ValueError(f"gap_gradient: expected a vector of the {g.shape[-1]} parameters the per-example gradients "
+                         f"have (rows of shape (N, p)); got gradients {tuple(g.shape)} and gap_gradient "
+                         f"{tuple(g_a.shape)}.")
+    return -(g @ solver.solve(g_a)).numpy()
 
 
 # -------------------------------------------------------------------------- rules

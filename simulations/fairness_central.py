@@ -15,7 +15,9 @@ Fig. 1's direction holds when pruning by fairness moves the threshold right and 
 
 **Tabular** ([FAIRIJ] §4 and App. B protocol, on SLID standing in for Adult). Each seed
 splits SLID (:func:`simulations.fair_data.slid_rows`) at random into train / validation /
-test (50 / 25 / 25 %), fits logistic regression by ERM (ridge ``ridge``), computes the
+test (50 / 25 / 25 %), fits logistic regression by ERM (ridge ``ridge``; with ``hidden`` > 0
+the paper's one-hidden-layer SeLU MLP instead, whose exact Hessian is damped where it is not
+positive definite and whose hidden layer is SIM-JACK's Φ), computes the
 fairness influences I_F,n = −g_aᵀH⁻¹g_n (Eq. 6, g_a the gradient of the validation gap of
 Eq. 5) with each curvature — the exact Hessian, the damped diagonal empirical Fisher of
 App. A (damping ``damping``) — and for each rule (Fair-IJ Prop. 3.1, drop-K/upweight-M
@@ -88,6 +90,8 @@ class FairnessCentralConfig:
     confidence: float = 0.95
     prune_fractions: tuple[float, ...] = (0.8, 0.6, 0.4, 0.2)
     prune_gamma: float = 1.0
+    hidden: int = 0
+    fit_iterations: int = 500
 
     def check(self) -> None:
         check_choice("experiment", self.experiment, EXPERIMENTS)
@@ -118,6 +122,8 @@ class FairnessCentralConfig:
             raise ValueError(f"prune_fractions: expected numbers in the open interval (0, 1); got "
                              f"{list(self.prune_fractions)}.")
         check_number("prune_gamma", self.prune_gamma, low=0.0)
+        check_integer("hidden", self.hidden, 0)
+        check_integer("fit_iterations", self.fit_iterations, 1)
 
 
 HELP = {
@@ -137,6 +143,8 @@ HELP = {
     "gap": "fairness gap the influences target and λ is chosen on: dp, eop, eo",
     "prune_fractions": "fractions of SLID's training rows kept by [FAIRINFL] pruning, comma-separated",
     "prune_gamma": "γ of the relaxed-DP regularizer when retraining SLID after pruning ([FAIRINFL] §6.1: 1)",
+    "hidden": "SLID model: 0 = logistic regression, else one SeLU hidden layer of this width ([FAIRIJ] §4: 100)",
+    "fit_iterations": "L-BFGS iterations when fitting the SLID MLP (logistic regression is fitted to convergence)",
 }
 
 
@@ -235,19 +243,48 @@ def _strengths(config: FairnessCentralConfig) -> np.ndarray:
 
 
 def slid_erm(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame):
-    """A seed's SLID split (train / validation / test: 50 / 25 / 25 %), its rows, and logistic
-    regression fitted by ERM on the training rows (ridge ``ridge``; starts at 0: convex)."""
+    """A seed's SLID split (train / validation / test: 50 / 25 / 25 %), its rows, and the model
+    fitted by ERM on the training rows (ridge ``ridge``): logistic regression from 0 (convex:
+    to convergence), or with ``hidden`` > 0 a one-hidden-layer SeLU MLP from a seeded
+    initialization, ``fit_iterations`` L-BFGS iterations (not necessarily stationary: App. A)."""
     order = np.random.default_rng([seed, 47]).permutation(len(frame))
     n = len(order)
     splits = np.sort(order[:n // 2]), np.sort(order[n // 2:3 * n // 4]), np.sort(order[3 * n // 4:])
     x, y, z = slid_rows(frame, splits[0])
-    layer = torch.nn.Linear(x.shape[1], 1)
-    with torch.no_grad():
-        layer.weight.zero_()
-        layer.bias.zero_()
-    model = BinaryScoreModel(layer)
+    if config.hidden == 0:
+        module = torch.nn.Linear(x.shape[1], 1)
+        with torch.no_grad():
+            module.weight.zero_()
+            module.bias.zero_()
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        module = torch.nn.Sequential(torch.nn.Linear(x.shape[1], config.hidden), torch.nn.SELU(),
+                                     torch.nn.Linear(config.hidden, 1))
+        with torch.no_grad():
+            for parameter in module.parameters():
+                bound = 1.0 / math.sqrt(parameter.shape[-1] if parameter.ndim > 1 else config.hidden)
+                parameter.uniform_(-bound, bound, generator=generator)
+    model = BinaryScoreModel(module)
     risk = WeightedRisk(model, x[splits[0]], y[splits[0]], ridge=config.ridge)
-    return (x, y, z), splits, model, risk, risk.fit(newton_steps=3)
+    theta = risk.fit(newton_steps=3) if config.hidden == 0 else risk.fit(max_iter=config.fit_iterations)
+    return (x, y, z), splits, model, risk, theta
+
+
+def exact_solver(hessian: torch.Tensor, damping: float) -> ExactSolver:
+    """The exact Hessian, damped only where it is not positive definite (a model short of a
+    minimum, App. A's damped reading): δ = ``damping`` − λ_min(H) then."""
+    smallest = float(torch.linalg.eigvalsh(hessian)[0])
+    return ExactSolver(hessian, damping=0.0 if smallest > 0 else damping - smallest)
+
+
+def slid_features(config: FairnessCentralConfig, model: BinaryScoreModel, theta: torch.Tensor, x) -> np.ndarray:
+    """SIM-JACK's Φ ([FAIRIJ] §3.2): the hidden layer of the fitted MLP, or the standardized
+    inputs for logistic regression (no intermediate layer)."""
+    if config.hidden == 0:
+        return np.asarray(x)
+    hidden = model.module[0:2]
+    params = {k: v for k, v in model.unflatten(theta).items() if k.startswith(("0.", "1."))}
+    return torch.func.functional_call(hidden, params, (torch.as_tensor(x),)).detach().numpy()
 
 
 def tabular_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) -> list[dict]:
@@ -255,10 +292,10 @@ def tabular_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) 
     (x, y, z), (train, validation, test), model, risk, theta = slid_erm(config, seed, frame)
     gradients = risk.per_example_gradients(theta)
     gap_gradient = fr.validation_gap_gradient(model, theta, x[validation], y[validation], z[validation], config.gap)
-    solvers = {"exact": ExactSolver(risk.hessian(theta)),
+    solvers = {"exact": exact_solver(risk.hessian(theta), config.damping),
                "fisher": DiagonalSolver(risk.fisher_diagonal(theta), damping=config.damping)}
     permutation = np.random.default_rng([seed, 48]).permutation(len(train))
-    features = x[train]
+    features = slid_features(config, model, theta, x[train])
 
     def measure(t: torch.Tensor, split: np.ndarray) -> dict[str, float]:
         return _hard_gaps(model, t, x[split], y[split], z[split])
@@ -319,13 +356,16 @@ def pruning_seed(config: FairnessCentralConfig, seed: int, frame: pd.DataFrame) 
 
     rows = [row(theta, 1.0, "erm")]
     xs, ys, zs = x[train], y[train], z[train]
-    rows.append(row(fair_ntk.fit_regularized(model, xs, ys, zs, gamma=config.prune_gamma, start=theta), 1.0, "full"))
+    iterations = 2000 if config.hidden == 0 else config.fit_iterations
+    rows.append(row(fair_ntk.fit_regularized(model, xs, ys, zs, gamma=config.prune_gamma, start=theta,
+                                             max_iter=iterations), 1.0, "full"))
     for fraction in config.prune_fractions:
         keep = max(2, int(round(fraction * len(train))))
         for prune in fair_ntk.PRUNINGS:
             kept = fair_ntk.kept_examples(prune, keep, fairness_scores=fairness, loss_scores=loss,
                                           seed=np.random.default_rng([seed, 49, keep]))
-            t = fair_ntk.fit_regularized(model, xs[kept], ys[kept], zs[kept], gamma=config.prune_gamma, start=theta)
+            t = fair_ntk.fit_regularized(model, xs[kept], ys[kept], zs[kept], gamma=config.prune_gamma, start=theta,
+                                         max_iter=iterations)
             rows.append(row(t, fraction, prune))
     return rows
 

@@ -108,6 +108,12 @@ def test_solvers_refuse_non_positive_curvature_with_the_damping_named():
         ConjugateGradientSolver(lambda v: saddle @ v).solve(torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="damping"):
         DiagonalSolver(torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="gap_gradient"):
+        fr.fairness_influences(np.ones((4, 3)), np.ones(2), IdentitySolver())
+    with pytest.raises(ValueError, match="weights"):
+        fr.ij_parameters(torch.zeros(3), np.ones((4, 3)), np.ones(5), IdentitySolver())
+    with pytest.raises(ValueError, match="y"):
+        WeightedRisk(BinaryScoreModel(torch.nn.Linear(3, 1)), np.ones((4, 3)), [0, 1, 2, 1])
 
 
 # -------------------------------------------------------------------------- rules
