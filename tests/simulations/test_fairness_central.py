@@ -14,6 +14,9 @@ from simulations.cli import main
 from simulations.fair_data import slid_frame
 from simulations.fairness_central import (
     FairnessCentralConfig,
+    exact_solver,
+    slid_erm,
+    slid_features,
     tabular_seed,
     tabular_summary,
     threshold_lever,
@@ -71,3 +74,19 @@ def test_bad_options_are_named(capsys):
     assert main(["run", "fairness-central", "--keep-fractions", "0.5,1.5"]) == 2
     with pytest.raises(ValueError, match="gap"):
         dataclasses.replace(FairnessCentralConfig(), gap="xx").check()
+
+
+def test_the_mlp_variant_damps_an_indefinite_hessian_and_uses_its_hidden_layer():
+    config = FairnessCentralConfig(experiment="tabular", lams=3, hidden=4, fit_iterations=15)
+    frame = slid_frame()
+    (x, y, z), (train, _, _), model, risk, theta = slid_erm(config, 0, frame)
+    features = slid_features(config, model, theta, x[train])
+    assert features.shape == (len(train), 4)
+    first = model.unflatten(theta)
+    expected = torch.nn.functional.selu(torch.as_tensor(x[train]) @ first["0.weight"].T + first["0.bias"])
+    assert np.allclose(features, expected.numpy())
+    saddle = torch.diag(torch.tensor([2.0, -1.0], dtype=torch.float64))
+    assert exact_solver(saddle, 0.5).damping == pytest.approx(1.5)
+    assert exact_solver(torch.eye(2, dtype=torch.float64), 0.5).damping == 0.0
+    rows = pd.DataFrame(tabular_seed(config, 0, frame))
+    assert set(rows["edit"]) == {"erm", "fair-ij", "drop-upweight", "ijack", "simjack", "gradient"}
