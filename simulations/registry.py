@@ -68,7 +68,7 @@ SIMULATIONS: dict[str, Simulation] = {
     "noisy-clients": Simulation(noisy_clients.NoisyClientsConfig, noisy_clients.cli_main, resumable=True,
                                 utility_from_run=noisy_clients.utility_from_run,
                                 audit_from_run=noisy_clients.audit_from_run),
-    "noisy-clients-study": Simulation(study.NoisyClientsStudyConfig, study.cli_main),
+    "noisy-clients-study": Simulation(study.NoisyClientsStudyConfig, study.cli_main, help=study.HELP),
     "reciprocity": Simulation(reciprocity.ReciprocityConfig, reciprocity.cli_main, out_optional=True),
     "reciprocity-federated": Simulation(federated_reciprocity.FederatedReciprocityConfig,
                                         federated_reciprocity.cli_main, resumable=True,
