@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import time
 import typing
@@ -101,7 +102,28 @@ def _parse_tuple(kind):
     return parse
 
 
-def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
+#: reStructuredText roles and literals in docstrings and help texts, and their plain-text form.
+_ROLE = re.compile(r":(?:func|class|mod|meth|data|attr):`~?(?:[\w.]+\.)?([\w]+)`")
+_LITERAL = re.compile(r"``(.+?)``")
+
+
+def plain(text: str) -> str:
+    """``text`` as plain text for a terminal: ``literal`` -> literal, :func:`a.b` -> b."""
+    return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
+
+
+def _parser(commands, name: str, **options) -> argparse.ArgumentParser:
+    """A sub-command parser: no abbreviated options (``--num-client`` is not ``--num-clients``),
+    help in plain text."""
+    if "help" in options:
+        options["help"] = plain(options["help"])
+    return commands.add_parser(name, allow_abbrev=False, **options)
+
+
+def _add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
+    """One ``--option`` per field of ``config_cls``; its help from ``own_help`` (the simulation's
+    own texts), else :data:`PARAMETER_HELP`."""
+    own_help = own_help or {}
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
         hint = hints[f.name]
@@ -114,7 +136,7 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
             parse, shown = hint, default
         parser.add_argument(
             "--" + f.name.replace("_", "-"), dest=f.name, type=parse, default=default, metavar=f.name.upper(),
-            help=f"{PARAMETER_HELP.get(f.name, '')} (default: {shown})",
+            help=plain(f"{own_help.get(f.name) or PARAMETER_HELP.get(f.name, '')} (default: {shown})"),
         )
 
 
@@ -149,16 +171,28 @@ def _simulations_epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedvalue", description="Federated learning with contributor books.")
+    parser = argparse.ArgumentParser(prog="fedvalue", description="Federated learning with contributor books.",
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="{run,report,audit,keygen}")
-    run = commands.add_parser(
-        "run", help="run a simulation and write its ledger", epilog=_simulations_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    run = _parser(
+        commands, "run", help="run a simulation and write its ledger, or continue one (--resume DIR)",
+        usage="fedvalue run [-h] SIMULATION --out DIR [options]\n       fedvalue run --resume DIR [--quiet] "
+              "[--sign-key PEM]",
+        epilog=_simulations_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    simulations = run.add_subparsers(dest="simulation", required=True, metavar="SIMULATION")
+    # `fedvalue run --resume DIR` alone: the simulation and its settings come from DIR/run.json.
+    # Own dests: a sub-parser's defaults would overwrite the same names after it parses.
+    run.add_argument("--resume", dest="resume_alone", metavar="DIR",
+                     help="continue the run in DIR from its last completed round (simulation and settings from "
+                          "DIR/run.json)")
+    run.add_argument("--quiet", dest="quiet_alone", action="store_true", help="no per-round progress")
+    run.add_argument("--sign-key", dest="sign_key_alone", metavar="PEM",
+                     help="Ed25519 private key (fedvalue keygen) signing the run's seals and its manifest")
+    simulations = run.add_subparsers(dest="simulation", required=False, metavar="SIMULATION")
     for name, simulation in SIMULATIONS.items():
         config_cls = simulation.config
-        sim = simulations.add_parser(name, help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
+        sim = _parser(simulations, name, prog=f"fedvalue run {name}",
+                      help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
         sim.add_argument("--out", required=not (simulation.out_optional or simulation.resumable),
                          help="output directory" + (" for the tables (optional)" if simulation.out_optional
                                                     else " for the ledger"))
@@ -172,14 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
                                   "manifest, so `fedvalue audit --public-key` fails any rewrite of the run")
         sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
         sim.add_argument("--quiet", action="store_true", help="no per-round progress")
-        _add_config_options(sim, config_cls)
-    report = commands.add_parser("report", help="print a run's per-client summary sorted by value")
+        _add_config_options(sim, config_cls, simulation.help)
+    report = _parser(commands, "report", help="print a run's per-client summary sorted by value")
     report.add_argument("run_dir", help="a run directory written by fedvalue run")
     report.add_argument("--plots", action="store_true",
                         help="write PNG figures to DIR/figures/ (cumulative value, value heat map, flows, utility)")
     report.add_argument("--html", action="store_true",
                         help="write DIR/report.html: tables and figures in one self-contained page")
-    audit = commands.add_parser("audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
+    audit = _parser(commands, "audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
     audit.add_argument("run_dir", help="a run directory written by fedvalue run")
     audit.add_argument("--tolerance", type=_finite_non_negative("tolerance"), default=1e-6,
                        help="allowed group-efficiency gap (a finite number >= 0)")
@@ -192,20 +226,32 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--budget", metavar="SECONDS", type=_finite_positive("budget"), default=600.0,
                        help="seconds the audit may take; what it has not checked by then is not verifiable "
                             "(default: 600)")
-    keygen = commands.add_parser("keygen", help="write a new Ed25519 key pair for signing runs")
+    keygen = _parser(commands, "keygen", help="write a new Ed25519 key pair for signing runs")
     keygen.add_argument("private_key", help="new file for the private key (PEM, owner-readable only)")
     keygen.add_argument("public_key", help="new file for the public key (PEM), to give auditors")
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.resume_alone is not None:
+        _resume_alone(args)
+    elif args.simulation is None:
+        raise ValueError("fedvalue run: expected a simulation (fedvalue run --help lists them) or --resume DIR to "
+                         "continue a run.")
+    else:  # `fedvalue run --quiet SIMULATION ...`: the options before the name count too
+        args.quiet = args.quiet or args.quiet_alone
+        if args.sign_key_alone is not None:
+            if not hasattr(args, "sign_key"):
+                raise ValueError(f"--sign-key: {args.simulation} runs are not signed (only resumable runs are).")
+            args.sign_key = args.sign_key or args.sign_key_alone
     simulation = SIMULATIONS[args.simulation]
     if getattr(args, "resume", None):
         config = _config_for_resume(simulation.config, args)
         args.out = args.resume
     else:
         if simulation.resumable and args.out is None:
-            raise ValueError("out: expected --out DIR for the run's ledger (or --resume DIR to continue a run).")
+            raise ValueError("--out: expected the directory for the run's ledger (or --resume DIR to continue a "
+                             "run).")
         config = simulation.config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(simulation.config)})
     sign_key = None
     if getattr(args, "sign_key", None):
@@ -215,6 +261,33 @@ def _run(args: argparse.Namespace) -> int:
     options = RunOptions(out=args.out, overwrite=args.overwrite, quiet=args.quiet,
                          resume=bool(getattr(args, "resume", None)), started=time.perf_counter(), sign_key=sign_key)
     return simulation.main(config, options)
+
+
+def _resume_alone(args: argparse.Namespace) -> None:
+    """``fedvalue run --resume DIR``: the simulation named in DIR/run.json, with every setting at
+    its default on the command line (so that :func:`_config_for_resume` takes DIR's)."""
+    directory = args.resume_alone
+    if args.simulation is not None:
+        if getattr(args, "resume", None) not in (None, directory):
+            raise ValueError(f"--resume: given twice, as {directory} and {args.resume}; give it once.")
+        args.resume = directory
+        args.quiet = args.quiet or args.quiet_alone
+        args.sign_key = args.sign_key or args.sign_key_alone
+        return
+    saved = _saved_run_config(directory)
+    if saved is None:
+        raise ValueError(f"--resume: expected the directory of a run to continue, holding run.json; {directory} "
+                         "has none.")
+    name = saved.get("simulation")
+    resumable = [n for n, s in SIMULATIONS.items() if s.resumable]
+    if name not in resumable:
+        raise ValueError(f"--resume: {directory}/run.json names the simulation {name!r}; only {resumable} runs "
+                         "can be resumed.")
+    args.simulation = name
+    for f in dataclasses.fields(SIMULATIONS[name].config):
+        setattr(args, f.name, f.default)
+    args.out, args.resume, args.overwrite = None, directory, False
+    args.quiet, args.sign_key = args.quiet_alone, args.sign_key_alone
 
 
 def _config_for_resume(config_cls, args: argparse.Namespace):
@@ -263,8 +336,8 @@ def _report(args: argparse.Namespace) -> int:
     try:  # opened once: every file below is read and written through it, every path printed is its
         run = RunDir(args.run_dir)
     except (FileNotFoundError, UnsafeRunFile):
-        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(args.run_dir)} is not a "
-                                "directory.") from None
+        what = "a directory written by fedvalue run" if args.plots or args.html else "a fedvalue run directory"
+        raise FileNotFoundError(f"run_dir: expected {what}; {printable(args.run_dir)} is not a directory.") from None
     with run:
         if run.exists(LEDGER_FILE) or not (args.plots or args.html):
             _print_books(run)
@@ -283,6 +356,7 @@ def _report(args: argparse.Namespace) -> int:
 def _print_books(run_dir) -> None:
     import pandas as pd
 
+    from fedvalue.findings import findings_lines, run_findings
     from fedvalue.ledger import load_run
     from fedvalue.rundir import printable
 
@@ -298,12 +372,15 @@ def _print_books(run_dir) -> None:
                 lines.append(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
                              f"clean {by_noise.get(False, float('nan')):.4f}")
         figures = run.run_summary()
+        findings = findings_lines(run_findings(run))  # detection and top-k selection
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as error:
         raise ValueError(f"run_dir: the ledger in {run_dir} cannot be summarized ({type(error).__name__}: "
                          f"{error}); `fedvalue audit {run_dir}` says what is wrong with it.") from None
     print("\n".join(printable(line, 10_000) for line in "\n".join(lines).splitlines()))
     print("run:")
     print_run_summary(figures)
+    for line in findings:
+        print(printable(line, 10_000))
     return 0
 
 
@@ -388,6 +465,35 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The library names run-directory parameters in Python's words; the command line says them in
+#: its own (a message that gives both, "resume=True (--resume DIR)", keeps the second).
+_CLI_WORDS = (
+    (re.compile(r"\b(?:resume|overwrite)=True \((--[\w-]+(?: DIR)?)\)"), r"\1"),
+    (re.compile(r"\bresume=True\b"), "--resume DIR"),
+    (re.compile(r"\boverwrite=True\b"), "--overwrite"),
+)
+
+
+def in_cli_words(message: str) -> str:
+    """An error raised by the Python interface, in the command line's words."""
+    for pattern, replacement in _CLI_WORDS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
+def _interrupted(error: BaseException, args: argparse.Namespace) -> str:
+    """Why the run stopped, and where its committed rounds are."""
+    if str(error):
+        return str(error)
+    reason = "stopped at once by a second Ctrl-C" if args.command == "run" else "stopped at once by Ctrl-C"
+    run_dir = getattr(args, "out", None)
+    simulation = SIMULATIONS.get(getattr(args, "simulation", None) or "")
+    if run_dir and simulation is not None and simulation.resumable:
+        return (f"{reason}, during the round in flight; the rounds committed before it are in {run_dir}: continue "
+                f"with fedvalue run --resume {run_dir}")
+    return reason + "; nothing after the last file written was kept"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"audit": _audit, "run": _run, "report": _report, "keygen": _keygen}
@@ -396,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         from fedvalue.rundir import printable
 
-        print(f"fedvalue: error: {printable(error, 4000)}", file=sys.stderr)
+        print(f"fedvalue: error: {printable(in_cli_words(str(error)), 4000)}", file=sys.stderr)
         return 2
     except OSError as error:  # an unwritable --out, a path under a file, ...
         print(f"fedvalue: error: {getattr(error, 'filename', None) or 'path'}: {error.strerror or error}",
@@ -406,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fedvalue: run failed: {error}", file=sys.stderr)
         return 1
     except (RunInterrupted, KeyboardInterrupt) as error:
-        print(f"fedvalue: interrupted: {error or 'stopped at once'}", file=sys.stderr)
+        print(f"fedvalue: interrupted: {_interrupted(error, args)}", file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
 
 
