@@ -73,6 +73,7 @@ from fedvalue.audit_files import (
 )
 from fedvalue.audit_recompute import (
     CappedUtility,
+    ReplayedRound,
     ReplayUnavailable,
     replay_problems,
     round_problems,
@@ -81,7 +82,7 @@ from fedvalue.audit_recompute import (
 )
 from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import GENESIS_HASH, chain_hash, parse_run_config, read_ledger_csv, read_rounds_csv
-from fedvalue.rounds import Aggregator, ArraysUtility
+from fedvalue.rounds import ArraysUtility
 from fedvalue.rundir import RunDir, UnsafeRunFile, printable
 from fedvalue.schema import (
     CLAIM_PREFIX,
@@ -164,7 +165,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
               recompute: bool = True, fairness: GroupFairness | None = None,
               example_counts: Callable[[Hashable], int] | None = None,
               retrain: Callable[[int, Hashable, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
-              replay: Callable[[RoundRecord], Aggregator] | None = None,
+              replay: Callable[[RoundRecord], ReplayedRound] | None = None,
               budget_seconds: float = DEFAULT_BUDGET_SECONDS) -> AuditReport:
     """Check a run directory (module docstring).
 
@@ -496,7 +497,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
                   report: AuditReport, tolerance: float = 1e-9, *, config: dict | None = None,
                   noisy_clients: Collection | None = None, sampled: Callable[[int], Sequence] | None = None,
                   fairness: GroupFairness | None = None, example_counts=None, retrain=None,
-                  replay: Callable[[RoundRecord], Aggregator] | None = None) -> None:
+                  replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> None:
     """Check 7 of the module docstring; findings go to ``report``."""
     config = {} if config is None else config
     names = {t: record_name(t) for t in range(1, len(rounds) + 1) if files.exists(record_name(t))}

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,6 @@ from fedvalue.fair_books import FairnessBooks, fairness_round, policy_outcome
 from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import spreadsheet_safe
 from fedvalue.rounds import (
-    Aggregator,
     ArraysUtility,
     fedavg_round_game,
     round_game,
@@ -201,7 +201,19 @@ class ReplayUnavailable(Exception):
     """The round's aggregation by the inner strategy cannot be replayed (the message says why)."""
 
 
-def _replayed(replay: Callable[[RoundRecord], Aggregator], record: RoundRecord) -> Aggregator:
+class ReplayedRound(Protocol):
+    """Agg_t of a round aggregated by the inner strategy's own code, rebuilt from its record
+    (:class:`strategies.replay.ReplayedAggregator`): coalitions, the count of those it could
+    not aggregate, and the live aggregation itself."""
+
+    unaggregatable: set
+
+    def __call__(self, coalition: Sequence[Hashable]) -> Mapping[str, np.ndarray]: ...
+
+    def realized(self) -> Mapping[str, np.ndarray] | None: ...
+
+
+def _replayed(replay: Callable[[RoundRecord], ReplayedRound], record: RoundRecord) -> ReplayedRound:
     try:
         return replay(record)
     except ValueError as error:
@@ -209,7 +221,7 @@ def _replayed(replay: Callable[[RoundRecord], Aggregator], record: RoundRecord) 
 
 
 def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: Collection | None,
-                    fairness: GroupFairness | None = None, replay: Callable[[RoundRecord], Aggregator] | None = None):
+                    fairness: GroupFairness | None = None, replay: Callable[[RoundRecord], ReplayedRound] | None = None):
     """The books of one round rebuilt from its record alone, A_t, whether weights are
     example counts, and the fairness rule's disagreements. A FedAvg-family round
     aggregates by the weighted mean; any other round by ``replay(record)``, the inner
@@ -235,8 +247,8 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
     realized = None
-    if aggregated and aggregator is not None:  # a copy of its own: the live aggregation is not a counted coalition
-        realized = _replayed(replay, record)(aggregated)
+    if aggregator is not None:  # the live aggregation as it was given the replies, error replies included
+        realized = aggregator.realized()
     elif aggregated:
         with np.errstate(all="ignore"):
             realized = weighted_mean([record.replies[c] for c in aggregated],
@@ -275,7 +287,7 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
                    tolerance: float, *, noisy_clients: Collection | None,
                    next_start: Mapping[str, np.ndarray] | None,
                    fairness: GroupFairness | None = None,
-                   replay: Callable[[RoundRecord], Aggregator] | None = None) -> tuple[list[str], float]:
+                   replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> tuple[list[str], float]:
     """What in round t's booked ``rows`` (its ledger rows) and ``round_row`` differs from
     the recomputation, and the largest value difference seen."""
     t = record.round

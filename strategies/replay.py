@@ -19,35 +19,45 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
-from flwr.app import Message, MessageType, Metadata, MetricRecord, RecordDict
+from flwr.app import Error, Message, MessageType, Metadata, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
 from fedvalue.archive import RoundRecord
 from strategies import server_state
-from strategies.counterfactual import CounterfactualAggregator, RandomState
-from strategies.records import ClientReply, numpy_to_arrays
+from strategies.counterfactual import Arrays, CounterfactualAggregator, RandomState, copy_reply
+from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays
 
 
 def replay_state(strategy: Strategy, random_state: RandomState,
                  replies: Sequence[ClientReply]) -> tuple[object, dict]:
     """What replaying the round's aggregation needs, as data: the inner strategy's state,
-    the round's random state and each reply's array record name and metric records (the
-    first reply under each client id). Raises :class:`strategies.server_state.StateNotCaptured`
-    when the strategy holds something that is not data."""
+    the round's random state, each ok or rejected reply's array record name and metric
+    records (the first reply under each client id) and each error reply's code and reason
+    (by its position among the round's entries: the live aggregation is given them too).
+    Raises :class:`strategies.server_state.StateNotCaptured` when the strategy holds
+    something that is not data."""
     contents: dict[Hashable, dict] = {}
-    for reply in replies:
-        if reply.client_id in contents or reply.message is None or reply.message.has_error():
-            continue
-        content = reply.message.content
-        contents[reply.client_id] = {
-            "arrays": next(iter(content.array_records)),
-            "metrics": {name: dict(record) for name, record in content.metric_records.items()},
-        }
+    errors: dict[int, tuple[int, str]] = {}
+    for position, reply in enumerate(replies):
+        if reply.message is not None and reply.message.has_error():
+            errors[position] = (int(reply.message.error.code), str(reply.message.error.reason))
+        elif reply.status in ("ok", "rejected") and reply.client_id not in contents:
+            content = reply.message.content
+            contents[reply.client_id] = {
+                "arrays": next(iter(content.array_records)),
+                "metrics": {name: dict(record) for name, record in content.metric_records.items()},
+            }
     return server_state.capture({
         "strategy": strategy,
         "random": (random_state.numpy, random_state.python, random_state.torch_cpu),
         "replies": contents,
+        "errors": errors,
     })
+
+
+def _metadata(server_round: int) -> Metadata:
+    return Metadata(run_id=0, message_id="", src_node_id=0, dst_node_id=0, reply_to_message_id="",
+                    group_id=str(server_round), created_at=0.0, ttl=0.0, message_type=MessageType.TRAIN)
 
 
 def _reply(server_round: int, arrays: Mapping, content: Mapping) -> Message:
@@ -55,17 +65,32 @@ def _reply(server_round: int, arrays: Mapping, content: Mapping) -> Message:
     records = RecordDict({str(content["arrays"]): numpy_to_arrays(arrays)})
     for name, metrics in content["metrics"].items():
         records[str(name)] = MetricRecord(dict(metrics))
-    metadata = Metadata(run_id=0, message_id="", src_node_id=0, dst_node_id=0, reply_to_message_id="",
-                        group_id=str(server_round), created_at=0.0, ttl=0.0, message_type=MessageType.TRAIN)
-    return Message(content=records, metadata=metadata)
+    return Message(content=records, metadata=_metadata(server_round))
 
 
-def replay_aggregator(build_strategy: Callable[[], Strategy]) -> Callable[[RoundRecord], CounterfactualAggregator]:
+class ReplayedAggregator(CounterfactualAggregator):
+    """Agg_t rebuilt from a round record: counterfactual coalitions as the live run made
+    them, and :meth:`realized`, the live aggregation itself (given the error replies too,
+    in the order the live run passed them)."""
+
+    def __init__(self, *args, passed: Sequence[Message | Hashable], **keywords) -> None:
+        super().__init__(*args, **keywords)
+        self.passed = list(passed)
+
+    def realized(self) -> Arrays | None:
+        """A_t as the live aggregation made it; None when it returned no arrays."""
+        replies = [copy_reply(item) if isinstance(item, Message) else copy_reply(self.messages[item])
+                   for item in self.passed]
+        arrays = self.aggregate(replies)
+        return None if arrays is None or len(arrays) == 0 else arrays_to_numpy(arrays)
+
+
+def replay_aggregator(build_strategy: Callable[[], Strategy]) -> Callable[[RoundRecord], ReplayedAggregator]:
     """``record -> Agg_t`` for the audit (``audit_run(..., replay=...)``): ``build_strategy``
     builds the run's inner strategy afresh from its configuration; the record's saved state
     is applied to it. ValueError naming what is missing or does not fit."""
 
-    def aggregator_of(record: RoundRecord) -> CounterfactualAggregator:
+    def aggregator_of(record: RoundRecord) -> ReplayedAggregator:
         if record.replay is None:
             why = record.meta.get("replay_missing") or "it was written by a version that did not save it"
             raise ValueError(f"its record holds no replay state ({why})")
@@ -74,11 +99,18 @@ def replay_aggregator(build_strategy: Callable[[], Strategy]) -> Callable[[Round
             strategy = server_state.apply(build_strategy(), saved["strategy"], "strategy")
             numpy_state, python_state, torch_state = saved["random"]
             random_state = RandomState(numpy_state, python_state, torch_state, None)
-            contents = saved["replies"]
+            contents, errors = saved["replies"], saved["errors"]
             messages = {client: _reply(record.round, arrays, contents[client])
                         for client, arrays in record.replies.items()}
+            passed = []
+            for position in record.meta["passed"]:
+                if position in errors:
+                    code, reason = errors[position]
+                    passed.append(Message(metadata=_metadata(record.round), error=Error(code=code, reason=reason)))
+                else:
+                    passed.append(record.entries[position].client_id)
         except (KeyError, TypeError, ValueError, IndexError) as error:
             raise ValueError(f"its replay state does not fit the run's strategy ({error})") from None
-        return CounterfactualAggregator(strategy, record.round, messages, record.start_arrays, random_state)
+        return ReplayedAggregator(strategy, record.round, messages, record.start_arrays, random_state, passed=passed)
 
     return aggregator_of

@@ -380,10 +380,11 @@ class ValuingStrategy(Strategy):
 
     def _round_record(self, server_round: int, records: list[ClientReply], accepted: set,
                       gradients: Mapping[object, InferenceGradient], claim_flags: list, pure: bool,
-                      replay: tuple | str | None) -> RoundRecord:
+                      replay: tuple | str | None, passed: list[int]) -> RoundRecord:
         """The round's record, built once from the intake: the books are booked from it and
         it is saved before the round's commit mark (:mod:`fedvalue.archive`). ``replay`` is
-        what replaying the inner strategy's aggregation needs, or why it could not be saved."""
+        what replaying the inner strategy's aggregation needs, or why it could not be saved;
+        ``passed`` the entries whose messages the live aggregation was given, in order."""
         replies: dict = {}
         for r in records:  # the first reply under an id (a duplicate is failed)
             if r.status in ("ok", "rejected"):
@@ -400,7 +401,8 @@ class ValuingStrategy(Strategy):
                   "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
                   "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                   "reject_non_finite": self.reject_non_finite, "selection": self.acceptance.books_selection,
-                  **self._fairness_meta(), **({"replay_missing": replay} if isinstance(replay, str) else {})},
+                  **self._fairness_meta(), **({"replay_missing": replay} if isinstance(replay, str) else {}),
+                  **({} if pure else {"passed": passed})},
             claims=[f.entry() for f in claim_flags],
             replay=replay if isinstance(replay, tuple) else None,
         )
@@ -411,7 +413,7 @@ class ValuingStrategy(Strategy):
         aggregation moves the strategy; or why they cannot be saved (the audit then says
         its rounds are not verifiable)."""
         try:
-            return replay_state(self.strategy, random_state, [r for r in records if r.status in ("ok", "rejected")])
+            return replay_state(self.strategy, random_state, records)
         except server_state.StateNotCaptured as error:
             return str(error)
 
@@ -514,18 +516,19 @@ class ValuingStrategy(Strategy):
                 fair = dataclasses.replace(fair, factors=factors)
                 self._reweight([r for r in ok if r.client_id in accepted], factors)
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
-        passed = [r.message for r in records
+        passed = [k for k, r in enumerate(records)
                   if (r.status == "ok" and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
         if not self.reject_non_finite:
-            passed += [r.message for r in records if r.status == "rejected"]
+            passed += [k for k, r in enumerate(records) if r.status == "rejected"]
         random_state.restore()
-        live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
+        live_arrays, live_metrics = self.strategy.aggregate_train(server_round, [records[k].message for k in passed])
 
         # A round where nothing was aggregated keeps the global state.
         realized = arrays_to_numpy(live_arrays) if live_arrays is not None else None
         if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
             self._check_first_order({c: g.loss for c, g in gradients.items()})
-        record = self._round_record(server_round, records, accepted, gradients, claim_flags, pure, replay)
+        record = self._round_record(server_round, records, accepted, gradients, claim_flags, pure,
+                                    replay, passed)
         books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator, fairness=fair,
                            noisy_clients=self.noisy_clients,
                            unaggregatable=0 if aggregator is None else None)
