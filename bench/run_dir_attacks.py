@@ -332,15 +332,16 @@ def table_directory_embeds_a_linked_run(case: Case) -> list[Action]:
 def record_names_an_exact_estimator_over_copied_replies(case: Case) -> list[Action]:
     """Round 1's record: its two replies copied to 22 clients and the estimator set to exact."""
     from fedvalue.archive import read_round_record, record_path, write_round_record
+    from fedvalue.schema import ClientEntry
 
     record = read_round_record(record_path(case.run, 1))
     replies = list(record.replies.items())
     for k in range(22 - len(replies)):
         client = 1000 + k
         source, arrays = replies[k % len(replies)]
+        weight = record.weights[source]
         record.replies[client] = arrays
-        record.weights[client] = record.weights[source]
-        record.statuses[client] = "ok"
+        record.entries.append(ClientEntry(client, "ok", weight, int(weight)))
         record.accepted.append(client)
     record.meta["valuation"] = {**record.meta["valuation"], "method": "exact"}
     write_round_record(case.run, record)

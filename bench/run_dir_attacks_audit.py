@@ -5,6 +5,7 @@ that module for what an attack is)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -274,7 +275,8 @@ def weight_times_ten_rebooked(case: Case) -> list[Action]:
     last = config["rounds"]
     record = read_round_record(record_path(case.run, last))
     client = next(iter(record.replies))
-    record.weights[client] *= 10
+    record.entries = [dataclasses.replace(e, weight=e.weight * 10, num_examples=int(e.weight * 10))
+                      if e.client_id == client else e for e in record.entries]
     write_round_record(case.run, record)
     noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
     books, realized, _, _ = recompute_books(record, utility_from_run(config), noisy)

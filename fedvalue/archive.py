@@ -3,11 +3,12 @@
 A run directory (:mod:`fedvalue.ledger`) may also hold
 
 ``records/round-NNNNNN.npz``
-    The round record: the state the round started from, A_{t−1}; every reply that
-    carried arrays (accepted, not accepted or rejected) with its weight; the inference
-    gradients and losses of TracIn flows; and, as JSON, who was accepted, the failed
-    clients and the valuation settings. From these and the run's utility every number
-    of the round's books can be recomputed (``fedvalue audit``). Written once, before
+    The round record (:class:`RoundRecord`), the single input of the round's books: the
+    state the round started from, A_{t−1}; every ok or rejected reply's arrays; the
+    inference gradients and losses of TracIn flows; and, as JSON, every sampled client's
+    outcome in reply order (status, weight, example count, reason), who was accepted, the
+    claim review's flags and the round's settings. The live books are booked from it, and
+    from it and the run's utility the audit books the round again (``fedvalue audit``). Written once, before
     the round's commit mark, and never held in memory after: a run with many clients
     keeps one round in RAM.
 ``checkpoint.json``, ``checkpoint/round-NNNNNN.npz`` and ``checkpoint/round-NNNNNN-state.npz``
@@ -48,6 +49,8 @@ from fedvalue.schema import (
     LEDGER_FILE,
     RECORDS_DIR,
     ROUNDS_FILE,
+    ClaimEntry,
+    ClientEntry,
     checkpoint_names,
     record_name,
     record_round,
@@ -151,7 +154,8 @@ def _split_prefix(arrays: Arrays, prefix: str) -> Arrays:
 
 @dataclass
 class RoundRecord:
-    """Everything needed to recompute one round's books.
+    """Everything a round's books are decided from: the single input of
+    :func:`fedvalue.books.book_round`, live and in the audit alike.
 
     Attributes
     ----------
@@ -159,13 +163,13 @@ class RoundRecord:
         The round t.
     start_arrays
         A_{t−1}, the state every client received.
+    entries
+        Every sampled client's outcome (status, weight, example count, reason), in reply
+        order, duplicates and clients that never replied included (the order the books
+        list them and their sums were taken in).
     replies
-        Client id -> the arrays it returned, for every reply with arrays (status ``ok``
-        or ``rejected``), in reply order.
-    weights
-        Client id -> the aggregation weight n_i used (after any cap on claims).
-    statuses
-        Client id -> ``ok``, ``rejected`` or ``failed``, for every client sampled.
+        Client id -> the arrays it returned, for every ``ok`` or ``rejected`` reply (the
+        first under its id), in reply order.
     accepted
         The clients whose updates the inner strategy aggregated (top-k selection may
         accept fewer than the valid replies).
@@ -173,18 +177,48 @@ class RoundRecord:
         TracIn flows: client id -> inference gradient at A_{t−1} and the summed inference
         loss there (sampled and idle clients).
     meta
-        Valuation settings and anything else the writer adds (JSON-serializable).
+        The round's settings (methods, estimator, seed, strategy, what it books) and
+        anything else the writer adds (JSON-serializable).
+    claims
+        The claim review's flags of the round, in the order booked.
+    replay
+        For a round aggregated by the inner strategy's own code (not the weighted mean):
+        what replaying its aggregation needs, as data (:mod:`fedvalue.state_codec`'s JSON
+        tree and arrays): the inner strategy's state and the global random state when the
+        replies arrived, and each reply's metric records. None for the FedAvg family, or
+        when the strategy's state cannot be saved as data (``meta["replay_missing"]`` says why).
     """
 
     round: int
     start_arrays: Arrays
+    entries: list[ClientEntry]
     replies: dict[Hashable, Arrays]
-    weights: dict[Hashable, float]
-    statuses: dict[Hashable, str]
     accepted: list[Hashable]
     gradients: dict[Hashable, Arrays] = field(default_factory=dict)
     losses: dict[Hashable, float] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    claims: list[ClaimEntry] = field(default_factory=list)
+    replay: tuple[object, Arrays] | None = None
+    #: False for a record of an older version (statuses and weights only: no order across
+    #: replies and failures, no example counts or reasons of its own).
+    lossless: bool = True
+
+    @property
+    def statuses(self) -> dict[Hashable, str]:
+        """Client id -> status of its first entry (a duplicate reply is the later one)."""
+        found: dict[Hashable, str] = {}
+        for entry in self.entries:
+            found.setdefault(entry.client_id, entry.status)
+        return found
+
+    @property
+    def weights(self) -> dict[Hashable, float]:
+        """Client id -> the aggregation weight n_i of its first weighed entry (after any cap on claims)."""
+        found: dict[Hashable, float] = {}
+        for entry in self.entries:
+            if entry.weight is not None:
+                found.setdefault(entry.client_id, entry.weight)
+        return found
 
 
 def records_dir(run_dir: str | os.PathLike) -> Path:
@@ -195,9 +229,14 @@ def record_path(run_dir: str | os.PathLike, server_round: int) -> Path:
     return rundir.resolve(run_dir) / record_name(server_round)
 
 
+def _json_id(client):
+    return int(client) if isinstance(client, np.integer) else client
+
+
 def record_bytes(record: RoundRecord) -> bytes:
     """The bytes of ``record``'s archive. Client ids must be ints or strings."""
-    clients = list(dict.fromkeys([*record.statuses, *record.replies, *record.gradients]))
+    clients = list(dict.fromkeys([*(e.client_id for e in record.entries), *record.replies, *record.gradients,
+                                  *(c.client_id for c in record.claims)]))
     for client in clients:
         if isinstance(client, bool) or not isinstance(client, (int, np.integer, str)):
             raise TypeError(f"client ids: expected ints or strings to save a round record; got {client!r}.")
@@ -207,17 +246,24 @@ def record_bytes(record: RoundRecord) -> bytes:
         arrays.update({f"reply/{index[client]}/{key}": value for key, value in reply.items()})
     for client, gradient in record.gradients.items():
         arrays.update({f"gradient/{index[client]}/{key}": value for key, value in gradient.items()})
+    if record.replay is not None:
+        arrays.update({f"replay/{key}": value for key, value in record.replay[1].items()})
     meta = {
         "round": int(record.round),
-        "clients": [int(c) if isinstance(c, np.integer) else c for c in clients],
+        "clients": [_json_id(c) for c in clients],
+        "entries": [[index[e.client_id], str(e.status), None if e.weight is None else float(e.weight),
+                     None if e.num_examples is None else int(e.num_examples), str(e.reason)]
+                    for e in record.entries],
         "replies": [index[c] for c in record.replies],
-        "weights": {str(index[c]): float(w) for c, w in record.weights.items()},
-        "statuses": {str(index[c]): s for c, s in record.statuses.items()},
         "accepted": [index[c] for c in record.accepted],
         "gradients": [index[c] for c in record.gradients],
         "losses": {str(index[c]): float(v) for c, v in record.losses.items()},
+        "claims": [[index[c.client_id], str(c.method), float(c.claimed), float(c.used), str(c.status)]
+                   for c in record.claims],
         "meta": record.meta,
     }
+    if record.replay is not None:
+        meta["replay"] = record.replay[0]
     return npz_bytes(arrays, meta)
 
 
@@ -246,6 +292,37 @@ def read_round_record(path: str | os.PathLike) -> RoundRecord:
     return round_record_from_bytes(run.read_bytes(name), run.show(name))
 
 
+def _optional(value, kind):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{value!r} is not a number")
+    return kind(value)
+
+
+def _entries(meta: dict, clients: list) -> tuple[list[ClientEntry], bool]:
+    """The record's entries, and whether it holds them itself (an older record holds only
+    statuses and weights by client: its entries are rebuilt in that order)."""
+    if "entries" in meta:
+        entries = []
+        for item in meta["entries"]:
+            k, status, weight, num_examples, reason = item
+            if not isinstance(status, str) or not isinstance(reason, str):
+                raise TypeError("an entry's status or reason is not text")
+            entries.append(ClientEntry(clients[k], status, _optional(weight, float), _optional(num_examples, int),
+                                       reason))
+        return entries, True
+    weights = {clients[int(k)]: float(w) for k, w in meta["weights"].items()}
+    by_examples = meta["meta"].get("weighted_by_key", "num-examples") == "num-examples"
+    entries = []
+    for k, status in meta["statuses"].items():
+        client = clients[int(k)]
+        weight = weights.get(client)
+        weighed = status in ("ok", "rejected") and weight is not None
+        entries.append(ClientEntry(client, status, weight, int(weight) if by_examples and weighed else None))
+    return entries, False
+
+
 def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
     clients = meta["clients"]
     if not isinstance(clients, list) or any(isinstance(c, bool) or not isinstance(c, (int, str)) for c in clients):
@@ -257,16 +334,21 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
     for key in ("replies", "accepted", "gradients"):
         if not isinstance(meta[key], list) or len(set(meta[key])) != len(meta[key]):
             raise ValueError(f"'{key}' is not a list of distinct clients")
+    entries, lossless = _entries(meta, clients)
+    claims = [ClaimEntry(clients[k], str(method), float(claimed), float(used), str(status))
+              for k, method, claimed, used, status in meta.get("claims", [])]
     return RoundRecord(
         round=int(meta["round"]),
         start_arrays=_split_prefix(arrays, "start/"),
+        entries=entries,
         replies={clients[k]: _split_prefix(arrays, f"reply/{k}/") for k in meta["replies"]},
-        weights={clients[int(k)]: float(w) for k, w in meta["weights"].items()},
-        statuses={clients[int(k)]: s for k, s in meta["statuses"].items()},
         accepted=[clients[k] for k in meta["accepted"]],
         gradients={clients[k]: _split_prefix(arrays, f"gradient/{k}/") for k in meta["gradients"]},
         losses={clients[int(k)]: float(v) for k, v in meta["losses"].items()},
         meta=meta["meta"],
+        claims=claims,
+        replay=(meta["replay"], _split_prefix(arrays, "replay/")) if "replay" in meta else None,
+        lossless=lossless,
     )
 
 

@@ -54,7 +54,13 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_number
-from fedvalue.archive import checkpoint_files, npz_from_bytes, read_checkpoint_pointer, round_record_from_bytes
+from fedvalue.archive import (
+    RoundRecord,
+    checkpoint_files,
+    npz_from_bytes,
+    read_checkpoint_pointer,
+    round_record_from_bytes,
+)
 from fedvalue.audit_files import (
     Budget,
     BudgetExceeded,
@@ -65,8 +71,15 @@ from fedvalue.audit_files import (
     check_signatures,
     read_commitments,
 )
-from fedvalue.audit_recompute import CappedUtility, replay_problems, round_problems, sample_problems, \
-    settings_problems
+from fedvalue.audit_recompute import (
+    CappedUtility,
+    ReplayedRound,
+    ReplayUnavailable,
+    replay_problems,
+    round_problems,
+    sample_problems,
+    settings_problems,
+)
 from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import GENESIS_HASH, chain_hash, parse_run_config, read_ledger_csv, read_rounds_csv
 from fedvalue.rounds import ArraysUtility
@@ -152,6 +165,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
               recompute: bool = True, fairness: GroupFairness | None = None,
               example_counts: Callable[[Hashable], int] | None = None,
               retrain: Callable[[int, Hashable, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
+              replay: Callable[[RoundRecord], ReplayedRound] | None = None,
               budget_seconds: float = DEFAULT_BUDGET_SECONDS) -> AuditReport:
     """Check a run directory (module docstring).
 
@@ -192,6 +206,12 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
         (round, client, A_{t−1}) -> the arrays the client's local training gives (a
         simulation replays it from the run's settings and seed): each saved reply must
         equal them (to 1e-5 relative).
+    replay
+        record -> Agg_t, the round's aggregation by the run's inner strategy as it was when
+        the replies arrived (:func:`strategies.replay.replay_aggregator` builds it from the
+        strategy's saved state): with it the rounds of strategies outside the FedAvg family
+        (robust, adaptive, randomized, DP) are recomputed too; without it they are not
+        verifiable.
     budget_seconds
         Time the audit may take; past it, what was not reached is not verifiable.
 
@@ -219,7 +239,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     report = AuditReport(str(run.path))
     options = dict(tolerance=tolerance, utility=utility, recompute_tolerance=recompute_tolerance, verifier=verifier,
                    expect_head=expect_head, noisy_clients=noisy_clients, sampled=sampled, recompute=recompute,
-                   fairness=fairness, example_counts=example_counts, retrain=retrain)
+                   fairness=fairness, example_counts=example_counts, retrain=retrain, replay=replay)
     try:
         _audit(RunFiles(run, Budget(budget_seconds)), report, **options)
     except BudgetExceeded as error:
@@ -257,7 +277,7 @@ def _read_config(files: RunFiles, report: AuditReport) -> dict:
 
 
 def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recompute_tolerance, verifier, expect_head,
-           noisy_clients, sampled, recompute, fairness, example_counts, retrain) -> None:
+           noisy_clients, sampled, recompute, fairness, example_counts, retrain, replay) -> None:
     config = _read_config(files, report)
     report.seed = config.get("seed")
     seals, manifest = read_commitments(files, report)
@@ -311,7 +331,7 @@ def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recomput
     if utility is not None:  # 7.
         recompute_run(files, utility, ledger, rounds, report, recompute_tolerance, config=config,
                       noisy_clients=noisy_clients, sampled=sampled, fairness=fairness, example_counts=example_counts,
-                      retrain=retrain)
+                      retrain=retrain, replay=replay)
     elif recompute:
         report.unverifiable.append("values: not recomputed (no utility to rebuild the round games with); "
                                    "fedvalue.audit.audit_run(DIR, utility=U) recomputes them")
@@ -476,7 +496,8 @@ def _players_cap(config: dict) -> int:
 def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame, rounds: pd.DataFrame,
                   report: AuditReport, tolerance: float = 1e-9, *, config: dict | None = None,
                   noisy_clients: Collection | None = None, sampled: Callable[[int], Sequence] | None = None,
-                  fairness: GroupFairness | None = None, example_counts=None, retrain=None) -> None:
+                  fairness: GroupFairness | None = None, example_counts=None, retrain=None,
+                  replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> None:
     """Check 7 of the module docstring; findings go to ``report``."""
     config = {} if config is None else config
     names = {t: record_name(t) for t in range(1, len(rounds) + 1) if files.exists(record_name(t))}
@@ -522,7 +543,8 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
         if record.round != t:
             report.problems.append(f"records: the record of round {t} says it is round {record.round}")
             continue
-        if record.meta.get("aggregation") != "weighted-mean":
+        by_strategy = record.meta.get("aggregation") != "weighted-mean"
+        if by_strategy and (replay is None or "fairness" in record.meta):
             skipped.append(t)
             skipped_by.add(printable(record.meta.get("strategy", "an unknown strategy"), 80))
             continue
@@ -549,7 +571,11 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
         try:
             found, difference = round_problems(record, capped, by_round_rows.get(t, ledger.iloc[:0]),
                                                round_rows.loc[t].to_dict(), tolerance, noisy_clients=noisy,
-                                               next_start=next_start, fairness=fairness)
+                                               next_start=next_start, fairness=fairness,
+                                               replay=replay if by_strategy else None)
+        except ReplayUnavailable as error:
+            report.unverifiable.append(f"values of round {t}: not recomputed, {printable(error)}")
+            continue
         except CappedUtility.Exceeded as error:
             report.problems.append(f"recompute: round {t}: {error}")
             continue
@@ -569,13 +595,17 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
     if skipped:
         report.unverifiable.append(
             f"values: rounds {skipped[:10]} aggregate through {', '.join(sorted(skipped_by))}'s own code: their "
-            "values were NOT recomputed (the audit recomputes FedAvg-family rounds only)")
+            "values were NOT recomputed (" + ("rounds that also booked fairness are recomputed for the FedAvg family "
+                                              "only)" if replay is not None else
+                                              "the audit was given no way to rebuild that strategy: "
+                                              "audit_run(DIR, utility=U, replay=strategies.replay_aggregator(build)) "
+                                              "replays it)"))
     if unfair:
         report.unverifiable.append(
             f"values: rounds {unfair[:10]} booked fairness: they were NOT recomputed without the run's fairness "
             "objective (audit_run(DIR, utility=U, fairness=F))")
-    report.notes.append("not recomputable from the files: valuation_seconds, the reasons of failed clients, "
-                        "claim-review rows")
+    report.notes.append("not recomputable from the files: valuation_seconds; and what a record says a client "
+                        "reported (its reason, its claim), which only a signature or a published head protects")
 
 
 def _next_start(files: RunFiles, report: AuditReport, committed: list[int], position: int, names: Mapping,

@@ -21,9 +21,14 @@ clients a drop-K or I-JACK rule accepts and the I-JACK factors (re-derived from 
 recomputed influences and the rule saved in the record; A_t is then the mean weighted by
 n_u w_u), and group efficiency of ``ads_fairness``.
 
-Not recomputable from the files (only a signature or a published head protects them):
-``valuation_seconds`` (a timing), the ``reason`` of failed clients, claim-review rows,
-and which client sent which arrays when the books stay consistent.
+The record holds every sampled client's outcome in reply order, with its example count
+and reason, and the claim review's flags: a round's ``clients`` order, ``num_examples``,
+the ``reason`` of failed and rejected clients and the claim rows are checked against it
+(a record of an older version holds none of these: there only ``num_examples`` of weighed
+replies are checked, and claim rows are not). Not recomputable from the files (only a
+signature or a published head protects them): ``valuation_seconds`` (a timing), and what
+the record itself says a client reported (its reason, its claim) or which client sent
+which arrays, when record and books agree.
 """
 
 from __future__ import annotations
@@ -31,16 +36,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from fedvalue.ads import AdsSettings
 from fedvalue.archive import RoundRecord
-from fedvalue.books import ClientEntry, book_round
+from fedvalue.books import book_round
 from fedvalue.fair_books import FairnessBooks, fairness_round, policy_outcome
 from fedvalue.fairness import GroupFairness
-from fedvalue.rounds import ArraysUtility, fedavg_round_game, round_rng, value_round, weighted_mean
+from fedvalue.ledger import spreadsheet_safe
+from fedvalue.rounds import (
+    ArraysUtility,
+    fedavg_round_game,
+    round_game,
+    round_rng,
+    value_round,
+    weighted_mean,
+)
+from fedvalue.rundir import printable
 from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED
 
 #: Weight key of strategies that weigh replies by their example counts.
@@ -182,18 +197,48 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
     return fair, factors, problems
 
 
+class ReplayUnavailable(Exception):
+    """The round's aggregation by the inner strategy cannot be replayed (the message says why)."""
+
+
+class ReplayedRound(Protocol):
+    """Agg_t of a round aggregated by the inner strategy's own code, rebuilt from its record
+    (:class:`strategies.replay.ReplayedAggregator`): coalitions, the count of those it could
+    not aggregate, and the live aggregation itself."""
+
+    unaggregatable: set
+
+    def __call__(self, coalition: Sequence[Hashable]) -> Mapping[str, np.ndarray]: ...
+
+    def realized(self) -> Mapping[str, np.ndarray] | None: ...
+
+
+def _replayed(replay: Callable[[RoundRecord], ReplayedRound], record: RoundRecord) -> ReplayedRound:
+    try:
+        return replay(record)
+    except ValueError as error:
+        raise ReplayUnavailable(str(error)) from None
+
+
 def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: Collection | None,
-                    fairness: GroupFairness | None = None):
-    """The books of one FedAvg-family round rebuilt from its record alone, A_t, whether
-    weights are example counts, and the fairness rule's disagreements."""
+                    fairness: GroupFairness | None = None, replay: Callable[[RoundRecord], ReplayedRound] | None = None):
+    """The books of one round rebuilt from its record alone, A_t, whether weights are
+    example counts, and the fairness rule's disagreements. A FedAvg-family round
+    aggregates by the weighted mean; any other round by ``replay(record)``, the inner
+    strategy's own aggregation from its saved state (:func:`strategies.replay.replay_aggregator`)."""
     statuses, meta = record.statuses, record.meta
     ok = [c for c in record.replies if statuses.get(c) == STATUS_OK]
     accepted = [c for c in ok if c in set(record.accepted)]
     settings = AdsSettings(**meta["valuation"])
+    aggregator = None if replay is None else _replayed(replay, record)
     valuation = None
     if ok:
-        game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
-                                 [record.weights[c] for c in ok], utility)
+        if aggregator is None:
+            game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
+                                     [record.weights[c] for c in ok], utility)
+        else:
+            game = round_game(ok, record.start_arrays, aggregator, utility,
+                              batch_utility=getattr(utility, "batch", None))
         valuation = value_round(game, meta["methods"], settings, seed=round_rng(meta["seed"], record.round))
     fair, factors, problems = None, {}, []
     if "fairness" in meta and fairness is not None:
@@ -202,27 +247,34 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
     realized = None
-    if aggregated:
+    if aggregator is not None:  # the live aggregation as it was given the replies, error replies included
+        realized = aggregator.realized()
+    elif aggregated:
         with np.errstate(all="ignore"):
             realized = weighted_mean([record.replies[c] for c in aggregated],
                                      [record.weights[c] * factors[c] if c in factors else record.weights[c]
                                       for c in aggregated])
     by_examples = meta.get("weighted_by_key", NUM_EXAMPLES_KEY) == NUM_EXAMPLES_KEY
-
-    def entry(client, status) -> ClientEntry:
-        weight = record.weights.get(client)
-        count = int(weight) if by_examples and status in (STATUS_OK, STATUS_REJECTED) and weight is not None else None
-        return ClientEntry(client, status, weight, count)
-
-    # Replies in reply order (the order their sums were taken in), then the clients without one.
-    entries = [entry(c, statuses[c]) for c in record.replies if c in statuses]
-    entries += [entry(c, status) for c, status in statuses.items() if c not in record.replies]
-    books = book_round(record.round, entries, valuation, methods=meta["methods"], start_arrays=record.start_arrays,
-                       replies=record.replies, accepted=accepted, realized=realized, utility=utility,
-                       gradients=record.gradients if meta.get("flows") else None,
-                       noisy_clients=noisy_clients, book_selection=bool(meta.get("selection")), fairness=fair)
-    books.round_row["num_unaggregatable"] = 0
+    books = book_round(record, valuation, utility, realized=realized, aggregate=aggregator, fairness=fair,
+                       noisy_clients=noisy_clients, unaggregatable=0 if aggregator is None else None)
+    problems += entry_problems(record, by_examples)
     return books, realized, by_examples, problems
+
+
+def entry_problems(record: RoundRecord, by_examples: bool) -> list[str]:
+    """Where the record's entries contradict themselves: a reply without an ok or rejected
+    entry, or (weighing by examples) an ok entry whose example count is not its weight."""
+    t, problems = record.round, []
+    weighed = {e.client_id for e in record.entries if e.status in (STATUS_OK, STATUS_REJECTED)}
+    strays = [c for c in record.replies if c not in weighed]
+    if strays:
+        problems.append(f"round {t}: the record holds arrays of clients {strays[:4]} it books neither ok nor rejected")
+    if by_examples and record.lossless:
+        for entry in record.entries:
+            if entry.status == STATUS_OK and (entry.weight is None or entry.num_examples != int(entry.weight)):
+                problems.append(f"round {t} client {entry.client_id}: the record books {entry.num_examples!r} "
+                                f"examples for a reply weighed {entry.weight!r}")
+    return problems
 
 
 def _text(value) -> str:
@@ -234,17 +286,19 @@ def _text(value) -> str:
 def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFrame, round_row: Mapping,
                    tolerance: float, *, noisy_clients: Collection | None,
                    next_start: Mapping[str, np.ndarray] | None,
-                   fairness: GroupFairness | None = None) -> tuple[list[str], float]:
+                   fairness: GroupFairness | None = None,
+                   replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> tuple[list[str], float]:
     """What in round t's booked ``rows`` (its ledger rows) and ``round_row`` differs from
     the recomputation, and the largest value difference seen."""
     t = record.round
-    books, realized, by_examples, problems = recompute_books(record, utility, noisy_clients, fairness)
+    books, realized, by_examples, problems = recompute_books(record, utility, noisy_clients, fairness, replay)
+    exact_counts = record.lossless  # an older record holds example counts only as weights
     worst = 0.0
     expected = {(row["method"], str(row["client_id"])): row for row in books.ledger_rows}
     booked = {}
     for row in rows.to_dict("records"):
-        if str(row["method"]).startswith(CLAIM_PREFIX):
-            continue  # claim flags book what clients claimed: not in the record
+        if str(row["method"]).startswith(CLAIM_PREFIX) and not record.lossless:
+            continue  # an older record holds no claim flags
         booked[(str(row["method"]), str(row["client_id"]))] = row
     missing = [key for key in expected if key not in booked]
     extra = [key for key in booked if key not in expected]
@@ -257,6 +311,10 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
         if got is None:
             continue
         method, client = key
+        if exact_counts and _text(got.get("reason")) != spreadsheet_safe(want.get("reason")):
+            problems.append(f"round {t} {method} of client {client}: its reason is booked "
+                            f"{printable(_text(got.get('reason')), 80)!r}; the record gives "
+                            f"{printable(spreadsheet_safe(want.get('reason')), 80)!r}")
         for column in ("value", "stderr"):
             value = None if pd.isna(got[column]) else got[column]
             if not close(value, want[column], tolerance):
@@ -267,7 +325,8 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
         if got["status"] != want["status"]:
             problems.append(f"round {t} {method} of client {client}: status is booked {got['status']!r}; the record "
                             f"says {want['status']!r}")
-        if by_examples and want["status"] in (STATUS_OK, STATUS_REJECTED) and _text(got["num_examples"]).removesuffix(".0") != _text(want["num_examples"]):
+        counted = exact_counts or (by_examples and want["status"] in (STATUS_OK, STATUS_REJECTED))
+        if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want["num_examples"]):
             problems.append(f"round {t} {method} of client {client}: num_examples is booked "
                             f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want['num_examples'])!r}")
         if noisy_clients is not None and _text(got["noisy"]).lower() != _text(want["noisy"]).lower():
@@ -290,7 +349,7 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
         set(realized) != set(next_start)
         or not all(np.array_equal(realized[k], next_start[k]) for k in next_start)
     ):
-        problems.append(f"round {t}: the state after it is not the weighted mean of its accepted replies (the next "
+        problems.append(f"round {t}: the state after it is not the aggregate of its accepted replies (the next "
                         "round started elsewhere)")
     return problems, worst
 

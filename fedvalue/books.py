@@ -1,7 +1,10 @@
-"""One round's books, from what happened in it: its rounds.csv row and its ledger.csv rows.
+"""One round's books, from its round record: its rounds.csv row and its ledger.csv rows.
 
-The valuing strategy calls :func:`book_round` live; the audit calls it again on the saved
-round record and compares, so what a client gets in a round is decided in one place.
+The round record (:class:`fedvalue.archive.RoundRecord`) is the single input: the valuing
+strategy builds it once from the round's replies and calls :func:`book_round` on it live,
+then saves it; the audit reads the saved record and calls :func:`book_round` on it again;
+procurement builds one per stage. So what a client gets in a round is decided in one
+place, from one description of the round.
 
 Per sampled client, in reply order, and per valuation method:
 
@@ -26,9 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
+from fedvalue.archive import RoundRecord
 from fedvalue.fair_books import FairnessBooks
 from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.rounds import Aggregator, Arrays, ArraysUtility, RoundValuation, weighted_mean
@@ -42,22 +47,20 @@ from fedvalue.schema import (
     STATUS_IDLE,
     STATUS_OK,
     STATUS_REJECTED,
+    ClaimEntry,
+    ClientEntry,
 )
 
+__all__ = ["ClientEntry", "CountingAggregator", "RoundBooks", "book_round", "claim_rows", "rejected_harms"]
 
-@dataclass(frozen=True)
-class ClientEntry:
-    """One sampled client's outcome in a round.
 
-    ``weight`` is its aggregation weight (ok and rejected replies); ``num_examples`` is what
-    its valuation rows book as its example count; ``reason`` why it was not valued.
-    """
+class CountingAggregator(Protocol):
+    """Agg_t by the inner strategy's own code, counting the coalitions it could not
+    aggregate (:class:`strategies.counterfactual.CounterfactualAggregator`)."""
 
-    client_id: Hashable
-    status: str
-    weight: float | None = None
-    num_examples: int | None = None
-    reason: str = ""
+    unaggregatable: set
+
+    def __call__(self, coalition: Sequence[Hashable]) -> Arrays: ...
 
 
 @dataclass
@@ -98,48 +101,50 @@ def rejected_harms(entries: Sequence[ClientEntry], accepted: Collection[Hashable
 
 
 def book_round(
-    server_round: int,
-    entries: Sequence[ClientEntry],
+    record: RoundRecord,
     valuation: RoundValuation | None,
+    utility: ArraysUtility | None,
     *,
-    methods: Sequence[str],
-    start_arrays: Mapping[str, np.ndarray],
-    replies: Mapping[Hashable, Arrays],
-    accepted: Collection[Hashable],
     realized: Mapping[str, np.ndarray] | None,
-    utility: ArraysUtility,
-    aggregate: Aggregator | None = None,
-    gradients: Mapping[Hashable, Arrays] | None = None,
+    aggregate: CountingAggregator | None = None,
+    fairness: FairnessBooks | None = None,
     noisy_clients: Collection[Hashable] | None = None,
-    book_selection: bool = False,
+    unaggregatable: int | None = None,
     utility_before: float | None = None,
     utility_realized: float | None = None,
-    fairness: FairnessBooks | None = None,
 ) -> RoundBooks:
-    """The round's rounds.csv row and ledger rows (see the module docstring).
+    """The round's rounds.csv row and ledger rows (see the module docstring), from its record.
+
+    What the round booked comes from ``record``: its entries (every sampled client, in reply
+    order), replies, accepted clients, inference gradients and claim flags, and from its
+    settings (``record.meta``) the methods, whether it books TracIn flows (``flows``) and
+    top-k marks (``selection``).
 
     Parameters
     ----------
-    entries
-        Every sampled client, in reply order (duplicates included).
     valuation
         The round game's valuation over the ``ok`` clients (None when none replied usably).
-    replies
-        Arrays of every ok or rejected reply.
-    accepted
-        The clients the live aggregation took (top-k selection may take fewer than all ok).
+    utility
+        U, for the utilities the caller does not pass and the harms of rejected replies
+        (None when there is nothing of either to score).
     realized
         A_t when the round moved the state, None when nothing was aggregated.
     aggregate
         The strategy's own Agg for harms (None: the weighted mean).
-    gradients
-        Inference gradients at A_{t−1} of every client that sent one; None books no flows.
+    fairness
+        The round's fairness valuation, influences and I-JACK factors; None books none.
+    unaggregatable
+        The coalitions the inner strategy returned no arrays for (rounds.csv's
+        ``num_unaggregatable``). None with ``aggregate``: the aggregate's own count once the
+        harms are scored (:class:`strategies.counterfactual.CounterfactualAggregator`'s
+        ``unaggregatable``); None without: the column is left empty.
     utility_before, utility_realized
         U(A_{t−1}) and U(A_t) when the caller already has them (a game's cached values);
         computed here otherwise.
-    fairness
-        The round's fairness valuation, influences and I-JACK factors; None books none.
     """
+    server_round, entries, settings = record.round, record.entries, record.meta
+    methods, accepted, replies = list(settings.get("methods", [])), set(record.accepted), record.replies
+    start_arrays = record.start_arrays
     if utility_before is None:
         utility_before = valuation.utility_before if valuation is not None else float(utility(start_arrays))
     if utility_realized is None:
@@ -150,6 +155,7 @@ def book_round(
         entries, accepted, start_arrays=start_arrays, replies=replies, utility=fairness.utility, aggregate=aggregate)
     weights = {e.client_id: e.weight for e in entries if e.status == STATUS_OK}
     aggregated = [e.client_id for e in entries if e.status == STATUS_OK and e.client_id in accepted]
+    gradients = record.gradients if settings.get("flows") else None
     flows = missing = None
     if gradients is not None and (gradients or aggregated):
         flows, missing = fedavg_round_flows(start_arrays, {c: replies[c] for c in aggregated},
@@ -168,6 +174,10 @@ def book_round(
         "ads_method": "" if ads_result is None else ads_result.method,
         "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
     }
+    if unaggregatable is None and aggregate is not None:
+        unaggregatable = len(aggregate.unaggregatable)
+    if unaggregatable is not None:
+        round_row["num_unaggregatable"] = int(unaggregatable)
     frame = None if flows is None else flows.to_frame()
 
     def noisy_of(client_id) -> bool | None:
@@ -186,7 +196,7 @@ def book_round(
                 "num_examples": entry.num_examples, "status": entry.status, "noisy": noisy_of(entry.client_id),
                 "reason": reason,
             })
-        if book_selection:
+        if settings.get("selection"):
             rows.append({
                 "round": server_round, "client_id": entry.client_id, "method": SELECTED,
                 "value": float(entry.client_id in accepted) if ok else None, "stderr": 0.0 if ok else None,
@@ -205,7 +215,17 @@ def book_round(
             if client_id not in booked:
                 rows += _flow_rows(server_round, client_id, frame, missing, STATUS_IDLE, None, "",
                                    noisy_of(client_id))
+    rows += claim_rows(server_round, record.claims, noisy_clients)
     return RoundBooks(round_row, rows, flows)
+
+
+def claim_rows(server_round: int, claims: Sequence[ClaimEntry], noisy_clients: Collection | None = None) -> list[dict]:
+    """Ledger rows of a round's claim flags (the ledger's columns; no new column or status):
+    the claimed count as the value, the weight used as the example count."""
+    return [{"round": server_round, "client_id": claim.client_id, "method": claim.method, "value": claim.claimed,
+             "stderr": 0.0, "num_examples": int(claim.used), "status": claim.status,
+             "noisy": None if noisy_clients is None else claim.client_id in noisy_clients, "reason": ""}
+            for claim in claims]
 
 
 def _flow_rows(server_round, client_id, frame, missing, status, num_examples, reason, noisy) -> list[dict]:

@@ -37,6 +37,7 @@ import pandas as pd
 
 from fedvalue._checks import check_integer, check_seed
 from fedvalue.ads import AdsSettings
+from fedvalue.archive import RoundRecord
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import LedgerWriter
 from fedvalue.rounds import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
@@ -198,12 +199,12 @@ def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
     as a federated round: every offer valued (``ok``), the purchase as ``selected`` rows."""
     entries = [ClientEntry(o.contributor_id, STATUS_OK, float(o.num_examples), int(o.num_examples)) for o in offers]
     valuation = outcome.valuation
-    books = book_round(
-        outcome.stage, entries, valuation, methods=[] if valuation is None else list(valuation.results),
-        start_arrays={}, replies={}, accepted=set(outcome.purchased), realized=outcome.state, utility=None,
-        noisy_clients=None if noisy is None else {c for c, is_noisy in noisy.items() if is_noisy},
-        book_selection=True, utility_before=outcome.utility_before, utility_realized=outcome.utility_realized,
-    )
+    record = RoundRecord(round=outcome.stage, start_arrays={}, entries=entries, replies={},
+                         accepted=list(outcome.purchased),
+                         meta={"methods": [] if valuation is None else list(valuation.results), "selection": True})
+    books = book_round(record, valuation, None, realized=outcome.state,
+                       noisy_clients=None if noisy is None else {c for c, is_noisy in noisy.items() if is_noisy},
+                       utility_before=outcome.utility_before, utility_realized=outcome.utility_realized)
     return books.round_row, books.ledger_rows
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numbers
 import re
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 #: Valued this round (its reply made the round game).
 STATUS_OK = "ok"
@@ -23,6 +24,35 @@ STATUS_IDLE = "idle"
 CLIENT_STATUSES = (STATUS_OK, STATUS_FAILED, STATUS_REJECTED, STATUS_IDLE)
 #: Statuses of clients that were sampled but not valued: their rows carry a reason.
 PROBLEM_STATUSES = (STATUS_FAILED, STATUS_REJECTED)
+
+
+@dataclass(frozen=True)
+class ClientEntry:
+    """One sampled client's outcome in a round, as its round record holds it and its rows book it.
+
+    ``weight`` is its aggregation weight (ok and rejected replies); ``num_examples`` is what
+    its valuation rows book as its example count; ``reason`` why it was not valued (failed
+    and rejected clients).
+    """
+
+    client_id: Hashable
+    status: str
+    weight: float | None = None
+    num_examples: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ClaimEntry:
+    """One reviewed claim of a round (a ``claim_capped`` or ``claim_jumped`` row): what the
+    client claimed, the weight aggregated and booked instead, and its reply's status."""
+
+    client_id: Hashable
+    method: str
+    claimed: float
+    used: float
+    status: str
+
 
 #: ledger.csv, one row per (round, client, method); ``reason`` is empty unless the row's
 #: status is failed or rejected.

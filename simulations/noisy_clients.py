@@ -299,6 +299,7 @@ def audit_from_run(saved: dict) -> dict:
     import torch
 
     from clients.app import train_client
+    from strategies.replay import replay_aggregator
 
     config = audited_config(saved)
     loader, model_factory, utility, noisy = build(config)
@@ -324,4 +325,5 @@ def audit_from_run(saved: dict) -> dict:
 
     return {"utility": utility, "noisy_clients": noisy,
             "sampled": lambda t: sampler.sample(t, range(config.num_clients)),
-            "example_counts": example_counts, "retrain": retrain}
+            "example_counts": example_counts, "retrain": retrain,
+            "replay": replay_aggregator(lambda: build_strategy(config, config.clients_per_round))}

@@ -22,20 +22,20 @@ A capped claim changes BOTH the weight the books use (``ClientReply.weight``) an
 weight the inner Flower strategy aggregates (the reply's MetricRecord entry under the
 strategy's ``weighted_by_key``), so the round game's v_t(I_t) is still U(A_t), the
 realized state. Every capped or jumped claim is booked as an extra ledger row
-(:func:`claim_rows`): method ``claim_capped`` or ``claim_jumped``, ``value`` = the count
+(:func:`fedvalue.books.claim_rows`, from the round record's :class:`~fedvalue.schema.ClaimEntry`): method ``claim_capped`` or ``claim_jumped``, ``value`` = the count
 claimed, ``num_examples`` = the weight used.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedvalue._checks import check_integer, check_number
-from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED, client_key
+from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED, ClaimEntry, client_key
 from strategies.records import ClientReply
 
 #: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
@@ -76,6 +76,9 @@ class ClaimFlag:
     reason: str
     status: str = "ok"
 
+    def entry(self) -> ClaimEntry:
+        """The flag as the round record holds it (and its row books it)."""
+        return ClaimEntry(self.client_id, self.method, self.claimed, self.used, self.status)
 
 
 class ClaimReview:
@@ -203,20 +206,3 @@ def _set_weight(record: ClientReply, limit: float, weighted_by_key: str) -> floa
             if weighted_by_key in metrics:
                 metrics[weighted_by_key] = used
     return float(used)
-
-
-def claim_rows(server_round: int, flags: list[ClaimFlag], noisy_clients: Collection | None = None) -> list[dict]:
-    """Ledger rows of a round's claim flags (the ledger's columns; no new column or status)."""
-    return [
-        {
-            "round": server_round,
-            "client_id": flag.client_id,
-            "method": flag.method,
-            "value": flag.claimed,
-            "stderr": 0.0,
-            "num_examples": int(flag.used),
-            "status": flag.status,
-            "noisy": None if noisy_clients is None else flag.client_id in noisy_clients,
-        }
-        for flag in flags
-    ]

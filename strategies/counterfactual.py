@@ -180,12 +180,17 @@ class CounterfactualAggregator:
 
     def __call__(self, coalition: Sequence[Hashable]) -> Arrays:
         """The arrays the strategy aggregates from ``coalition``'s replies, in that order."""
-        strategy = copy.deepcopy(self.snapshot)
-        replies = [copy_reply(self.messages[c]) for c in coalition]
-        with (_flower_silenced(), np.errstate(all="ignore"), self.random_state.replayed(),
-              _older_objects_frozen()):
-            arrays, _ = strategy.aggregate_train(self.server_round, replies)
+        arrays = self.aggregate([copy_reply(self.messages[c]) for c in coalition])
         if arrays is None or len(arrays) == 0:
             self.unaggregatable.add(tuple(coalition))
             return self.start_arrays
         return arrays_to_numpy(arrays)
+
+    def aggregate(self, replies: list[Message]) -> ArrayRecord | None:
+        """``aggregate_train`` of a fresh copy of the round-start strategy on ``replies``
+        (copies it may consume), from the round's random state."""
+        strategy = copy.deepcopy(self.snapshot)
+        with (_flower_silenced(), np.errstate(all="ignore"), self.random_state.replayed(),
+              _older_objects_frozen()):
+            arrays, _ = strategy.aggregate_train(self.server_round, replies)
+        return arrays

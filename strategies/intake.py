@@ -87,10 +87,11 @@ def _mark_inconsistent(records: list[ClientReply], start: Mapping[str, np.ndarra
 
 
 def _mark_duplicate_ids(records: list[ClientReply]) -> None:
-    """A second reply claiming a client id already seen this round is not counted."""
+    """A second reply claiming a client id already seen this round is not counted (the
+    round record keeps one reply's arrays per client)."""
     seen = set()
     for record in records:
-        if record.status == "ok" and record.client_id in seen:
+        if record.status in ("ok", "rejected") and record.client_id in seen:
             record.status, record.error = "failed", f"duplicate reply for client {record.client_id}"
         seen.add(record.client_id)
 

@@ -35,14 +35,14 @@ from flwr.supercore.logger import log
 from fedvalue._checks import check_positive
 from fedvalue.ads import AdsSettings
 from fedvalue.archive import RoundRecord
-from fedvalue.books import ClientEntry, book_round
+from fedvalue.books import book_round
 from fedvalue.fair_books import FairnessBooks, fairness_round
 from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import LedgerWriter
 from fedvalue.run_books import Restored, RunBooks
 from fedvalue.seals import Signer
-from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
+from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, ClientEntry
 from fedvalue.rounds import (
     VALUATION_METHODS,
     ArraysUtility,
@@ -53,11 +53,12 @@ from fedvalue.rounds import (
     value_round,
 )
 from strategies.acceptance import AcceptAll, Acceptance
-from strategies.claims import ClaimReview, claim_rows
+from strategies.claims import ClaimReview
 from strategies.counterfactual import CounterfactualAggregator, RandomState
 from strategies.protocol import GRADIENT_KEY, NUM_EXAMPLES_KEY
 from strategies.intake import log_problems, reason, take_in
 from strategies.nodes import NodeDirectory
+from strategies.replay import replay_state
 from strategies.records import (
     ClientReply,
     InferenceGradient,
@@ -377,15 +378,22 @@ class ValuingStrategy(Strategy):
         self.rounds = self.books.committed_rounds()
         return restored
 
-    def _archive_round(self, server_round: int, records: list[ClientReply], accepted: set,
-                       gradients: Mapping[object, InferenceGradient], pure: bool) -> RoundRecord:
-        """The round's record (written before its commit mark): see :mod:`fedvalue.archive`."""
+    def _round_record(self, server_round: int, records: list[ClientReply], accepted: set,
+                      gradients: Mapping[object, InferenceGradient], claim_flags: list, pure: bool,
+                      replay: tuple | str | None, passed: list[int]) -> RoundRecord:
+        """The round's record, built once from the intake: the books are booked from it and
+        it is saved before the round's commit mark (:mod:`fedvalue.archive`). ``replay`` is
+        what replaying the inner strategy's aggregation needs, or why it could not be saved;
+        ``passed`` the entries whose messages the live aggregation was given, in order."""
+        replies: dict = {}
+        for r in records:  # the first reply under an id (a duplicate is failed)
+            if r.status in ("ok", "rejected"):
+                replies.setdefault(r.client_id, r.arrays)
         return RoundRecord(
             round=server_round,
             start_arrays=self._start_arrays,
-            replies={r.client_id: r.arrays for r in records if r.arrays is not None},
-            weights={r.client_id: r.weight for r in records if r.weight is not None},
-            statuses={r.client_id: r.status for r in records},
+            entries=[self._entry(r) for r in records],
+            replies=replies,
             accepted=[r.client_id for r in records if r.status == "ok" and r.client_id in accepted],
             gradients={c: g.gradient for c, g in gradients.items()} if self.flows else {},
             losses={c: g.loss for c, g in gradients.items()} if self.flows else {},
@@ -393,8 +401,21 @@ class ValuingStrategy(Strategy):
                   "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
                   "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                   "reject_non_finite": self.reject_non_finite, "selection": self.acceptance.books_selection,
-                  **self._fairness_meta()},
+                  **self._fairness_meta(), **({"replay_missing": replay} if isinstance(replay, str) else {}),
+                  **({} if pure else {"passed": passed})},
+            claims=[f.entry() for f in claim_flags],
+            replay=replay if isinstance(replay, tuple) else None,
         )
+
+    def _replay_state(self, random_state: RandomState, records: list[ClientReply]) -> tuple | str:
+        """The inner strategy's state, the round's random state and the replies' metric
+        records as data (:func:`strategies.replay.replay_state`), taken before the live
+        aggregation moves the strategy; or why they cannot be saved (the audit then says
+        its rounds are not verifiable)."""
+        try:
+            return replay_state(self.strategy, random_state, records)
+        except server_state.StateNotCaptured as error:
+            return str(error)
 
     def _fairness_meta(self) -> dict:
         """The record's note of fairness books and rule (absent without them: old records unchanged)."""
@@ -481,6 +502,7 @@ class ValuingStrategy(Strategy):
             self.strategy, server_round,
             {r.client_id: r.message for r in records if r.status in ("ok", "rejected")},
             self._start_arrays, random_state)
+        replay = None if pure else self._replay_state(random_state, records)
         valuation = self._value(server_round, ok, aggregator) if ok else None
         fair = None if self.fairness is None else self._fairness_books(server_round, ok, aggregator)
         accepted = self.acceptance.accept(
@@ -494,25 +516,22 @@ class ValuingStrategy(Strategy):
                 fair = dataclasses.replace(fair, factors=factors)
                 self._reweight([r for r in ok if r.client_id in accepted], factors)
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
-        passed = [r.message for r in records
+        passed = [k for k, r in enumerate(records)
                   if (r.status == "ok" and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
         if not self.reject_non_finite:
-            passed += [r.message for r in records if r.status == "rejected"]
+            passed += [k for k, r in enumerate(records) if r.status == "rejected"]
         random_state.restore()
-        live_arrays, live_metrics = self.strategy.aggregate_train(server_round, passed)
+        live_arrays, live_metrics = self.strategy.aggregate_train(server_round, [records[k].message for k in passed])
 
         # A round where nothing was aggregated keeps the global state.
         realized = arrays_to_numpy(live_arrays) if live_arrays is not None else None
         if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
             self._check_first_order({c: g.loss for c, g in gradients.items()})
-        books = book_round(
-            server_round, [self._entry(r) for r in records], valuation, methods=self.methods,
-            start_arrays=self._start_arrays,
-            replies={r.client_id: r.arrays for r in records if r.status in ("ok", "rejected")},
-            accepted=accepted, realized=realized, utility=self.utility, aggregate=aggregator,
-            gradients={c: g.gradient for c, g in gradients.items()} if self.flows else None,
-            noisy_clients=self.noisy_clients, book_selection=self.acceptance.books_selection, fairness=fair,
-        )
+        record = self._round_record(server_round, records, accepted, gradients, claim_flags, pure,
+                                    replay, passed)
+        books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator, fairness=fair,
+                           noisy_clients=self.noisy_clients,
+                           unaggregatable=0 if aggregator is None else None)
         if books.flows is not None:
             predicted = books.flows.predicted_loss_change()
             self._pending_first_order = (server_round, {
@@ -520,16 +539,13 @@ class ValuingStrategy(Strategy):
             })
         realized = self._start_arrays if realized is None else realized
         round_row, ledger_rows = books.round_row, books.ledger_rows
-        round_row["num_unaggregatable"] = 0 if aggregator is None else len(aggregator.unaggregatable)
-        ledger_rows += claim_rows(server_round, claim_flags, self.noisy_clients)
         log_problems(server_round, records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
         if self.books is not None:  # record, rows, commit mark, checkpoint, seal: fedvalue.run_books
             self.books.commit(
                 server_round, round_row, ledger_rows,
-                record=self._archive_round(server_round, records, accepted, gradients, pure)
-                if self.save_records else None,
+                record=record if self.save_records else None,
                 realized=realized, state=self._server_state() if self.checkpoint else None)
         self.rounds.append(round_row)
         self.last_valuation = valuation

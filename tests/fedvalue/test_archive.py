@@ -23,7 +23,7 @@ from fedvalue.archive import (
     write_round_record,
 )
 from fedvalue.rundir import RunDir
-from fedvalue.schema import LEDGER_FILE
+from fedvalue.schema import LEDGER_FILE, ClaimEntry, ClientEntry
 
 
 def arrays(seed: int) -> dict[str, np.ndarray]:
@@ -45,13 +45,15 @@ def record(server_round: int = 3) -> RoundRecord:
     return RoundRecord(
         round=server_round,
         start_arrays=arrays(0),
+        entries=[ClientEntry(4, "ok", 10.0, 10), ClientEntry(11, "failed", None, None, "crashed"),
+                 ClientEntry("edge-a", "rejected", 2.5, None, "non-finite values"),
+                 ClientEntry(np.int64(9), "ok", 1.0, 1), ClientEntry(4, "failed", None, None, "duplicate")],
         replies={4: arrays(1), "edge-a": arrays(2), np.int64(9): arrays(3)},
-        weights={4: 10.0, "edge-a": 2.5, np.int64(9): 1.0},
-        statuses={4: "ok", "edge-a": "rejected", np.int64(9): "ok", 11: "failed"},
         accepted=[4, np.int64(9)],
         gradients={4: {"g": np.arange(3.0)}, 12: {"g": np.ones(3)}},
         losses={4: 0.5, 12: 1.25},
         meta={"ads_method": "exact", "seed": 0},
+        claims=[ClaimEntry("edge-a", "claim_capped", 40.0, 2.5, "rejected")],
     )
 
 
@@ -73,8 +75,13 @@ def test_a_round_record_comes_back_exactly(tmp_path):
     assert list(read.replies) == [4, "edge-a", 9]
     assert all(same_arrays(read.replies[int(c) if isinstance(c, np.integer) else c], a)
                for c, a in written.replies.items())
+    # every entry in reply order, the failure between replies and the duplicate included
+    assert read.entries == [ClientEntry(4, "ok", 10.0, 10), ClientEntry(11, "failed", None, None, "crashed"),
+                            ClientEntry("edge-a", "rejected", 2.5, None, "non-finite values"),
+                            ClientEntry(9, "ok", 1.0, 1), ClientEntry(4, "failed", None, None, "duplicate")]
+    assert read.claims == written.claims and read.lossless
     assert read.weights == {4: 10.0, "edge-a": 2.5, 9: 1.0}
-    assert read.statuses == {4: "ok", "edge-a": "rejected", 9: "ok", 11: "failed"}
+    assert read.statuses == {4: "ok", 11: "failed", "edge-a": "rejected", 9: "ok"}  # a duplicate is the later one
     assert read.accepted == [4, 9]
     assert list(read.gradients) == [4, 12] and read.losses == {4: 0.5, 12: 1.25}
 
@@ -82,7 +89,7 @@ def test_a_round_record_comes_back_exactly(tmp_path):
 @pytest.mark.parametrize("bad_id", [True, 1.5, ("a", 1)])
 def test_a_record_refuses_client_ids_it_cannot_save(tmp_path, bad_id):
     bad = record()
-    bad.statuses[bad_id] = "failed"
+    bad.entries.append(ClientEntry(bad_id, "failed"))
     with pytest.raises(TypeError) as error:
         write_round_record(tmp_path, bad)
     assert str(error.value) == f"client ids: expected ints or strings to save a round record; got {bad_id!r}."

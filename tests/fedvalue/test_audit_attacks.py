@@ -10,6 +10,7 @@ with ``--public-key`` (every rewrite fails).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -99,8 +100,8 @@ def swap_identities(run_dir: Path) -> None:
         record = read_round_record(path)
         relabel = {int(a): int(b), int(b): int(a)}
         record.replies = {relabel.get(c, c): v for c, v in record.replies.items()}
-        record.weights = {relabel.get(c, c): v for c, v in record.weights.items()}
-        record.statuses = {relabel.get(c, c): v for c, v in record.statuses.items()}
+        record.entries = [dataclasses.replace(e, client_id=relabel.get(e.client_id, e.client_id))
+                          for e in record.entries]
         record.accepted = [relabel.get(c, c) for c in record.accepted]
         write_round_record(run_dir, record)
     (run_dir / "ledger.parquet").unlink()

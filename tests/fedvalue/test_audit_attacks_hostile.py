@@ -12,6 +12,7 @@ conftest.py) with real files, links and FIFOs, and runs the command line in proc
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -28,7 +29,7 @@ from fedvalue import rundir
 from fedvalue.archive import read_round_record, record_path, save_npz, write_round_record
 from fedvalue.audit_recompute import recompute_books
 from fedvalue.ledger import LedgerWriter, csv_lines, load_run, read_ledger_csv
-from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS
+from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, ClientEntry
 from simulations.cli import main
 from simulations.noisy_clients import utility_from_run
 from tests.fedvalue.forgery import rechain, reseal
@@ -179,8 +180,9 @@ def test_a_record_with_copied_replies_and_an_exact_estimator_is_refused_without_
     replies = list(record.replies.items())
     for k in range(20):
         source, arrays = replies[k % len(replies)]
-        record.replies[1000 + k], record.weights[1000 + k] = arrays, record.weights[source]
-        record.statuses[1000 + k] = "ok"
+        weight = record.weights[source]
+        record.replies[1000 + k] = arrays
+        record.entries.append(ClientEntry(1000 + k, "ok", weight, int(weight)))
         record.accepted.append(1000 + k)
     record.meta["valuation"] = {**record.meta["valuation"], "method": "exact"}
     write_round_record(copy, record)
@@ -437,7 +439,8 @@ def test_a_weight_rebooked_with_the_projects_own_recompute_fails_the_example_cou
     last = config["rounds"]
     record = read_round_record(record_path(copy, last))
     client = next(iter(record.replies))
-    record.weights[client] *= 10
+    record.entries = [dataclasses.replace(e, weight=e.weight * 10, num_examples=int(e.weight * 10))
+                      if e.client_id == client else e for e in record.entries]
     write_round_record(copy, record)
     noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
     books, realized, _, _ = recompute_books(record, utility_from_run(config), noisy)

@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from fedvalue.books import ClientEntry, book_round, rejected_harms
+from fedvalue.archive import RoundRecord
+from fedvalue.books import ClientEntry, book_round, claim_rows, rejected_harms
+from fedvalue.schema import ClaimEntry
 from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean
 
 TARGET = np.array([1.0, -2.0, 0.5])
@@ -26,15 +28,24 @@ ENTRIES = [ClientEntry("a", "ok", 1.0, 10), ClientEntry("b", "ok", 3.0, 30),
            ClientEntry("c", "rejected", 2.0, 20, "non-finite values"), ClientEntry("d", "failed", None, None, "crashed")]
 
 
+def record(server_round, entries, methods, accepted, *, replies=REPLIES, gradients=None, selection=False,
+           claims=()):
+    """The round record book_round takes: replies of the ok and rejected entries only."""
+    weighed = {e.client_id for e in entries if e.status in ("ok", "rejected")}
+    return RoundRecord(round=server_round, start_arrays=START, entries=list(entries),
+                       replies={c: a for c, a in replies.items() if c in weighed}, accepted=sorted(accepted),
+                       gradients=gradients or {}, meta={"methods": list(methods), "flows": gradients is not None,
+                                                        "selection": selection}, claims=list(claims))
+
+
 def valuation():
     game = fedavg_round_game(["a", "b"], START, [REPLIES["a"], REPLIES["b"]], [1.0, 3.0], utility)
     return value_round(game, ("ads", "loo"))
 
 
 def test_rows_follow_the_entries_with_values_harms_reasons_and_selection_marks():
-    books = book_round(4, ENTRIES, valuation(), methods=("ads", "loo"), start_arrays=START, replies=REPLIES,
-                       accepted={"a"}, realized=REPLIES["a"], utility=utility, book_selection=True,
-                       noisy_clients={"b"})
+    books = book_round(record(4, ENTRIES, ("ads", "loo"), {"a"}, selection=True), valuation(), utility,
+                       realized=REPLIES["a"], noisy_clients={"b"})
     rows = {(r["client_id"], r["method"]): r for r in books.ledger_rows}
     assert [(r["client_id"], r["method"]) for r in books.ledger_rows] == [
         (c, m) for c in "abcd" for m in ("ads", "loo", "selected")]
@@ -60,9 +71,8 @@ def test_rows_follow_the_entries_with_values_harms_reasons_and_selection_marks()
 
 def test_flows_book_trained_clients_then_idle_ones_and_leave_unknown_inflow_empty():
     gradients = {"a": {"w": np.array([1.0, 0.0, 0.0])}, "e": {"w": np.array([0.0, 1.0, 0.0])}}
-    books = book_round(1, ENTRIES[:2], valuation(), methods=("ads",), start_arrays=START, replies=REPLIES,
-                       accepted={"a", "b"}, realized=weighted_mean([REPLIES["a"], REPLIES["b"]], [1.0, 3.0]),
-                       utility=utility, gradients=gradients)
+    books = book_round(record(1, ENTRIES[:2], ("ads",), {"a", "b"}, gradients=gradients), valuation(), utility,
+                       realized=weighted_mean([REPLIES["a"], REPLIES["b"]], [1.0, 3.0]))
     flows = {(r["client_id"], r["method"]): r for r in books.ledger_rows if r["method"].startswith("tracin")}
     s_a, s_b = 0.25 * REPLIES["a"]["w"], 0.75 * REPLIES["b"]["w"]  # p_u Δ_u, from A_{t−1} = 0
     # F(u→v) = −(p_u Δ_u)·g_v; e did not train, so it only receives.
@@ -75,12 +85,11 @@ def test_flows_book_trained_clients_then_idle_ones_and_leave_unknown_inflow_empt
 
 
 def test_given_utilities_are_booked_as_given_and_an_empty_round_keeps_the_state():
-    books = book_round(2, [ClientEntry("d", "failed", reason="timeout")], None, methods=("ads",),
-                       start_arrays=START, replies={}, accepted=set(), realized=None, utility=utility)
+    books = book_round(record(2, [ClientEntry("d", "failed", reason="timeout")], ("ads",), set()), None, utility,
+                       realized=None)
     assert books.round_row["utility_before"] == books.round_row["utility_realized"] == utility(START)
     assert books.round_row["utility_after"] is None and books.ledger_rows[0]["value"] is None
-    given = book_round(2, ENTRIES[:2], valuation(), methods=("ads",), start_arrays=START, replies=REPLIES,
-                       accepted={"a", "b"}, realized=REPLIES["a"], utility=None,
+    given = book_round(record(2, ENTRIES[:2], ("ads",), {"a", "b"}), valuation(), None, realized=REPLIES["a"],
                        utility_before=-1.5, utility_realized=-0.5)
     assert (given.round_row["utility_before"], given.round_row["utility_realized"]) == (-1.5, -0.5)
 
@@ -90,3 +99,21 @@ def test_a_harm_that_is_not_a_number_is_booked_empty():
     harms = rejected_harms(ENTRIES, {"a"}, start_arrays=START, replies=replies, utility=utility)
     assert harms == {"c": None}
     assert not math.isnan(rejected_harms(ENTRIES, {"a"}, start_arrays=START, replies=REPLIES, utility=utility)["c"])
+
+
+def test_the_record_decides_the_order_counts_and_claims_of_a_round_with_a_failure_in_the_middle():
+    """Entries in reply order with the failed client between two replies, a duplicate id,
+    and a claim flag: the books follow the record, claim rows last."""
+    entries = [ClientEntry("a", "ok", 1.0, 10), ClientEntry("d", "failed", None, None, "crashed"),
+               ClientEntry("b", "ok", 3.0, 30), ClientEntry("a", "failed", None, None, "duplicate reply for client a")]
+    claim = ClaimEntry("b", "claim_capped", 90.0, 3.0, "ok")
+    books = book_round(record(5, entries, ("ads",), {"a", "b"}, claims=[claim]), valuation(), utility,
+                       realized=weighted_mean([REPLIES["a"], REPLIES["b"]], [1.0, 3.0]), unaggregatable=0)
+    assert books.round_row["clients"] == "a d b a" and books.round_row["num_failed"] == 2
+    assert books.round_row["num_unaggregatable"] == 0
+    assert [(r["client_id"], r["method"], r["num_examples"], r["reason"]) for r in books.ledger_rows] == [
+        ("a", "ads", 10, ""), ("d", "ads", None, "crashed"), ("b", "ads", 30, ""),
+        ("a", "ads", None, "duplicate reply for client a"), ("b", "claim_capped", 3, "")]
+    assert books.ledger_rows[-1] == claim_rows(5, [claim])[0] and books.ledger_rows[-1]["value"] == 90.0
+    # The duplicate's failed row books no value; the first reply's does.
+    assert books.ledger_rows[0]["value"] is not None and books.ledger_rows[3]["value"] is None

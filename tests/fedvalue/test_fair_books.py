@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fedvalue.ads import AdsSettings
+from fedvalue.archive import RoundRecord
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.fair_books import FairnessBooks, fairness_round, policy_outcome
 from fedvalue.fairness import GroupFairness, client_fairness_influences
@@ -47,6 +48,13 @@ def accuracy_valuation():
                        ("ads", "loo"))
 
 
+def round_record(accepted) -> RoundRecord:
+    weighed = {e.client_id for e in ENTRIES if e.status in ("ok", "rejected")}
+    return RoundRecord(round=1, start_arrays=START, entries=list(ENTRIES),
+                       replies={c: a for c, a in REPLIES.items() if c in weighed}, accepted=sorted(accepted),
+                       meta={"methods": ["ads", "loo"]})
+
+
 def books_of(objective, rule=None, accepted=frozenset(OK)):
     fair = fairness_round(objective, OK, START, [REPLIES[c] for c in OK], [2.0, 5.0, 3.0], methods=("ads", "loo"),
                           settings=AdsSettings(method="exact"), seed=round_rng(0, 1))
@@ -54,8 +62,7 @@ def books_of(objective, rule=None, accepted=frozenset(OK)):
     if rule is not None:
         accepted, factors = policy_outcome(rule, fair.influences)
         fair = FairnessBooks(fair.valuation, fair.influences, fair.utility, factors)
-    return fair, book_round(1, ENTRIES, accuracy_valuation(), methods=("ads", "loo"), start_arrays=START,
-                            replies=REPLIES, accepted=accepted, realized=None, utility=bias_utility, fairness=fair)
+    return fair, book_round(round_record(accepted), accuracy_valuation(), bias_utility, realized=None, fairness=fair)
 
 
 def test_fairness_rows_hold_values_influences_harms_and_reasons(objective):
@@ -95,8 +102,7 @@ def test_ijack_books_its_factors_and_drop_k_its_choice(objective):
 
 def test_books_without_fairness_are_the_books_with_it_minus_its_rows(objective):
     _, with_fairness = books_of(objective)
-    plain = book_round(1, ENTRIES, accuracy_valuation(), methods=("ads", "loo"), start_arrays=START,
-                       replies=REPLIES, accepted=set(OK), realized=None, utility=bias_utility)
+    plain = book_round(round_record(set(OK)), accuracy_valuation(), bias_utility, realized=None)
     kept = [r for r in with_fairness.ledger_rows
             if r["method"] not in ("ads_fairness", "loo_fairness", "fairness_influence")]
     assert kept == plain.ledger_rows

@@ -287,6 +287,7 @@ def test_on_real_rounds_the_new_samplers_match_exact_for_fewer_coalitions_than_m
 
 
 def test_the_rounds_table_names_the_sampler_auto_took():
+    from fedvalue.archive import RoundRecord
     from fedvalue.books import ClientEntry, book_round
     from fedvalue.rounds import fedavg_round_game
 
@@ -304,8 +305,9 @@ def test_the_rounds_table_names_the_sampler_auto_took():
     settings = AdsSettings(stderr_target=0.02)  # 2^16 > MC's m*·n: past exact
     valuation = value_round(game, ("ads", "loo"), settings, seed=22)
     entries = [ClientEntry(c, "ok", w, int(w)) for c, w in zip(ids, weights)]
-    books = book_round(3, entries, valuation, methods=("ads", "loo"), start_arrays=start, replies=replies,
-                       accepted=set(ids), realized=None, utility=utility, book_selection=False, noisy_clients=set())
+    record = RoundRecord(round=3, start_arrays=start, entries=entries, replies=replies, accepted=list(ids),
+                         meta={"methods": ["ads", "loo"]})
+    books = book_round(record, valuation, utility, realized=None, noisy_clients=set())
     method = books.round_row["ads_method"]
     assert method == valuation.results["ads"].method and method == "ads-stratified"  # MC stays near 0.14 at its cap here
     stderrs = [r["stderr"] for r in books.ledger_rows if r["method"] == "ads"]

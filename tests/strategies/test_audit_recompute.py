@@ -12,20 +12,21 @@ import csv
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord
+from flwr.app import ConfigRecord, Error, MessageType
 from flwr.serverapp.strategy import FedAvg, FedAvgM
 
 from fedvalue.archive import read_round_record, round_record_paths, write_round_record
 from fedvalue.audit import audit_run
 from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.records import numpy_to_arrays
+from strategies.replay import replay_aggregator
 
 from tests.fedvalue.forgery import rechain, reseal
 
 from .inprocess import InProcessGrid, set_server_identity
 from .test_faults import nan_handler
 from .test_flow_books import client_app_grid, initial_state, load_client, utility
-from .test_valuing import NODE_OF
+from .test_valuing import NODE_OF, PID_OF
 from .test_valuing import initial_arrays as linear_initial_arrays
 from .test_valuing import utility as _linear_utility_fixture
 
@@ -122,13 +123,93 @@ def test_selection_and_rejected_replies_are_recomputed(tmp_path, linear_utility)
     assert any("selected of client" in p for p in report.problems)
 
 
-def test_rounds_of_other_strategies_are_said_to_be_unrecomputed(tmp_path):
-    run_dir = flows_run(tmp_path / "momentum", inner=FedAvgM(fraction_evaluate=0.0, server_momentum=0.9))
-    report = audit_run(run_dir, utility=utility())
+def test_an_honest_run_with_a_failure_between_replies_audits_intact_with_the_utility(tmp_path, linear_utility):
+    """A client that raises in the middle of a round (and a NaN reply after it): the books
+    list the clients in reply order, and the audit books the round again from the same
+    record in the same order, so an honest run is intact; a record reordered to put the
+    failure last is then a different round."""
+    run_dir = tmp_path / "failing"
+    nan = nan_handler({3: float("nan")})
+
+    def handler(message, node_id):
+        if PID_OF[node_id] == 1 and message.metadata.message_type == MessageType.TRAIN:
+            return Error(code=0, reason="client 1 crashed")
+        return nan(message, node_id)
+
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), linear_utility, run_dir=str(run_dir),
+                    sampler=PartitionSampler(6, seed=0)).start(InProcessGrid(NODE_OF.values(), handler),
+                                                                linear_initial_arrays(), num_rounds=2, timeout=10)
+    rounds = list(csv.DictReader(open(run_dir / "rounds.csv", newline="")))
+    assert [r["clients"] for r in rounds] == ["0 1 2 3 4 5"] * 2 and rounds[0]["num_failed"] == "2"
+    report = audit_run(run_dir, utility=linear_utility)
+    assert report.intact, (report.problems, report.unverifiable)
+    assert any("recomputed every value of 2 rounds" in c for c in report.checks)
+    record = read_round_record(round_record_paths(run_dir)[1])
+    assert [(e.client_id, e.status) for e in record.entries] == [
+        (0, "ok"), (1, "failed"), (2, "ok"), (3, "rejected"), (4, "ok"), (5, "ok")]
+    assert record.entries[1].reason.endswith("client 1 crashed")
+    record.entries = [e for e in record.entries if e.status != "failed"] + [record.entries[1]]
+    write_round_record(run_dir, record)
+    reseal(run_dir)
+    assert any("round 1 clients: booked '0 1 2 3 4 5'" in p for p in audit_run(run_dir, utility=linear_utility).problems)
+
+
+def momentum() -> FedAvgM:
+    return FedAvgM(fraction_evaluate=0.0, server_momentum=0.9)
+
+
+@pytest.fixture(scope="module")
+def momentum_run(tmp_path_factory):
+    set_server_identity()
+    return flows_run(tmp_path_factory.mktemp("momentum"), inner=momentum())
+
+
+def copied(run_dir, tmp_path):
+    target = tmp_path / "copy"
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            (target / path.relative_to(run_dir)).parent.mkdir(parents=True, exist_ok=True)
+            (target / path.relative_to(run_dir)).write_bytes(path.read_bytes())
+    return target
+
+
+def test_rounds_of_other_strategies_without_a_replay_are_said_to_be_unrecomputed(momentum_run):
+    report = audit_run(momentum_run, utility=utility())
     assert report.ok, report.problems  # nothing failed, but the audit fails closed: not verifiable, not intact
     assert not report.intact and report.verdict == "NOT verifiable"
     assert any("rounds [1, 2, 3] aggregate through FedAvgM's own code: their values were NOT recomputed" in c
                for c in report.unverifiable)
+
+
+def test_rounds_of_other_strategies_are_recomputed_by_replaying_their_saved_state(momentum_run, tmp_path):
+    """FedAvgM's momentum moves A_t away from the weighted mean; the record saved the
+    momentum buffer when the replies arrived, so the audit replays the strategy's own
+    aggregation (flows and values included): intact. A changed momentum buffer in a
+    record is then a different round."""
+    replay = replay_aggregator(momentum)
+    report = audit_run(momentum_run, utility=utility(), replay=replay)
+    assert report.intact, (report.problems, report.unverifiable)
+    assert any("recomputed every value of 3 rounds" in c for c in report.checks)
+    run_dir = copied(momentum_run, tmp_path)
+    record = read_round_record(round_record_paths(run_dir)[3])
+    tree, arrays = record.replay
+    assert arrays, "round 3 starts with a momentum buffer"
+    record.replay = (tree, {k: v * 1.5 if v.dtype.kind == "f" else v for k, v in arrays.items()})
+    write_round_record(run_dir, record)
+    reseal(run_dir)
+    report = audit_run(run_dir, utility=utility(), replay=replay)
+    assert not report.ok and any("recompute: round 3" in p for p in report.problems)
+
+
+def test_a_record_without_a_replay_state_is_not_verifiable_and_says_why(momentum_run, tmp_path):
+    run_dir = copied(momentum_run, tmp_path)
+    record = read_round_record(round_record_paths(run_dir)[2])
+    record.replay = None
+    write_round_record(run_dir, record)
+    reseal(run_dir)
+    report = audit_run(run_dir, utility=utility(), replay=replay_aggregator(momentum))
+    assert not report.intact
+    assert any("values of round 2: not recomputed, its record holds no replay state" in u for u in report.unverifiable)
 
 
 def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_utility):

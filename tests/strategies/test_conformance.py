@@ -11,7 +11,10 @@ ADS and LOO. The wrapper must leave the run untouched and its books must be soun
 * ``utility_after == utility_realized`` exactly (v_t(I_t) is U(A_t), noise included);
 * the final global arrays are bit-identical to the bare run's;
 * the inner strategy's state (optimizer moments, QFedAvg's arrays, adaptive clipping
-  norm, ...) is identical to the bare run's.
+  norm, ...) is identical to the bare run's;
+* the audit, given the utility and a way to build the strategy afresh, books every round
+  again from the run directory (the strategy's aggregation replayed from the state its
+  round records saved) and finds the run intact.
 
 Clients train a small torch MLP for real; DP strategies clip actively and add noise.
 """
@@ -29,8 +32,10 @@ from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from clients.app import ClientData
+from fedvalue.audit import audit_run
 from fedvalue.utilities import TorchModelUtility
 from simulations.models import make_mlp
+from strategies.replay import replay_aggregator
 
 from .bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 
@@ -108,13 +113,19 @@ SETUP = Setup(model_factory, load_client, holdout_utility, NUM_CLIENTS, ROUNDS, 
 
 
 @pytest.mark.parametrize("name", shipped_strategies())
-def test_wrapping_leaves_the_run_untouched_and_books_the_rounds_soundly(name):
+def test_wrapping_leaves_the_run_untouched_and_books_the_rounds_soundly(name, tmp_path):
+    """... and the audit books every round again from the run directory alone, replaying the
+    strategy's own aggregation from the state each record saved: intact."""
     if name in XGBOOST:
         pytest.skip("XGBoost strategies aggregate serialized boosters, not a model's arrays: there is no "
                     "torch model state for a utility to score.")
     mods = CLIENT_MODS.get(name, [])
     bare = run(SETUP, lambda: build_strategy(name), wrapped=False, mods=mods)
-    wrapped = run(SETUP, lambda: build_strategy(name), wrapped=True, mods=mods)
+    wrapped = run(SETUP, lambda: build_strategy(name), wrapped=True, mods=mods,
+                  valuing_options={"run_dir": str(tmp_path / "run")})
+    report = audit_run(tmp_path / "run", utility=SETUP.make_utility(), replay=replay_aggregator(lambda: build_strategy(name)))
+    assert report.intact, (report.problems, report.unverifiable)
+    assert any(f"recomputed every value of {ROUNDS} rounds" in check for check in report.checks)
     # Bulyan (f = 0) aggregates nothing below 3 replies: the 6 + 15 smaller coalitions keep A_{t−1}.
     too_small = math.comb(NUM_CLIENTS, 1) + math.comb(NUM_CLIENTS, 2) if name == "Bulyan" else 0
     assert_untouched_and_sound(SETUP, bare, wrapped, unaggregatable=too_small)
