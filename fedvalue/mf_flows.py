@@ -263,6 +263,16 @@ def _initial(num_users: int, num_items: int, dimension: int, init_scale: float, 
     return (rng.normal(0.0, init_scale, (num_users, dimension)), rng.normal(0.0, init_scale, (num_items, dimension)))
 
 
+def _start(initial, num_users: int, num_items: int, dimension: int, init_scale: float, seed):
+    """Copies of ``initial`` (P, Q), or fresh embeddings drawn from ``seed``."""
+    if initial is None:
+        return _initial(num_users, num_items, dimension, init_scale, seed)
+    if not isinstance(initial, (tuple, list)) or len(initial) != 2:
+        raise ValueError(f"initial: expected a pair (user embeddings, item embeddings); got {type(initial).__name__}.")
+    return (_embeddings("initial", initial[0], num_users, dimension),
+            _embeddings("initial", initial[1], num_items, dimension))
+
+
 def _check_training(num_users, num_items, dimension, regularization, learning_rate, steps, init_scale) -> None:
     check_integer("num_users", num_users)
     check_integer("num_items", num_items)
@@ -293,6 +303,7 @@ def mf_flows(
     init_scale: float = 0.1,
     seed: int | np.random.Generator | None = None,
     checkpoint_every: int = 0,
+    initial: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> MatrixFactorizationFlows:
     """Train matrix factorization by full-batch GD and book every step's TracIn flows (module docstring).
 
@@ -310,11 +321,13 @@ def mf_flows(
     checkpoint_every
         Keep the cumulative flows after every this many steps (and after the last); 0: only
         at the end.
+    initial
+        The starting (P, Q) instead of drawing them from ``seed``.
     """
     _check_training(num_users, num_items, dimension, regularization, learning_rate, steps, init_scale)
     check_integer("checkpoint_every", checkpoint_every, 0)
     _check_pairs(train, infer, num_items)
-    users, items = _initial(num_users, num_items, dimension, init_scale, seed)
+    users, items = _start(initial, num_users, num_items, dimension, init_scale, seed)
     user_reg, item_reg = _regularizers(train, num_users, num_items, regularization)
     train_side, infer_side = _Side.of(train, num_users, num_items), _Side.of(infer, num_users, num_items)
     inflow, outflow, self_total = np.zeros(num_users), np.zeros(num_users), np.zeros(num_users)
@@ -368,11 +381,7 @@ def mf_fit(
     influence retrains from the same start, so that removal alone differs).
     """
     _check_training(num_users, num_items, dimension, regularization, learning_rate, steps, init_scale)
-    if initial is None:
-        users, items = _initial(num_users, num_items, dimension, init_scale, seed)
-    else:
-        users = _embeddings("initial", initial[0], num_users, dimension)
-        items = _embeddings("initial", initial[1], num_items, dimension)
+    users, items = _start(initial, num_users, num_items, dimension, init_scale, seed)
     user_reg, item_reg = _regularizers(train, num_users, num_items, regularization)
     side = _Side.of(train, num_users, num_items)
     for _ in range(steps):

@@ -74,9 +74,7 @@ PARAMETER_HELP = {
     "median_multiple": "claim review: cap at this multiple of the round's median claim",
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
     **{name: text for name, (_, text) in STRATEGY_PARAMETERS.items()},
-    **{name: text for simulation in SIMULATIONS.values() for name, text in simulation.help.items()},
     # augmentation and replication-market ([ADS] §6.1)
-    "runs": "independent runs (seeds seed, seed+1, ...) averaged in the figure",
     "train_per_class": "original training instances per class (breast-cancer: of the majority class)",
     "test_per_class": "test instances per class (breast-cancer: of the majority class)",
     "rotation": "augmentation: largest rotation in degrees (drawn uniformly in ±rotation)",
@@ -101,7 +99,9 @@ def _parse_tuple(kind):
     return parse
 
 
-def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
+def _add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
+    """One --option per config field; a simulation's own help text (``Simulation.help``) first."""
+    own_help = own_help or {}
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
         hint = hints[f.name]
@@ -114,7 +114,7 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
             parse, shown = hint, default
         parser.add_argument(
             "--" + f.name.replace("_", "-"), dest=f.name, type=parse, default=default, metavar=f.name.upper(),
-            help=f"{PARAMETER_HELP.get(f.name, '')} (default: {shown})",
+            help=f"{own_help.get(f.name, PARAMETER_HELP.get(f.name, ''))} (default: {shown})",
         )
 
 
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "manifest, so `fedvalue audit --public-key` fails any rewrite of the run")
         sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
         sim.add_argument("--quiet", action="store_true", help="no per-round progress")
-        _add_config_options(sim, config_cls)
+        _add_config_options(sim, config_cls, simulation.help)
     report = commands.add_parser("report", help="print a run's per-client summary sorted by value")
     report.add_argument("run_dir", help="a run directory written by fedvalue run")
     report.add_argument("--plots", action="store_true",
