@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from fedvalue._checks import check_choice, check_integer, check_number, check_unit_interval
 from fedvalue.marginal import marginal_flows
@@ -395,21 +396,22 @@ def run_centralized_reciprocity(config: ReciprocityConfig | None = None) -> Cent
     times_train, times_infer = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     gaps, qualities, checkpoints = [], [], None
     training = dict(steps=steps, learning_rate=config.learning_rate_used, initialization=config.initialization_used)
-    for _ in range(repetitions):
-        train, infer = _split(rng, n)
-        flows = tracin_split(model, x, y, train, infer, checkpoint_every=every, **training)
-        sums["tracin"].add(train, infer, flows.outflow, flows.inflow, flows.cumulative_outflow,
-                           flows.cumulative_inflow)
-        checkpoints = flows.checkpoints
-        if "marginal" in sums:
-            full, removed = marginal_split(model, x, y, train, infer, **training)
-            # Individuals are the rows: unit k is training row train[k], inference example j is infer[j].
-            inflow, outflow, _ = marginal_flows(full, removed, train, infer, num_individuals=n)
-            sums["marginal"].add(train, infer, outflow[train], inflow[infer])
-        times_train[train] += 1
-        times_infer[infer] += 1
-        gaps.append(flows.first_order_gap)
-        qualities.append(flows.quality)
+    with threadpool_limits(1, user_api="blas"):  # small products: extra BLAS threads only spin-wait
+        for _ in range(repetitions):
+            train, infer = _split(rng, n)
+            flows = tracin_split(model, x, y, train, infer, checkpoint_every=every, **training)
+            sums["tracin"].add(train, infer, flows.outflow, flows.inflow, flows.cumulative_outflow,
+                               flows.cumulative_inflow)
+            checkpoints = flows.checkpoints
+            if "marginal" in sums:
+                full, removed = marginal_split(model, x, y, train, infer, **training)
+                # Individuals are the rows: unit k is training row train[k], inference example j is infer[j].
+                inflow, outflow, _ = marginal_flows(full, removed, train, infer, num_individuals=n)
+                sums["marginal"].add(train, infer, outflow[train], inflow[infer])
+            times_train[train] += 1
+            times_infer[infer] += 1
+            gaps.append(flows.first_order_gap)
+            qualities.append(flows.quality)
     seen = (times_train > 0) & (times_infer > 0)
     index = pd.RangeIndex(n, name="individual")
     reports, columns, snr_rows = {}, {}, {}
