@@ -99,6 +99,8 @@ class _Side:
     matrix: sparse.csr_matrix
     indicator: sparse.csr_matrix
     item_share: np.ndarray
+    item_of_rating: sparse.csr_matrix
+    user_of_rating: sparse.csr_matrix
 
     @classmethod
     def of(cls, data: Ratings, num_users: int, num_items: int) -> _Side:
@@ -108,7 +110,12 @@ class _Side:
         matrix = sparse.csr_matrix((np.ones(len(data)), data.items.copy(), indptr), shape=(num_users, num_items))
         counts = np.bincount(data.items, minlength=num_items).astype(np.float64)
         share = np.divide(1.0, counts, out=np.zeros(num_items), where=counts > 0)
-        return cls(data, matrix, matrix.copy(), share)
+        # Per-rating values summed into their item (items × ratings) and into their user (users × ratings).
+        item_of_rating = sparse.csr_matrix((np.ones(len(data)), (data.items, np.arange(len(data)))),
+                                           shape=(num_items, len(data)))
+        user_of_rating = sparse.csr_matrix((np.ones(len(data)), np.arange(len(data)), indptr),
+                                           shape=(num_users, len(data)))
+        return cls(data, matrix, matrix.copy(), share, item_of_rating, user_of_rating)
 
     def with_values(self, values: np.ndarray) -> sparse.csr_matrix:
         self.matrix.data = values
@@ -176,6 +183,46 @@ def _step(users: np.ndarray, items: np.ndarray, train: _Side, infer: _Side, user
         self_influence=learning_rate * self_influence, user_gradient=user_gradient, item_gradient=item_gradient,
         total=learning_rate * total, train_loss=train_loss, inference_loss=0.5 * float(error_infer @ error_infer),
     )
+
+
+def _federated_round(users: np.ndarray, items: np.ndarray, train: _Side, infer: _Side, user_reg: np.ndarray,
+                     item_reg: np.ndarray, learning_rate: float, local_steps: int) -> tuple[StepFlows, np.ndarray]:
+    """One round of federated matrix factorization per user (:func:`mf_flows` with ``local_steps``).
+
+    Client u starts from its own p_u and the server's Q, takes ``local_steps`` full-batch GD
+    steps on its share Σ_{z∈Z_u} L_z of App. A's loss (c_i = λ/|Z_i| from the global counts),
+    keeps p_u and returns its item update s_u = Q_u^local − Q (non-zero on its rated items).
+    The server adds the updates, Q ← Q + Σ_u s_u (FedAvg with weights n_u/N and each client's
+    step scaled by N/n_u). Flows of the round ([RECIP] in FL, :mod:`fedvalue.flows`):
+    F(u→v) = −s_u · g_v with g_v = ∇_Q ℓ_{Z'_v} at the state the round started from, and
+    self_u = −Δp_u · ∇_{p_u} ℓ_{Z'_u} for the private embedding. Client u's local copy of q_i
+    lives at its rating (u, i), so every client's local steps are one vectorized pass.
+    Returns the round's flows (gradients: the negated updates over η) and the new P.
+    """
+    t, s = train.data, infer.data
+    local_items = items[t.items].copy()  # client u's copy of q_i, one row per training rating (u, i)
+    item_coefficient = (item_reg * train.item_share)[t.items][:, None]
+    local_users = users.copy()
+    for _ in range(local_steps):
+        p = local_users[t.users]
+        error = np.einsum("nd,nd->n", p, local_items) - t.ratings
+        user_gradient = train.user_of_rating @ (error[:, None] * local_items) + user_reg[:, None] * local_users
+        local_items -= learning_rate * (error[:, None] * p + item_coefficient * local_items)
+        local_users -= learning_rate * user_gradient
+    update = local_items - items[t.items]  # s_u, row by row of u's ratings
+    server_step = train.item_of_rating @ update  # D = Σ_u s_u
+    error_infer = infer.residuals(users, items)
+    residual_infer = infer.with_values(error_infer)
+    item_gradient_infer = residual_infer.T @ users  # G = Σ_v g_v
+    user_gradient_infer = residual_infer @ items
+    outflow = -(train.user_of_rating @ np.einsum("nd,nd->n", update, item_gradient_infer[t.items]))
+    inflow = -np.einsum("ud,ud->u", users, residual_infer @ server_step)  # −D·g_v (g_u never overlaps s_u)
+    self_influence = -np.einsum("ud,ud->u", local_users - users, user_gradient_infer)
+    total = float(-np.vdot(server_step, item_gradient_infer) + self_influence.sum())
+    flows = StepFlows(inflow=inflow, outflow=outflow, self_influence=self_influence,
+                      user_gradient=(users - local_users) / learning_rate, item_gradient=-server_step / learning_rate,
+                      total=total, train_loss=float("nan"), inference_loss=0.5 * float(error_infer @ error_infer))
+    return flows, local_users
 
 
 def _regularizers(train: Ratings, num_users: int, num_items: int, regularization: float):
@@ -308,6 +355,7 @@ def mf_flows(
     seed: int | np.random.Generator | None = None,
     checkpoint_every: int = 0,
     initial: tuple[np.ndarray, np.ndarray] | None = None,
+    local_steps: int = 0,
 ) -> MatrixFactorizationFlows:
     """Train matrix factorization by full-batch GD and book every step's TracIn flows (module docstring).
 
@@ -327,9 +375,16 @@ def mf_flows(
         at the end.
     initial
         The starting (P, Q) instead of drawing them from ``seed``.
+    local_steps
+        0: centralized full-batch GD ([RECIP] §5.1). E ≥ 1: federated per user, ``steps``
+        rounds in which every user is a client that keeps its embedding p_u to itself, takes
+        E local GD steps on its own ratings and sends its item-embedding update; the server
+        adds the updates (:func:`_federated_round`). With E = 1 the rounds are the centralized
+        steps and the flows equal the centralized ones (tested); E > 1 is local training.
     """
     _check_training(num_users, num_items, dimension, regularization, learning_rate, steps, init_scale)
     check_integer("checkpoint_every", checkpoint_every, 0)
+    check_integer("local_steps", local_steps, 0)
     _check_pairs(train, infer, num_items)
     users, items = _start(initial, num_users, num_items, dimension, init_scale, seed)
     user_reg, item_reg = _regularizers(train, num_users, num_items, regularization)
@@ -341,13 +396,17 @@ def mf_flows(
     checkpoints, cumulative_in, cumulative_out = [], [], []
     with threadpool_limits(1, user_api="blas"):
         for t in range(steps):
-            flows = _step(users, items, train_side, infer_side, user_reg, item_reg, learning_rate)
+            if local_steps:
+                flows, users = _federated_round(users, items, train_side, infer_side, user_reg, item_reg,
+                                                learning_rate, local_steps)
+            else:
+                flows = _step(users, items, train_side, infer_side, user_reg, item_reg, learning_rate)
+                users -= learning_rate * flows.user_gradient
             inflow += flows.inflow
             outflow += flows.outflow
             self_total += flows.self_influence
             predicted[t] = flows.total
             losses[t] = flows.inference_loss
-            users -= learning_rate * flows.user_gradient
             items -= learning_rate * flows.item_gradient
             if t + 1 in marks:
                 checkpoints.append(t + 1)

@@ -29,6 +29,15 @@ steps), the first-order discrepancy per step (App. C.1, Fig. 5: its 80th percent
 the test RMSE, and the outflow signal-to-noise ratio |mean|/std across the splits'
 averaged flows (App. C.2, Fig. 6).
 
+**Federated per user** (the extension; ``local_steps`` = E ≥ 1). Every user is a client that
+keeps its embedding p_u to itself; in each of ``steps`` rounds it takes E local gradient
+steps on its own ratings from the server's item embeddings and sends its item update, and
+the server adds them (:func:`fedvalue.mf_flows.mf_flows`). The flows are the federated form
+F_t(u→v) = −s_u · g_v of :mod:`fedvalue.flows`; with E = 1 they are exactly the centralized
+ones, so E > 1 isolates what local training does to reciprocity. It runs in process, not
+through Flower: the project's ClientApp keeps no per-client state between rounds, which a
+private user embedding needs.
+
 **Marginal** (App. C.2; ``influence="marginal"`` or ``"both"``). Retraining once per
 individual on all 671 users costs 672 fits of 1,000 steps per run, so the Marginal
 experiment runs on the ratings of ``marginal_users`` users drawn at random (stated in the
@@ -131,6 +140,13 @@ def _figures(report: ReciprocityReport) -> dict:
             "negative_outflow_share": report.negative_outflow_share}
 
 
+def _percentile(values: np.ndarray, q: float) -> float:
+    """The q-th percentile of the finite values; NaN when there are none (one split: no spread)."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    return float(np.percentile(finite, q)) if finite.size else float("nan")
+
+
 def _snr(values: np.ndarray) -> np.ndarray:
     """|mean| / std (ddof 1) over the rows (runs or splits), per column (user)."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -168,9 +184,11 @@ class MovieLensResult:
 
     def head(self) -> str:
         c, shape = self.config, self.data_shape
+        training = (f"T={c.steps_used}" if not c.local_steps else
+                    f"federated per user, {c.steps_used} rounds of {c.local_steps} local steps")
         return (f"movielens (dslabs stand-in: {shape['ratings']} ratings, {shape['users']} users, {shape['movies']} "
                 f"movies with >= {c.min_item_ratings} ratings): MF d={c.dimension}, lambda={c.regularization:g}, "
-                f"T={c.steps_used}, eta={c.learning_rate_used:g}, {c.repetitions_used} splits x "
+                f"{training}, eta={c.learning_rate_used:g}, {c.repetitions_used} splits x "
                 f"{self.initializations} initializations, seed {c.seed}, {self.seconds:.1f}s")
 
     @property
@@ -188,7 +206,7 @@ class MovieLensResult:
                     value, published if (p or key != "alpha") else math.nan)
         rows["first_order_discrepancy_p80 (median run)"] = (float(np.median(self.first_order_p80)),
                                                             PAPER["first_order_p80"])
-        rows["tracin outflow_snr_p10 (across splits)"] = (float(np.nanpercentile(self.tracin_outflow_snr, 10)),
+        rows["tracin outflow_snr_p10 (across splits)"] = (_percentile(self.tracin_outflow_snr, 10),
                                                           PAPER["tracin_outflow_snr_p10"])
         rows["inference_rmse (mean)"] = (float(np.mean(self.inference_rmse)), PAPER["inference_rmse"])
         rows["inference_rmse (std)"] = (float(np.std(self.inference_rmse)), 0.009)
@@ -199,7 +217,7 @@ class MovieLensResult:
                 for key, value in _figures(m[influence]).items():
                     rows[f"subsample {influence} {key}"] = (value, math.nan)
                 rows[f"subsample {influence} outflow_snr_p90"] = (
-                    float(np.nanpercentile(m[f"{influence}_snr"], 90)),
+                    _percentile(m[f"{influence}_snr"], 90),
                     PAPER["marginal_outflow_snr_p90"] if influence == "marginal" else math.nan)
             rows["subsample users"] = (float(m["users"]), math.nan)
         frame = pd.DataFrame.from_dict(rows, orient="index", columns=["measured", "paper"])
@@ -282,7 +300,7 @@ def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = Non
     training = dict(num_users=data.num_users, num_items=data.num_items, dimension=config.dimension,
                     regularization=config.regularization, learning_rate=config.learning_rate_used,
                     steps=config.steps_used, init_scale=config.init_scale,
-                    checkpoint_every=config.checkpoint_every_used)
+                    checkpoint_every=config.checkpoint_every_used, local_steps=config.local_steps)
     per_split_in, per_split_out, cumulative, discrepancies, rmse, train_rmse = [], [], [], [], [], []
     for s, sequence in enumerate(split_sequences.spawn(splits)):
         split_sequence, *init_sequences = sequence.spawn(1 + inits)
@@ -316,7 +334,8 @@ def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = Non
                   for k, step in enumerate(checkpoints)]
     stacked = np.array(discrepancies)
     first_order = pd.DataFrame({"step": np.arange(1, stacked.shape[1] + 1),
-                                "median": np.nanmedian(stacked, axis=0), "p80": np.nanpercentile(stacked, 80, axis=0)})
+                                "median": [_percentile(column, 50) for column in stacked.T],
+                                "p80": [_percentile(column, 80) for column in stacked.T]})
     individuals = pd.DataFrame({
         "ratings": np.bincount(data.users, minlength=data.num_users),
         "inflow_single_split": single.inflow, "outflow_single_split": single.outflow, "ratio_single_split": single.ratio,
@@ -329,7 +348,7 @@ def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = Non
     return MovieLensResult(
         config=config, data_shape=shape, single=single, splits=everything, individuals=individuals,
         alpha_by_step=pd.DataFrame(alpha_rows), first_order=first_order, inference_rmse=np.array(rmse),
-        train_rmse=np.array(train_rmse), first_order_p80=np.nanpercentile(stacked, 80, axis=1),
+        train_rmse=np.array(train_rmse), first_order_p80=np.array([_percentile(row, 80) for row in stacked]),
         tracin_outflow_snr=_snr(np.array(per_split_out)) if splits > 1 else np.full(data.num_users, np.nan),
         marginal=marginal, seconds=time.perf_counter() - started,
     )

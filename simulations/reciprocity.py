@@ -98,6 +98,8 @@ RECIPROCITY_HELP = {
                       "splits are half/half)",
     "marginal_users": "movielens Marginal: users sampled (all their ratings), one retraining per user",
     "checkpoint_every": "keep the cumulative flows every this many steps for alpha along training (0 = T/100)",
+    "local_steps": "movielens: 0 = centralized gradient descent (the paper); E >= 1 = federated per user: --steps "
+                   "rounds, each user a client keeping its own embedding and taking E local steps",
 }
 
 
@@ -127,6 +129,7 @@ class ReciprocityConfig:
     train_fraction: float = 0.0
     marginal_users: int = 100
     checkpoint_every: int = 0
+    local_steps: int = 0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -199,6 +202,13 @@ def check(config: ReciprocityConfig) -> None:
                          f"{config.train_fraction!r}.")
     check_integer("marginal_users", config.marginal_users, 2)
     check_integer("checkpoint_every", config.checkpoint_every, 0, why="0 = T/100")
+    check_integer("local_steps", config.local_steps, 0, why="0 = centralized")
+    if config.local_steps and config.dataset != "movielens":
+        raise ValueError(f"local_steps: federated training per user is the movielens extension; expected 0 for "
+                         f"dataset {config.dataset!r}; got {config.local_steps}.")
+    if config.local_steps and config.influence != "tracin":
+        raise ValueError(f"local_steps: the Marginal experiment retrains centrally; expected influence 'tracin' with "
+                         f"local_steps={config.local_steps}; got {config.influence!r}.")
 
 
 def _load(dataset: str, target: str) -> tuple[np.ndarray, np.ndarray]:

@@ -109,6 +109,51 @@ def test_first_order_gap_shrinks_with_the_step_size():
     assert gaps[0] > 5 * gaps[1] > 25 * gaps[2]
 
 
+def test_federated_per_user_with_one_local_step_is_the_centralized_run():
+    """Each user a client with a private p_u: one local step per round and summed updates are GD."""
+    train, infer, _, _ = _toy(5)
+    common = dict(num_users=NUM_USERS, num_items=NUM_ITEMS, dimension=DIM, regularization=LAMBDA,
+                  learning_rate=ETA, steps=25, init_scale=0.5, seed=3)
+    central = mf_flows(train, infer, **common)
+    federated = mf_flows(train, infer, local_steps=1, **common)
+    for name in ("inflow", "outflow", "self_influence", "user_embeddings", "item_embeddings", "predicted_reduction"):
+        np.testing.assert_allclose(getattr(federated, name), getattr(central, name), rtol=1e-10, atol=1e-15)
+    # More local steps: a different trajectory, still every cross flow one's in and another's out.
+    local = mf_flows(train, infer, local_steps=4, **common)
+    assert not np.allclose(local.inflow, central.inflow)
+    assert local.inflow.sum() == pytest.approx(local.outflow.sum(), rel=1e-10)
+
+
+def test_federated_round_flows_are_the_pairwise_client_sum():
+    """F(u→v) = −s_u · g_v with s_u the client's item update and g_v its inference gradient at Q."""
+    from fedvalue.mf_flows import _federated_round, _regularizers, _Side
+
+    train, infer, users, items = _toy(6)
+    sides = _Side.of(train, NUM_USERS, NUM_ITEMS), _Side.of(infer, NUM_USERS, NUM_ITEMS)
+    user_reg, item_reg = _regularizers(train, NUM_USERS, NUM_ITEMS, LAMBDA)
+    flows, _ = _federated_round(users, items, *sides, user_reg, item_reg, ETA, 3)
+    counts = np.bincount(train.items, minlength=NUM_ITEMS)
+    updates, gradients = [], []
+    for u in range(NUM_USERS):  # client u alone, by autograd: 3 local GD steps on its share of App. A's loss
+        p = torch.tensor(users[u], requires_grad=True)
+        q = torch.tensor(items, requires_grad=True)
+        mine = train.users == u
+        for _ in range(3):
+            loss = sum(0.5 * ((p @ q[i] - r) ** 2 + LAMBDA / mine.sum() * p @ p + LAMBDA / counts[i] * q[i] @ q[i])
+                       for i, r in zip(train.items[mine], train.ratings[mine]))
+            gp, gq = torch.autograd.grad(loss, (p, q))
+            p = (p - ETA * gp).detach().requires_grad_(True)
+            q = (q - ETA * gq).detach().requires_grad_(True)
+        updates.append((q.detach().numpy() - items).ravel())
+        g = np.zeros_like(items)
+        for j, r in zip(infer.items[infer.users == u], infer.ratings[infer.users == u]):
+            g[j] += (users[u] @ items[j] - r) * users[u]
+        gradients.append(g.ravel())
+    pairwise = -np.array(updates) @ np.array(gradients).T  # F(u→v)
+    np.testing.assert_allclose(flows.outflow, pairwise.sum(axis=1) - np.diag(pairwise), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(flows.inflow, pairwise.sum(axis=0) - np.diag(pairwise), rtol=1e-9, atol=1e-15)
+
+
 def test_reciprocity_of_a_run_is_computable():
     train, infer, _, _ = _toy(4)
     run = mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, dimension=DIM, regularization=LAMBDA,

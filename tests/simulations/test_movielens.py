@@ -83,3 +83,12 @@ def test_marginal_subsample_and_the_table(small_run, tmp_path):
 def test_same_seed_same_flows(small_run):
     again = run_movielens_reciprocity(ReciprocityConfig(**{**CONFIG.as_dict(), "influence": "tracin"}))
     pd.testing.assert_frame_equal(again.individuals, small_run.individuals)
+
+
+def test_federated_per_user_extension_runs_and_says_so():
+    config = ReciprocityConfig(dataset="movielens", repetitions=1, initializations=1, steps=6, local_steps=3,
+                               min_item_ratings=50)
+    result = run_movielens_reciprocity(config)
+    assert "federated per user, 6 rounds of 3 local steps" in result.head()
+    assert result.splits.num_individuals == load_movielens(50).num_users
+    assert result.single.inflow.sum() == pytest.approx(result.single.outflow.sum(), rel=1e-9)

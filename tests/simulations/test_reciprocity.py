@@ -199,6 +199,8 @@ def test_cli_prints_the_table_next_to_the_paper_and_writes_it(tmp_path, capsys):
     (["--initializations", "3"], "initializations"),
     (["--train-fraction", "0.8"], "train_fraction"),
     (["--dataset", "movielens", "--marginal-users", "1"], "marginal_users"),
+    (["--local-steps", "2"], "local_steps"),
+    (["--dataset", "movielens", "--local-steps", "2", "--influence", "both"], "local_steps"),
 ])
 def test_cli_bad_input_names_the_parameter_without_traceback(args, named, capsys):
     assert main(["run", "reciprocity", *args]) == 2
