@@ -50,7 +50,27 @@ from threadpoolctl import threadpool_limits
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive, check_seed
 
-__all__ = ["MatrixFactorizationFlows", "Ratings", "StepFlows", "mf_fit", "mf_flows", "mf_step_flows"]
+__all__ = ["MatrixFactorizationFlows", "MfTraining", "Ratings", "StepFlows", "mf_fit", "mf_flows", "mf_step_flows"]
+
+
+@dataclass(frozen=True)
+class MfTraining:
+    """The training settings: embedding dimension d, regularization λ, learning rate η, steps T
+    ([RECIP] §5.1, footnote 3: 16, 1, 2e-4, 1000) and the scale of the random start (entries
+    N(0, init_scale²); the paper initializes randomly without giving a scale)."""
+
+    dimension: int = 16
+    regularization: float = 1.0
+    learning_rate: float = 2e-4
+    steps: int = 1000
+    init_scale: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_integer("dimension", self.dimension)
+        check_non_negative("regularization", self.regularization)
+        check_positive("learning_rate", self.learning_rate)
+        check_integer("steps", self.steps, 0)
+        check_non_negative("init_scale", self.init_scale)
 
 
 @dataclass(frozen=True)
@@ -314,24 +334,21 @@ def _initial(num_users: int, num_items: int, dimension: int, init_scale: float, 
     return (rng.normal(0.0, init_scale, (num_users, dimension)), rng.normal(0.0, init_scale, (num_items, dimension)))
 
 
-def _start(initial, num_users: int, num_items: int, dimension: int, init_scale: float, seed):
+def _start(initial, num_users: int, num_items: int, training: MfTraining, seed):
     """Copies of ``initial`` (P, Q), or fresh embeddings drawn from ``seed``."""
     if initial is None:
-        return _initial(num_users, num_items, dimension, init_scale, seed)
+        return _initial(num_users, num_items, training.dimension, training.init_scale, seed)
     if not isinstance(initial, (tuple, list)) or len(initial) != 2:
         raise ValueError(f"initial: expected a pair (user embeddings, item embeddings); got {type(initial).__name__}.")
-    return (_embeddings("initial", initial[0], num_users, dimension),
-            _embeddings("initial", initial[1], num_items, dimension))
+    return (_embeddings("initial", initial[0], num_users, training.dimension),
+            _embeddings("initial", initial[1], num_items, training.dimension))
 
 
-def _check_training(num_users, num_items, dimension, regularization, learning_rate, steps, init_scale) -> None:
+def _check_training(num_users: int, num_items: int, training: object) -> None:
     check_integer("num_users", num_users)
     check_integer("num_items", num_items)
-    check_integer("dimension", dimension)
-    check_non_negative("regularization", regularization)
-    check_positive("learning_rate", learning_rate)
-    check_integer("steps", steps, 0)
-    check_non_negative("init_scale", init_scale)
+    if not isinstance(training, MfTraining):
+        raise TypeError(f"training: expected an MfTraining; got {type(training).__name__}.")
 
 
 def _rmse(users: np.ndarray, items: np.ndarray, data: Ratings) -> float:
@@ -347,11 +364,7 @@ def mf_flows(
     *,
     num_users: int,
     num_items: int,
-    dimension: int = 16,
-    regularization: float = 1.0,
-    learning_rate: float = 2e-4,
-    steps: int = 1000,
-    init_scale: float = 0.1,
+    training: MfTraining = MfTraining(),
     seed: int | np.random.Generator | None = None,
     checkpoint_every: int = 0,
     initial: tuple[np.ndarray, np.ndarray] | None = None,
@@ -365,11 +378,10 @@ def mf_flows(
         Z and Z' (:class:`Ratings`), each (user, item) pair at most once across both.
     num_users, num_items
         Sizes of the index spaces (users without ratings get zero flows).
-    dimension, regularization, learning_rate, steps
-        d, λ, η and T ([RECIP] §5.1: 16, 1, 2e-4, 1000).
-    init_scale, seed
-        Embeddings start at N(0, init_scale²) entries drawn from ``seed`` (the paper
-        initializes randomly without giving the scale).
+    training
+        d, λ, η, T and the start's scale (:class:`MfTraining`).
+    seed
+        Seed of the random start.
     checkpoint_every
         Keep the cumulative flows after every this many steps (and after the last); 0: only
         at the end.
@@ -382,12 +394,13 @@ def mf_flows(
         adds the updates (:func:`_federated_round`). With E = 1 the rounds are the centralized
         steps and the flows equal the centralized ones (tested); E > 1 is local training.
     """
-    _check_training(num_users, num_items, dimension, regularization, learning_rate, steps, init_scale)
+    _check_training(num_users, num_items, training)
     check_integer("checkpoint_every", checkpoint_every, 0)
     check_integer("local_steps", local_steps, 0)
     _check_pairs(train, infer, num_items)
-    users, items = _start(initial, num_users, num_items, dimension, init_scale, seed)
-    user_reg, item_reg = _regularizers(train, num_users, num_items, regularization)
+    users, items = _start(initial, num_users, num_items, training, seed)
+    user_reg, item_reg = _regularizers(train, num_users, num_items, training.regularization)
+    learning_rate, steps = training.learning_rate, training.steps
     train_side, infer_side = _Side.of(train, num_users, num_items), _Side.of(infer, num_users, num_items)
     inflow, outflow, self_total = np.zeros(num_users), np.zeros(num_users), np.zeros(num_users)
     predicted, losses = np.zeros(steps), np.zeros(steps + 1)
@@ -431,11 +444,7 @@ def mf_fit(
     *,
     num_users: int,
     num_items: int,
-    dimension: int = 16,
-    regularization: float = 1.0,
-    learning_rate: float = 2e-4,
-    steps: int = 1000,
-    init_scale: float = 0.1,
+    training: MfTraining = MfTraining(),
     seed: int | np.random.Generator | None = None,
     initial: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -444,12 +453,13 @@ def mf_fit(
     ``initial`` gives the starting (P, Q) instead of drawing them from ``seed`` (Marginal
     influence retrains from the same start, so that removal alone differs).
     """
-    _check_training(num_users, num_items, dimension, regularization, learning_rate, steps, init_scale)
-    users, items = _start(initial, num_users, num_items, dimension, init_scale, seed)
-    user_reg, item_reg = _regularizers(train, num_users, num_items, regularization)
+    _check_training(num_users, num_items, training)
+    users, items = _start(initial, num_users, num_items, training, seed)
+    user_reg, item_reg = _regularizers(train, num_users, num_items, training.regularization)
     side = _Side.of(train, num_users, num_items)
+    learning_rate = training.learning_rate
     with threadpool_limits(1, user_api="blas"):
-        for _ in range(steps):
+        for _ in range(training.steps):
             residual = side.with_values(side.residuals(users, items))
             user_gradient = residual @ items + user_reg[:, None] * users
             item_gradient = residual.T @ users + item_reg[:, None] * items

@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.marginal import marginal_flows
-from fedvalue.mf_flows import Ratings, mf_fit, mf_flows
+from fedvalue.mf_flows import MfTraining, Ratings, mf_fit, mf_flows
 from fedvalue.reciprocity import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
 
 __all__ = ["MOVIELENS", "PAPER", "MovieLensData", "MovieLensResult", "load_movielens", "run_movielens_reciprocity"]
@@ -132,6 +132,11 @@ def split_ratings(data: MovieLensData, train_fraction: float, rng: np.random.Gen
         sides.append(Ratings.of(data.users[rows], data.items[rows], data.ratings[rows], num_users=data.num_users,
                                 num_items=data.num_items))
     return sides[0], sides[1]
+
+
+def _training(config) -> MfTraining:
+    return MfTraining(dimension=config.dimension, regularization=config.regularization,
+                      learning_rate=config.learning_rate_used, steps=config.steps_used, init_scale=config.init_scale)
 
 
 def _figures(report: ReciprocityReport) -> dict:
@@ -248,9 +253,7 @@ def _marginal_subsample(data: MovieLensData, config, rng_sequence: np.random.See
     chosen = np.sort(np.random.default_rng(pick).choice(data.num_users, size=min(config.marginal_users,
                                                                                data.num_users), replace=False))
     sub = data.subset(np.isin(data.users, chosen))
-    training = dict(num_users=sub.num_users, num_items=sub.num_items, dimension=config.dimension,
-                    regularization=config.regularization, learning_rate=config.learning_rate_used,
-                    steps=config.steps_used)
+    training = dict(num_users=sub.num_users, num_items=sub.num_items, training=_training(config))
     marginal_runs, tracin_runs = [], []
     for s, sequence in enumerate(runs):
         split_rng, init_rng = (np.random.default_rng(q) for q in sequence.spawn(2))
@@ -297,9 +300,7 @@ def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = Non
     fraction = config.train_fraction or PAPER["train_fraction"]
     root = np.random.SeedSequence([int(config.seed), DATASETS.index("movielens")])
     split_sequences, marginal_sequence = root.spawn(2)
-    training = dict(num_users=data.num_users, num_items=data.num_items, dimension=config.dimension,
-                    regularization=config.regularization, learning_rate=config.learning_rate_used,
-                    steps=config.steps_used, init_scale=config.init_scale,
+    training = dict(num_users=data.num_users, num_items=data.num_items, training=_training(config),
                     checkpoint_every=config.checkpoint_every_used, local_steps=config.local_steps)
     per_split_in, per_split_out, cumulative, discrepancies, rmse, train_rmse = [], [], [], [], [], []
     for s, sequence in enumerate(split_sequences.spawn(splits)):

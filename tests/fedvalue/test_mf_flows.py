@@ -6,10 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.mf_flows import Ratings, mf_fit, mf_flows, mf_step_flows
+from fedvalue.mf_flows import MfTraining, Ratings, mf_fit, mf_flows, mf_step_flows
 from fedvalue.reciprocity import reciprocity
 
 NUM_USERS, NUM_ITEMS, DIM, LAMBDA, ETA = 5, 6, 3, 0.7, 0.01
+
+
+def _training(**changes) -> MfTraining:
+    return MfTraining(**{**dict(dimension=DIM, regularization=LAMBDA, learning_rate=ETA, steps=10, init_scale=0.5),
+                         **changes})
 
 
 def _toy(seed: int = 0):
@@ -76,10 +81,10 @@ def test_flows_pass_through_shared_items_only():
 
 def test_training_run_sums_its_steps_and_matches_a_plain_fit():
     train, infer, _, _ = _toy(1)
-    run = mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, dimension=DIM, regularization=LAMBDA,
-                   learning_rate=ETA, steps=30, init_scale=0.5, seed=7, checkpoint_every=10)
-    users, items = mf_fit(train, num_users=NUM_USERS, num_items=NUM_ITEMS, dimension=DIM, regularization=LAMBDA,
-                          learning_rate=ETA, steps=30, init_scale=0.5, seed=7)
+    training = _training(steps=30)
+    run = mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, training=training, seed=7,
+                   checkpoint_every=10)
+    users, items = mf_fit(train, num_users=NUM_USERS, num_items=NUM_ITEMS, training=training, seed=7)
     np.testing.assert_array_equal(run.user_embeddings, users)
     np.testing.assert_array_equal(run.item_embeddings, items)
     # Step by step from the same start, summed by hand.
@@ -103,8 +108,8 @@ def test_first_order_gap_shrinks_with_the_step_size():
     train, infer, _, _ = _toy(2)
     gaps = []
     for eta in (1e-2, 1e-3, 1e-4):
-        run = mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, dimension=DIM,
-                       regularization=LAMBDA, learning_rate=eta, steps=1, init_scale=0.5, seed=0)
+        run = mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS,
+                       training=_training(learning_rate=eta, steps=1), seed=0)
         gaps.append(run.first_order_discrepancy()[0])
     assert gaps[0] > 5 * gaps[1] > 25 * gaps[2]
 
@@ -112,8 +117,7 @@ def test_first_order_gap_shrinks_with_the_step_size():
 def test_federated_per_user_with_one_local_step_is_the_centralized_run():
     """Each user a client with a private p_u: one local step per round and summed updates are GD."""
     train, infer, _, _ = _toy(5)
-    common = dict(num_users=NUM_USERS, num_items=NUM_ITEMS, dimension=DIM, regularization=LAMBDA,
-                  learning_rate=ETA, steps=25, init_scale=0.5, seed=3)
+    common = dict(num_users=NUM_USERS, num_items=NUM_ITEMS, training=_training(steps=25), seed=3)
     central = mf_flows(train, infer, **common)
     federated = mf_flows(train, infer, local_steps=1, **common)
     for name in ("inflow", "outflow", "self_influence", "user_embeddings", "item_embeddings", "predicted_reduction"):
@@ -156,8 +160,7 @@ def test_federated_round_flows_are_the_pairwise_client_sum():
 
 def test_reciprocity_of_a_run_is_computable():
     train, infer, _, _ = _toy(4)
-    run = mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, dimension=DIM, regularization=LAMBDA,
-                   learning_rate=ETA, steps=20, init_scale=0.5, seed=1)
+    run = mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, training=_training(steps=20), seed=1)
     report = reciprocity(run.inflow, run.outflow)
     assert 0.0 <= report.alpha <= 1.0
 
@@ -171,4 +174,6 @@ def test_bad_inputs_name_the_parameter():
     with pytest.raises(ValueError, match="at most once"):
         mf_step_flows(users, items, train, repeated)
     with pytest.raises(ValueError, match="learning_rate"):
-        mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, learning_rate=0.0)
+        MfTraining(learning_rate=0.0)
+    with pytest.raises(TypeError, match="training: expected an MfTraining"):
+        mf_flows(train, infer, num_users=NUM_USERS, num_items=NUM_ITEMS, training={"steps": 3})

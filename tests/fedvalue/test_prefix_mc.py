@@ -11,13 +11,11 @@ from fedvalue.ads import mc_num_permutations
 from fedvalue.knn_mc import KnnAccuracyPrefixes
 from fedvalue.knn_utility import KnnUtility
 from fedvalue.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
+from tests.fedvalue.test_knn_mc import problem as knn_problem
 
 
 def problem(seed: int, n: int = 30, n_test: int = 25):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 4, size=(n, 3)).astype(float)  # ties and duplicate rows
-    y = rng.integers(0, 3, size=n)
-    return x, y, rng.normal(size=(n_test, 3)) * 2, rng.integers(0, 3, size=n_test)
+    return knn_problem(seed, n, n_test)  # ties and duplicate rows
 
 
 @pytest.mark.parametrize("k", [1, 3, 7])

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.mf_flows import mf_flows
+from fedvalue.mf_flows import MfTraining, mf_flows
 from fedvalue.reciprocity import reciprocity
 from simulations.movielens import MOVIELENS, load_movielens, run_movielens_reciprocity, split_ratings
 from simulations.reciprocity import ReciprocityConfig, format_table
@@ -53,8 +53,8 @@ def test_single_split_is_the_mean_of_its_runs_and_all_splits_of_every_run(small_
     split_sequences, _ = root.spawn(2)
     split_sequence, *inits = split_sequences.spawn(2)[0].spawn(3)
     train, infer = split_ratings(data, 0.8, np.random.default_rng(split_sequence))
-    runs = [mf_flows(train, infer, num_users=data.num_users, num_items=data.num_items, steps=12,
-                     seed=np.random.default_rng(s)) for s in inits]
+    runs = [mf_flows(train, infer, num_users=data.num_users, num_items=data.num_items,
+                     training=MfTraining(steps=12), seed=np.random.default_rng(s)) for s in inits]
     single = reciprocity(np.mean([r.inflow for r in runs], axis=0), np.mean([r.outflow for r in runs], axis=0))
     np.testing.assert_allclose(small_run.single.inflow.to_numpy(), single.inflow.to_numpy(), rtol=1e-12)
     assert small_run.single.alpha == pytest.approx(single.alpha)
