@@ -60,27 +60,15 @@ import pandas as pd
 from fedvalue.marginal import marginal_flows
 from fedvalue.mf_flows import MfTraining, Ratings, mf_fit, mf_flows
 from fedvalue.reciprocity import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
+from simulations.reciprocity_config import DATASETS, MOVIELENS_PAPER, check
 
 __all__ = ["MOVIELENS", "PAPER", "MovieLensData", "MovieLensResult", "load_movielens", "run_movielens_reciprocity"]
+
+PAPER = MOVIELENS_PAPER
 
 #: What the stand-in is: the dslabs data frame's own numbers, next to MovieLens 100K's.
 MOVIELENS = {"package": "dslabs", "frame": "movielens", "ratings": 100_004, "users": 671, "movies": 9_066,
              "paper_ratings": 100_000, "paper_users": 943, "paper_movies": 1_682}
-
-#: [RECIP] §5.1, footnote 3, App. C (the workshop version's numbers where it differs, in
-#: ``workshop``): model settings and reported figures.
-PAPER = {
-    "steps": 1000, "learning_rate": 2e-4, "repetitions": 10, "initializations": 10, "dimension": 16,
-    "regularization": 1.0, "train_fraction": 0.8,
-    "alpha_single": 0.16, "alpha_splits": 0.58, "pearson_single": 0.89, "pearson_splits": 0.98,
-    "negative_inflow_single": 0.007, "negative_outflow_single": 0.196,
-    "negative_inflow_splits": 0.001, "negative_outflow_splits": 0.08,
-    "first_order_p80": 0.011, "tracin_outflow_snr_p10": 76.0, "marginal_outflow_snr_p90": 0.49,
-    "inference_rmse": 0.925,
-    "workshop": {"alpha_single": 0.2, "alpha_splits": 0.48, "pearson_splits": 0.97, "negative_inflow_single": 0.005,
-                 "negative_outflow_single": 0.169, "negative_inflow_splits": 0.0, "negative_outflow_splits": 0.111},
-}
-
 
 @dataclass(frozen=True)
 class MovieLensData:
@@ -289,8 +277,6 @@ def _marginal_subsample(data: MovieLensData, config, rng_sequence: np.random.See
 
 def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = None) -> MovieLensResult:
     """[RECIP] §5.1 (module docstring); ``config`` is a :class:`simulations.reciprocity.ReciprocityConfig`."""
-    from simulations.reciprocity import DATASETS, check
-
     check(config)
     say = on_run or (lambda line: None)
     started = time.perf_counter()

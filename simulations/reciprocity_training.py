@@ -40,10 +40,7 @@ import numpy as np
 from fedvalue.flow_book import FlowBook
 from fedvalue.flows import tracin_round_flows
 
-__all__ = ["INITIALIZATIONS", "SplitFlows", "fit_losses", "marginal_split", "tracin_split"]
-
-#: How the healthcare models start (module docstring).
-INITIALIZATIONS = ("average-label", "zero")
+__all__ = ["SplitFlows", "fit_losses", "marginal_split", "tracin_split"]
 
 
 def standardized(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
