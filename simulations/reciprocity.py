@@ -224,12 +224,34 @@ class CentralizedReciprocityResult:
         }
 
     def write(self, out) -> None:
-        """``{dataset}-figures.csv``, ``-individuals.csv``, ``-alpha-curve.csv``, ``-alpha-by-step.csv``."""
+        """``{dataset}-figures.csv``, ``-individuals.csv``, ``-alpha-curve.csv``, ``-alpha-by-step.csv`` and
+        ``-alpha-by-step.png`` (α along training, the workshop version's Fig. 6)."""
         name = self.config.dataset
         self.to_frame().to_csv(out / f"{name}-figures.csv")
         self.individuals.to_csv(out / f"{name}-individuals.csv")
         self.report.curve().to_csv(out / f"{name}-alpha-curve.csv", index=False)
         self.alpha_by_step.to_csv(out / f"{name}-alpha-by-step.csv", index=False)
+        self.plot_alpha_by_step(out / f"{name}-alpha-by-step.png")
+
+    def plot_alpha_by_step(self, path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        paper, c = PAPER[self.config.dataset], self.config
+        figure, axis = plt.subplots(figsize=(6, 4), constrained_layout=True)
+        for averaging in AVERAGINGS:
+            axis.plot(self.alpha_by_step["step"], self.alpha_by_step[averaging], label=f"TracIn, {averaging} mean")
+        marks = [(paper["steps"], paper["alpha"]), *([(1000, paper["alpha_at_1000_steps"])]
+                                                    if "alpha_at_1000_steps" in paper else [])]
+        axis.scatter(*zip(*marks), color="black", zorder=3, label="paper")
+        axis.set_xlabel("gradient-descent steps")
+        axis.set_ylabel(f"alpha at p = {c.p:g}")
+        axis.set_title(f"{c.dataset}: reciprocity along training ({c.repetitions_used} splits)")
+        axis.legend()
+        figure.savefig(path, dpi=100, metadata={"Software": None})
+        plt.close(figure)
 
 
 def run_centralized_reciprocity(config: ReciprocityConfig | None = None) -> CentralizedReciprocityResult:

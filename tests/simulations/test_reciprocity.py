@@ -180,6 +180,7 @@ def test_cli_prints_the_table_next_to_the_paper_and_writes_it(tmp_path, capsys):
     curve = pd.read_csv(out / "diabetes-alpha-curve.csv")
     assert curve["alpha"].is_monotonic_decreasing or (curve["alpha"].diff().dropna() <= 1e-12).all()
     assert (out / "movielens-figure1.png").stat().st_size > 10_000
+    assert (out / "diabetes-alpha-by-step.png").stat().st_size > 10_000
     saved = json.loads((out / "reciprocity.json").read_text())
     assert [r["config"]["dataset"] for r in saved["results"]] == ["breast-cancer", "diabetes", "movielens"]
     # A second run into the same directory is refused unless asked to overwrite.
