@@ -182,8 +182,12 @@ class CentralizedReciprocityResult:
         paper, c = PAPER[self.config.dataset], self.config
         at_p = c.p == 0.75
         rows: dict[str, tuple[float, float]] = {}
+        at_paper_steps = c.steps_used == paper["steps"]
         for influence in c.influences:
-            published = paper["alpha" if influence == "tracin" else "marginal_alpha"] if at_p else math.nan
+            # The paper's α belongs to its T; diabetes also has the workshop's 1,000-step figure.
+            published = (paper["alpha" if influence == "tracin" else "marginal_alpha"] if at_paper_steps
+                         else paper.get(f"alpha_at_{c.steps_used}_steps", math.nan) if influence == "tracin"
+                         else math.nan) if at_p else math.nan
             for averaging in AVERAGINGS:
                 rows[f"{influence} alpha_at_p={c.p:g} ({averaging})"] = (self.reports[influence, averaging].alpha,
                                                                         published)

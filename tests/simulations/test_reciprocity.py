@@ -141,10 +141,24 @@ def test_report_is_recomputed_from_the_per_individual_table(diabetes_both):
     # Conditional averaging: each individual's outflow is the mean over the splits that trained on it.
     assert ((table["times_train"] > 0) & (table["times_inference"] > 0)).all()
     frame = result.to_frame()
+    # 20 steps is not the paper's T = 200: its alpha is not set beside ours.
+    assert np.isnan(frame.loc["tracin alpha_at_p=0.75 (conditional)", "paper"])
+    paper_steps = run_centralized_reciprocity(ReciprocityConfig(dataset="diabetes", repetitions=2, influence="both"))
+    frame = paper_steps.to_frame()
     assert frame.loc["tracin alpha_at_p=0.75 (conditional)", "paper"] == 0.76
     assert frame.loc["tracin alpha_at_p=0.75 (all-splits)", "paper"] == 0.76
     assert frame.loc["marginal alpha_at_p=0.75 (conditional)", "paper"] == 0.36
     assert frame.loc["marginal outflow_snr_p90", "paper"] == 0.55
+
+
+def test_longer_training_is_set_beside_the_workshops_1000_step_figure():
+    result = run_centralized_reciprocity(ReciprocityConfig(dataset="diabetes", repetitions=2, steps=1000,
+                                                           checkpoint_every=100))
+    frame = result.to_frame()
+    assert frame.loc["tracin alpha_at_p=0.75 (conditional)", "paper"] == 0.20  # workshop Fig. 6
+    assert frame.loc["tracin alpha at step 200", "paper"] == 0.76
+    steps = result.alpha_by_step.set_index("step")["conditional"]
+    assert frame.loc["tracin alpha at step 200", "measured"] == steps[200]
 
 
 def test_both_averagings_and_reciprocity_along_training(diabetes_both):
