@@ -70,6 +70,7 @@ PAPER = MOVIELENS_PAPER
 MOVIELENS = {"package": "dslabs", "frame": "movielens", "ratings": 100_004, "users": 671, "movies": 9_066,
              "paper_ratings": 100_000, "paper_users": 943, "paper_movies": 1_682}
 
+
 @dataclass(frozen=True)
 class MovieLensData:
     """Ratings as index arrays (users 0..U−1, items 0..I−1) with the original ids."""
