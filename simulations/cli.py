@@ -8,7 +8,7 @@ import re
 import sys
 import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fedvalue.schema import RUN_CONFIG_FILE
 from simulations.api import NoClientValued
@@ -472,10 +472,29 @@ _CLI_WORDS = (
 )
 
 
-def in_cli_words(message: str) -> str:
-    """An error raised by the Python interface, in the command line's words."""
+def command_line_options(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Python parameter name -> its long option (``clients_per_round`` -> ``--clients-per-round``),
+    for every option of ``parser`` and its sub-commands."""
+    options: dict[str, str] = {}
+    for action in parser._actions:  # argparse keeps no public list of a parser's options
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                options.update(command_line_options(sub))
+        long = [o for o in action.option_strings if o.startswith("--")]
+        if long and action.dest != "help":
+            options.setdefault(action.dest, long[0])
+    return options
+
+
+def in_cli_words(message: str, options: Mapping[str, str] | None = None) -> str:
+    """An error raised by the Python interface, in the command line's words: ``resume=True``
+    as ``--resume DIR``, and a parameter named as ``name:`` or ``name=value`` as its option
+    (``options``: :func:`command_line_options`)."""
     for pattern, replacement in _CLI_WORDS:
         message = pattern.sub(replacement, message)
+    for name, option in (options or {}).items():
+        message = re.sub(rf"(^|; |\. )({re.escape(name)}):", rf"\g<1>{option}:", message)
+        message = re.sub(rf"(?<![\w-]){re.escape(name)}=(?!True\b)", f"{option} ", message)
     return message
 
 
@@ -493,14 +512,16 @@ def _interrupted(error: BaseException, args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     commands = {"audit": _audit, "run": _run, "report": _report, "keygen": _keygen}
     try:
         return commands[args.command](args)
     except (ValueError, FileNotFoundError) as error:
         from fedvalue.rundir import printable
 
-        print(f"fedvalue: error: {printable(in_cli_words(str(error)), 4000)}", file=sys.stderr)
+        print(f"fedvalue: error: {printable(in_cli_words(str(error), command_line_options(parser)), 4000)}",
+              file=sys.stderr)
         return 2
     except OSError as error:  # an unwritable --out, a path under a file, ...
         print(f"fedvalue: error: {getattr(error, 'filename', None) or 'path'}: {error.strerror or error}",

@@ -263,7 +263,7 @@ def test_a_published_head_fails_every_rewrite_of_the_tables(signed_run, tmp_path
     assert main(["audit", str(copy), "--expect-head", head]) == 1
     assert "published head" in capsys.readouterr().out
     assert main(["audit", str(copy), "--expect-head", "xyz"]) == 2
-    assert "expect_head: expected a chain head of 64" in capsys.readouterr().err
+    assert "--expect-head: expected a chain head of 64" in capsys.readouterr().err
 
 
 def _resumable(signed_run, tmp_path) -> Path:
@@ -342,7 +342,7 @@ def test_a_complete_run_is_not_resumed_and_a_bad_key_is_bad_input(signed_run, tm
     assert main(["run", "noisy-clients", "--resume", str(run_dir), "--quiet"]) == 2
     assert "already completed 3 rounds" in capsys.readouterr().err
     assert main(["audit", str(run_dir), "--public-key", str(private)]) == 2  # a private key is not a public one
-    assert "public_key: expected an Ed25519 public key" in capsys.readouterr().err
+    assert "--public-key: expected an Ed25519 public key" in capsys.readouterr().err
     other_private, other_public = tmp_path / "o.pem", tmp_path / "o.pub"
     assert main(["keygen", str(other_private), str(other_public)]) == 0
     assert stat.S_IMODE(os.stat(other_private).st_mode) == 0o600

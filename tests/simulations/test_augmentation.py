@@ -80,14 +80,14 @@ def test_mnist_from_a_local_npz(tmp_path):
 @pytest.mark.parametrize("option, value, message", [
     ("--k", "0", "k: expected a positive integer"),
     ("--dataset", "diabetes", "dataset: expected one of"),
-    ("--max-fraction", "1.5", "max_fraction: expected a share"),
+    ("--max-fraction", "1.5", "--max-fraction: expected a share"),
     ("--scale", "1.2", "scale: expected a zoom range"),
     ("--seeds", "0", "seeds: expected a positive integer"),
     ("--model", "tree", "model: expected one of"),
     ("--model", "logistic", "model: 'logistic' is the binary logistic regression"),
     ("--truncation-tolerance", "-1", "truncation_tolerance: expected a finite number"),
     ("--train-per-class", "500", "train_per_class/test_per_class: class 0 has"),
-    ("--dataset", "mnist", "mnist_path: expected"),
+    ("--dataset", "mnist", "--mnist-path: expected"),
 ])
 def test_bad_options_exit_2_naming_the_parameter(tmp_path, capsys, option, value, message):
     assert main(["run", "augmentation", "--out", str(tmp_path / "x"), option, value]) == 2

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from simulations import cli
-from simulations.cli import build_parser, in_cli_words, main
+from simulations.cli import build_parser, command_line_options, in_cli_words, main
 from simulations.registry import SIMULATIONS
 
 
@@ -111,6 +111,13 @@ def test_errors_use_the_command_lines_words(tmp_path, capsys):
                         "overwrite=True (--overwrite) to replace it.") == (
         "out: x already holds a run; continue that run with --resume DIR, or pass --overwrite to replace it.")
     assert in_cli_words("resume=True needs run.json") == "--resume DIR needs run.json"
+    options = command_line_options(build_parser())
+    assert options["clients_per_round"] == "--clients-per-round" and options["resume"] == "--resume"
+    assert in_cli_words("clients_per_round: expected at most num_clients=30; got 99.", options) == (
+        "--clients-per-round: expected at most --num-clients 30; got 99.")
+    assert in_cli_words("the seed: a number; rounds=3 was", options) == "the seed: a number; --rounds 3 was"
+    assert main(["run", "noisy-clients", "--clients-per-round", "99", "--out", str(tmp_path / "x")]) == 2
+    assert "error: --clients-per-round: expected at most --num-clients 30; got 99." in capsys.readouterr().err
     held = tmp_path / "held"
     held.mkdir()
     (held / "ledger.csv").write_text("round\n")

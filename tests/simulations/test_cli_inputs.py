@@ -77,7 +77,8 @@ def test_bad_options_name_the_parameter_and_leave_nothing_behind(tmp_path, capsy
         argv = [*argv, "--out", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"fedvalue: error: {named}:"), err
+    option = "--" + named.replace("_", "-")  # the error names the option the user typed
+    assert err.startswith(f"fedvalue: error: {option}:"), err
     assert "expected" in err and "Traceback" not in err
     assert not out.exists()
 
@@ -87,7 +88,7 @@ def test_an_out_directory_that_cannot_be_made_is_bad_input(tmp_path, capsys):
     blocker.write_text("x")
     assert main(["run", "noisy-clients", "--out", str(blocker / "run")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fedvalue: error: out: expected a directory fedvalue can create and write"), err
+    assert err.startswith("fedvalue: error: --out: expected a directory fedvalue can create and write"), err
 
 
 def write_idx(path, array: np.ndarray, *, magic_dtype: int = 0x08, compress: bool = False) -> None:
@@ -122,7 +123,7 @@ def test_malformed_mnist_files_are_named_not_a_traceback(tmp_path, capsys, damag
     out = tmp_path / "run"
     assert main(["run", "noisy-clients", "--dataset", "mnist", "--mnist-path", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fedvalue: error: mnist_path:") and "Traceback" not in err, err
+    assert err.startswith("fedvalue: error: --mnist-path:") and "Traceback" not in err, err
     assert not out.exists()
 
 

@@ -107,12 +107,12 @@ def test_coalitions_scored_on_ray_actors_give_the_same_ledger(tmp_path):
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--rounds", "0"], "rounds: expected a positive integer; got 0"),
-    (["--clients-per-round", "40"], "clients_per_round: expected at most num_clients=30; got 40"),
-    (["--noisy-fraction", "1.5"], "noisy_fraction: expected a number in [0, 1]; got 1.5"),
+    (["--clients-per-round", "40"], "--clients-per-round: expected at most --num-clients 30; got 40"),
+    (["--noisy-fraction", "1.5"], "--noisy-fraction: expected a number in [0, 1]; got 1.5"),
     (["--strategy", "fedsgd"], "strategy: expected one of"),
     (["--dataset", "cifar"], "dataset"),
-    (["--valuation-workers", "-1"], "valuation_workers: expected a non-negative integer; got -1"),
-    (["--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "mnist_path"),
+    (["--valuation-workers", "-1"], "--valuation-workers: expected a non-negative integer; got -1"),
+    (["--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "--mnist-path"),
 ])
 def test_bad_input_is_a_clear_error_without_traceback(tmp_path, capsys, argv, fragment):
     assert main(["run", "noisy-clients", "--out", str(tmp_path / "run"), *argv]) == 2

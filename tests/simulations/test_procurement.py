@@ -196,7 +196,7 @@ def test_bad_options_exit_2_name_the_parameter_and_leave_nothing_behind(tmp_path
     out = tmp_path / "run"
     assert main(["run", "procurement", "--out", str(out), *options]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"fedvalue: error: {named}: expected"), err
+    assert err.startswith(f"fedvalue: error: --{named.replace('_', '-')}: expected"), err
     assert "Traceback" not in err
     assert not out.exists()
 

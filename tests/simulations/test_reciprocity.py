@@ -222,7 +222,7 @@ def test_cli_prints_the_table_next_to_the_paper_and_writes_it(tmp_path, capsys):
 def test_cli_bad_input_names_the_parameter_without_traceback(args, named, capsys):
     assert main(["run", "reciprocity", *args]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"fedvalue: error: {named}:") and "Traceback" not in err
+    assert err.startswith(f"fedvalue: error: --{named.replace('_', '-')}:") and "Traceback" not in err
 
 
 def test_every_option_of_the_paper_simulations_has_its_own_help():

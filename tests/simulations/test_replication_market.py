@@ -59,7 +59,7 @@ def test_cli_totals_follow_group_efficiency_and_symmetry(tmp_path, capsys):
     ("--contributors", "0", "contributors: expected a positive integer"),
     ("--contributors", "1000", "contributors: expected at most one contributor per original"),
     ("--dataset", "breast-cancer", "dataset: expected one of ['digits', 'mnist']"),
-    ("--max-copies", "-1", "max_copies: expected a positive integer"),
+    ("--max-copies", "-1", "--max-copies: expected a positive integer"),
     ("--rotation", "-5", "rotation: expected a finite number ≥ 0"),
 ])
 def test_bad_options_exit_2_naming_the_parameter(tmp_path, capsys, option, value, message):
