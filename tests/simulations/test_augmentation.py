@@ -85,7 +85,7 @@ def test_mnist_from_a_local_npz(tmp_path):
     ("--seeds", "0", "seeds: expected a positive integer"),
     ("--model", "tree", "model: expected one of"),
     ("--model", "logistic", "model: 'logistic' is the binary logistic regression"),
-    ("--truncation-tolerance", "-1", "truncation_tolerance: expected a finite number"),
+    ("--truncation-tolerance", "-1", "--truncation-tolerance: expected a finite number"),
     ("--train-per-class", "500", "train_per_class/test_per_class: class 0 has"),
     ("--dataset", "mnist", "--mnist-path: expected"),
 ])
