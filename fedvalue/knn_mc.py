@@ -43,7 +43,7 @@ from fedvalue.knn_utility import (
 )
 from fedvalue.result import ValuationResult
 
-__all__ = ["knn_loo", "knn_mc_ads"]
+__all__ = ["KnnAccuracyPrefixes", "knn_loo", "knn_mc_ads"]
 
 #: Entries of a block's state (permutations × test points × K) held at once.
 _BLOCK_ENTRIES = 1 << 22
@@ -231,3 +231,70 @@ def knn_loo(
         prefix_utilities=(float(full),),
         efficiency_gaps=pd.Series([], dtype=np.float64, name="gap"),
     )
+
+
+class KnnAccuracyPrefixes:
+    """The K-NN classifier's test accuracy as a :class:`fedvalue.prefix_mc.PrefixModel`.
+
+    v(S) is :meth:`fedvalue.knn_utility.KnnUtility.accuracy`: the share of test points whose
+    majority vote over their min(K, |S|) nearest members of S (the fixed neighbour order of
+    :mod:`fedvalue.knn_utility`; a tied vote to the smallest label) is right, and 0 for
+    S = ∅ — the "retrained" K-NN model of [ADS] §6.1, not the likelihood surrogate KNN-ADS
+    values. Growing a subset updates, per test point, its K nearest (the entering instance
+    replaces the farthest when it is nearer, as :func:`knn_mc_ads` does) and the class
+    votes, so a step costs O(n_test) per subset.
+    """
+
+    def __init__(self, x_train: object, y_train: object, x_test: object, y_test: object, k: int = 5) -> None:
+        x_train, y_train, x_test, y_test, self.k = check_knn_data(x_train, y_train, x_test, y_test, k)
+        classes, labels = np.unique(np.concatenate([y_train, y_test]), return_inverse=True)
+        self.num_classes = len(classes)
+        self.labels = labels[: len(y_train)].astype(np.int64)
+        self.test_labels = labels[len(y_train):].astype(np.int64)
+        self.num_train, self.num_test = x_train.shape[0], x_test.shape[0]
+        self.ranks = neighbour_ranks(x_train, x_test)  # n_test × n_train
+        self.ranks_by_instance = np.ascontiguousarray(self.ranks.T).astype(np.int64)
+        self.order = np.argsort(self.ranks, axis=1)  # test point's training indices, nearest first
+
+    def start(self, masks: np.ndarray) -> dict:
+        masks = np.asarray(masks, dtype=bool)
+        rows, sentinel = masks.shape[0], self.num_train
+        state = np.full((rows, self.num_test, self.k), sentinel, dtype=np.int64)
+        votes = np.zeros((rows, self.num_test, self.num_classes), dtype=np.int64)
+        for r in range(rows):
+            member = masks[r][self.order]  # n_test × n_train, nearest first
+            position = np.cumsum(member, axis=1)
+            taken = member & (position <= self.k)
+            point, column = np.nonzero(taken)
+            slot = position[point, column] - 1
+            state[r, point, slot] = column  # ranks of the nearest members
+            np.add.at(votes[r], (point, self.labels[self.order[point, column]]), 1)
+        return {"state": state, "worst": state.max(axis=2), "votes": votes, "size": masks.sum(axis=1),
+                "correct": self._correct(votes)}
+
+    def _correct(self, votes: np.ndarray) -> np.ndarray:
+        return votes.argmax(axis=-1) == self.test_labels
+
+    def utilities(self, state: dict) -> np.ndarray:
+        return np.where(state["size"] > 0, state["correct"].mean(axis=1), 0.0)
+
+    def add(self, state: dict, rows: np.ndarray, instances: np.ndarray) -> np.ndarray:
+        rows, instances = np.asarray(rows, dtype=np.int64), np.asarray(instances, dtype=np.int64)
+        new_ranks = self.ranks_by_instance[instances]  # len(rows) × n_test
+        hit, point = np.nonzero(new_ranks < state["worst"][rows])
+        if hit.size:
+            target = rows[hit]
+            entering = new_ranks[hit, point]
+            replaced = state["worst"][target, point]
+            slots = state["state"][target, point]
+            slots[np.arange(hit.size), slots.argmax(axis=1)] = entering
+            state["state"][target, point] = slots
+            state["worst"][target, point] = slots.max(axis=1)
+            votes = state["votes"]
+            votes[target, point, self.labels[instances[hit]]] += 1
+            real = replaced < self.num_train
+            leaving = self.labels[self.order[point[real], replaced[real]]]
+            votes[target[real], point[real], leaving] -= 1
+            state["correct"][target, point] = votes[target, point].argmax(axis=1) == self.test_labels[point]
+        state["size"][rows] += 1
+        return state["correct"][rows].mean(axis=1)

@@ -1,22 +1,39 @@
 """Valuing synthetic data: remove/add augmentations by their value ([ADS] §6.1.1, Figure 2).
 
-Each run draws originals and one synthetic instance per original (image augmentation on
+Each seed draws originals and one synthetic instance per original (image augmentation on
 digits or MNIST; Borderline-SMOTE rows on breast cancer; :mod:`simulations.synthetic_data`),
-takes σ = (originals, synthetic) and a K-NN model, and values the synthetic instances by
+takes σ = (originals, synthetic) and a model, and values the synthetic instances as [ADS]
+§6.1 and App. C.1 did:
 
-* ``knn-ads``: exact KNN-ADS ([ADS] Thm 5.1) with σ; ``mc-ads``: MC-ADS ([ADS] Alg. 1) with σ,
-  ``permutations`` permutations, by the incremental KNN utility;
-* ``knn-ds``: exact KNN-Shapley ([KNNSV]), one group; ``mc-ds``: MC Data Shapley, one group;
-* ``loo``: v(D) − v(D ∖ {i}) on the full set; ``random``: a random ranking.
+* ``knn-ads``: exact KNN-ADS ([ADS] Thm 5.1) with σ, on the KNN surrogate utility (the
+  likelihood of the right label among the K nearest); ``knn-ds``: exact KNN-Shapley ([KNNSV]);
+  both for the K-NN model only;
+* ``mc-ads``: MC-ADS ([ADS] Alg. 1) with σ, v(S) = test accuracy of the model retrained on
+  S, ``permutations`` σ-respecting permutations (group 2 walked on top of all originals;
+  the originals' own values do not enter the figure and are not computed);
+* ``tmc-ds``: TMC Data Shapley (Ghorbani & Zou, whose code [ADS] used for MC-DS) on the same
+  retrained accuracy, one group, a permutation truncated once |v(D) − v(prefix)| <
+  ``truncation_tolerance`` (0: plain MC-DS);
+* ``loo``: v(D) − v(D ∖ {i}) by retraining without i ("implemented by retraining without it
+  and measuring the test-accuracy drop", App. C.1.1); ``random``: a random ranking.
+
+The model (``model``) is the K-NN majority vote (``knn``: retraining is the vote over the new
+set's nearest neighbours) or L2-regularized logistic regression as liblinear fits it
+(``logistic``, [ADS]'s non-KNN row, which used Omniglot with DAGAN images; here on the
+binary breast-cancer data with Borderline-SMOTE rows), both in
+:mod:`simulations.augmentation_models`, refit along permutations by
+:func:`fedvalue.prefix_mc.prefix_mc_ads`. App. C.1 reports that its Monte Carlo estimates
+"stabilize after 5,000 / 3,000 / 2,000 permutations" (Adult / MNIST / Omniglot); the default
+is 3,000, and ``convergence.csv`` states, per seed and method, the largest standard error of
+a synthetic value against the spread of the values.
 
 Ties in value (common: far instances are worth exactly 0) are broken at random. Then, for
 fractions 0 … ``max_fraction`` of the synthetic instances, the four panels of Figure 2:
 (a) remove the lowest valued from the full set, (b) remove the highest, (c) add the lowest
-to the originals, (d) add the highest. The model is refit (a K-NN majority vote in the
-same neighbour order, ties to the smallest label) and its test accuracy divided by the baseline's: the full set for (a)/(b),
-the originals for (c)/(d). The valued utility (KNN likelihood of the right label) is
-recorded beside it. Runs use seeds seed, seed+1, ...; the figure shows the mean and a 95%
-t-interval over runs.
+to the originals, (d) add the highest. The model is retrained on each set and its test
+accuracy divided by the baseline's: the full set for (a)/(b), the originals for (c)/(d).
+With the K-NN model the surrogate utility is recorded beside it. Seeds seed, seed+1, ...,
+seed+seeds−1; the figure shows the mean and a 95% t-interval over seeds.
 
 A valuation that tracks incremental value ranks ADS first: the highest relative accuracy in
 (a) and (d), the lowest in (b) and (c). ``orderings.csv`` holds, per panel, each method's
@@ -33,14 +50,21 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from fedvalue.knn_ads import knn_ads
-from fedvalue.knn_mc import knn_loo, knn_mc_ads
 from fedvalue.knn_utility import KnnUtility
+from fedvalue.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
+from simulations.augmentation_models import MODELS, prefix_model
 from simulations.settings import check_integers, check_numbers
 from simulations.synthetic_data import DATASETS, OriginalsAndSynthetic, originals_and_synthetic
 
-METHODS = ("knn-ads", "mc-ads", "knn-ds", "mc-ds", "loo", "random")
+#: Valuation methods per model (module docstring).
+METHODS_BY_MODEL = {"knn": ("knn-ads", "mc-ads", "knn-ds", "tmc-ds", "loo", "random"),
+                    "logistic": ("mc-ads", "tmc-ds", "loo", "random")}
+METHODS = METHODS_BY_MODEL["knn"]
+#: ADS against its symmetric counterpart: (ADS method, DS method) pairs compared in orderings.csv.
+PAIRS = (("knn-ads", "knn-ds"), ("mc-ads", "tmc-ds"))
 PANELS = {
     "a": ("remove", "lowest"),
     "b": ("remove", "highest"),
@@ -50,11 +74,21 @@ PANELS = {
 #: Direction in which a panel's relative accuracy is better for a valuation that tracks value.
 BETTER = {"a": "higher", "b": "lower", "c": "lower", "d": "higher"}
 
+#: Help of the options that are this simulation's own (``fedvalue run augmentation --help``).
+AUGMENTATION_HELP = {
+    "seeds": "seeds run and averaged in the figure (seed, seed+1, ...)",
+    "model": "model retrained by MC-ADS, TMC-DS, LOO and the interventions: knn (majority vote) or logistic "
+             "(liblinear-style L2 logistic regression; binary data: breast-cancer)",
+    "permutations": "permutations of MC-ADS and TMC-DS per seed ([ADS] App. C.1: 2,000-5,000)",
+    "truncation_tolerance": "TMC-DS: a permutation stops once the prefix's accuracy is within this of the full "
+                            "set's (0 = plain MC-DS)",
+}
+
 
 @dataclass(frozen=True)
 class AugmentationConfig:
     seed: int = 0
-    runs: int = 10
+    seeds: int = 10
     dataset: str = "digits"
     mnist_path: str = ""
     train_per_class: int = 50
@@ -65,15 +99,21 @@ class AugmentationConfig:
     imbalance: float = 0.25
     smote_neighbors: int = 3
     k: int = 5
-    permutations: int = 500
+    permutations: int = 3000
     max_fraction: float = 0.3
     fraction_steps: int = 6
+    model: str = "knn"
+    truncation_tolerance: float = 0.01
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return METHODS_BY_MODEL[self.model]
 
     def check(self) -> None:
-        check_integers(self, ("runs", "train_per_class", "test_per_class", "smote_neighbors", "k", "permutations",
+        check_integers(self, ("seeds", "train_per_class", "test_per_class", "smote_neighbors", "k", "permutations",
                               "fraction_steps"))
         check_integers(self, ("seed",), minimum=0)
-        check_numbers(self, ("rotation", "shift", "scale"), zero_ok=True)
+        check_numbers(self, ("rotation", "shift", "scale", "truncation_tolerance"), zero_ok=True)
         check_numbers(self, ("imbalance", "max_fraction"))
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {self.dataset!r}.")
@@ -88,63 +128,81 @@ class AugmentationConfig:
         if self.imbalance > 1:
             raise ValueError(f"imbalance: expected the minority share of the majority count, in (0, 1]; got "
                              f"{self.imbalance!r}.")
+        if self.model not in MODELS:
+            raise ValueError(f"model: expected one of {list(MODELS)}; got {self.model!r}.")
+        if self.model == "logistic" and self.dataset != "breast-cancer":
+            raise ValueError(f"model: 'logistic' is the binary logistic regression; expected dataset 'breast-cancer' "
+                             f"(two classes); got {self.dataset!r}.")
 
 
-def value_synthetic(data: OriginalsAndSynthetic, k: int, permutations: int,
-                    rng: np.random.Generator) -> pd.DataFrame:
-    """Every method's value of every training instance (rows: instances; columns: METHODS)."""
+def value_synthetic(data: OriginalsAndSynthetic, config: AugmentationConfig,
+                    rng: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every method's value of every training instance (rows: instances; columns: the model's
+    methods; NaN where a method values the synthetic group only) and the convergence table."""
     x, y, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
     n, n_original = len(y), data.num_original
     sigma = [np.arange(n_original), np.arange(n_original, n)]
-    everyone = [np.arange(n)]
+    model = prefix_model(config.model, x, y, x_test, y_test, config.k)
     mc_seeds = rng.spawn(2)
-    columns = {
-        "knn-ads": knn_ads(x, y, x_test, y_test, sigma, k=k).instances.values,
-        "mc-ads": knn_mc_ads(x, y, x_test, y_test, sigma, k=k, num_permutations=permutations, seed=mc_seeds[0]).values,
-        "knn-ds": knn_ads(x, y, x_test, y_test, everyone, k=k).instances.values,
-        "mc-ds": knn_mc_ads(x, y, x_test, y_test, everyone, k=k, num_permutations=permutations,
-                            seed=mc_seeds[1]).values,
-        "loo": knn_loo(x, y, x_test, y_test, k=k).values,
-    }
-    frame = pd.DataFrame({name: values.sort_index().to_numpy(float) for name, values in columns.items()})
+    results = {}
+    if config.model == "knn":
+        results["knn-ads"] = knn_ads(x, y, x_test, y_test, sigma, k=config.k).instances
+        results["knn-ds"] = knn_ads(x, y, x_test, y_test, [np.arange(n)], k=config.k).instances
+    results["mc-ads"] = prefix_mc_ads(model, sigma, num_permutations=config.permutations, seed=mc_seeds[0],
+                                      values_of=[1])
+    results["tmc-ds"] = prefix_mc_ads(model, [np.arange(n)], num_permutations=config.permutations, seed=mc_seeds[1],
+                                      truncation_tolerance=config.truncation_tolerance)
+    results["loo"] = prefix_loo(model)
+    frame = pd.DataFrame({name: results[name].values.sort_index().to_numpy(float)
+                          for name in config.methods if name != "random"})
     frame["random"] = rng.random(n)
+    frame = frame[list(config.methods)]
     frame.index.name = "instance"
     frame.insert(0, "group", np.where(frame.index < n_original, "original", "synthetic"))
-    return frame
+    convergence = []
+    for name in ("mc-ads", "tmc-ds"):
+        stderr = results[name].stderr.sort_index().to_numpy(float)[n_original:]
+        values = frame[name].to_numpy(float)[n_original:]
+        convergence.append({"method": name, "permutations": config.permutations,
+                            "evaluations": results[name].num_evaluations, "max_stderr": float(np.max(stderr)),
+                            "median_stderr": float(np.median(stderr)), "value_std": float(np.std(values))})
+    return frame, pd.DataFrame(convergence)
 
 
 def intervention_curves(data: OriginalsAndSynthetic, values: pd.DataFrame, config: AugmentationConfig,
                         rng: np.random.Generator) -> pd.DataFrame:
-    """Relative accuracy of the four Figure 2 interventions for every method and fraction."""
+    """Relative accuracy of the four Figure 2 interventions for every method and fraction, the
+    model retrained on every set (with the K-NN model, the surrogate utility beside it)."""
     x, y = data.x_train, data.y_train
     n, n_original = len(y), data.num_original
     synthetic = np.arange(n_original, n)
-    utility = KnnUtility(x, y, data.x_test, data.y_test, config.k)
-
-    def scores(members: np.ndarray) -> tuple[float, float]:
-        return utility.accuracy(members), utility(members)
-
-    baselines = {"remove": scores(np.arange(n)), "add": scores(np.arange(n_original))}
     fractions = np.linspace(0.0, config.max_fraction, config.fraction_steps + 1)
     tie_breaker = rng.random(len(synthetic))
-    rows = []
-    for method in METHODS:
+    rows, masks = [], []
+    for method in config.methods:
         # Ascending by value, ties in random order.
         ranked = synthetic[np.lexsort((tie_breaker, values[method].to_numpy()[synthetic]))]
         for panel, (action, end) in PANELS.items():
             for fraction in fractions:
                 count = int(round(fraction * len(synthetic)))
                 chosen = ranked[:count] if end == "lowest" else ranked[len(ranked) - count:]
-                if action == "remove":
-                    members = np.setdiff1d(np.arange(n), chosen)
-                else:
-                    members = np.concatenate([np.arange(n_original), np.sort(chosen)])
-                accuracy, knn_utility = scores(members)
-                base_accuracy, base_utility = baselines[action]
+                mask = np.ones(n, dtype=bool) if action == "remove" else np.arange(n) < n_original
+                mask[chosen] = action == "add"
+                masks.append(mask)
                 rows.append({"method": method, "panel": panel, "action": action, "which": end,
-                             "fraction": float(fraction), "count": count, "accuracy": accuracy,
-                             "relative_accuracy": accuracy / base_accuracy, "knn_utility": knn_utility,
-                             "relative_utility": knn_utility / base_utility})
+                             "fraction": float(fraction), "count": count})
+    baselines = {"remove": np.ones(n, dtype=bool), "add": np.arange(n) < n_original}
+    masks = np.array([*masks, baselines["remove"], baselines["add"]])
+    accuracy = prefix_values(prefix_model(config.model, x, y, data.x_test, data.y_test, config.k), masks)
+    surrogate = np.full(len(masks), np.nan)
+    if config.model == "knn":
+        utility = KnnUtility(x, y, data.x_test, data.y_test, config.k)
+        surrogate = np.array([utility(np.flatnonzero(mask)) for mask in masks])
+    base = {"remove": (accuracy[-2], surrogate[-2]), "add": (accuracy[-1], surrogate[-1])}
+    for row, acc, knn_utility in zip(rows, accuracy, surrogate):
+        base_accuracy, base_utility = base[row["action"]]
+        row.update(accuracy=float(acc), relative_accuracy=float(acc / base_accuracy), knn_utility=float(knn_utility),
+                   relative_utility=float(knn_utility / base_utility))
     return pd.DataFrame(rows)
 
 
@@ -161,20 +219,20 @@ def summarize(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def orderings(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per panel: each method's mean relative accuracy over fractions > 0, and whether ADS (exact
-    and MC) beats DS and LOO in the panel's better direction."""
+    """Per panel: each method's mean relative accuracy over fractions > 0, and whether each ADS
+    method beats its symmetric counterpart and LOO in the panel's better direction."""
+    methods = list(dict.fromkeys(curves["method"]))
     later = curves[curves["fraction"] > 0]
-    table = later.groupby(["panel", "method"])["relative_accuracy"].mean().unstack("method")[list(METHODS)]
+    table = later.groupby(["panel", "method"])["relative_accuracy"].mean().unstack("method")[methods]
     verdicts = []
     for panel, row in table.iterrows():
-        def beats(ads: str, ds: str) -> bool:
-            if BETTER[panel] == "higher":
-                return bool(row[ads] > max(row[ds], row["loo"]))
-            return bool(row[ads] < min(row[ds], row["loo"]))
-
-        verdicts.append({"panel": panel, "better": BETTER[panel],
-                         "knn_ads_beats_knn_ds_and_loo": beats("knn-ads", "knn-ds"),
-                         "mc_ads_beats_mc_ds_and_loo": beats("mc-ads", "mc-ds")})
+        verdict = {"panel": panel, "better": BETTER[panel]}
+        for ads, ds in PAIRS:
+            if ads in row and ds in row:
+                rivals = (row[ds], row["loo"])
+                verdict[f"{ads}_beats_{ds}_and_loo"] = bool(row[ads] > max(rivals) if BETTER[panel] == "higher"
+                                                            else row[ads] < min(rivals))
+        verdicts.append(verdict)
     return table.reset_index().merge(pd.DataFrame(verdicts), on="panel")
 
 
@@ -187,7 +245,7 @@ def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
     titles = {"a": "(a) remove lowest", "b": "(b) remove highest", "c": "(c) add lowest", "d": "(d) add highest"}
     figure, axes = plt.subplots(1, 4, figsize=(16, 3.8), constrained_layout=True)
     for axis, panel in zip(axes, PANELS):
-        for method in METHODS:
+        for method in dict.fromkeys(summary["method"]):
             part = summary[(summary["panel"] == panel) & (summary["method"] == method)]
             percent = 100 * part["fraction"].to_numpy()
             axis.plot(percent, part["mean"], marker="o", markersize=3, label=method)
@@ -204,33 +262,35 @@ def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
 
 def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: bool = False,
                      on_stage: Callable[[str], None] | None = None) -> str:
-    """Run every seed, write values.csv, curves.csv, summary.csv, orderings.csv, figure2.png
-    and config.json to ``out``; return the orderings table as text."""
+    """Run every seed, write values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv,
+    figure2.png and config.json to ``out``; return the orderings table as text."""
     from fedvalue.ledger import write_json
 
     config.check()
     out = prepare_out(out, overwrite)
     say = on_stage or (lambda line: None)
-    all_values, all_curves = [], []
-    for run in range(config.runs):
-        seed = config.seed + run
-        data_rng, value_rng, curve_rng = np.random.default_rng(seed).spawn(3)
-        started = time.perf_counter()
-        data = originals_and_synthetic(config.dataset, config.mnist_path, config.train_per_class,
-                                       config.test_per_class, data_rng, rotation=config.rotation, shift=config.shift,
-                                       scale=config.scale, imbalance=config.imbalance,
-                                       smote_neighbors=config.smote_neighbors)
-        say(f"run {run + 1}/{config.runs} (seed {seed}): {data.num_original} originals + {len(data.y_synthetic)} "
-            f"synthetic, {len(data.y_test)} test ({time.perf_counter() - started:.1f}s)")
-        started = time.perf_counter()
-        values = value_synthetic(data, config.k, config.permutations, value_rng)
-        say(f"run {run + 1}/{config.runs}: values by {', '.join(METHODS)} ({config.permutations} permutations for MC) "
-            f"({time.perf_counter() - started:.1f}s)")
-        started = time.perf_counter()
-        curves = intervention_curves(data, values, config, curve_rng)
-        say(f"run {run + 1}/{config.runs}: interventions, {len(curves)} refits ({time.perf_counter() - started:.1f}s)")
-        all_values.append(values.reset_index().assign(seed=seed))
-        all_curves.append(curves.assign(seed=seed))
+    all_values, all_curves, all_convergence = [], [], []
+    with threadpool_limits(1, user_api="blas"):  # small products: extra BLAS threads only spin-wait
+        for run in range(config.seeds):
+            seed = config.seed + run
+            data_rng, value_rng, curve_rng = np.random.default_rng(seed).spawn(3)
+            started = time.perf_counter()
+            data = originals_and_synthetic(config.dataset, config.mnist_path, config.train_per_class,
+                                           config.test_per_class, data_rng, rotation=config.rotation,
+                                           shift=config.shift, scale=config.scale, imbalance=config.imbalance,
+                                           smote_neighbors=config.smote_neighbors)
+            say(f"seed {seed} ({run + 1}/{config.seeds}): {data.num_original} originals + {len(data.y_synthetic)} "
+                f"synthetic, {len(data.y_test)} test ({time.perf_counter() - started:.1f}s)")
+            started = time.perf_counter()
+            values, convergence = value_synthetic(data, config, value_rng)
+            say(f"seed {seed}: values by {', '.join(config.methods)} ({config.permutations} permutations, "
+                f"{config.model} retrained) ({time.perf_counter() - started:.1f}s)")
+            started = time.perf_counter()
+            curves = intervention_curves(data, values, config, curve_rng)
+            say(f"seed {seed}: interventions, {len(curves)} refits ({time.perf_counter() - started:.1f}s)")
+            all_values.append(values.reset_index().assign(seed=seed))
+            all_curves.append(curves.assign(seed=seed))
+            all_convergence.append(convergence.assign(seed=seed))
     curves = pd.concat(all_curves, ignore_index=True)
     summary = summarize(curves)
     table = orderings(curves)
@@ -238,19 +298,23 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
     curves.to_csv(out / "curves.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)
     table.to_csv(out / "orderings.csv", index=False)
+    pd.concat(all_convergence, ignore_index=True).to_csv(out / "convergence.csv", index=False)
     write_json(out / "config.json", {"simulation": "augmentation", **dataclasses.asdict(config)})
-    plot(summary, out / "figure2.png", f"{config.dataset}: relative accuracy, mean of {config.runs} run(s), K = {config.k}")
-    say(f"wrote values.csv, curves.csv, summary.csv, orderings.csv, figure2.png to {out}")
+    model = f"{config.k}-NN" if config.model == "knn" else "logistic regression"
+    plot(summary, out / "figure2.png", f"{config.dataset}, {model}: relative accuracy, mean of {config.seeds} seed(s)")
+    say(f"wrote values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv, figure2.png to {out}")
     return format_orderings(table)
 
 
 def format_orderings(table: pd.DataFrame) -> str:
+    methods = [m for m in METHODS_BY_MODEL["knn"] if m in table.columns]
+    pairs = [(a, d) for a, d in PAIRS if f"{a}_beats_{d}_and_loo" in table.columns]
     lines = ["mean relative accuracy over fractions > 0 (better: (a), (d) higher; (b), (c) lower)",
-             f"{'panel':<6}" + "".join(f"{m:>9}" for m in METHODS) + "   ADS beats DS and LOO (knn / mc)"]
+             f"{'panel':<6}" + "".join(f"{m:>9}" for m in methods) + "   ADS beats DS and LOO ("
+             + " / ".join(a for a, _ in pairs) + ")"]
     for _, row in table.iterrows():
-        lines.append(f"{row['panel']:<6}" + "".join(f"{row[m]:>9.4f}" for m in METHODS)
-                     + f"   {'yes' if row['knn_ads_beats_knn_ds_and_loo'] else 'no'} / "
-                       f"{'yes' if row['mc_ads_beats_mc_ds_and_loo'] else 'no'}")
+        lines.append(f"{row['panel']:<6}" + "".join(f"{row[m]:>9.4f}" for m in methods) + "   "
+                     + " / ".join("yes" if row[f"{a}_beats_{d}_and_loo"] else "no" for a, d in pairs))
     return "\n".join(lines)
 
 
@@ -266,7 +330,7 @@ def prepare_out(out: str | Path, overwrite: bool) -> Path:
     return path
 
 
-__all__ = ["AugmentationConfig", "METHODS", "PANELS", "run_augmentation"]
+__all__ = ["AugmentationConfig", "METHODS", "METHODS_BY_MODEL", "PANELS", "run_augmentation"]
 
 
 def cli_main(config, options) -> int:

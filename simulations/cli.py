@@ -75,9 +75,7 @@ PARAMETER_HELP = {
     "median_multiple": "claim review: cap at this multiple of the round's median claim",
     "jump_factor": "claim review: flag a claim above this multiple of the client's previous one",
     **{name: text for name, (_, text) in STRATEGY_PARAMETERS.items()},
-    **{name: text for simulation in SIMULATIONS.values() for name, text in simulation.help.items()},
     # augmentation and replication-market ([ADS] §6.1)
-    "runs": "independent runs (seeds seed, seed+1, ...) averaged in the figure",
     "train_per_class": "original training instances per class (breast-cancer: of the majority class)",
     "test_per_class": "test instances per class (breast-cancer: of the majority class)",
     "rotation": "augmentation: largest rotation in degrees (drawn uniformly in ±rotation)",

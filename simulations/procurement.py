@@ -9,7 +9,11 @@ stage's offers is scored by fine-tuning a copy of the current model on the union
 measuring −AvgErr on the evaluation design (64 profiles × 5 ratings; part-worths by OLS).
 The model is a small MLP standing in for the paper's LLMs
 (:mod:`simulations.procurement_model`), first fit to a biased rating behaviour on 500
-samples. The accounting is :mod:`fedvalue.procurement`.
+samples, then fine-tuned for ``fine_tune_epochs`` epochs in minibatches of
+``fine_tune_batch_size`` (10): as in LLM fine-tuning, a coalition of three offers (150
+examples) gets three times the optimizer steps of one offer (``fine_tune_batch_size=0``,
+full batch, gives every coalition the same ``fine_tune_epochs`` steps). The accounting is
+:mod:`fedvalue.procurement`.
 
 Per seed, the true, noisy and biased generators, the biased data and every stage's offers
 (in a shuffled order) are drawn once and shared by the three rules, which also share the
@@ -59,7 +63,7 @@ class ProcurementConfig:
     """Every number of the simulation (each is a ``fedvalue run procurement`` option)."""
 
     seeds: int = 15
-    first_seed: int = 0
+    seed: int = 0
     stages: int = 30
     offer_size: int = 50
     noise_shares: tuple[float, ...] = (0.3, 0.6, 0.9)
@@ -72,7 +76,7 @@ class ProcurementConfig:
     initial_learning_rate: float = 0.01
     fine_tune_epochs: int = 10
     fine_tune_learning_rate: float = 0.003
-    fine_tune_batch_size: int = 0
+    fine_tune_batch_size: int = 10
     rules: tuple[str, ...] = PURCHASE_RULES
     budget: int = 1
     confidence: float = 0.9
@@ -92,9 +96,11 @@ PROCUREMENT_HELP = {
     "ratings_per_profile": "ratings per profile in the evaluation design (64 profiles × this)",
     "initial_epochs": "full-batch Adam steps of the initial fit to the biased data",
     "initial_learning_rate": "Adam learning rate of the initial fit",
+    "seeds": "seeds run (seed, seed+1, ...; the paper's 15 runs)",
     "fine_tune_epochs": "epochs of each fine-tune (of every candidate coalition and of the purchase)",
     "fine_tune_learning_rate": "Adam learning rate of each fine-tune",
-    "fine_tune_batch_size": "fine-tuning minibatch size (0 = full batch)",
+    "fine_tune_batch_size": "fine-tuning minibatch size: a fine-tune takes epochs x ceil(examples / size) steps, so "
+                            "more data bought means more steps (0 = full batch: epochs steps whatever the data)",
     "rules": "purchase rules compared, comma-separated: ads, loo, random",
     "budget": "offers bought per stage",
     "confidence": "level of the confidence band over seeds (the paper's Figure 5: 0.9)",
@@ -105,7 +111,7 @@ def _check(config: ProcurementConfig) -> None:
     """ValueError naming the first bad field, before anything is written."""
     check_integers(config, ("seeds", "stages", "offer_size", "biased_samples", "ratings_per_profile",
                             "initial_epochs", "fine_tune_epochs", "budget"))
-    check_integers(config, ("first_seed", "fine_tune_batch_size"), minimum=0)
+    check_integers(config, ("seed", "fine_tune_batch_size"), minimum=0)
     check_numbers(config, ("part_worth_max", "initial_learning_rate", "fine_tune_learning_rate"))
     check_numbers(config, ("rating_noise_variance",), zero_ok=True)
     shares = config.noise_shares
@@ -174,8 +180,9 @@ def build(config: ProcurementConfig, seed: int) -> ProcurementSetting:
 
 
 def ledger_config(config: ProcurementConfig, seed: int, rule: str) -> dict:
-    """The run.json of one seed's run under one rule (enough to replay it)."""
-    return {"simulation": "procurement", **config.as_dict(), "seed": seed, "rule": rule,
+    """The run.json of one seed's run under one rule (enough to replay it): the configuration of
+    that seed alone (``seed``, ``seeds`` = 1) and the rule."""
+    return {"simulation": "procurement", **config.as_dict(), "seed": seed, "seeds": 1, "rule": rule,
             "contributors": {contributor_id(s): s for s in config.noise_shares}}
 
 
@@ -202,7 +209,7 @@ def run_procurement_study(config: ProcurementConfig, out: str | Path, *, overwri
     started = time.perf_counter()
     error_rows, purchase_rows = [], []
     shares = {contributor_id(s): s for s in config.noise_shares}
-    for seed in range(config.first_seed, config.first_seed + config.seeds):
+    for seed in range(config.seed, config.seed + config.seeds):
         setting = build(config, seed)
         for rule in config.rules:
             progress = None if on_stage is None else _stage_printer(on_stage, seed, rule, config.stages, started)
@@ -381,5 +388,5 @@ def cli_main(config: ProcurementConfig, options) -> int:
     print(headline(tables))
     print(f"wrote {options.out} ({config.seeds} seeds × {len(config.rules)} rules × {config.stages} stages) in "
           f"{options.elapsed():.1f}s; see figure5.png, figure6.png and "
-          f"`fedvalue audit {options.out}/seed-{config.first_seed}/{config.rules[0]}`")
+          f"`fedvalue audit {options.out}/seed-{config.seed}/{config.rules[0]}`")
     return 0

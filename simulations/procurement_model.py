@@ -46,6 +46,14 @@ class RatingMLP:
     learning_rate: float = 0.01
     batch_size: int = 16
 
+    def num_steps(self, num_examples: int) -> int:
+        """Optimizer steps of a fine-tune on ``num_examples``: epochs × ⌈n / batch⌉ (epochs when
+        full batch), so with minibatches a coalition of more offers is trained for more steps."""
+        if num_examples == 0:
+            return 0
+        batch = self.batch_size or num_examples
+        return self.epochs * -(-num_examples // batch)
+
     def _module(self) -> torch.nn.Sequential:
         layers: list[torch.nn.Module] = []
         width = NUM_ATTRIBUTES * NUM_LEVELS

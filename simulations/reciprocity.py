@@ -1,50 +1,39 @@
-"""Centralized TracIn reciprocity on the healthcare data sets ([RECIP] §5.2).
+"""Centralized reciprocity of [RECIP] §5: the healthcare models (§5.2) and MovieLens (§5.1).
 
-Reproduces "the diabetes model is (0.75, 0.76)-TracIn-reciprocal ... the breast cancer
-model is (0.75, 0.93)-TracIn-reciprocal" of [RECIP] (Sundararajan & Krichene).
+Reproduces "the diabetes model is (0.75, 0.36)-Marginal-reciprocal, and (0.75, 0.76)-TracIn-
+reciprocal. The breast cancer model is (0.75, 0.48)-Marginal-reciprocal and (0.75, 0.93)-
+TracIn-reciprocal" (§5.2), the longer-training result of the workshop version ("When the
+diabetes model is trained for 1000 steps ... the 75th percentile of reciprocity decreases
+from 0.76 to 0.20", its Fig. 6), and, with ``dataset="movielens"``, §5.1
+(:mod:`simulations.movielens`).
 
-**Setup** (§5.2 and its footnote 4). One individual per example (569 for breast cancer,
-442 for diabetes). Breast cancer: logistic regression, T = 600 full-batch gradient-descent
-steps, η = 0.1; diabetes: linear regression on the mean squared error, T = 200, η = 0.01.
-Features are standardized with the mean and variance of the training split (footnote 4);
-the diabetes target is left in its units (the paper normalizes features only;
-``target="standardized"`` is offered). Both models have an intercept and start at w = 0
-(the paper does not say; the losses are convex). Per-example losses:
-ℓ_z = −y log σ(x̃·w) − (1−y) log(1−σ(x̃·w)), ∇ℓ_z = (σ(x̃·w) − y) x̃, and
-ℓ_z = (x̃·w − y)², ∇ℓ_z = 2(x̃·w − y) x̃, with x̃ = (x, 1). A step on the mean training loss is
-w ← w − (η/|Z|) Σ_{z∈Z} ∇ℓ_z(w), i.e. η_t = η/|Z| per example in TracIn's Eq. 4. float64.
-
-**Splits** (§5, Theorem 3.2 / Assumption 3.1). Each repetition splits the data at random
-into a training half Z and an inference half Z'; for an odd count the extra example goes
-to either side with probability 1/2, so every example is in Z with probability exactly 1/2.
-
-**Flows in one split** (Eqs. 1, 2, 4). An individual is a single example, so it is in
-exactly one of Z, Z' (§5.2: "individuals in the training set only have outflows and
-individuals in the inference set only have inflows"), and has no self-influence:
-
-    O_u = Σ_t (η/|Z|) ∇ℓ_u(w_t) · Σ_{z'∈Z'} ∇ℓ_{z'}(w_t)      (u ∈ Z),
-    I_v = Σ_t (η/|Z|) Σ_{z∈Z} ∇ℓ_z(w_t) · ∇ℓ_v(w_t)         (v ∈ Z'),
-
-computed step by step by :func:`fedvalue.flows.tracin_round_flows` (the O(n·p) form of §4,
-the same core as the federated books) and accumulated in a :class:`fedvalue.flow_book.FlowBook`.
+**Healthcare setup** (§5.2, footnote 4; the models and their two influences are in
+:mod:`simulations.reciprocity_training`). One individual per example (569 for breast
+cancer, 442 for diabetes); the diabetes target is left in its units (the paper normalizes
+features only; ``target="standardized"`` is offered). Each repetition splits the data at
+random into a training half Z and an inference half Z'; for an odd count the extra example
+goes to either side with probability 1/2, so every example is in Z with probability exactly
+1/2 (Theorem 3.2, Assumption 3.1). The model starts by predicting the average training
+label (the workshop version's initialization; ``initialization="zero"`` starts at w = 0).
 
 **Averaging over splits** ("measuring reciprocity is only possible in expectation over
-random train/test splits ... we average measurements over 100 random splits"). With
-``averaging="conditional"`` (default) an individual's outflow is the mean of O_u over the
-splits that put u in Z, and its inflow the mean of I_u over the splits that put u in Z':
-estimates of E[O_u | u ∈ Z] and E[I_u | u ∈ Z'], whose ratio equals E[O_u]/E[I_u] because
-P(u ∈ Z) = P(u ∈ Z') = 1/2. ``averaging="all-splits"`` averages over all repetitions
-(0 when on the other side) — the same quantity in expectation, but its ratio carries the
-binomial noise of how often u landed on each side (≈ ±10% at 100 splits, which alone caps
-α(0.75) near 0.8); the paper's 0.93 is only reachable with the conditional mean, which
-is why it is the default. Individuals that never landed on one side (possible with few
-repetitions) are left out and counted in ``num_left_out``.
+random train/test splits ... we average measurements over 100 random splits"). The paper
+does not say how; both rules are reported side by side. ``conditional``: an individual's
+outflow is the mean of O_u over the splits that put u in Z and its inflow the mean of I_u
+over the splits that put u in Z' (estimates of E[O_u | u ∈ Z] and E[I_u | u ∈ Z'], whose
+ratio is E[O_u]/E[I_u] because P(u ∈ Z) = P(u ∈ Z') = 1/2). ``all-splits``: the mean over
+all repetitions (0 when on the other side), the same quantity in expectation, but its ratio
+carries the binomial noise of how often u landed on each side (≈ ±10% at 100 splits).
+``averaging`` picks the headline and the per-individual table. Individuals that never
+landed on one side (possible with few repetitions) are left out (``num_left_out``).
 
-**Figures** (Def. 2.1, §2.2): α at p = 0.75 (:func:`fedvalue.reciprocity.alpha_at`),
-Pearson and Spearman correlation of inflow and outflow, shares of negative inflows and
-outflows, next to the paper's values (only α is reported in §5.2); plus the first-order
-check of Appendix C.1: the relative gap between the summed flows (predicted reduction of
-the inference loss) and the actual reduction, averaged over splits.
+**Figures** (Def. 2.1, §2.2). α at p = 0.75 (:func:`fedvalue.reciprocity.alpha_at`) under
+each influence and averaging, Pearson and Spearman correlation of inflow and outflow,
+shares of negative inflows and outflows, the signal-to-noise ratio |mean|/std of each
+individual's outflow and inflow across the splits that put it on that side (workshop
+§5.2.1 reports its 90th percentile for Marginal), α along training (cumulative TracIn flows
+every ``checkpoint_every`` steps; workshop Fig. 6), and the first-order check of App. C.1
+(relative gap between the summed flows and the actual reduction of the inference loss).
 """
 
 from __future__ import annotations
@@ -56,81 +45,32 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
-from fedvalue._checks import check_choice, check_integer, check_number, check_unit_interval
-from fedvalue.flow_book import FlowBook
-from fedvalue.flows import tracin_round_flows
-from fedvalue.reciprocity import ReciprocityReport, reciprocity
+from fedvalue.marginal import marginal_flows
+from fedvalue.reciprocity import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
+from simulations.movielens import run_movielens_reciprocity
+from simulations.reciprocity_config import (
+    AVERAGINGS,
+    DATASETS,
+    HEALTHCARE,
+    PAPER,
+    RECIPROCITY_HELP,
+    ReciprocityConfig,
+    check,
+)
+from simulations.reciprocity_training import marginal_split, tracin_split
 
 __all__ = [
     "DATASETS",
     "PAPER",
+    "RECIPROCITY_HELP",
     "CentralizedReciprocityResult",
     "ReciprocityConfig",
     "check",
     "format_table",
     "run_centralized_reciprocity",
 ]
-
-DATASETS = ("breast-cancer", "diabetes")
-AVERAGINGS = ("conditional", "all-splits")
-TARGETS = ("raw", "standardized")
-
-#: [RECIP] §5.2 and footnote 4: model, steps T, learning rate η, and the reported
-#: (0.75, α) for TracIn (and Marginal, not reproduced here); Pearson is not reported.
-PAPER = {
-    "breast-cancer": {"model": "logistic", "steps": 600, "learning_rate": 0.1, "alpha": 0.93,
-                      "marginal_alpha": 0.48, "repetitions": 100},
-    "diabetes": {"model": "linear", "steps": 200, "learning_rate": 0.01, "alpha": 0.76,
-                 "marginal_alpha": 0.36, "repetitions": 100},
-}
-
-
-@dataclass
-class ReciprocityConfig:
-    """Every number of the centralized reproduction ([RECIP] §5.2).
-
-    ``steps = 0`` and ``learning_rate = 0`` (or None) mean the paper's values for the
-    dataset (600 / 0.1 for breast-cancer, 200 / 0.01 for diabetes).
-    """
-
-    seed: int = 0
-    dataset: str = "breast-cancer"
-    repetitions: int = 100
-    steps: int = 0
-    learning_rate: float = 0.0
-    averaging: str = "conditional"
-    target: str = "raw"
-    p: float = 0.75
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @property
-    def steps_used(self) -> int:
-        return int(self.steps) if self.steps else PAPER[self.dataset]["steps"]
-
-    @property
-    def learning_rate_used(self) -> float:
-        return float(self.learning_rate) if self.learning_rate else PAPER[self.dataset]["learning_rate"]
-
-
-def check(config: ReciprocityConfig) -> None:
-    """ValueError naming the first bad field of ``config``."""
-    if not isinstance(config, ReciprocityConfig):
-        raise TypeError(f"config: expected a ReciprocityConfig; got {type(config).__name__}.")
-    check_integer("seed", config.seed, 0)
-    check_choice("dataset", config.dataset, DATASETS)
-    check_integer("repetitions", config.repetitions)
-    check_integer("steps", config.steps, 0, none_ok=True, why="0 or None = the paper's")
-    check_number("learning_rate", config.learning_rate, low=0.0, none_ok=True, why="0 or None = the paper's")
-    check_choice("averaging", config.averaging, AVERAGINGS)
-    check_choice("target", config.target, TARGETS)
-    if config.target == "standardized" and config.dataset != "diabetes":
-        raise ValueError(f"target: 'standardized' applies to the diabetes regression only; got dataset "
-                         f"{config.dataset!r}.")
-    check_unit_interval("p", config.p)
-
 
 def _load(dataset: str, target: str) -> tuple[np.ndarray, np.ndarray]:
     """Raw features and labels/targets in float64.
@@ -151,79 +91,126 @@ def _load(dataset: str, target: str) -> tuple[np.ndarray, np.ndarray]:
     return bunch.data.astype(np.float64), y
 
 
-def _residual(model: str, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """dℓ/d(x̃·w) per example: σ(x̃·w) − y (logistic) or 2(x̃·w − y) (squared error)."""
-    score = x @ w
-    if model == "logistic":
-        return 0.5 * (1.0 + np.tanh(0.5 * score)) - y  # σ, overflow-free
-    return 2.0 * (score - y)
+def _split(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A uniformly random half/half split; for odd n the extra example's side is a coin flip."""
+    order = rng.permutation(n)
+    cut = n // 2 + (int(rng.integers(2)) if n % 2 else 0)
+    return order[:cut], order[cut:]
 
 
-def _loss(model: str, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> float:
-    """Σ ℓ_z over the rows (summed, as the flows are)."""
-    score = x @ w
-    if model == "logistic":
-        return float(np.sum(np.logaddexp(0.0, score) - y * score))
-    return float(np.sum((score - y) ** 2))
+class _SideSums:
+    """Per individual, sums (and squares) of the per-split outflows and inflows, with counts."""
+
+    def __init__(self, n: int, checkpoints: int = 0) -> None:
+        self.out, self.inn = np.zeros(n), np.zeros(n)
+        self.out_sq, self.in_sq = np.zeros(n), np.zeros(n)
+        self.out_steps, self.in_steps = np.zeros((checkpoints, n)), np.zeros((checkpoints, n))
+
+    def add(self, train, infer, outflow, inflow, cumulative_out=None, cumulative_in=None) -> None:
+        self.out[train] += outflow
+        self.inn[infer] += inflow
+        self.out_sq[train] += outflow**2
+        self.in_sq[infer] += inflow**2
+        if cumulative_out is not None:
+            self.out_steps[:, train] += cumulative_out
+            self.in_steps[:, infer] += cumulative_in
 
 
-def _quality(model: str, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> float:
-    """Inference accuracy (logistic) or RMSE (linear)."""
-    score = x @ w
-    if model == "logistic":
-        return float(np.mean((score > 0) == (y > 0.5)))
-    return float(np.sqrt(np.mean((score - y) ** 2)))
+def _averaged(total: np.ndarray, times: np.ndarray, repetitions: int, averaging: str) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / times if averaging == "conditional" else total / repetitions
+
+
+def _snr(total: np.ndarray, squares: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """|mean| / standard deviation (ddof 1) over the splits on that side; NaN with fewer than 2."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / times
+        variance = (squares - times * mean**2) / (times - 1)
+        return np.where(times > 1, np.abs(mean) / np.sqrt(np.maximum(variance, 0.0)), np.nan)
 
 
 @dataclass(frozen=True)
 class CentralizedReciprocityResult:
-    """Outcome of :func:`run_centralized_reciprocity`.
+    """Outcome of :func:`run_centralized_reciprocity` (healthcare data sets).
 
     Attributes
     ----------
     config
         The configuration run.
     report
-        Reciprocity figures of the split-averaged flows (:class:`ReciprocityReport`).
+        Headline figures: the first influence of ``config.influences`` under ``config.averaging``.
+    reports
+        Every (influence, averaging) pair: ``reports["marginal", "all-splits"]``.
     individuals
-        Per individual (index: row of the dataset): ``inflow``, ``outflow`` (averaged
-        as configured), ``ratio`` r_u, ``times_train``, ``times_inference``.
+        Per individual (index: row of the dataset): ``{influence}_inflow``, ``_outflow``,
+        ``_ratio`` (headline averaging), ``times_train``, ``times_inference``.
     num_left_out
-        Individuals never in one of the two splits (left out of ``report``).
+        Individuals never in one of the two splits (left out of the reports).
+    snr
+        Per influence: the 50th and 90th percentile over individuals of the outflow and
+        inflow signal-to-noise ratio across splits.
+    alpha_by_step
+        TracIn α(p) on the flows summed over the first ``step`` steps, under both averagings.
     first_order_gap
         Mean over splits of |predicted − actual| / |actual| for the reduction of the
-        summed inference loss over training (predicted: Σ of all flows; App. C.1).
+        summed inference loss over training (predicted: Σ of all TracIn flows; App. C.1).
     inference_quality
-        Mean over splits of the final inference accuracy (breast cancer) or RMSE
-        (diabetes).
+        Mean over splits of the final inference accuracy (breast cancer) or RMSE (diabetes).
     seconds
         Wall time of the run.
     """
 
     config: ReciprocityConfig
     report: ReciprocityReport
+    reports: dict
     individuals: pd.DataFrame
     num_left_out: int
+    snr: pd.DataFrame
+    alpha_by_step: pd.DataFrame
     first_order_gap: float
     inference_quality: float
     seconds: float
 
+    def head(self) -> str:
+        c = self.config
+        return (f"{c.dataset}: {PAPER[c.dataset]['model']} regression, T={c.steps_used}, eta={c.learning_rate_used:g}, "
+                f"{c.repetitions_used} splits, start {c.initialization_used}, influence {c.influence}, seed {c.seed}, "
+                f"{self.seconds:.1f}s")
+
     def to_frame(self) -> pd.DataFrame:
         """The figures next to the paper's: index metric, columns ``measured``, ``paper``."""
-        paper = PAPER[self.config.dataset]
+        paper, c = PAPER[self.config.dataset], self.config
+        at_p = c.p == 0.75
+        rows: dict[str, tuple[float, float]] = {}
+        at_paper_steps = c.steps_used == paper["steps"]
+        for influence in c.influences:
+            # The paper's α belongs to its T; diabetes also has the workshop's 1,000-step figure.
+            published = (paper["alpha" if influence == "tracin" else "marginal_alpha"] if at_paper_steps
+                         else paper.get(f"alpha_at_{c.steps_used}_steps", math.nan) if influence == "tracin"
+                         else math.nan) if at_p else math.nan
+            for averaging in AVERAGINGS:
+                rows[f"{influence} alpha_at_p={c.p:g} ({averaging})"] = (self.reports[influence, averaging].alpha,
+                                                                        published)
+            report = self.reports[influence, c.averaging]
+            rows[f"{influence} pearson"] = (report.pearson, math.nan)
+            rows[f"{influence} spearman"] = (report.spearman, math.nan)
+            rows[f"{influence} negative_inflow_share"] = (report.negative_inflow_share, math.nan)
+            rows[f"{influence} negative_outflow_share"] = (report.negative_outflow_share, math.nan)
+            rows[f"{influence} median_ratio"] = (report.median_ratio, math.nan)
+            snr = self.snr.loc[influence]
+            rows[f"{influence} outflow_snr_p50"] = (snr["outflow_p50"], math.nan)
+            rows[f"{influence} outflow_snr_p90"] = (snr["outflow_p90"], paper.get("marginal_snr_p90", math.nan)
+                                                    if influence == "marginal" else math.nan)
+        steps = self.alpha_by_step.set_index("step")[c.averaging]
+        for step in sorted({paper["steps"], 1000, c.steps_used}):
+            if step in steps.index and step != c.steps_used:
+                published = paper["alpha"] if step == paper["steps"] else paper.get(f"alpha_at_{step}_steps", math.nan)
+                rows[f"tracin alpha at step {step}"] = (steps[step], published if at_p else math.nan)
         quality = "inference_accuracy" if paper["model"] == "logistic" else "inference_rmse"
-        rows = {
-            f"alpha_at_p={self.report.p:g}": (self.report.alpha, paper["alpha"] if self.report.p == 0.75 else math.nan),
-            "pearson": (self.report.pearson, math.nan),
-            "spearman": (self.report.spearman, math.nan),
-            "negative_inflow_share": (self.report.negative_inflow_share, math.nan),
-            "negative_outflow_share": (self.report.negative_outflow_share, math.nan),
-            "median_ratio": (self.report.median_ratio, math.nan),
-            "individuals": (float(self.report.num_individuals), float(len(self.individuals))),
-            "repetitions": (float(self.config.repetitions), float(paper["repetitions"])),
-            "first_order_gap": (self.first_order_gap, math.nan),
-            quality: (self.inference_quality, math.nan),
-        }
+        rows["individuals"] = (float(self.report.num_individuals), float(len(self.individuals)))
+        rows["repetitions"] = (float(c.repetitions_used), float(paper["repetitions"]))
+        rows["first_order_gap"] = (self.first_order_gap, math.nan)
+        rows[quality] = (self.inference_quality, math.nan)
         frame = pd.DataFrame.from_dict(rows, orient="index", columns=["measured", "paper"])
         frame.index.name = "metric"
         return frame
@@ -232,6 +219,7 @@ class CentralizedReciprocityResult:
         return {
             "config": self.config.as_dict(),
             **self.report.to_dict(),
+            "figures": {k: (None if math.isnan(v) else v) for k, v in self.to_frame()["measured"].items()},
             "paper_alpha": PAPER[self.config.dataset]["alpha"],
             "num_left_out": self.num_left_out,
             "first_order_gap": self.first_order_gap,
@@ -239,47 +227,44 @@ class CentralizedReciprocityResult:
             "seconds": self.seconds,
         }
 
+    def write(self, out) -> None:
+        """``{dataset}-figures.csv``, ``-individuals.csv``, ``-alpha-curve.csv``, ``-alpha-by-step.csv`` and
+        ``-alpha-by-step.png`` (α along training, the workshop version's Fig. 6)."""
+        name = self.config.dataset
+        self.to_frame().to_csv(out / f"{name}-figures.csv")
+        self.individuals.to_csv(out / f"{name}-individuals.csv")
+        self.report.curve().to_csv(out / f"{name}-alpha-curve.csv", index=False)
+        self.alpha_by_step.to_csv(out / f"{name}-alpha-by-step.csv", index=False)
+        self.plot_alpha_by_step(out / f"{name}-alpha-by-step.png")
 
-def _split(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """A uniformly random half/half split; for odd n the extra example's side is a coin flip."""
-    order = rng.permutation(n)
-    cut = n // 2 + (int(rng.integers(2)) if n % 2 else 0)
-    return order[:cut], order[cut:]
+    def plot_alpha_by_step(self, path) -> None:
+        import matplotlib
 
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
-def _one_split(model: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, infer: np.ndarray,
-               steps: int, learning_rate: float) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Outflows of ``train``, inflows of ``infer``, first-order gap and final quality."""
-    mean, std = x[train].mean(axis=0), x[train].std(axis=0)
-    scaled = (x - mean) / np.where(std > 0, std, 1.0)  # training-split statistics (footnote 4)
-    design = np.hstack([scaled, np.ones((len(x), 1))])
-    a, b, ya, yb = design[train], design[infer], y[train], y[infer]
-    w = np.zeros(design.shape[1])
-    step_size = learning_rate / len(train)  # η_t of Eq. 4 for GD on the mean loss
-    book = FlowBook(keep_rounds=False)
-    loss_before = _loss(model, b, w, yb)
-    for _ in range(steps):
-        ra, rb = _residual(model, a, w, ya), _residual(model, b, w, yb)
-        train_gradients = ra[:, None] * a
-        # Individuals 0..m−1 are the training rows, m..m+k−1 the inference rows.
-        book.add(tracin_round_flows(train_gradients, rb[:, None] * b, step_size=step_size))
-        w = w - step_size * train_gradients.sum(axis=0)
-    totals = book.totals()
-    m = len(train)
-    outflow = totals["outflow"].to_numpy()[:m]
-    inflow = totals["inflow"].to_numpy()[m:]
-    actual = loss_before - _loss(model, b, w, yb)
-    gap = abs(book.total - actual) / abs(actual) if actual else math.nan
-    return outflow, inflow, gap, _quality(model, b, w, yb)
+        paper, c = PAPER[self.config.dataset], self.config
+        figure, axis = plt.subplots(figsize=(6, 4), constrained_layout=True)
+        for averaging in AVERAGINGS:
+            axis.plot(self.alpha_by_step["step"], self.alpha_by_step[averaging], label=f"TracIn, {averaging} mean")
+        marks = [(paper["steps"], paper["alpha"]), *([(1000, paper["alpha_at_1000_steps"])]
+                                                    if "alpha_at_1000_steps" in paper else [])]
+        axis.scatter(*zip(*marks), color="black", zorder=3, label="paper")
+        axis.set_xlabel("gradient-descent steps")
+        axis.set_ylabel(f"alpha at p = {c.p:g}")
+        axis.set_title(f"{c.dataset}: reciprocity along training ({c.repetitions_used} splits)")
+        axis.legend()
+        figure.savefig(path, dpi=100, metadata={"Software": None})
+        plt.close(figure)
 
 
 def run_centralized_reciprocity(config: ReciprocityConfig | None = None) -> CentralizedReciprocityResult:
-    """[RECIP] §5.2 on one dataset: TracIn flows averaged over random half/half splits.
+    """[RECIP] §5.2 on one healthcare dataset: flows averaged over random half/half splits.
 
     Parameters
     ----------
     config
-        The run (default: ``ReciprocityConfig()``, breast cancer, 100 repetitions).
+        The run (default: ``ReciprocityConfig()``, breast cancer, the paper's 100 splits).
 
     Returns
     -------
@@ -289,75 +274,98 @@ def run_centralized_reciprocity(config: ReciprocityConfig | None = None) -> Cent
     Raises
     ------
     ValueError
-        A bad field of ``config`` (named in the message).
+        A bad field of ``config`` (named in the message), or ``dataset="movielens"``
+        (:func:`simulations.movielens.run_movielens_reciprocity` runs that one).
     """
     config = ReciprocityConfig() if config is None else config
     check(config)
+    if config.dataset not in HEALTHCARE:
+        raise ValueError(f"dataset: expected one of {list(HEALTHCARE)} (movielens runs through "
+                         f"simulations.movielens.run_movielens_reciprocity); got {config.dataset!r}.")
     started = time.perf_counter()
     model = PAPER[config.dataset]["model"]
     x, y = _load(config.dataset, config.target)
-    n = len(y)
+    n, repetitions, steps = len(y), config.repetitions_used, config.steps_used
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), DATASETS.index(config.dataset)]))
-    out_sum, in_sum = np.zeros(n), np.zeros(n)
+    every = config.checkpoint_every_used
+    num_checkpoints = len(set(range(every, steps + 1, every)) | {steps}) if steps else 1
+    sums = {influence: _SideSums(n, num_checkpoints if influence == "tracin" else 0) for influence in config.influences}
     times_train, times_infer = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    gaps, qualities = [], []
-    for _ in range(config.repetitions):
-        train, infer = _split(rng, n)
-        outflow, inflow, gap, quality = _one_split(model, x, y, train, infer, config.steps_used,
-                                                   config.learning_rate_used)
-        out_sum[train] += outflow
-        in_sum[infer] += inflow
-        times_train[train] += 1
-        times_infer[infer] += 1
-        gaps.append(gap)
-        qualities.append(quality)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if config.averaging == "conditional":
-            outflow, inflow = out_sum / times_train, in_sum / times_infer
-        else:
-            outflow, inflow = out_sum / config.repetitions, in_sum / config.repetitions
+    gaps, qualities, checkpoints = [], [], None
+    training = dict(steps=steps, learning_rate=config.learning_rate_used, initialization=config.initialization_used)
+    with threadpool_limits(1, user_api="blas"):  # small products: extra BLAS threads only spin-wait
+        for _ in range(repetitions):
+            train, infer = _split(rng, n)
+            flows = tracin_split(model, x, y, train, infer, checkpoint_every=every, **training)
+            sums["tracin"].add(train, infer, flows.outflow, flows.inflow, flows.cumulative_outflow,
+                               flows.cumulative_inflow)
+            checkpoints = flows.checkpoints
+            if "marginal" in sums:
+                full, removed = marginal_split(model, x, y, train, infer, **training)
+                # Individuals are the rows: unit k is training row train[k], inference example j is infer[j].
+                inflow, outflow, _ = marginal_flows(full, removed, train, infer, num_individuals=n)
+                sums["marginal"].add(train, infer, outflow[train], inflow[infer])
+            times_train[train] += 1
+            times_infer[infer] += 1
+            gaps.append(flows.first_order_gap)
+            qualities.append(flows.quality)
     seen = (times_train > 0) & (times_infer > 0)
     index = pd.RangeIndex(n, name="individual")
-    report = reciprocity(pd.Series(inflow[seen], index=index[seen]), pd.Series(outflow[seen], index=index[seen]),
-                         p=config.p)
-    individuals = pd.DataFrame({
-        "inflow": np.where(seen, inflow, np.nan), "outflow": np.where(seen, outflow, np.nan),
-        "ratio": report.ratio.reindex(index), "times_train": times_train, "times_inference": times_infer,
-    }, index=index)
+    reports, columns, snr_rows = {}, {}, {}
+    for influence, s in sums.items():
+        for averaging in AVERAGINGS:
+            outflow = _averaged(s.out, times_train, repetitions, averaging)
+            inflow = _averaged(s.inn, times_infer, repetitions, averaging)
+            reports[influence, averaging] = reciprocity(pd.Series(inflow[seen], index=index[seen]),
+                                                        pd.Series(outflow[seen], index=index[seen]), p=config.p)
+            if averaging == config.averaging:
+                columns[f"{influence}_inflow"] = np.where(seen, inflow, np.nan)
+                columns[f"{influence}_outflow"] = np.where(seen, outflow, np.nan)
+                columns[f"{influence}_ratio"] = reports[influence, averaging].ratio.reindex(index)
+        out_snr, in_snr = _snr(s.out, s.out_sq, times_train), _snr(s.inn, s.in_sq, times_infer)
+        snr_rows[influence] = {f"{side}_p{q}": float(np.nanpercentile(values, q)) if np.any(np.isfinite(values))
+                               else math.nan for side, values in (("outflow", out_snr), ("inflow", in_snr))
+                               for q in (50, 90)}
+    steps_rows = []
+    for k, step in enumerate(checkpoints):
+        row = {"step": int(step)}
+        for averaging in AVERAGINGS:
+            outflow = _averaged(sums["tracin"].out_steps[k], times_train, repetitions, averaging)[seen]
+            inflow = _averaged(sums["tracin"].in_steps[k], times_infer, repetitions, averaging)[seen]
+            row[averaging] = alpha_at(reciprocity_ratio(inflow, outflow), config.p)
+        steps_rows.append(row)
     return CentralizedReciprocityResult(
         config=config,
-        report=report,
-        individuals=individuals,
+        report=reports[config.influences[0], config.averaging],
+        reports=reports,
+        individuals=pd.DataFrame({**columns, "times_train": times_train, "times_inference": times_infer}, index=index),
         num_left_out=int(n - seen.sum()),
+        snr=pd.DataFrame.from_dict(snr_rows, orient="index"),
+        alpha_by_step=pd.DataFrame(steps_rows),
         first_order_gap=float(np.nanmean(gaps)),
         inference_quality=float(np.mean(qualities)),
         seconds=time.perf_counter() - started,
     )
 
 
-def format_table(*results: CentralizedReciprocityResult) -> str:
-    """A plain-text table of one or more results, measured next to the paper's values."""
+def format_table(*results) -> str:
+    """A plain-text table of one or more results (healthcare or MovieLens), measured next to the paper's."""
     if not results:
-        raise ValueError("results: expected at least one CentralizedReciprocityResult; got none.")
+        raise ValueError("results: expected at least one reciprocity result; got none.")
     blocks = []
     for result in results:
-        if not isinstance(result, CentralizedReciprocityResult):
-            raise TypeError(f"results: expected CentralizedReciprocityResult values; got {type(result).__name__}.")
-        c = result.config
-        head = (f"{c.dataset}: {PAPER[c.dataset]['model']} regression, T={c.steps_used}, "
-                f"eta={c.learning_rate_used:g}, {c.repetitions} splits ({c.averaging} mean), seed {c.seed}, "
-                f"{result.seconds:.1f}s")
-        frame = result.to_frame()
-        lines = [head, f"  {'metric':<24}{'measured':>12}{'paper':>10}"]
-        for metric, row in frame.iterrows():
+        if not hasattr(result, "to_frame") or not hasattr(result, "head"):
+            raise TypeError(f"results: expected reciprocity results; got {type(result).__name__}.")
+        lines = [result.head(), f"  {'metric':<40}{'measured':>12}{'paper':>10}"]
+        for metric, row in result.to_frame().iterrows():
             paper = "-" if math.isnan(row["paper"]) else f"{row['paper']:g}"
-            lines.append(f"  {metric:<24}{row['measured']:>12.4g}{paper:>10}")
+            lines.append(f"  {metric:<40}{row['measured']:>12.4g}{paper:>10}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
 def cli_main(config: ReciprocityConfig, options) -> int:
-    """``fedvalue run reciprocity``: the centralized reproduction table (both datasets with --dataset all)."""
+    """``fedvalue run reciprocity``: the reproduction tables (every dataset with --dataset all)."""
     from pathlib import Path
 
     from fedvalue.ledger import write_json
@@ -365,19 +373,21 @@ def cli_main(config: ReciprocityConfig, options) -> int:
     if config.dataset not in (*DATASETS, "all"):
         raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")
     datasets = list(DATASETS) if config.dataset == "all" else [config.dataset]
+    configs = [dataclasses.replace(config, dataset=d) for d in datasets]
+    for each in configs:
+        check(each)  # every dataset's settings before the first runs
     out = None if options.out is None else Path(options.out)
     if out is not None and out.exists() and any(out.iterdir()) and not options.overwrite:
         raise ValueError(f"out: {out} already holds files; pass --overwrite to replace them or choose another "
                          "directory.")
-    results = [run_centralized_reciprocity(dataclasses.replace(config, dataset=d)) for d in datasets]
+    say = options.say() if hasattr(options, "say") else None
+    results = [run_movielens_reciprocity(c, on_run=say) if c.dataset == "movielens" else run_centralized_reciprocity(c)
+               for c in configs]
     print(format_table(*results))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         for result in results:
-            name = result.config.dataset
-            result.to_frame().to_csv(out / f"{name}-figures.csv")
-            result.individuals.to_csv(out / f"{name}-individuals.csv")
-            result.report.curve().to_csv(out / f"{name}-alpha-curve.csv", index=False)
+            result.write(out)
         write_json(out / "reciprocity.json", {"simulation": "reciprocity", "results": [r.to_dict() for r in results]})
     print(f"done in {options.elapsed():.1f}s" + ("" if out is None else f"; tables in {out}"))
     return 0

@@ -105,7 +105,7 @@ def _stage_fine_tune_seed(setting, stage: int) -> int:
 
 
 def test_cli_end_to_end_same_seed_same_bytes_and_the_audit_passes(tmp_path, capsys):
-    args = ["run", "procurement", "--seeds", "2", "--stages", "3", "--initial-epochs", "30"]
+    args = ["run", "procurement", "--seeds", "2", "--stages", "3", "--initial-epochs", "30", "--fine-tune-epochs", "3"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     assert "seed 1 random stage 3/3: bought" in out and "share of purchases" in out
@@ -176,7 +176,7 @@ def test_an_existing_run_is_kept_unless_overwrite(tmp_path, capsys):
     (["--seeds", "0"], "seeds"),
     (["--stages", "-1"], "stages"),
     (["--offer-size", "0"], "offer_size"),
-    (["--first-seed", "-1"], "first_seed"),
+    (["--seed", "-1"], "seed"),
     (["--noise-shares", "0.3,1.5"], "noise_shares"),
     (["--noise-shares", "0.3,0.3"], "noise_shares"),
     (["--noise-shares", "0.301,0.302"], "noise_shares"),
@@ -207,5 +207,30 @@ def test_the_config_round_trips_through_run_json(tmp_path):
 
     config = ProcurementConfig(**TINY, noise_shares=(0.1, 0.5))
     saved = ledger_config(config, 3, "loo")
-    assert saved_config(ProcurementConfig, saved, strict=False) == dataclasses.replace(config)
+    # One seed's run.json is the configuration of that seed alone.
+    assert saved_config(ProcurementConfig, saved, strict=False) == dataclasses.replace(config, seed=3, seeds=1)
     assert saved["contributors"] == {"c10": 0.1, "c50": 0.5}
+
+
+@pytest.mark.parametrize("batch_size", [0, 10, 25])
+def test_fine_tuning_steps_grow_with_the_data_bought_unless_full_batch(batch_size, monkeypatch):
+    """Counted at the optimizer: epochs × ⌈n / batch⌉ Adam steps (full batch: epochs, whatever n)."""
+    import torch
+
+    learner = RatingMLP(epochs=3, learning_rate=0.003, batch_size=batch_size)
+    state = learner.initial_state(0)
+    rng = np.random.default_rng(0)
+    offer = (random_profiles(50, rng), rng.uniform(0, 100, 50))
+    counted = []
+    step = torch.optim.Adam.step
+
+    def counting(self, *args, **kwargs):
+        counted[-1] += 1
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", counting)
+    for offers in ([offer], [offer, offer], [offer, offer, offer]):
+        counted.append(0)
+        learner.fine_tune(state, offers, seed=1)
+        assert counted[-1] == learner.num_steps(50 * len(offers))
+    assert counted == ([3, 3, 3] if batch_size == 0 else [3 * -(-50 * k // batch_size) for k in (1, 2, 3)])
