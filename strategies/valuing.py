@@ -529,8 +529,8 @@ class ValuingStrategy(Strategy):
             self._check_first_order({c: g.loss for c, g in gradients.items()})
         record = self._round_record(server_round, records, accepted, gradients, claim_flags, pure,
                                     replay, passed)
-        books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator, fairness=fair,
-                           noisy_clients=self.noisy_clients,
+        books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator,
+                           inputs={"fairness": fair}, noisy_clients=self.noisy_clients,
                            unaggregatable=0 if aggregator is None else None)
         if books.flows is not None:
             predicted = books.flows.predicted_loss_change()
