@@ -14,7 +14,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from fedvalue.schema import CLIENT_STATUSES, client_sort_key
+from fedvalue.schema import CLIENT_STATUSES, Status, client_sort_key
 
 #: Name of the seeded random-ranking baseline (not a ledger method).
 RANDOM = "random"
@@ -53,7 +53,7 @@ def _check_ledger(ledger: object, columns: Sequence[str] = REQUIRED_COLUMNS, nam
         raise ValueError(f"{name}['status']: expected values in {list(CLIENT_STATUSES)}; got {bad}.")
     if RUN_COLUMN in ledger.columns and ledger[RUN_COLUMN].isna().any():
         raise ValueError(f"{name}['{RUN_COLUMN}']: expected a run key on every row; got missing values.")
-    ok = ledger["status"] == "ok"
+    ok = ledger["status"] == Status.OK
     values = pd.to_numeric(ledger.loc[ok, "value"], errors="coerce")
     if not np.isfinite(values.to_numpy(dtype=float)).all():
         rows = ledger.loc[ok][~np.isfinite(values.to_numpy(dtype=float))].head(3)
@@ -107,7 +107,7 @@ def _noisy_of(rows: pd.DataFrame, what: str) -> dict[Hashable, bool]:
 
 def _valued(rows: pd.DataFrame, method: str) -> pd.DataFrame:
     """Rows of clients valued (status ok) under ``method``; for RANDOM, one row per ok client."""
-    ok = rows[rows["status"] == "ok"]
+    ok = rows[rows["status"] == Status.OK]
     if method == RANDOM:
         return ok.drop_duplicates(["round", "client_id"])
     ok = ok[ok["method"] == method]

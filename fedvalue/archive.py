@@ -49,6 +49,7 @@ from fedvalue.schema import (
     LEDGER_FILE,
     RECORDS_DIR,
     ROUNDS_FILE,
+    WEIGHED_STATUSES,
     ClaimEntry,
     ClientEntry,
     checkpoint_names,
@@ -318,7 +319,7 @@ def _entries(meta: dict, clients: list) -> tuple[list[ClientEntry], bool]:
     for k, status in meta["statuses"].items():
         client = clients[int(k)]
         weight = weights.get(client)
-        weighed = status in ("ok", "rejected") and weight is not None
+        weighed = status in WEIGHED_STATUSES and weight is not None
         entries.append(ClientEntry(client, status, weight, int(weight) if by_examples and weighed else None))
     return entries, False
 

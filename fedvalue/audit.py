@@ -93,6 +93,7 @@ from fedvalue.schema import (
     ROUND_COLUMNS,
     ROUNDS_FILE,
     RUN_CONFIG_FILE,
+    Status,
     record_name,
 )
 from fedvalue.seals import Verifier
@@ -389,7 +390,7 @@ def _check_schema(report: AuditReport, config: dict, ledger_header: str, ledger_
     bad_status = sorted(printable(s, 40) for s in set(ledger["status"]) - set(CLIENT_STATUSES))
     if bad_status:
         report.problems.append(f"ledger.csv: unknown statuses {bad_status[:5]}")
-    booked = ledger[ledger["status"].isin(["ok", "idle"])]
+    booked = ledger[ledger["status"].isin([Status.OK, Status.IDLE])]
     values = pd.to_numeric(booked["value"], errors="coerce")
     if not values.map(lambda v: isinstance(v, float) and math.isfinite(v)).all():
         report.problems.append("ledger.csv: a booked row has a missing or non-finite value")
@@ -417,7 +418,7 @@ def _check_schema(report: AuditReport, config: dict, ledger_header: str, ledger_
 
 
 def _check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: float, report: AuditReport) -> None:
-    ads = ledger[(ledger["method"] == "ads") & (ledger["status"] == "ok")]
+    ads = ledger[(ledger["method"] == "ads") & (ledger["status"] == Status.OK)]
     if ads.empty:
         return
     numbers = pd.to_numeric(ads["value"], errors="coerce")

@@ -255,8 +255,9 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
                                      [record.weights[c] * factors[c] if c in factors else record.weights[c]
                                       for c in aggregated])
     by_examples = meta.get("weighted_by_key", NUM_EXAMPLES_KEY) == NUM_EXAMPLES_KEY
-    books = book_round(record, valuation, utility, realized=realized, aggregate=aggregator, fairness=fair,
-                       noisy_clients=noisy_clients, unaggregatable=0 if aggregator is None else None)
+    books = book_round(record, valuation, utility, realized=realized, aggregate=aggregator,
+                       inputs={"fairness": fair}, noisy_clients=noisy_clients,
+                       unaggregatable=0 if aggregator is None else None)
     problems += entry_problems(record, by_examples)
     return books, realized, by_examples, problems
 

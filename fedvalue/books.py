@@ -14,90 +14,47 @@ Per sampled client, in reply order, and per valuation method:
   U(Agg(accepted ∪ {i})) − U(Agg(accepted)), None when that is not a number;
 * ``failed``: no value, with the reason.
 
-With top-k selection a ``selected`` row (1 aggregated, 0 not) follows; with TracIn flows
-([RECIP] §4) the ``tracin_inflow / outflow / self`` rows of each client, then those of the
-clients that did not train this round (``idle``: they still receive inflow). Agg is the
-weighted mean of the FedAvg family, or the strategy's own rule passed as ``aggregate``.
+Agg is the weighted mean of the FedAvg family, or the strategy's own rule passed as
+``aggregate`` (:mod:`fedvalue.harms`).
 
-With fairness books (:mod:`fedvalue.fair_books`), each sampled client's rows go on with
-``ads_fairness`` / ``loo_fairness`` (its value in the round game with U = −gap; for a rejected
-reply the harm on that game), ``fairness_influence`` and, when the round was reweighted,
-``fair_weight``.
+Every other kind of book the round keeps is a plug-in (:mod:`fedvalue.round_book`,
+registered in :mod:`fedvalue.round_books`): its rows follow each client's valuation rows
+and then all of them, in the registry's order: top-k marks (``selected``), TracIn flows
+(``tracin_*``, then the idle clients'), fairness (``ads_fairness``, ``loo_fairness``,
+``fairness_influence``, ``fair_weight``) and claim flags (``claim_*``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Collection, Hashable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from fedvalue.archive import RoundRecord
-from fedvalue.fair_books import FairnessBooks
-from fedvalue.flows import RoundFlows, fedavg_round_flows
-from fedvalue.rounds import Aggregator, Arrays, ArraysUtility, RoundValuation, weighted_mean
-from fedvalue.schema import (
-    FAIR_WEIGHT,
-    FAIRNESS_INFLUENCE,
-    FAIRNESS_VALUATION_METHODS,
-    FLOW_METHODS,
-    PROBLEM_STATUSES,
-    SELECTED,
-    STATUS_IDLE,
-    STATUS_OK,
-    STATUS_REJECTED,
-    ClaimEntry,
-    ClientEntry,
-)
+from fedvalue.books_claims import claim_rows
+from fedvalue.flows import RoundFlows
+from fedvalue.harms import rejected_harms
+from fedvalue.round_book import CountingAggregator, RoundBook, RoundContext
+from fedvalue.round_books import ROUND_BOOKS
+from fedvalue.rounds import ArraysUtility, RoundValuation
+from fedvalue.schema import STATUS_OK, ClientEntry
 
 __all__ = ["ClientEntry", "CountingAggregator", "RoundBooks", "book_round", "claim_rows", "rejected_harms"]
 
 
-class CountingAggregator(Protocol):
-    """Agg_t by the inner strategy's own code, counting the coalitions it could not
-    aggregate (:class:`strategies.counterfactual.CounterfactualAggregator`)."""
-
-    unaggregatable: set
-
-    def __call__(self, coalition: Sequence[Hashable]) -> Arrays: ...
-
-
 @dataclass
 class RoundBooks:
-    """A round's rows, and its flows (for the first-order check) when they were booked."""
+    """A round's rows, and the books of each kind it kept (by the registry's names)."""
 
     round_row: dict
     ledger_rows: list[dict]
-    flows: RoundFlows | None = None
+    parts: dict[str, RoundBook] = field(default_factory=dict)
 
-
-def rejected_harms(entries: Sequence[ClientEntry], accepted: Collection[Hashable], *,
-                   start_arrays: Mapping[str, np.ndarray], replies: Mapping[Hashable, Arrays],
-                   utility: ArraysUtility, aggregate: Aggregator | None = None) -> dict:
-    """U(Agg(accepted ∪ {i})) − U(Agg(accepted)) for every rejected client i (None when not
-    finite); the accepted clients in reply order, i last."""
-    rejected = [e for e in entries if e.status == STATUS_REJECTED]
-    if not rejected:
-        return {}
-    weights = {e.client_id: e.weight for e in entries}
-    kept = [e.client_id for e in entries if e.status == STATUS_OK and e.client_id in accepted]
-
-    def utility_of(members: list) -> float:
-        if not members:
-            return float(utility(start_arrays))
-        with np.errstate(all="ignore"):
-            arrays = (weighted_mean([replies[c] for c in members], [weights[c] for c in members])
-                      if aggregate is None else aggregate(members))
-            return float(utility(arrays))
-
-    base = utility_of(kept)
-    harms = {}
-    for entry in rejected:
-        with np.errstate(all="ignore"):
-            value = utility_of(kept + [entry.client_id]) - base
-        harms[entry.client_id] = value if np.isfinite(value) else None
-    return harms
+    @property
+    def flows(self) -> RoundFlows | None:
+        """The round's TracIn flows, when it booked them (for the first-order check)."""
+        return getattr(self.parts.get("flows"), "flows", None)
 
 
 def book_round(
@@ -107,8 +64,8 @@ def book_round(
     *,
     realized: Mapping[str, np.ndarray] | None,
     aggregate: CountingAggregator | None = None,
-    fairness: FairnessBooks | None = None,
     noisy_clients: Collection[Hashable] | None = None,
+    inputs: Mapping[str, object] | None = None,
     unaggregatable: int | None = None,
     utility_before: float | None = None,
     utility_realized: float | None = None,
@@ -117,8 +74,7 @@ def book_round(
 
     What the round booked comes from ``record``: its entries (every sampled client, in reply
     order), replies, accepted clients, inference gradients and claim flags, and from its
-    settings (``record.meta``) the methods, whether it books TracIn flows (``flows``) and
-    top-k marks (``selection``).
+    settings (``record.meta``) the methods and which kinds of book it keeps.
 
     Parameters
     ----------
@@ -131,8 +87,9 @@ def book_round(
         A_t when the round moved the state, None when nothing was aggregated.
     aggregate
         The strategy's own Agg for harms (None: the weighted mean).
-    fairness
-        The round's fairness valuation, influences and I-JACK factors; None books none.
+    inputs
+        What the caller computed for a kind of book, by its name (``{"fairness":
+        FairnessBooks}`` books the round's fairness).
     unaggregatable
         The coalitions the inner strategy returned no arrays for (rounds.csv's
         ``num_unaggregatable``). None with ``aggregate``: the aggregate's own count once the
@@ -142,27 +99,18 @@ def book_round(
         U(A_{t−1}) and U(A_t) when the caller already has them (a game's cached values);
         computed here otherwise.
     """
-    server_round, entries, settings = record.round, record.entries, record.meta
-    methods, accepted, replies = list(settings.get("methods", [])), set(record.accepted), record.replies
-    start_arrays = record.start_arrays
+    entries, start_arrays = record.entries, record.start_arrays
+    context = RoundContext(record, valuation, utility, aggregate, noisy_clients, dict(inputs or {}))
     if utility_before is None:
         utility_before = valuation.utility_before if valuation is not None else float(utility(start_arrays))
     if utility_realized is None:
         utility_realized = float(utility(realized)) if realized is not None else utility_before
-    harms = rejected_harms(entries, accepted, start_arrays=start_arrays, replies=replies, utility=utility,
-                           aggregate=aggregate)
-    fair_harms = {} if fairness is None else rejected_harms(
-        entries, accepted, start_arrays=start_arrays, replies=replies, utility=fairness.utility, aggregate=aggregate)
-    weights = {e.client_id: e.weight for e in entries if e.status == STATUS_OK}
-    aggregated = [e.client_id for e in entries if e.status == STATUS_OK and e.client_id in accepted]
-    gradients = record.gradients if settings.get("flows") else None
-    flows = missing = None
-    if gradients is not None and (gradients or aggregated):
-        flows, missing = fedavg_round_flows(start_arrays, {c: replies[c] for c in aggregated},
-                                            {c: weights[c] for c in aggregated}, gradients)
+    harms = rejected_harms(entries, set(record.accepted), start_arrays=start_arrays, replies=record.replies,
+                           utility=utility, aggregate=aggregate)
+    parts = {name: book for name, kind in ROUND_BOOKS.items() if (book := kind(context)) is not None}
     ads_result = None if valuation is None else valuation.results.get("ads")
     round_row = {
-        "round": server_round,
+        "round": record.round,
         "clients": " ".join(str(e.client_id) for e in entries),
         "num_clients": len(entries),
         "num_failed": sum(e.status != STATUS_OK for e in entries),
@@ -178,87 +126,17 @@ def book_round(
         unaggregatable = len(aggregate.unaggregatable)
     if unaggregatable is not None:
         round_row["num_unaggregatable"] = int(unaggregatable)
-    frame = None if flows is None else flows.to_frame()
-
-    def noisy_of(client_id) -> bool | None:
-        return None if noisy_clients is None else client_id in noisy_clients
 
     rows = []
     for entry in entries:
         ok = entry.status == STATUS_OK
-        reason = entry.reason if entry.status in PROBLEM_STATUSES else ""
-        for method in methods:
+        for method in context.methods:
             result = None if valuation is None else valuation.results[method]
             value = float(result.values[entry.client_id]) if ok else harms.get(entry.client_id)
-            rows.append({
-                "round": server_round, "client_id": entry.client_id, "method": method, "value": value,
-                "stderr": float(result.stderr[entry.client_id]) if ok else (0.0 if value is not None else None),
-                "num_examples": entry.num_examples, "status": entry.status, "noisy": noisy_of(entry.client_id),
-                "reason": reason,
-            })
-        if settings.get("selection"):
-            rows.append({
-                "round": server_round, "client_id": entry.client_id, "method": SELECTED,
-                "value": float(entry.client_id in accepted) if ok else None, "stderr": 0.0 if ok else None,
-                "num_examples": int(entry.weight) if ok else None, "status": entry.status,
-                "noisy": noisy_of(entry.client_id), "reason": reason,
-            })
-        if frame is not None:
-            rows += _flow_rows(server_round, entry.client_id, frame, missing, entry.status,
-                               int(entry.weight) if ok else None, reason, noisy_of(entry.client_id))
-        if fairness is not None:
-            rows += _fairness_rows(server_round, entry, fairness, methods, fair_harms.get(entry.client_id),
-                                   reason, noisy_of(entry.client_id))
-    if frame is not None:
-        booked = {e.client_id for e in entries}
-        for client_id in frame.index:
-            if client_id not in booked:
-                rows += _flow_rows(server_round, client_id, frame, missing, STATUS_IDLE, None, "",
-                                   noisy_of(client_id))
-    rows += claim_rows(server_round, record.claims, noisy_clients)
-    return RoundBooks(round_row, rows, flows)
-
-
-def claim_rows(server_round: int, claims: Sequence[ClaimEntry], noisy_clients: Collection | None = None) -> list[dict]:
-    """Ledger rows of a round's claim flags (the ledger's columns; no new column or status):
-    the claimed count as the value, the weight used as the example count."""
-    return [{"round": server_round, "client_id": claim.client_id, "method": claim.method, "value": claim.claimed,
-             "stderr": 0.0, "num_examples": int(claim.used), "status": claim.status,
-             "noisy": None if noisy_clients is None else claim.client_id in noisy_clients, "reason": ""}
-            for claim in claims]
-
-
-def _flow_rows(server_round, client_id, frame, missing, status, num_examples, reason, noisy) -> list[dict]:
-    """tracin_inflow/outflow/self rows of one client; empty values where unknown (failed
-    clients; a client whose inference gradient is missing has no known inflow)."""
-    known = status in (STATUS_OK, STATUS_IDLE) and client_id in frame.index
-    rows = []
-    for method, column in FLOW_METHODS.items():
-        value = float(frame.at[client_id, column]) if known else None
-        if column == "inflow" and client_id in missing:
-            value = None
-        rows.append({"round": server_round, "client_id": client_id, "method": method, "value": value,
-                     "stderr": None if value is None else 0.0, "num_examples": num_examples,
-                     "status": status, "noisy": noisy, "reason": reason})
-    return rows
-
-
-def _fairness_rows(server_round, entry: ClientEntry, fairness: FairnessBooks, methods, harm, reason,
-                   noisy) -> list[dict]:
-    """ads_fairness/loo_fairness, fairness_influence (and fair_weight) rows of one sampled client."""
-    ok = entry.status == STATUS_OK and fairness.valuation is not None
-    client = entry.client_id
-    booked: list[tuple[str, float | None, float | None]] = []
-    for method in methods:
-        result = fairness.valuation.results[method] if ok else None
-        value = float(result.values[client]) if ok else harm
-        stderr = float(result.stderr[client]) if ok else (0.0 if value is not None else None)
-        booked.append((FAIRNESS_VALUATION_METHODS[method], value, stderr))
-    influence = float(fairness.influences[client]) if ok else None
-    booked.append((FAIRNESS_INFLUENCE, influence, 0.0 if ok else None))
-    if fairness.factors is not None:
-        factor = float(fairness.factors[client]) if ok else None
-        booked.append((FAIR_WEIGHT, factor, 0.0 if ok else None))
-    return [{"round": server_round, "client_id": client, "method": method, "value": value, "stderr": stderr,
-             "num_examples": entry.num_examples, "status": entry.status, "noisy": noisy, "reason": reason}
-            for method, value, stderr in booked]
+            stderr = float(result.stderr[entry.client_id]) if ok else (0.0 if value is not None else None)
+            rows.append(context.entry_row(entry, method, value, stderr, entry.num_examples))
+        for book in parts.values():
+            rows += book.entry_rows(entry)
+    for book in parts.values():
+        rows += book.closing_rows()
+    return RoundBooks(round_row, rows, parts)

@@ -33,7 +33,7 @@ from fedvalue._ledger_frames import (
     _runs,
     _valued,
 )
-from fedvalue.schema import client_sort_key
+from fedvalue.schema import Status, client_sort_key
 
 FLAGGING_KINDS = ("robust_z", "threshold")
 #: 1 / Φ^{-1}(3/4): makes the MAD a consistent estimator of a normal standard deviation.
@@ -148,7 +148,7 @@ class FlaggingRule:
         if rows.empty:
             raise ValueError(f"method: expected {self.method!r} among round_frame's methods "
                              f"{sorted(set(frame['method']))}; got no rows for it.")
-        ok = rows[rows["status"] == "ok"]
+        ok = rows[rows["status"] == Status.OK]
         if ok["client_id"].duplicated().any():
             raise ValueError(f"round_frame: expected one {self.method!r} row per client; got duplicates "
                              f"{sorted(set(ok.loc[ok['client_id'].duplicated(), 'client_id']), key=client_sort_key)}.")

@@ -64,6 +64,7 @@ from fedvalue.schema import (
     ROUND_COLUMNS,
     ROUNDS_FILE,
     RUN_CONFIG_FILE,
+    Status,
 )
 
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
@@ -353,7 +354,7 @@ class Run:
 
 def flow_rounds(ledger: pd.DataFrame) -> pd.DataFrame:
     """The TracIn rows of a ledger as one row per (round, client): inflow, outflow, self."""
-    rows = ledger[ledger["method"].isin(list(FLOW_METHODS)) & ledger["status"].isin(["ok", "idle"])]
+    rows = ledger[ledger["method"].isin(list(FLOW_METHODS)) & ledger["status"].isin([Status.OK, Status.IDLE])]
     if rows.empty:
         return pd.DataFrame(columns=["round", "client", "inflow", "outflow", "self"])
     wide = rows.pivot_table(index=["round", "client_id"], columns="method", values="value", aggfunc="sum")
@@ -425,10 +426,10 @@ def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
     Sorted by total ADS (or the first method) descending.
     """
     is_claim = ledger["method"].str.startswith(CLAIM_PREFIX)
-    booked = ledger[ledger["status"].isin(["ok", "idle"]) & ~is_claim]
+    booked = ledger[ledger["status"].isin([Status.OK, Status.IDLE]) & ~is_claim]
     totals = booked.pivot_table(index="client_id", columns="method", values="value", aggfunc="sum")
     totals.columns = [f"total_{m}" for m in totals.columns]
-    sampled = ledger[(ledger["status"] != "idle") & ~is_claim]
+    sampled = ledger[(ledger["status"] != Status.IDLE) & ~is_claim]
     rounds = sampled.groupby("client_id")["round"].nunique().rename("rounds")
     summary = totals.join(rounds, how="outer")
     summary["rounds"] = summary["rounds"].fillna(0).astype(int)

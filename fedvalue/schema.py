@@ -10,18 +10,28 @@ import numbers
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass
+from enum import StrEnum
 
-#: Valued this round (its reply made the round game).
-STATUS_OK = "ok"
-#: Sampled, but no usable reply (an error, a timeout, arrays or metrics Flower's aggregation
-#: would choke on); its ``reason`` says which.
-STATUS_FAILED = "failed"
-#: Replied with NaN/inf arrays: kept out of the aggregate and booked with the harm it would
-#: have done; its ``reason`` says which arrays.
-STATUS_REJECTED = "rejected"
-#: Not sampled this round: booked only for what it received (TracIn inflow).
-STATUS_IDLE = "idle"
-CLIENT_STATUSES = (STATUS_OK, STATUS_FAILED, STATUS_REJECTED, STATUS_IDLE)
+
+class Status(StrEnum):
+    """A client's status in a round's rows (a ``str``: written and compared as its value)."""
+
+    #: Valued this round (its reply made the round game).
+    OK = "ok"
+    #: Sampled, but no usable reply (an error, a timeout, arrays or metrics Flower's
+    #: aggregation would choke on); its ``reason`` says which.
+    FAILED = "failed"
+    #: Replied with NaN/inf arrays: kept out of the aggregate and booked with the harm it
+    #: would have done; its ``reason`` says which arrays.
+    REJECTED = "rejected"
+    #: Not sampled this round: booked only for what it received (TracIn inflow).
+    IDLE = "idle"
+
+
+STATUS_OK, STATUS_FAILED, STATUS_REJECTED, STATUS_IDLE = Status.OK, Status.FAILED, Status.REJECTED, Status.IDLE
+CLIENT_STATUSES = tuple(Status)
+#: Statuses of replies that carry arrays and a weight.
+WEIGHED_STATUSES = (Status.OK, Status.REJECTED)
 #: Statuses of clients that were sampled but not valued: their rows carry a reason.
 PROBLEM_STATUSES = (STATUS_FAILED, STATUS_REJECTED)
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_integer
+from fedvalue.schema import Status
 
 
 def top_k(scores: Mapping[Hashable, float], k: int, order: Sequence[Hashable] | None = None) -> list[Hashable]:
@@ -56,9 +57,9 @@ def retrain_plan(ledger: pd.DataFrame, method: str, k: int) -> tuple[dict[int, l
     sampled: dict[int, list[str]] = {}
     accepted: dict[int, list[str]] = {}
     for server_round, rows in scored.groupby("round", sort=True):
-        rows = rows[rows["status"] != "idle"]
+        rows = rows[rows["status"] != Status.IDLE]
         sampled[int(server_round)] = list(rows["client_id"])
-        ok = rows[rows["status"] == "ok"]
+        ok = rows[rows["status"] == Status.OK]
         scores = dict(zip(ok["client_id"], ok["value"]))
         accepted[int(server_round)] = top_k(scores, k, list(ok["client_id"])) if scores else []
     return sampled, accepted

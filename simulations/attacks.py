@@ -53,7 +53,7 @@ from clients.behaviours import (
     SignFlip,
 )
 from fedvalue.ledger import load_run, write_json
-from fedvalue.schema import RUN_CONFIG_FILE
+from fedvalue.schema import RUN_CONFIG_FILE, Status
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
 from simulations.data import load_dataset, split_holdout
@@ -191,7 +191,7 @@ def summarize(ledger: pd.DataFrame, rounds: pd.DataFrame, attack: str, attacker:
               source: int | None = None) -> dict:
     """One row of the table: the attacker's totals, the honest clients' mean totals, accuracy, flags
     (and, for the replicator, the totals of the client it copies in ``notes``)."""
-    booked = ledger[ledger["status"] == "ok"]
+    booked = ledger[ledger["status"] == Status.OK]
     totals = booked[booked["method"].isin(list(BOOKS))].pivot_table(
         index="client_id", columns="method", values="value", aggfunc="sum").reindex(columns=list(BOOKS))
     me = str(attacker)

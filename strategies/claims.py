@@ -35,14 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedvalue._checks import check_integer, check_number
-from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED, ClaimEntry, client_key
+from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED, WEIGHED_STATUSES, ClaimEntry, Status, client_key
 from strategies.records import ClientReply
 
 #: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
 CLAIM_METHODS = (CLAIM_CAPPED, CLAIM_JUMPED)
 
 #: Statuses whose replies carry a weight (ok, and rejected for non-finite arrays).
-_WEIGHED_STATUSES = ("ok", "rejected")
+_WEIGHED_STATUSES = WEIGHED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class ClaimFlag:
     used: float
     limit: float
     reason: str
-    status: str = "ok"
+    status: str = Status.OK
 
     def entry(self) -> ClaimEntry:
         """The flag as the round record holds it (and its row books it)."""

@@ -19,7 +19,7 @@ import numpy as np
 from flwr.app import Message
 from flwr.supercore.logger import log
 
-from fedvalue.schema import PROBLEM_STATUSES
+from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, Status
 from strategies.records import ClientReply, InferenceGradient, read_reply, take_inference_gradient
 
 
@@ -50,7 +50,7 @@ def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client:
     # A sampled client whose reply never came (timeout, lost worker) is booked, not forgotten.
     replied = {r.node_id for r in records}
     records += [
-        ClientReply(node_to_client.get(node, f"node-{node}"), node, "failed",
+        ClientReply(node_to_client.get(node, f"node-{node}"), node, Status.FAILED,
                     error="no reply within the round's timeout")
         for node in targets if node not in replied
     ]
@@ -75,15 +75,15 @@ def _mark_inconsistent(records: list[ClientReply], start: Mapping[str, np.ndarra
     shapes differ from the global model's, or metric keys that differ from the most common set."""
     shapes = {k: np.shape(v) for k, v in start.items()}
     for record in records:
-        if record.status in ("ok", "rejected") and {k: np.shape(v) for k, v in record.arrays.items()} != shapes:
-            record.status, record.error = "failed", "arrays do not match the global model's keys and shapes"
-    candidates = [r for r in records if r.status in ("ok", "rejected")]
+        if record.status in WEIGHED_STATUSES and {k: np.shape(v) for k, v in record.arrays.items()} != shapes:
+            record.status, record.error = Status.FAILED, "arrays do not match the global model's keys and shapes"
+    candidates = [r for r in records if r.status in WEIGHED_STATUSES]
     key_sets = [tuple(sorted(r.metrics)) for r in candidates]
     if key_sets:
         common = max(dict.fromkeys(key_sets), key=key_sets.count)  # most common; first seen on ties
         for record, keys in zip(candidates, key_sets):
             if keys != common:
-                record.status, record.error = "failed", f"metric keys {list(keys)} differ from {list(common)}"
+                record.status, record.error = Status.FAILED, f"metric keys {list(keys)} differ from {list(common)}"
 
 
 def _mark_duplicate_ids(records: list[ClientReply]) -> None:
@@ -91,7 +91,7 @@ def _mark_duplicate_ids(records: list[ClientReply]) -> None:
     round record keeps one reply's arrays per client)."""
     seen = set()
     for record in records:
-        if record.status in ("ok", "rejected") and record.client_id in seen:
-            record.status, record.error = "failed", f"duplicate reply for client {record.client_id}"
+        if record.status in WEIGHED_STATUSES and record.client_id in seen:
+            record.status, record.error = Status.FAILED, f"duplicate reply for client {record.client_id}"
         seen.add(record.client_id)
 

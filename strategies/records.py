@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
+from fedvalue.schema import Status
 from strategies.protocol import CLIENT_RECORD_KEY, GRADIENT_KEY, INFERENCE_LOSS_KEY, PARTITION_ID_KEY
 
 
@@ -69,7 +70,7 @@ def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[i
     node_id = int(message.metadata.src_node_id)
     fallback_id = node_to_client.get(node_id, f"node-{node_id}")
     if message.has_error():
-        return ClientReply(fallback_id, node_id, "failed", error=concise_reason(message.error.reason), message=message)
+        return ClientReply(fallback_id, node_id, Status.FAILED, error=concise_reason(message.error.reason), message=message)
     content = message.content
     client_id = partition_id_of(content)
     client_id = fallback_id if client_id is None else client_id
@@ -77,24 +78,24 @@ def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[i
     metric_records = list(content.metric_records.values())
     if len(array_records) != 1 or len(metric_records) != 1:
         return ClientReply(
-            client_id, node_id, "failed", message=message,
+            client_id, node_id, Status.FAILED, message=message,
             error=f"expected one ArrayRecord and one MetricRecord; got {len(array_records)} and {len(metric_records)}",
         )
     metrics = dict(metric_records[0])
     weight = metrics.get(weighted_by_key)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
         return ClientReply(
-            client_id, node_id, "failed", message=message, metrics=metrics,
+            client_id, node_id, Status.FAILED, message=message, metrics=metrics,
             error=f"expected a positive '{weighted_by_key}' metric; got {weight!r}",
         )
     arrays = arrays_to_numpy(array_records[0])
     bad = [key for key, value in arrays.items() if value.dtype.kind in "fc" and not np.isfinite(value).all()]
     if bad:
         return ClientReply(
-            client_id, node_id, "rejected", arrays=arrays, weight=float(weight), metrics=metrics, message=message,
+            client_id, node_id, Status.REJECTED, arrays=arrays, weight=float(weight), metrics=metrics, message=message,
             error=f"non-finite values (NaN or inf) in {bad}",
         )
-    return ClientReply(client_id, node_id, "ok", arrays=arrays, weight=float(weight), metrics=metrics, message=message)
+    return ClientReply(client_id, node_id, Status.OK, arrays=arrays, weight=float(weight), metrics=metrics, message=message)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from flwr.app import Error, Message, MessageType, Metadata, MetricRecord, Record
 from flwr.serverapp.strategy import Strategy
 
 from fedvalue.archive import RoundRecord
+from fedvalue.schema import WEIGHED_STATUSES
 from strategies import server_state
 from strategies.counterfactual import Arrays, CounterfactualAggregator, RandomState, copy_reply
 from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays
@@ -41,7 +42,7 @@ def replay_state(strategy: Strategy, random_state: RandomState,
     for position, reply in enumerate(replies):
         if reply.message is not None and reply.message.has_error():
             errors[position] = (int(reply.message.error.code), str(reply.message.error.reason))
-        elif reply.status in ("ok", "rejected") and reply.client_id not in contents:
+        elif reply.status in WEIGHED_STATUSES and reply.client_id not in contents:
             content = reply.message.content
             contents[reply.client_id] = {
                 "arrays": next(iter(content.array_records)),

@@ -10,6 +10,7 @@ import numpy as np
 
 from fedvalue._checks import check_choice, check_integer, check_positive
 from fedvalue.flagging import FlaggingRule
+from fedvalue.schema import Status
 
 SCHEDULES = ("random", "even")
 
@@ -124,7 +125,7 @@ class ValueWeightedSampler:
         if self.flagging is not None:
             self.flagging.update(ledger_rows)
         for row in ledger_rows:
-            if row.get("method") == self.method and row.get("status") == "ok" and row.get("value") is not None:
+            if row.get("method") == self.method and row.get("status") == Status.OK and row.get("value") is not None:
                 client = int(row["client_id"])
                 self.totals[client] = self.totals.get(client, 0.0) + float(row["value"])
 

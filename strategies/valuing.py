@@ -42,7 +42,7 @@ from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import LedgerWriter
 from fedvalue.run_books import Restored, RunBooks
 from fedvalue.seals import Signer
-from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, ClientEntry
+from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE, WEIGHED_STATUSES, ClientEntry, Status
 from fedvalue.rounds import (
     VALUATION_METHODS,
     ArraysUtility,
@@ -387,14 +387,14 @@ class ValuingStrategy(Strategy):
         ``passed`` the entries whose messages the live aggregation was given, in order."""
         replies: dict = {}
         for r in records:  # the first reply under an id (a duplicate is failed)
-            if r.status in ("ok", "rejected"):
+            if r.status in WEIGHED_STATUSES:
                 replies.setdefault(r.client_id, r.arrays)
         return RoundRecord(
             round=server_round,
             start_arrays=self._start_arrays,
             entries=[self._entry(r) for r in records],
             replies=replies,
-            accepted=[r.client_id for r in records if r.status == "ok" and r.client_id in accepted],
+            accepted=[r.client_id for r in records if r.status == Status.OK and r.client_id in accepted],
             gradients={c: g.gradient for c, g in gradients.items()} if self.flows else {},
             losses={c: g.loss for c, g in gradients.items()} if self.flows else {},
             meta={"methods": list(self.methods), "valuation": self.ads_settings.as_keywords(), "seed": self.seed,
@@ -495,12 +495,12 @@ class ValuingStrategy(Strategy):
                          start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
                          gradients=self._idle_gradients)
         records, gradients, claim_flags = intake.records, intake.gradients, intake.claim_flags
-        ok = [r for r in records if r.status == "ok"]
+        ok = [r for r in records if r.status == Status.OK]
         pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
         aggregator = None if pure else CounterfactualAggregator(
             self.strategy, server_round,
-            {r.client_id: r.message for r in records if r.status in ("ok", "rejected")},
+            {r.client_id: r.message for r in records if r.status in WEIGHED_STATUSES},
             self._start_arrays, random_state)
         replay = None if pure else self._replay_state(random_state, records)
         valuation = self._value(server_round, ok, aggregator) if ok else None
@@ -517,9 +517,9 @@ class ValuingStrategy(Strategy):
                 self._reweight([r for r in ok if r.client_id in accepted], factors)
         # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
         passed = [k for k, r in enumerate(records)
-                  if (r.status == "ok" and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
+                  if (r.status == Status.OK and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
         if not self.reject_non_finite:
-            passed += [k for k, r in enumerate(records) if r.status == "rejected"]
+            passed += [k for k, r in enumerate(records) if r.status == Status.REJECTED]
         random_state.restore()
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, [records[k].message for k in passed])
 
@@ -529,8 +529,8 @@ class ValuingStrategy(Strategy):
             self._check_first_order({c: g.loss for c, g in gradients.items()})
         record = self._round_record(server_round, records, accepted, gradients, claim_flags, pure,
                                     replay, passed)
-        books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator, fairness=fair,
-                           noisy_clients=self.noisy_clients,
+        books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator,
+                           inputs={"fairness": fair}, noisy_clients=self.noisy_clients,
                            unaggregatable=0 if aggregator is None else None)
         if books.flows is not None:
             predicted = books.flows.predicted_loss_change()
@@ -617,7 +617,7 @@ class ValuingStrategy(Strategy):
     def _entry(self, record: ClientReply) -> ClientEntry:
         """A reply as the books take it: its example count is its weight when the strategy
         weighs by examples, else what it reported."""
-        ok = record.status == "ok"
+        ok = record.status == Status.OK
         num_examples = (int(record.weight) if ok and self.weighted_by_key == NUM_EXAMPLES_KEY
                         else record.metrics.get(NUM_EXAMPLES_KEY))
         return ClientEntry(record.client_id, record.status, record.weight, num_examples, reason(record))

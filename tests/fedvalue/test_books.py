@@ -117,3 +117,27 @@ def test_the_record_decides_the_order_counts_and_claims_of_a_round_with_a_failur
     assert books.ledger_rows[-1] == claim_rows(5, [claim])[0] and books.ledger_rows[-1]["value"] == 90.0
     # The duplicate's failed row books no value; the first reply's does.
     assert books.ledger_rows[0]["value"] is not None and books.ledger_rows[3]["value"] is None
+
+
+def test_a_new_kind_of_book_is_one_registration_away(monkeypatch):
+    """A kind registered in fedvalue.round_books books its rows after each client's, and its
+    closing rows after every client's, with no change to book_round."""
+    from fedvalue.round_books import ROUND_BOOKS
+
+    class Echo:
+        def __init__(self, context):
+            self.context = context
+
+        def entry_rows(self, entry):
+            return [self.context.entry_row(entry, "echo", 1.0, 0.0, entry.num_examples)]
+
+        def closing_rows(self):
+            return [self.context.row("all", "echo_total", float(len(self.context.record.entries)), 0.0, None, "ok")]
+
+    monkeypatch.setitem(ROUND_BOOKS, "echo", Echo)
+    books = book_round(record(6, ENTRIES, ("ads",), {"a", "b"}), valuation(), utility,
+                       realized=weighted_mean([REPLIES["a"], REPLIES["b"]], [1.0, 3.0]))
+    assert [(r["client_id"], r["method"]) for r in books.ledger_rows] == [
+        *[(c, m) for c in "abcd" for m in ("ads", "echo")], ("all", "echo_total")]
+    assert books.ledger_rows[-1]["value"] == 4.0 and books.parts["echo"].context.record.round == 6
+    assert books.ledger_rows[5]["reason"] == "non-finite values"  # c's echo row carries its reason

@@ -62,7 +62,7 @@ def books_of(objective, rule=None, accepted=frozenset(OK)):
     if rule is not None:
         accepted, factors = policy_outcome(rule, fair.influences)
         fair = FairnessBooks(fair.valuation, fair.influences, fair.utility, factors)
-    return fair, book_round(round_record(accepted), accuracy_valuation(), bias_utility, realized=None, fairness=fair)
+    return fair, book_round(round_record(accepted), accuracy_valuation(), bias_utility, realized=None, inputs={"fairness": fair})
 
 
 def test_fairness_rows_hold_values_influences_harms_and_reasons(objective):
