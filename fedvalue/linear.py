@@ -198,7 +198,7 @@ class LinearStates:
         return self._heads
 
     @scoring()
-    def scores(self, coefficients: np.ndarray) -> FastScores:
+    def scores(self, coefficients: np.ndarray, progress: Callable[[int], None] | None = None) -> FastScores:
         """Fast-path sums per (state, held-out batch) and near-tie rows (see module docstring).
 
         A batch of coalitions that factors over two halves of the basis (exact enumeration,
@@ -217,15 +217,16 @@ class LinearStates:
         checked = self._checked(coefficients)
         rows = self._tensor(checked)
         scores = FastScores(len(rows), utility.num_batches)
+        done = _Done(progress, utility.num_batches)
         if split is None:
-            self._whole_state_scores(rows, scores)
+            self._whole_state_scores(rows, scores, done)
             return scores
         used = (checked != 0).any(axis=0)
         heads = self._heads_by_batch(used)
         plan = self._tail_plan()
         halves = self._halves(checked, plan)
         if halves is not None:
-            self._half_scores(rows, halves, plan, heads, scores)
+            self._half_scores(rows, halves, plan, heads, scores, done)
             return scores
         starts = range(0, len(rows), self.chunk)
         if self.keeps_heads:
@@ -233,12 +234,14 @@ class LinearStates:
                 tails = self.combine(rows[start : start + self.chunk], split.tail_keys)
                 for b in range(utility.num_batches):
                     self._chunk_scores(rows, start, b, heads(b), tails, plan, scores)
+                    done(len(rows[start : start + self.chunk]))
         else:
             for b in range(utility.num_batches):
                 head = heads(b)
                 for start in starts:
                     tails = self.combine(rows[start : start + self.chunk], split.tail_keys)
                     self._chunk_scores(rows, start, b, head, tails, plan, scores)
+                    done(len(rows[start : start + self.chunk]))
         return scores
 
     def _chunk_scores(self, rows: torch.Tensor, start: int, b: int, head: torch.Tensor,
@@ -260,7 +263,7 @@ class LinearStates:
             out = torch.func.functional_call(split.tail, state, (hidden[j].view(len(y), *self.out_shape),))
             utility.score_fast(scores, start + j, b, out, y)
 
-    def _whole_state_scores(self, rows: torch.Tensor, scores: FastScores) -> None:
+    def _whole_state_scores(self, rows: torch.Tensor, scores: FastScores, done) -> None:
         """Models without a linear first layer: each state combined whole, then its forward pass."""
         utility = self.utility
         for start in range(0, len(rows), self.chunk):
@@ -272,6 +275,7 @@ class LinearStates:
                     state = {k: v[j] for k, v in states.items()}
                     out = torch.func.functional_call(utility.model, state, (utility.x[batch],))
                     utility.score_fast(scores, start + j, b, out, utility.y[batch])
+                done(len(chunk))
 
     def _halves(self, rows: np.ndarray, plan: list[tuple] | None) -> Halves | None:
         """The two-half factorization of ``rows`` when it pays: a tail plan with a linear
@@ -285,7 +289,8 @@ class LinearStates:
         directions = len(halves.left.directions) + len(halves.right.directions)
         return halves if len(rows) >= self.rows_per_direction * directions else None
 
-    def _half_scores(self, rows: torch.Tensor, halves: Halves, plan: list[tuple], heads, scores: FastScores) -> None:
+    def _half_scores(self, rows: torch.Tensor, halves: Halves, plan: list[tuple], heads, scores: FastScores,
+                     done) -> None:
         """Scores of rows C[c] = a_c u_l + b_c v_r (:mod:`fedvalue.coalition_halves`).
 
         Per held-out batch, the first-layer outputs P_l = Σ_k u_l[k] H_k of every left
@@ -342,6 +347,7 @@ class LinearStates:
                 for start in range(0, len(group), self.chunk):  # scored a chunk at a time: smaller temporaries
                     chunk = slice(start, start + self.chunk)
                     utility.score_fast_many(scores, group[chunk], b, outputs[chunk], y, overwrite=True)
+                done(len(group))
 
     def _run_tail(self, plan: list[tuple], hidden: torch.Tensor, tails: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The tail's layers on ``hidden`` (states × rows × width, a scratch buffer that is
@@ -446,14 +452,16 @@ class LinearStates:
         self,
         coefficients: np.ndarray,
         materialize: Callable[[int], Mapping[str, np.ndarray]] | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """U(s_c) for every row c of ``coefficients``.
 
         ``materialize(c)`` returns state c's arrays as the aggregation rule computes
         them (used only to re-score near-tie rows on the plain path); ``None``
-        combines the basis here.
+        combines the basis here. ``progress(k)``: k more rows scored (on every held-out
+        batch), told as the scoring goes.
         """
-        return self.resolve(coefficients, self.scores(coefficients), materialize)
+        return self.resolve(coefficients, self.scores(coefficients, progress), materialize)
 
     def resolve(self, coefficients, scores: FastScores, materialize=None) -> np.ndarray:
         """Per-state utilities from fast-path scores (near ties re-scored on the plain path)."""
@@ -467,6 +475,22 @@ class LinearStates:
 
         with scoring():
             return utility.resolve_near_ties(scores, state_of)
+
+
+class _Done:
+    """Rows scored, told to ``progress`` in whole rows: a row counts once every held-out
+    batch has scored it (``rows`` / ``batches`` per batch, the fractions carried over)."""
+
+    def __init__(self, progress: Callable[[int], None] | None, batches: int) -> None:
+        self.progress, self.batches, self.carried = progress, batches, 0
+
+    def __call__(self, rows: int) -> None:
+        if self.progress is None:
+            return
+        self.carried += rows
+        whole, self.carried = divmod(self.carried, self.batches)
+        if whole:
+            self.progress(whole)
 
 
 def _last_linear(plan: list[tuple]) -> int | None:
