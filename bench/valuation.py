@@ -5,6 +5,8 @@
     python bench/valuation.py --threads 1      # torch threads per child (default: torch's, 2 here)
     python bench/valuation.py --against-floor --sizes 10 --repeats 5   # (c) and (d) only, every run
     python bench/valuation.py --against-floor --before main --threads 1  # and (c) as of git rev main
+    python bench/valuation.py --spread          # why identical rounds take 1.5 s or 35 s (threads, load)
+    python bench/valuation.py --model cnn       # the LeNet CNN: fast path, plain path, floor
 
 The round: an MNIST-scale MLP 784-200-200-10, 10,000 held-out examples (synthetic
 inputs, labels from a fixed random teacher network), n clients that each took a few
@@ -225,8 +227,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="only (c) and (d), alternating, every run printed (spread on a noisy machine)")
     parser.add_argument("--before", metavar="REV",
                         help="with --against-floor: also (c) as of git revision REV, in the same alternation")
+    parser.add_argument("--spread", action="store_true",
+                        help="identical rounds under each thread setting, with and without extra load")
+    parser.add_argument("--loads", type=int, nargs="+", default=[0, 2],
+                        help="with --spread: extra busy processes (default: 0 and 2)")
     parser.add_argument("--one", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
+    parser.add_argument("--spread-child", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--busy", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.busy:
+        _busy(args.busy)
+        return 0
+    if args.spread_child:
+        print(json.dumps(_spread_round(*args.spread_child)))
+        return 0
+    if args.spread:
+        return _spread(args.repeats if args.repeats > 1 else 5, args.loads)
     if args.one:
         record = _one(int(args.one[0]), args.one[1], args.permutations, args.threads)
         print(json.dumps(record))
@@ -302,6 +318,78 @@ def _against_floor(sizes: list[int], repeats: int, threads: int, before: tuple[s
         if before:
             line += f" {'':>10} {np.median(old):>13.2f} {np.median(np.divide(old, floor)):>11.2f}"
         print(line, flush=True)
+    print(f"load average after: {_load()}")
+    return 0
+
+
+# --- the spread of identical rounds: OpenMP threads on a loaded machine -----------------------
+
+SPREAD_SETTINGS = {  # name -> (torch threads, environment)
+    "2 threads, OpenMP default": (2, {}),
+    "2 threads, OMP_WAIT_POLICY=PASSIVE": (2, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    "1 thread": (1, {}),
+}
+
+
+def _spread_round(threads: int, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` identical rounds: exact ADS + LOO of 10 clients (1,024 coalitions)
+    on the digits main job's utility (MLP 64-200-200-10, 450 held-out images), clients around
+    its initial state, each round on a fresh round game (nothing cached)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from fedvalue.ads import AdsSettings
+    from fedvalue.rounds import fedavg_round_game, value_round
+    from simulations.noisy_clients import NoisyClientsConfig, build
+
+    _, _, utility, _ = build(NoisyClientsConfig())
+    rng = np.random.default_rng(0)
+    start = {k: v.numpy().copy() for k, v in utility.model.state_dict().items()}
+    clients = [{k: (v + 0.05 * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in start.items()}
+               for _ in range(10)]
+    seconds = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        value_round(fedavg_round_game(list(range(10)), start, clients, list(range(1, 11)), utility), ("ads", "loo"),
+                    AdsSettings(method="exact"))
+        seconds.append(time.perf_counter() - began)
+    return seconds
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _spread(repeats: int, loads: list[int]) -> int:
+    """Each setting in a fresh child (OpenMP reads its environment at start), ``repeats``
+    rounds each, alternating settings, with ``load`` extra busy processes started and
+    stopped by this script (by PID) around each child."""
+    import os
+
+    print(f"identical rounds (exact ADS + LOO, 10 clients, 1,024 coalitions; digits MLP, 450 held-out), "
+          f"{repeats} per child; load average before: {_load()}", flush=True)
+    print(f"{'extra busy processes':>20}  {'setting':<36} {'min s':>7} {'median s':>9} {'max s':>7}")
+    for load in loads:
+        results: dict[str, list[float]] = {name: [] for name in SPREAD_SETTINGS}
+        for _ in range(2):  # two alternations of the settings
+            for name, (threads, env) in SPREAD_SETTINGS.items():
+                burners = [subprocess.Popen([sys.executable, __file__, "--busy", "600"]) for _ in range(load)]
+                try:
+                    command = [sys.executable, __file__, "--spread-child", str(threads), str(repeats)]
+                    done = subprocess.run(command, capture_output=True, text=True, check=False,
+                                          env={**os.environ, **env})
+                finally:
+                    for burner in burners:  # stopped by their own PIDs
+                        burner.kill()
+                        burner.wait()
+                if done.returncode != 0:
+                    raise RuntimeError(done.stderr[-3000:])
+                results[name] += json.loads(done.stdout.strip().splitlines()[-1])
+        for name, seconds in results.items():
+            print(f"{load:>20}  {name:<36} {min(seconds):>7.2f} {np.median(seconds):>9.2f} {max(seconds):>7.2f}",
+                  flush=True)
     print(f"load average after: {_load()}")
     return 0
 
