@@ -202,6 +202,126 @@ def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, i
     return np.zeros(num_clients), np.zeros(num_clients), 2**num_clients
 
 
+# --- the CNN: the fast path against the plain one and its floor, on real Fashion-MNIST rounds --------
+
+CNN_HELD_OUT = 2_000
+
+
+def _setup_cnn(num_clients: int, seed: int = 0):
+    """A FedAvg round of the LeNet-style CNN on Fashion-MNIST (Debian's dataset-fashion-mnist):
+    ``CNN_HELD_OUT`` class-balanced test images held out; the round starts from the CNN
+    after two epochs of mini-batch SGD (batches of 64, learning rate 0.05) on 6,000 other
+    training images (a mid-training state: from the initial model every coalition scores
+    one class and every value is 0); clients with 120 class-balanced training images each
+    (half with labels flipped at p = 0.7, as [ADS] §6.2), 20 local full-batch epochs at
+    learning rate 0.05. Cached in the temporary directory per (n, seed): every child of a
+    run values the same round."""
+    import pickle
+    import tempfile
+    from pathlib import Path
+
+    cache = Path(tempfile.gettempdir()) / f"fedvalue-bench-cnn-{num_clients}-{seed}.pkl"
+    if cache.exists():
+        return pickle.loads(cache.read_bytes())
+    from clients.behaviours import flip_labels
+    from clients.training import get_model_arrays, train_locally
+    from simulations.data import load_dataset, sample_per_class
+    from simulations.models import make_cnn
+
+    import torch
+
+    rng = np.random.default_rng(seed)
+    test = load_dataset("fashion-mnist", split="test")
+    held = sample_per_class(test.y, CNN_HELD_OUT, seed=rng)
+    train = load_dataset("fashion-mnist", split="train")
+    chosen = sample_per_class(train.y, 6_000 + 120 * num_clients, seed=rng)
+    rng.shuffle(chosen)
+    warm, pool = chosen[:6_000], chosen[6_000:]
+    model = make_cnn(784, 10, seed=seed)
+    train_locally(model, train.x[warm], train.y[warm], epochs=2, learning_rate=0.05, batch_size=64, seed=seed)
+    start = get_model_arrays(model)
+    clients, weights = [], []
+    for k in range(num_clients):
+        rows = pool[120 * k : 120 * (k + 1)]
+        yk = train.y[rows]
+        if k % 2:
+            yk = flip_labels(yk, 0.7, 10, seed=[seed, k])
+        local = make_cnn(784, 10, seed=seed)
+        local.load_state_dict({name: torch.as_tensor(v) for name, v in start.items()})
+        train_locally(local, train.x[rows], yk, epochs=20, learning_rate=0.05, seed=seed + 10 + k)
+        clients.append(get_model_arrays(local))
+        weights.append(120.0)
+    result = (model, test.x[held], test.y[held], start, clients, weights)
+    cache.write_bytes(pickle.dumps(result))
+    return result
+
+
+def _one_cnn(num_clients: int, way: str, threads: int = 0) -> dict:
+    """One (n, way) of the CNN benchmark in this process: ``plain`` (every coalition's state
+    built by FedAvg's rule and run whole), ``fedvalue`` (the first convolution's outputs once
+    per client, combined per coalition) or ``floor`` (only the layers after the first
+    convolution, 2^n times per held-out batch, on fixed inputs and weights)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    from fedvalue._scoring import scoring
+    from fedvalue.ads import AdsSettings
+    from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round
+    from fedvalue.utilities import TorchModelUtility
+
+    model, x, y, start, clients, weights = _setup_cnn(num_clients)
+    ids = list(range(num_clients))
+    utility = TorchModelUtility(model, x, y)
+    baseline = _max_rss_mb()
+    started = time.perf_counter()
+    ads_values = loo_values = np.zeros(num_clients)
+    if way == "floor":
+        split = utility.first_linear
+        tail = split.tail
+        with scoring():
+            inputs = [split.prefix(utility.x[utility.batch_rows(b)]) for b in range(utility.num_batches)]
+            hidden = [model[1](x_b) for x_b in inputs]  # the first convolution, once: not timed below
+            started = time.perf_counter()
+            for _ in range(2**num_clients):
+                for h in hidden:
+                    tail(h)
+        evaluations = 2**num_clients
+    else:
+        game = (fedavg_round_game(ids, start, clients, weights, utility) if way == "fedvalue" else
+                round_game(ids, start, fedavg_aggregator(ids, clients, weights), utility))
+        valuation = value_round(game, ("ads", "loo"), AdsSettings(method="exact"))
+        ads_values = valuation.results["ads"].values.to_numpy()
+        loo_values = valuation.results["loo"].values.to_numpy()
+        evaluations = game.num_evaluations
+    return {"n": num_clients, "way": way, "seconds": time.perf_counter() - started, "evaluations": evaluations,
+            "ads": ads_values.tolist(), "loo": loo_values.tolist(), "peak_mb": _max_rss_mb(), "setup_mb": baseline,
+            "threads": torch.get_num_threads()}
+
+
+def _cnn(sizes: list[int], repeats: int, threads: int) -> int:
+    """Plain, fast and floor for the CNN, each (n, way) in a fresh child, alternating."""
+    print(f"exact within-round ADS + LOO per round; LeNet-style CNN (conv 1-6, conv 6-16, 784-120-84-10) on "
+          f"Fashion-MNIST, {CNN_HELD_OUT:,} held-out test images, accuracy; {repeats} run(s) each, median shown")
+    print(f"torch threads per child: {threads or 'default'}; load average before: {_load()}", flush=True)
+    print(f"{'n':>3} {'plain s':>9} {'fast s':>8} {'plain/fast':>11} {'floor s':>8} {'fast/floor':>11} "
+          f"{'evals':>6} {'peak MB plain/fast':>19} {'max|plain-fast|':>16}")
+    for n in sizes:
+        runs: dict[str, list[dict]] = {"plain": [], "fedvalue": [], "floor": []}
+        for _ in range(repeats):
+            for way in runs:
+                runs[way].append(_child(n, f"cnn-{way}", 0, threads))
+        seconds = {way: float(np.median([r["seconds"] for r in records])) for way, records in runs.items()}
+        plain, fast = runs["plain"][0], runs["fedvalue"][0]
+        gap = max(float(np.max(np.abs(np.subtract(plain[k], fast[k])))) for k in ("ads", "loo"))
+        print(f"{n:>3} {seconds['plain']:>9.2f} {seconds['fedvalue']:>8.2f} "
+              f"{seconds['plain'] / seconds['fedvalue']:>11.2f} {seconds['floor']:>8.2f} "
+              f"{seconds['fedvalue'] / seconds['floor']:>11.2f} {fast['evaluations']:>6} "
+              f"{plain['peak_mb']:>9.0f}/{fast['peak_mb']:<9.0f} {gap:>16.1e}", flush=True)
+    print(f"load average after: {_load()}")
+    return 0
+
+
 def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -227,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only (c) and (d), alternating, every run printed (spread on a noisy machine)")
     parser.add_argument("--before", metavar="REV",
                         help="with --against-floor: also (c) as of git revision REV, in the same alternation")
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                        help="cnn: the LeNet-style CNN on Fashion-MNIST, plain against fast against floor")
     parser.add_argument("--spread", action="store_true",
                         help="identical rounds under each thread setting, with and without extra load")
     parser.add_argument("--loads", type=int, nargs="+", default=[0, 2],
@@ -243,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.spread:
         return _spread(args.repeats if args.repeats > 1 else 5, args.loads)
+    if args.one and args.one[1].startswith("cnn-"):
+        print(json.dumps(_one_cnn(int(args.one[0]), args.one[1].removeprefix("cnn-"), args.threads)))
+        return 0
+    if args.model == "cnn":
+        return _cnn(args.sizes if args.sizes != [6, 8, 10] else [6, 8], args.repeats, args.threads)
     if args.one:
         record = _one(int(args.one[0]), args.one[1], args.permutations, args.threads)
         print(json.dumps(record))

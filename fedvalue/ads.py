@@ -345,7 +345,7 @@ def ads(
 
     if budget is not None and method in SAMPLERS:
         method, values, stderr, num_permutations = _by_sampler(
-            game, prefix_masks, group_positions, method, None, rng, stderr_target, False,
+            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, False,
             budget=budget - (game.num_evaluations - evaluations_before))
     elif piloted or method in sampler_costs:
         method, values, stderr, num_permutations = _by_sampler(
@@ -363,7 +363,7 @@ def ads(
         tolerance = truncation_tolerance if method == "tmc" else 0.0
         values, stderr, num_permutations = _blockwise_monte_carlo(
             game, group_positions, prefix_masks, m_star if budget is None else budget, rng, tolerance,
-            stderr_target, budget=budget)
+            stderr_target, budget=budget, cached_cap=m_star)
 
     prefix_utilities = game.values(prefix_masks)
     bounds = np.cumsum([0] + [len(g) for g in groups])
@@ -387,7 +387,8 @@ def ads(
 def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted, budget=None):
     """ADS of every group by a sampler of :mod:`fedvalue.shapley_sampling` (chosen by a
     pilot when ``piloted``); returns (method, values, stderr, permutations or None). With
-    ``budget`` (``caps`` None) the groups share it: each draws until its share is spent."""
+    ``budget`` the groups share it: each draws until its share is spent (``caps``: the
+    usual caps, where a group seen whole stops)."""
     groups = list(zip(prefix_masks[:-1], group_positions))
     start = game.num_evaluations
     if piloted:
@@ -396,12 +397,12 @@ def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, 
         samplers = [SAMPLERS[method](game, base, positions, rng) for base, positions in groups]
     estimates = []
     for k, sampler in enumerate(samplers):
+        cap = caps.get(method, -(-caps["mc"] * sampler.size // 2))
         if budget is not None:  # what is left, shared evenly by this group and the ones after it
             share = (budget - (game.num_evaluations - start)) // (len(samplers) - k)
-            # Capped at the budget too: once every coalition is cached, samples cost nothing.
-            estimates.append(sampler.run(budget, target, budget=share))
+            # A group seen whole (every draw cached) stops at the usual cap; the budget caps samples too.
+            estimates.append(sampler.run(budget, target, budget=share, cached_cap=cap))
             continue
-        cap = caps.get(method, -(-caps["mc"] * sampler.size // 2))
         estimates.append(sampler.run(max(cap, sampler.samples), target))
     values = np.concatenate([e[0] for e in estimates])
     stderr = np.concatenate([e[1] for e in estimates])
@@ -510,6 +511,7 @@ def _blockwise_monte_carlo(
     tolerance: float,
     stderr_target: float | None,
     budget: int | None = None,
+    cached_cap: int = 2,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """MC (tolerance 0) or truncated MC over blocks of permutations, with an optional
     standard-error stop and an optional ``budget`` of distinct evaluations (a block is cut
@@ -555,8 +557,8 @@ def _blockwise_monte_carlo(
                     active[rows] = np.abs(full - current) >= tolerance
         chunks.append(marginals)
         used += count
-        if budget is not None and game.num_evaluations == before and used > 1:
-            break  # every prefix drawn was cached: the budget cannot be spent
+        if budget is not None and game.num_evaluations == before and used >= cached_cap:
+            break  # every prefix drawn was cached: the budget cannot be spent; stop at the usual m*
         if stderr_target is not None and used > 1:
             sample = np.concatenate(chunks)
             if np.all(sample.std(axis=0, ddof=1) / math.sqrt(used) <= stderr_target):

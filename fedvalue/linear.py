@@ -59,6 +59,10 @@ class LinearStates:
 
     #: States combined per matmul (memory: chunk × batch_size × first-layer width floats).
     chunk = 16
+    #: Most bytes of one chunk's combined first-layer outputs: a convolution's outputs are
+    #: several times its inputs, so its chunks hold fewer states (the MLP's 16 × 4,096 × 200
+    #: floats, 52 MB, are within it).
+    chunk_bytes = 64 << 20
     #: Most left directions of a factored batch (:meth:`_half_scores`): their first-layer
     #: products for ``block_rows`` rows should fit in the last-level cache together
     #: (32 × 1,024 × 200 floats = 26 MB for the digits MLP).
@@ -228,28 +232,36 @@ class LinearStates:
         if halves is not None:
             self._half_scores(rows, halves, plan, heads, scores, done)
             return scores
-        starts = range(0, len(rows), self.chunk)
+        size = self._chunk_size()
+        starts = range(0, len(rows), size)
         if self.keeps_heads:
             for start in starts:  # kept outputs: each chunk's tail states combined once
-                tails = self.combine(rows[start : start + self.chunk], split.tail_keys)
+                tails = self.combine(rows[start : start + size], split.tail_keys)
                 for b in range(utility.num_batches):
-                    self._chunk_scores(rows, start, b, heads(b), tails, plan, scores)
-                    done(len(rows[start : start + self.chunk]))
+                    self._chunk_scores(rows, start, size, b, heads(b), tails, plan, scores)
+                    done(len(rows[start : start + size]))
         else:
             for b in range(utility.num_batches):
                 head = heads(b)
                 for start in starts:
-                    tails = self.combine(rows[start : start + self.chunk], split.tail_keys)
-                    self._chunk_scores(rows, start, b, head, tails, plan, scores)
-                    done(len(rows[start : start + self.chunk]))
+                    tails = self.combine(rows[start : start + size], split.tail_keys)
+                    self._chunk_scores(rows, start, size, b, head, tails, plan, scores)
+                    done(len(rows[start : start + size]))
         return scores
 
-    def _chunk_scores(self, rows: torch.Tensor, start: int, b: int, head: torch.Tensor,
+    def _chunk_size(self) -> int:
+        """States per chunk: ``chunk``, fewer when their first-layer outputs for a full
+        held-out batch would pass ``chunk_bytes``."""
+        rows = min(self.utility.batch_size, len(self.utility.x))
+        per_state = rows * math.prod(self.out_shape) * self.dtype.itemsize
+        return max(1, min(self.chunk, self.chunk_bytes // per_state))
+
+    def _chunk_scores(self, rows: torch.Tensor, start: int, size: int, b: int, head: torch.Tensor,
                       tails: Mapping[str, torch.Tensor], plan: list[tuple] | None, scores: FastScores) -> None:
-        """The chunk of ``rows`` from ``start`` on held-out batch ``b``: first-layer outputs
+        """The ``size`` rows from ``start`` on held-out batch ``b``: first-layer outputs
         combined by one matmul, then the tail (its plan, or ``functional_call`` per state)."""
         utility, split = self.utility, self.utility.first_linear
-        chunk = rows[start : start + self.chunk]
+        chunk = rows[start : start + size]
         y = utility.y[utility.batch_rows(b)]
         hidden = self._scratch("hidden", len(chunk) * head.shape[1], head).view(len(chunk), head.shape[1])
         torch.matmul(chunk, head, out=hidden)

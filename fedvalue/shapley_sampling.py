@@ -109,11 +109,13 @@ class _Sampler:
         """Most distinct coalitions one sample can add (budgets cut blocks by it)."""
         raise NotImplementedError
 
-    def run(self, cap: float, target: float | None, budget: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def run(self, cap: float, target: float | None, budget: int | None = None,
+            cached_cap: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Draw blocks until every stderr ≤ ``target`` (None: never), ``cap`` samples, or
         ``budget`` distinct evaluations of the game from now on: a block is cut to the
-        samples whose worst case (:attr:`cost_per_sample`) still fits, and sampling stops
-        when a block finds every coalition it draws cached (a small group seen whole)."""
+        samples whose worst case (:attr:`cost_per_sample`) still fits, and once a block
+        finds every coalition it draws cached (a small group seen whole, where the budget
+        cannot be spent) sampling stops at ``cached_cap`` samples (the estimator's usual cap)."""
         start = self.game.num_evaluations
         while self.samples < cap:
             count = min(self.block(), cap - self.samples)
@@ -123,7 +125,8 @@ class _Sampler:
                 if count < 1:
                     break
             self.draw(int(count))
-            if budget is not None and self.game.num_evaluations == before and self.samples >= self.min_samples:
+            if budget is not None and self.game.num_evaluations == before and \
+                    self.samples >= max(self.min_samples, cached_cap):
                 break  # every coalition it draws is cached: the budget cannot be spent
             if target is not None and self.samples >= self.min_samples and np.all(self.estimate()[1] <= target):
                 break

@@ -76,7 +76,8 @@ class ValuationProgress:
     def line(server_round: int, evaluated: int, planned: int, elapsed: float) -> str:
         """``round 3 valuation: 4,096/16,384 coalitions (25%), 12.0 s, ETA 36 s``."""
         share = evaluated / planned if planned else 1.0
-        eta = "" if evaluated == 0 else f", ETA {elapsed * (planned - evaluated) / evaluated:.0f} s"
+        eta = "" if evaluated == 0 or evaluated >= planned else \
+            f", ETA {elapsed * (planned - evaluated) / evaluated:.0f} s"
         return (f"round {server_round} valuation: {evaluated:,}/{planned:,} coalitions ({share:.0%}), "
                 f"{elapsed:.1f} s{eta}")
 

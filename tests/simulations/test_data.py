@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +13,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from simulations.data import (
+    DEFAULT_DATA_PATHS,
     Dataset,
     flip_labels,
     load_dataset,
+    sample_per_class,
     split_holdout,
 )
 
@@ -315,3 +318,45 @@ def test_flip_labels_rejects_bad_input_by_name():
         flip_labels(labels, 0.5, 2, seed=0)
     with pytest.raises(ValueError, match="labels: expected a 1-D integer array"):
         flip_labels(labels.astype(float), 0.5, 3, seed=0)
+
+
+# --- Fashion-MNIST as Debian's dataset-fashion-mnist installs it -------------------------------
+
+FASHION = Path(DEFAULT_DATA_PATHS["fashion-mnist"])
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason="needs Debian's dataset-fashion-mnist (.ci/run installs it)")
+def test_fashion_mnist_loads_from_the_debian_package_by_default():
+    test = load_dataset("fashion-mnist", split="test")
+    assert test.x.shape == (10_000, 784) and test.x.dtype == np.float32 and test.name == "fashion-mnist-test"
+    assert test.x.min() == 0.0 and test.x.max() == 1.0
+    assert np.bincount(test.y).tolist() == [1000] * 10  # the official test split is balanced
+    train = load_dataset("fashion-mnist", split="train")
+    assert len(train) == 60_000 and np.bincount(train.y).tolist() == [6000] * 10
+    explicit = load_dataset("fashion-mnist", data_path=str(FASHION), split="test")
+    np.testing.assert_array_equal(explicit.x, test.x)
+
+
+def test_fashion_mnist_without_the_package_names_it(tmp_path, monkeypatch):
+    import simulations.data as data_module
+
+    monkeypatch.setitem(data_module.DEFAULT_DATA_PATHS, "fashion-mnist", str(tmp_path / "absent"))
+    with pytest.raises(ValueError, match="data_path: fashion-mnist is read from .*absent.*Debian's package "
+                                         "dataset-fashion-mnist.*apt-get install dataset-fashion-mnist"):
+        load_dataset("fashion-mnist")
+    # Another directory of IDX files is read in its place.
+    directory = write_idx_dir(tmp_path / "mine", fake_mnist())
+    assert load_dataset("fashion-mnist", data_path=directory).name == "fashion-mnist"
+
+
+def test_class_balanced_samples_are_balanced_seeded_and_refused_when_a_class_is_short():
+    labels = np.repeat(np.arange(4), [10, 20, 30, 40])
+    chosen = sample_per_class(labels, 22, seed=1)
+    counts = np.bincount(labels[chosen])
+    assert len(chosen) == len(set(chosen.tolist())) == 22 and sorted(counts.tolist()) == [5, 5, 6, 6]
+    np.testing.assert_array_equal(chosen, sample_per_class(labels, 22, seed=1))
+    assert (np.diff(chosen) > 0).all()  # row order kept
+    assert not np.array_equal(chosen, sample_per_class(labels, 22, seed=2))
+    with pytest.raises(ValueError, match="examples_per_client: a class-balanced sample of 48 examples needs 12 of "
+                                         "class 0; the data holds 10"):
+        sample_per_class(labels, 48, seed=0, name="examples_per_client")
