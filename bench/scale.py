@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=1000, help="coalition evaluations per round (ADS and LOO)")
     parser.add_argument("--held-out", type=int, default=1000)
     parser.add_argument("--no-flows", action="store_true")
+    parser.add_argument("--no-records", action="store_true",
+                        help="save no round records (with flows a record holds every client's inference gradient: "
+                             "0.8 MB per client per round for this MLP)")
     parser.add_argument("--out", default="/tmp/fedvalue-scale")
     parser.add_argument("--json", default=None, help="write the per-round records here")
     args = parser.parse_args(argv)
@@ -127,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     print(f"{args.clients} clients, {args.per_round} a round, {args.rounds} rounds, flows {not args.no_flows}, "
-          f"budget {args.budget}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
+          f"records {not args.no_records}, budget {args.budget}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
     run = simulate(
         strategy=FedAvg(fraction_evaluate=0.0), model_factory=model_factory, load_client_data=loader,
         num_clients=args.clients, num_rounds=args.rounds, utility=utility, out=args.out, overwrite=True,
         train_config=train_config(learning_rate=0.05, local_epochs=5, batch_size=0, seed=seed),
         sampler=PartitionSampler(args.per_round, schedule="random", seed=seed), seed=seed,
         valuation_options={"valuation_budget": args.budget}, flows=not args.no_flows, on_round=on_round,
-        query_timeout=600.0, round_timeout=3600.0,
+        query_timeout=600.0, round_timeout=3600.0, save_records=not args.no_records,
     )
     wall = time.perf_counter() - started
     out = Path(args.out)

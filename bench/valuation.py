@@ -208,52 +208,13 @@ CNN_HELD_OUT = 2_000
 
 
 def _setup_cnn(num_clients: int, seed: int = 0):
-    """A FedAvg round of the LeNet-style CNN on Fashion-MNIST (Debian's dataset-fashion-mnist):
-    ``CNN_HELD_OUT`` class-balanced test images held out; the round starts from the CNN
-    after two epochs of mini-batch SGD (batches of 64, learning rate 0.05) on 6,000 other
-    training images (a mid-training state: from the initial model every coalition scores
-    one class and every value is 0); clients with 120 class-balanced training images each
-    (half with labels flipped at p = 0.7, as [ADS] §6.2), 20 local full-batch epochs at
-    learning rate 0.05. Cached in the temporary directory per (n, seed): every child of a
-    run values the same round."""
-    import pickle
-    import tempfile
-    from pathlib import Path
+    """A real FedAvg round of the CNN on Fashion-MNIST with ``CNN_HELD_OUT`` held-out test
+    images (``bench/large_rounds.py``'s ``real_round``: a mid-training start, clients with 120
+    images each, half noisy, trained locally; cached per n)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from large_rounds import real_round
 
-    cache = Path(tempfile.gettempdir()) / f"fedvalue-bench-cnn-{num_clients}-{seed}.pkl"
-    if cache.exists():
-        return pickle.loads(cache.read_bytes())
-    from clients.behaviours import flip_labels
-    from clients.training import get_model_arrays, train_locally
-    from simulations.data import load_dataset, sample_per_class
-    from simulations.models import make_cnn
-
-    import torch
-
-    rng = np.random.default_rng(seed)
-    test = load_dataset("fashion-mnist", split="test")
-    held = sample_per_class(test.y, CNN_HELD_OUT, seed=rng)
-    train = load_dataset("fashion-mnist", split="train")
-    chosen = sample_per_class(train.y, 6_000 + 120 * num_clients, seed=rng)
-    rng.shuffle(chosen)
-    warm, pool = chosen[:6_000], chosen[6_000:]
-    model = make_cnn(784, 10, seed=seed)
-    train_locally(model, train.x[warm], train.y[warm], epochs=2, learning_rate=0.05, batch_size=64, seed=seed)
-    start = get_model_arrays(model)
-    clients, weights = [], []
-    for k in range(num_clients):
-        rows = pool[120 * k : 120 * (k + 1)]
-        yk = train.y[rows]
-        if k % 2:
-            yk = flip_labels(yk, 0.7, 10, seed=[seed, k])
-        local = make_cnn(784, 10, seed=seed)
-        local.load_state_dict({name: torch.as_tensor(v) for name, v in start.items()})
-        train_locally(local, train.x[rows], yk, epochs=20, learning_rate=0.05, seed=seed + 10 + k)
-        clients.append(get_model_arrays(local))
-        weights.append(120.0)
-    result = (model, test.x[held], test.y[held], start, clients, weights)
-    cache.write_bytes(pickle.dumps(result))
-    return result
+    return real_round("cnn", num_clients, CNN_HELD_OUT, seed)
 
 
 def _one_cnn(num_clients: int, way: str, threads: int = 0) -> dict:

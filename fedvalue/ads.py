@@ -50,6 +50,14 @@ tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
   coalitions). Both per group, in :mod:`fedvalue.shapley_sampling`, with or without
   ``stderr_target``.
 
+``budget`` (distinct coalition evaluations) replaces the sample caps: a sampling method
+draws until its budget is spent, each block cut so that its worst case still fits, and
+``"auto"`` takes exact when its coalitions fit, else the first of :data:`BUDGET_SAMPLERS`
+whose minimum (two samples, for a standard error) fits (:func:`budget_method`). Every
+sampling method books a standard error per player (``ValuationResult.stderr``): the
+standard deviation of its independent samples over √samples (KernelSHAP: the sandwich
+estimate), which for tmc leaves out truncation's bias (at most the tolerance per group).
+
 mc and tmc walk the permutations in waves — step j of every still-active permutation of a
 block is one batched request to the game — so batched coalition evaluation keeps
 working.

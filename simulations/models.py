@@ -69,7 +69,11 @@ def make_mlp(
     if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence):
         raise ValueError(f"hidden: expected a sequence of positive integers; got {hidden!r}.")
     sizes = [input_dim, *check_hidden(hidden), num_classes]
-    generator = torch_generator(seed)
+    return torch.nn.Sequential(*_relu_mlp(sizes, torch_generator(seed)))
+
+
+def _relu_mlp(sizes: Sequence[int], generator: torch.Generator) -> list[torch.nn.Module]:
+    """Linear layers ``sizes[0] -> ... -> sizes[-1]`` with ReLUs between, drawn from ``generator``."""
     layers: list[torch.nn.Module] = []
     for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         # Built on the meta device: nn.Linear's own init would draw from the global RNG.
@@ -78,7 +82,7 @@ def make_mlp(
         layers.append(linear)
         if index < len(sizes) - 2:
             layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
+    return layers
 
 
 def make_linear_model(input_dim: int, output_dim: int, *, seed: Seed) -> torch.nn.Sequential:
@@ -129,13 +133,7 @@ def make_cnn(
         layers += [conv, torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
         previous, side = count, side // 2
     layers.append(torch.nn.Flatten())
-    sizes = [previous * side * side, *check_hidden(hidden), num_classes]
-    for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        linear = torch.nn.Linear(fan_in, fan_out, device="meta").to_empty(device="cpu")
-        _init_linear(linear, generator)
-        layers.append(linear)
-        if index < len(sizes) - 2:
-            layers.append(torch.nn.ReLU())
+    layers += _relu_mlp([previous * side * side, *check_hidden(hidden), num_classes], generator)
     return torch.nn.Sequential(*layers)
 
 
