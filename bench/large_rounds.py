@@ -16,14 +16,17 @@ evaluations, its own largest standard error printed), then each estimator at eac
 (``--budgets`` × n distinct coalition evaluations, ADS and LOO together, as
 ``--valuation-budget`` spends them): the estimator used, the round's valuation seconds
 (``value_round`` wall clock, one thread), its evaluations, max and mean |φ − φ_ref| over
-the clients, and the largest standard error it booked. Every run is a fresh game (no
-shared cache). Exact ADS is out of reach at these n (2^20 = 1,048,576 coalitions).
+the clients, and the largest standard error it booked; the reference line shows its
+largest and mean |φ| (the scale the errors are to be read against). Every run is a fresh
+game (no shared cache) and the reference has its own seed. Exact ADS is out of reach at
+these n (2^20 = 1,048,576 coalitions).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import sys
 import tempfile
@@ -127,8 +130,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from fedvalue.ads import budget_method
 
-    import os
-
     print(f"real Fashion-MNIST rounds; held-out images: MLP {args.held_out[0]}, CNN {args.held_out[1]}; one torch "
           f"thread; load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
     print(f"{'model':>5} {'n':>4} {'budget':>7} {'estimator':<22} {'seconds':>8} {'evals':>7} {'max err':>8} "
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             phi = np.array(reference["values"])
             print(f"{kind:>5} {n:>4} {args.reference * n:>7} {'reference: ' + reference['method']:<22} "
                   f"{reference['seconds']:>8.1f} {reference['evaluations']:>7} {'':>8} {'':>9} "
-                  f"{max(reference['stderr']):>11.4f}", flush=True)
+                  f"{max(reference['stderr']):>11.4f}  (max |φ| {np.abs(phi).max():.4f}, mean |φ| "
+                  f"{np.abs(phi).mean():.4f})", flush=True)
             records.append({"model": kind, "n": n, "budget": args.reference * n, "reference": True, **reference})
             for per_client in args.budgets:
                 budget = per_client * n
