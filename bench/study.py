@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 
 from clients.app import train_client  # noqa: E402
 from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean  # noqa: E402
 from fedvalue.selection import top_k  # noqa: E402
+from simulations.engine import torch_threads  # noqa: E402
 from simulations.noisy_clients import build  # noqa: E402
 from simulations.study import RANKINGS, NoisyClientsStudyConfig, _base, run_study  # noqa: E402
 from strategies.sampling import PartitionSampler  # noqa: E402
@@ -78,18 +78,14 @@ def bare_study(config: NoisyClientsStudyConfig) -> tuple[dict, pd.DataFrame]:
     Returns seconds of training and valuation, and the accuracy per (seed, method, k,
     round) in the layout of the study's ``accuracy.csv`` (to check it is the same computation).
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the engine's clients (Ray: one CPU each) and its server (study.py)
-    try:
+    with torch_threads(1):  # as the engine's clients (Ray: one CPU each) and its server (study.py)
         return _bare_study(config)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _bare_study(config: NoisyClientsStudyConfig) -> tuple[dict, pd.DataFrame]:
     seconds = {"training": 0.0, "valuation": 0.0}
     rows: list[dict] = []
-    for seed in range(config.first_seed, config.first_seed + config.seeds):
+    for seed in range(config.seed, config.seed + config.seeds):
         sampler = PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=seed)
         schedule = {t: sampler.sample(t, list(range(config.num_clients))) for t in range(1, config.rounds + 1)}
 

@@ -47,6 +47,7 @@ from flwr.clientapp.typing import Mod
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive, integer_wording
 from clients.behaviours import ClientBehaviour, HonestClient
+from clients.seeding import seeded_call
 from clients.training import (
     LOSSES,
     evaluate_model,
@@ -168,9 +169,20 @@ def _wants_gradient(content: RecordDict) -> bool:
     return CONFIG_KEY in configs and configs[CONFIG_KEY].get(GRADIENT_KEY) is True
 
 
+def _model(model_factory: Callable[[], torch.nn.Module], global_arrays, entropy: list[int]) -> torch.nn.Module:
+    """``model_factory()`` holding ``global_arrays``; the factory runs with the global generators
+    seeded from ``entropy`` (an unseeded factory draws the same, and leaves the caller's draws alone)."""
+    return set_model_arrays(seeded_call(model_factory, entropy, name="model_factory"), global_arrays)
+
+
 def _add_inference_gradient(content: RecordDict, data: ClientData, model_factory, global_arrays) -> None:
     """Put g = ∇ Σ ℓ over the inference split at ``global_arrays`` into a reply's content."""
-    model = set_model_arrays(model_factory(), global_arrays)
+    if len(data.x_infer) == 0:
+        raise ValueError(
+            f"x_infer, y_infer: the server asked client {data.partition_id} for its inference gradient (TracIn "
+            "flows), but its ClientData holds no inference split; give every client one or turn flows off."
+        )
+    model = _model(model_factory, global_arrays, [data.partition_id])
     loss, gradient = summed_loss_gradient(model, data.x_infer, data.y_infer, loss=data.loss)
     content[GRADIENT_KEY] = ArrayRecord({key: Array(value) for key, value in gradient.items()})
     content[CLIENT_RECORD_KEY][INFERENCE_LOSS_KEY] = loss
@@ -212,7 +224,7 @@ def train_client(
         (arrays to send, num-examples to claim, last epoch's mean train loss).
     """
     data_seed, train_seed, reply_seed = np.random.SeedSequence([seed, data.partition_id, server_round]).spawn(3)
-    model = set_model_arrays(model_factory(), global_arrays)
+    model = _model(model_factory, global_arrays, [seed, data.partition_id, server_round])
     x, y = data.behaviour.transform_training_data(data.x_train, data.y_train, np.random.default_rng(data_seed))
     train_loss = train_locally(
         model, x, y, epochs=local_epochs, learning_rate=learning_rate,
@@ -315,7 +327,7 @@ def make_client_app(
         partition_id = partition_id_of(context)
         data = _load(load_client_data, partition_id, msg.content)
         global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
-        model = set_model_arrays(model_factory(), global_arrays)
+        model = _model(model_factory, global_arrays, [partition_id])
         x, y = (data.x_infer, data.y_infer) if len(data.x_infer) else (data.x_train, data.y_train)
         scores = evaluate_model(model, x, y, loss=data.loss)
         metrics = {NUM_EXAMPLES_KEY: len(x), "eval-loss": scores["loss"]}

@@ -3,10 +3,14 @@ never the reverse, so the one implementation lives here)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
+
+T = TypeVar("T")
 
 #: What every ``seed`` keyword of this project accepts.
 Seed = int | Sequence[int] | np.random.SeedSequence | np.random.Generator | None
@@ -61,3 +65,40 @@ def torch_generator(seed: Seed, *, name: str = "seed") -> torch.Generator:
     """
     seed_int = int(as_generator(seed, name=name).integers(2**63))
     return torch.Generator().manual_seed(seed_int)
+
+
+def seeded_call(function: Callable[[], T], seed: Seed, *, name: str = "seed") -> T:
+    """``function()`` with the global generators it may draw from (numpy's legacy one,
+    Python's ``random``, torch's CPU generator and the initialized CUDA ones) seeded from
+    ``seed``; the caller's states are put back after, whatever ``function`` did.
+
+    A user's model factory usually initializes its layers from torch's global generator
+    (``torch.nn.Linear`` does): called here, the same seed builds the same model and the
+    caller's own draws are not disturbed.
+    """
+    numpy_seed, python_seed, torch_seed = np.random.SeedSequence(
+        _entropy(seed, name)).generate_state(3, dtype=np.uint64)
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=cuda):
+        np.random.seed(int(numpy_seed) % 2**32)
+        random.seed(int(python_seed))
+        torch.default_generator.manual_seed(int(torch_seed) % 2**63)  # CPU only: no lazy CUDA seeding queued
+        for device in cuda:
+            torch.cuda.default_generators[device].manual_seed(int(torch_seed) % 2**63)
+        try:
+            return function()
+        finally:
+            np.random.set_state(numpy_state)
+            random.setstate(python_state)
+
+
+def _entropy(seed: Seed, name: str) -> int | list[int]:
+    """Entropy for a ``SeedSequence`` from an int or a sequence of ints (the forms a run's
+    seed and its children take)."""
+    if _is_int(seed) and seed >= 0:
+        return int(seed)
+    if (isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)) and len(seed) > 0
+            and all(_is_int(part) and part >= 0 for part in seed)):
+        return [int(part) for part in seed]
+    raise ValueError(f"{name}: expected a non-negative int or a sequence of non-negative ints; got {seed!r}.")

@@ -10,16 +10,20 @@ A run directory (:mod:`fedvalue.ledger`) may also hold
     of the round's books can be recomputed (``fedvalue audit``). Written once, before
     the round's commit mark, and never held in memory after: a run with many clients
     keeps one round in RAM.
-``checkpoint.json`` and ``checkpoint/round-NNNNNN.{npz,pkl}``
-    After round k commits: the global state A_k, the server's own state (the inner
-    strategy with its optimizer moments, pending checks; pickled by the caller) and the
-    size of every append-only file at that moment. ``checkpoint.json`` is replaced
-    atomically and points at round k's files; older files are then removed. Resuming
-    truncates the tables to those sizes (a round that was being written when the run
-    died leaves no trace) and continues from A_k, so a resumed run writes the same
-    ledger as an uninterrupted one.
+``checkpoint.json``, ``checkpoint/round-NNNNNN.npz`` and ``checkpoint/round-NNNNNN-state.npz``
+    After round k commits: the global state A_k, the server's own state as data (the
+    inner strategy's optimizer moments, the sampler, the claim review, pending checks:
+    a JSON tree and its arrays, :mod:`fedvalue.state_codec`; never a pickle) and the size
+    of every append-only table at that moment. Round k's seal (:mod:`fedvalue.seals`)
+    commits to the files' digests and the sizes before ``checkpoint.json`` switches to
+    them in one atomic replace; older files are then removed. Resuming checks all of it
+    first, then cuts the tables back to those sizes (a round that was being written when
+    the run died leaves no trace) and continues from A_k, so a resumed run writes the
+    same ledger as an uninterrupted one (:mod:`fedvalue.run_books`).
 
-Arrays are stored exactly (``numpy.savez``, no compression, the arrays' own dtypes).
+Arrays are stored exactly (``numpy.savez``, no compression, the arrays' own dtypes), and
+read with ``allow_pickle=False``: no file of a run directory can make a reader run code.
+Every file goes through :mod:`fedvalue.rundir` (no links, regular files, capped reads).
 """
 
 from __future__ import annotations
@@ -28,98 +32,116 @@ import io
 import json
 import math
 import os
-import re
 import zipfile
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from fedvalue import rundir
-from fedvalue.schema import FIRST_ORDER_FILE, LEDGER_FILE, ROUNDS_FILE
+from fedvalue.rundir import RunDir, open_run_dir
+from fedvalue.schema import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    FIRST_ORDER_FILE,
+    LEDGER_FILE,
+    RECORDS_DIR,
+    ROUNDS_FILE,
+    checkpoint_names,
+    record_name,
+    record_round,
+)
 
-RECORDS_DIR = "records"
-CHECKPOINT_FILE = "checkpoint.json"
-CHECKPOINT_DIR = "checkpoint"
 #: Append-only tables of a run; a checkpoint records their sizes.
 APPEND_ONLY_FILES = (LEDGER_FILE, ROUNDS_FILE, FIRST_ORDER_FILE)
+#: Most members an archive may hold (a record holds a few per reply).
+MAX_MEMBERS = 100_000
 
 Arrays = dict[str, np.ndarray]
 _META_KEY = "__meta__"
-_ROUND_FILE = re.compile(r"round-(\d{6})\.npz$")
 
 
-def replace_durably(tmp: Path, path: Path) -> None:
-    """Move the finished file ``tmp`` onto ``path`` after forcing it to disk: a crash leaves
-    the old ``path`` or the new one, never a torn file. Neither may be a link or a special
-    file (a received run directory must not redirect a write)."""
-    for target in (tmp, path):
-        rundir.check_file(target.parent, target.name)
-    with open(tmp, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+def _split(path: str | os.PathLike) -> tuple[RunDir, str]:
+    path = rundir.resolve(path)
+    return RunDir(path.parent), path.name
 
 
-def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Mapping | None = None) -> None:
-    """Write ``arrays`` (and JSON ``meta``) to ``path`` atomically: a crash leaves the old file or the new."""
-    path = Path(path)
-    tmp = rundir.check_file(path.parent, path.name + ".tmp")
-    rundir.check_file(path.parent, path.name)
+def npz_bytes(arrays: Mapping[str, np.ndarray], meta: Mapping | None = None) -> bytes:
+    """``arrays`` (and JSON ``meta``) as the bytes of an npz archive."""
     payload = {key: np.asarray(value) for key, value in arrays.items()}
     if _META_KEY in payload:
         raise ValueError(f"arrays: the key {_META_KEY!r} is reserved for the record's metadata.")
     if meta is not None:
         payload[_META_KEY] = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
-    with open(tmp, "wb") as handle:
-        np.savez(handle, **payload)
-    replace_durably(tmp, path)
+    buffer = io.BytesIO()
+    np.savez(buffer, **payload)
+    return buffer.getvalue()
 
 
-def _check_members(data: bytes, path: Path, max_bytes: int) -> None:
-    """Refuse an archive whose members would unpack to more than ``max_bytes``, or whose
-    array headers promise more elements than their member holds (numpy allocates the
-    promised size before reading)."""
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        members = archive.infolist()
-        total = sum(member.file_size for member in members)
-        if total > max_bytes:
-            raise ValueError(f"{path}: unpacks to {total} bytes, more than the {max_bytes} allowed.")
-        for member in members:
-            with archive.open(member) as stream:
-                version = np.lib.format.read_magic(stream)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = read_header(stream)
-                if dtype.hasobject:
-                    raise ValueError(f"{path}: member {member.filename} holds Python objects, not arrays.")
-                promised = math.prod(shape) * dtype.itemsize
-                if promised > member.file_size:
-                    raise ValueError(f"{path}: member {member.filename} promises {promised} bytes of array "
-                                     f"in {member.file_size}.")
+def write_npz(run: RunDir, name: str, arrays: Mapping[str, np.ndarray], meta: Mapping | None = None) -> bytes:
+    """Write ``arrays`` and ``meta`` to ``name`` of ``run`` atomically; returns the bytes written."""
+    data = npz_bytes(arrays, meta)
+    run.write_bytes(name, data)
+    return data
+
+
+def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Mapping | None = None) -> None:
+    """Write ``arrays`` (and JSON ``meta``) to ``path`` atomically: a crash leaves the old file or the new."""
+    run, name = _split(path)
+    write_npz(run, name, arrays, meta)
+
+
+def _check_members(archive: zipfile.ZipFile, where: str, max_bytes: int) -> None:
+    """Refuse an archive with too many members, members that would unpack to more than
+    ``max_bytes``, or array headers promising more elements than their member holds (numpy
+    allocates the promised size before reading)."""
+    members = archive.infolist()
+    if len(members) > MAX_MEMBERS:
+        raise ValueError(f"{where}: holds {len(members)} members, more than the {MAX_MEMBERS} allowed.")
+    total = sum(member.file_size for member in members)
+    if total > max_bytes:
+        raise ValueError(f"{where}: unpacks to {total} bytes, more than the {max_bytes} allowed.")
+    for member in members:
+        with archive.open(member) as stream:
+            version = np.lib.format.read_magic(stream)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(stream)
+            if dtype.hasobject:
+                raise ValueError(f"{where}: member {rundir.printable(member.filename, 80)} holds Python objects, "
+                                 "not arrays.")
+            promised = math.prod(shape) * dtype.itemsize
+            if promised > member.file_size:
+                raise ValueError(f"{where}: member {rundir.printable(member.filename, 80)} promises {promised} "
+                                 f"bytes of array in {member.file_size}.")
+
+
+def npz_from_bytes(data: bytes, where: str, *, max_bytes: int = rundir.MAX_FILE_BYTES) -> tuple[Arrays, dict]:
+    """Arrays (in their saved order) and metadata of an archive :func:`npz_bytes` wrote;
+    ValueError naming ``where`` for anything else (pickles, bombs, torn files, garbage)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            _check_members(archive, where, max_bytes)
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files if key != _META_KEY}
+            meta = (rundir.loads_json(archive[_META_KEY].tobytes().decode("utf-8"), where)
+                    if _META_KEY in archive.files else {})
+    except (ValueError, OSError, EOFError, KeyError, TypeError, zipfile.BadZipFile, UnicodeDecodeError,
+            RuntimeError, MemoryError, OverflowError) as error:
+        raise ValueError(f"{where}: not an archive written by fedvalue ({type(error).__name__}: "
+                         f"{rundir.printable(error, 160)}).") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}: its metadata is not a JSON object.")
+    return arrays, meta
 
 
 def load_npz(path: str | os.PathLike, *, max_bytes: int = rundir.MAX_FILE_BYTES) -> tuple[Arrays, dict]:
-    """Arrays and metadata written by :func:`save_npz` (arrays in their saved order).
-
-    The file must be a regular file (no link, FIFO or device) and unpack to at most
-    ``max_bytes``; anything that is not such an archive raises ValueError naming the file.
-    """
-    path = Path(path)
-    data = rundir.read_bytes(path.parent, path.name, max_bytes=max_bytes)
-    try:
-        _check_members(data, path, max_bytes)
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files if key != _META_KEY}
-            meta = json.loads(archive[_META_KEY].tobytes().decode("utf-8")) if _META_KEY in archive.files else {}
-    except rundir.UnsafeRunFile:
-        raise
-    except (ValueError, OSError, EOFError, KeyError, TypeError, zipfile.BadZipFile, UnicodeDecodeError,
-            RuntimeError, MemoryError) as error:
-        raise ValueError(f"{path}: not an archive written by fedvalue ({type(error).__name__}: {error}).") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path}: its metadata is not a JSON object.")
-    return arrays, meta
+    """Arrays and metadata written by :func:`save_npz`: the file must be a regular file
+    (no link, FIFO or device) and unpack to at most ``max_bytes``; anything that is not
+    such an archive raises ValueError naming the file."""
+    run, name = _split(path)
+    return npz_from_bytes(run.read_bytes(name, max_bytes=max_bytes), run.show(name), max_bytes=max_bytes)
 
 
 def _split_prefix(arrays: Arrays, prefix: str) -> Arrays:
@@ -166,15 +188,15 @@ class RoundRecord:
 
 
 def records_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / RECORDS_DIR
+    return rundir.resolve(run_dir) / RECORDS_DIR
 
 
 def record_path(run_dir: str | os.PathLike, server_round: int) -> Path:
-    return records_dir(run_dir) / f"round-{int(server_round):06d}.npz"
+    return rundir.resolve(run_dir) / record_name(server_round)
 
 
-def write_round_record(run_dir: str | os.PathLike, record: RoundRecord) -> Path:
-    """Save ``record`` as ``records/round-NNNNNN.npz`` (atomic). Client ids must be ints or strings."""
+def record_bytes(record: RoundRecord) -> bytes:
+    """The bytes of ``record``'s archive. Client ids must be ints or strings."""
     clients = list(dict.fromkeys([*record.statuses, *record.replies, *record.gradients]))
     for client in clients:
         if isinstance(client, bool) or not isinstance(client, (int, np.integer, str)):
@@ -196,30 +218,45 @@ def write_round_record(run_dir: str | os.PathLike, record: RoundRecord) -> Path:
         "losses": {str(index[c]): float(v) for c, v in record.losses.items()},
         "meta": record.meta,
     }
-    directory = rundir.check_dir(run_dir, RECORDS_DIR)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = record_path(run_dir, record.round)
-    save_npz(path, arrays, meta)
-    return path
+    return npz_bytes(arrays, meta)
+
+
+def write_round_record(run_dir: str | os.PathLike | RunDir, record: RoundRecord) -> Path:
+    """Save ``record`` as ``records/round-NNNNNN.npz`` (atomic). Client ids must be ints or strings."""
+    run = open_run_dir(run_dir)
+    name = record_name(record.round)
+    run.write_bytes(name, record_bytes(record))
+    return run.path / name
+
+
+def round_record_from_bytes(data: bytes, where: str) -> RoundRecord:
+    """A record from its archive's bytes; ValueError naming ``where`` for anything else."""
+    arrays, meta = npz_from_bytes(data, where)
+    try:
+        return _round_record(arrays, meta)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as error:
+        raise ValueError(f"{where}: not a round record written by fedvalue (its metadata lacks or garbles "
+                         f"{type(error).__name__}: {rundir.printable(error, 120)}).") from None
 
 
 def read_round_record(path: str | os.PathLike) -> RoundRecord:
     """A record written by :func:`write_round_record`; ValueError naming the file for
     anything else (a torn archive, garbage metadata)."""
-    arrays, meta = load_npz(path)
-    try:
-        return _round_record(arrays, meta)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as error:
-        raise ValueError(f"{path}: not a round record written by fedvalue (its metadata lacks or garbles "
-                         f"{type(error).__name__}: {error}).") from None
+    run, name = _split(path)
+    return round_record_from_bytes(run.read_bytes(name), run.show(name))
 
 
 def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
     clients = meta["clients"]
     if not isinstance(clients, list) or any(isinstance(c, bool) or not isinstance(c, (int, str)) for c in clients):
         raise TypeError("'clients' is not a list of ids")
+    if len(set(clients)) != len(clients):
+        raise ValueError("'clients' names a client twice")
     if not isinstance(meta["meta"], dict):
         raise TypeError("'meta' is not an object")
+    for key in ("replies", "accepted", "gradients"):
+        if not isinstance(meta[key], list) or len(set(meta[key])) != len(meta[key]):
+            raise ValueError(f"'{key}' is not a list of distinct clients")
     return RoundRecord(
         round=int(meta["round"]),
         start_arrays=_split_prefix(arrays, "start/"),
@@ -233,14 +270,22 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
     )
 
 
+def round_record_names(run_dir: str | os.PathLike | RunDir) -> dict[int, str]:
+    """Round -> record name (relative), for every file of records/ named exactly as a
+    record (``round-NNNNNN.npz``); other names are not records (the audit lists them)."""
+    run = open_run_dir(run_dir)
+    found = {}
+    for entry in run.listdir(RECORDS_DIR):
+        server_round = record_round(entry)
+        if server_round is not None:
+            found[server_round] = f"{RECORDS_DIR}/{entry}"
+    return dict(sorted(found.items()))
+
+
 def round_record_paths(run_dir: str | os.PathLike) -> dict[int, Path]:
     """Round -> record file, for every record the run saved."""
-    found = {}
-    for path in rundir.list_dir(run_dir, RECORDS_DIR):
-        match = _ROUND_FILE.match(path.name)
-        if match:
-            found[int(match.group(1))] = path
-    return dict(sorted(found.items()))
+    run = open_run_dir(run_dir)
+    return {t: run.path / name for t, name in round_record_names(run).items()}
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -257,102 +302,77 @@ class Checkpoint:
     arrays
         A_k, the global state after round k (None when k = 0: the run's initial state).
     state
-        The server's pickled state (opaque bytes; None when k = 0).
+        The server's state as data: (JSON tree, arrays) of :mod:`fedvalue.state_codec`
+        (None when k = 0).
     file_sizes
         Size in bytes of each append-only table at the commit of round k.
     """
 
     round: int
     arrays: Arrays | None
-    state: bytes | None
+    state: tuple[object, Arrays] | None
     file_sizes: dict[str, int]
 
 
-def _checkpoint_files(run_dir: Path, server_round: int) -> tuple[Path, Path]:
-    stem = run_dir / CHECKPOINT_DIR / f"round-{int(server_round):06d}"
-    return stem.with_suffix(".npz"), stem.with_suffix(".pkl")
-
-
 def checkpoint_files(server_round: int) -> tuple[str, str]:
-    """Round k's checkpoint files, relative to the run directory."""
-    stem = f"{CHECKPOINT_DIR}/round-{int(server_round):06d}"
-    return stem + ".npz", stem + ".pkl"
+    """Round k's checkpoint files, relative to the run directory (A_k, the server's state)."""
+    return checkpoint_names(server_round)
 
 
-def write_checkpoint(run_dir: str | os.PathLike, server_round: int, arrays: Mapping[str, np.ndarray],
-                     state: bytes, files: Iterable[str] = APPEND_ONLY_FILES,
-                     before_switch: Callable[[tuple[str, str]], None] | None = None) -> None:
+def state_bytes(tree: object, arrays: Mapping[str, np.ndarray]) -> bytes:
+    """The server's state (:mod:`fedvalue.state_codec`) as the bytes of its checkpoint file."""
+    return npz_bytes({f"state/{key}": value for key, value in arrays.items()}, {"state": tree})
+
+
+def state_from_bytes(data: bytes, where: str) -> tuple[object, Arrays]:
+    """(JSON tree, arrays) of a state file :func:`state_bytes` wrote; ValueError otherwise."""
+    arrays, meta = npz_from_bytes(data, where)
+    if "state" not in meta:
+        raise ValueError(f"{where}: not a server state written by fedvalue (no 'state').")
+    return meta["state"], _split_prefix(arrays, "state/")
+
+
+def write_checkpoint(run: RunDir, server_round: int, arrays: Mapping[str, np.ndarray], state: tuple[object, Mapping],
+                     sizes: Mapping[str, int], before_switch=None) -> dict[str, str]:
     """Checkpoint round ``server_round``, which must already be committed to the tables.
 
-    The round's arrays and state go to their own files first; ``before_switch`` (the
-    round's seal, :mod:`fedvalue.seals`) is called with their relative paths; then
-    ``checkpoint.json`` switches to them in one atomic replace; the previous round's
-    files are removed last.
+    A_k and the server's state go to their own files first; ``before_switch`` (the round's
+    seal) is called with {"npz": bytes, "state": bytes} of what was written; then
+    ``checkpoint.json`` switches to them (with the tables' ``sizes``) in one atomic
+    replace; other checkpoint files are removed last. Returns the files' names.
     """
-    run_dir = Path(run_dir)
-    rundir.check_dir(run_dir, CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
-    arrays_path, state_path = _checkpoint_files(run_dir, server_round)
-    save_npz(arrays_path, arrays)
-    tmp = rundir.check_file(run_dir, f"{CHECKPOINT_DIR}/{state_path.name}.tmp")
-    tmp.write_bytes(state)
-    replace_durably(tmp, state_path)
+    run.mkdir(CHECKPOINT_DIR)
+    arrays_name, state_name = checkpoint_files(server_round)
+    written = {"npz": write_npz(run, arrays_name, arrays)}
+    written["state"] = state_bytes(*state)
+    run.write_bytes(state_name, written["state"])
     if before_switch is not None:
-        before_switch(checkpoint_files(server_round))
-    sizes = {name: rundir.check_file(run_dir, name).stat().st_size for name in files
-             if os.path.lexists(run_dir / name)}
-    pointer = rundir.check_file(run_dir, CHECKPOINT_FILE)
-    tmp = rundir.check_file(run_dir, CHECKPOINT_FILE + ".tmp")
-    tmp.write_text(json.dumps({"round": int(server_round), "files": sizes}, sort_keys=True) + "\n", encoding="utf-8")
-    replace_durably(tmp, pointer)
-    for path in rundir.list_dir(run_dir, CHECKPOINT_DIR):
-        if path not in (arrays_path, state_path):
-            rundir.check_file(run_dir, path.relative_to(run_dir)).unlink()
+        before_switch(written)
+    run.write_text(CHECKPOINT_FILE, json.dumps({"round": int(server_round), "files": dict(sizes)},
+                                               sort_keys=True) + "\n")
+    for entry in run.listdir(CHECKPOINT_DIR):
+        name = f"{CHECKPOINT_DIR}/{entry}"
+        if name not in (arrays_name, state_name):
+            run.unlink(name)
+    return {"npz": arrays_name, "state": state_name}
 
 
-def read_checkpoint(run_dir: str | os.PathLike) -> Checkpoint:
-    """The run's last checkpoint; round 0 (start afresh) when it has none."""
-    run_dir = Path(run_dir)
-    pointer = run_dir / CHECKPOINT_FILE
-    rundir.check_dir(run_dir, CHECKPOINT_DIR)
-    if not rundir.exists(run_dir, CHECKPOINT_FILE):
-        return Checkpoint(0, None, None, {})
+def read_checkpoint_pointer(run: RunDir) -> tuple[int, dict[str, int]] | None:
+    """(round k, table sizes) that ``checkpoint.json`` names; None without one. Reads
+    nothing else: resuming verifies the files against round k's seal before using them."""
+    if not run.exists(CHECKPOINT_FILE):
+        return None
+    saved = run.read_json(CHECKPOINT_FILE, max_bytes=1 << 20)
     try:
-        saved = json.loads(rundir.read_text(run_dir, CHECKPOINT_FILE, max_bytes=rundir.MAX_JSON_BYTES))
-        server_round, sizes = int(saved["round"]), {str(k): int(v) for k, v in saved["files"].items()}
-        if server_round < 0 or any(size < 0 for size in sizes.values()):
-            raise ValueError("negative round or size")
-    except rundir.UnsafeRunFile:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
-        raise ValueError(f"resume: {pointer} is not a checkpoint written by fedvalue ({error}).") from None
-    arrays_path, state_path = _checkpoint_files(run_dir, server_round)
-    for path in (arrays_path, state_path):
-        if not os.path.lexists(path):
-            raise ValueError(f"resume: the checkpoint of round {server_round} lacks {path}; the run directory was "
-                             "changed by hand.")
-    arrays, _ = load_npz(arrays_path)
-    state = rundir.read_bytes(run_dir, state_path.relative_to(run_dir))
-    return Checkpoint(server_round, arrays, state, sizes)
-
-
-def rewind(run_dir: str | os.PathLike, checkpoint: Checkpoint, files: Sequence[str] = APPEND_ONLY_FILES) -> None:
-    """Cut the run's tables and records back to ``checkpoint``: what a later, unfinished round
-    wrote is removed (tables truncated to their checkpointed sizes, later records deleted)."""
-    run_dir = Path(run_dir)
-    for name in files:
-        path = rundir.check_file(run_dir, name)
-        if not path.exists():
-            continue
-        size = checkpoint.file_sizes.get(name, 0)
-        if path.stat().st_size < size:
-            raise ValueError(f"resume: {path} is shorter than at the checkpoint of round {checkpoint.round} "
-                             f"({path.stat().st_size} < {size} bytes); the run directory was changed by hand.")
-        if size == 0:
-            path.unlink()
-            continue
-        with open(path, "rb+") as handle:
-            handle.truncate(size)
-            os.fsync(handle.fileno())
-    for server_round, path in round_record_paths(run_dir).items():
-        if server_round > checkpoint.round:
-            rundir.check_file(run_dir, path.relative_to(run_dir)).unlink()
+        server_round = saved["round"]
+        sizes = saved["files"]
+        if isinstance(server_round, bool) or not isinstance(server_round, int) or server_round < 0:
+            raise ValueError("its round is not a non-negative integer")
+        if not isinstance(sizes, dict) or any(
+                k not in APPEND_ONLY_FILES or isinstance(v, bool) or not isinstance(v, int) or v < 0
+                for k, v in sizes.items()):
+            raise ValueError("its sizes are not the tables' byte counts")
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"resume: {run.show(CHECKPOINT_FILE)} is not a checkpoint written by fedvalue "
+                         f"({rundir.printable(error, 120)}).") from None
+    return server_round, dict(sizes)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -61,10 +61,90 @@ def close(booked, recomputed, tolerance: float) -> bool:
         return False
 
 
+class CappedUtility:
+    """The run's utility for one round's recompute, counting the states it scores: past
+    ``limit`` (what the round booked, plus the books' own scorings) it raises
+    :class:`CappedUtility.Exceeded`, past the audit's budget :class:`fedvalue.audit_files.BudgetExceeded`.
+    Batched and linear scoring (:mod:`fedvalue.linear`) are counted row by row."""
+
+    class Exceeded(Exception):
+        """The recompute needs more evaluations than the round booked."""
+
+    def __init__(self, utility: ArraysUtility, limit: int, budget) -> None:
+        self.utility, self.limit, self.budget, self.used = utility, int(limit), budget, 0
+
+    def count(self, states: int) -> None:
+        self.used += states
+        if self.used > self.limit:
+            raise CappedUtility.Exceeded(f"recomputing it takes more than the {self.limit} evaluations its books "
+                                         "allow (rounds.csv's num_evaluations and the round's anchors)")
+        self.budget.check("recomputing the values")
+
+    def __call__(self, arrays):
+        self.count(1)
+        return self.utility(arrays)
+
+    @property
+    def supports_linear(self) -> bool:
+        return bool(getattr(self.utility, "supports_linear", False))
+
+    @property
+    def batch(self):
+        batch = getattr(self.utility, "batch", None)
+        if batch is None:
+            return None
+
+        def counted(states):
+            self.count(len(states))
+            return batch(states)
+        return counted
+
+    def linear(self, basis):
+        scorer = self.utility.linear(basis)
+        capped = self
+
+        class Counted:
+            def values(self, rows, **keywords):
+                capped.count(len(rows))
+                return scorer.values(rows, **keywords)
+
+            def __getattr__(self, name):
+                return getattr(scorer, name)
+        return Counted()
+
+
+def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], int] | None,
+                    retrain: Callable[[int, Hashable, Mapping], Mapping] | None) -> list[str]:
+    """Where a reply's weight is not its client's example count, or its arrays are not what
+    its local training gives from the round's start, the run's settings and seed (both
+    rebuilt by the simulation that made the run)."""
+    problems, t = [], record.round
+    for client, arrays in record.replies.items():
+        if example_counts is not None:
+            try:
+                expected = example_counts(client)
+            except (KeyError, IndexError, TypeError, ValueError):
+                problems.append(f"round {t}: client {client!r} is not one of the run's clients")
+                continue
+            if record.weights.get(client) != expected:
+                problems.append(f"round {t} client {client}: its weight is {record.weights.get(client)!r}; its data, "
+                                f"drawn from the run's seed, hold {expected} examples")
+        if retrain is not None and record.statuses.get(client) == STATUS_OK:
+            expected = retrain(t, client, record.start_arrays)
+            if set(expected) != set(arrays) or not all(
+                    np.shape(arrays[k]) == np.shape(expected[k])
+                    and np.allclose(arrays[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected):
+                problems.append(f"round {t} client {client}: its saved reply is not what local training from the "
+                                "round's start, run.json's training settings and seed give")
+    return problems
+
+
 def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
     """Where the record's estimator, methods or seed disagree with run.json."""
     meta, problems = record.meta, []
     valuation = meta.get("valuation") or {}
+    if not isinstance(valuation, dict):
+        return [f"its valuation settings are not an object: {str(valuation)[:40]!r}"]
     for key, field in SETTING_KEYS.items():
         if key in config:
             expected = config[key] or None if key == "stderr_target" else config[key]

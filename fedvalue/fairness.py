@@ -1,35 +1,57 @@
-"""Group fairness on held-out data, its smooth relaxations and each client's influence on it.
+"""Group fairness on held-out data, the two papers' smooth relaxations, and each client's
+first-order influence on it.
 
-Held-out examples (x_j, y_j, z_j) carry a binary sensitive attribute z ∈ {0, 1}; a
-classifier with parameters θ scores each example h_θ(x) ∈ [0, 1]. The gaps compare the
-groups' mean scores:
+Examples (x_j, y_j, z_j) carry a binary sensitive attribute z ∈ {0, 1} and a label y ∈ {0, 1}
+(1: the favourable class; [FAIRINFL] writes −1/+1). A classifier with parameters θ has a real
+score f(x; θ) (the log-odds of the favourable class) and the probability h_θ(x) = σ(f).
 
-* demographic parity ([FAIRINFL] Eq. 13–14, [FAIRIJ] Eq. 5):
-  F_DP = |E[h | z=1] − E[h | z=0]|;
-* equal opportunity, the true-positive-rate gap ([FAIRINFL] Eq. 18, 20):
-  F_EOP = |E[h | z=1, y=1] − E[h | z=0, y=1]|;
-* equalized odds ([FAIRINFL] Eq. 25, [FAIRIJ] Eq. 5): F_EO = Σ_{y∈{0,1}} |E[h | z=1, y] − E[h | z=0, y]|.
+**Hard gaps** (the measures ψ of [FAIRINFL] Table 1, Eq. 13, 18–19, with two groups) compare
+the groups' rates of positive predictions, h = 1[predicted class = favourable]:
+DP |P(ŷ=1 | z=1) − P(ŷ=1 | z=0)|; EOP (equal TPR) the same given y = 1; EO the TPR gap plus
+the FPR gap.
 
-The **hard** gap takes h = 1[the predicted class is the positive one] (rates of positive
-predictions); the **relaxed** gap takes the model's probability of the positive class
-(softmax of the logits; sigmoid for one logit), which is smooth in θ ([FAIRIJ] Eq. 5; the
-relaxation of [FAIRINFL] §4.1 with f = that probability). The gradient of a relaxed gap is
-sign(a − b)(∇a − ∇b) per absolute term: the sign of the group difference at θ, as
-[FAIRINFL] takes it after Eq. 17 (at a difference of exactly 0 the sign is taken as 0).
+**Two relaxations, not one.**
 
-**Client fairness influence** (client-level reading of [FAIRIJ] Eq. 6 and [FAIRINFL] Eq. 35).
-In round t client u's share of the FedAvg step is p_u Δ_u (p_u = n_u / Σ n, Δ_u = w_u − A_{t−1}),
-and
+* [FAIRIJ] Eq. 5 — *conditional means of the probability* (:func:`gap_of_scores` with
+  h = h_θ, what :class:`GroupFairness` books): F_DP = |E[h_θ | z=1] − E[h_θ | z=0]|,
+  F_EO = Σ_{y∈{0,1}} |E[h_θ | z=1, y] − E[h_θ | z=0, y]|, and the y = 1 term alone for EOP
+  (the paper's ΔDEO).
+* [FAIRINFL] Eq. 14 — *joint expectations of the score* (:func:`joint_gap_of_scores`, from
+  Madras et al.): φ_DP = |E[f·1[z=1]] − E[f·1[z=0]]|, and Eq. 20 (equal TPR:
+  |E[f·1[z=1, y=1]] − E[f·1[z=0, y=1]]|), Eq. 23 (equal FPR, y = 0), Eq. 25 (EO = TPR + FPR
+  terms), Eq. 27 (the covariance |Cov(z, f)|). E[f·1[z=1]] = P(z=1) E[f | z=1]: it weighs each
+  group by its share, uses the unbounded score and so differs from Eq. 5 unless the groups
+  are equally large and f is the probability. Its per-example terms are what
+  :mod:`fedvalue.fair_ntk` differentiates.
+
+The gradient of a relaxed gap is sign(a − b)(∇a − ∇b) per absolute term: the sign of the
+group difference at θ, as [FAIRINFL] takes it after Eq. 17 (at exactly 0 the sign is 0).
+
+**Client fairness influence (first order, no curvature).** In round t client u's share of
+the FedAvg step is p_u Δ_u (p_u = n_u / Σ n, Δ_u = w_u − A_{t−1}), and
 
     I^F_t(u) = ∇F(A_{t−1}) · (p_u Δ_u),
 
 the first-order change of the relaxed gap F caused by u's share (> 0: u raises the gap).
-Σ_u I^F_t(u) = ∇F · (A_t − A_{t−1}) is the first-order change over the round. One gradient
-at A_{t−1} and one dot product per client: O(n·p), like the TracIn flows.
+Σ_u I^F_t(u) = ∇F · (A_t − A_{t−1}). This is a TracIn-style score at the round's start, *not*
+[FAIRIJ] Eq. 6 (which is −∇Fᵀ H⁻¹ ∇ℓ at a fitted model, with curvature:
+:mod:`fedvalue.fair_reweighting`) nor [FAIRINFL] Eq. 35 (the constraint term's influence
+through the NTK: :mod:`fedvalue.fair_ntk`).
 
-**Reweighting rules** at client level ([FAIRIJ] Eq. 9): drop-K / Fair-IJ (Prop. 3.1: weight 0
-for the K clients with the largest positive influence) and I-JACK (Prop. 3.2:
-w_u = 1 − λ I^F_t(u), clipped at 0 here so no client is subtracted, then normalized).
+**FedAvg renormalization.** Reweighting client u's aggregation weight, n_u → ω_u n_u, and
+renormalizing (A_t = A_{t−1} + Σ_u ω_u n_u Δ_u / Σ_v ω_v n_v) gives at ω = 1
+
+    ∂F(A_t)/∂ω_u = ∇F(A_t)·p_u(Δ_u − Σ_v p_v Δ_v) ≈ I^F_t(u) − p_u Σ_v I^F_t(v),
+
+exact with the gradient taken at A_t, first order with the booked I^F at A_{t−1}; not
+I^F_t(u): raising one weight lowers every other client's share
+(:func:`fedavg_weight_derivatives`).
+
+**Reweighting rules** at client level ([FAIRIJ] Eq. 9, used by the federated acceptance
+policies): drop-K / Fair-IJ (Prop. 3.1) with a *fixed* K — the K clients with the largest
+positive I^F (the paper derives K from λ: :func:`fedvalue.fair_reweighting.fair_ij_weights`)
+— and I-JACK (Prop. 3.2: w_u = 1 − λ I^F_t(u), clipped at 0 here so no client is
+subtracted, then normalized).
 
 :class:`GroupFairness` also is a utility U(arrays) = −gap for the round game, so a round can
 be valued on fairness by exact ADS and LOO like on accuracy.
@@ -48,6 +70,8 @@ from fedvalue.projection import flatten
 
 #: Gap names: demographic parity, equal opportunity (TPR), equalized odds.
 GAPS = ("dp", "eop", "eo")
+#: [FAIRINFL]'s relaxations (:func:`joint_gap_of_scores`): the gaps, the FPR term alone, the covariance.
+JOINT_GAPS = ("dp", "eop", "fpr", "eo", "cov")
 
 
 def _check_gap(gap: object) -> str:
@@ -62,8 +86,9 @@ def _group_mean_difference(h: torch.Tensor, mask1: torch.Tensor, mask0: torch.Te
 
 
 def gap_of_scores(h: torch.Tensor, y: torch.Tensor, z: torch.Tensor, gap: str) -> torch.Tensor:
-    """The ``gap`` (module docstring) of scores ``h`` with labels ``y`` (1 = positive) and
-    groups ``z``: hard for 0/1 scores, relaxed for probabilities. Differentiable in ``h``."""
+    """The ``gap`` between the groups' conditional means of ``h`` (labels ``y``, 1 = positive;
+    groups ``z``): the hard gap for 0/1 predictions, [FAIRIJ] Eq. 5 for probabilities h_θ.
+    Differentiable in ``h``."""
     gap = _check_gap(gap)
     one, zero = z == 1, z == 0
     if gap == "dp":
@@ -206,7 +231,36 @@ class GroupFairness:
         return f"GroupFairness(gap={self.gap!r}, examples={len(self.x)}, utility_gap={self.utility_gap!r})"
 
 
+def joint_gap_of_scores(f: torch.Tensor, y: torch.Tensor, z: torch.Tensor, gap: str) -> torch.Tensor:
+    """[FAIRINFL]'s relaxation of scores ``f`` (module docstring): joint expectations,
+    (1/n)Σ_i f_i c_i inside an absolute value, with c_i = 1[z_i=1] − 1[z_i=0] for ``dp``
+    (Eq. 14–15), times 1[y_i=1] for ``eop`` (Eq. 20–21), times 1[y_i=0] for ``fpr`` (Eq. 23),
+    ``eo`` the sum of the ``eop`` and ``fpr`` terms (Eq. 25), ``cov`` with c_i = z_i − z̄
+    (Eq. 27–28). Differentiable in ``f``."""
+    gap = str(check_choice("gap", gap, JOINT_GAPS))
+    f = f.to(torch.float64)
+    group = (z == 1).to(torch.float64) - (z == 0).to(torch.float64)
+    if gap == "cov":
+        centred = z.to(torch.float64) - z.to(torch.float64).mean()
+        return (f * centred).mean().abs()
+    positive = (y == 1).to(torch.float64)
+    tpr = (f * group * positive).mean().abs()
+    fpr = (f * group * (1.0 - positive)).mean().abs()
+    return {"dp": (f * group).mean().abs(), "eop": tpr, "fpr": fpr, "eo": tpr + fpr}[gap]
+
+
 # ------------------------------------------------------------------------------ influence
+
+
+def _total_weight(clients: Mapping[Hashable, object], weights: Mapping[Hashable, float], name: str) -> float:
+    """Σ_{c∈clients} n_c, refusing a missing weight or a total that is not positive and finite."""
+    missing = [c for c in clients if c not in weights]
+    if missing:
+        raise ValueError(f"weights: expected a weight for every client of {name}; missing {missing}.")
+    total = float(sum(float(weights[c]) for c in clients))
+    if clients and not (math.isfinite(total) and total > 0):
+        raise ValueError(f"weights: expected a positive finite total; got {total!r}.")
+    return total
 
 
 def client_fairness_influences(
@@ -236,12 +290,7 @@ def client_fairness_influences(
     keys = list(start_arrays)
     g = flatten(gradient, keys=keys, name="gradient")
     start = flatten(start_arrays, keys=keys, name="start_arrays")
-    missing = [c for c in replies if c not in weights]
-    if missing:
-        raise ValueError(f"weights: expected a weight for every client of replies; missing {missing}.")
-    total = float(sum(float(weights[c]) for c in replies))
-    if replies and not (math.isfinite(total) and total > 0):
-        raise ValueError(f"weights: expected a positive finite total; got {total!r}.")
+    total = _total_weight(replies, weights, "replies")
     return {c: float(weights[c]) / total * float((flatten(arrays, keys=keys, name=f"replies[{c!r}]") - start) @ g)
             for c, arrays in replies.items()}
 
@@ -250,8 +299,9 @@ def client_fairness_influences(
 
 
 def drop_k(influences: Mapping[Hashable, float], k: int) -> set:
-    """The clients drop-K / Fair-IJ drops ([FAIRIJ] Prop. 3.1): the ``k`` with the largest
-    positive influence (fewer when fewer are positive); ties go to the earlier client."""
+    """The clients drop-K / Fair-IJ drops ([FAIRIJ] Prop. 3.1 with a fixed K instead of the
+    K(λ) the proposition derives): the ``k`` with the largest positive influence (fewer when
+    fewer are positive); ties go to the earlier client."""
     k = check_integer("k", k, 0)
     positive = [(position, c) for position, c in enumerate(influences) if influences[c] > 0]
     ranked = sorted(positive, key=lambda item: (-influences[item[1]], item[0]))
@@ -270,3 +320,26 @@ def ijack_factors(influences: Mapping[Hashable, float], lam: float) -> dict[Hash
         return {c: 0.0 for c in raw}
     return {c: w * len(raw) / total for c, w in raw.items()}
 
+
+
+def fedavg_weight_derivatives(influences: Mapping[Hashable, float],
+                              weights: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    """∂F/∂ω_u = I(u) − p_u Σ_v I(v) under FedAvg's renormalized weights (module docstring).
+
+    Parameters
+    ----------
+    influences
+        Client -> I(u) = ∇F · (p_u Δ_u) (:func:`client_fairness_influences`), or any
+        additive per-client first-order effect of its share.
+    weights
+        Client -> n_u; p_u = n_u / Σ_{v∈influences} n_v.
+
+    Returns
+    -------
+    dict
+        Client -> the derivative of F(A_t) in u's weight multiplier ω_u at ω = 1, in the order
+        of ``influences``; they sum to I(total)·(1 − Σ_u p_u) = 0.
+    """
+    total = _total_weight(influences, weights, "influences")
+    summed = float(sum(float(v) for v in influences.values()))
+    return {c: float(v) - float(weights[c]) / total * summed for c, v in influences.items()}

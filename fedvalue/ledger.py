@@ -27,7 +27,10 @@ A run directory holds
 
 Rows are appended and fsynced after every round, so a crash loses no completed round.
 Values are written with Python's shortest round-trip float repr: the same run gives
-the same bytes.
+the same bytes. A ``reason`` (text a failing client's error carried) is written with its
+control characters escaped and, when it starts like a spreadsheet formula (``=``, ``+``,
+``-``, ``@``), behind a ``'``: a spreadsheet never runs it and a terminal never obeys it.
+Every file goes through :mod:`fedvalue.rundir`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ import numpy as np
 import pandas as pd
 
 from fedvalue import rundir
-from fedvalue.archive import replace_durably
+from fedvalue.archive import APPEND_ONLY_FILES
+from fedvalue.rundir import RunDir, open_run_dir
 from fedvalue.seals import Signer, write_manifest
 from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_ratio
 from fedvalue.schema import (
@@ -92,20 +96,18 @@ def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> l
     return lines
 
 
-def _append_lines(path: Path, columns: Iterable[str], lines: list[str]) -> None:
-    rundir.check_file(path.parent, path.name)  # never append through a link of a received directory
-    new_file = not path.exists()
-    with open(path, "a", newline="", encoding="utf-8") as handle:
-        if new_file:
-            handle.write(",".join(columns) + "\n")
-        handle.writelines(lines)
-        handle.flush()
-        os.fsync(handle.fileno())
+def spreadsheet_safe(text: object) -> str:
+    """``text`` for a CSV cell a person may open: control characters escaped, and a
+    leading ``=``, ``+``, ``-`` or ``@`` (a spreadsheet formula) behind a ``'``."""
+    shown = rundir.printable("" if text is None else text, 2000)
+    return "'" + shown if shown[:1] in ("=", "+", "-", "@") else shown
 
 
-def _append_rows(path: Path, columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> None:
-    columns = list(columns)
-    _append_lines(path, columns, csv_lines(columns, rows))
+def _append_lines(run: RunDir, name: str, columns: Iterable[str], lines: list[str]) -> None:
+    """Append ``lines`` (a header first when the table is new) and fsync, through the run
+    directory's descriptor (never through a link of a received directory)."""
+    header = "" if run.exists(name) else ",".join(columns) + "\n"
+    run.append(name, (header + "".join(lines)).encode("utf-8"))
 
 
 def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_hash: str) -> str:
@@ -117,40 +119,51 @@ def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_ha
     return digest.hexdigest()
 
 
-def chain_heads(run_dir: str | os.PathLike) -> list[str]:
-    """Every round's chain hash recomputed from the run's files; ValueError naming the
-    first round whose recorded hash does not match (a file was changed by hand)."""
-    run_dir = Path(run_dir)
-    if not rundir.exists(run_dir, ROUNDS_FILE):
-        return []
-    ledger = rundir.read_text(run_dir, LEDGER_FILE).splitlines(keepends=True)[1:] \
-        if rundir.exists(run_dir, LEDGER_FILE) else []
+def chain_from_lines(genesis: str, ledger_lines: list[str], round_lines: list[str]) -> list[str]:
+    """Every round's chain hash recomputed from the tables' data lines (headers removed);
+    ValueError naming the first round whose recorded hash does not match."""
     by_round: dict[str, list[str]] = {}
-    for line in ledger:
+    for line in ledger_lines:
         by_round.setdefault(line.split(",", 1)[0], []).append(line)
-    previous, heads = genesis_hash(run_dir), []
-    for line in rundir.read_text(run_dir, ROUNDS_FILE).splitlines(keepends=True)[1:]:
+    previous, heads = genesis, []
+    for line in round_lines:
         body, _, recorded = line.rstrip("\n").rpartition(",")
         key = body.split(",", 1)[0]
         if chain_hash(previous, by_round.get(key, []), body + "\n") != recorded:
-            raise ValueError(f"{ROUNDS_FILE}: round {key[:20]} does not match its recorded hash; the run directory "
-                             "was changed by hand.")
+            raise ValueError(f"{ROUNDS_FILE}: round {rundir.printable(key, 20)} does not match its recorded hash; "
+                             "the run directory was changed by hand.")
         previous = recorded
         heads.append(recorded)
     return heads
 
 
-def genesis_hash(run_dir: Path) -> str:
-    if not rundir.exists(run_dir, RUN_CONFIG_FILE):
+def table_lines(text: str) -> list[str]:
+    """A table's data lines (its header removed), each with its newline."""
+    return text.splitlines(keepends=True)[1:]
+
+
+def chain_heads(run_dir: str | os.PathLike | RunDir) -> list[str]:
+    """Every round's chain hash recomputed from the run's files; ValueError naming the
+    first round whose recorded hash does not match (a file was changed by hand)."""
+    run = open_run_dir(run_dir)
+    if not run.exists(ROUNDS_FILE):
+        return []
+    ledger = table_lines(run.read_text(LEDGER_FILE)) if run.exists(LEDGER_FILE) else []
+    return chain_from_lines(genesis_hash(run), ledger, table_lines(run.read_text(ROUNDS_FILE)))
+
+
+def genesis_hash(run_dir: str | os.PathLike | RunDir) -> str:
+    """The chain's start: SHA-256 of run.json (:data:`GENESIS_HASH` without one)."""
+    run = open_run_dir(run_dir)
+    if not run.exists(RUN_CONFIG_FILE):
         return GENESIS_HASH
-    return hashlib.sha256(rundir.read_bytes(run_dir, RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES)).hexdigest()
+    return hashlib.sha256(run.read_bytes(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES)).hexdigest()
 
 
-def _last_hash(rounds_path: Path) -> str | None:
-    if not rundir.exists(rounds_path.parent, rounds_path.name):
+def _last_hash(run: RunDir) -> str | None:
+    if not run.exists(ROUNDS_FILE):
         return None
-    text = rundir.read_text(rounds_path.parent, rounds_path.name)
-    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    rows = list(csv.DictReader(io.StringIO(run.read_text(ROUNDS_FILE), newline="")))
     return rows[-1]["hash"] if rows else None
 
 
@@ -169,21 +182,28 @@ class LedgerWriter:
         the promise of the same ledger as an uninterrupted run).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, *, config: Mapping | None = None, resume: bool = False) -> None:
-        self.run_dir = Path(run_dir)
+    def __init__(self, run_dir: str | os.PathLike | RunDir, *, config: Mapping | None = None,
+                 resume: bool = False) -> None:
         if resume:
+            try:
+                self.run = open_run_dir(run_dir)
+            except FileNotFoundError:
+                raise ValueError(f"resume: expected a run directory holding run.json; {rundir.resolve(run_dir)} "
+                                 "does not exist.") from None
+            self.run_dir = self.run.path
             self._check_same_config(config)
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run = open_run_dir(run_dir, create=True)
+        self.run_dir = self.run.path
         if config is not None:
-            write_json(self.run_dir / RUN_CONFIG_FILE, config)
+            self.run.write_text(RUN_CONFIG_FILE, config_json(config))
 
     def _check_same_config(self, config: Mapping | None) -> None:
-        if not rundir.exists(self.run_dir, RUN_CONFIG_FILE):
+        if not self.run.exists(RUN_CONFIG_FILE):
             raise ValueError(f"resume: expected a run directory holding run.json; {self.run_dir} has none.")
         if config is None:
             return
-        saved = read_run_config(self.run_dir)
+        saved = read_run_config(self.run)
         given = json.loads(json.dumps(config, sort_keys=True, default=str))
         changed = sorted(k for k in set(saved) | set(given) if saved.get(k) != given.get(k))
         if changed:
@@ -210,66 +230,83 @@ class LedgerWriter:
                 raise ValueError(
                     f"status: expected one of {list(CLIENT_STATUSES)}; got {row.get('status')!r}."
                 )
+        ledger_rows = [{**row, "reason": spreadsheet_safe(row.get("reason"))} if row.get("reason") else row
+                       for row in ledger_rows]
         ledger_lines = csv_lines(LEDGER_COLUMNS, ledger_rows)
-        previous = _last_hash(self.rounds_path) or genesis_hash(self.run_dir)
+        previous = _last_hash(self.run) or genesis_hash(self.run)
         round_line = csv_lines(ROUND_COLUMNS[:-1], [round_row])[0]
         round_row = {**round_row, "hash": chain_hash(previous, ledger_lines, round_line)}
-        _append_lines(self.ledger_path, LEDGER_COLUMNS, ledger_lines)
-        _append_rows(self.rounds_path, ROUND_COLUMNS, [round_row])
+        _append_lines(self.run, LEDGER_FILE, LEDGER_COLUMNS, ledger_lines)
+        _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [round_row]))
         self.write_parquet()
         return round_row["hash"]
 
     def write_parquet(self) -> None:
         """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file."""
-        parquet = rundir.check_file(self.run_dir, LEDGER_PARQUET_FILE)
-        if not rundir.exists(self.run_dir, LEDGER_FILE):
-            parquet.unlink(missing_ok=True)
+        if not self.run.exists(LEDGER_FILE):
+            self.run.unlink(LEDGER_PARQUET_FILE)
             return
-        tmp = rundir.check_file(self.run_dir, LEDGER_PARQUET_FILE + ".tmp")
-        ledger = io.StringIO(rundir.read_text(self.run_dir, LEDGER_FILE), newline="")
-        read_ledger_csv(ledger).to_parquet(tmp, index=False)
-        replace_durably(tmp, parquet)
+        self.run.write_bytes(LEDGER_PARQUET_FILE, parquet_bytes(self.run.read_text(LEDGER_FILE)))
+
+    def table_sizes(self) -> dict[str, int]:
+        """Size in bytes of each append-only table now (what a checkpoint cuts back to)."""
+        return {name: self.run.size(name) for name in APPEND_ONLY_FILES if self.run.exists(name)}
 
     def committed_rounds(self) -> list[dict]:
         """The rows of rounds.csv written so far (as the writer's caller booked them)."""
-        if not self.rounds_path.exists():
+        if not self.run.exists(ROUNDS_FILE):
             return []
-        return read_rounds_csv(self.rounds_path).to_dict("records")
+        return read_rounds_csv(io.StringIO(self.run.read_text(ROUNDS_FILE), newline="")).to_dict("records")
 
     def close(self, planned_rounds: int, *, sealed: bool = False, signer: Signer | None = None) -> dict:
         """Write the run's final manifest (:mod:`fedvalue.seals`): its rounds, its chain head and
         the digest of every file. Called once the run has done all ``planned_rounds``."""
-        heads = chain_heads(self.run_dir)
-        return write_manifest(self.run_dir, rounds=len(heads), planned_rounds=planned_rounds,
+        heads = chain_heads(self.run)
+        return write_manifest(self.run, rounds=len(heads), planned_rounds=planned_rounds,
                               head=heads[-1] if heads else None, sealed=sealed, signer=signer)
 
     def append_table(self, name: str, columns: Iterable[str], rows: list[Mapping[str, object]]) -> None:
         """Append rows to a side table of the run (written before the round's commit mark)."""
         if rows:
-            _append_rows(self.run_dir / name, columns, rows)
+            columns = list(columns)
+            _append_lines(self.run, name, columns, csv_lines(columns, rows))
 
 
-def read_run_config(run_dir: str | os.PathLike) -> dict:
-    """run.json as a dict ({} when absent); ValueError when it is not a JSON object."""
-    if not rundir.exists(run_dir, RUN_CONFIG_FILE):
-        return {}
+def parquet_bytes(ledger_text: str) -> bytes:
+    """ledger.csv's text as the bytes of ledger.parquet (the writer's one conversion)."""
+    buffer = io.BytesIO()
+    read_ledger_csv(io.StringIO(ledger_text, newline="")).to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def parse_run_config(text: str, where: str = RUN_CONFIG_FILE) -> dict:
+    """run.json's text as a dict; ValueError when it is not a JSON object."""
     try:
-        config = json.loads(rundir.read_text(run_dir, RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES))
-    except rundir.UnsafeRunFile:
-        raise
+        config = rundir.loads_json(text, where)
     except ValueError as error:
-        raise ValueError(f"{RUN_CONFIG_FILE}: expected the run's configuration as JSON; it does not parse "
-                         f"({error}).") from None
+        raise ValueError(f"{RUN_CONFIG_FILE}: expected the run's configuration as JSON; {error}") from None
     if not isinstance(config, dict):
         raise ValueError(f"{RUN_CONFIG_FILE}: expected a JSON object of settings; got a {type(config).__name__}.")
     return config
 
 
-def write_json(path: Path, data: Mapping) -> None:
-    rundir.check_file(path.parent, path.name)
-    tmp = rundir.check_file(path.parent, path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    replace_durably(tmp, path)
+def read_run_config(run_dir: str | os.PathLike | RunDir) -> dict:
+    """run.json as a dict ({} when absent); ValueError when it is not a JSON object."""
+    run = open_run_dir(run_dir)
+    if not run.exists(RUN_CONFIG_FILE):
+        return {}
+    return parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES))
+
+
+def config_json(data: Mapping) -> str:
+    """A configuration as run.json holds it."""
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def write_json(path: str | os.PathLike, data: Mapping) -> None:
+    """Write ``data`` as JSON to ``path`` atomically, never through a link at ``path``."""
+    path = rundir.resolve(path)
+    RunDir(path.parent, create=True).write_text(path.name, config_json(data))
 
 
 def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
@@ -410,29 +447,64 @@ def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
     return summary.sort_values(key, ascending=False, kind="mergesort")
 
 
-def load_run(run_dir: str | os.PathLike) -> Run:
-    """Read a run directory written by :class:`LedgerWriter`."""
-    run_dir = Path(run_dir)
-    if not rundir.exists(run_dir, LEDGER_FILE):
+def check_tables(ledger: pd.DataFrame, rounds: pd.DataFrame) -> None:
+    """ValueError unless the tables are a ledger's: its columns, numbers that are numbers
+    (finite counts, no infinite value), and one row per (round, method, client)."""
+    for frame, columns, name in ((ledger, LEDGER_COLUMNS, LEDGER_FILE), (rounds, ROUND_COLUMNS, ROUNDS_FILE)):
+        if list(frame.columns) != list(columns):
+            raise ValueError(f"{name} has columns {[rundir.printable(c, 40) for c in frame.columns][:12]}, expected "
+                             f"{list(columns)}")
+    for frame, columns, name in ((ledger, ("round", "value", "stderr", "num_examples"), LEDGER_FILE),
+                                 (rounds, ("round", "num_clients", "num_failed", "utility_before",
+                                           "utility_realized", "num_evaluations"), ROUNDS_FILE)):
+        for column in columns:
+            if not pd.api.types.is_numeric_dtype(frame[column]):
+                raise ValueError(f"{name}'s {column} holds something that is not a number")
+            values = frame[column].to_numpy(dtype=float)
+            if np.isinf(values).any():
+                raise ValueError(f"{name}'s {column} holds an infinite number")
+    for frame, columns, name in ((ledger, ("round",), LEDGER_FILE),
+                                 (rounds, ("round", "num_clients", "num_failed", "num_evaluations"), ROUNDS_FILE)):
+        for column in columns:
+            values = frame[column].to_numpy(dtype=float)
+            if np.isnan(values).any() or (values != np.round(values)).any() or (np.abs(values) > 2**53).any():
+                raise ValueError(f"{name}'s {column} holds something that is not a whole count")
+    duplicated = ledger.duplicated(["round", "method", "client_id"])
+    if duplicated.any():
+        first = ledger[duplicated].iloc[0]
+        raise ValueError(f"{LEDGER_FILE} books client {rundir.printable(first['client_id'], 40)} twice under "
+                         f"{rundir.printable(first['method'], 40)} in round {first['round']}")
+
+
+def load_run(run_dir: str | os.PathLike | RunDir) -> Run:
+    """Read a run directory written by :class:`LedgerWriter` (through :mod:`fedvalue.rundir`).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``run_dir`` holds no ledger.csv.
+    ValueError
+        Its tables are not a ledger's (:func:`check_tables`), or a file is a link, special
+        or too large (:class:`fedvalue.rundir.UnsafeRunFile`).
+    """
+    run = open_run_dir(run_dir)
+    if not run.exists(LEDGER_FILE):
         raise FileNotFoundError(
-            f"run_dir: expected a fedvalue run directory holding ledger.csv; {run_dir} has none."
+            f"run_dir: expected a fedvalue run directory holding ledger.csv; {run.show()} has none."
         )
 
     def table(name: str) -> io.StringIO:  # read safely (no links, no FIFOs), then parsed
-        return io.StringIO(rundir.read_text(run_dir, name), newline="")
+        return io.StringIO(run.read_text(name), newline="")
 
     try:
         rounds = read_rounds_csv(table(ROUNDS_FILE))
         ledger = read_ledger_csv(table(LEDGER_FILE))
         first_order = (pd.read_csv(table(FIRST_ORDER_FILE), dtype={"client_id": str})
-                       if rundir.exists(run_dir, FIRST_ORDER_FILE) else None)
+                       if run.exists(FIRST_ORDER_FILE) else None)
+        check_tables(ledger, rounds)
     except rundir.UnsafeRunFile:
         raise
-        for frame, columns in ((ledger, ("round", "value", "stderr", "num_examples")),
-                               (rounds, ("round", "utility_before", "utility_realized", "num_evaluations"))):
-            odd = [c for c in columns if c not in frame or not pd.api.types.is_numeric_dtype(frame[c])]
-            if odd:
-                raise ValueError(f"columns {odd} are missing or not numbers")
-    except (ValueError, KeyError, TypeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise ValueError(f"run_dir: {run_dir} holds tables that are not a fedvalue ledger ({error}).") from None
-    return Run(ledger=ledger, rounds=rounds, config=read_run_config(run_dir), first_order=first_order)
+    except (ValueError, KeyError, TypeError, OverflowError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise ValueError(f"run_dir: {run.show()} holds tables that are not a fedvalue ledger "
+                         f"({rundir.printable(error, 200)}).") from None
+    return Run(ledger=ledger, rounds=rounds, config=read_run_config(run), first_order=first_order)

@@ -80,3 +80,40 @@ def client_sort_key(client_id: Hashable) -> tuple:
     by their text."""
     key = client_key(client_id)
     return (0, key, "") if isinstance(key, int) else (1, 0, str(client_id))
+
+
+#: The rest of a run directory's layout: commitments (:mod:`fedvalue.seals`), round records
+#: and checkpoints (:mod:`fedvalue.archive`). Every name a run writes is one of these.
+SEALS_FILE = "seals.jsonl"
+MANIFEST_FILE = "manifest.json"
+RECORDS_DIR = "records"
+CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_DIR = "checkpoint"
+#: What ``fedvalue report`` writes into a run directory after the run: not part of the books
+#: (no manifest lists them); the audit accepts them as regular files only.
+REPORT_FILE = "report.html"
+FIGURES_DIR = "figures"
+#: Figure files ``fedvalue report --plots`` writes (:mod:`fedvalue.report`).
+FIGURE_FILES = ("cumulative_value.png", "value_heatmap.png", "flows.png", "utility.png")
+
+
+def record_name(server_round: int) -> str:
+    """Round t's record, relative to the run directory."""
+    return f"{RECORDS_DIR}/round-{int(server_round):06d}.npz"
+
+
+def checkpoint_names(server_round: int) -> tuple[str, str]:
+    """Round k's checkpoint files, relative to the run directory: A_k, and the server's
+    state as data (:mod:`fedvalue.state_codec`)."""
+    stem = f"{CHECKPOINT_DIR}/round-{int(server_round):06d}"
+    return stem + ".npz", stem + "-state.npz"
+
+
+_RECORD_NAME = re.compile(r"round-(\d{6})\.npz")
+
+
+def record_round(name: str) -> int | None:
+    """The round of a record's file name inside records/ (None unless the name is exactly
+    a record's: ``round-NNNNNN.npz``)."""
+    match = _RECORD_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None

@@ -9,9 +9,9 @@ to its size and, optionally, signs its head:
     One line per committed round k, appended after the round's checkpoint files are on
     disk and before ``checkpoint.json`` points at them: the round, its chain head (its
     ``rounds.csv`` hash), the SHA-256 of its round record and of its checkpoint files,
-    and, with a signing key, an Ed25519 signature over those fields. ``--resume``
-    checks the checkpoint it is about to unpickle against its seal, and the seal's head
-    against the recomputed chain.
+    the size of every append-only table at the round's commit, and, with a signing key,
+    an Ed25519 signature over those fields. ``--resume`` checks all of them (signature,
+    the chain over the sealed sizes, the checkpoint's digests) before it cuts anything.
 ``manifest.json``
     Written once, when the run completes all its planned rounds: ``complete``,
     ``rounds``, ``planned_rounds``, the final ``head`` and the SHA-256 of every file of
@@ -30,15 +30,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from fedvalue import rundir
+from fedvalue.rundir import RunDir, open_run_dir
+from fedvalue.schema import FIGURES_DIR, MANIFEST_FILE, REPORT_FILE, SEALS_FILE
 
-SEALS_FILE = "seals.jsonl"
-MANIFEST_FILE = "manifest.json"
 #: The signature algorithm named in seals and manifests.
 ALGORITHM = "ed25519"
+#: Largest key file read (a PEM key is a few hundred bytes).
+MAX_KEY_BYTES = 65536
+#: Largest seal line read.
+MAX_SEAL_LINE = 1 << 16
 
 
 def canonical(fields: Mapping) -> bytes:
@@ -46,9 +51,9 @@ def canonical(fields: Mapping) -> bytes:
     return json.dumps(dict(fields), sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def sha256_of(run_dir: str | os.PathLike, relative: str) -> str:
+def sha256_of(run_dir: str | os.PathLike | RunDir, relative: str) -> str:
     """SHA-256 of a regular file of the run directory."""
-    return hashlib.sha256(rundir.read_bytes(run_dir, relative)).hexdigest()
+    return hashlib.sha256(open_run_dir(run_dir).read_bytes(relative)).hexdigest()
 
 
 # --------------------------------------------------------------------------- keys
@@ -68,7 +73,9 @@ def generate_keypair(private_path: str | os.PathLike, public_path: str | os.Path
     """Write a new Ed25519 key pair as PEM files (the private one readable by its owner
     only) and return the public key's fingerprint. Refuses to overwrite either file."""
     _, serialization, private_cls, _ = _crypto()
-    private_path, public_path = Path(private_path), Path(public_path)
+    private_path, public_path = rundir.resolve(private_path), rundir.resolve(public_path)
+    if private_path == public_path:
+        raise ValueError(f"public key: expected another file than the private key; both are {private_path}.")
     for name, path in (("private key", private_path), ("public key", public_path)):
         if os.path.lexists(path):
             raise ValueError(f"{name}: expected a new file; {path} exists (a key is never overwritten).")
@@ -80,8 +87,10 @@ def generate_keypair(private_path: str | os.PathLike, public_path: str | os.Path
     descriptor = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(private_pem)
-    public_path.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                          serialization.PublicFormat.SubjectPublicKeyInfo))
+    descriptor = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                   serialization.PublicFormat.SubjectPublicKeyInfo))
     return fingerprint(key.public_key())
 
 
@@ -93,11 +102,23 @@ def fingerprint(public_key) -> str:
 
 
 def _read_key_file(path: str | os.PathLike, what: str) -> bytes:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{what}: expected a PEM key file written by `fedvalue keygen`; {path} is not a file.")
-    data = path.read_bytes()[:65536]
-    return data
+    """A key file's bytes: a regular file (never a FIFO or device) of at most
+    :data:`MAX_KEY_BYTES`, refused by its size before it is read."""
+    path = Path(path).expanduser()
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise ValueError(f"{what}: expected a PEM key file written by `fedvalue keygen`; {path} cannot be opened "
+                         f"({error.strerror}).") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{what}: expected a PEM key file written by `fedvalue keygen`; {path} is "
+                             f"{rundir.kind_of(info.st_mode)}.")
+        if info.st_size > MAX_KEY_BYTES:
+            raise ValueError(f"{what}: expected a PEM key file of at most {MAX_KEY_BYTES} bytes; {path} holds "
+                             f"{info.st_size}.")
+        return handle.read(MAX_KEY_BYTES)
 
 
 class Signer:
@@ -168,92 +189,99 @@ class Verifier:
 # --------------------------------------------------------------------------- seals and manifest
 
 
-def seal_fields(server_round: int, head: str, record: str | None, checkpoint: Mapping[str, str] | None) -> dict:
-    return {"round": int(server_round), "head": head, "record": record,
-            "checkpoint": None if checkpoint is None else dict(checkpoint)}
+def seal_fields(server_round: int, head: str, record: str | None, checkpoint: Mapping[str, str] | None,
+                sizes: Mapping[str, int] | None = None) -> dict:
+    """A round's seal: its head, its record's digest, its checkpoint files' digests and the
+    tables' sizes at its commit (what resuming cuts back to)."""
+    fields = {"round": int(server_round), "head": head, "record": record,
+              "checkpoint": None if checkpoint is None else dict(checkpoint)}
+    if sizes is not None:
+        fields["sizes"] = dict(sizes)
+    return fields
 
 
-def append_seal(run_dir: str | os.PathLike, fields: Mapping, signer: Signer | None = None) -> None:
+def append_seal(run_dir: str | os.PathLike | RunDir, fields: Mapping, signer: Signer | None = None) -> None:
     """Append one round's seal (signed with ``signer``) to ``seals.jsonl``, durably."""
     line = json.dumps(signer.sign(fields) if signer is not None else dict(fields), sort_keys=True) + "\n"
-    path = rundir.check_file(run_dir, SEALS_FILE)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
+    open_run_dir(run_dir).append(SEALS_FILE, line.encode("utf-8"))
 
 
-def read_seals(run_dir: str | os.PathLike) -> list[dict]:
-    """The seals of a run, in file order (ValueError when the file is not seals)."""
-    if not rundir.exists(run_dir, SEALS_FILE):
-        return []
+def parse_seals(text: str, where: str = SEALS_FILE) -> list[dict]:
+    """The seals of ``seals.jsonl``'s text, in file order (ValueError when a line is not a seal)."""
     seals = []
-    for number, line in enumerate(rundir.read_text(run_dir, SEALS_FILE).splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
+        if len(line) > MAX_SEAL_LINE:
+            raise ValueError(f"{where}: line {number} is longer than a seal ({len(line)} characters).")
         try:
-            seal = json.loads(line)
-        except ValueError:
-            raise ValueError(f"{SEALS_FILE}: line {number} is not JSON.") from None
+            seal = rundir.loads_json(line, f"{where}: line {number}")
+        except ValueError as error:
+            raise ValueError(str(error)) from None
         if not isinstance(seal, dict) or isinstance(seal.get("round"), bool) or not isinstance(seal.get("round"), int):
-            raise ValueError(f"{SEALS_FILE}: line {number} is not a seal (expected an object with an integer round).")
+            raise ValueError(f"{where}: line {number} is not a seal (expected an object with an integer round).")
         seals.append(seal)
     return seals
 
 
-def cut_seals(run_dir: str | os.PathLike, last_round: int) -> None:
+def read_seals(run_dir: str | os.PathLike | RunDir) -> list[dict]:
+    """The seals of a run, in file order (ValueError when the file is not seals)."""
+    run = open_run_dir(run_dir)
+    if not run.exists(SEALS_FILE):
+        return []
+    return parse_seals(run.read_text(SEALS_FILE), run.show(SEALS_FILE))
+
+
+def cut_seals(run_dir: str | os.PathLike | RunDir, last_round: int) -> None:
     """Drop the seals of rounds after ``last_round`` (a resumed run rewinds to its checkpoint)."""
-    seals = read_seals(run_dir)
+    run = open_run_dir(run_dir)
+    seals = read_seals(run)
     kept = [s for s in seals if s["round"] <= last_round]
-    if len(kept) == len(seals):
-        return
-    path = rundir.check_file(run_dir, SEALS_FILE)
-    tmp = rundir.check_file(run_dir, SEALS_FILE + ".tmp")
-    tmp.write_text("".join(json.dumps(s, sort_keys=True) + "\n" for s in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    if len(kept) != len(seals):
+        run.write_text(SEALS_FILE, "".join(json.dumps(s, sort_keys=True) + "\n" for s in kept))
 
 
-def manifest_files(run_dir: str | os.PathLike) -> list[str]:
-    """Every file a manifest covers: the run directory's regular files and those of its
-    records and checkpoint directories, except the manifest itself (relative, sorted)."""
-    run_dir = Path(run_dir)
-    names = []
-    for path in rundir.list_dir(run_dir, "."):
-        relative = path.relative_to(run_dir).as_posix()
-        if relative == MANIFEST_FILE or relative.endswith(".tmp"):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            names += [p.relative_to(run_dir).as_posix() for p in rundir.list_dir(run_dir, relative)]
-        else:
-            names.append(relative)
-    return sorted(names)
+def is_report_output(name: str, kind: str) -> bool:
+    """Whether ``name`` is what ``fedvalue report`` writes into a run directory after the run
+    (report.html, figures/ and its PNGs): regular files and a real directory only."""
+    if kind == "a directory":
+        return name == FIGURES_DIR
+    parts = name.split("/")
+    return kind == "a regular file" and (name == REPORT_FILE or (len(parts) == 2 and parts[0] == FIGURES_DIR
+                                                                 and parts[1].endswith(".png")))
 
 
-def write_manifest(run_dir: str | os.PathLike, *, rounds: int, planned_rounds: int, head: str | None,
+def manifest_files(run_dir: str | os.PathLike | RunDir) -> list[str]:
+    """Every file a manifest covers: every regular file of the run directory at every level,
+    except the manifest itself, temporary files and the report's outputs (relative, sorted)."""
+    run = open_run_dir(run_dir)
+    return sorted(name for name, kind in run.walk().items()
+                  if kind == "a regular file" and name != MANIFEST_FILE and not name.endswith(".tmp")
+                  and not is_report_output(name, kind))
+
+
+def write_manifest(run_dir: str | os.PathLike | RunDir, *, rounds: int, planned_rounds: int, head: str | None,
                    sealed: bool = True, signer: Signer | None = None) -> dict:
     """Write ``manifest.json`` for a run that completed ``rounds`` of ``planned_rounds``
     (``sealed``: every round has its seal in ``seals.jsonl``)."""
-    files = {name: sha256_of(run_dir, name) for name in manifest_files(run_dir)}
+    run = open_run_dir(run_dir)
+    files = {name: sha256_of(run, name) for name in manifest_files(run)}
     fields = {"complete": rounds == planned_rounds, "rounds": int(rounds), "planned_rounds": int(planned_rounds),
               "head": head, "sealed": bool(sealed), "files": files}
     manifest = signer.sign(fields) if signer is not None else fields
-    path = rundir.check_file(run_dir, MANIFEST_FILE)
-    tmp = rundir.check_file(run_dir, MANIFEST_FILE + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    with open(tmp, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    run.write_text(MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
-def read_manifest(run_dir: str | os.PathLike) -> dict | None:
-    """The run's manifest (None when it has none; ValueError when it is not one)."""
-    if not rundir.exists(run_dir, MANIFEST_FILE):
-        return None
-    try:
-        manifest = json.loads(rundir.read_text(run_dir, MANIFEST_FILE, max_bytes=rundir.MAX_JSON_BYTES))
-    except ValueError as error:
-        if isinstance(error, rundir.UnsafeRunFile):
-            raise
-        raise ValueError(f"{MANIFEST_FILE}: is not JSON ({error}).") from None
+def parse_manifest(text: str, where: str = MANIFEST_FILE) -> dict:
+    """The manifest in ``text`` (ValueError when it is not one)."""
+    manifest = rundir.loads_json(text, where)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        raise ValueError(f"{MANIFEST_FILE}: expected an object with 'rounds', 'head' and 'files'; got something else.")
+        raise ValueError(f"{where}: expected an object with 'rounds', 'head' and 'files'; got something else.")
     return manifest
+
+
+def read_manifest(run_dir: str | os.PathLike | RunDir) -> dict | None:
+    """The run's manifest (None when it has none; ValueError when it is not one)."""
+    run = open_run_dir(run_dir)
+    if not run.exists(MANIFEST_FILE):
+        return None
+    return parse_manifest(run.read_text(MANIFEST_FILE, max_bytes=rundir.MAX_JSON_BYTES), run.show(MANIFEST_FILE))

@@ -25,21 +25,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord
 from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from fedvalue import rundir
 from fedvalue._checks import check_integer
 from clients.app import ClientData, make_client_app
+from clients.seeding import seeded_call
 from fedvalue.ledger import Run, load_run
 from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
-from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.seals import SEALS_FILE
 from simulations.engine import check_ray_address, serve, stop_on_signals
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
 from strategies.claims import ClaimReview
 from strategies.counterfactual import RandomState
+from strategies.protocol import SEED_KEY
 from strategies.records import initial_arrays
 
 
@@ -51,6 +55,61 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
+
+
+#: Entropy tail of the initial model's seed ([run seed, this]): its own stream, apart from
+#: the server generators' (a factory's draws never shift the DP noise or node sampling).
+INITIAL_MODEL_STREAM = 0x1A0
+
+
+def initial_model_arrays(model_factory: Callable[[], torch.nn.Module], seed: int) -> ArrayRecord:
+    """A_0: ``model_factory()``'s state as an ArrayRecord, the factory run with the global
+    generators seeded from the run's ``seed`` (:func:`clients.seeding.seeded_call`): a
+    factory that does not seed torch itself (``torch.nn.Linear`` draws from the global
+    generator) still gives the same A_0 for the same seed, and the caller's generators are
+    left as they were."""
+    if not callable(model_factory) or isinstance(model_factory, torch.nn.Module):
+        raise TypeError("model_factory: expected a callable that builds a fresh torch.nn.Module; got "
+                        f"{type(model_factory).__name__}.")
+    return initial_arrays(seeded_call(model_factory, [int(seed), INITIAL_MODEL_STREAM], name="seed"))
+
+
+def default_sampler(strategy: Strategy, num_clients: int, seed: int) -> PartitionSampler | None:
+    """The seeded sampler a run uses when none is given: as many clients per round as the
+    inner strategy would sample (Flower's FedAvg family: max(⌊N·fraction_train⌋,
+    min_train_nodes)), drawn by partition id from ``seed`` instead of Flower's global
+    ``random`` over random node ids. None for a strategy that trains no client."""
+    fraction = getattr(strategy, "fraction_train", None)
+    if fraction is None:
+        raise ValueError(
+            f"sampler: expected a sampler (e.g. strategies.PartitionSampler(k, seed=seed)) for a "
+            f"{type(strategy).__name__}: it has no fraction_train to size a seeded one from, and Flower's own "
+            "sampling draws random node ids, so the same seed would not give the same run."
+        )
+    if not fraction:
+        return None
+    per_round = max(int(num_clients * float(fraction)), int(getattr(strategy, "min_train_nodes", 1) or 1))
+    return PartitionSampler(min(per_round, num_clients), seed=seed)
+
+
+def check_inference_splits(load_client_data: Callable[[int], ClientData], num_clients: int) -> None:
+    """ValueError unless every client's data holds an inference split (TracIn flows need
+    one: an empty split would book every flow into it as 0, silently)."""
+    missing = []
+    for partition_id in range(num_clients):
+        data = load_client_data(partition_id)
+        if not isinstance(data, ClientData):
+            raise TypeError(f"load_client_data: expected it to return a clients.ClientData; got "
+                            f"{type(data).__name__} for partition {partition_id}.")
+        if len(data.x_infer) == 0:
+            missing.append(partition_id)
+    if missing:
+        shown = ", ".join(str(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        raise ValueError(
+            f"flows: TracIn flows need every client's inference split (ClientData's x_infer, y_infer); "
+            f"{len(missing)} of {num_clients} clients have none (partition {shown}). Give them one, or pass "
+            "flows=False."
+        )
 
 
 @contextmanager
@@ -75,8 +134,10 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
 
 
 def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Create ``out``; refuse a directory that already holds a run unless ``overwrite``."""
-    out = Path(out)
+    """Create ``out`` and return its resolved path (:func:`fedvalue.rundir.resolve`: ``~``
+    expanded, absolute, links resolved); refuse a directory that already holds a run unless
+    ``overwrite``."""
+    out = rundir.resolve(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a directory for the run; {out} is a file.")
     if out.is_dir() and any(out.iterdir()):
@@ -97,6 +158,13 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
         raise ValueError(f"out: expected a directory fedvalue can create and write; {out} cannot be "
                          f"({error.strerror or error}).") from None
     return out
+
+
+def remove_unstarted_run(run_dir: Path) -> None:
+    """Remove a run directory this call made, after a failure, only while it holds no
+    committed round: a run that committed a round keeps every one (it resumes from them)."""
+    if not rundir.exists(run_dir, ROUNDS_FILE) and not rundir.exists(run_dir, SEALS_FILE):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def simulate(
@@ -141,7 +209,10 @@ def simulate(
     strategy
         Any Flower strategy; it is wrapped by :class:`strategies.ValuingStrategy`.
     model_factory
-        Builds the global model (its initial state is the run's A_0).
+        Builds the global model (its initial state is the run's A_0). It is called with the
+        global generators seeded from ``seed`` (:func:`initial_model_arrays`), on the server
+        and in the clients, so a factory that does not seed torch itself still gives the
+        same run for the same seed; the caller's generators are left as they were.
     load_client_data
         partition id -> :class:`clients.ClientData`; must be picklable (it travels to
         the Ray workers): a module-level function or a functools.partial of one.
@@ -150,11 +221,23 @@ def simulate(
     out
         Run directory for the ledger (see :mod:`fedvalue.ledger`).
     train_config
-        Sent to clients every round ("lr", "local-epochs", "batch-size", "seed").
-
+        Sent to clients every round ("lr", "local-epochs", "batch-size", "seed"; "seed"
+        defaults to the run's ``seed``).
+    sampler
+        Which partitions train each round (:class:`strategies.PartitionSampler`). None: a
+        seeded :class:`~strategies.PartitionSampler` of the size the inner strategy would
+        sample (:func:`default_sampler`); Flower's own sampling draws random node ids and
+        would not repeat.
+    seed
+        Seed of everything the run draws: A_0 (the factory), the sampler, MC-ADS
+        permutations, the server's global generators for the strategy's own draws (DP
+        noise), and each client's training (through the train config's "seed", which
+        defaults to this one). The same seed gives the same ledger, byte for byte.
     flows
         Book TracIn flows between clients (inflow, outflow, self per round; see
-        :class:`strategies.ValuingStrategy`). Clients need an inference split.
+        :class:`strategies.ValuingStrategy`). Every client needs an inference split
+        (``ClientData.x_infer``, ``y_infer``); a client without one is refused before the run
+        starts (:func:`check_inference_splits`).
     resume
         Continue the run in ``out`` from its last completed round (its run.json must
         equal this call's configuration); the ledger ends as an uninterrupted run's.
@@ -196,14 +279,21 @@ def simulate(
     config.setdefault("num_clients", num_clients)
     config.setdefault("strategy", type(strategy).__name__)
     # The full training settings, so that the run can be read (and audited) from run.json alone.
-    config.setdefault("train_config", dict(train_config or {}))
+    train_config = dict(train_config or {})
+    train_config.setdefault(SEED_KEY, seed)  # clients' training draws from the run's seed unless told otherwise
+    config.setdefault("train_config", train_config)
     config.setdefault("methods", list(methods))
     config.setdefault("valuation_options", dict(valuation_options or {}))
     config["versions"] = package_versions()
     if ray_address is not None:
         check_ray_address(ray_address)  # before anything is written: a refusal leaves no run directory
+    if flows:
+        check_inference_splits(load_client_data, num_clients)
+    if sampler is None:
+        sampler = default_sampler(strategy, num_clients, seed)
+    initial = initial_model_arrays(model_factory, seed)
     if resume:
-        run_dir = Path(out)
+        run_dir = rundir.resolve(out)
         if not (run_dir / RUN_CONFIG_FILE).exists():
             raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
                              "has none.")
@@ -221,10 +311,9 @@ def simulate(
         valuing.open_books()  # bad input surfaces here, before the engine starts
     except (TypeError, ValueError):
         if not resume:  # a rejected option leaves no half-made run behind
-            shutil.rmtree(run_dir, ignore_errors=True)
+            remove_unstarted_run(run_dir)
         raise
-    initial = initial_arrays(model_factory())
-    train_record = ConfigRecord(dict(train_config or {}))
+    train_record = ConfigRecord(train_config)
     def main(grid: Grid) -> None:
         with seeded_server_generators(seed):
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
@@ -236,8 +325,8 @@ def simulate(
                   max_parallel_clients=max_parallel_clients, ray_address=ray_address,
                   num_gpus_per_client=num_gpus_per_client)
     except (TypeError, ValueError):
-        if not resume and not valuing.rounds:  # refused before any round committed: no half-made run
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if not resume:  # refused before any round committed: no half-made run (committed rounds stay)
+            remove_unstarted_run(run_dir)
         raise
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(

@@ -55,7 +55,7 @@ from clients.behaviours import (
 from fedvalue.ledger import load_run, write_json
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.utilities import TorchModelUtility
-from simulations.api import package_versions, prepare_run_dir
+from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
 from simulations.data import load_dataset, split_holdout
 from simulations.engine import serve
 from simulations.models import make_linear_model
@@ -65,7 +65,6 @@ from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from strategies.claims import CLAIM_METHODS
 from strategies.protocol import train_config
-from strategies.records import initial_arrays
 
 ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated-count-reviewed", "replicator",
            "sign-flip", "boost")
@@ -243,7 +242,7 @@ def run_attacks(
     train, holdout, _ = _prepared(config.seed, config.num_clients, config.holdout_fraction)
     model_factory = functools.partial(make_linear_model, train.x.shape[1], train.num_classes, seed=config.seed)
     utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility)
-    initial = initial_arrays(model_factory())
+    initial = initial_model_arrays(model_factory, config.seed)
     rows: list[dict] = []
     def main(grid: Grid) -> None:
         for attack in config.attacks:

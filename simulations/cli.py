@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import time
 import typing
@@ -111,7 +112,28 @@ def _parse_tuple(kind):
     return parse
 
 
-def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
+#: reStructuredText roles and literals in docstrings and help texts, and their plain-text form.
+_ROLE = re.compile(r":(?:func|class|mod|meth|data|attr):`~?(?:[\w.]+\.)?([\w]+)`")
+_LITERAL = re.compile(r"``(.+?)``")
+
+
+def plain(text: str) -> str:
+    """``text`` as plain text for a terminal: ``literal`` -> literal, :func:`a.b` -> b."""
+    return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
+
+
+def _parser(commands, name: str, **options) -> argparse.ArgumentParser:
+    """A sub-command parser: no abbreviated options (``--num-client`` is not ``--num-clients``),
+    help in plain text."""
+    if "help" in options:
+        options["help"] = plain(options["help"])
+    return commands.add_parser(name, allow_abbrev=False, **options)
+
+
+def _add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
+    """One ``--option`` per field of ``config_cls``; its help from ``own_help`` (the simulation's
+    own texts), else :data:`PARAMETER_HELP`."""
+    own_help = own_help or {}
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
         hint = hints[f.name]
@@ -124,8 +146,29 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
             parse, shown = hint, default
         parser.add_argument(
             "--" + f.name.replace("_", "-"), dest=f.name, type=parse, default=default, metavar=f.name.upper(),
-            help=f"{PARAMETER_HELP.get(f.name, '')} (default: {shown})",
+            help=plain(f"{own_help.get(f.name) or PARAMETER_HELP.get(f.name, '')} (default: {shown})"),
         )
+
+
+def _finite_non_negative(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 and value != float("inf")):
+            raise argparse.ArgumentTypeError(f"{name}: expected a finite number >= 0; got {text!r}")
+        return value
+    return parse
+
+
+def _finite_positive(name: str):
+    def parse(text: str) -> float:
+        value = _finite_non_negative(name)(text)
+        if value == 0:
+            raise argparse.ArgumentTypeError(f"{name}: expected a finite number > 0; got {text!r}")
+        return value
+    return parse
 
 
 def _simulations_epilog() -> str:
@@ -138,16 +181,28 @@ def _simulations_epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedvalue", description="Federated learning with contributor books.")
+    parser = argparse.ArgumentParser(prog="fedvalue", description="Federated learning with contributor books.",
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="{run,report,audit,keygen}")
-    run = commands.add_parser(
-        "run", help="run a simulation and write its ledger", epilog=_simulations_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    run = _parser(
+        commands, "run", help="run a simulation and write its ledger, or continue one (--resume DIR)",
+        usage="fedvalue run [-h] SIMULATION --out DIR [options]\n       fedvalue run --resume DIR [--quiet] "
+              "[--sign-key PEM]",
+        epilog=_simulations_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    simulations = run.add_subparsers(dest="simulation", required=True, metavar="SIMULATION")
+    # `fedvalue run --resume DIR` alone: the simulation and its settings come from DIR/run.json.
+    # Own dests: a sub-parser's defaults would overwrite the same names after it parses.
+    run.add_argument("--resume", dest="resume_alone", metavar="DIR",
+                     help="continue the run in DIR from its last completed round (simulation and settings from "
+                          "DIR/run.json)")
+    run.add_argument("--quiet", dest="quiet_alone", action="store_true", help="no per-round progress")
+    run.add_argument("--sign-key", dest="sign_key_alone", metavar="PEM",
+                     help="Ed25519 private key (fedvalue keygen) signing the run's seals and its manifest")
+    simulations = run.add_subparsers(dest="simulation", required=False, metavar="SIMULATION")
     for name, simulation in SIMULATIONS.items():
         config_cls = simulation.config
-        sim = simulations.add_parser(name, help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
+        sim = _parser(simulations, name, prog=f"fedvalue run {name}",
+                      help=(sys.modules[config_cls.__module__].__doc__ or "").splitlines()[0])
         sim.add_argument("--out", required=not (simulation.out_optional or simulation.resumable),
                          help="output directory" + (" for the tables (optional)" if simulation.out_optional
                                                     else " for the ledger"))
@@ -161,36 +216,52 @@ def build_parser() -> argparse.ArgumentParser:
                                   "manifest, so `fedvalue audit --public-key` fails any rewrite of the run")
         sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
         sim.add_argument("--quiet", action="store_true", help="no per-round progress")
-        _add_config_options(sim, config_cls)
-    report = commands.add_parser("report", help="print a run's per-client summary sorted by value")
+        _add_config_options(sim, config_cls, simulation.help)
+    report = _parser(commands, "report", help="print a run's per-client summary sorted by value")
     report.add_argument("run_dir", help="a run directory written by fedvalue run")
     report.add_argument("--plots", action="store_true",
                         help="write PNG figures to DIR/figures/ (cumulative value, value heat map, flows, utility)")
     report.add_argument("--html", action="store_true",
                         help="write DIR/report.html: tables and figures in one self-contained page")
-    audit = commands.add_parser("audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
+    audit = _parser(commands, "audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
     audit.add_argument("run_dir", help="a run directory written by fedvalue run")
-    audit.add_argument("--tolerance", type=float, default=1e-6, help="allowed group-efficiency gap")
+    audit.add_argument("--tolerance", type=_finite_non_negative("tolerance"), default=1e-6,
+                       help="allowed group-efficiency gap (a finite number >= 0)")
     audit.add_argument("--no-recompute", action="store_true",
                        help="skip recomputing every value from the saved round records")
     audit.add_argument("--public-key", metavar="PEM",
                        help="the signer's Ed25519 public key: every seal and the manifest must carry its signature")
     audit.add_argument("--expect-head", metavar="HASH",
                        help="a chain head published elsewhere (64 hex digits): the run must end at it")
-    keygen = commands.add_parser("keygen", help="write a new Ed25519 key pair for signing runs")
+    audit.add_argument("--budget", metavar="SECONDS", type=_finite_positive("budget"), default=600.0,
+                       help="seconds the audit may take; what it has not checked by then is not verifiable "
+                            "(default: 600)")
+    keygen = _parser(commands, "keygen", help="write a new Ed25519 key pair for signing runs")
     keygen.add_argument("private_key", help="new file for the private key (PEM, owner-readable only)")
     keygen.add_argument("public_key", help="new file for the public key (PEM), to give auditors")
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.resume_alone is not None:
+        _resume_alone(args)
+    elif args.simulation is None:
+        raise ValueError("fedvalue run: expected a simulation (fedvalue run --help lists them) or --resume DIR to "
+                         "continue a run.")
+    else:  # `fedvalue run --quiet SIMULATION ...`: the options before the name count too
+        args.quiet = args.quiet or args.quiet_alone
+        if args.sign_key_alone is not None:
+            if not hasattr(args, "sign_key"):
+                raise ValueError(f"--sign-key: {args.simulation} runs are not signed (only resumable runs are).")
+            args.sign_key = args.sign_key or args.sign_key_alone
     simulation = SIMULATIONS[args.simulation]
     if getattr(args, "resume", None):
         config = _config_for_resume(simulation.config, args)
         args.out = args.resume
     else:
         if simulation.resumable and args.out is None:
-            raise ValueError("out: expected --out DIR for the run's ledger (or --resume DIR to continue a run).")
+            raise ValueError("--out: expected the directory for the run's ledger (or --resume DIR to continue a "
+                             "run).")
         config = simulation.config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(simulation.config)})
     sign_key = None
     if getattr(args, "sign_key", None):
@@ -202,12 +273,41 @@ def _run(args: argparse.Namespace) -> int:
     return simulation.main(config, options)
 
 
+def _resume_alone(args: argparse.Namespace) -> None:
+    """``fedvalue run --resume DIR``: the simulation named in DIR/run.json, with every setting at
+    its default on the command line (so that :func:`_config_for_resume` takes DIR's)."""
+    directory = args.resume_alone
+    if args.simulation is not None:
+        if getattr(args, "resume", None) not in (None, directory):
+            raise ValueError(f"--resume: given twice, as {directory} and {args.resume}; give it once.")
+        args.resume = directory
+        args.quiet = args.quiet or args.quiet_alone
+        args.sign_key = args.sign_key or args.sign_key_alone
+        return
+    saved = _saved_run_config(directory)
+    if saved is None:
+        raise ValueError(f"--resume: expected the directory of a run to continue, holding run.json; {directory} "
+                         "has none.")
+    name = saved.get("simulation")
+    resumable = [n for n, s in SIMULATIONS.items() if s.resumable]
+    if name not in resumable:
+        raise ValueError(f"--resume: {directory}/run.json names the simulation {name!r}; only {resumable} runs "
+                         "can be resumed.")
+    args.simulation = name
+    for f in dataclasses.fields(SIMULATIONS[name].config):
+        setattr(args, f.name, f.default)
+    args.out, args.resume, args.overwrite = None, directory, False
+    args.quiet, args.sign_key = args.quiet_alone, args.sign_key_alone
+
+
 def _config_for_resume(config_cls, args: argparse.Namespace):
     """The configuration saved in ``args.resume``/run.json; an option given on the command line
     must agree with it (a changed setting would not continue the same run)."""
     from pathlib import Path
 
-    if args.out is not None and Path(args.out) != Path(args.resume):
+    from fedvalue.rundir import resolve
+
+    if args.out is not None and resolve(args.out) != resolve(args.resume):
         raise ValueError(f"out: --resume continues the run in {args.resume}; got another --out {args.out}.")
     saved = _saved_run_config(args.resume)
     if saved is None:
@@ -226,37 +326,49 @@ def _config_for_resume(config_cls, args: argparse.Namespace):
 
 def _saved_run_config(run_dir: str) -> dict | None:
     """The configuration in ``run_dir``/run.json (None when there is none; ValueError when it
-    is not a JSON object or not a regular file)."""
-    from fedvalue import rundir
+    is not a JSON object or not a regular file), read through :mod:`fedvalue.rundir`."""
     from fedvalue.ledger import read_run_config
+    from fedvalue.rundir import RunDir
 
-    return read_run_config(run_dir) if rundir.exists(run_dir, RUN_CONFIG_FILE) else None
+    try:
+        run = RunDir(run_dir)
+    except FileNotFoundError:
+        return None
+    with run:
+        return read_run_config(run) if run.exists(RUN_CONFIG_FILE) else None
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from fedvalue.report import figure_dirs, html_report, write_figures
+    from fedvalue.rundir import RunDir, UnsafeRunFile, printable
     from fedvalue.schema import LEDGER_FILE
 
-    if (Path(args.run_dir) / LEDGER_FILE).exists() or not (args.plots or args.html):
-        _print_books(args.run_dir)
-    if args.plots:
-        runs = figure_dirs(args.run_dir)
-        if not runs:
-            print(f"{args.run_dir} holds no ledger, here or below: --plots draws a run's books; --html shows this "
-                  "directory's tables and figures")
-        for run_dir in runs:
-            print("wrote " + ", ".join(str(path) for path in write_figures(run_dir)))
-    if args.html:
-        print(f"wrote {html_report(args.run_dir)}")
+    try:  # opened once: every file below is read and written through it, every path printed is its
+        run = RunDir(args.run_dir)
+    except (FileNotFoundError, UnsafeRunFile):
+        what = "a directory written by fedvalue run" if args.plots or args.html else "a fedvalue run directory"
+        raise FileNotFoundError(f"run_dir: expected {what}; {printable(args.run_dir)} is not a directory.") from None
+    with run:
+        if run.exists(LEDGER_FILE) or not (args.plots or args.html):
+            _print_books(run)
+        if args.plots:
+            runs = figure_dirs(run)
+            if not runs:
+                print(f"{run.show()} holds no ledger, here or below: --plots draws a run's books; --html shows this "
+                      "directory's tables and figures")
+            for books in runs:
+                print("wrote " + ", ".join(printable(path) for path in write_figures(books)))
+        if args.html:
+            print(f"wrote {printable(html_report(run))}")
     return 0
 
 
-def _print_books(run_dir: str) -> None:
+def _print_books(run_dir) -> None:
     import pandas as pd
 
+    from fedvalue.findings import findings_lines, run_findings
     from fedvalue.ledger import load_run
+    from fedvalue.rundir import printable
 
     run = load_run(run_dir)
     lines = []
@@ -270,12 +382,15 @@ def _print_books(run_dir: str) -> None:
                 lines.append(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
                              f"clean {by_noise.get(False, float('nan')):.4f}")
         figures = run.run_summary()
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+        findings = findings_lines(run_findings(run))  # detection and top-k selection
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as error:
         raise ValueError(f"run_dir: the ledger in {run_dir} cannot be summarized ({type(error).__name__}: "
                          f"{error}); `fedvalue audit {run_dir}` says what is wrong with it.") from None
-    print("\n".join(lines))
+    print("\n".join(printable(line, 10_000) for line in "\n".join(lines).splitlines()))
     print("run:")
     print_run_summary(figures)
+    for line in findings:
+        print(printable(line, 10_000))
     return 0
 
 
@@ -284,12 +399,17 @@ def _audit_context(run_dir: str) -> tuple[Simulation | None, dict, str | None]:
     (:func:`fedvalue.audit.audit_run` keywords), or why nothing could be rebuilt."""
     try:
         saved = _saved_run_config(run_dir) or {}
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         return None, {}, str(error)
     name = saved.get("simulation")
     simulation = SIMULATIONS.get(name) if isinstance(name, str) else None
     if simulation is None:
         return None, {}, "run.json names no fedvalue simulation"
+    outside = sorted(key for key, value in saved.items() if key.endswith("_path") and value not in ("", None))
+    if outside:  # the audit reads the run directory only
+        return simulation, {}, (f"run.json names data outside the run directory ({', '.join(outside)}); the audit "
+                                "opens no file outside it, so it does not rebuild the run's utility")
+    saved = {**saved, "ray_address": ""} if "ray_address" in saved else saved  # an audit connects nowhere
     try:
         if simulation.audit_from_run is not None:
             return simulation, simulation.audit_from_run(saved), None
@@ -305,20 +425,27 @@ def _audit(args: argparse.Namespace) -> int:
     import re
 
     from fedvalue.audit import audit_run
+    from fedvalue.rundir import printable, resolve
     from fedvalue.seals import Verifier
 
     verifier = Verifier.from_file(args.public_key) if args.public_key else None
     if args.expect_head is not None and not re.fullmatch(r"[0-9a-f]{64}", args.expect_head):
         raise ValueError(f"expect_head: expected a chain head of 64 lowercase hex digits; got {args.expect_head!r}.")
+    args.run_dir = resolve(args.run_dir)  # once: the audit, the replay and the verdict name this one
     if not os.path.isdir(args.run_dir):
-        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {args.run_dir} is not a directory.")
+        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(args.run_dir)} is not a "
+                                "directory.")
+    started = time.monotonic()
     simulation, rebuilt, why_not = (None, {}, None) if args.no_recompute else _audit_context(args.run_dir)
     replayed = simulation is not None and simulation.replay_check is not None
     report = audit_run(args.run_dir, tolerance=args.tolerance, verifier=verifier, expect_head=args.expect_head,
-                       recompute=not (args.no_recompute or replayed), **rebuilt)
-    if replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
+                       recompute=not (args.no_recompute or replayed), budget_seconds=args.budget, **rebuilt)
+    if replayed and report.problems and (verifier is not None or args.expect_head is not None):
+        report.unverifiable.append("replay: not run, the files already failed the checks above")  # verify, then work
+    elif replayed:  # no saved model states to recompute from: the run is replayed from run.json instead
         try:
-            checks, problems = simulation.replay_check(args.run_dir)
+            checks, problems = simulation.replay_check(args.run_dir,
+                                                       timeout=max(1.0, args.budget - (time.monotonic() - started)))
         except Exception as error:  # noqa: BLE001 - fail closed on whatever the files hold
             checks, problems = [], []
             report.unverifiable.append(f"replay: the run cannot be replayed from run.json ({type(error).__name__}: "
@@ -329,10 +456,13 @@ def _audit(args: argparse.Namespace) -> int:
         report.unverifiable = [u.replace("(no utility to rebuild the round games with)", f"({why_not})")
                                for u in report.unverifiable]
     for status, what in report.verdicts():
-        print(f"{ {'verified': 'ok', 'failed': 'FAILED', 'not verifiable': 'NOT VERIFIABLE'}[status]}: {what}")
+        print(printable(f"{ {'verified': 'ok', 'failed': 'FAILED', 'not verifiable': 'NOT VERIFIABLE'}[status]}: "
+                        f"{what}", 2000))
     for note in report.notes:
-        print(f"note: {note}")
-    print(f"{args.run_dir}: {report.rounds} rounds, {report.ledger_rows} ledger rows: {report.verdict}")
+        print(printable(f"note: {note}", 2000))
+    print(f"run: {report.identity()}")
+    print(printable(f"{args.run_dir}: {report.rounds} rounds, {report.ledger_rows} ledger rows: {report.verdict}",
+                    2000))
     return 0 if report.intact else 1
 
 
@@ -345,13 +475,44 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The library names run-directory parameters in Python's words; the command line says them in
+#: its own (a message that gives both, "resume=True (--resume DIR)", keeps the second).
+_CLI_WORDS = (
+    (re.compile(r"\b(?:resume|overwrite)=True \((--[\w-]+(?: DIR)?)\)"), r"\1"),
+    (re.compile(r"\bresume=True\b"), "--resume DIR"),
+    (re.compile(r"\boverwrite=True\b"), "--overwrite"),
+)
+
+
+def in_cli_words(message: str) -> str:
+    """An error raised by the Python interface, in the command line's words."""
+    for pattern, replacement in _CLI_WORDS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
+def _interrupted(error: BaseException, args: argparse.Namespace) -> str:
+    """Why the run stopped, and where its committed rounds are."""
+    if str(error):
+        return str(error)
+    reason = "stopped at once by a second Ctrl-C" if args.command == "run" else "stopped at once by Ctrl-C"
+    run_dir = getattr(args, "out", None)
+    simulation = SIMULATIONS.get(getattr(args, "simulation", None) or "")
+    if run_dir and simulation is not None and simulation.resumable:
+        return (f"{reason}, during the round in flight; the rounds committed before it are in {run_dir}: continue "
+                f"with fedvalue run --resume {run_dir}")
+    return reason + "; nothing after the last file written was kept"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"audit": _audit, "run": _run, "report": _report, "keygen": _keygen}
     try:
         return commands[args.command](args)
     except (ValueError, FileNotFoundError) as error:
-        print(f"fedvalue: error: {error}", file=sys.stderr)
+        from fedvalue.rundir import printable
+
+        print(f"fedvalue: error: {printable(in_cli_words(str(error)), 4000)}", file=sys.stderr)
         return 2
     except OSError as error:  # an unwritable --out, a path under a file, ...
         print(f"fedvalue: error: {getattr(error, 'filename', None) or 'path'}: {error.strerror or error}",
@@ -361,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fedvalue: run failed: {error}", file=sys.stderr)
         return 1
     except (RunInterrupted, KeyboardInterrupt) as error:
-        print(f"fedvalue: interrupted: {error or 'stopped at once'}", file=sys.stderr)
+        print(f"fedvalue: interrupted: {_interrupted(error, args)}", file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
 
 

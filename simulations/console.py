@@ -76,9 +76,18 @@ def print_run_summary(summary: dict) -> None:
 
 
 def print_federated_run(run, options: RunOptions) -> int:
-    """The closing lines of a federated run (its summary when flows were booked)."""
+    """The closing lines of a federated run: utility, detection of the noisy clients and what a
+    top-k selection keeps (:mod:`fedvalue.findings`), its flows summary when flows were booked."""
+    from fedvalue.findings import findings_lines, run_findings
+
     print(f"wrote {options.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
-          f"{options.elapsed():.1f}s; see `fedvalue report {options.out}`")
+          f"{options.elapsed():.1f}s")
+    if len(run.rounds):
+        print(f"held-out utility {run.rounds['utility_before'].iloc[0]:.4f} -> "
+              f"{run.rounds['utility_realized'].iloc[-1]:.4f} over {len(run.rounds)} rounds")
+    for line in findings_lines(run_findings(run)):
+        print(line)
     if run.first_order is not None:
         print_run_summary(run.run_summary())
+    print(f"per-client books: fedvalue report {options.out}  (figures and a page: --plots --html)")
     return 0

@@ -81,11 +81,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive
+from strategies.counterfactual import RandomState
 
 T = TypeVar("T")
 #: Seconds between polls for replies. Flower's in-memory grid polls every 0.1 s: a round's
@@ -157,6 +159,20 @@ def stop_on_signals(stop: threading.Event, *, announce: bool = True) -> Iterator
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch on ``count`` intra-op threads for the block; the caller's count restored after.
+
+    Matrix products split over different thread counts round differently: the same seed
+    gives the same bits only on the same count (Ray gives a one-CPU client one thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class EngineStoppedError(RuntimeError):
@@ -434,9 +450,12 @@ def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: i
             outcome["error"] = error
             raise
 
-    run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
-                          num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-                          ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
+    # Ray's init and shutdown draw from Python's global ``random`` in this thread (its spill
+    # directory choice): put the caller's generators back, as they were before the run.
+    with RandomState.capture().replayed():
+        run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
+                              num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
+                              ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("result")

@@ -134,3 +134,52 @@ def build_federation(dataset: str, *, num_clients: int, concentration: float, se
             parts[c], parts[largest] = parts[largest][-1:], parts[largest][:-1]
     return FairFederation([x[p] for p in parts], [y[p] for p in parts], [z[p] for p in parts],
                           x_test, y_test, z_test)
+
+
+# -------------------------------------------------------------------------- centralized reproductions
+
+#: μ_{z,y} of the [FAIRINFL] §5 toy for the centralized reproduction, ordered
+#: (μ_{0,0}, μ_{1,0}, μ_{0,1}, μ_{1,1}) with μ_{0,0} < μ_{1,0} < 0 < μ_{0,1} < μ_{1,1} and
+#: |μ_{1,0}| < |μ_{0,1}| (the case of Fig. 1, right, and the proof of Prop. 5.2). The paper gives no
+#: numbers: these put the accurate threshold near 0, as Fig. 1 draws it (the y = 1 and y = 0
+#: mixtures have nearly equal density there), with group 1 denser at 0 than group 0, so moving the
+#: threshold right lowers the DP gap (see the simulation's lever column).
+ASYMMETRIC_MEANS = (-3.0, -0.5, 1.0, 1.65)
+
+
+def toy_rows(n: int, rng: np.random.Generator, means: tuple[float, float, float, float] = ASYMMETRIC_MEANS, *,
+             sigma: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` rows of the [FAIRINFL] §5 toy: z, y ~ Bernoulli(1/2) independently, x ~ N(μ_{z,y}, σ)
+    with ``means`` = (μ_{0,0}, μ_{1,0}, μ_{0,1}, μ_{1,1}); inputs x (one column, float64), y, z."""
+    z = rng.integers(0, 2, n)
+    y = rng.integers(0, 2, n)
+    table = np.asarray(means, dtype=np.float64).reshape(2, 2)  # [y][z]
+    x = rng.normal(table[y, z], sigma)
+    return x[:, None], y.astype(np.int64), z.astype(np.int64)
+
+
+#: The R package and data frame of the Survey of Labour and Income Dynamics (Debian r-cran-cardata).
+SLID = ("carData", "SLID")
+SLID_NUMERIC = ("education", "age")
+
+
+def slid_frame() -> pd.DataFrame:
+    """The complete rows of SLID (Ontario, 1994: wages, education, age, sex, language): 3,987
+    of 7,425 (wages are missing for the rest)."""
+    from simulations.r_data import read_r_data_frame
+
+    frame = read_r_data_frame(*SLID).dropna()
+    return frame.assign(age=frame["age"].astype(np.float64)).reset_index(drop=True)
+
+
+def slid_rows(frame: pd.DataFrame, train_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inputs, labels and groups of SLID as an Adult-like task: y = 1 for hourly wages above the
+    training rows' median, z = 1 for men; inputs education, age (standardized by the training
+    rows), sex and language one-hot (standardized likewise, as [FAIRIJ] §4 standardizes all)."""
+    threshold = float(np.median(frame["wages"].to_numpy()[train_index]))
+    y = (frame["wages"].to_numpy() > threshold).astype(np.int64)
+    z = (frame["sex"].astype(str) == "Male").to_numpy(np.int64)
+    dummies = pd.get_dummies(frame[["sex", "language"]].astype(str), dtype=np.float64)
+    x = np.column_stack([frame[list(SLID_NUMERIC)].to_numpy(np.float64), dummies.to_numpy()])
+    mean, std = x[train_index].mean(axis=0), x[train_index].std(axis=0)
+    return (x - mean) / np.where(std > 0, std, 1.0), y, z

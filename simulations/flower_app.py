@@ -2,11 +2,20 @@
 
 Every ``fedvalue run noisy-clients`` option is a key of ``[tool.flwr.app.config]`` in
 pyproject.toml (dashes for underscores, tuples comma-separated: ``hidden = "200,200"``),
-plus ``out``, the run directory. ``flwr run . --run-config "rounds=3 partition='dirichlet'"``
-changes them for the ServerApp and the ClientApps alike: both read ``context.run_config``.
-Each SuperNode's partition is ``context.node_config["partition-id"]`` (the simulation
-runtime sets it; a deployed SuperNode gets ``--node-config "partition-id=0
-num-partitions=3"``). The same seed gives ``fedvalue run``'s ledger bytes.
+plus ``out``, the run directory (``{run_id}`` in it becomes Flower's run id). ``flwr run .
+--run-config "rounds=3 partition='dirichlet'"`` changes them for the ServerApp and the
+ClientApps alike: both read ``context.run_config``. Each SuperNode's partition is
+``context.node_config["partition-id"]`` (the simulation runtime sets it; a deployed
+SuperNode gets ``--node-config "partition-id=0 num-partitions=3"``).
+
+``num-clients = 0`` and ``clients-per-round = 0`` (the App's defaults) take the sizes from
+the federation: one client per SuperNode, and ⌈num-clients / rounds⌉ clients a round (each
+client valued once, as the main job does with 30 clients in 5 rounds), so ``flwr run .`` runs
+on whatever federation it is given, Flower's 2-SuperNode default included. The server sends
+the number it found to the clients, which refuse a different ``num-partitions``. The ServerApp
+logs the ``fedvalue run noisy-clients`` command that books the same ledger, byte for byte:
+the clients train with one torch thread, as ``fedvalue run``'s one-CPU clients do, whatever
+CPUs the federation gives them.
 
 The ServerApp refuses, before writing anything: a run already in ``out`` (never deleted),
 a federation whose number of SuperNodes is not ``num-clients``, and the Ray engine options
@@ -19,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 import typing
@@ -29,13 +39,18 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app, partition_id_of
 from fedvalue.ledger import load_run
-from simulations.api import check_some_client_valued, package_versions, prepare_run_dir, seeded_server_generators
-from simulations.engine import replies_in_send_order
+from simulations.api import (
+    check_some_client_valued,
+    initial_model_arrays,
+    package_versions,
+    prepare_run_dir,
+    seeded_server_generators,
+)
+from simulations.engine import replies_in_send_order, torch_threads
 from simulations.noisy_clients import NoisyClientsConfig, build, valuation_options
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.protocol import train_config
-from strategies.records import initial_arrays
 
 #: The run directory's key (the only key that is not a NoisyClientsConfig field).
 OUT_KEY = "out"
@@ -49,6 +64,15 @@ ENGINE_OPTIONS = {
 }
 #: Longest wait for the federation's SuperNodes to register before the size check fails.
 NODE_WAIT_S = 60.0
+#: Seconds the number of SuperNodes must stay the same to count as the federation's size (the
+#: simulation runtime registers all of its nodes within milliseconds, after the ServerApp starts).
+NODE_STABLE_S = 2.0
+#: ``num-clients`` / ``clients-per-round`` value meaning "from the federation".
+FROM_FEDERATION = 0
+#: Train-config key carrying the number of clients the server found, for the clients to check.
+NUM_CLIENTS_KEY = "num-clients"
+#: The run directory when the run config names none.
+DEFAULT_OUT = "~/fedvalue-runs/flwr-{run_id}"
 _log = logging.getLogger("flwr")
 
 
@@ -89,26 +113,61 @@ def config_from_run_config(run_config: typing.Mapping) -> tuple[NoisyClientsConf
             raise ValueError(f"{run_config_key(name)}: a fedvalue run engine option, set by {where} under flwr "
                              f"run; expected the default {getattr(NoisyClientsConfig, name)!r}, got "
                              f"{getattr(config, name)!r}.")
-    out = str(run_config.get(OUT_KEY, "~/fedvalue-runs/flwr-run"))
+    out = str(run_config.get(OUT_KEY, DEFAULT_OUT))
     # Runs land outside the project directory (which holds the code only); "~" is the user's home.
     return config, os.path.expanduser(out)
 
 
-def check_federation_size(grid: Grid, num_clients: int, *, wait_s: float = NODE_WAIT_S) -> None:
-    """Wait for the federation's SuperNodes; ValueError unless there are ``num_clients`` of them."""
+def with_sizes(config: NoisyClientsConfig, num_supernodes: int) -> NoisyClientsConfig:
+    """``config`` with ``num-clients = 0`` read as the federation's ``num_supernodes`` and
+    ``clients-per-round = 0`` as ⌈num_clients / rounds⌉ (every client valued once)."""
+    num_clients = config.num_clients or num_supernodes
+    per_round = config.clients_per_round or max(1, math.ceil(num_clients / max(1, config.rounds)))
+    return dataclasses.replace(config, num_clients=num_clients, clients_per_round=per_round)
+
+
+def federation_size(grid: Grid, num_clients: int, *, wait_s: float = NODE_WAIT_S,
+                    stable_s: float = NODE_STABLE_S, simulation: bool = False) -> int:
+    """The number of the federation's SuperNodes: once it has stayed the same for ``stable_s``
+    seconds (``num_clients = 0``), or once it reaches ``num_clients``; ValueError when it does
+    not within ``wait_s`` seconds, or, on the simulation runtime (whose nodes all come at
+    once), as soon as it is stable at another number."""
     deadline = time.monotonic() + wait_s
+    last, since = -1, time.monotonic()
     while True:
         found = len(list(grid.get_node_ids()))
-        if found == num_clients or found > num_clients or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if found != last:
+            last, since = found, now
+        stable = found > 0 and now - since >= stable_s
+        if (num_clients and found >= num_clients) or (stable and (not num_clients or simulation)) \
+                or now >= deadline:
             break
-        time.sleep(0.5)
-    if found != num_clients:
+        time.sleep(0.2)
+    if num_clients and found != num_clients:
+        waited = f" after {now - (deadline - wait_s):.0f}s" if found < num_clients else ""
         raise ValueError(
             f"num-clients: the run config asks for {num_clients} clients (one SuperNode per partition); the "
-            f"federation has {found} SuperNodes{f' after {wait_s:.0f}s' if found < num_clients else ''}. Give the "
-            f"federation {num_clients} SuperNodes (simulation: options.num-supernodes = {num_clients} in "
-            f"~/.flwr/config.toml) or pass --run-config \"num-clients={found}\"."
+            f"federation has {found} SuperNodes{waited}. Leave num-clients at 0 to take the federation's size, "
+            f"pass --run-config \"num-clients={found}\", or give the federation {num_clients} SuperNodes "
+            f"(simulation: flwr federation simulation-config --num-supernodes {num_clients})."
         )
+    if not found:
+        raise ValueError(f"num-clients: 0 takes the federation's size, but no SuperNode registered within "
+                         f"{wait_s:.0f}s.")
+    return found
+
+
+def same_ledger_command(config: NoisyClientsConfig, out: str) -> str:
+    """The ``fedvalue run noisy-clients`` command that books the same ledger as ``config``."""
+    defaults = NoisyClientsConfig()
+    options = []
+    for f in dataclasses.fields(NoisyClientsConfig):
+        value = getattr(config, f.name)
+        if value != getattr(defaults, f.name):
+            shown = ",".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+            options.append(f"--{run_config_key(f.name)} {shown}")
+    return " ".join(["fedvalue run noisy-clients --out DIR", *options])
 
 
 server_app = ServerApp()
@@ -116,16 +175,23 @@ server_app = ServerApp()
 
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
+    simulation = type(grid).__name__ == "InMemoryGrid"  # the simulation runtime's grid: every node at once
     grid = replies_in_send_order(grid)  # arrival order would change the ledger's rows and FedAvg's last bits
     try:
         config, out = config_from_run_config(context.run_config)
+        out = out.replace("{run_id}", str(context.run_id))
+        if config.num_clients:
+            build(with_sizes(config, config.num_clients))  # bad settings fail before any wait
+        if os.path.isdir(out) and os.listdir(out):  # never replaced under flwr run
+            raise ValueError(f"out: {out} already holds a run or other files; choose another run directory: "
+                             f"--run-config \"out='DIR'\" (the default, {DEFAULT_OUT}, is new for every run).")
+        config = with_sizes(config, federation_size(grid, config.num_clients, simulation=simulation))
         _, model_factory, utility, noisy = build(config)
-        if os.path.isdir(out) and os.listdir(out):
-            prepare_run_dir(out)  # refuses (never deletes) a run or other files already at `out`
-        check_federation_size(grid, config.num_clients)
     except ValueError as error:
         _log.error("fedvalue: %s", error)  # the run's log shows why it stopped, not just a traceback
         raise
+    _log.info("fedvalue: noisy-clients on %d clients, %d a round, into %s; the same ledger as: %s",
+              config.num_clients, config.clients_per_round, out, same_ledger_command(config, out))
     run_dir = prepare_run_dir(out)
     run_config = {"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy),
                   "num_rounds": config.rounds, "versions": package_versions()}  # as `fedvalue run` writes it
@@ -135,27 +201,36 @@ def main(grid: Grid, context: Context) -> None:
         seed=config.seed, noisy_clients=noisy, run_config=run_config, query_timeout=config.query_timeout,
         **valuation_options(config),  # every estimator option, as `fedvalue run` passes them
     )
-    initial = initial_arrays(model_factory())
+    initial = initial_model_arrays(model_factory, config.seed)
+    train = train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                         batch_size=config.batch_size, seed=config.seed)
     with seeded_server_generators(config.seed):
         strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                       train_config=ConfigRecord(train_config(
-                           learning_rate=config.learning_rate, local_epochs=config.local_epochs,
-                           batch_size=config.batch_size, seed=config.seed)))
+                       train_config=ConfigRecord({**train, NUM_CLIENTS_KEY: config.num_clients}))
     check_some_client_valued(load_run(run_dir), run_dir)  # fail loudly, as `fedvalue run` does
 
 
 _CLIENT_APPS: dict[str, ClientApp] = {}
 
 
-def client_app_for(context: Context) -> ClientApp:
+def client_app_for(context: Context, message: Message | None = None) -> ClientApp:
     """The torch ClientApp for this run's config (``context.run_config``), built once per config,
-    after checking this SuperNode's partition against ``num-clients``."""
+    after checking this SuperNode's partition against ``num-clients`` (0: its ``num-partitions``)
+    and, when the message carries it, against the number of clients the server found."""
     config, _ = config_from_run_config(context.run_config)
     partition_id = partition_id_of(context)
-    num_partitions = context.node_config.get("num-partitions", config.num_clients)
-    if partition_id >= config.num_clients or num_partitions != config.num_clients:
+    configs = {} if message is None else message.content.config_records
+    server_count = configs["config"].get(NUM_CLIENTS_KEY) if "config" in configs else None
+    num_partitions = context.node_config.get("num-partitions", config.num_clients or server_count)
+    if not config.num_clients and not num_partitions:
+        raise ValueError("num-clients: 0 takes the federation's size, but this SuperNode's --node-config has no "
+                         "num-partitions; give it one, or set num-clients in the run config.")
+    config = with_sizes(config, num_partitions)
+    if partition_id >= config.num_clients or num_partitions != config.num_clients or \
+            server_count not in (None, config.num_clients):
+        asked = config.num_clients if server_count is None else server_count
         raise ValueError(
-            f"num-clients: the run config asks for {config.num_clients} partitions; this SuperNode holds "
+            f"num-clients: the run asks for {asked} partitions; this SuperNode holds "
             f"partition-id={partition_id} of num-partitions={num_partitions} (its --node-config)."
         )
     key = json.dumps(config.as_dict(), sort_keys=True)
@@ -165,19 +240,28 @@ def client_app_for(context: Context) -> ClientApp:
     return _CLIENT_APPS[key]
 
 
+def one_torch_thread():
+    """Torch on one thread: ``fedvalue run`` gives each client one CPU (Ray then runs torch on one
+    thread), and other thread counts would book other last bits (:func:`torch_threads`)."""
+    return torch_threads(1)
+
+
 client_app = ClientApp()
 
 
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
-    return client_app_for(context)(msg, context)
+    with one_torch_thread():
+        return client_app_for(context, msg)(msg, context)
 
 
 @client_app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    return client_app_for(context)(msg, context)
+    with one_torch_thread():
+        return client_app_for(context, msg)(msg, context)
 
 
 @client_app.query()
 def query(msg: Message, context: Context) -> Message:
-    return client_app_for(context)(msg, context)
+    with one_torch_thread():
+        return client_app_for(context, msg)(msg, context)

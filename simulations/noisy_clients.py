@@ -315,16 +315,57 @@ def cli_main(config: NoisyClientsConfig, options) -> int:
     return print_federated_run(run, options)
 
 
+def audited_config(saved: dict) -> NoisyClientsConfig:
+    """The configuration a saved run is audited with: run.json's, but never attached to a Ray
+    cluster (an audit connects nowhere: run.json's ``ray_address`` is not even probed) and
+    never reading data a user named outside the run directory (a run on MNIST files or on a
+    ``data_path`` is refused: its utility is then not rebuilt and its values not verifiable).
+    Data that ship with an installed package are read as the run read them: digits and the
+    other scikit-learn sets, and Fashion-MNIST where Debian's dataset-fashion-mnist puts it."""
+    config = saved_config(NoisyClientsConfig, saved, strict=False)
+    if config.dataset == "mnist" or config.data_path:
+        raise ValueError("data_path: the run's data lie outside the run directory "
+                         f"({str(config.data_path)[:80]!r}); the audit opens no file outside it, so it does not "
+                         "rebuild the run's utility")
+    return dataclasses.replace(config, ray_address="", valuation_workers=0)
+
+
 def utility_from_run(saved: dict):
     """The utility a saved noisy-clients run was valued with (for the audit)."""
-    return build(saved_config(NoisyClientsConfig, saved, strict=False))[2]
+    return build(audited_config(saved))[2]
 
 
 def audit_from_run(saved: dict) -> dict:
     """What the audit can rebuild of a saved run from its settings alone: the utility, the
-    noisy clients (drawn from the seed) and round t's sampled clients (the seeded sampler)."""
-    config = saved_config(NoisyClientsConfig, saved, strict=False)
-    _, _, utility, noisy = build(config)
+    noisy clients (drawn from the seed), round t's sampled clients (the seeded sampler), each
+    client's example count (its seeded partition) and its local training (replayed from the
+    round's start with run.json's training settings and seed: :func:`clients.app.train_client`)."""
+    import torch
+
+    from clients.app import train_client
+
+    config = audited_config(saved)
+    loader, model_factory, utility, noisy = build(config)
     sampler = PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed)
+    proximal_mu = config.proximal_mu if config.strategy == "fedprox" else 0.0
+
+    def example_counts(client) -> int:
+        return len(loader(int(client)).x_train)
+
+    def retrain(server_round: int, client, start_arrays) -> dict:
+        # As many torch threads as the client's Ray worker had: reductions then add in its order
+        # (with another thread count 50 epochs can drift by 1e-4).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, int(config.num_cpus_per_client)))
+        try:
+            arrays, _, _ = train_client(loader(int(client)), model_factory, dict(start_arrays),
+                                        learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                                        batch_size=config.batch_size, seed=config.seed, server_round=server_round,
+                                        proximal_mu=proximal_mu)
+        finally:
+            torch.set_num_threads(threads)
+        return arrays
+
     return {"utility": utility, "noisy_clients": noisy,
-            "sampled": lambda t: sampler.sample(t, range(config.num_clients))}
+            "sampled": lambda t: sampler.sample(t, range(config.num_clients)),
+            "example_counts": example_counts, "retrain": retrain}

@@ -29,8 +29,11 @@ fine-tuning seeds: their trajectories differ only by what was bought. Outputs in
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -301,7 +304,18 @@ def headline(tables: dict) -> str:
     return "\n".join(lines)
 
 
-def replay_check(run_dir: str | Path) -> tuple[list[str], list[str]]:
+#: Seconds a replay may take before the audit calls the run not verifiable.
+REPLAY_TIMEOUT = 600.0
+
+
+def replay_into(saved: dict, out: str) -> None:
+    """Replay the run whose run.json is ``saved`` into the new directory ``out`` (the child
+    process of :func:`replay_check`)."""
+    config = saved_config(ProcurementConfig, saved)
+    run_one(config, build(config, saved["seed"]), saved["rule"], out)
+
+
+def replay_check(run_dir: str | Path, *, timeout: float = REPLAY_TIMEOUT) -> tuple[list[str], list[str]]:
     """Recompute one seed's run from its run.json alone and compare the books.
 
     Returns ``(checks, problems)``. Procurement saves no per-stage model states, so a
@@ -309,25 +323,47 @@ def replay_check(run_dir: str | Path) -> tuple[list[str], list[str]]:
     run is replayed (the generators, offers and fine-tunes are pure functions of the
     configuration and seed) and every ledger row and every rounds.csv column except the
     wall-clock ``valuation_seconds`` and the ``hash`` that covers it must come out equal.
+    The run directory is read through :mod:`fedvalue.rundir` (no link, no FIFO, capped);
+    the replay runs in a child process killed after ``timeout`` seconds
+    (:class:`TimeoutError`: the audit then says not verifiable), and only when the tables
+    hold as many stages as run.json names.
     """
-    run_dir = Path(run_dir)
-    saved = json.loads((run_dir / RUN_CONFIG_FILE).read_text(encoding="utf-8"))
-    try:
-        config = saved_config(ProcurementConfig, saved, source=str(run_dir / RUN_CONFIG_FILE))
-    except (TypeError, ValueError) as error:
-        return [], [f"replay: {run_dir / 'run.json'} does not hold a procurement configuration ({error})"]
-    seed, rule = saved.get("seed"), saved.get("rule")
-    if isinstance(seed, bool) or not isinstance(seed, int) or rule not in PURCHASE_RULES:
-        return [], [f"replay: {run_dir / 'run.json'} names no seed and rule of a procurement run"]
+    from fedvalue.ledger import parse_run_config
+    from fedvalue.rundir import MAX_JSON_BYTES, RunDir
+
+    with RunDir(run_dir) as run:
+        saved = parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=MAX_JSON_BYTES))
+        where = run.show(RUN_CONFIG_FILE)
+        try:
+            config = saved_config(ProcurementConfig, saved, source=where)
+            _check(config)
+        except (TypeError, ValueError) as error:
+            return [], [f"replay: {where} does not hold a procurement configuration ({error})"]
+        seed, rule = saved.get("seed"), saved.get("rule")
+        if isinstance(seed, bool) or not isinstance(seed, int) or rule not in PURCHASE_RULES:
+            return [], [f"replay: {where} names no seed and rule of a procurement run"]
+        booked = read_ledger_csv(io.StringIO(run.read_text(LEDGER_FILE), newline=""))
+        rounds = read_rounds_csv(io.StringIO(run.read_text(ROUNDS_FILE), newline=""))
+    if len(rounds) != config.stages:
+        return [], [f"replay: rounds.csv holds {len(rounds)} stages; run.json names {config.stages}"]
     with tempfile.TemporaryDirectory() as scratch:
         replay = Path(scratch) / "replay"
-        setting = build(config, seed)
-        run_one(config, setting, rule, replay)
-        booked, replayed = read_ledger_csv(run_dir / LEDGER_FILE), read_ledger_csv(replay / LEDGER_FILE)
-        rounds, replayed_rounds = (read_rounds_csv(d / ROUNDS_FILE).drop(columns=["valuation_seconds", "hash"])
-                                   for d in (run_dir, replay))
+        code = ("import json, sys; from simulations.procurement import replay_into; "
+                "replay_into(json.loads(sys.argv[1]), sys.argv[2])")
+        try:
+            subprocess.run([sys.executable, "-c", code, json.dumps(saved), str(replay)], check=True,
+                           capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the replay took longer than {timeout:g} s") from None
+        except subprocess.CalledProcessError as error:
+            reason = error.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
+            return [], [f"replay: run.json's settings do not replay ({reason[0][:200]})"]
+        replayed = read_ledger_csv(replay / LEDGER_FILE)
+        replayed_rounds = read_rounds_csv(replay / ROUNDS_FILE)
     problems = []
-    for name, mine, theirs in ((LEDGER_FILE, booked, replayed), (ROUNDS_FILE, rounds, replayed_rounds)):
+    for name, mine, theirs in ((LEDGER_FILE, booked, replayed),
+                               (ROUNDS_FILE, *(r.drop(columns=["valuation_seconds", "hash"])
+                                               for r in (rounds, replayed_rounds)))):
         try:
             pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
         except AssertionError as error:

@@ -15,8 +15,7 @@ fastest on a shared 2-core machine, and it fixes the reduction order (same seed,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,20 +23,15 @@ import torch
 
 from fedvalue.rounds import Arrays
 from simulations.conjoint import NUM_ATTRIBUTES, NUM_LEVELS, average_error, one_hot, part_worths_ols
+from simulations.engine import torch_threads
 
 #: Ratings live in [0, 100]; the network predicts rating / RATING_SCALE.
 RATING_SCALE = 100.0
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
+def one_thread():
     """torch on one thread inside the block; the caller's thread count restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return torch_threads(1)
 
 
 @dataclass(frozen=True)

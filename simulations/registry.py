@@ -14,6 +14,7 @@ from simulations import (
     attacks,
     augmentation,
     fairness,
+    fairness_central,
     federated_reciprocity,
     noisy_clients,
     procurement,
@@ -67,7 +68,7 @@ SIMULATIONS: dict[str, Simulation] = {
     "noisy-clients": Simulation(noisy_clients.NoisyClientsConfig, noisy_clients.cli_main, resumable=True,
                                 utility_from_run=noisy_clients.utility_from_run,
                                 audit_from_run=noisy_clients.audit_from_run),
-    "noisy-clients-study": Simulation(study.NoisyClientsStudyConfig, study.cli_main),
+    "noisy-clients-study": Simulation(study.NoisyClientsStudyConfig, study.cli_main, help=study.HELP),
     "reciprocity": Simulation(reciprocity.ReciprocityConfig, reciprocity.cli_main, out_optional=True),
     "reciprocity-federated": Simulation(federated_reciprocity.FederatedReciprocityConfig,
                                         federated_reciprocity.cli_main, resumable=True,
@@ -79,4 +80,6 @@ SIMULATIONS: dict[str, Simulation] = {
     "replication-market": Simulation(replication_market.ReplicationMarketConfig, replication_market.cli_main),
     "fairness": Simulation(fairness.FairnessConfig, fairness.cli_main, utility_from_run=fairness.utility_from_run,
                            audit_from_run=fairness.audit_from_run, help=fairness.HELP),
+    "fairness-central": Simulation(fairness_central.FairnessCentralConfig, fairness_central.cli_main,
+                                   out_optional=True, help=fairness_central.HELP),
 }

@@ -44,7 +44,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from flwr.app import ConfigRecord
 from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
@@ -55,15 +54,14 @@ from fedvalue.flagging import FlaggingRule, flagging_rates
 from fedvalue.ledger import load_run, write_json
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.selection import retrain_plan
-from simulations.api import package_versions, prepare_run_dir
-from simulations.engine import default_max_parallel_clients, serve
+from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
+from simulations.engine import default_max_parallel_clients, serve, torch_threads
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
 from simulations.settings import check_integers
 from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import PartitionSampler, Replay, ReplaySampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.protocol import train_config
-from strategies.records import initial_arrays
 
 RANKINGS = ("ads", "loo", "random")
 #: torch threads of the server process while the study runs (restored afterwards). The
@@ -86,12 +84,19 @@ FLAGGING_RULES = tuple(
 
 @dataclass
 class NoisyClientsStudyConfig(NoisyClientsConfig):
-    """The noisy-clients setting plus the study's own numbers."""
+    """The noisy-clients setting plus the study's own numbers (``seed`` is the first seed:
+    the study runs seeds seed, seed + 1, ..., seed + seeds − 1)."""
 
     seeds: int = 20
-    first_seed: int = 0
     ks: tuple[int, ...] = (3, 4)
     clean_runs: int = 1
+
+
+#: Help of the study's options that differ from a single run's (``fedvalue run noisy-clients-study --help``).
+HELP = {
+    "seed": "first seed: the study runs seeds seed, seed+1, ..., seed+seeds-1",
+    "seeds": "number of seeds, all run on one engine",
+}
 
 
 #: Settings a study's ``data-key`` may override (the engine serves every seed, noisy and clean).
@@ -177,7 +182,7 @@ def run_study(
     ``client_mods`` wrap the clients' ``train`` handler (``make_client_app``'s ``mods``).
     """
     _check(config)
-    seeds = list(range(config.first_seed, config.first_seed + config.seeds))
+    seeds = list(range(config.seed, config.seed + config.seeds))
     for seed in seeds:
         build(_base(config, seed))  # every seed's input is checked before Ray starts
     study_config = {"simulation": "noisy-clients-study", **dataclasses.asdict(config), "versions": package_versions()}
@@ -200,7 +205,7 @@ def run_study(
         for seed in seeds:
             base = _base(config, seed)
             _, model_factory, utility, noisy = build(base)
-            initial = initial_arrays(model_factory())
+            initial = initial_model_arrays(model_factory, seed)
 
             def config_record(clean: bool = False) -> ConfigRecord:
                 return ConfigRecord(train_config(learning_rate=config.learning_rate,
@@ -254,14 +259,10 @@ def run_study(
     base = _base(config, seeds[0])
     loader = functools.partial(study_client_data, config_json=json.dumps(dataclasses.asdict(base), sort_keys=True))
     _, model_factory, _, _ = build(base)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(SERVER_TORCH_THREADS)  # the valuation's forward passes, in this process
-    try:
+    with torch_threads(SERVER_TORCH_THREADS):  # the valuation's forward passes, in this process
         serve(make_client_app(loader, model_factory, mods=client_mods), main, num_supernodes=config.num_clients,
               num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=_parallel_clients(config),
               ray_address=config.ray_address or None, num_gpus_per_client=config.num_gpus_per_client)
-    finally:
-        torch.set_num_threads(threads)
     timings["total"] = time.perf_counter() - started
     return write_outputs(out_dir, seeds, pd.DataFrame(accuracy_rows), timings)
 

@@ -17,16 +17,17 @@ from the same random state.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
-import hashlib
 import logging
 import os
-import pickle
+import random as random_module
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
@@ -34,32 +35,14 @@ from flwr.supercore.logger import log
 
 from fedvalue._checks import check_positive
 from fedvalue.ads import AdsSettings
-from fedvalue import rundir
-from fedvalue.archive import (
-    Checkpoint,
-    RoundRecord,
-    checkpoint_files,
-    read_checkpoint,
-    record_path,
-    rewind,
-    write_checkpoint,
-    write_round_record,
-)
+from fedvalue.archive import RoundRecord
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.fair_books import FairnessBooks, fairness_round
 from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.fairness import GroupFairness
-from fedvalue.ledger import LedgerWriter, chain_heads
-from fedvalue.seals import (
-    MANIFEST_FILE,
-    SEALS_FILE,
-    Signer,
-    append_seal,
-    cut_seals,
-    read_seals,
-    seal_fields,
-    sha256_of,
-)
+from fedvalue.ledger import LedgerWriter
+from fedvalue.run_books import Restored, RunBooks
+from fedvalue.seals import Signer
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from fedvalue.rounds import (
     VALUATION_METHODS,
@@ -84,6 +67,7 @@ from strategies.records import (
     take_inference_gradient,
 )
 from strategies.sampling import LearningSampler, Sampler
+from strategies import server_state
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
 PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
@@ -159,8 +143,11 @@ class ValuingStrategy(Strategy):
         ``fedvalue audit`` can recompute every value (:mod:`fedvalue.archive`). Records
         go to disk, not memory.
     checkpoint
-        With ``run_dir``: after each round commits, save A_t and the server's state (the
-        inner strategy, the sampler, pending checks; pickled) so the run can resume.
+        With ``run_dir``: after each round commits, save A_t and the server's state as data
+        (:mod:`strategies.server_state`: the inner strategy's optimizer moments, the sampler,
+        the claim review, pending checks, the global random state; never pickled) so the run
+        can resume. A strategy holding state that is not data is refused when the books open
+        (give its class ``state_dict``/``load_state_dict``, or pass ``checkpoint=False``).
     acceptance
         Which valid replies the inner strategy aggregates (:mod:`strategies.acceptance`):
         every one (default), the top k by a score (:class:`~strategies.acceptance.TopK`) or a
@@ -178,10 +165,10 @@ class ValuingStrategy(Strategy):
         the last committed round, the inner strategy and sampler are restored from the
         checkpoint (replacing the ones given), and :meth:`start` runs the remaining
         rounds of ``num_rounds`` from the checkpointed state. The same seed gives the
-        same ledger as an uninterrupted run. Restoring UNPICKLES the saved server state,
-        which executes code: it is done only after the checkpoint's digest matches its
-        round's seal and the seal's head the recomputed hash chain (with ``sign_key``,
-        the seal's signature too); resume only runs you made or whose signer you trust.
+        same ledger as an uninterrupted run. The checkpoint is verified before anything is
+        cut (:mod:`fedvalue.run_books`: the seal, with ``sign_key`` its signature, the chain,
+        the sizes and the digests) and holds data only: resuming runs no code from the run
+        directory.
     sign_key
         An Ed25519 private key (a PEM file from ``fedvalue keygen``, or a
         :class:`fedvalue.seals.Signer`): each round's seal and the final manifest are
@@ -250,6 +237,7 @@ class ValuingStrategy(Strategy):
         # The run directory is written (or, resuming, rewound) by open_books(), not here.
         self._run_dir, self._run_config, self._resume = run_dir, run_config, bool(resume)
         self.ledger: LedgerWriter | None = None
+        self.books: RunBooks | None = None
         self._books_open = False
         self.save_records = bool(save_records) and run_dir is not None
         self.checkpoint = bool(checkpoint) and run_dir is not None
@@ -284,7 +272,8 @@ class ValuingStrategy(Strategy):
         self._pending_first_order: tuple[int, dict] | None = None
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
-        self._resumed_from: Checkpoint | None = None
+        self._resumed_from: Restored | None = None
+        self._resumed_random: RandomState | None = None
 
     def open_books(self) -> None:
         """Create the run directory and its run.json, or, resuming, cut the directory back to
@@ -295,10 +284,19 @@ class ValuingStrategy(Strategy):
         """
         if self._books_open:
             return
-        self._books_open = True
         if self._run_dir is None:
+            self._books_open = True
             return
-        self.ledger = LedgerWriter(self._run_dir, config=self._run_config, resume=self._resume)
+        if self.checkpoint:
+            self._server_state()  # a state that is not data is refused before anything is written
+        config = self._run_config
+        if self.claims is not None:  # the audit allows claim rows only in a run whose run.json names a review
+            config = {**(config or {}), "claim_review": repr(self.claims)}
+        self.books = RunBooks(self._run_dir, config=config, resume=self._resume, signer=self.signer,
+                              save_records=self.save_records, checkpoint=self.checkpoint,
+                              check_state=self._check_state if self._resume else None)
+        self.ledger = self.books.ledger
+        self._books_open = True
         if self._resume:
             self._resumed_from = self._restore()
 
@@ -324,6 +322,7 @@ class ValuingStrategy(Strategy):
             )
         if offset:
             initial_arrays = numpy_to_arrays(self._resumed_from.arrays)
+            self._resumed_random.restore()  # the global draws Flower's strategies make continue as uninterrupted
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
         result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
@@ -338,81 +337,61 @@ class ValuingStrategy(Strategy):
 
     def _close_books(self) -> None:
         """The final manifest (:mod:`fedvalue.seals`), once every planned round committed."""
-        if self.ledger is None or not self.rounds or self.rounds[-1]["round"] != self._num_rounds:
+        if self.books is None or not self.rounds or self.rounds[-1]["round"] != self._num_rounds:
             return
-        self.ledger.close(self._num_rounds, sealed=True, signer=self.signer)
+        self.books.close(self._num_rounds)
 
-    def _seal(self, server_round: int, head: str, checkpoint: tuple[str, str] | None) -> None:
-        """Round ``server_round``'s seal: its head and the digests of its record and checkpoint."""
-        run_dir = self.ledger.run_dir
-        record = record_path(run_dir, server_round).relative_to(run_dir).as_posix()
-        fields = seal_fields(
-            server_round, head, sha256_of(run_dir, record) if self.save_records else None,
-            None if checkpoint is None else {"npz": sha256_of(run_dir, checkpoint[0]),
-                                             "pkl": sha256_of(run_dir, checkpoint[1])})
-        append_seal(run_dir, fields, self.signer)
-
-    def _server_state(self) -> bytes:
-        """What resuming needs besides A_t: the inner strategy (optimizer moments), the sampler,
-        the claim review (each client's last claim), the pending first-order check."""
+    def _server_state(self) -> tuple[object, dict]:
+        """What resuming needs besides A_t, as data (:mod:`strategies.server_state`): the inner
+        strategy (optimizer moments), the sampler, the claim review (each client's last
+        claim), the pending first-order check and the global random state."""
+        random = RandomState.capture()
         try:
-            return pickle.dumps({"strategy": self.strategy, "sampler": self.sampler, "claims": self.claims,
-                                 "pending_first_order": self._pending_first_order}, protocol=4)
-        except Exception as error:  # noqa: BLE001 - any pickling failure gets the same advice
-            raise TypeError(
-                f"checkpoint: saving the server's state for resume needs pickle of the inner strategy "
-                f"{type(self.strategy).__name__} and the sampler {type(self.sampler).__name__}; it failed: "
-                f"{error}. Make them picklable or pass checkpoint=False."
-            ) from error
+            return server_state.capture({
+                "strategy": self.strategy, "sampler": self.sampler, "claims": self.claims,
+                "pending_first_order": self._pending_first_order,
+                "random": (random.numpy, random.python, random.torch_cpu),
+            })
+        except server_state.StateNotCaptured as error:
+            raise TypeError(f"checkpoint: saving the server's state for resume failed: {error}") from None
 
-    def _restore(self) -> Checkpoint:
-        """Cut the run directory back to its last checkpoint and take the server's state from it."""
-        run_dir = self.ledger.run_dir
-        if rundir.exists(run_dir, MANIFEST_FILE):
-            raise ValueError(f"resume: the run in {run_dir} already completed {len(self.ledger.committed_rounds())} "
-                             "rounds (it holds its final manifest); there is nothing to resume.")
-        checkpoint = read_checkpoint(run_dir)
-        rewind(run_dir, checkpoint)
-        cut_seals(run_dir, checkpoint.round)
-        if checkpoint.round:
-            self._check_checkpoint(checkpoint)
-        self.ledger.write_parquet()
-        if checkpoint.state is not None:
-            try:
-                state = pickle.loads(checkpoint.state)
-                strategy, sampler, claims = state["strategy"], state["sampler"], state["claims"]
-                pending = state["pending_first_order"]
-            except Exception as error:  # noqa: BLE001 - a state that does not restore is refused, whatever it raises
-                raise ValueError(f"resume: the server state saved with the checkpoint of round {checkpoint.round} "
-                                 f"does not restore ({type(error).__name__}: {error}).") from None
-            self.strategy, self.sampler, self.claims, self._pending_first_order = strategy, sampler, claims, pending
-        self.rounds = self.ledger.committed_rounds()
-        return checkpoint
+    def _take_state(self, state: tuple[object, dict], *, into_copies: bool) -> tuple:
+        """(strategy, sampler, claims, pending first-order check, global random state) with the
+        saved state applied; ``into_copies`` applies it to copies (a dry run). ValueError when
+        the state does not fit this run's objects."""
+        saved = server_state.load(*state)
+        targets = (self.strategy, self.sampler, self.claims)
+        if into_copies:
+            targets = copy.deepcopy(targets)
+        try:
+            taken = tuple(server_state.apply(target, saved[part], part)
+                          for part, target in zip(("strategy", "sampler", "claims"), targets))
+            numpy_state, python_state, torch_state = saved["random"]
+            np.random.RandomState().set_state(numpy_state)  # each part checked on a generator of its own
+            random_module.Random().setstate(python_state)
+            torch.Generator().set_state(torch_state)
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
+            raise ValueError(f"the saved server state does not fit this run ({error})") from None
+        return (*taken, saved.get("pending_first_order"), RandomState(numpy_state, python_state, torch_state, None))
 
-    def _check_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Before anything is unpickled: the checkpoint's files must be the ones round k's seal
-        committed to, the seal's head the recomputed chain's (and, with a key, the seal signed)."""
-        run_dir, k = self.ledger.run_dir, checkpoint.round
-        heads = chain_heads(run_dir)
-        seal = next((s for s in read_seals(run_dir) if s["round"] == k), None)
-        where = f"resume: the checkpoint of round {k} in {run_dir}"
-        if seal is None:
-            raise ValueError(f"{where} carries no seal in {SEALS_FILE}; it is not resumed (resuming unpickles it).")
-        if len(heads) != k or seal.get("head") != heads[-1]:
-            raise ValueError(f"{where}: its seal names another chain head than rounds.csv; not resumed.")
-        digests = seal.get("checkpoint") or {}
-        arrays_file = checkpoint_files(k)[0]
-        if digests.get("pkl") != hashlib.sha256(checkpoint.state).hexdigest() or \
-                digests.get("npz") != sha256_of(run_dir, arrays_file):
-            raise ValueError(f"{where} differs from the files its seal committed to; it was changed after the run "
-                             "wrote it and is not unpickled.")
-        if self.signer is not None and (problem := self.signer.verifier().problem(seal)) is not None:
-            raise ValueError(f"{where}: its seal is not signed by the given key ({problem}); not resumed.")
+    def _check_state(self, state: tuple[object, dict]) -> None:
+        """Before a resume cuts anything: the saved state fits this run (applied to copies)."""
+        self._take_state(state, into_copies=True)
+
+    def _restore(self) -> Restored:
+        """Take the server's state from the verified checkpoint (:class:`fedvalue.run_books.RunBooks`
+        verified it, checked it fits and cut the directory back to it) into this run's own objects."""
+        restored = self.books.restored
+        if restored.state is not None:
+            (self.strategy, self.sampler, self.claims, self._pending_first_order,
+             self._resumed_random) = self._take_state(restored.state, into_copies=False)
+        self.rounds = self.books.committed_rounds()
+        return restored
 
     def _archive_round(self, server_round: int, records: list[ClientReply], accepted: set,
-                       gradients: Mapping[object, InferenceGradient], pure: bool) -> None:
-        """Write the round's record (before its commit mark): see :mod:`fedvalue.archive`."""
-        write_round_record(self.ledger.run_dir, RoundRecord(
+                       gradients: Mapping[object, InferenceGradient], pure: bool) -> RoundRecord:
+        """The round's record (written before its commit mark): see :mod:`fedvalue.archive`."""
+        return RoundRecord(
             round=server_round,
             start_arrays=self._start_arrays,
             replies={r.client_id: r.arrays for r in records if r.arrays is not None},
@@ -426,7 +405,7 @@ class ValuingStrategy(Strategy):
                   "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                   "reject_non_finite": self.reject_non_finite, "selection": self.acceptance.books_selection,
                   **self._fairness_meta()},
-        ))
+        )
 
     def _fairness_meta(self) -> dict:
         """The record's note of fairness books and rule (absent without them: old records unchanged)."""
@@ -555,16 +534,14 @@ class ValuingStrategy(Strategy):
         round_row["num_unaggregatable"] = 0 if aggregator is None else len(aggregator.unaggregatable)
         ledger_rows += claim_rows(server_round, claim_flags, self.noisy_clients)
         log_problems(server_round, records)
-        if self.save_records:
-            self._archive_round(server_round, records, accepted, gradients, pure)
-        head = self.ledger.write_round(round_row, ledger_rows) if self.ledger is not None else None
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
-        if self.checkpoint:  # after everything the next round depends on has seen this one
-            write_checkpoint(self.ledger.run_dir, server_round, realized, self._server_state(),
-                             before_switch=lambda files: self._seal(server_round, head, files))
-        elif self.ledger is not None:
-            self._seal(server_round, head, None)
+        if self.books is not None:  # record, rows, commit mark, checkpoint, seal: fedvalue.run_books
+            self.books.commit(
+                server_round, round_row, ledger_rows,
+                record=self._archive_round(server_round, records, accepted, gradients, pure)
+                if self.save_records else None,
+                realized=realized, state=self._server_state() if self.checkpoint else None)
         self.rounds.append(round_row)
         self.last_valuation = valuation
         if self.on_round is not None:

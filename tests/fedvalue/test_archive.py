@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import io
+import pickle
 
 import numpy as np
 import pytest
@@ -12,15 +13,17 @@ from fedvalue.archive import (
     CHECKPOINT_FILE,
     RoundRecord,
     load_npz,
-    read_checkpoint,
+    npz_from_bytes,
+    read_checkpoint_pointer,
     read_round_record,
-    rewind,
     round_record_paths,
     save_npz,
+    state_from_bytes,
     write_checkpoint,
     write_round_record,
 )
-from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE
+from fedvalue.rundir import RunDir
+from fedvalue.schema import LEDGER_FILE
 
 
 def arrays(seed: int) -> dict[str, np.ndarray]:
@@ -94,50 +97,48 @@ def test_record_paths_list_only_round_files_in_order(tmp_path):
 
 
 def test_checkpoint_switches_atomically_and_keeps_only_its_own_files(tmp_path):
-    assert read_checkpoint(tmp_path).round == 0  # nothing yet: start afresh
-    (tmp_path / LEDGER_FILE).write_text("header\nrow1\n")
-    write_checkpoint(tmp_path, 1, arrays(1), b"state-1")
-    (tmp_path / LEDGER_FILE).write_text("header\nrow1\nrow2\n")
-    write_checkpoint(tmp_path, 2, arrays(2), b"state-2")
-    checkpoint = read_checkpoint(tmp_path)
-    assert checkpoint.round == 2 and checkpoint.state == b"state-2"
-    assert same_arrays(checkpoint.arrays, arrays(2))
-    assert checkpoint.file_sizes == {LEDGER_FILE: len("header\nrow1\nrow2\n")}
-    assert sorted(p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()) == ["round-000002.npz", "round-000002.pkl"]
-    assert json.loads((tmp_path / CHECKPOINT_FILE).read_text())["round"] == 2
+    run = RunDir(tmp_path)
+    assert read_checkpoint_pointer(run) is None  # nothing yet: start afresh
+    sealed = []
+    state = ({"$dict": [["k", {"$array": "a0"}]]}, {"a0": np.arange(3.0)})
+    write_checkpoint(run, 1, arrays(1), state, {LEDGER_FILE: 11})
+    write_checkpoint(run, 2, arrays(2), state, {LEDGER_FILE: 16}, before_switch=sealed.append)
+    assert read_checkpoint_pointer(run) == (2, {LEDGER_FILE: 16})
+    assert sorted(p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()) == ["round-000002-state.npz",
+                                                                             "round-000002.npz"]
+    # the seal saw exactly the bytes on disk, before the pointer switched
+    assert sealed[0]["npz"] == (tmp_path / CHECKPOINT_DIR / "round-000002.npz").read_bytes()
+    assert same_arrays(npz_from_bytes(sealed[0]["npz"], "a")[0], arrays(2))
+    tree, saved = state_from_bytes(sealed[0]["state"], "s")
+    assert tree == state[0] and same_arrays(saved, state[1])
 
 
-def test_rewind_cuts_tables_and_later_records_back_to_the_checkpoint(tmp_path):
-    (tmp_path / LEDGER_FILE).write_text("header\nround 1\n")
-    (tmp_path / ROUNDS_FILE).write_text("r\n1\n")
-    write_round_record(tmp_path, record(1))
-    write_checkpoint(tmp_path, 1, arrays(1), b"s")
-    with open(tmp_path / LEDGER_FILE, "a") as handle:  # round 2 died half-written
-        handle.write("round 2, half")
-    write_round_record(tmp_path, record(2))
-    rewind(tmp_path, read_checkpoint(tmp_path))
-    assert (tmp_path / LEDGER_FILE).read_text() == "header\nround 1\n"
-    assert (tmp_path / ROUNDS_FILE).read_text() == "r\n1\n"
-    assert list(round_record_paths(tmp_path)) == [1]
-
-
-def test_rewind_refuses_a_table_shorter_than_its_checkpoint(tmp_path):
-    (tmp_path / LEDGER_FILE).write_text("header\nround 1\n")
-    write_checkpoint(tmp_path, 1, arrays(1), b"s")
-    (tmp_path / LEDGER_FILE).write_text("header\n")
-    with pytest.raises(ValueError, match="is shorter than at the checkpoint of round 1"):
-        rewind(tmp_path, read_checkpoint(tmp_path))
-
-
-@pytest.mark.parametrize("pointer", ["not json", '{"round": 1}', '{"round": "x", "files": {}}'])
+@pytest.mark.parametrize("pointer", ["not json", '{"round": 1}', '{"round": "x", "files": {}}', "[" * 10_000,
+                                     '{"round": 1, "files": {"../x": 1}}', '{"round": 1, "files": {"ledger.csv": -1}}'])
 def test_a_damaged_checkpoint_pointer_is_named(tmp_path, pointer):
     (tmp_path / CHECKPOINT_FILE).write_text(pointer)
-    with pytest.raises(ValueError, match="is not a checkpoint written by fedvalue"):
-        read_checkpoint(tmp_path)
+    with pytest.raises(ValueError, match="checkpoint.json"):
+        read_checkpoint_pointer(RunDir(tmp_path))
 
 
-def test_a_checkpoint_whose_files_were_removed_is_refused(tmp_path):
-    write_checkpoint(tmp_path, 4, arrays(1), b"s")
-    (tmp_path / CHECKPOINT_DIR / "round-000004.pkl").unlink()
-    with pytest.raises(ValueError, match="the checkpoint of round 4 lacks"):
-        read_checkpoint(tmp_path)
+def test_an_archive_holding_python_objects_is_refused_and_never_unpickled(tmp_path):
+    marker = tmp_path / "ran"
+    payload = np.array([Payload(str(marker))], dtype=object)
+    buffer = io.BytesIO()
+    np.savez(buffer, x=payload)
+    with pytest.raises(ValueError, match="holds Python objects"):
+        npz_from_bytes(buffer.getvalue(), "evil.npz")
+    assert not marker.exists()
+    with pytest.raises(ValueError, match="not an archive written by fedvalue"):
+        npz_from_bytes(pickle.dumps(Payload(str(marker))), "evil.npz")
+    assert not marker.exists()
+
+
+class Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return (Path.touch, (Path(self.marker),))

@@ -2,7 +2,7 @@
 verifiable, and no content of any file may give a traceback or a hang.
 
 One small real run of ``fedvalue run noisy-clients`` (Ray, signed with a fresh key) is made
-once for the module; each case rewrites a copy of it as an attacker would, recomputing
+once for the session (``signed_run`` in conftest.py); each case rewrites a copy of it as an attacker would, recomputing
 the hash chain, the seals and the manifest wherever that helps the forgery (a forger has
 no signing key). Each case is audited without the key (what the files alone expose) and
 with ``--public-key`` (every rewrite fails).
@@ -24,19 +24,7 @@ from fedvalue.seals import SEALS_FILE
 from simulations.cli import main
 from tests.fedvalue.forgery import rechain, reseal
 
-TINY = ["--num-clients", "6", "--rounds", "3", "--clients-per-round", "2", "--local-epochs", "2", "--hidden", "8",
-        "--quiet"]
 INTACT, NOT_INTACT, NOT_VERIFIABLE = "intact", "NOT intact", "NOT verifiable"
-
-
-@pytest.fixture(scope="module")
-def signed_run(tmp_path_factory):
-    """(run directory, private key, public key) of one small real signed run."""
-    base = tmp_path_factory.mktemp("signed")
-    private, public = base / "key.pem", base / "key.pub"
-    assert main(["keygen", str(private), str(public)]) == 0
-    assert main(["run", "noisy-clients", "--out", str(base / "run"), *TINY, "--sign-key", str(private)]) == 0
-    return base / "run", private, public
 
 
 # --------------------------------------------------------------------------- rewrites
@@ -295,28 +283,33 @@ class _Payload:
 
 
 @pytest.mark.parametrize("sign", [False, True], ids=["no-key", "signed"])
-def test_resume_never_unpickles_a_checkpoint_its_seal_did_not_commit_to(signed_run, tmp_path, capsys, sign):
+def test_resume_never_runs_a_pickle_planted_in_the_checkpoint(signed_run, tmp_path, capsys, sign):
+    """The server's state is data (no pickle is ever loaded): a payload in its place is refused
+    by its seal, and, resealed, as not an archive fedvalue wrote (or, with a key, unsigned)."""
     copy = _resumable(signed_run, tmp_path)
     marker = tmp_path / "payload-ran"
-    pickle_path = next((copy / "checkpoint").glob("*.pkl"))
-    pickle_path.write_bytes(pickle.dumps(_Payload(str(marker))))
+    state_path = next((copy / "checkpoint").glob("*-state.npz"))
+    state_path.write_bytes(pickle.dumps(_Payload(str(marker))))
     argv = ["--sign-key", str(signed_run[1])] if sign else []
     assert main(["run", "noisy-clients", "--resume", str(copy), "--quiet", *argv]) == 2
-    assert "differs from the files its seal committed to" in capsys.readouterr().err
-    assert not marker.exists()
-    if sign:  # a forger who also reseals (without the key) is refused by the signature
-        reseal_checkpoint(copy)
-        assert main(["run", "noisy-clients", "--resume", str(copy), "--quiet", *argv]) == 2
-        assert "not signed by the given key" in capsys.readouterr().err
-        assert not marker.exists()
+    assert "differs from the one round 3's seal committed to" in capsys.readouterr().err
+    reseal_checkpoint(copy)
+    assert main(["run", "noisy-clients", "--resume", str(copy), "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert ("not signed by the given key" if sign else "not an archive written by fedvalue") in err
+    assert "nothing was changed" in err and not marker.exists()
 
 
 def reseal_checkpoint(run_dir: Path) -> None:
+    """The forger's reseal of the last round's checkpoint digests (no key: signature dropped)."""
     import hashlib
 
     lines = (run_dir / SEALS_FILE).read_text().splitlines()
     seal = json.loads(lines[-1])
-    seal["checkpoint"]["pkl"] = hashlib.sha256(next((run_dir / "checkpoint").glob("*.pkl")).read_bytes()).hexdigest()
+    seal["checkpoint"]["state"] = hashlib.sha256(
+        next((run_dir / "checkpoint").glob("*-state.npz")).read_bytes()).hexdigest()
+    for key in ("signature", "key", "algorithm"):
+        seal.pop(key, None)
     lines[-1] = json.dumps(seal, sort_keys=True)
     (run_dir / SEALS_FILE).write_text("\n".join(lines) + "\n")
 

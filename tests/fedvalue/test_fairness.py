@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.fairness import GAPS, GroupFairness, client_fairness_influences, drop_k, gap_of_scores, ijack_factors
+from fedvalue.fairness import (
+    GAPS,
+    GroupFairness,
+    client_fairness_influences,
+    drop_k,
+    fedavg_weight_derivatives,
+    gap_of_scores,
+    ijack_factors,
+    joint_gap_of_scores,
+)
 from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean
 
 
@@ -210,3 +219,48 @@ def test_bad_input_is_named():
         GroupFairness(mlp(), x, y, z + 2)
     with pytest.raises(ValueError, match="x, y, sensitive"):
         GroupFairness(mlp(), x, y[:5], z)
+
+
+def test_the_two_relaxations_differ_where_groups_differ_in_size():
+    """[FAIRIJ] Eq. 5 (conditional means) and [FAIRINFL] Eq. 14 (joint expectations) agree only
+    up to the group shares: with P(z=1) = 1/4, E[f·1[z=1]] = E[f | z=1] / 4."""
+    f = torch.tensor([2.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    y = torch.tensor([1, 0, 1, 0, 1, 0, 1, 0])
+    z = torch.tensor([1, 1, 0, 0, 0, 0, 0, 0])
+    # Conditional: |E[f|z=1] − E[f|z=0]| = |1 − 2/3|; joint: |(2 − 4)/8|.
+    assert float(gap_of_scores(f, y, z, "dp")) == pytest.approx(1 / 3)
+    assert float(joint_gap_of_scores(f, y, z, "dp")) == pytest.approx(0.25)
+    # Equal TPR (Eq. 20) and FPR (Eq. 23) terms; EO is their sum (Eq. 25); covariance (Eq. 27).
+    assert float(joint_gap_of_scores(f, y, z, "eop")) == pytest.approx(abs(2 - 1 - 1 - 0) / 8 + 0.0, abs=1e-15)
+    assert float(joint_gap_of_scores(f, y, z, "fpr")) == pytest.approx(abs(0 - (0 + 1 + 1)) / 8)
+    assert float(joint_gap_of_scores(f, y, z, "eo")) == pytest.approx(0.25)
+    centred = z.double() - 0.25
+    assert float(joint_gap_of_scores(f, y, z, "cov")) == pytest.approx(abs(float((f * centred).mean())))
+    with pytest.raises(ValueError, match="gap"):
+        joint_gap_of_scores(f, y, z, "tpr")
+
+
+def test_fedavg_renormalization_matches_finite_differences_of_the_weighted_mean():
+    fairness, start = mlp_objective("dp")
+    rng = np.random.default_rng(11)
+    replies = {c: {k: v + 0.3 * rng.normal(size=v.shape) for k, v in start.items()} for c in "abcd"}
+    counts = {"a": 5.0, "b": 1.0, "c": 3.0, "d": 2.0}
+
+    def gap_at(multipliers):
+        return fairness.relaxed_gap(weighted_mean(list(replies.values()),
+                                                  [counts[c] * multipliers[c] for c in replies]))
+
+    realized = weighted_mean(list(replies.values()), list(counts.values()))
+    at_end = client_fairness_influences(fairness.gradient(realized), start, replies, counts)
+    derivatives = fedavg_weight_derivatives(at_end, counts)
+    assert sum(derivatives.values()) == pytest.approx(0.0, abs=1e-12)
+    for c in replies:
+        eps = 1e-5
+        up = {d: 1.0 + (eps if d == c else 0.0) for d in replies}
+        down = {d: 1.0 - (eps if d == c else 0.0) for d in replies}
+        numeric = (gap_at(up) - gap_at(down)) / (2 * eps)
+        # Exact with the gradient at A_t; I(u) alone is not the derivative.
+        assert derivatives[c] == pytest.approx(numeric, rel=1e-5, abs=1e-10)
+        assert abs(at_end[c] - numeric) > 10 * abs(derivatives[c] - numeric)
+    with pytest.raises(ValueError, match="weights"):
+        fedavg_weight_derivatives(at_end, {"a": 1.0})

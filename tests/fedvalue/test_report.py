@@ -66,7 +66,8 @@ def test_value_matrix_and_figures_follow_the_ledger(tmp_path):
     totals = run.summary()["total_ads"]
     np.testing.assert_allclose(matrix.fillna(0).cumsum().iloc[-1], totals.reindex(matrix.columns).fillna(0))
     figures = run_figures(run)
-    assert [f.name for f in figures] == ["cumulative_value.png", "value_heatmap.png", "flows.png", "utility.png"]
+    assert [f.name for f in figures] == ["cumulative_value.png", "value_heatmap.png", "detection.png", "flows.png",
+                                         "utility.png"]
     assert all(png_size(f.png)[0] > 300 for f in figures)
     assert [f.png for f in run_figures(load_run(tmp_path))] == [f.png for f in figures]  # same books, same bytes
 
@@ -74,7 +75,8 @@ def test_value_matrix_and_figures_follow_the_ledger(tmp_path):
 def test_runs_without_flows_get_no_flow_figure_and_plots_land_in_figures_dir(tmp_path):
     write_books(tmp_path, flows=False)
     paths = write_figures(tmp_path)
-    assert sorted(p.name for p in paths) == ["cumulative_value.png", "utility.png", "value_heatmap.png"]
+    assert sorted(p.name for p in paths) == ["cumulative_value.png", "detection.png", "utility.png",
+                                             "value_heatmap.png"]
     assert all(p.parent == tmp_path / "figures" and p.stat().st_size > 1000 for p in paths)
 
 
@@ -82,11 +84,11 @@ def test_html_is_self_contained_with_every_figure_and_table(tmp_path):
     write_books(tmp_path)
     page = html_report(tmp_path).read_text(encoding="utf-8")
     sources = re.findall(r'<img[^>]* src="([^"]+)"', page)
-    assert len(sources) == 4 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert len(sources) == 5 and all(s.startswith("data:image/png;base64,") for s in sources)
     for source in sources:
         assert png_size(base64.b64decode(source.split(",", 1)[1]))[0] > 300
     assert not re.search(r'(src|href)="(http|file|/)', page)  # nothing fetched from outside the page
-    assert page.count("<table") == 3  # run, per client, per round
+    assert page.count("<table") == 5  # run, detection, selection, per client, per round
 
 
 def test_a_directory_of_tables_shows_its_csvs_figures_and_the_books_below_it(tmp_path):
@@ -95,7 +97,7 @@ def test_a_directory_of_tables_shows_its_csvs_figures_and_the_books_below_it(tmp
     write_books(tmp_path / "seed-0" / "rule", flows=False)
     page = html_report(tmp_path).read_text(encoding="utf-8")
     assert "summary.csv" in page and "0.75" in page and "Books of seed-0/rule" in page
-    assert len(re.findall(r"<img ", page)) == 1 + 3
+    assert len(re.findall(r"<img ", page)) == 1 + 4
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="run_dir: expected a run directory .* holds none"):
         html_report(tmp_path / "empty")
@@ -143,8 +145,9 @@ window.addEventListener('load', () => {
     dom = chromium("--virtual-time-budget=5000", "--dump-dom", probe.as_uri()).stdout
     widths = [int(w) for w in re.search(r'data-images="([^"]*)"', dom).group(1).split(",")]
     rows = [int(r) for r in re.search(r'data-rows="([^"]*)"', dom).group(1).split(",")]
-    assert len(widths) == 4 and all(w > 300 for w in widths)  # every figure decoded
-    assert rows[1] == CLIENTS + 2 and rows[2] == ROUNDS + 1  # per client (2 header rows), per round
+    assert len(widths) == 5 and all(w > 300 for w in widths)  # every figure decoded
+    # detection (a header row and ads, loo), selection (per round), per client (2 header rows), per round
+    assert rows[1:] == [3, ROUNDS + 1, CLIENTS + 2, ROUNDS + 1]
 
     shot, blank = tmp_path / "report.png", tmp_path / "blank.png"
     chromium(f"--screenshot={shot}", page.as_uri())
@@ -155,3 +158,36 @@ window.addEventListener('load', () => {
     assert blank_covered == 0.0 and blank_colours == 1
     # Text alone is grey on white; the figures' lines and colour map bring many colours.
     assert covered > 0.02 and colours > 200, (covered, colours)
+
+
+def write_many_clients(run_dir, *, clients: int = 1000, rounds: int = 4, per_round: int = 250):
+    """Books of a large federation: half of the clients noisy (lower values on average)."""
+    rng = np.random.default_rng(7)
+    noisy = set(rng.choice(clients, clients // 2, replace=False).tolist())
+    writer = LedgerWriter(run_dir, config={"simulation": "test"})
+    for t in range(1, rounds + 1):
+        sampled = rng.choice(clients, per_round, replace=False)
+        rows = [{"round": t, "client_id": int(c), "method": "ads", "value": float(rng.normal(-0.5 if c in noisy
+                 else 0.5, 1.0)), "stderr": 0.0, "num_examples": 10, "status": "ok", "noisy": bool(c in noisy)}
+                for c in sampled]
+        writer.write_round({"round": t, "clients": " ".join(map(str, sampled)), "num_clients": per_round,
+                            "num_failed": 0, "utility_before": 0.1 * t, "utility_after": 0.1 * t + 0.1,
+                            "utility_realized": 0.1 * t + 0.1, "num_evaluations": 2 * per_round,
+                            "valuation_seconds": 0.1, "ads_method": "ads-mc", "efficiency_gap": 0.0}, rows)
+
+
+def test_figures_and_page_stay_readable_at_a_thousand_clients(tmp_path):
+    write_many_clients(tmp_path)
+    run = load_run(tmp_path)
+    figures = {f.name: f for f in run_figures(run)}
+    # The heat map shows the 20 highest and 20 lowest clients by total (and a gap), not 1000 columns.
+    width, height = png_size(figures["value_heatmap.png"].png)
+    assert width < 1500 and height < 800, (width, height)
+    assert "the 20 highest and lowest of" in figures["value_heatmap.png"].caption
+    assert "median and 10-90% band" in figures["cumulative_value.png"].caption
+    assert all(png_size(f.png)[0] < 1500 for f in figures.values())
+    page = html_report(tmp_path).read_text(encoding="utf-8")
+    tables = re.findall(r"<table.*?</table>", page, flags=re.S)
+    per_client = next(t for t in tables if "total_ads" in t)
+    assert per_client.count("<tr") == 2 + 2 * 50 + 1  # two header rows, the 50 highest, a gap, the 50 lowest
+    assert "the 50 highest and lowest of" in page

@@ -29,8 +29,6 @@ def flower_env(home: Path) -> dict[str, str]:
     dependency installation, no telemetry, this interpreter's scripts first on PATH."""
     return {**os.environ, "FLWR_HOME": str(home / ".flwr"), "HOME": str(home),
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
-            # One torch thread per client process, as Ray gives a one-CPU client actor.
-            "OMP_NUM_THREADS": "1",
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
@@ -168,6 +166,38 @@ def flwr_run(processes: FlowerProcesses, federation: str, run_config: str,
             time.sleep(1.0)
         log.seek(0)
         return subprocess.CompletedProcess(command.args, command.returncode, log.read(), "")
+
+
+def processes_with_home(flwr_home: str) -> list[int]:
+    """PIDs of the processes whose environment sets ``FLWR_HOME`` to ``flwr_home``: everything a
+    ``flwr`` command started for one test (the SuperLink ``flwr run`` starts for the default
+    federation detaches from it, so it is found by its environment, not by its parent)."""
+    wanted = f"FLWR_HOME={flwr_home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if wanted in environ.split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+def stop_processes_with_home(flwr_home: str) -> list[int]:
+    """SIGTERM every process of :func:`processes_with_home`, by PID; returns those that had to be
+    killed after 20 s."""
+    pids = [pid for pid in processes_with_home(flwr_home) if alive(pid)]
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed = [pid for pid in pids if alive(pid)]
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    return killed
 
 
 @contextmanager

@@ -142,7 +142,7 @@ def test_an_output_directory_holding_a_different_run_or_other_files_is_refused(t
     assert main(["run", "noisy-clients", "--out", str(other)]) == 2
     assert "out: expected an empty or new directory" in capsys.readouterr().err
     assert main(["run", "noisy-clients"]) == 2
-    assert "out: expected --out DIR" in capsys.readouterr().err
+    assert "--out: expected the directory for the run's ledger" in capsys.readouterr().err
 
 
 def test_unknown_simulation_and_unreadable_run_directories(tmp_path, capsys):

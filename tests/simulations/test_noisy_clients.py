@@ -81,7 +81,7 @@ def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, cap
     assert main(["audit", str(second)]) == 1  # nothing failed, but an incomplete run is not verifiable
     out = capsys.readouterr().out
     assert "FAILED" not in out and "is incomplete" in out
-    assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 0
+    assert main(["run", "--resume", str(second), "--quiet"]) == 0  # the simulation and settings from run.json
     # Same seed, same books, byte for byte, interrupted or not.
     assert (booked_run / "ledger.csv").read_bytes() == (second / "ledger.csv").read_bytes()
     pd.testing.assert_frame_equal(pd.read_parquet(second / "ledger.parquet"), load_run(second).ledger,
@@ -146,6 +146,16 @@ def test_run_help_lists_simulations_and_parameters(capsys):
     assert "noisy-clients" in out and "--clients-per-round" in out and "--flip-probability" in out
 
 
+def started_until_round_1(run_dir: Path) -> subprocess.Popen:
+    """``fedvalue run`` of the small job in a process of its own, once its round 1 committed."""
+    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *SMALL]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while committed_rounds(run_dir) < 1 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return process
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_the_run_and_it_resumes(tmp_path, signum, capsys):
@@ -153,11 +163,7 @@ def test_a_signal_stops_the_run_and_it_resumes(tmp_path, signum, capsys):
     the process exits 130. SIGTERM: Ray's own handler ends the process at once (non-zero).
     Either way the run is incomplete, not failed, and resumes to the end."""
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(run_dir), *SMALL]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 240
-    while committed_rounds(run_dir) < 1 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    process = started_until_round_1(run_dir)
     process.send_signal(signum)
     output = process.communicate(timeout=240)[0].decode()
     if signum == signal.SIGINT:
@@ -170,4 +176,22 @@ def test_a_signal_stops_the_run_and_it_resumes(tmp_path, signum, capsys):
     assert main(["audit", str(run_dir)]) == 1
     assert "FAILED" not in capsys.readouterr().out
     assert main(["run", "noisy-clients", "--resume", str(run_dir), "--quiet"]) == 0
+    assert main(["audit", str(run_dir)]) == 0
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_with_its_reason_and_the_run_resumes(tmp_path, capsys):
+    """Two SIGINTs once round 1 committed: the second stops the run at once (exit 130) and says
+    so, naming where the committed rounds are and how to continue; they resume to the end."""
+    run_dir = tmp_path / "run"
+    process = started_until_round_1(run_dir)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    output = process.communicate(timeout=240)[0].decode()
+    assert process.returncode == 130, output
+    assert "interrupted: stopped at once by a second Ctrl-C" in output, output[-3000:]
+    assert f"continue with fedvalue run --resume {run_dir}" in output
+    assert 1 <= committed_rounds(run_dir) < 4
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
     assert main(["audit", str(run_dir)]) == 0

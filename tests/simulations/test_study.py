@@ -14,7 +14,7 @@ from simulations.noisy_clients import run_noisy_clients
 from simulations.study import FLAGGING_RULES, NoisyClientsStudyConfig, _base, _parallel_clients, run_study
 
 SMALL = ["--num-clients", "6", "--rounds", "2", "--clients-per-round", "3", "--local-epochs", "2",
-         "--hidden", "16", "--seeds", "2", "--first-seed", "5", "--ks", "1,2", "--quiet"]
+         "--hidden", "16", "--seeds", "2", "--seed", "5", "--ks", "1,2", "--quiet"]
 
 
 def test_small_study_writes_tables_figure_and_replays_the_scored_runs(tmp_path, capsys):
@@ -74,7 +74,7 @@ def test_the_scored_run_of_a_study_is_the_single_runs_ledger_byte_for_byte(tmp_p
     """The study's engine (every core for clients, one node directory, no checkpoints) books
     the same ledger as ``fedvalue run noisy-clients`` (one actor, its own directory)."""
     config = NoisyClientsStudyConfig(num_clients=6, rounds=2, clients_per_round=3, local_epochs=2, hidden=(16,),
-                                     seeds=1, first_seed=3, ks=(1,), clean_runs=0)
+                                     seeds=1, seed=3, ks=(1,), clean_runs=0)
     run_study(config, str(tmp_path / "study"))
     run_noisy_clients(_base(config, 3), str(tmp_path / "single"))
     study_ledger = (tmp_path / "study" / "seed-3" / "scored" / "ledger.csv").read_bytes()

@@ -17,7 +17,8 @@ import pytest
 from flwr.app import ConfigRecord
 from flwr.serverapp.strategy import FedAdam
 
-from fedvalue.archive import read_checkpoint, read_round_record, round_record_paths
+from fedvalue.archive import read_checkpoint_pointer, read_round_record, round_record_paths
+from fedvalue.rundir import RunDir
 from fedvalue.audit import audit_run
 from fedvalue.ledger import load_run
 from strategies import ValueWeightedSampler, ValuingStrategy
@@ -88,7 +89,7 @@ def test_resume_after_a_crash_writes_the_uninterrupted_ledger(tmp_path, uninterr
         np.testing.assert_array_equal(result.arrays[key].numpy(), array.numpy())
     report = audit_run(tmp_path)
     assert report.ok, report.problems
-    assert read_checkpoint(tmp_path).round == ROUNDS
+    assert read_checkpoint_pointer(RunDir(tmp_path))[0] == ROUNDS
     assert sorted(round_record_paths(tmp_path)) == list(range(1, ROUNDS + 1))
 
 
@@ -143,3 +144,112 @@ def test_a_stop_request_ends_the_run_after_the_round_in_flight_and_it_resumes(tm
     run(make_strategy(tmp_path, resume=True))
     assert (tmp_path / "ledger.csv").read_bytes() == (reference_dir / "ledger.csv").read_bytes()
     assert (tmp_path / "manifest.json").exists() and audit_run(tmp_path).ok
+
+
+def test_runs_named_by_relative_tilde_and_linked_paths_resume_to_the_uninterrupted_ledger(
+        tmp_path, uninterrupted, monkeypatch):
+    """The run directory is resolved once, however it is named: a crash after round 1 of a run
+    in a relative directory under a linked parent keeps the round, resumes through ``~``, and
+    its audit names the resolved directory."""
+    reference_dir, _ = uninterrupted
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path / "link")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(Crash):
+        run(make_strategy("runs/x", crash_after=1))
+    assert list(load_run("runs/x").rounds["round"]) == [1]
+    run(make_strategy("~/link/runs/x", resume=True))
+    assert (real / "runs" / "x" / "ledger.csv").read_bytes() == (reference_dir / "ledger.csv").read_bytes()
+    for named in ("runs/x", "~/link/runs/x", str(real / "runs" / "x")):
+        report = audit_run(named)
+        assert report.ok, report.problems
+        assert report.run_dir == str(real / "runs" / "x")
+
+
+def test_a_dp_strategy_drawing_from_the_global_generator_resumes_to_the_uninterrupted_ledger(tmp_path):
+    """Flower's DP noise is drawn from numpy's global generator: the checkpoint saves the global
+    random state as data, so the noise after a resume is the uninterrupted run's, and the
+    adaptive clipping norm (the wrapper's own state) is restored."""
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
+
+    from simulations.api import seeded_server_generators
+    from strategies import PartitionSampler
+
+    def make(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy:
+        def on_round(row):
+            if crash_after is not None and row["round"] == crash_after:
+                raise Crash(f"killed after round {crash_after}")
+
+        inner = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(fraction_evaluate=0.0), noise_multiplier=0.3,
+                                                             clipped_count_stddev=1.0, num_sampled_clients=3)
+        return ValuingStrategy(inner, utility(), run_dir=str(run_dir), methods=("ads",),
+                               sampler=PartitionSampler(3, seed=4), seed=5, run_config={"experiment": "dp"},
+                               on_round=on_round, resume=resume)
+
+    with seeded_server_generators(5):
+        run(make(tmp_path / "reference"))
+    with seeded_server_generators(5), pytest.raises(Crash):
+        run(make(tmp_path / "resumed", crash_after=2))
+    with seeded_server_generators(5):  # a resumed process seeds afresh: the checkpoint's state wins
+        resumed = make(tmp_path / "resumed", resume=True)
+        run(resumed)
+    assert (tmp_path / "resumed" / "ledger.csv").read_bytes() == (tmp_path / "reference" / "ledger.csv").read_bytes()
+    assert resumed.strategy.clipping_norm != 0.1  # the adaptive norm moved and came back from the checkpoint
+
+
+def test_a_strategy_whose_state_is_not_data_is_refused_before_anything_is_written(tmp_path):
+    import threading
+
+    class LockedFedAdam(FedAdam):
+        def __init__(self) -> None:
+            super().__init__(fraction_evaluate=0.0)
+            self.lock = threading.Lock()
+
+    with pytest.raises(TypeError, match="strategy.lock: a _thread.lock cannot be saved as data for resume"):
+        ValuingStrategy(LockedFedAdam(), utility(), run_dir=str(tmp_path / "run")).open_books()
+    assert not (tmp_path / "run").exists()
+    ValuingStrategy(LockedFedAdam(), utility(), run_dir=str(tmp_path / "run"), checkpoint=False).open_books()
+
+
+def test_a_strategy_with_a_state_dict_hook_is_saved_and_restored_by_it():
+    import threading
+
+    from strategies import server_state
+
+    class Counted(FedAdam):
+        def __init__(self) -> None:
+            super().__init__(fraction_evaluate=0.0)
+            self.lock, self.calls = threading.Lock(), 0
+
+        def state_dict(self) -> dict:
+            return {"calls": self.calls, "m_t": self.m_t}
+
+        def load_state_dict(self, state: dict) -> None:
+            self.calls, self.m_t = state["calls"], state["m_t"]
+
+    saved = Counted()
+    saved.calls, saved.m_t = 7, {"w": np.arange(3.0)}
+    tree, arrays = server_state.capture({"strategy": saved})
+    restored = server_state.apply(Counted(), server_state.load(tree, arrays)["strategy"], "strategy")
+    assert restored.calls == 7 and restored.m_t["w"].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(ValueError, match="the checkpoint saved a .*Counted; the resumed run has a .*FedAdam"):
+        server_state.apply(FedAdam(), server_state.load(tree, arrays)["strategy"], "strategy")
+
+
+def test_a_resume_with_another_strategy_is_refused_before_anything_is_cut(tmp_path):
+    from flwr.serverapp.strategy import FedYogi
+
+    with pytest.raises(Crash):
+        run(make_strategy(tmp_path, crash_after=1))
+    with open(tmp_path / "ledger.csv", "a") as handle:
+        handle.write("2,3,ads,0.123")  # a torn round a resume would cut
+    before = {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    other = ValuingStrategy(FedYogi(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
+                            sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5,
+                            flows=True, run_config={"experiment": "resume"}, resume=True)
+    with pytest.raises(ValueError, match="saved a flwr.serverapp.strategy.fedadam.FedAdam; the resumed run has a "
+                                         "flwr.serverapp.strategy.fedyogi.FedYogi"):
+        other.open_books()
+    assert {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -1,0 +1,141 @@
+"""The scripts in examples/, run as a user runs them (a fresh interpreter, small settings),
+their output checked against the library's own readers; and the first one again in this
+process after disturbing every global generator: the same seed, the same ledger bytes."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedvalue.detection import detection_metrics
+from fedvalue.ledger import load_run
+from strategies.counterfactual import RandomState
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SMALL = {"num-clients": 4, "clients-per-round": 4, "rounds": 2, "local-epochs": 2, "num-noisy": 2, "seed": 1}
+
+
+def example(name: str, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+def flags(options: dict) -> list[str]:
+    return [item for key, value in options.items() for item in (f"--{key}", str(value))]
+
+
+@pytest.fixture(scope="module")
+def own_model_run(tmp_path_factory) -> Path:
+    """``examples/simulate_own_model.py`` once (Ray, real training), shared by the tests that read it."""
+    out = tmp_path_factory.mktemp("examples") / "own-model"
+    printed = example("simulate_own_model.py", "--out", str(out), *flags(SMALL)).stdout
+    assert f"wrote {out}" in printed and "total_ads" in printed
+    return out
+
+
+def test_own_model_data_and_strategy_are_valued_with_flows(own_model_run):
+    run = load_run(own_model_run)
+    assert list(run.rounds["round"]) == [1, 2]
+    assert set(run.ledger["method"]) == {"ads", "loo", "tracin_inflow", "tracin_outflow", "tracin_self"}
+    assert (run.rounds["efficiency_gap"].abs() < 1e-9).all()
+    ads = run.ledger[run.ledger["method"] == "ads"]
+    assert (ads.groupby("round").size() == SMALL["clients-per-round"]).all() and set(ads["status"]) == {"ok"}
+    assert run.ledger["noisy"].astype(str).str.lower().eq("true").groupby(run.ledger["client_id"]).first().sum() == 2
+    assert run.config["strategy"] == "DecayingLrFedAvg" and run.config["train_config"]["seed"] == SMALL["seed"]
+
+
+def test_read_ledger_prints_what_the_library_computes(own_model_run):
+    printed = example("read_ledger.py", str(own_model_run), "--k", "1").stdout
+    run = load_run(own_model_run)
+    summary = run.summary()
+    for client, total in summary["total_ads"].items():
+        assert any(line.split()[:2] == [str(client), f"{total:.4f}"] for line in printed.splitlines()), printed
+    metrics = detection_metrics(run.ledger, methods="ads").iloc[0]
+    assert f"ROC AUC of -ads total {metrics['auc']:.3f}" in printed
+    assert f"precision at {int(metrics['n_noisy'])} (lowest totals) {metrics['precision_at_k']:.3f}" in printed
+    top = run.ledger[(run.ledger["method"] == "ads") & (run.ledger["status"] == "ok")]
+    for server_round, rows in top.groupby("round"):
+        best = rows.loc[rows["value"].idxmax(), "client_id"]
+        assert f"{server_round}    {best}" in printed
+
+
+def disturb_global_generators() -> None:
+    np.random.seed(12345)
+    np.random.normal(size=7)
+    random.seed("not the run's seed")
+    random.random()
+    torch.manual_seed(999)
+    torch.randn(11)
+
+
+def test_an_unseeded_model_factory_gives_the_same_ledger_whatever_the_global_generators(own_model_run, tmp_path,
+                                                                                      monkeypatch):
+    """The example's model seeds nothing (torch.nn.Linear draws from torch's global generator).
+    Run again in this process with every global generator moved elsewhere: the same bytes as
+    the fresh interpreter's run, and ``simulate`` leaves this process's generators where they
+    were (Ray's start and stop draw from Python's ``random``; the factory from torch's)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    own_model = importlib.import_module("simulate_own_model")
+    digits_clients = importlib.import_module("digits_clients")
+    states = []
+
+    def simulate(**arguments):  # the real one, with the generators captured around it
+        states.append(RandomState.capture())
+        try:
+            return own_model_simulate(**arguments)
+        finally:
+            states.append(RandomState.capture())
+
+    own_model_simulate = own_model.simulate
+    monkeypatch.setattr(own_model, "simulate", simulate)
+    disturb_global_generators()
+    options = {key.replace("-", "_"): value for key, value in SMALL.items()}
+    own_model.run(str(tmp_path / "again"), **options)
+    assert (tmp_path / "again" / "ledger.csv").read_bytes() == (own_model_run / "ledger.csv").read_bytes()
+    before, after = states
+    assert repr(after.numpy) == repr(before.numpy) and after.python == before.python
+    assert torch.equal(after.torch_cpu, before.torch_cpu)
+    # The control: the factory itself differs from draw to draw; only the seed pins A_0.
+    assert not torch.equal(digits_clients.make_model()[0].weight, digits_clients.make_model()[0].weight)
+
+
+def test_a_serverapp_wrapping_fedadam_books_its_clients(tmp_path):
+    out = tmp_path / "serverapp"
+    printed = example("value_a_serverapp.py", "--out", str(out), "--num-clients", "4", "--clients-per-round", "3",
+                      "--rounds", "2", "--seed", "2").stdout
+    run = load_run(out)
+    assert "total_ads" in printed and list(run.rounds["round"]) == [1, 2]
+    assert run.config is not None and (run.rounds["num_clients"] == 3).all()
+    # FedAdam is a server optimizer: v_t(I_t) is its step, which the run then takes.
+    np.testing.assert_allclose(run.rounds["utility_after"], run.rounds["utility_realized"], rtol=0, atol=1e-12)
+    assert (run.rounds["efficiency_gap"].abs() < 1e-9).all()
+    pd.testing.assert_series_equal(run.summary()["rounds"].sort_index(),
+                                   run.ledger[run.ledger["method"] == "ads"].groupby("client_id")["round"].nunique()
+                                   .rename("rounds").sort_index())
+
+
+def test_readme_snippets_are_taken_from_the_examples():
+    """Every README Python block headed ``# examples/NAME.py`` is that file's lines, in order
+    ("..." elides), so what README shows is what the tests run."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n# (examples/\S+\.py)\n(.*?)```", readme, flags=re.S)
+    assert {name for name, _ in blocks} == {"examples/digits_clients.py", "examples/simulate_own_model.py",
+                                            "examples/value_a_serverapp.py", "examples/read_ledger.py"}
+    for name, block in blocks:
+        source = iter(line.strip() for line in (ROOT / name).read_text(encoding="utf-8").splitlines())
+        for line in block.splitlines():
+            line = line.strip()
+            if line and line != "...":
+                assert any(line == candidate for candidate in source), f"{name}: not found in order: {line!r}"
