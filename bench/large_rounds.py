@@ -16,10 +16,14 @@ evaluations, its own largest standard error printed), then each estimator at eac
 (``--budgets`` × n distinct coalition evaluations, ADS and LOO together, as
 ``--valuation-budget`` spends them): the estimator used, the round's valuation seconds
 (``value_round`` wall clock, one thread), its evaluations, max and mean |φ − φ_ref| over
-the clients, and the largest standard error it booked; the reference line shows its
-largest and mean |φ| (the scale the errors are to be read against). Every run is a fresh
-game (no shared cache) and the reference has its own seed. Exact ADS is out of reach at
-these n (2^20 = 1,048,576 coalitions).
+the clients, the largest standard error it booked, Spearman's ρ of its values against the
+reference's, and the ROC AUC with which its values separate the clean clients from the
+noisy ones (the reference's own AUC on its line: what a perfect estimate would give). The
+reference line shows its largest and mean |φ| too (the scale the errors are to be read
+against). Every run is a fresh game (no shared cache) and the reference has its own seed.
+Exact ADS is out of reach at these n (2^20 = 1,048,576 coalitions). ``--json`` keeps every
+record; ``--from-json A.json B.json`` prints the table and draws the plot from kept records
+without running anything.
 """
 
 from __future__ import annotations
@@ -100,14 +104,19 @@ def value(kind: str, num_clients: int, held_out: int, method: str, budget: int, 
             "values": result.values.tolist(), "stderr": result.stderr.tolist()}
 
 
-def _child(*args) -> dict:
+def json_from_child(command: list[str]) -> dict:
+    """Run ``command`` (a bench script's ``--one``) in a fresh process and return the JSON
+    object on its last line of output; RuntimeError with its stderr's tail when it fails."""
     import subprocess
 
-    command = [sys.executable, __file__, "--one", *map(str, args)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _child(*args) -> dict:
+    return json_from_child([sys.executable, __file__, "--one", *map(str, args)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,8 +131,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out test images for the MLP and for the CNN")
     parser.add_argument("--plot", default=None, help="write the error-against-evaluations figure here")
     parser.add_argument("--json", default=None, help="write every record here")
+    parser.add_argument("--from-json", nargs="+", default=None, metavar="JSON",
+                        help="print the table (and --plot) from records kept by --json; runs nothing")
     parser.add_argument("--one", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.from_json:
+        records = [r for path in args.from_json for r in json.loads(Path(path).read_text())]
+        _print_kept(records)
+        if args.plot:
+            _plot(records, Path(args.plot))
+            print(f"wrote {args.plot}")
+        return 0
     if args.one:
         kind, n, held, method, budget, seed = args.one
         print(json.dumps(value(kind, int(n), int(held), method, int(budget), int(seed))))
@@ -132,20 +150,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"real Fashion-MNIST rounds; held-out images: MLP {args.held_out[0]}, CNN {args.held_out[1]}; one torch "
           f"thread; load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
-    print(f"{'model':>5} {'n':>4} {'budget':>7} {'estimator':<22} {'seconds':>8} {'evals':>7} {'max err':>8} "
-          f"{'mean err':>9} {'max stderr':>11}", flush=True)
+    print(HEADER, flush=True)
     records = []
     for kind in args.models:
         held = args.held_out[0] if kind == "mlp" else args.held_out[1]
         for n in args.sizes:
             # Its own seed: sharing the runs' first samples would make their errors look small.
-            reference = _child(kind, n, held, "auto", args.reference * n, REFERENCE_SEED)
-            phi = np.array(reference["values"])
-            print(f"{kind:>5} {n:>4} {args.reference * n:>7} {'reference: ' + reference['method']:<22} "
-                  f"{reference['seconds']:>8.1f} {reference['evaluations']:>7} {'':>8} {'':>9} "
-                  f"{max(reference['stderr']):>11.4f}  (max |φ| {np.abs(phi).max():.4f}, mean |φ| "
-                  f"{np.abs(phi).mean():.4f})", flush=True)
-            records.append({"model": kind, "n": n, "budget": args.reference * n, "reference": True, **reference})
+            reference = {"model": kind, "n": n, "budget": args.reference * n, "reference": True,
+                         **_child(kind, n, held, "auto", args.reference * n, REFERENCE_SEED)}
+            print(_line(reference, reference), flush=True)
+            records.append(reference)
             for per_client in args.budgets:
                 budget = per_client * n
                 for estimator in args.estimators:
@@ -154,20 +168,56 @@ def main(argv: list[str] | None = None) -> int:
                     except ValueError:
                         print(f"{kind:>5} {n:>4} {budget:>7} {estimator:<22} does not fit", flush=True)
                         continue
-                    record = _child(kind, n, held, estimator, budget, 0)
-                    error = np.abs(np.array(record["values"]) - phi)
-                    label = f"auto ({record['method'].removeprefix('ads-')})" if estimator == "auto" else estimator
-                    print(f"{kind:>5} {n:>4} {budget:>7} {label:<22} {record['seconds']:>8.1f} "
-                          f"{record['evaluations']:>7} {error.max():>8.4f} {error.mean():>9.4f} "
-                          f"{max(record['stderr']):>11.4f}", flush=True)
-                    records.append({"model": kind, "n": n, "budget": budget, "estimator": estimator,
-                                    "max_error": float(error.max()), "mean_error": float(error.mean()), **record})
+                    record = {"model": kind, "n": n, "budget": budget, "estimator": estimator,
+                              **_child(kind, n, held, estimator, budget, 0)}
+                    error = np.abs(np.array(record["values"]) - np.array(reference["values"]))
+                    record.update(max_error=float(error.max()), mean_error=float(error.mean()))
+                    print(_line(record, reference), flush=True)
+                    records.append(record)
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=1))
     if args.plot:
         _plot(records, Path(args.plot))
         print(f"wrote {args.plot}")
     return 0
+
+
+HEADER = (f"{'model':>5} {'n':>4} {'budget':>7} {'estimator':<22} {'seconds':>8} {'evals':>7} {'max err':>8} "
+          f"{'mean err':>9} {'max stderr':>11} {'rho':>6} {'AUC':>6}")
+
+
+def _agreement(values, reference_values) -> tuple[float, float]:
+    """(Spearman's ρ against the reference's values, ROC AUC of the values for clean against
+    noisy clients: client k is noisy when k is odd, as :func:`real_round` flips them)."""
+    from scipy.stats import spearmanr
+    from sklearn.metrics import roc_auc_score
+
+    values = np.asarray(values)
+    clean = np.arange(len(values)) % 2 == 0
+    return float(spearmanr(values, reference_values).statistic), float(roc_auc_score(clean, values))
+
+
+def _line(record: dict, reference: dict) -> str:
+    """One row of the table (the reference's row adds the scale of its values)."""
+    rho, auc = _agreement(record["values"], reference["values"])
+    head = f"{record['model']:>5} {record['n']:>4} {record['budget']:>7} "
+    if record.get("reference"):
+        phi = np.abs(np.array(record["values"]))
+        return (head + f"{'reference: ' + record['method']:<22} {record['seconds']:>8.1f} {record['evaluations']:>7} "
+                f"{'':>8} {'':>9} {max(record['stderr']):>11.4f} {'':>6} {auc:>6.3f}  (max |φ| {phi.max():.4f}, "
+                f"mean |φ| {phi.mean():.4f})")
+    label = (f"auto ({record['method'].removeprefix('ads-')})" if record["estimator"] == "auto"
+             else record["estimator"])
+    return (head + f"{label:<22} {record['seconds']:>8.1f} {record['evaluations']:>7} {record['max_error']:>8.4f} "
+            f"{record['mean_error']:>9.4f} {max(record['stderr']):>11.4f} {rho:>6.3f} {auc:>6.3f}")
+
+
+def _print_kept(records: list[dict]) -> None:
+    """The table of kept records, each run against its (model, n)'s reference."""
+    references = {(r["model"], r["n"]): r for r in records if r.get("reference")}
+    print(HEADER)
+    for record in records:
+        print(_line(record, references[record["model"], record["n"]]))
 
 
 def _plot(records: list[dict], path: Path) -> None:

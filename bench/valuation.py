@@ -290,12 +290,11 @@ def _max_rss_mb() -> float:
 def _child(num_clients: int, way: str, permutations: int, threads: int, tree: str | None = None) -> dict:
     """One (n, way) in a fresh process; ``tree``: a checkout whose own bench and code run instead."""
     script = __file__ if tree is None else str(__import__("pathlib").Path(tree) / "bench" / "valuation.py")
-    command = [sys.executable, script, "--one", str(num_clients), way, "--permutations", str(permutations),
-               "--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from large_rounds import json_from_child
+
+    return json_from_child([sys.executable, script, "--one", str(num_clients), way, "--permutations",
+                            str(permutations), "--threads", str(threads)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,24 @@ import time
 from collections.abc import Callable
 
 
+def rich_progress(*, unit: str = "", console=None, transient: bool = False):
+    """A ``rich`` progress display: description, bar, done/total (``unit``), elapsed, ETA."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    if unit:
+        columns.append(TextColumn(unit))
+    columns += [TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
+    return Progress(*columns, console=console, transient=transient)
+
+
 class ValuationProgress:
     """(round, evaluated, planned) -> a bar or periodic line (module docstring).
 
@@ -83,18 +101,7 @@ class ValuationProgress:
 
     def _show_bar(self, server_round: int, evaluated: int, planned: int) -> None:
         if self._bar is None:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("coalitions"), TimeElapsedColumn(), TextColumn("ETA"),
-                                 TimeRemainingColumn(), transient=True)
+            self._bar = rich_progress(unit="coalitions", transient=True)
             self._bar.start()
             self._task = self._bar.add_task(f"round {server_round} valuation", total=planned)
         self._bar.update(self._task, completed=evaluated, total=planned)

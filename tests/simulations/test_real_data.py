@@ -55,6 +55,18 @@ def test_a_cnn_run_on_fashion_mnist_audits_intact(tmp_path, capsys):
     assert "intact" in capsys.readouterr().out
 
 
+def test_the_audit_reads_the_package_but_no_data_path(tmp_path):
+    """Fashion-MNIST where Debian put it is rebuilt like digits; a run on files a user named
+    (data_path, or MNIST) is refused before any of them is opened."""
+    from simulations.noisy_clients import audited_config
+
+    saved = {"simulation": "noisy-clients", **NoisyClientsConfig(dataset="fashion-mnist").as_dict()}
+    assert audited_config(saved).dataset == "fashion-mnist"
+    for changes in ({"data_path": str(tmp_path)}, {"dataset": "mnist", "data_path": str(tmp_path)}):
+        with pytest.raises(ValueError, match="^data_path: the run's data lie outside the run directory"):
+            audited_config({**saved, **changes})
+
+
 def json_of(path: Path) -> dict:
     import json
 
