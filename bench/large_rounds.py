@@ -221,22 +221,37 @@ def _print_kept(records: list[dict]) -> None:
 
 
 def _plot(records: list[dict], path: Path) -> None:
+    """Max error against evaluations, one panel per (model, n), one colour per estimator; the
+    dotted line is the reference's mean |φ| (the scale of the values)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     runs = [r for r in records if not r.get("reference")]
-    panels = sorted({(r["model"], r["n"]) for r in runs})
+    references = {(r["model"], r["n"]): r for r in records if r.get("reference")}
+    panels = sorted({(r["model"], r["n"]) for r in runs}, key=lambda p: (p[0] != "mlp", p[1]))
+    estimators = sorted({r["estimator"] for r in runs})
+    styles = {e: (f"C{i}", "os^D"[i % 4], (9, 6, 5, 6)[i % 4]) for i, e in enumerate(estimators)}
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
     for ax, (kind, n) in zip(axes[0], panels):
-        for estimator in sorted({r["estimator"] for r in runs}):
+        for estimator in estimators:
             rows = sorted((r for r in runs if (r["model"], r["n"], r["estimator"]) == (kind, n, estimator)),
                           key=lambda r: r["evaluations"])
             if rows:
-                ax.plot([r["evaluations"] for r in rows], [r["max_error"] for r in rows], marker="o", label=estimator)
+                color, marker, size = styles[estimator]
+                ax.plot([r["evaluations"] for r in rows], [r["max_error"] for r in rows], marker=marker,
+                        markersize=size, color=color, label=estimator)
+        if (kind, n) in references:
+            ax.axhline(np.abs(references[kind, n]["values"]).mean(), color="grey", linestyle=":",
+                       label="reference mean |φ|")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        budgets = sorted({r["budget"] for r in runs if (r["model"], r["n"]) == (kind, n)})
+        ax.set_xticks(budgets, [f"{b:,}" for b in budgets])  # the budgets asked for (evaluations spent: the points)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"{kind.upper()}, {n} clients")
         ax.set_xlabel("coalition evaluations per round")
         ax.set_ylabel("max |φ − φ_ref|")
@@ -245,7 +260,6 @@ def _plot(records: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
