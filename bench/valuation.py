@@ -5,6 +5,8 @@
     python bench/valuation.py --threads 1      # torch threads per child (default: torch's, 2 here)
     python bench/valuation.py --against-floor --sizes 10 --repeats 5   # (c) and (d) only, every run
     python bench/valuation.py --against-floor --before main --threads 1  # and (c) as of git rev main
+    python bench/valuation.py --spread          # why identical rounds take 1.5 s or 35 s (threads, load)
+    python bench/valuation.py --model cnn       # the LeNet CNN: fast path, plain path, floor
 
 The round: an MNIST-scale MLP 784-200-200-10, 10,000 held-out examples (synthetic
 inputs, labels from a fixed random teacher network), n clients that each took a few
@@ -200,6 +202,87 @@ def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, i
     return np.zeros(num_clients), np.zeros(num_clients), 2**num_clients
 
 
+# --- the CNN: the fast path against the plain one and its floor, on real Fashion-MNIST rounds --------
+
+CNN_HELD_OUT = 2_000
+
+
+def _setup_cnn(num_clients: int, seed: int = 0):
+    """A real FedAvg round of the CNN on Fashion-MNIST with ``CNN_HELD_OUT`` held-out test
+    images (``bench/large_rounds.py``'s ``real_round``: a mid-training start, clients with 120
+    images each, half noisy, trained locally; cached per n)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from large_rounds import real_round
+
+    return real_round("cnn", num_clients, CNN_HELD_OUT, seed)
+
+
+def _one_cnn(num_clients: int, way: str, threads: int = 0) -> dict:
+    """One (n, way) of the CNN benchmark in this process: ``plain`` (every coalition's state
+    built by FedAvg's rule and run whole), ``fedvalue`` (the first convolution's outputs once
+    per client, combined per coalition) or ``floor`` (only the layers after the first
+    convolution, 2^n times per held-out batch, on fixed inputs and weights)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    from fedvalue._scoring import scoring
+    from fedvalue.ads import AdsSettings
+    from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round
+    from fedvalue.utilities import TorchModelUtility
+
+    model, x, y, start, clients, weights = _setup_cnn(num_clients)
+    ids = list(range(num_clients))
+    utility = TorchModelUtility(model, x, y)
+    baseline = _max_rss_mb()
+    started = time.perf_counter()
+    ads_values = loo_values = np.zeros(num_clients)
+    if way == "floor":
+        split = utility.first_linear
+        tail = split.tail
+        with scoring():
+            inputs = [split.prefix(utility.x[utility.batch_rows(b)]) for b in range(utility.num_batches)]
+            hidden = [model[1](x_b) for x_b in inputs]  # the first convolution, once: not timed below
+            started = time.perf_counter()
+            for _ in range(2**num_clients):
+                for h in hidden:
+                    tail(h)
+        evaluations = 2**num_clients
+    else:
+        game = (fedavg_round_game(ids, start, clients, weights, utility) if way == "fedvalue" else
+                round_game(ids, start, fedavg_aggregator(ids, clients, weights), utility))
+        valuation = value_round(game, ("ads", "loo"), AdsSettings(method="exact"))
+        ads_values = valuation.results["ads"].values.to_numpy()
+        loo_values = valuation.results["loo"].values.to_numpy()
+        evaluations = game.num_evaluations
+    return {"n": num_clients, "way": way, "seconds": time.perf_counter() - started, "evaluations": evaluations,
+            "ads": ads_values.tolist(), "loo": loo_values.tolist(), "peak_mb": _max_rss_mb(), "setup_mb": baseline,
+            "threads": torch.get_num_threads()}
+
+
+def _cnn(sizes: list[int], repeats: int, threads: int) -> int:
+    """Plain, fast and floor for the CNN, each (n, way) in a fresh child, alternating."""
+    print(f"exact within-round ADS + LOO per round; LeNet-style CNN (conv 1-6, conv 6-16, 784-120-84-10) on "
+          f"Fashion-MNIST, {CNN_HELD_OUT:,} held-out test images, accuracy; {repeats} run(s) each, median shown")
+    print(f"torch threads per child: {threads or 'default'}; load average before: {_load()}", flush=True)
+    print(f"{'n':>3} {'plain s':>9} {'fast s':>8} {'plain/fast':>11} {'floor s':>8} {'fast/floor':>11} "
+          f"{'evals':>6} {'peak MB plain/fast':>19} {'max|plain-fast|':>16}")
+    for n in sizes:
+        runs: dict[str, list[dict]] = {"plain": [], "fedvalue": [], "floor": []}
+        for _ in range(repeats):
+            for way in runs:
+                runs[way].append(_child(n, f"cnn-{way}", 0, threads))
+        seconds = {way: float(np.median([r["seconds"] for r in records])) for way, records in runs.items()}
+        plain, fast = runs["plain"][0], runs["fedvalue"][0]
+        gap = max(float(np.max(np.abs(np.subtract(plain[k], fast[k])))) for k in ("ads", "loo"))
+        print(f"{n:>3} {seconds['plain']:>9.2f} {seconds['fedvalue']:>8.2f} "
+              f"{seconds['plain'] / seconds['fedvalue']:>11.2f} {seconds['floor']:>8.2f} "
+              f"{seconds['fedvalue'] / seconds['floor']:>11.2f} {fast['evaluations']:>6} "
+              f"{plain['peak_mb']:>9.0f}/{fast['peak_mb']:<9.0f} {gap:>16.1e}", flush=True)
+    print(f"load average after: {_load()}")
+    return 0
+
+
 def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -207,12 +290,11 @@ def _max_rss_mb() -> float:
 def _child(num_clients: int, way: str, permutations: int, threads: int, tree: str | None = None) -> dict:
     """One (n, way) in a fresh process; ``tree``: a checkout whose own bench and code run instead."""
     script = __file__ if tree is None else str(__import__("pathlib").Path(tree) / "bench" / "valuation.py")
-    command = [sys.executable, script, "--one", str(num_clients), way, "--permutations", str(permutations),
-               "--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from large_rounds import json_from_child
+
+    return json_from_child([sys.executable, script, "--one", str(num_clients), way, "--permutations",
+                            str(permutations), "--threads", str(threads)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,8 +307,29 @@ def main(argv: list[str] | None = None) -> int:
                         help="only (c) and (d), alternating, every run printed (spread on a noisy machine)")
     parser.add_argument("--before", metavar="REV",
                         help="with --against-floor: also (c) as of git revision REV, in the same alternation")
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                        help="cnn: the LeNet-style CNN on Fashion-MNIST, plain against fast against floor")
+    parser.add_argument("--spread", action="store_true",
+                        help="identical rounds under each thread setting, with and without extra load")
+    parser.add_argument("--loads", type=int, nargs="+", default=[0, 2],
+                        help="with --spread: extra busy processes (default: 0 and 2)")
     parser.add_argument("--one", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
+    parser.add_argument("--spread-child", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--busy", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.busy:
+        _busy(args.busy)
+        return 0
+    if args.spread_child:
+        print(json.dumps(_spread_round(*args.spread_child)))
+        return 0
+    if args.spread:
+        return _spread(args.repeats if args.repeats > 1 else 5, args.loads)
+    if args.one and args.one[1].startswith("cnn-"):
+        print(json.dumps(_one_cnn(int(args.one[0]), args.one[1].removeprefix("cnn-"), args.threads)))
+        return 0
+    if args.model == "cnn":
+        return _cnn(args.sizes if args.sizes != [6, 8, 10] else [6, 8], args.repeats, args.threads)
     if args.one:
         record = _one(int(args.one[0]), args.one[1], args.permutations, args.threads)
         print(json.dumps(record))
@@ -302,6 +405,78 @@ def _against_floor(sizes: list[int], repeats: int, threads: int, before: tuple[s
         if before:
             line += f" {'':>10} {np.median(old):>13.2f} {np.median(np.divide(old, floor)):>11.2f}"
         print(line, flush=True)
+    print(f"load average after: {_load()}")
+    return 0
+
+
+# --- the spread of identical rounds: OpenMP threads on a loaded machine -----------------------
+
+SPREAD_SETTINGS = {  # name -> (torch threads, environment)
+    "2 threads, OpenMP default": (2, {}),
+    "2 threads, OMP_WAIT_POLICY=PASSIVE": (2, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    "1 thread": (1, {}),
+}
+
+
+def _spread_round(threads: int, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` identical rounds: exact ADS + LOO of 10 clients (1,024 coalitions)
+    on the digits main job's utility (MLP 64-200-200-10, 450 held-out images), clients around
+    its initial state, each round on a fresh round game (nothing cached)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from fedvalue.ads import AdsSettings
+    from fedvalue.rounds import fedavg_round_game, value_round
+    from simulations.noisy_clients import NoisyClientsConfig, build
+
+    _, _, utility, _ = build(NoisyClientsConfig())
+    rng = np.random.default_rng(0)
+    start = {k: v.numpy().copy() for k, v in utility.model.state_dict().items()}
+    clients = [{k: (v + 0.05 * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in start.items()}
+               for _ in range(10)]
+    seconds = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        value_round(fedavg_round_game(list(range(10)), start, clients, list(range(1, 11)), utility), ("ads", "loo"),
+                    AdsSettings(method="exact"))
+        seconds.append(time.perf_counter() - began)
+    return seconds
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _spread(repeats: int, loads: list[int]) -> int:
+    """Each setting in a fresh child (OpenMP reads its environment at start), ``repeats``
+    rounds each, alternating settings, with ``load`` extra busy processes started and
+    stopped by this script (by PID) around each child."""
+    import os
+
+    print(f"identical rounds (exact ADS + LOO, 10 clients, 1,024 coalitions; digits MLP, 450 held-out), "
+          f"{repeats} per child; load average before: {_load()}", flush=True)
+    print(f"{'extra busy processes':>20}  {'setting':<36} {'min s':>7} {'median s':>9} {'max s':>7}")
+    for load in loads:
+        results: dict[str, list[float]] = {name: [] for name in SPREAD_SETTINGS}
+        for _ in range(2):  # two alternations of the settings
+            for name, (threads, env) in SPREAD_SETTINGS.items():
+                burners = [subprocess.Popen([sys.executable, __file__, "--busy", "600"]) for _ in range(load)]
+                try:
+                    command = [sys.executable, __file__, "--spread-child", str(threads), str(repeats)]
+                    done = subprocess.run(command, capture_output=True, text=True, check=False,
+                                          env={**os.environ, **env})
+                finally:
+                    for burner in burners:  # stopped by their own PIDs
+                        burner.kill()
+                        burner.wait()
+                if done.returncode != 0:
+                    raise RuntimeError(done.stderr[-3000:])
+                results[name] += json.loads(done.stdout.strip().splitlines()[-1])
+        for name, seconds in results.items():
+            print(f"{load:>20}  {name:<36} {min(seconds):>7.2f} {np.median(seconds):>9.2f} {max(seconds):>7.2f}",
+                  flush=True)
     print(f"load average after: {_load()}")
     return 0
 

@@ -50,6 +50,14 @@ tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
   coalitions). Both per group, in :mod:`fedvalue.shapley_sampling`, with or without
   ``stderr_target``.
 
+``budget`` (distinct coalition evaluations) replaces the sample caps: a sampling method
+draws until its budget is spent, each block cut so that its worst case still fits, and
+``"auto"`` takes exact when its coalitions fit, else the first of :data:`BUDGET_SAMPLERS`
+whose minimum (two samples, for a standard error) fits (:func:`budget_method`). Every
+sampling method books a standard error per player (``ValuationResult.stderr``): the
+standard deviation of its independent samples over √samples (KernelSHAP: the sandwich
+estimate), which for tmc leaves out truncation's bias (at most the tolerance per group).
+
 mc and tmc walk the permutations in waves — step j of every still-active permutation of a
 block is one batched request to the game — so batched coalition evaluation keeps
 working.
@@ -129,6 +137,55 @@ def exact_num_coalitions(groups: Sequence[Sequence[Hashable]]) -> int:
     return 1 + sum((1 << len(group)) - 1 for group in groups)
 
 
+#: Samplers ``auto`` considers under a budget, in order: the first whose minimum fits is
+#: taken (stratified only when its minimum is at most half the budget, so that it gets more
+#: than its two samples). Measured on real FL rounds (``bench/large_rounds.py``).
+BUDGET_SAMPLERS = ("stratified", "kernelshap", "mc")
+
+
+def minimum_budget(method: str, size: int) -> int:
+    """Distinct coalitions ``method`` needs for a group of ``size`` players, from an empty
+    cache, to value every player with a standard error (two samples; KernelSHAP: 4·size
+    pairs, below which its residuals, hence its errors, vanish)."""
+    if method in ("mc", "tmc"):
+        return 2 * size + 1
+    if method == "antithetic":
+        return 4 * size + 1
+    if method == "stratified":
+        return 2 * size * size + 2 * size + 2 + (4 * size * size if size > 4 else 0)
+    if method == "kernelshap":
+        return 8 * size + 2 if size > 1 else 2
+    raise ValueError(f"method: expected a sampling method; got {method!r}.")
+
+
+def budget_method(method: str, sizes: Sequence[int], budget: int, exact_cost: int | None,
+                  max_evaluations: int | None = None) -> str:
+    """The method a ``budget`` of distinct evaluations runs: ``"auto"`` takes exact when its
+    ``exact_cost`` fits, else the first of :data:`BUDGET_SAMPLERS` that fits; an explicit
+    method is checked to fit. ValueError naming ``budget`` when nothing fits."""
+    if max_evaluations is not None and budget > max_evaluations:
+        raise ValueError(f"budget: {budget} evaluations asked for, more than max_evaluations={max_evaluations}.")
+    if method == "auto":
+        if exact_cost is not None and exact_cost <= budget:
+            return "exact"
+        for candidate in BUDGET_SAMPLERS:
+            need = sum(minimum_budget(candidate, size) for size in sizes)
+            if need <= (budget // 2 if candidate == "stratified" else budget):
+                return candidate
+        method = BUDGET_SAMPLERS[-1]
+    if method == "exact":
+        if exact_cost is None or exact_cost > budget:
+            raise ValueError(f"budget: exact ADS over groups of sizes {list(sizes)} needs "
+                             f"{exact_cost or 'more than 2^25'} evaluations; the budget is {budget}. Raise it or use "
+                             "a sampling method (or 'auto').")
+        return method
+    need = sum(minimum_budget(method, size) for size in sizes)
+    if need > budget:
+        raise ValueError(f"budget: {method} needs at least {need} evaluations for groups of sizes {list(sizes)} "
+                         f"(two samples, for a standard error); the budget is {budget}. Raise it.")
+    return method
+
+
 @dataclass(frozen=True)
 class AdsSettings:
     """The ADS estimator's settings, checked once when made and passed whole (to
@@ -142,6 +199,7 @@ class AdsSettings:
     max_evaluations: int | None = None
     truncation_tolerance: float = 1e-3
     stderr_target: float | None = None
+    budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -155,6 +213,7 @@ class AdsSettings:
         check_open_unit("delta", self.delta)
         check_positive("r", self.r)
         check_integer("max_evaluations", self.max_evaluations, none_ok=True)
+        check_integer("budget", self.budget, none_ok=True)
 
     def as_keywords(self) -> dict:
         """The settings as :func:`ads` takes them."""
@@ -173,6 +232,7 @@ def ads(
     max_evaluations: int | None = None,
     truncation_tolerance: float = 1e-3,
     stderr_target: float | None = None,
+    budget: int | None = None,
 ) -> ValuationResult:
     """Asymmetric Data Shapley of every player over ordered groups ([ADS]).
 
@@ -204,6 +264,12 @@ def ads(
     stderr_target
         Sampling methods: stop sampling once every standard error is ≤ this (None:
         always their cap of samples).
+    budget
+        Most distinct coalition evaluations to spend (from this call on; cached coalitions
+        are free). ``"auto"`` then takes exact when its coalitions fit, else the sampler of
+        :data:`BUDGET_SAMPLERS` whose minimum fits (:func:`budget_method`); a sampling
+        method draws until the budget is spent (blocks shrink so that their worst case
+        fits), or until ``stderr_target`` is met, instead of stopping at m*.
 
     Returns
     -------
@@ -213,7 +279,7 @@ def ads(
     """
     groups = validate_groups(groups)
     AdsSettings(method=method, epsilon=epsilon, delta=delta, r=r, max_evaluations=max_evaluations,  # the checks
-                truncation_tolerance=truncation_tolerance, stderr_target=stderr_target)
+                truncation_tolerance=truncation_tolerance, stderr_target=stderr_target, budget=budget)
     rng = check_seed(seed)
 
     players = [p for group in groups for p in group]
@@ -235,50 +301,61 @@ def ads(
     if exact_cost is not None:
         sampler_costs = {k: min(v, exact_cost) for k, v in sampler_costs.items()}
     piloted = False
-    if method == "auto":
-        method = "exact" if exact_cost is not None and exact_cost <= m_star * n else "mc"
-        if method == "exact" and max_evaluations is not None and exact_cost > max_evaluations:
-            method = "mc"
-        piloted = method == "mc" and stderr_target is not None
-    if method == "exact":
-        if exact_cost is None:
+    if budget is not None:
+        method = budget_method(method, [len(g) for g in groups], budget, exact_cost, max_evaluations)
+        planned = exact_cost if method == "exact" else budget
+    else:
+        if method == "auto":
+            method = "exact" if exact_cost is not None and exact_cost <= m_star * n else "mc"
+            if method == "exact" and max_evaluations is not None and exact_cost > max_evaluations:
+                method = "mc"
+            piloted = method == "mc" and stderr_target is not None
+        if method == "exact":
+            if exact_cost is None:
+                raise ValueError(
+                    f"method: 'exact' enumerates 2^|D_t| coalitions per group, at most "
+                    f"{MAX_EXACT_GROUP_SIZE} players per group; a group has {largest}. Use "
+                    "method='mc' or 'auto'."
+                )
+            if max_evaluations is not None and exact_cost > max_evaluations:
+                raise ValueError(
+                    f"max_evaluations: exact ADS over groups of sizes {[len(g) for g in groups]} "
+                    f"needs {exact_cost} utility evaluations, more than max_evaluations="
+                    f"{max_evaluations}. Raise max_evaluations or use method='mc'."
+                )
+        elif method in sampler_costs or piloted:
+            # Piloted: every candidate's pilot plus the chosen one's rest, bounded by the sum.
+            worst = min(exact_cost or math.inf, mc_cost + sum(sampler_costs.values())) if piloted \
+                else sampler_costs[method]
+            if max_evaluations is not None and worst > max_evaluations:
+                raise ValueError(
+                    f"max_evaluations: ADS by {'a piloted sampler' if piloted else method} with epsilon="
+                    f"{epsilon}, delta={delta}, r={r} may need {worst} utility evaluations, more than "
+                    f"max_evaluations={max_evaluations}. Raise max_evaluations or epsilon."
+                )
+        elif max_evaluations is not None and mc_cost > max_evaluations:  # mc and tmc: tmc never costs more
             raise ValueError(
-                f"method: 'exact' enumerates 2^|D_t| coalitions per group, at most "
-                f"{MAX_EXACT_GROUP_SIZE} players per group; a group has {largest}. Use "
-                "method='mc' or 'auto'."
+                f"max_evaluations: MC-ADS with epsilon={epsilon}, delta={delta}, r={r} samples "
+                f"m*={m_star} permutations of {n} players and may need {mc_cost} utility "
+                f"evaluations, more than max_evaluations={max_evaluations}. Raise "
+                "max_evaluations or epsilon."
             )
-        if max_evaluations is not None and exact_cost > max_evaluations:
-            raise ValueError(
-                f"max_evaluations: exact ADS over groups of sizes {[len(g) for g in groups]} "
-                f"needs {exact_cost} utility evaluations, more than max_evaluations="
-                f"{max_evaluations}. Raise max_evaluations or use method='mc'."
-            )
-    elif method in sampler_costs or piloted:
-        # Piloted: every candidate's pilot plus the chosen one's rest, bounded by the sum.
-        worst = min(exact_cost or math.inf, mc_cost + sum(sampler_costs.values())) if piloted \
-            else sampler_costs[method]
-        if max_evaluations is not None and worst > max_evaluations:
-            raise ValueError(
-                f"max_evaluations: ADS by {'a piloted sampler' if piloted else method} with epsilon="
-                f"{epsilon}, delta={delta}, r={r} may need {worst} utility evaluations, more than "
-                f"max_evaluations={max_evaluations}. Raise max_evaluations or epsilon."
-            )
-    elif max_evaluations is not None and mc_cost > max_evaluations:  # mc and tmc: tmc never costs more
-        raise ValueError(
-            f"max_evaluations: MC-ADS with epsilon={epsilon}, delta={delta}, r={r} samples "
-            f"m*={m_star} permutations of {n} players and may need {mc_cost} utility "
-            f"evaluations, more than max_evaluations={max_evaluations}. Raise "
-            "max_evaluations or epsilon."
-        )
+        planned = (exact_cost if method == "exact" else worst if method in sampler_costs or piloted
+                   else mc_cost)
 
     game = as_game(utility, players)
+    game.expect(planned)
     evaluations_before = game.num_evaluations
     group_positions = [np.array([game.index_of(p) for p in g], dtype=np.int64) for g in groups]
     prefix_masks = [0]
     for positions in group_positions:
         prefix_masks.append(prefix_masks[-1] | _mask(positions))
 
-    if piloted or method in sampler_costs:
+    if budget is not None and method in SAMPLERS:
+        method, values, stderr, num_permutations = _by_sampler(
+            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, False,
+            budget=budget - (game.num_evaluations - evaluations_before))
+    elif piloted or method in sampler_costs:
         method, values, stderr, num_permutations = _by_sampler(
             game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, piloted)
     elif method == "exact":
@@ -293,8 +370,8 @@ def ads(
     else:
         tolerance = truncation_tolerance if method == "tmc" else 0.0
         values, stderr, num_permutations = _blockwise_monte_carlo(
-            game, group_positions, prefix_masks, m_star, rng, tolerance, stderr_target
-        )
+            game, group_positions, prefix_masks, m_star if budget is None else budget, rng, tolerance,
+            stderr_target, budget=budget, cached_cap=m_star)
 
     prefix_utilities = game.values(prefix_masks)
     bounds = np.cumsum([0] + [len(g) for g in groups])
@@ -315,17 +392,25 @@ def ads(
     )
 
 
-def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted):
+def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted, budget=None):
     """ADS of every group by a sampler of :mod:`fedvalue.shapley_sampling` (chosen by a
-    pilot when ``piloted``); returns (method, values, stderr, permutations or None)."""
+    pilot when ``piloted``); returns (method, values, stderr, permutations or None). With
+    ``budget`` the groups share it: each draws until its share is spent (``caps``: the
+    usual caps, where a group seen whole stops)."""
     groups = list(zip(prefix_masks[:-1], group_positions))
+    start = game.num_evaluations
     if piloted:
         method, samplers = choose_sampler(game, groups, rng, target)
     else:
         samplers = [SAMPLERS[method](game, base, positions, rng) for base, positions in groups]
     estimates = []
-    for sampler in samplers:
+    for k, sampler in enumerate(samplers):
         cap = caps.get(method, -(-caps["mc"] * sampler.size // 2))
+        if budget is not None:  # what is left, shared evenly by this group and the ones after it
+            share = (budget - (game.num_evaluations - start)) // (len(samplers) - k)
+            # A group seen whole (every draw cached) stops at the usual cap; the budget caps samples too.
+            estimates.append(sampler.run(budget, target, budget=share, cached_cap=cap))
+            continue
         estimates.append(sampler.run(max(cap, sampler.samples), target))
     values = np.concatenate([e[0] for e in estimates])
     stderr = np.concatenate([e[1] for e in estimates])
@@ -433,9 +518,13 @@ def _blockwise_monte_carlo(
     rng: np.random.Generator,
     tolerance: float,
     stderr_target: float | None,
+    budget: int | None = None,
+    cached_cap: int = 2,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """MC (tolerance 0) or truncated MC over blocks of permutations, with an optional
-    standard-error stop; returns (mean, stderr, permutations used) in group order.
+    standard-error stop and an optional ``budget`` of distinct evaluations (a block is cut
+    so that its worst case, n new prefixes a permutation, fits); returns (mean, stderr,
+    permutations used) in group order.
 
     Within group t every permutation starts from U_{t−1} (earlier groups all come
     first, so a σ-respecting permutation's marginals in group t depend only on its
@@ -447,8 +536,14 @@ def _blockwise_monte_carlo(
     columns = np.cumsum([0] + sizes)
     chunks: list[np.ndarray] = []
     used = 0
+    spent_from = game.num_evaluations
     while used < max_permutations:
-        count = min(block, max_permutations - used)
+        count = int(min(block, max_permutations - used))
+        before = game.num_evaluations
+        if budget is not None:
+            count = min(count, int((budget - (before - spent_from)) // int(columns[-1])))
+            if count < 1:
+                break
         marginals = np.zeros((count, columns[-1]))
         for t, positions in enumerate(group_positions):
             size = len(positions)
@@ -470,6 +565,8 @@ def _blockwise_monte_carlo(
                     active[rows] = np.abs(full - current) >= tolerance
         chunks.append(marginals)
         used += count
+        if budget is not None and game.num_evaluations == before and used >= cached_cap:
+            break  # every prefix drawn was cached: the budget cannot be spent; stop at the usual m*
         if stderr_target is not None and used > 1:
             sample = np.concatenate(chunks)
             if np.all(sample.std(axis=0, ddof=1) / math.sqrt(used) <= stderr_target):

@@ -8,6 +8,11 @@ Alg. 1 evaluates v on prefixes of permutations; all such prefixes are subsets, w
 the cache deduplicates).
 
 Bit ``k`` of a coalition mask stands for ``players[k]``.
+
+A progress display can watch a game (:meth:`CoalitionGame.watch`): it is told the
+coalitions evaluated so far and the estimators' planned total as they go, including
+inside one large batch when the batch utility reports its own progress
+(:meth:`CoalitionGame.advance`). Watching changes nothing that is computed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import numpy as np
 
 Utility = Callable[[frozenset], float]
 BatchUtility = Callable[[Sequence[frozenset]], Sequence[float]]
+#: Told (coalitions evaluated, coalitions planned) while a watched game is valued.
+Progress = Callable[[int, int], None]
 
 
 def _as_finite_float(value: Any, coalition: frozenset, source: str) -> float:
@@ -105,6 +112,9 @@ class CoalitionGame:
         self._batch_utility = batch_utility
         self._cache: dict[int, float] = {}
         self.num_evaluations = 0
+        self._progress: Progress | None = None
+        self._planned = 0
+        self._reported = 0
 
     @property
     def num_players(self) -> int:
@@ -135,6 +145,10 @@ class CoalitionGame:
         """Player ids of a bitmask."""
         return frozenset(p for k, p in enumerate(self.players) if (mask >> k) & 1)
 
+    def num_missing(self, masks: Iterable[int]) -> int:
+        """Distinct masks of ``masks`` not evaluated yet."""
+        return sum(1 for m in set(int(m) for m in masks) if m not in self._cache)
+
     @property
     def num_cached(self) -> int:
         """Distinct coalitions evaluated so far."""
@@ -156,8 +170,48 @@ class CoalitionGame:
             self._evaluate(missing)
         return np.fromiter((self._cache[m] for m in masks), dtype=np.float64, count=len(masks))
 
+    # -- progress ---------------------------------------------------------------------------
+
+    def watch(self, progress: Progress | None) -> None:
+        """Tell ``progress`` (evaluated, planned) from now on; counts start at 0 (None: stop)."""
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress: expected a callable taking (evaluated, planned) or None; got "
+                            f"{type(progress).__name__}.")
+        self._progress, self._planned, self._reported = progress, 0, 0
+
+    def expect(self, count: int) -> None:
+        """An estimator plans ``count`` more evaluations (an upper bound; it may stop sooner)."""
+        self._planned += int(count)
+        self._notify()
+
+    def advance(self, count: int) -> None:
+        """``count`` coalitions of the batch in progress are done (for batch utilities that
+        report within a batch; the rest of the batch is counted when it returns)."""
+        self._reported += int(count)
+        self._notify()
+
+    def finish(self) -> None:
+        """The valuation is over: tell the watcher (evaluated, evaluated) and stop watching."""
+        if self._progress is not None:
+            self._progress(self._reported, self._reported)
+        self.watch(None)
+
+    def _notify(self) -> None:
+        if self._progress is not None:
+            self._progress(self._reported, max(self._planned, self._reported))
+
     def _evaluate(self, masks: list[int]) -> None:
         coalitions = [self.coalition_of(m) for m in masks]
+        reported = self._reported
+        values = self._evaluate_coalitions(coalitions)
+        if self._progress is not None:  # what the utility did not report itself
+            self.advance(max(0, len(masks) - (self._reported - reported)))
+        # Commit only after every value passed its check: a bad batch leaves no half state.
+        for mask, value in zip(masks, values):
+            self._cache[mask] = value
+        self.num_evaluations += len(masks)
+
+    def _evaluate_coalitions(self, coalitions: list[frozenset]) -> list[float]:
         if self._batch_utility is not None:
             raw = list(self._batch_utility(coalitions))
             if len(raw) != len(coalitions):
@@ -167,13 +221,13 @@ class CoalitionGame:
                 )
             source = "batch_utility"
         else:
-            raw = [self._utility(c) for c in coalitions]  # type: ignore[misc]
+            raw = []
+            for coalition in coalitions:
+                raw.append(self._utility(coalition))  # type: ignore[misc]
+                if self._progress is not None:
+                    self.advance(1)
             source = "utility"
-        values = [_as_finite_float(v, c, source) for v, c in zip(raw, coalitions)]
-        # Commit only after every value passed its check: a bad batch leaves no half state.
-        for mask, value in zip(masks, values):
-            self._cache[mask] = value
-        self.num_evaluations += len(masks)
+        return [_as_finite_float(v, c, source) for v, c in zip(raw, coalitions)]
 
     def cached_values(self) -> dict[frozenset, float]:
         """Every evaluated coalition and its value (for ledgers and audits)."""

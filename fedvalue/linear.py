@@ -1,17 +1,20 @@
 """Coalition states scored as linear combinations of a round's basis states.
 
 Every coalition of the FedAvg family is a state s_c = Σ_k C[c, k] B_k of fixed basis states
-(basis = A_{t−1} and the clients' models, C[c, i] = n_i / Σ_{j∈S} n_j). When the model
-starts with a linear layer (exactly ``nn.Linear``, after parameter-free modules such as
-Flatten), that layer's output is linear in the parameters too:
+(basis = A_{t−1} and the clients' models, C[c, i] = n_i / Σ_{j∈S} n_j). When the model's
+first parametrized layer is linear in its parameters θ = (W, b) — ``nn.Linear``,
+``nn.Conv1d/2d/3d`` (any stride, padding, dilation, groups, padding mode), ``nn.Embedding``
+(without ``max_norm``), after parameter-free modules such as Flatten or Unflatten — its
+output f(x; θ) is linear in θ for fixed inputs x, so
 
-    x W_c^T + b_c = Σ_k C[c, k] (x W_k^T + b_k)        (Σ_k C[c, k] = 1),
+    f(x; Σ_k C[c, k] θ_k) = Σ_k C[c, k] f(x; θ_k),
 
-so the products x W_k^T are computed once per round for the K basis states and every
-coalition pays only for the layers after the first. A batch holding most coalitions
-(exact enumeration) is factored over two halves of the basis
-(:mod:`fedvalue.coalition_halves`), so each coalition's first-layer output is one
-two-term sum of precomputed half combinations, formed with the first ReLU in one pass
+and the outputs f(x; θ_k) are computed once per round (once per client per held-out
+batch); every coalition pays for a K-term combination and the layers after the first.
+A batch holding most coalitions (exact enumeration) with a first layer of flat outputs
+and a tail of Linear layers and activations (every MLP) is factored over two halves of
+the basis (:mod:`fedvalue.coalition_halves`), so each coalition's first-layer output is
+one two-term sum of precomputed half combinations, formed with the first ReLU in one pass
 over rows that are in cache. Other models combine whole states.
 Built by :meth:`fedvalue.utilities.TorchModelUtility.linear`; values equal the plain path's
 (near ties re-scored there, :mod:`fedvalue._scoring`).
@@ -19,6 +22,7 @@ Built by :meth:`fedvalue.utilities.TorchModelUtility.linear`; values equal the p
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
@@ -32,7 +36,11 @@ from fedvalue.coalition_halves import Halves, split_rows
 ADD_RELU = getattr(torch.ops.aten, "_add_relu", None)
 
 #: Modules without parameters that may precede the first linear layer.
-PARAMETER_FREE = (torch.nn.Flatten, torch.nn.Identity, torch.nn.Dropout)
+PARAMETER_FREE = (torch.nn.Flatten, torch.nn.Unflatten, torch.nn.Identity, torch.nn.Dropout)
+#: First layers whose output is linear in (weight, bias) for fixed inputs (exact types: a
+#: subclass may compute something else). Embedding only without ``max_norm``, which rescales
+#: the looked-up rows (not linear).
+FIRST_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Embedding)
 
 
 class LinearStates:
@@ -51,6 +59,10 @@ class LinearStates:
 
     #: States combined per matmul (memory: chunk × batch_size × first-layer width floats).
     chunk = 16
+    #: Most bytes of one chunk's combined first-layer outputs: a convolution's outputs are
+    #: several times its inputs, so its chunks hold fewer states (the MLP's 16 × 4,096 × 200
+    #: floats, 52 MB, are within it).
+    chunk_bytes = 64 << 20
     #: Most left directions of a factored batch (:meth:`_half_scores`): their first-layer
     #: products for ``block_rows`` rows should fit in the last-level cache together
     #: (32 × 1,024 × 200 floats = 26 MB for the digits MLP).
@@ -60,6 +72,10 @@ class LinearStates:
     block_rows = 1024
     #: Fewer rows per half direction than this: the chunked combination is cheaper.
     rows_per_direction = 4
+    #: Most bytes of first-layer outputs kept for the whole round (K basis states × held-out
+    #: rows × the per-example output size; a convolution's outputs are several times its
+    #: inputs). Past it they are computed again per call and held-out batch, and not kept.
+    head_cache_bytes = 1 << 30
 
     def __init__(self, utility, basis: Sequence[Mapping[str, np.ndarray]]) -> None:
         # utility: the fedvalue.utilities.TorchModelUtility that built this (not imported: it imports us).
@@ -72,6 +88,7 @@ class LinearStates:
         self._heads: list[torch.Tensor] | None = None
         self._heads_done: set[int] = set()
         self._buffers: dict[Hashable, torch.Tensor] = {}
+        self._out_shape: tuple[int, ...] | None = None
 
     @property
     def num_basis(self) -> int:
@@ -106,34 +123,86 @@ class LinearStates:
             combined[k] = torch.mm(rows.to(flat.dtype), flat, out=out).view(len(rows), *self.stacked[k].shape[1:])
         return combined
 
-    def _head_products(self, used: np.ndarray) -> list[torch.Tensor]:
-        """Per held-out batch, the (K, batch × width) first-layer outputs of the basis states;
-        computed for the basis states some row uses (``used``: K flags; A_{t−1} is in no
-        coalition's row but ∅'s, which is scored on the plain path), each at most once."""
+    def _prefixed(self, b: int) -> torch.Tensor:
+        """Held-out batch ``b``'s inputs to the first layer (after the parameter-free prefix)."""
         utility, split = self.utility, self.utility.first_linear
-        weights = self.stacked[split.weight_key]  # (K, width, inputs)
+        x = utility.x[utility.batch_rows(b)]
+        return x if split.prefix is None else split.prefix(x)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """Per-example shape of the first layer's output (probed once on one held-out example)."""
+        if self._out_shape is None:
+            x = self._prefixed(0)[:1]
+            with torch.no_grad():
+                self._out_shape = tuple(self._first_output(x, 0).shape[1:])
+        return self._out_shape
+
+    def _first_output(self, x: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """f(x; θ_k), the first layer with basis state k's parameters, written into ``out``
+        (rows × flattened output) when given. A Linear layer on flat rows is one ``addmm``
+        in place (no bias-add or transpose copies); other layers run as the module does."""
+        split = self.utility.first_linear
+        weight = self.stacked[split.weight_key][k]
+        bias = None if split.bias_key is None else self.stacked[split.bias_key][k]
+        if split.flat_linear and x.dim() == 2 and out is not None:
+            out = out.view(len(x), weight.shape[0])
+            return torch.mm(x, weight.t(), out=out) if bias is None else torch.addmm(bias, x, weight.t(), out=out)
+        parameters = {split.weight_name: weight, **({} if bias is None else {split.bias_name: bias})}
+        result = torch.func.functional_call(split.layer, parameters, (x,))
+        if out is None:
+            return result
+        return out.view(len(x), -1).copy_(result.reshape(len(x), -1))
+
+    def _heads_by_batch(self, used: np.ndarray) -> Callable[[int], torch.Tensor]:
+        """Held-out batch -> its (K, batch × output size) first-layer outputs of the basis states
+        some row uses (``used``: K flags; rows of the others are zeros): kept for the round
+        (:meth:`_head_products`) while they fit in ``head_cache_bytes``, else computed per
+        batch into a reused buffer (valid until the next batch's)."""
+        if self.keeps_heads:
+            return self._head_products(used).__getitem__
+        return lambda b: self._batch_heads(b, used)
+
+    @property
+    def keeps_heads(self) -> bool:
+        """Whether the first-layer outputs of every basis state fit in ``head_cache_bytes``."""
+        size = self.num_basis * len(self.utility.x) * math.prod(self.out_shape) * self.dtype.itemsize
+        return size <= self.head_cache_bytes
+
+    def _batch_heads(self, b: int, used: np.ndarray) -> torch.Tensor:
+        x = self._prefixed(b)
+        width = math.prod(self.out_shape)
+        like = self.stacked[self.utility.first_linear.weight_key]  # x holds indices for an Embedding
+        heads = self._scratch("heads", self.num_basis * len(x) * width, like).view(self.num_basis, -1)
+        for k in range(self.num_basis):
+            if used[k]:
+                self._first_output(x, k, out=heads[k])
+            else:  # zeros: a row's 0 × an uncomputed entry must stay 0 in the chunked matmul
+                heads[k].zero_()
+        return heads
+
+    def _head_products(self, used: np.ndarray) -> list[torch.Tensor]:
+        """Per held-out batch, the (K, batch × output size) first-layer outputs of the basis
+        states; computed for the basis states some row uses (``used``: K flags; A_{t−1} is in
+        no coalition's row but ∅'s, which is scored on the plain path), each at most once."""
+        utility = self.utility
         if self._heads is None:
+            width = math.prod(self.out_shape)
             self._heads = [  # zeros: a row's 0 × an uncomputed entry must stay 0 in the chunked matmul
-                torch.zeros(self.num_basis, len(utility.y[utility.batch_rows(b)]) * weights.shape[1], dtype=self.dtype,
+                torch.zeros(self.num_basis, len(utility.y[utility.batch_rows(b)]) * width, dtype=self.dtype,
                             device=utility.device)
                 for b in range(utility.num_batches)
             ]
         missing = [k for k in np.flatnonzero(used).tolist() if k not in self._heads_done]
         for b, head in enumerate(self._heads if missing else []):
-            x = utility.x[utility.batch_rows(b)]
-            if split.prefix is not None:
-                x = split.prefix(x)
-            for k in missing:  # written in place: no bias-add or transpose copies
-                out = head[k].view(len(x), weights.shape[1])
-                if split.bias_key is None:
-                    torch.mm(x, weights[k].t(), out=out)
-                else:
-                    torch.addmm(self.stacked[split.bias_key][k], x, weights[k].t(), out=out)
+            x = self._prefixed(b)
+            for k in missing:  # written in place
+                self._first_output(x, k, out=head[k])
         self._heads_done.update(missing)
         return self._heads
 
     @scoring()
-    def scores(self, coefficients: np.ndarray) -> FastScores:
+    def scores(self, coefficients: np.ndarray, progress: Callable[[int], None] | None = None) -> FastScores:
         """Fast-path sums per (state, held-out batch) and near-tie rows (see module docstring).
 
         A batch of coalitions that factors over two halves of the basis (exact enumeration,
@@ -142,6 +211,8 @@ class LinearStates:
         of the whole chunk into a reused buffer (a fresh tensor per chunk would page-fault
         tens of MB each time); the tail then runs as its plan (:meth:`_run_tail`, the chunk
         scored in one vectorized pass) or through ``functional_call`` state by state.
+        Chunks are the outer loop while the first-layer outputs are kept for the round, the
+        held-out batches when they are computed per batch (:meth:`_heads_by_batch`).
         (Walking the chunked path's batch in row blocks was measured and was slower there:
         the chunk's combination still streams K heads per block. The factored path's blocks
         pay because its two-term sums read halves that stay in cache.)
@@ -150,39 +221,73 @@ class LinearStates:
         checked = self._checked(coefficients)
         rows = self._tensor(checked)
         scores = FastScores(len(rows), utility.num_batches)
-        heads = None if split is None else self._head_products((checked != 0).any(axis=0))
-        plan = None if split is None else self._tail_plan()
+        done = _Done(progress, utility.num_batches)
+        if split is None:
+            self._whole_state_scores(rows, scores, done)
+            return scores
+        used = (checked != 0).any(axis=0)
+        heads = self._heads_by_batch(used)
+        plan = self._tail_plan()
         halves = self._halves(checked, plan)
         if halves is not None:
-            self._half_scores(rows, halves, plan, heads, scores)
+            self._half_scores(rows, halves, plan, heads, scores, done)
             return scores
+        size = self._chunk_size()
+        starts = range(0, len(rows), size)
+        if self.keeps_heads:
+            for start in starts:  # kept outputs: each chunk's tail states combined once
+                tails = self.combine(rows[start : start + size], split.tail_keys)
+                for b in range(utility.num_batches):
+                    self._chunk_scores(rows, start, size, b, heads(b), tails, plan, scores)
+                    done(len(rows[start : start + size]))
+        else:
+            for b in range(utility.num_batches):
+                head = heads(b)
+                for start in starts:
+                    tails = self.combine(rows[start : start + size], split.tail_keys)
+                    self._chunk_scores(rows, start, size, b, head, tails, plan, scores)
+                    done(len(rows[start : start + size]))
+        return scores
+
+    def _chunk_size(self) -> int:
+        """States per chunk: ``chunk``, fewer when their first-layer outputs for a full
+        held-out batch would pass ``chunk_bytes``."""
+        rows = min(self.utility.batch_size, len(self.utility.x))
+        per_state = rows * math.prod(self.out_shape) * self.dtype.itemsize
+        return max(1, min(self.chunk, self.chunk_bytes // per_state))
+
+    def _chunk_scores(self, rows: torch.Tensor, start: int, size: int, b: int, head: torch.Tensor,
+                      tails: Mapping[str, torch.Tensor], plan: list[tuple] | None, scores: FastScores) -> None:
+        """The ``size`` rows from ``start`` on held-out batch ``b``: first-layer outputs
+        combined by one matmul, then the tail (its plan, or ``functional_call`` per state)."""
+        utility, split = self.utility, self.utility.first_linear
+        chunk = rows[start : start + size]
+        y = utility.y[utility.batch_rows(b)]
+        hidden = self._scratch("hidden", len(chunk) * head.shape[1], head).view(len(chunk), head.shape[1])
+        torch.matmul(chunk, head, out=hidden)
+        hidden = hidden.view(len(chunk), len(y), -1)
+        if plan is not None:
+            outputs = self._run_tail(plan, hidden, tails)
+            utility.score_fast_many(scores, range(start, start + len(chunk)), b, outputs, y, overwrite=True)
+            return
+        for j in range(len(chunk)):
+            state = {k: v[j] for k, v in tails.items()}
+            out = torch.func.functional_call(split.tail, state, (hidden[j].view(len(y), *self.out_shape),))
+            utility.score_fast(scores, start + j, b, out, y)
+
+    def _whole_state_scores(self, rows: torch.Tensor, scores: FastScores, done) -> None:
+        """Models without a linear first layer: each state combined whole, then its forward pass."""
+        utility = self.utility
         for start in range(0, len(rows), self.chunk):
             chunk = rows[start : start + self.chunk]
-            if split is None:
-                states = self.combine(chunk, utility.keys)
-                for b in range(utility.num_batches):
-                    batch = utility.batch_rows(b)
-                    for j in range(len(chunk)):
-                        state = {k: v[j] for k, v in states.items()}
-                        out = torch.func.functional_call(utility.model, state, (utility.x[batch],))
-                        utility.score_fast(scores, start + j, b, out, utility.y[batch])
-                continue
-            tails = self.combine(chunk, split.tail_keys)
-            for b, head in enumerate(heads):
-                y = utility.y[utility.batch_rows(b)]
-                hidden = self._scratch("hidden", len(chunk) * head.shape[1], head).view(len(chunk), head.shape[1])
-                torch.matmul(chunk, head, out=hidden)
-                hidden = hidden.view(len(chunk), len(y), -1)
-                if plan is not None:
-                    states = range(start, start + len(chunk))
-                    outputs = self._run_tail(plan, hidden, tails)
-                    utility.score_fast_many(scores, states, b, outputs, y, overwrite=True)
-                    continue
+            states = self.combine(chunk, utility.keys)
+            for b in range(utility.num_batches):
+                batch = utility.batch_rows(b)
                 for j in range(len(chunk)):
-                    state = {k: v[j] for k, v in tails.items()}
-                    out = torch.func.functional_call(split.tail, state, (hidden[j],))
-                    utility.score_fast(scores, start + j, b, out, y)
-        return scores
+                    state = {k: v[j] for k, v in states.items()}
+                    out = torch.func.functional_call(utility.model, state, (utility.x[batch],))
+                    utility.score_fast(scores, start + j, b, out, utility.y[batch])
+                done(len(chunk))
 
     def _halves(self, rows: np.ndarray, plan: list[tuple] | None) -> Halves | None:
         """The two-half factorization of ``rows`` when it pays: a tail plan with a linear
@@ -196,7 +301,8 @@ class LinearStates:
         directions = len(halves.left.directions) + len(halves.right.directions)
         return halves if len(rows) >= self.rows_per_direction * directions else None
 
-    def _half_scores(self, rows: torch.Tensor, halves: Halves, plan: list[tuple], heads, scores: FastScores) -> None:
+    def _half_scores(self, rows: torch.Tensor, halves: Halves, plan: list[tuple], heads, scores: FastScores,
+                     done) -> None:
         """Scores of rows C[c] = a_c u_l + b_c v_r (:mod:`fedvalue.coalition_halves`).
 
         Per held-out batch, the first-layer outputs P_l = Σ_k u_l[k] H_k of every left
@@ -218,7 +324,8 @@ class LinearStates:
         relu_first = plan[0][0] == "relu" and ADD_RELU is not None and rows.device.type == "cpu"
         steps = plan[1:] if relu_first else plan
         last_step = _last_linear(steps)
-        for b, head in enumerate(heads):
+        for b in range(utility.num_batches):
+            head = heads(b)
             y = utility.y[utility.batch_rows(b)]
             width = head.shape[1] // len(y)
             products = self._scratch("left", len(left_directions) * head.shape[1], head)
@@ -252,6 +359,7 @@ class LinearStates:
                 for start in range(0, len(group), self.chunk):  # scored a chunk at a time: smaller temporaries
                     chunk = slice(start, start + self.chunk)
                     utility.score_fast_many(scores, group[chunk], b, outputs[chunk], y, overwrite=True)
+                done(len(group))
 
     def _run_tail(self, plan: list[tuple], hidden: torch.Tensor, tails: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The tail's layers on ``hidden`` (states × rows × width, a scratch buffer that is
@@ -327,9 +435,12 @@ class LinearStates:
         return buffer[:numel]
 
     def _tail_plan(self) -> list[tuple] | None:
-        """The tail as in-place steps when it is a chain of Linear and elementwise
-        activations (every MLP); None (functional_call per state) otherwise."""
+        """The tail as in-place steps when the first layer's outputs are flat and the tail
+        is a chain of Linear and elementwise activations (every MLP); None (functional_call
+        per state) otherwise."""
         split = self.utility.first_linear
+        if len(self.out_shape) != 1:  # the steps multiply rows × width matrices
+            return None
         tail = split.tail
         if isinstance(tail, torch.nn.Identity):
             return []
@@ -353,14 +464,16 @@ class LinearStates:
         self,
         coefficients: np.ndarray,
         materialize: Callable[[int], Mapping[str, np.ndarray]] | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """U(s_c) for every row c of ``coefficients``.
 
         ``materialize(c)`` returns state c's arrays as the aggregation rule computes
         them (used only to re-score near-tie rows on the plain path); ``None``
-        combines the basis here.
+        combines the basis here. ``progress(k)``: k more rows scored (on every held-out
+        batch), told as the scoring goes.
         """
-        return self.resolve(coefficients, self.scores(coefficients), materialize)
+        return self.resolve(coefficients, self.scores(coefficients, progress), materialize)
 
     def resolve(self, coefficients, scores: FastScores, materialize=None) -> np.ndarray:
         """Per-state utilities from fast-path scores (near ties re-scored on the plain path)."""
@@ -376,43 +489,71 @@ class LinearStates:
             return utility.resolve_near_ties(scores, state_of)
 
 
+class _Done:
+    """Rows scored, told to ``progress`` in whole rows: a row counts once every held-out
+    batch has scored it (``rows`` / ``batches`` per batch, the fractions carried over)."""
+
+    def __init__(self, progress: Callable[[int], None] | None, batches: int) -> None:
+        self.progress, self.batches, self.carried = progress, batches, 0
+
+    def __call__(self, rows: int) -> None:
+        if self.progress is None:
+            return
+        self.carried += rows
+        whole, self.carried = divmod(self.carried, self.batches)
+        if whole:
+            self.progress(whole)
+
+
 def _last_linear(plan: list[tuple]) -> int | None:
     """Position of the tail plan's last linear layer; None when it has none."""
     return max((p for p, step in enumerate(plan) if step[0] == "linear"), default=None)
 
 
 class FirstLinear:
-    """A model cut after its first linear layer: prefix (parameter free), layer, tail."""
+    """A model cut after its first parametrized layer (one of :data:`FIRST_LAYERS`): the
+    parameter-free prefix, the layer (its state keys in the model), the tail."""
 
-    def __init__(self, prefix, weight_key, bias_key, tail, tail_keys):
+    def __init__(self, prefix, layer, name, tail, tail_keys):
         self.prefix = prefix
-        self.weight_key = weight_key
-        self.bias_key = bias_key
+        self.layer = layer
+        self.weight_name = "weight"
+        self.bias_name = "bias"
+        self.weight_key = f"{name}.weight"
+        self.bias_key = f"{name}.bias" if getattr(layer, "bias", None) is not None else None
+        #: A Linear layer: on flat rows its outputs are one addmm each, written in place.
+        self.flat_linear = type(layer) is torch.nn.Linear
         self.tail = tail
         self.tail_keys = tail_keys
 
 
+def _linear_in_parameters(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s output is linear in its (weight, bias) for fixed inputs."""
+    if type(module) not in FIRST_LAYERS:
+        return False
+    return not (type(module) is torch.nn.Embedding and module.max_norm is not None)
+
+
 def split_first_linear(model: torch.nn.Module) -> FirstLinear | None:
-    """Cut a ``Sequential`` whose first parametrized module is exactly ``nn.Linear`` (after
-    parameter-free modules of the exact types above); None for any other model, which then
-    scores every state whole."""
+    """Cut a ``Sequential`` whose first parametrized module is linear in its parameters
+    (:data:`FIRST_LAYERS`, exact types) after parameter-free modules of the exact types
+    :data:`PARAMETER_FREE`; None for any other model, which then scores every state whole."""
     if not isinstance(model, torch.nn.Sequential):
         return None
     children = list(model.named_children())
-    # Exact types: a subclass may compute something else than x Wᵀ + b (the fast path's premise).
+    # Exact types: a subclass may compute something else than the layer (the fast path's premise).
     for position, (name, module) in enumerate(children):
-        if type(module) is torch.nn.Linear:
+        if type(module) in FIRST_LAYERS:
             break
         if type(module) not in PARAMETER_FREE or any(True for _ in module.parameters()):
             return None
     else:
         return None
-    if any(True for _ in module.buffers()):
+    if not _linear_in_parameters(module) or any(True for _ in module.buffers()):
         return None
     prefix = torch.nn.Sequential(*[m for _, m in children[:position]]) if position else None
     tail_children = children[position + 1 :]
     tail = torch.nn.Sequential(OrderedDict(tail_children)) if tail_children else torch.nn.Identity()
     tail_keys = [f"{n}.{k}" for n, m in tail_children for k in m.state_dict()]
-    bias_key = f"{name}.bias" if module.bias is not None else None
     # The tail's state names must map back to the model's (``Sequential(dict)`` keeps them).
-    return FirstLinear(prefix, f"{name}.weight", bias_key, tail, tail_keys)
+    return FirstLinear(prefix, module, name, tail, tail_keys)

@@ -21,9 +21,11 @@ class ValuationResult:
         Value per player (pandas Series indexed by player id, in group order).
     stderr
         Standard error per player: sample standard deviation of the permutation
-        marginals over sqrt(number of permutations) for ``"ads-mc"`` (of the independent
-        samples for the other samplers, :mod:`fedvalue.shapley_sampling`); 0 for exact
-        methods.
+        marginals over sqrt(number of permutations) for ``"ads-mc"`` and ``"ads-tmc"``
+        (which leaves out truncation's bias), of the independent samples for the
+        antithetic and stratified samplers, the sandwich estimate for KernelSHAP
+        (:mod:`fedvalue.shapley_sampling`), with or without a budget; NaN below two
+        samples; 0 for exact methods.
     num_evaluations
         Real utility evaluations this call made (coalitions already in the game's
         cache cost nothing).

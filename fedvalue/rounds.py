@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedvalue.ads import AdsSettings, ads
-from fedvalue.game import CoalitionGame
+from fedvalue.ads import AdsSettings, ads, exact_num_coalitions
+from fedvalue.game import CoalitionGame, Progress
 from fedvalue.loo import loo
 from fedvalue.result import ValuationResult
 from fedvalue.schema import VALUATION_METHODS as SCHEMA_VALUATION_METHODS
@@ -128,12 +128,13 @@ def fedavg_round_game(
             if scorer is None:
                 scorer = utility.linear([start_arrays, *client_arrays])
             rows = np.stack([row_of(coalitions[k]) for k in fast])
-            scored = scorer.values(rows, materialize=lambda j: arrays_of(coalitions[fast[j]]))
+            scored = scorer.values(rows, materialize=lambda j: arrays_of(coalitions[fast[j]]), progress=game.advance)
             for k, value in zip(fast, scored):
                 values[k] = float(value)
         return values
 
-    return CoalitionGame(None, client_ids, batch_utility=batch)
+    game = CoalitionGame(None, client_ids, batch_utility=batch)
+    return game
 
 
 @dataclass
@@ -181,10 +182,13 @@ def round_game(
             # state a model's size: materialize them a chunk at a time.
             values: list[float] = []
             for start in range(0, len(coalitions), STATES_PER_BATCH):
-                values.extend(batch_utility([arrays_of(c) for c in coalitions[start:start + STATES_PER_BATCH]]))
+                chunk = coalitions[start:start + STATES_PER_BATCH]
+                values.extend(batch_utility([arrays_of(c) for c in chunk]))
+                game.advance(len(chunk))
             return values
 
-    return CoalitionGame(single, client_ids, batch_utility=batch)
+    game = CoalitionGame(single, client_ids, batch_utility=batch)
+    return game
 
 
 def round_rng(seed: int, server_round: int) -> np.random.Generator:
@@ -199,11 +203,16 @@ def value_round(
     settings: AdsSettings | None = None,
     *,
     seed: int | np.random.Generator | None = None,
+    progress: Progress | None = None,
 ) -> RoundValuation:
     """Within-round ADS (one group I_t, Eq. 10) with ``settings`` and LOO on one shared cache.
 
     ``utility_before`` is v_t(∅) = U(A_{t−1}); ``utility_after`` is v_t(I_t), which for
-    FedAvg is U(A_t), the realized next state.
+    FedAvg is U(A_t), the realized next state. A ``settings.budget`` bounds the round's
+    distinct coalition evaluations, LOO's n + 1 included: ADS gets the budget less n + 1
+    unless exact enumeration fits in it (exact covers LOO's coalitions). ``progress`` is told
+    (coalitions evaluated, coalitions planned) as the valuation goes
+    (:meth:`fedvalue.game.CoalitionGame.watch`); it changes nothing that is computed.
     """
     settings = AdsSettings() if settings is None else settings
     if not isinstance(settings, AdsSettings):
@@ -216,11 +225,21 @@ def value_round(
     started = time.perf_counter()
     players = list(game.players)
     results: dict[str, ValuationResult] = {}
-    if "ads" in methods:
-        results["ads"] = ads(game, [players], seed=seed, **settings.as_keywords())
-    if "loo" in methods:
-        results["loo"] = loo(game, players)
-    before, after = game.values([0, game.full_mask])
+    game.watch(progress)
+    try:
+        if "ads" in methods:
+            keywords = settings.as_keywords()
+            if settings.budget is not None and "loo" in methods and exact_num_coalitions([players]) > settings.budget:
+                keywords["budget"] = settings.budget - (len(players) + 1)
+            results["ads"] = ads(game, [players], seed=seed, **keywords)
+        if "loo" in methods:
+            loo_masks = [game.full_mask, *(game.full_mask & ~(1 << k) for k in range(len(players)))]
+            game.expect(game.num_missing(loo_masks))
+            results["loo"] = loo(game, players)
+        before, after = game.values([0, game.full_mask])
+        game.finish()
+    finally:
+        game.watch(None)
     return RoundValuation(
         results=results,
         game=game,

@@ -104,10 +104,30 @@ class _Sampler:
         """(values, standard errors) in group order; stderr NaN below two samples."""
         raise NotImplementedError
 
-    def run(self, cap: int, target: float | None) -> tuple[np.ndarray, np.ndarray]:
-        """Draw blocks until every stderr ≤ ``target`` (None: never) or ``cap`` samples."""
+    @property
+    def cost_per_sample(self) -> int:
+        """Most distinct coalitions one sample can add (budgets cut blocks by it)."""
+        raise NotImplementedError
+
+    def run(self, cap: float, target: float | None, budget: int | None = None,
+            cached_cap: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Draw blocks until every stderr ≤ ``target`` (None: never), ``cap`` samples, or
+        ``budget`` distinct evaluations of the game from now on: a block is cut to the
+        samples whose worst case (:attr:`cost_per_sample`) still fits, and once a block
+        finds every coalition it draws cached (a small group seen whole, where the budget
+        cannot be spent) sampling stops at ``cached_cap`` samples (the estimator's usual cap)."""
+        start = self.game.num_evaluations
         while self.samples < cap:
-            self.draw(min(self.block(), cap - self.samples))
+            count = min(self.block(), cap - self.samples)
+            before = self.game.num_evaluations
+            if budget is not None:
+                count = min(count, (budget - (before - start)) // self.cost_per_sample)
+                if count < 1:
+                    break
+            self.draw(int(count))
+            if budget is not None and self.game.num_evaluations == before and \
+                    self.samples >= max(self.min_samples, cached_cap):
+                break  # every coalition it draws is cached: the budget cannot be spent
             if target is not None and self.samples >= self.min_samples and np.all(self.estimate()[1] <= target):
                 break
         return self.estimate()
@@ -143,6 +163,10 @@ class PermutationSampler(_MarginalSampler):
     def block(self) -> int:
         return max(10, self.size)
 
+    @property
+    def cost_per_sample(self) -> int:
+        return max(self.size, 1)
+
     def draw(self, count: int) -> None:
         orders = self.rng.permuted(np.tile(np.arange(self.size), (count, 1)), axis=1)
         self._rows.append(self._marginals(orders))
@@ -156,6 +180,10 @@ class AntitheticSampler(_MarginalSampler):
 
     def block(self) -> int:
         return max(5, -(-self.size // 2))
+
+    @property
+    def cost_per_sample(self) -> int:
+        return max(2 * self.size, 1)
 
     def draw(self, count: int) -> None:
         orders = self.rng.permuted(np.tile(np.arange(self.size), (count, 1)), axis=1)
@@ -212,6 +240,10 @@ class StratifiedSampler(_Sampler):
 
     def block(self) -> int:
         return 2
+
+    @property
+    def cost_per_sample(self) -> int:  # d shifts of σ and of reversed σ, d new prefixes each
+        return max(2 * self.size * self.size, 1) if self.sampled_sizes else 1
 
     def draw(self, count: int) -> None:
         d = self.size
@@ -275,6 +307,10 @@ class KernelSampler(_Sampler):
     @property
     def min_samples(self) -> int:
         return self.pairs_per_player * self.size
+
+    @property
+    def cost_per_sample(self) -> int:
+        return 2
 
     def draw(self, count: int) -> None:
         d = self.size

@@ -12,7 +12,8 @@ Three ways to score states, all equal to the plain one-state-at-a-time path:
   default there is 1).
 * ``U.linear(basis).values(C)``: states that are linear combinations of fixed basis
   states, s_c = Σ_k C[c, k] B_k, which is every coalition of the FedAvg family; the
-  first linear layer's products are computed once per round (:mod:`fedvalue.linear`).
+  outputs of a first layer linear in its parameters (Linear, Conv1d/2d/3d, Embedding)
+  are computed once per round and basis state (:mod:`fedvalue.linear`).
 
 Accuracy is a count of argmax hits, so any reordering of float sums could flip an
 example whose two largest logits nearly tie. Rows where the fast path sees a top-2
@@ -46,7 +47,8 @@ class TorchModelUtility:
         A module whose ``state_dict`` names match the arrays' keys (used as a
         template; its own parameters are never changed).
     x, y
-        Held-out inputs and labels (targets for ``"neg_mse"``).
+        Held-out inputs (float32 features; integer arrays are kept as int64 indices, for
+        a model that starts with an ``nn.Embedding``) and labels (targets for ``"neg_mse"``).
     metric
         ``"accuracy"`` (share of argmax predictions equal to y), ``"neg_loss"``
         (minus mean cross-entropy) or ``"neg_mse"`` (minus mean squared error).
@@ -93,7 +95,10 @@ class TorchModelUtility:
         self.batch_size = int(batch_size)
         self.chunk_size = int(chunk_size) if chunk_size is not None else (32 if self.device.type == "cuda" else 1)
         self.tie_tolerance = float(tie_tolerance)
-        self.x = torch.as_tensor(np.ascontiguousarray(x), dtype=torch.float32).to(self.device)
+        x = np.ascontiguousarray(x)
+        # Integer inputs are indices (an Embedding's); everything else is float32 features.
+        self.x = torch.as_tensor(x, dtype=torch.long if np.issubdtype(x.dtype, np.integer) else torch.float32)
+        self.x = self.x.to(self.device)
         self.y = torch.as_tensor(np.ascontiguousarray(y)).to(self.device)
         state = model.state_dict()
         self.keys = list(state.keys())

@@ -1,8 +1,18 @@
 """Runnable experiments: data, partitions, models, the simulation engine and the CLI.
 
 The only package that starts Ray / the Flower simulation engine (:mod:`simulations.engine`).
+
+Importing it before torch sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set already): torch's
+OpenMP threads then sleep at the end of a parallel region instead of spinning. On a
+machine whose cores are busy with other work (Ray's clients, other jobs), spinning
+threads made identical valuation rounds take 11–56 s instead of 1.9–2.3 s
+(``python bench/valuation.py --spread``, docs/benchmarks.md). Ray's workers inherit it.
 """
 
-from simulations.api import simulate
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads its OpenMP runtime
+
+from simulations.api import simulate  # noqa: E402 - after the OpenMP setting
 
 __all__ = ["simulate"]

@@ -200,6 +200,7 @@ def simulate(
     checkpoint: bool = True,
     acceptance: Acceptance | None = None,
     sign_key=None,
+    on_valuation_progress: Callable[[int, int, int], None] | None = None,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -255,6 +256,9 @@ def simulate(
     sign_key
         An Ed25519 private key (PEM path or :class:`fedvalue.seals.Signer`) signing each
         round's seal and the final manifest (:mod:`fedvalue.seals`).
+    on_valuation_progress
+        Called with (round, coalitions evaluated, coalitions planned) while a round is
+        valued (:class:`simulations.progress.ValuationProgress` shows it).
 
     Raises
     ------
@@ -301,6 +305,7 @@ def simulate(
             noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
             save_records=save_records, claims=claims, reject_non_finite=reject_non_finite,
             query_timeout=query_timeout, checkpoint=checkpoint, acceptance=acceptance, sign_key=sign_key,
+            on_valuation_progress=on_valuation_progress,
             **dict(valuation_options or {}),
         )
         valuing.open_books()  # bad input surfaces here, before the engine starts

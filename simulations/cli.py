@@ -21,9 +21,13 @@ from strategies.valuing import RunInterrupted
 
 PARAMETER_HELP = {
     "seed": "seed of everything random in the run (same seed, same ledger)",
-    "dataset": "digits (embedded), breast-cancer, diabetes, or mnist (needs --mnist-path)",
+    "dataset": "digits (embedded), breast-cancer, diabetes, fashion-mnist (Debian's dataset-fashion-mnist), or "
+               "mnist (needs --data-path)",
+    "data_path": "fashion-mnist or mnist: directory of the IDX files or an .npz (x_train, y_train, x_test, y_test); "
+                 "fashion-mnist defaults to /usr/share/datasets/fashion-mnist",
     "mnist_path": "directory of MNIST IDX files or an .npz (x_train, y_train, x_test, y_test)",
-    "holdout_fraction": "share of the data held out for the server's utility",
+    "holdout_fraction": "share of the data held out for the server's utility (fashion-mnist and mnist hold out "
+                        "their test split)",
     "num_clients": "number of clients (partitions)",
     "rounds": "federated rounds",
     "clients_per_round": "clients sampled per round",
@@ -57,6 +61,12 @@ PARAMETER_HELP = {
     "query_timeout": "seconds to wait for the clients to report their partition ids (raise it on a loaded "
                      "machine)",
     "valuation_workers": "Ray actors scoring coalitions in parallel (0 = in the server process)",
+    "model": "mlp (--hidden layers) or cnn (LeNet-5-style, for square images)",
+    "examples_per_client": "class-balanced training examples per client (0 = equal shares of the whole training "
+                           "pool); [ADS] 6.2 uses 120",
+    "holdout_examples": "class-balanced sample of the held-out set for the utility (0 = all of it)",
+    "valuation_budget": "coalition evaluations per round (e.g. 2000) or seconds per round (e.g. 30s) for ADS and "
+                        "LOO together; auto then picks exact or a sampler that fits (empty = no budget)",
     "seeds": "number of seeds averaged over (the study runs them all on one engine)",
     "first_seed": "first seed of the study",
     "ks": "top-k sizes retrained, comma-separated",

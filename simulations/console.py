@@ -34,18 +34,9 @@ def progress_bar(total: int, description: str, *, enabled: bool = True, console=
     if not enabled:
         yield lambda text="": None
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from simulations.progress import rich_progress
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=console) as progress:
+    with rich_progress(console=console) as progress:
         task = progress.add_task(description, total=total)
         yield lambda text="": progress.update(task, advance=1, description=text or description)
 

@@ -2,7 +2,9 @@
 :mod:`simulations.partitions`).
 
 Everything is local: scikit-learn's embedded datasets ("digits", "breast-cancer",
-"diabetes") or MNIST files the user already has ("mnist", never downloaded).
+"diabetes"), Fashion-MNIST as Debian's package ``dataset-fashion-mnist`` installs it
+("fashion-mnist", four gzipped IDX files in :data:`DEFAULT_DATA_PATHS`), or MNIST files
+the user already has ("mnist"). Nothing is ever downloaded.
 Every random function takes ``seed`` (see :func:`clients.seeding.as_generator`) and is
 deterministic given it.
 """
@@ -27,11 +29,17 @@ __all__ = [
     "Dataset",
     "flip_labels",
     "load_dataset",
+    "sample_per_class",
     "split_holdout",
 ]
 
-DATASETS = ("digits", "breast-cancer", "diabetes", "mnist")
-MNIST_SPLITS = ("all", "train", "test")
+DATASETS = ("digits", "breast-cancer", "diabetes", "mnist", "fashion-mnist")
+#: Datasets read from IDX files (MNIST's format), with their own train and test splits.
+IDX_DATASETS = ("mnist", "fashion-mnist")
+SPLITS = ("all", "train", "test")
+#: Where a dataset's files are when no path is given, and the Debian package that puts them there.
+DEFAULT_DATA_PATHS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
+DEBIAN_PACKAGES = {"fashion-mnist": "dataset-fashion-mnist"}
 _MNIST_STEMS = {
     ("train", "images"): "train-images",
     ("train", "labels"): "train-labels",
@@ -52,11 +60,11 @@ def _gunzip_capped(raw: bytes, path: Path) -> bytes:
     while data and not inflate.eof:
         out += inflate.decompress(data, MAX_DATA_BYTES + 1 - len(out))
         if len(out) > MAX_DATA_BYTES:
-            raise ValueError(f"mnist_path: {str(path)!r} unpacks to more than {MAX_DATA_BYTES} bytes; not a MNIST "
+            raise ValueError(f"data_path: {str(path)!r} unpacks to more than {MAX_DATA_BYTES} bytes; not a MNIST "
                              "file.")
         data = inflate.unconsumed_tail
     if not inflate.eof:
-        raise ValueError(f"mnist_path: could not read {str(path)!r}: the gzip stream is truncated.")
+        raise ValueError(f"data_path: could not read {str(path)!r}: the gzip stream is truncated.")
     return bytes(out)
 
 
@@ -68,7 +76,7 @@ def _check_npz_size(path: Path) -> None:
     except (OSError, zipfile.BadZipFile):
         return  # not a zip: np.load says what it is
     if total > MAX_DATA_BYTES:
-        raise ValueError(f"mnist_path: {str(path)!r} unpacks to {total} bytes, more than {MAX_DATA_BYTES}; not a "
+        raise ValueError(f"data_path: {str(path)!r} unpacks to {total} bytes, more than {MAX_DATA_BYTES}; not a "
                          "MNIST archive.")
 
 
@@ -137,8 +145,8 @@ def _standardized(values: np.ndarray) -> np.ndarray:
 def load_dataset(
     name: str,
     *,
-    mnist_path: str | os.PathLike | None = None,
-    mnist_split: str = "all",
+    data_path: str | os.PathLike | None = None,
+    split: str = "all",
 ) -> Dataset:
     """Load one of :data:`DATASETS` from local data.
 
@@ -147,29 +155,34 @@ def load_dataset(
     name
         ``"digits"`` (1,797 8x8 images, 10 classes, pixels / 16),
         ``"breast-cancer"`` (569 x 30, 2 classes, standardized features),
-        ``"diabetes"`` (442 x 10 regression, standardized features and target), or
-        ``"mnist"`` (28x28 images flattened to 784, pixels / 255, 10 classes).
+        ``"diabetes"`` (442 x 10 regression, standardized features and target),
+        ``"mnist"`` or ``"fashion-mnist"`` (28x28 images flattened to 784, pixels / 255,
+        10 classes; 60,000 train and 10,000 test images each).
         Standardization uses the statistics of the whole dataset.
-    mnist_path
-        For ``"mnist"`` only: a directory holding the four IDX files
+    data_path
+        For the IDX datasets only: a directory holding the four IDX files
         (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
         ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``; each may end in
         ``.gz``, and ``.idx3-ubyte`` spellings are accepted), or an ``.npz`` with
         ``x_train, y_train, x_test, y_test`` (uint8 pixels, as Keras's mnist.npz).
-    mnist_split
-        For ``"mnist"``: ``"train"`` (60,000), ``"test"`` (10,000) or ``"all"`` (train
-        rows first, then test).
+        ``None``: :data:`DEFAULT_DATA_PATHS` (Fashion-MNIST: where Debian's package
+        ``dataset-fashion-mnist`` installs it); MNIST has no default.
+    split
+        For the IDX datasets: ``"train"``, ``"test"`` or ``"all"`` (train rows first,
+        then test).
 
     Raises
     ------
     ValueError
-        Unknown name; ``mnist_path`` missing, unreadable or malformed.
+        Unknown name; ``data_path`` missing, unreadable or malformed (naming the Debian
+        package when its default directory is absent).
     """
     if name not in DATASETS:
         raise ValueError(f"name: expected one of {list(DATASETS)}; got {name!r}.")
-    if name != "mnist":
-        if mnist_path is not None:
-            raise ValueError(f"mnist_path: only used with name='mnist'; got {mnist_path!r} with name={name!r}.")
+    if name not in IDX_DATASETS:
+        if data_path is not None:
+            raise ValueError(f"data_path: only used with name in {list(IDX_DATASETS)}; got {data_path!r} with "
+                             f"name={name!r}.")
         # Imported here: scikit-learn takes seconds to import and only these need it.
         from sklearn import datasets as sk_datasets
 
@@ -182,53 +195,69 @@ def load_dataset(
         bunch = sk_datasets.load_diabetes(scaled=False)
         target = _standardized(bunch.target.reshape(-1, 1))[:, 0]
         return Dataset(_standardized(bunch.data).astype(np.float32), target.astype(np.float32), 0, name)
-    if mnist_split not in MNIST_SPLITS:
-        raise ValueError(f"mnist_split: expected one of {list(MNIST_SPLITS)}; got {mnist_split!r}.")
-    if mnist_path is None:
-        raise ValueError(
-            "mnist_path: expected a directory of MNIST IDX files or an .npz file (MNIST is never "
-            "downloaded); got None."
-        )
-    path = Path(mnist_path)
-    if not path.exists():
-        raise ValueError(f"mnist_path: expected an existing directory or .npz file; {str(path)!r} does not exist.")
-    splits = ("train", "test") if mnist_split == "all" else (mnist_split,)
-    parts = [_load_mnist_npz(path, split) if path.is_file() else _load_mnist_idx(path, split) for split in splits]
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {list(SPLITS)}; got {split!r}.")
+    path = _data_directory(name, data_path)
+    splits = ("train", "test") if split == "all" else (split,)
+    parts = [_load_mnist_npz(path, part) if path.is_file() else _load_mnist_idx(path, part) for part in splits]
     if len({images.shape[1:] for images, _ in parts}) > 1:
         raise ValueError(
-            f"mnist_path: expected train and test images of the same size in {str(path)!r}; got "
+            f"data_path: expected train and test images of the same size in {str(path)!r}; got "
             f"{[images.shape[1:] for images, _ in parts]}."
         )
     x = np.concatenate([images for images, _ in parts])
     y = np.concatenate([labels for _, labels in parts])
     features = (x.reshape(len(x), -1).astype(np.float32) / np.float32(255.0))
-    return Dataset(features, y.astype(np.int64), 10, "mnist" if mnist_split == "all" else f"mnist-{mnist_split}")
+    return Dataset(features, y.astype(np.int64), 10, name if split == "all" else f"{name}-{split}")
+
+
+def _data_directory(name: str, data_path: str | os.PathLike | None) -> Path:
+    """The IDX directory or .npz of ``name``: ``data_path``, else its default (checked to exist)."""
+    if data_path is None or str(data_path) == "":
+        default = DEFAULT_DATA_PATHS.get(name)
+        if default is None:
+            raise ValueError(
+                f"data_path: expected a directory of {name} IDX files or an .npz file ({name} is read from local "
+                "files, never downloaded); got None."
+            )
+        if not Path(default).is_dir():
+            package = DEBIAN_PACKAGES[name]
+            raise ValueError(
+                f"data_path: {name} is read from {default}, where Debian's package {package} installs it, but that "
+                f"directory does not exist. Install the package (apt-get install {package}) or point data_path "
+                "(--data-path) at a directory holding its four IDX files."
+            )
+        return Path(default)
+    path = Path(data_path).expanduser()
+    if not path.exists():
+        raise ValueError(f"data_path: expected an existing directory or .npz file; {str(path)!r} does not exist.")
+    return path
 
 
 def _check_mnist_arrays(images: np.ndarray, labels: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
     if images.ndim == 2:
         side = math.isqrt(images.shape[1])
         if side * side != images.shape[1]:
-            raise ValueError(f"mnist_path: expected square images in {where}; got rows of {images.shape[1]} pixels.")
+            raise ValueError(f"data_path: expected square images in {where}; got rows of {images.shape[1]} pixels.")
         images = images.reshape(len(images), side, side)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels) or len(images) == 0:
         raise ValueError(
-            f"mnist_path: expected N images (N x H x W) and N labels in {where}; got shapes "
+            f"data_path: expected N images (N x H x W) and N labels in {where}; got shapes "
             f"{images.shape} and {labels.shape}."
         )
     if not np.issubdtype(images.dtype, np.integer) or images.min() < 0 or images.max() > 255:
         raise ValueError(
-            f"mnist_path: expected integer pixel values in [0, 255] in {where}; got dtype {images.dtype}."
+            f"data_path: expected integer pixel values in [0, 255] in {where}; got dtype {images.dtype}."
         )
     if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0 or labels.max() > 9:
-        raise ValueError(f"mnist_path: expected integer labels 0-9 in {where}; got dtype {labels.dtype}.")
+        raise ValueError(f"data_path: expected integer labels 0-9 in {where}; got dtype {labels.dtype}.")
     return images, labels
 
 
 def _load_mnist_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     x_key, y_key = f"x_{split}", f"y_{split}"
     unreadable = (
-        f"mnist_path: expected a readable .npz archive with x_train, y_train, x_test, y_test (or a "
+        f"data_path: expected a readable .npz archive with x_train, y_train, x_test, y_test (or a "
         f"directory of IDX files); could not read {str(path)!r}"
     )
     _check_npz_size(path)
@@ -242,7 +271,7 @@ def _load_mnist_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
         missing = [key for key in (x_key, y_key) if key not in archive.files]
         if missing:
             raise ValueError(
-                f"mnist_path: expected keys x_train, y_train, x_test, y_test in {str(path)!r}; "
+                f"data_path: expected keys x_train, y_train, x_test, y_test in {str(path)!r}; "
                 f"missing {missing} (has {archive.files})."
             )
         try:
@@ -260,8 +289,8 @@ def _find_idx_file(directory: Path, split: str, kind: str) -> Path:
         if (directory / candidate).is_file():
             return directory / candidate
     raise ValueError(
-        f"mnist_path: expected the MNIST file {candidates[0]} (or .gz) in {str(directory)!r}; not found. "
-        "Point mnist_path at the directory holding the four IDX files, or at an .npz."
+        f"data_path: expected the IDX file {candidates[0]} (or .gz) in {str(directory)!r}; not found. "
+        "Point data_path at the directory holding the four IDX files, or at an .npz."
     )
 
 
@@ -269,28 +298,28 @@ def _read_idx(path: Path, expected_ndim: int) -> np.ndarray:
     """An IDX file (big-endian header: 0, 0, dtype code, ndim; ndim int32 sizes; data)."""
     try:
         if path.stat().st_size > MAX_DATA_BYTES:
-            raise ValueError(f"mnist_path: {str(path)!r} holds more than {MAX_DATA_BYTES} bytes; not a MNIST file.")
+            raise ValueError(f"data_path: {str(path)!r} holds more than {MAX_DATA_BYTES} bytes; not a MNIST file.")
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
             raw = _gunzip_capped(raw, path)
     except (OSError, EOFError, zlib.error) as error:
-        raise ValueError(f"mnist_path: could not read {str(path)!r}: {error}") from error
+        raise ValueError(f"data_path: could not read {str(path)!r}: {error}") from error
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
-        raise ValueError(f"mnist_path: {str(path)!r} is not an IDX file (bad magic number).")
+        raise ValueError(f"data_path: {str(path)!r} is not an IDX file (bad magic number).")
     dtype_code, ndim = raw[2], raw[3]
     if dtype_code != _IDX_UBYTE or ndim != expected_ndim:
         raise ValueError(
-            f"mnist_path: expected an unsigned-byte IDX file with {expected_ndim} dimensions in "
+            f"data_path: expected an unsigned-byte IDX file with {expected_ndim} dimensions in "
             f"{str(path)!r}; got type code {dtype_code:#04x} with {ndim} dimensions."
         )
     header_size = 4 + 4 * ndim
     if len(raw) < header_size:
-        raise ValueError(f"mnist_path: {str(path)!r} is truncated (incomplete header).")
+        raise ValueError(f"data_path: {str(path)!r} is truncated (incomplete header).")
     shape = tuple(int(v) for v in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     payload = len(raw) - header_size
     if payload != math.prod(shape):
         raise ValueError(
-            f"mnist_path: {str(path)!r} declares shape {shape} ({math.prod(shape)} bytes) but holds "
+            f"data_path: {str(path)!r} declares shape {shape} ({math.prod(shape)} bytes) but holds "
             f"{payload} bytes of data."
         )
     return np.frombuffer(raw, dtype=np.uint8, offset=header_size).reshape(shape)
@@ -335,3 +364,29 @@ def split_holdout(dataset: Dataset, holdout_fraction: float, *, seed: Seed) -> t
             f"part of the {num_examples} examples; choose a fraction nearer 0.5."
         )
     return dataset.subset(np.flatnonzero(~holdout_mask)), dataset.subset(np.flatnonzero(holdout_mask))
+
+
+def sample_per_class(labels: np.ndarray, total: int, *, seed: Seed, name: str = "total") -> np.ndarray:
+    """Indices of a class-balanced sample of ``total`` rows without replacement, in row order.
+
+    Each of the C classes present gives ⌊total / C⌋ rows, and the remainder one more row
+    each from classes drawn at random ([ADS] App. C.2: 3,600 images, 360 per class).
+    ``name`` is the setting the error names when a class has too few rows.
+    """
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
+        raise ValueError(f"{name}: expected a positive number of examples; got {total!r}.")
+    rng = as_generator(seed)
+    counts = np.full(len(classes), int(total) // len(classes))
+    counts[rng.choice(len(classes), int(total) % len(classes), replace=False)] += 1
+    chosen = []
+    for label, count in zip(classes, counts):
+        members = np.flatnonzero(labels == label)
+        if count > len(members):
+            raise ValueError(
+                f"{name}: a class-balanced sample of {total} examples needs {count} of class {label}; the data "
+                f"holds {len(members)}. Ask for at most {len(members) * len(classes)} examples."
+            )
+        chosen.append(rng.choice(members, size=count, replace=False))
+    return np.sort(np.concatenate(chosen))

@@ -29,9 +29,10 @@ from fedvalue.ledger import Run
 from fedvalue.rounds import VALUATION_METHODS
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
-from simulations.data import DATASETS, Dataset, load_dataset, split_holdout
+from simulations.budget import check_budget, parse_budget
+from simulations.data import DATASETS, IDX_DATASETS, Dataset, load_dataset, sample_per_class, split_holdout
 from simulations.engine import check_ray_address
-from simulations.models import check_hidden, make_mlp
+from simulations.models import MODELS, check_hidden, make_model, num_parameters
 from simulations.parallel import RayParallelUtility
 from simulations.partitions import PARTITION_SCHEMES, partition
 from simulations.settings import check_devices, check_integers, check_numbers, saved_config
@@ -56,7 +57,7 @@ class NoisyClientsConfig:
 
     seed: int = 0
     dataset: str = "digits"
-    mnist_path: str = ""
+    data_path: str = ""
     holdout_fraction: float = 0.25
     num_clients: int = 30
     rounds: int = 5
@@ -98,15 +99,26 @@ class NoisyClientsConfig:
     round_timeout: float = 600.0
     query_timeout: float = 120.0
     valuation_workers: int = 0
+    model: str = "mlp"
+    examples_per_client: int = 0
+    holdout_examples: int = 0
+    valuation_budget: str = ""
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def valuation_options(config: NoisyClientsConfig) -> dict:
-    """The config's ADS estimator settings, as :class:`strategies.ValuingStrategy` takes them."""
-    return dict(ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
-                truncation_tolerance=config.truncation_tolerance, stderr_target=config.stderr_target or None)
+def valuation_options(config: NoisyClientsConfig, utility=None) -> dict:
+    """The config's ADS estimator settings, as :class:`strategies.ValuingStrategy` takes them;
+    a ``valuation_budget`` in seconds is turned into coalition evaluations per round by timing
+    ``utility`` (:func:`simulations.budget.evaluations_for`)."""
+    options = dict(ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
+                   truncation_tolerance=config.truncation_tolerance, stderr_target=config.stderr_target or None)
+    budget = parse_budget(config.valuation_budget)
+    if budget is not None:
+        options["valuation_budget"] = budget.evaluations_for(utility, config.clients_per_round)
+        check_budget(options["valuation_budget"], config.ads_method, config.clients_per_round, config.methods)
+    return options
 
 
 def _check(config: NoisyClientsConfig) -> None:
@@ -132,9 +144,18 @@ def _check(config: NoisyClientsConfig) -> None:
     check_strategy(config, config.clients_per_round)
     if config.dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
-    if config.dataset == "mnist" and not config.mnist_path:
-        raise ValueError("mnist_path: expected a directory of MNIST IDX files or an .npz for the mnist dataset "
-                         "(it is read from local files); got none. Pass --mnist-path DIR_OR_NPZ.")
+    if config.dataset == "mnist" and not config.data_path:
+        raise ValueError("data_path: expected a directory of MNIST IDX files or an .npz for the mnist dataset "
+                         "(it is read from local files); got none. Pass --data-path DIR_OR_NPZ.")
+    if config.data_path and config.dataset not in IDX_DATASETS:
+        raise ValueError(f"data_path: only read for the datasets {list(IDX_DATASETS)}; got {config.data_path!r} "
+                         f"with dataset {config.dataset!r}.")
+    if config.model not in MODELS:
+        raise ValueError(f"model: expected one of {list(MODELS)}; got {config.model!r}.")
+    check_integers(config, ("examples_per_client", "holdout_examples"), minimum=0)
+    budget = parse_budget(config.valuation_budget)
+    if budget is not None and budget.evaluations is not None:  # seconds: checked once timed
+        check_budget(budget.evaluations, config.ads_method, config.clients_per_round, config.methods)
     check_integers(config, ("classes_per_partition", "shards_per_partition"))
     if config.partition not in PARTITION_SCHEMES:
         raise ValueError(f"partition: expected one of {list(PARTITION_SCHEMES)}; got {config.partition!r}.")
@@ -148,8 +169,7 @@ def _check(config: NoisyClientsConfig) -> None:
     if config.utility not in UTILITIES:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
     check_hidden(config.hidden)
-    sizes = [784, *config.hidden, 10]
-    parameters = sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+    parameters = num_parameters(config.model, 784, 10, hidden=config.hidden)
     if parameters > MAX_PARAMETERS:
         raise ValueError(f"hidden: expected layers making at most {MAX_PARAMETERS:,} parameters; "
                          f"{list(config.hidden)} make {parameters:,}.")
@@ -170,9 +190,19 @@ def _prepared(config_json: str) -> tuple[Dataset, Dataset, list[np.ndarray], fro
     the data with every message (the ClientApp travels pickled with each message).
     """
     config = saved_config(NoisyClientsConfig, json.loads(config_json))
-    seeds = np.random.SeedSequence(config.seed).spawn(4)
-    dataset = load_dataset(config.dataset, mnist_path=config.mnist_path or None)
-    train, holdout = split_holdout(dataset, config.holdout_fraction, seed=np.random.default_rng(seeds[0]))
+    seeds = np.random.SeedSequence(config.seed).spawn(6)  # the first four as before: same draws
+    if config.dataset in IDX_DATASETS:  # the dataset's own split: held out is its test set ([ADS] App. C.2)
+        train = load_dataset(config.dataset, data_path=config.data_path or None, split="train")
+        holdout = load_dataset(config.dataset, data_path=config.data_path or None, split="test")
+    else:
+        train, holdout = split_holdout(load_dataset(config.dataset), config.holdout_fraction,
+                                       seed=np.random.default_rng(seeds[0]))
+    if config.examples_per_client:  # [ADS] App. C.2: 30 × 120 images, balanced by class
+        train = train.subset(sample_per_class(train.y, config.num_clients * config.examples_per_client,
+                                              seed=np.random.default_rng(seeds[4]), name="examples_per_client"))
+    if config.holdout_examples:
+        holdout = holdout.subset(sample_per_class(holdout.y, config.holdout_examples,
+                                                  seed=np.random.default_rng(seeds[5]), name="holdout_examples"))
     partitions = partition(train.y, config.num_clients, scheme=config.partition, seed=np.random.default_rng(seeds[1]),
                            alpha=config.dirichlet_alpha, classes_per_partition=config.classes_per_partition,
                            shards_per_partition=config.shards_per_partition)
@@ -203,7 +233,7 @@ def build(config: NoisyClientsConfig):
     _check(config)
     config_json = json.dumps(config.as_dict(), sort_keys=True)
     train, holdout, _, noisy = _prepared(config_json)
-    model_factory = functools.partial(make_mlp, train.x.shape[1], train.num_classes,
+    model_factory = functools.partial(make_model, config.model, train.x.shape[1], train.num_classes,
                                       hidden=tuple(config.hidden), seed=config.seed)
     loader = functools.partial(client_data, config_json=config_json)
     utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility, device=config.device)
@@ -218,22 +248,25 @@ def run_noisy_clients(
     overwrite: bool = False,
     resume: bool = False,
     sign_key=None,
+    on_valuation_progress: Callable[[int, int, int], None] | None = None,
 ) -> Run:
     """Run the simulation on Ray and return its ledger (see module docstring); ``resume``
     continues the run in ``out`` from its last completed round; ``sign_key`` signs its seals
-    and manifest (:mod:`fedvalue.seals`)."""
+    and manifest (:mod:`fedvalue.seals`); ``on_valuation_progress`` is told (round, coalitions
+    evaluated, planned) during each round's valuation (:mod:`simulations.progress`)."""
     loader, model_factory, utility, noisy = build(config)
     if config.valuation_workers:
         utility = RayParallelUtility(utility, num_workers=config.valuation_workers)
     try:
-        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume, sign_key)
+        return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume, sign_key,
+                         on_valuation_progress)
     finally:
         if config.valuation_workers:
             utility.close()
 
 
 def _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume=False,
-              sign_key=None) -> Run:
+              sign_key=None, on_valuation_progress=None) -> Run:
     return simulate(
         strategy=build_strategy(config, config.clients_per_round),
         client_mods=client_mods(config.strategy),
@@ -247,7 +280,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
                                   batch_size=config.batch_size, seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         methods=config.methods,
-        valuation_options=valuation_options(config),
+        valuation_options=valuation_options(config, utility),
         seed=config.seed,
         noisy_clients=noisy,
         on_round=on_round,
@@ -261,27 +294,38 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         num_gpus_per_client=config.num_gpus_per_client,
         max_parallel_clients=config.max_parallel_clients or None,
         ray_address=config.ray_address or None,
+        on_valuation_progress=on_valuation_progress,
     )
 
 
 def cli_main(config: NoisyClientsConfig, options) -> int:
     """``fedvalue run noisy-clients``: run (or resume) and print one line per round."""
     from simulations.console import print_federated_run, round_progress
+    from simulations.progress import ValuationProgress
 
-    run = run_noisy_clients(config, options.out, on_round=None if options.quiet else round_progress(config.rounds),
-                            overwrite=options.overwrite, resume=options.resume, sign_key=options.sign_key)
+    progress = None if options.quiet else ValuationProgress()
+    try:
+        run = run_noisy_clients(config, options.out,
+                                on_round=None if options.quiet else round_progress(config.rounds),
+                                overwrite=options.overwrite, resume=options.resume, sign_key=options.sign_key,
+                                on_valuation_progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     return print_federated_run(run, options)
 
 
 def audited_config(saved: dict) -> NoisyClientsConfig:
     """The configuration a saved run is audited with: run.json's, but never attached to a Ray
     cluster (an audit connects nowhere: run.json's ``ray_address`` is not even probed) and
-    never reading data outside the run directory (a run on MNIST files is refused: its
-    utility is then not rebuilt and its values not verifiable)."""
+    never reading data a user named outside the run directory (a run on MNIST files or on a
+    ``data_path`` is refused: its utility is then not rebuilt and its values not verifiable).
+    Data that ship with an installed package are read as the run read them: digits and the
+    other scikit-learn sets, and Fashion-MNIST where Debian's dataset-fashion-mnist puts it."""
     config = saved_config(NoisyClientsConfig, saved, strict=False)
-    if config.dataset == "mnist" or config.mnist_path:
-        raise ValueError("mnist_path: the run's data lie outside the run directory "
-                         f"({str(config.mnist_path)[:80]!r}); the audit opens no file outside it, so it does not "
+    if config.dataset == "mnist" or config.data_path:
+        raise ValueError("data_path: the run's data lie outside the run directory "
+                         f"({str(config.data_path)[:80]!r}); the audit opens no file outside it, so it does not "
                          "rebuild the run's utility")
     return dataclasses.replace(config, ray_address="", valuation_workers=0)
 

@@ -165,17 +165,22 @@ class _ParallelLinearStates:
         self.key = key
         self.basis_ref = ray.put([dict(b) for b in basis])
 
-    def values(self, coefficients: np.ndarray, materialize=None) -> np.ndarray:
+    def values(self, coefficients: np.ndarray, materialize=None, progress=None) -> np.ndarray:
+        """As :meth:`fedvalue.linear.LinearStates.values`; ``progress`` is told each actor's rows
+        as its part comes back."""
         import ray
 
         coefficients = np.asarray(coefficients, dtype=np.float64)
         if len(coefficients) < self.parallel.min_states:
-            return self.local.values(coefficients, materialize)
+            return self.local.values(coefficients, materialize, progress)
         parts = [p for p in np.array_split(np.arange(len(coefficients)), len(self.parallel._workers)) if len(p)]
         futures = [w.linear_scores.remote(self.key, self.basis_ref, coefficients[p])
                    for w, p in zip(self.parallel._workers, parts)]
         scores = FastScores(len(coefficients), self.parallel.utility.num_batches)
-        for part, partial in zip(parts, ray.get(futures)):
+        for part, future in zip(parts, futures):
+            partial = ray.get(future)
+            if progress is not None:
+                progress(len(part))
             scores.sums[part] = partial.sums
             for (c, b), near in partial.near.items():
                 scores.near[(int(part[c]), b)] = near

@@ -222,7 +222,7 @@ def run_study(
                                         config.clients_per_round, schedule=config.schedule, seed=seed),
                                     seed=seed, noisy_clients=noisy_clients, run_config=run_config,
                                     nodes=nodes, checkpoint=False, query_timeout=config.query_timeout,
-                                    **valuation_options(config)),
+                                    **valuation_options(config, utility)),
                     grid, initial, config_record(clean=clean))
 
             if config.clean_runs:  # same data, model, schedule and utility; no label noise

@@ -91,7 +91,7 @@ def images_with_augmentations(dataset: str, mnist_path: str, per_class: int, tes
                               rng: np.random.Generator, *, rotation: float, shift: float,
                               scale: float) -> OriginalsAndSynthetic:
     """Originals, their augmented copies (same order), and test images."""
-    data = load_dataset(dataset, mnist_path=mnist_path or None)
+    data = load_dataset(dataset, data_path=mnist_path or None)
     x, y = data.x.astype(np.float64), data.y
     classes = range(data.num_classes)
     train = _per_class_indices(y, {c: per_class for c in classes}, rng)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import os
 import random as random_module
@@ -104,6 +105,13 @@ class ValuingStrategy(Strategy):
         sampling (not reproducible in Flower 1.41).
     ads_method, epsilon, delta, r, max_evaluations, truncation_tolerance, stderr_target
         Passed to :func:`fedvalue.ads` for each round (``ads_method="tmc"``: truncated MC).
+    valuation_budget
+        Most distinct coalition evaluations per round (ADS and LOO together;
+        :func:`fedvalue.rounds.value_round`); ``ads_method="auto"`` then picks exact or a
+        sampler that fits. None: no budget.
+    on_valuation_progress
+        Called with (round, coalitions evaluated, coalitions planned) while a round is
+        valued (a progress display; it changes nothing that is booked).
     seed
         Seed of MC permutations (round t uses ``[seed, t]``).
     noisy_clients
@@ -198,6 +206,8 @@ class ValuingStrategy(Strategy):
         acceptance: Acceptance | None = None,
         fairness: GroupFairness | None = None,
         sign_key: str | os.PathLike | Signer | None = None,
+        valuation_budget: int | None = None,
+        on_valuation_progress: Callable[[int, int, int], None] | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -213,7 +223,8 @@ class ValuingStrategy(Strategy):
         # Checked here, once, and passed whole to every round's valuation and round record.
         self.ads_settings = AdsSettings(method=ads_method, epsilon=epsilon, delta=delta, r=r,
                                         max_evaluations=max_evaluations, truncation_tolerance=truncation_tolerance,
-                                        stderr_target=stderr_target)
+                                        stderr_target=stderr_target, budget=valuation_budget)
+        self.on_valuation_progress = on_valuation_progress
         self.seed = int(seed)
         self.noisy_clients = None if noisy_clients is None else frozenset(noisy_clients)
         if claims is not None and not callable(getattr(claims, "review", None)):
@@ -567,7 +578,10 @@ class ValuingStrategy(Strategy):
         else:
             game = round_game(ids, self._start_arrays, aggregator, self.utility,
                               batch_utility=getattr(self.utility, "batch", None))
-        return value_round(game, self.methods, self.ads_settings, seed=round_rng(self.seed, server_round))
+        progress = None if self.on_valuation_progress is None else functools.partial(self.on_valuation_progress,
+                                                                                      server_round)
+        return value_round(game, self.methods, self.ads_settings, seed=round_rng(self.seed, server_round),
+                           progress=progress)
 
     def _fairness_books(self, server_round: int, ok: list[ClientReply],
                         aggregator: CounterfactualAggregator | None) -> FairnessBooks:

@@ -61,8 +61,8 @@ from simulations.cli import main
     (["run", "attacks", "--seed", "-1"], "seed"),
     (["run", "reciprocity-federated", "--num-cpus-per-client", "inf"], "num_cpus_per_client"),
     # MNIST without files, or with missing ones
-    (["run", "noisy-clients", "--dataset", "mnist"], "mnist_path"),
-    (["run", "noisy-clients", "--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "mnist_path"),
+    (["run", "noisy-clients", "--dataset", "mnist"], "data_path"),
+    (["run", "noisy-clients", "--dataset", "mnist", "--data-path", "/nonexistent/mnist"], "data_path"),
     # sizes that would exhaust memory, nothing to book, an address nothing answers at (refused in seconds)
     (["run", "noisy-clients", "--hidden", "1000000,1000000"], "hidden"),
     (["run", "noisy-clients", "--valuation-workers", "100000"], "valuation_workers"),
@@ -121,9 +121,9 @@ def test_malformed_mnist_files_are_named_not_a_traceback(tmp_path, capsys, damag
         path = tmp_path / "mnist.npz"
         np.savez(path, images=images, labels=labels)
     out = tmp_path / "run"
-    assert main(["run", "noisy-clients", "--dataset", "mnist", "--mnist-path", str(path), "--out", str(out)]) == 2
+    assert main(["run", "noisy-clients", "--dataset", "mnist", "--data-path", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fedvalue: error: --mnist-path:") and "Traceback" not in err, err
+    assert err.startswith("fedvalue: error: --data-path:") and "Traceback" not in err, err
     assert not out.exists()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +13,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from simulations.data import (
+    DEFAULT_DATA_PATHS,
     Dataset,
     flip_labels,
     load_dataset,
+    sample_per_class,
     split_holdout,
 )
 
@@ -49,9 +52,9 @@ def test_unknown_dataset_name_is_rejected_by_name():
         load_dataset("cifar10")
 
 
-def test_mnist_path_with_another_dataset_is_rejected():
-    with pytest.raises(ValueError, match="mnist_path: only used with name='mnist'"):
-        load_dataset("digits", mnist_path="/tmp")
+def test_data_path_with_another_dataset_is_rejected():
+    with pytest.raises(ValueError, match="data_path: only used with name in"):
+        load_dataset("digits", data_path="/tmp")
 
 
 def test_dataset_validates_its_arrays():
@@ -102,22 +105,22 @@ def write_idx_dir(directory, arrays, *, gz: bool = False, separator: str = "-"):
 def test_mnist_idx_directory_loads_scaled_flattened_train_then_test(tmp_path, gz, separator):
     x_train, y_train, x_test, y_test = arrays = fake_mnist()
     directory = write_idx_dir(tmp_path / "mnist", arrays, gz=gz, separator=separator)
-    data = load_dataset("mnist", mnist_path=directory)
+    data = load_dataset("mnist", data_path=directory)
     assert data.x.shape == (17, 784) and data.x.dtype == np.float32 and data.num_classes == 10
     expected = np.concatenate([x_train, x_test]).reshape(17, 784) / 255.0
     np.testing.assert_allclose(data.x, expected, rtol=1e-6)
     np.testing.assert_array_equal(data.y, np.concatenate([y_train, y_test]).astype(np.int64))
-    test_only = load_dataset("mnist", mnist_path=str(directory), mnist_split="test")
+    test_only = load_dataset("mnist", data_path=str(directory), split="test")
     np.testing.assert_array_equal(test_only.y, y_test)
-    assert test_only.name == "mnist-test" and len(load_dataset("mnist", mnist_path=directory, mnist_split="train")) == 12
+    assert test_only.name == "mnist-test" and len(load_dataset("mnist", data_path=directory, split="train")) == 12
 
 
 def test_mnist_npz_gives_the_same_dataset_as_idx(tmp_path):
     x_train, y_train, x_test, y_test = arrays = fake_mnist()
     npz = tmp_path / "mnist.npz"
     np.savez(npz, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    from_npz = load_dataset("mnist", mnist_path=npz)
-    from_idx = load_dataset("mnist", mnist_path=write_idx_dir(tmp_path / "idx", arrays))
+    from_npz = load_dataset("mnist", data_path=npz)
+    from_idx = load_dataset("mnist", data_path=write_idx_dir(tmp_path / "idx", arrays))
     np.testing.assert_array_equal(from_npz.x, from_idx.x)
     np.testing.assert_array_equal(from_npz.y, from_idx.y)
 
@@ -126,25 +129,25 @@ def test_mnist_npz_with_flat_rows_is_accepted(tmp_path):
     x_train, y_train, x_test, y_test = fake_mnist()
     npz = tmp_path / "flat.npz"
     np.savez(npz, x_train=x_train.reshape(12, -1), y_train=y_train, x_test=x_test.reshape(5, -1), y_test=y_test)
-    assert load_dataset("mnist", mnist_path=npz).x.shape == (17, 784)
+    assert load_dataset("mnist", data_path=npz).x.shape == (17, 784)
 
 
-def test_mnist_without_path_or_with_missing_path_names_mnist_path(tmp_path):
-    with pytest.raises(ValueError, match="mnist_path: expected a directory .* got None"):
+def test_mnist_without_path_or_with_missing_path_names_data_path(tmp_path):
+    with pytest.raises(ValueError, match="data_path: expected a directory .* got None"):
         load_dataset("mnist")
-    with pytest.raises(ValueError, match="mnist_path: .*does not exist"):
-        load_dataset("mnist", mnist_path=tmp_path / "nowhere")
-    with pytest.raises(ValueError, match="mnist_split"):
-        load_dataset("mnist", mnist_path=tmp_path, mnist_split="validation")
+    with pytest.raises(ValueError, match="data_path: .*does not exist"):
+        load_dataset("mnist", data_path=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="split"):
+        load_dataset("mnist", data_path=tmp_path, split="validation")
 
 
 def test_mnist_directory_missing_a_file_names_the_file(tmp_path):
     directory = write_idx_dir(tmp_path / "mnist", fake_mnist())
     (directory / "t10k-labels-idx1-ubyte").unlink()
     with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte"):
-        load_dataset("mnist", mnist_path=directory)
+        load_dataset("mnist", data_path=directory)
     # The train split alone does not need it.
-    assert len(load_dataset("mnist", mnist_path=directory, mnist_split="train")) == 12
+    assert len(load_dataset("mnist", data_path=directory, split="train")) == 12
 
 
 @pytest.mark.parametrize(
@@ -157,32 +160,32 @@ def test_mnist_directory_missing_a_file_names_the_file(tmp_path):
         (lambda raw: b"", "not an IDX file"),
     ],
 )
-def test_malformed_idx_files_raise_value_errors_naming_mnist_path(tmp_path, corrupt, message):
+def test_malformed_idx_files_raise_value_errors_naming_data_path(tmp_path, corrupt, message):
     directory = write_idx_dir(tmp_path / "mnist", fake_mnist())
     path = directory / "train-images-idx3-ubyte"
     path.write_bytes(corrupt(path.read_bytes()))
-    with pytest.raises(ValueError, match=f"mnist_path: .*({message})"):
-        load_dataset("mnist", mnist_path=directory)
+    with pytest.raises(ValueError, match=f"data_path: .*({message})"):
+        load_dataset("mnist", data_path=directory)
 
 
 def test_idx_label_count_mismatch_and_bad_labels_are_rejected(tmp_path):
     x_train, y_train, x_test, y_test = fake_mnist()
     directory = write_idx_dir(tmp_path / "a", (x_train, y_train[:-1], x_test, y_test))
-    with pytest.raises(ValueError, match="mnist_path: expected N images .* and N labels"):
-        load_dataset("mnist", mnist_path=directory)
+    with pytest.raises(ValueError, match="data_path: expected N images .* and N labels"):
+        load_dataset("mnist", data_path=directory)
     bad_labels = y_train.copy()
     bad_labels[0] = 11
     directory = write_idx_dir(tmp_path / "b", (x_train, bad_labels, x_test, y_test))
-    with pytest.raises(ValueError, match="mnist_path: expected integer labels 0-9"):
-        load_dataset("mnist", mnist_path=directory)
+    with pytest.raises(ValueError, match="data_path: expected integer labels 0-9"):
+        load_dataset("mnist", data_path=directory)
 
 
 def test_corrupt_gzip_is_a_value_error(tmp_path):
     directory = write_idx_dir(tmp_path / "mnist", fake_mnist(), gz=True)
     path = directory / "train-labels-idx1-ubyte.gz"
     path.write_bytes(path.read_bytes()[:15])
-    with pytest.raises(ValueError, match="mnist_path"):
-        load_dataset("mnist", mnist_path=directory)
+    with pytest.raises(ValueError, match="data_path"):
+        load_dataset("mnist", data_path=directory)
 
 
 def test_compressed_bombs_are_refused_past_the_cap_before_they_fill_memory(tmp_path, monkeypatch):
@@ -195,33 +198,33 @@ def test_compressed_bombs_are_refused_past_the_cap_before_they_fill_memory(tmp_p
     bomb = gzip.compress(bytes([0, 0, 8, 3]) + bytes(4_000_000))
     assert len(bomb) < 10_000
     (directory / "train-images-idx3-ubyte.gz").write_bytes(bomb)
-    with pytest.raises(ValueError, match="mnist_path: .* unpacks to more than 1000000 bytes"):
-        load_dataset("mnist", mnist_path=directory)
+    with pytest.raises(ValueError, match="data_path: .* unpacks to more than 1000000 bytes"):
+        load_dataset("mnist", data_path=directory)
     archive = tmp_path / "bomb.npz"
     np.savez_compressed(archive, x_train=np.zeros((2000, 28, 28), np.uint8), y_train=np.zeros(2000, np.uint8),
                         x_test=np.zeros((1, 28, 28), np.uint8), y_test=np.zeros(1, np.uint8))
-    with pytest.raises(ValueError, match="mnist_path: .* unpacks to .* bytes, more than 1000000"):
-        load_dataset("mnist", mnist_path=archive)
+    with pytest.raises(ValueError, match="data_path: .* unpacks to .* bytes, more than 1000000"):
+        load_dataset("mnist", data_path=archive)
 
 
-def test_bad_npz_files_raise_value_errors_naming_mnist_path(tmp_path):
+def test_bad_npz_files_raise_value_errors_naming_data_path(tmp_path):
     x_train, y_train, x_test, y_test = fake_mnist()
     missing_key = tmp_path / "missing.npz"
     np.savez(missing_key, x_train=x_train, y_train=y_train, x_test=x_test)
-    with pytest.raises(ValueError, match=r"mnist_path: expected keys .*missing \['y_test'\]"):
-        load_dataset("mnist", mnist_path=missing_key)
+    with pytest.raises(ValueError, match=r"data_path: expected keys .*missing \['y_test'\]"):
+        load_dataset("mnist", data_path=missing_key)
     not_npz = tmp_path / "garbage.npz"
     not_npz.write_bytes(b"this is not a zip archive")
-    with pytest.raises(ValueError, match="mnist_path: expected a readable .npz archive"):
-        load_dataset("mnist", mnist_path=not_npz)
+    with pytest.raises(ValueError, match="data_path: expected a readable .npz archive"):
+        load_dataset("mnist", data_path=not_npz)
     single_array = tmp_path / "single.npy"
     np.save(single_array, x_train)
-    with pytest.raises(ValueError, match="mnist_path: .*holds a single array"):
-        load_dataset("mnist", mnist_path=single_array)
+    with pytest.raises(ValueError, match="data_path: .*holds a single array"):
+        load_dataset("mnist", data_path=single_array)
     floats = tmp_path / "floats.npz"
     np.savez(floats, x_train=x_train / 255.0, y_train=y_train, x_test=x_test / 255.0, y_test=y_test)
-    with pytest.raises(ValueError, match="mnist_path: expected integer pixel values"):
-        load_dataset("mnist", mnist_path=floats)
+    with pytest.raises(ValueError, match="data_path: expected integer pixel values"):
+        load_dataset("mnist", data_path=floats)
 
 
 # --- holdout split -------------------------------------------------------------------------
@@ -315,3 +318,45 @@ def test_flip_labels_rejects_bad_input_by_name():
         flip_labels(labels, 0.5, 2, seed=0)
     with pytest.raises(ValueError, match="labels: expected a 1-D integer array"):
         flip_labels(labels.astype(float), 0.5, 3, seed=0)
+
+
+# --- Fashion-MNIST as Debian's dataset-fashion-mnist installs it -------------------------------
+
+FASHION = Path(DEFAULT_DATA_PATHS["fashion-mnist"])
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason="needs Debian's dataset-fashion-mnist (.ci/run installs it)")
+def test_fashion_mnist_loads_from_the_debian_package_by_default():
+    test = load_dataset("fashion-mnist", split="test")
+    assert test.x.shape == (10_000, 784) and test.x.dtype == np.float32 and test.name == "fashion-mnist-test"
+    assert test.x.min() == 0.0 and test.x.max() == 1.0
+    assert np.bincount(test.y).tolist() == [1000] * 10  # the official test split is balanced
+    train = load_dataset("fashion-mnist", split="train")
+    assert len(train) == 60_000 and np.bincount(train.y).tolist() == [6000] * 10
+    explicit = load_dataset("fashion-mnist", data_path=str(FASHION), split="test")
+    np.testing.assert_array_equal(explicit.x, test.x)
+
+
+def test_fashion_mnist_without_the_package_names_it(tmp_path, monkeypatch):
+    import simulations.data as data_module
+
+    monkeypatch.setitem(data_module.DEFAULT_DATA_PATHS, "fashion-mnist", str(tmp_path / "absent"))
+    with pytest.raises(ValueError, match="data_path: fashion-mnist is read from .*absent.*Debian's package "
+                                         "dataset-fashion-mnist.*apt-get install dataset-fashion-mnist"):
+        load_dataset("fashion-mnist")
+    # Another directory of IDX files is read in its place.
+    directory = write_idx_dir(tmp_path / "mine", fake_mnist())
+    assert load_dataset("fashion-mnist", data_path=directory).name == "fashion-mnist"
+
+
+def test_class_balanced_samples_are_balanced_seeded_and_refused_when_a_class_is_short():
+    labels = np.repeat(np.arange(4), [10, 20, 30, 40])
+    chosen = sample_per_class(labels, 22, seed=1)
+    counts = np.bincount(labels[chosen])
+    assert len(chosen) == len(set(chosen.tolist())) == 22 and sorted(counts.tolist()) == [5, 5, 6, 6]
+    np.testing.assert_array_equal(chosen, sample_per_class(labels, 22, seed=1))
+    assert (np.diff(chosen) > 0).all()  # row order kept
+    assert not np.array_equal(chosen, sample_per_class(labels, 22, seed=2))
+    with pytest.raises(ValueError, match="examples_per_client: a class-balanced sample of 48 examples needs 12 of "
+                                         "class 0; the data holds 10"):
+        sample_per_class(labels, 48, seed=0, name="examples_per_client")

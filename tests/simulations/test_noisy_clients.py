@@ -112,7 +112,13 @@ def test_coalitions_scored_on_ray_actors_give_the_same_ledger(tmp_path):
     (["--strategy", "fedsgd"], "strategy: expected one of"),
     (["--dataset", "cifar"], "dataset"),
     (["--valuation-workers", "-1"], "--valuation-workers: expected a non-negative integer; got -1"),
-    (["--dataset", "mnist", "--mnist-path", "/nonexistent/mnist"], "--mnist-path"),
+    (["--dataset", "mnist", "--data-path", "/nonexistent/mnist"], "--data-path"),
+    (["--dataset", "digits", "--data-path", "/tmp"], "--data-path: only read for the datasets"),
+    (["--model", "resnet"], "--model: expected one of ['mlp', 'cnn']"),
+    (["--examples-per-client", "-1"], "--examples-per-client"),
+    (["--examples-per-client", "70"], "--examples-per-client: a class-balanced sample of 2100 examples needs"),
+    (["--valuation-budget", "many"], "--valuation-budget: expected coalition evaluations per round"),
+    (["--valuation-budget", "10", "--ads-method", "exact"], "--valuation-budget: 10 evaluations per round do not fit"),
 ])
 def test_bad_input_is_a_clear_error_without_traceback(tmp_path, capsys, argv, fragment):
     assert main(["run", "noisy-clients", "--out", str(tmp_path / "run"), *argv]) == 2

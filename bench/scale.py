@@ -1,0 +1,173 @@
+"""A large federation end to end: wall time, memory per round, ledger size, reading it back.
+
+    python bench/scale.py                                  # 1,000 clients, 50 a round, 50 rounds, flows
+    python bench/scale.py --clients 200 --per-round 20 --rounds 10 --out /tmp/scale
+
+Fashion-MNIST (Debian's dataset-fashion-mnist): the 60,000 training images split IID
+among the clients, each client's share cut 80/20 into a training and an inference split
+(TracIn flows need the gradient of every client's inference split at A_{t−1}: with
+``flows`` every client, sampled or not, is asked for it every round); the 784-200-200-10
+MLP, 5 local full-batch epochs at learning rate 0.05, FedAvg over the round's sampled
+clients (seeded, by partition id), accuracy on 1,000 class-balanced test images; each
+round valued by ADS + LOO within ``--budget`` coalition evaluations (``auto``: at 50
+clients a sampler) and the flows booked. Everything runs through ``simulate()``:
+Flower's simulation engine and Ray, real files.
+
+Printed: per round, the wall clock, the valuation's seconds, and the resident memory of
+the server process and of its whole process tree (the Ray workers included), so that
+memory flat in rounds can be seen; at the end, the run's wall time, peak memory (server,
+tree), the run directory's size (ledger, records, seals), and the seconds of
+``load_run`` and of ``fedvalue report`` on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def client_data(partition_id: int, *, num_clients: int, seed: int):
+    """Client ``partition_id``'s IID share of the training split, 80% to train, 20% to infer."""
+    from clients.app import ClientData
+
+    train = _train_split()
+    order = np.random.default_rng(seed).permutation(len(train))
+    rows = np.array_split(order, num_clients)[partition_id]
+    cut = int(round(0.8 * len(rows)))
+    return ClientData(partition_id=partition_id, x_train=train.x[rows[:cut]], y_train=train.y[rows[:cut]],
+                      x_infer=train.x[rows[cut:]], y_infer=train.y[rows[cut:]])
+
+
+@functools.lru_cache(maxsize=1)
+def _train_split():
+    from simulations.data import load_dataset
+
+    return load_dataset("fashion-mnist", split="train")
+
+
+def _tree_rss_mb(pid: int) -> tuple[float, float]:
+    """(resident MB of ``pid``, of ``pid`` and all its descendants)."""
+    import psutil
+
+    process = psutil.Process(pid)
+    own = process.memory_info().rss
+    total = own
+    for child in process.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:  # a worker that just exited
+            pass
+    return own / 2**20, total / 2**20
+
+
+def _size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--per-round", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--budget", type=int, default=1000, help="coalition evaluations per round (ADS and LOO)")
+    parser.add_argument("--held-out", type=int, default=1000)
+    parser.add_argument("--no-flows", action="store_true")
+    parser.add_argument("--no-records", action="store_true",
+                        help="save no round records (with flows a record holds every client's inference gradient: "
+                             "0.8 MB per client per round for this MLP)")
+    parser.add_argument("--out", default="/tmp/fedvalue-scale")
+    parser.add_argument("--json", default=None, help="write the per-round records here")
+    args = parser.parse_args(argv)
+
+    import subprocess
+
+    import simulations  # noqa: F401 - sets OMP_WAIT_POLICY before torch loads, as the CLI does
+    from flwr.serverapp.strategy import FedAvg
+
+    from fedvalue.ledger import load_run
+    from fedvalue.utilities import TorchModelUtility
+    from simulations.api import simulate
+    from simulations.data import load_dataset, sample_per_class
+    from simulations.models import make_mlp
+    from strategies import PartitionSampler
+    from strategies.protocol import train_config
+
+    seed = 0
+    test = load_dataset("fashion-mnist", split="test")
+    held = sample_per_class(test.y, args.held_out, seed=seed)
+    model_factory = functools.partial(make_mlp, 784, 10, hidden=(200, 200), seed=seed)
+    utility = TorchModelUtility(model_factory(), test.x[held], test.y[held])
+    # The loader travels to Ray's workers by reference to this module (its cache must stay
+    # there): they find it on the PYTHONPATH they inherit.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), str(ROOT),
+                                                             os.environ.get("PYTHONPATH")]))
+    import scale
+
+    loader = functools.partial(scale.client_data, num_clients=args.clients, seed=seed)
+    pid = os.getpid()
+    started = time.perf_counter()
+    records: list[dict] = []
+    peak = [0.0, 0.0]
+
+    def on_round(row: dict) -> None:
+        own, tree = _tree_rss_mb(pid)
+        peak[0], peak[1] = max(peak[0], own), max(peak[1], tree)
+        record = {"round": row["round"], "elapsed_s": time.perf_counter() - started,
+                  "valuation_s": row["valuation_seconds"], "evaluations": row["num_evaluations"],
+                  "method": row["ads_method"], "server_mb": own, "tree_mb": tree}
+        records.append(record)
+        print(f"round {row['round']:>3}: elapsed {record['elapsed_s']:8.1f} s, valuation {row['valuation_seconds']:6.1f} s "
+              f"({row['num_evaluations']} evaluations, {row['ads_method']}), server {own:7.0f} MB, tree {tree:7.0f} MB",
+              flush=True)
+
+    print(f"{args.clients} clients, {args.per_round} a round, {args.rounds} rounds, flows {not args.no_flows}, "
+          f"records {not args.no_records}, budget {args.budget}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
+    run = simulate(
+        strategy=FedAvg(fraction_evaluate=0.0), model_factory=model_factory, load_client_data=loader,
+        num_clients=args.clients, num_rounds=args.rounds, utility=utility, out=args.out, overwrite=True,
+        train_config=train_config(learning_rate=0.05, local_epochs=5, batch_size=0, seed=seed),
+        sampler=PartitionSampler(args.per_round, schedule="random", seed=seed), seed=seed,
+        valuation_options={"valuation_budget": args.budget}, flows=not args.no_flows, on_round=on_round,
+        query_timeout=600.0, round_timeout=3600.0, save_records=not args.no_records,
+    )
+    wall = time.perf_counter() - started
+    out = Path(args.out)
+    began = time.perf_counter()
+    loaded = load_run(out)
+    load_seconds = time.perf_counter() - began
+    began = time.perf_counter()
+    report = subprocess.run([sys.executable, "-m", "simulations.cli", "report", str(out)], capture_output=True,
+                            text=True, check=False, cwd=ROOT)
+    report_seconds = time.perf_counter() - began
+    first, last = records[0], records[-1]
+    middle = records[len(records) // 2]
+    print(f"wall time {wall:.0f} s ({wall / args.rounds:.1f} s a round); accuracy {run.rounds['utility_realized'].iloc[-1]:.4f}")
+    print(f"peak resident memory: server {peak[0]:.0f} MB, process tree {peak[1]:.0f} MB; server at rounds "
+          f"{first['round']}/{middle['round']}/{last['round']}: {first['server_mb']:.0f}/{middle['server_mb']:.0f}/"
+          f"{last['server_mb']:.0f} MB (slope {np.polyfit([r['round'] for r in records], [r['server_mb'] for r in records], 1)[0]:+.2f} MB a round)")
+    files = {name: (out / name).stat().st_size / 2**20 for name in ("ledger.csv", "ledger.parquet", "rounds.csv")
+             if (out / name).exists()}
+    print(f"run directory {_size_mb(out):.1f} MB (" + ", ".join(f"{k} {v:.1f} MB" for k, v in files.items())
+          + f", records {_size_mb(out / 'records') if (out / 'records').exists() else 0:.1f} MB); ledger rows "
+          f"{len(loaded.ledger):,}")
+    print(f"load_run {load_seconds:.2f} s; fedvalue report {report_seconds:.2f} s (exit {report.returncode})")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rounds": records, "wall_s": wall, "peak_server_mb": peak[0],
+                                               "peak_tree_mb": peak[1], "load_run_s": load_seconds,
+                                               "report_s": report_seconds, "files_mb": files}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(Path(__file__).parent))
+    raise SystemExit(main())
