@@ -99,8 +99,9 @@ from fedvalue.schema import (
 from fedvalue.seals import Verifier
 
 VERIFIED, FAILED, NOT_VERIFIABLE = "verified", "failed", "not verifiable"
-#: Seconds an audit may take before what it has not reached is reported not verifiable.
-DEFAULT_BUDGET_SECONDS = 600.0
+#: Seconds an audit may take before what it has not reached is reported not verifiable (a
+#: two-round CNN run's audit took 819 s on a loaded 2-core machine: docs/benchmarks.md).
+DEFAULT_BUDGET_SECONDS = 3600.0
 #: Most clients in a round the recompute takes on when run.json does not say how many.
 MAX_PLAYERS = 64
 #: Most coalition evaluations of one round the recompute takes on.

@@ -231,9 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the signer's Ed25519 public key: every seal and the manifest must carry its signature")
     audit.add_argument("--expect-head", metavar="HASH",
                        help="a chain head published elsewhere (64 hex digits): the run must end at it")
-    audit.add_argument("--budget", metavar="SECONDS", type=_finite_positive("budget"), default=600.0,
+    audit.add_argument("--budget", metavar="SECONDS", type=_finite_positive("budget"), default=3600.0,
                        help="seconds the audit may take; what it has not checked by then is not verifiable "
-                            "(default: 600)")
+                            "(default: 3600)")
     keygen = _parser(commands, "keygen", help="write a new Ed25519 key pair for signing runs")
     keygen.add_argument("private_key", help="new file for the private key (PEM, owner-readable only)")
     keygen.add_argument("public_key", help="new file for the public key (PEM), to give auditors")
