@@ -20,6 +20,7 @@ import pickle
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -333,10 +334,14 @@ def test_a_directory_swapped_for_a_link_while_reading_never_leads_outside(tmp_pa
 
     swapper = threading.Thread(target=swap)
     swapper.start()
-    leaked = read = 0
+    leaked = read = attempts = 0
+    deadline = time.monotonic() + 30
     try:
         with rundir.RunDir(run_dir) as run:
-            for _ in range(3000):
+            # At least 3,000 reads, and on until one lands between swaps (a loaded machine can
+            # schedule every one of the first 3,000 inside a swap).
+            while attempts < 3000 or (read == 0 and time.monotonic() < deadline):
+                attempts += 1
                 try:
                     leaked += SECRET.encode() in run.read_bytes("sub/data.txt")
                     read += 1
