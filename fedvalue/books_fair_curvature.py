@@ -2,7 +2,8 @@
 each sampled client's rows, ``fairness_influence_curvature`` (I^H_t(u) = −∇Fᵀ(D + δI)⁻¹G_u,
 [FAIRIJ] Eq. 6 at client level with App. A's damped diagonal Fisher) and
 ``fairness_weight_derivative`` (its FedAvg-renormalized derivative I^H_t(u) − p_u Σ_v I^H_t(v),
-what the ``curvature`` drop rule acts on). Booked when the round's fairness books
+what the ``curvature`` drop rule acts on); none for a valid reply that sent no usable
+curvature (a client that failed or was rejected gets both rows empty). Booked when the round's fairness books
 (``inputs["fairness"]``) hold curvature influences, i.e. when the clients answered the
 curvature query; the record keeps their loss gradients and Fisher diagonals, so the audit
 books these rows again from it."""
@@ -18,11 +19,14 @@ class FairCurvatureBook:
     def __init__(self, context: RoundContext, fairness: FairnessBooks) -> None:
         self.context, self.fairness = context, fairness
         derivatives = fairness.scores("curvature") if fairness.influences else {}
-        # A valid reply that sent no curvature is booked empty (the rule counts it as I^H = 0).
         self.derivatives = {c: v for c, v in derivatives.items() if c in fairness.curvature}
 
     def entry_rows(self, entry: ClientEntry) -> list[dict]:
-        ok = entry.status == STATUS_OK and entry.client_id in self.derivatives
+        if entry.status == STATUS_OK and entry.client_id not in self.derivatives:
+            # A valid reply that sent no usable curvature gets no such rows (an ok row must hold a
+            # value; the rule counts it as I^H = 0, which it did not report).
+            return []
+        ok = entry.status == STATUS_OK
         booked = [(FAIRNESS_INFLUENCE_CURVATURE, self.fairness.curvature), (FAIRNESS_WEIGHT_DERIVATIVE, self.derivatives)]
         return [self.context.entry_row(entry, method, float(values[entry.client_id]) if ok else None,
                                        0.0 if ok else None, entry.num_examples)

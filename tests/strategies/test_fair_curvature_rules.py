@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flwr.app import Array
 from flwr.serverapp.strategy import FedAvg
 
+from clients.app import partition_id_of
 from clients.training import loss_gradient_and_fisher, set_model_arrays
 from fedvalue.archive import read_round_record, round_record_paths
 from fedvalue.audit import audit_run
 from fedvalue.fair_curvature import curvature_influences
 from fedvalue.fairness import drop_k, fedavg_weight_derivatives
 from strategies import FairDropK, ValuingStrategy
+from strategies.protocol import CURVATURE_KEY
 from strategies.sampling import PartitionSampler
 
 from .bare_and_wrapped import one_torch_thread, run  # noqa: F401
@@ -131,3 +134,30 @@ def test_curvature_options_are_refused_when_they_cannot_be_honoured():
                         fairness=fairness_objective())
     with pytest.raises(ValueError, match="score: expected one of"):
         FairDropK(1, score="hessian")
+
+
+def negative_fisher_from_client_0(msg, context, call_next):
+    """A client mod: client 0 sends a Fisher diagonal with a negative entry (not a sum of squares)."""
+    reply = call_next(msg, context)
+    if partition_id_of(context) == 0 and CURVATURE_KEY in reply.content.array_records:
+        record = reply.content.array_records[CURVATURE_KEY]
+        key = next(k for k in record if k.startswith("fisher/"))
+        bad = record[key].numpy().copy()
+        bad.flat[0] = -1.0
+        record[key] = Array(bad)
+    return reply
+
+
+def test_a_client_sending_a_malformed_curvature_gets_no_curvature_rows_and_cannot_stop_the_round(tmp_path):
+    options = {"fairness": fairness_objective(), "acceptance": FairDropK(1, score="curvature"),
+               "run_dir": str(tmp_path / "bad"), "sampler": PartitionSampler(SETUP.num_clients, seed=0),
+               "fair_curvature": DAMPING}
+    valuing = run(SETUP, fedavg, wrapped=True, mods=[negative_fisher_from_client_0], valuing_options=options).valuing
+    booked = rows(valuing, "fairness_influence_curvature")
+    assert "0" not in set(booked["client_id"].astype(str))  # no rows: it reported nothing usable
+    assert len(booked) == SETUP.rounds * (SETUP.num_clients - 1) and booked["value"].notna().all()
+    assert set(rows(valuing, "fairness_influence")["client_id"].astype(str)) >= {"0"}  # still valued
+    for record in (read_round_record(p) for p in round_record_paths(valuing.ledger.run_dir).values()):
+        assert 0 not in record.loss_gradients and len(record.loss_gradients) == SETUP.num_clients - 1
+    report = audit_run(valuing.ledger.run_dir, utility=SETUP.make_utility(), fairness=fairness_objective())
+    assert report.intact, (report.problems, report.unverifiable)
