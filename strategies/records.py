@@ -141,7 +141,6 @@ def take_inference_gradient(message: Message) -> InferenceGradient | None:
 class CurvatureReply:
     """A client's training loss gradient G_u and Fisher diagonal d_u at the state it received."""
 
-    client_id: int | str
     gradient: dict[str, np.ndarray]
     fisher: dict[str, np.ndarray]
 
@@ -149,20 +148,20 @@ class CurvatureReply:
 def take_curvature(message: Message) -> CurvatureReply | None:
     """Remove the fairness-curvature record from a reply (in place) and return it.
 
-    Like :func:`take_inference_gradient`: the inner strategy must never see it. A record
-    without a partition id, with non-finite values, a negative Fisher entry, or gradient
-    and Fisher keys that differ, gives None (the client then has no curvature influence)."""
+    Like :func:`take_inference_gradient`: the inner strategy must never see it. The caller
+    books it under the id of the reply that carried it. A record with non-finite values, a
+    negative Fisher entry, or gradient and Fisher keys or shapes that differ, gives None
+    (the client then has no curvature influence)."""
     if message.has_error() or CURVATURE_KEY not in message.content.array_records:
         return None
     record = arrays_to_numpy(message.content.array_records[CURVATURE_KEY])
     del message.content[CURVATURE_KEY]
-    client_id = partition_id_of(message.content)
     gradient = {k[len(CURVATURE_GRADIENT_PREFIX):]: v for k, v in record.items() if k.startswith(CURVATURE_GRADIENT_PREFIX)}
     fisher = {k[len(CURVATURE_FISHER_PREFIX):]: v for k, v in record.items() if k.startswith(CURVATURE_FISHER_PREFIX)}
-    if client_id is None or not gradient or set(gradient) != set(fisher) or len(gradient) + len(fisher) != len(record):
+    if not gradient or set(gradient) != set(fisher) or len(gradient) + len(fisher) != len(record):
         return None
     if not all(np.isfinite(v).all() for v in (*gradient.values(), *fisher.values())):
         return None
     if any((v < 0).any() for v in fisher.values()) or any(gradient[k].shape != fisher[k].shape for k in gradient):
         return None
-    return CurvatureReply(client_id, gradient, fisher)
+    return CurvatureReply(gradient, fisher)

@@ -516,15 +516,17 @@ class ValuingStrategy(Strategy):
         random_state = RandomState.capture()
         server_round += self._round_offset
         replies = list(replies)
-        self._curvature = {}
-        for message in replies:  # out before anything reads the reply, like inference gradients
-            sent = take_curvature(message)
-            if sent is not None:
-                self._curvature.setdefault(sent.client_id, sent)
+        # Out before anything reads the reply, like inference gradients; bound to the very reply
+        # that carried it, so a client can only ever give curvature for the id its reply is booked under.
+        sent = {id(message): take_curvature(message) for message in replies}
         intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
                          start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
                          gradients=self._idle_gradients)
         records, gradients, claim_flags = intake.records, intake.gradients, intake.claim_flags
+        self._curvature = {}
+        for r in records:
+            if r.status in WEIGHED_STATUSES and sent.get(id(r.message)) is not None:
+                self._curvature.setdefault(r.client_id, sent[id(r.message)])
         ok = [r for r in records if r.status == Status.OK]
         pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
