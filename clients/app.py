@@ -24,6 +24,11 @@ Messages (Flower 1.41 Message API):
   (computed before local training), and ``"inference-loss"`` (that sum) in the
   ``"client"`` ConfigRecord. The server takes the record out before the inner strategy
   aggregates (a second ArrayRecord breaks Flower's reply checks).
+- Fairness curvature ([FAIRIJ] App. A, :mod:`fedvalue.fair_curvature`): when the train or
+  query config holds ``"fair-curvature": True`` the reply also carries ``"fair-curvature"``,
+  an ArrayRecord with the training split's loss gradient Σ_n ∇ℓ_n (``"gradient/KEY"``) and
+  empirical Fisher diagonal Σ_n ∇ℓ_n² (``"fisher/KEY"``) at the RECEIVED arrays (before local
+  training), float64; the server takes it out likewise.
 
 Randomness: round t of partition i with run seed s draws everything from
 ``SeedSequence([s, i, t])``: the same run seed gives the same training.
@@ -52,6 +57,7 @@ from clients.training import (
     LOSSES,
     evaluate_model,
     get_model_arrays,
+    loss_gradient_and_fisher,
     set_model_arrays,
     summed_loss_gradient,
     train_locally,
@@ -61,6 +67,9 @@ from strategies.protocol import (
     BATCH_SIZE_KEY,
     CLIENT_RECORD_KEY,
     CONFIG_KEY,
+    CURVATURE_FISHER_PREFIX,
+    CURVATURE_GRADIENT_PREFIX,
+    CURVATURE_KEY,
     DATA_KEY,
     GRADIENT_KEY,
     INFERENCE_LOSS_KEY,
@@ -164,9 +173,18 @@ def _client_record(partition_id: int) -> ConfigRecord:
     return ConfigRecord({PARTITION_ID_KEY: partition_id})
 
 
-def _wants_gradient(content: RecordDict) -> bool:
+def _wants_gradient(content: RecordDict, key: str = GRADIENT_KEY) -> bool:
     configs = content.config_records
-    return CONFIG_KEY in configs and configs[CONFIG_KEY].get(GRADIENT_KEY) is True
+    return CONFIG_KEY in configs and configs[CONFIG_KEY].get(key) is True
+
+
+def _add_curvature(content: RecordDict, data: ClientData, model_factory, global_arrays) -> None:
+    """Put the training split's loss gradient and Fisher diagonal at ``global_arrays`` into a reply."""
+    model = _model(model_factory, global_arrays, [data.partition_id])
+    gradient, fisher = loss_gradient_and_fisher(model, data.x_train, data.y_train, loss=data.loss)
+    content[CURVATURE_KEY] = ArrayRecord({
+        **{CURVATURE_GRADIENT_PREFIX + key: Array(value) for key, value in gradient.items()},
+        **{CURVATURE_FISHER_PREFIX + key: Array(value) for key, value in fisher.items()}})
 
 
 def _model(model_factory: Callable[[], torch.nn.Module], global_arrays, entropy: list[int]) -> torch.nn.Module:
@@ -320,6 +338,8 @@ def make_client_app(
         })
         if _wants_gradient(msg.content):
             _add_inference_gradient(content, data, model_factory, global_arrays)
+        if _wants_gradient(msg.content, CURVATURE_KEY):
+            _add_curvature(content, data, model_factory, global_arrays)
         return Message(content=content, reply_to=msg)
 
     @app.evaluate()

@@ -248,3 +248,41 @@ def set_model_arrays(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -
         loaded[key] = value.to(current.dtype)
     model.load_state_dict(loaded, strict=True)
     return model
+
+
+def loss_gradient_and_fisher(
+    model: torch.nn.Module,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    *,
+    loss: str = "cross_entropy",
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """G = Σ_n ∇_w ℓ_n and d = Σ_n ∇_w ℓ_n ⊙ ∇_w ℓ_n on (x, y) at the model's parameters, in
+    float64: the training loss gradient and the diagonal empirical Fisher of [FAIRIJ] App. A
+    (fedvalue.fair_curvature). Per-example gradients by ``torch.func`` (vmap over examples);
+    one array per ``state_dict`` entry, in its order (zeros for buffers)."""
+    x_t, y_t = as_tensors(x, y, loss)
+    model = model.eval()
+    params = {k: v.detach().to(torch.float64) for k, v in model.named_parameters()}
+    buffers = {k: v.detach() for k, v in model.named_buffers()}
+    loss_fn = _loss_fn(loss)
+
+    def one(p, row, target):
+        out = torch.func.functional_call(model, ({**p}, buffers), (row[None].to(torch.float64),))
+        return loss_fn(out, target[None])
+
+    state = model.state_dict()
+    if len(x_t) == 0:
+        zeros = {k: np.zeros(v.shape, dtype=np.float64) for k, v in state.items()}
+        return zeros, {k: z.copy() for k, z in zeros.items()}
+    per_example = torch.func.vmap(torch.func.grad(one), in_dims=(None, 0, 0))(params, x_t, y_t)
+    gradient, fisher = {}, {}
+    for key, value in state.items():
+        g = per_example.get(key)
+        if g is None:
+            gradient[key] = np.zeros(value.shape, dtype=np.float64)
+            fisher[key] = np.zeros(value.shape, dtype=np.float64)
+        else:
+            gradient[key] = g.sum(dim=0).numpy().astype(np.float64)
+            fisher[key] = (g * g).sum(dim=0).numpy().astype(np.float64)
+    return gradient, fisher

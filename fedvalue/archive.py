@@ -177,6 +177,9 @@ class RoundRecord:
     gradients, losses
         TracIn flows: client id -> inference gradient at A_{t−1} and the summed inference
         loss there (sampled and idle clients).
+    loss_gradients, fisher_diagonals
+        Fairness influence with curvature (:mod:`fedvalue.fair_curvature`): client id ->
+        its training loss gradient G_u and empirical Fisher diagonal d_u at A_{t−1}.
     meta
         The round's settings (methods, estimator, seed, strategy, what it books) and
         anything else the writer adds (JSON-serializable).
@@ -200,6 +203,8 @@ class RoundRecord:
     meta: dict = field(default_factory=dict)
     claims: list[ClaimEntry] = field(default_factory=list)
     replay: tuple[object, Arrays] | None = None
+    loss_gradients: dict[Hashable, Arrays] = field(default_factory=dict)
+    fisher_diagonals: dict[Hashable, Arrays] = field(default_factory=dict)
     #: False for a record of an older version (statuses and weights only: no order across
     #: replies and failures, no example counts or reasons of its own).
     lossless: bool = True
@@ -237,7 +242,8 @@ def _json_id(client):
 def record_bytes(record: RoundRecord) -> bytes:
     """The bytes of ``record``'s archive. Client ids must be ints or strings."""
     clients = list(dict.fromkeys([*(e.client_id for e in record.entries), *record.replies, *record.gradients,
-                                  *(c.client_id for c in record.claims)]))
+                                  *(c.client_id for c in record.claims), *record.loss_gradients,
+                                  *record.fisher_diagonals]))
     for client in clients:
         if isinstance(client, bool) or not isinstance(client, (int, np.integer, str)):
             raise TypeError(f"client ids: expected ints or strings to save a round record; got {client!r}.")
@@ -247,6 +253,10 @@ def record_bytes(record: RoundRecord) -> bytes:
         arrays.update({f"reply/{index[client]}/{key}": value for key, value in reply.items()})
     for client, gradient in record.gradients.items():
         arrays.update({f"gradient/{index[client]}/{key}": value for key, value in gradient.items()})
+    for client, gradient in record.loss_gradients.items():
+        arrays.update({f"loss-gradient/{index[client]}/{key}": value for key, value in gradient.items()})
+    for client, diagonal in record.fisher_diagonals.items():
+        arrays.update({f"fisher/{index[client]}/{key}": value for key, value in diagonal.items()})
     if record.replay is not None:
         arrays.update({f"replay/{key}": value for key, value in record.replay[1].items()})
     meta = {
@@ -265,6 +275,9 @@ def record_bytes(record: RoundRecord) -> bytes:
     }
     if record.replay is not None:
         meta["replay"] = record.replay[0]
+    if record.loss_gradients or record.fisher_diagonals:  # absent otherwise: other records' bytes unchanged
+        meta["loss_gradients"] = [index[c] for c in record.loss_gradients]
+        meta["fisher_diagonals"] = [index[c] for c in record.fisher_diagonals]
     return npz_bytes(arrays, meta)
 
 
@@ -332,7 +345,9 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
         raise ValueError("'clients' names a client twice")
     if not isinstance(meta["meta"], dict):
         raise TypeError("'meta' is not an object")
-    for key in ("replies", "accepted", "gradients"):
+    for key in ("replies", "accepted", "gradients", "loss_gradients", "fisher_diagonals"):
+        if key not in meta and key in ("loss_gradients", "fisher_diagonals"):
+            continue
         if not isinstance(meta[key], list) or len(set(meta[key])) != len(meta[key]):
             raise ValueError(f"'{key}' is not a list of distinct clients")
     entries, lossless = _entries(meta, clients)
@@ -349,6 +364,8 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
         meta=meta["meta"],
         claims=claims,
         replay=(meta["replay"], _split_prefix(arrays, "replay/")) if "replay" in meta else None,
+        loss_gradients={clients[k]: _split_prefix(arrays, f"loss-gradient/{k}/") for k in meta.get("loss_gradients", [])},
+        fisher_diagonals={clients[k]: _split_prefix(arrays, f"fisher/{k}/") for k in meta.get("fisher_diagonals", [])},
         lossless=lossless,
     )
 

@@ -19,7 +19,10 @@ A round that booked fairness (:mod:`fedvalue.fair_books`) is recomputed with the
 fairness objective too: ``ads_fairness``, ``loo_fairness``, ``fairness_influence``, the
 clients a drop-K or I-JACK rule accepts and the I-JACK factors (re-derived from the
 recomputed influences and the rule saved in the record; A_t is then the mean weighted by
-n_u w_u), and group efficiency of ``ads_fairness``.
+n_u w_u), and group efficiency of ``ads_fairness``; with curvature, the
+``fairness_influence_curvature`` and ``fairness_weight_derivative`` rows from the loss
+gradients and Fisher diagonals the record keeps, and a drop rule's choice by the score it
+names (first-order, renormalized, curvature or exact).
 
 The record holds every sampled client's outcome in reply order, with its example count
 and reason, and the claim review's flags: a round's ``clients`` order, ``num_examples``,
@@ -177,12 +180,15 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
     """A round's fairness books from its record, the I-JACK factors, and where the recorded
     rule's choice or ``ads_fairness``'s group efficiency disagree."""
     meta, problems, factors = record.meta, [], {}
+    curvature = meta["fairness"].get("curvature")
     fair = fairness_round(fairness, ok, record.start_arrays, [record.replies[c] for c in ok],
                           [record.weights[c] for c in ok], methods=meta["methods"], settings=settings,
-                          seed=round_rng(meta["seed"], record.round))
+                          seed=round_rng(meta["seed"], record.round),
+                          loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals,
+                          damping=None if not curvature else curvature["damping"])
     rule = meta["fairness"].get("rule")
     if rule and ok:
-        chosen, rule_factors = policy_outcome(rule, fair.influences)
+        chosen, rule_factors = policy_outcome(rule, fair.rule_scores(rule))
         if chosen != set(accepted):
             problems.append(f"round {record.round}: the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the "
                             f"recomputed fairness influences; the record accepted {sorted(accepted, key=str)}")

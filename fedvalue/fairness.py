@@ -51,7 +51,9 @@ I^F_t(u): raising one weight lowers every other client's share
 policies): drop-K / Fair-IJ (Prop. 3.1) with a *fixed* K — the K clients with the largest
 positive I^F (the paper derives K from λ: :func:`fedvalue.fair_reweighting.fair_ij_weights`)
 — and I-JACK (Prop. 3.2: w_u = 1 − λ I^F_t(u), clipped at 0 here so no client is
-subtracted, then normalized).
+subtracted, then normalized). The federated drop rule may also act on the renormalized
+derivative, on the curvature influence or on the exact drop effect
+(:mod:`fedvalue.fair_curvature`).
 
 :class:`GroupFairness` also is a utility U(arrays) = −gap for the round game, so a round can
 be valued on fairness by exact ADS and LOO like on accuracy.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fedvalue.books_claims import claims_book
+from fedvalue.books_fair_curvature import fair_curvature_book
 from fedvalue.books_fairness import fairness_book
 from fedvalue.books_flows import flows_book
 from fedvalue.books_selection import selection_book
@@ -16,5 +17,6 @@ ROUND_BOOKS: dict[str, Callable[[RoundContext], RoundBook | None]] = {
     "selection": selection_book,
     "flows": flows_book,
     "fairness": fairness_book,
+    "fair_curvature": fair_curvature_book,
     "claims": claims_book,
 }

@@ -98,6 +98,9 @@ CLAIM_JUMPED = CLAIM_PREFIX + "jumped"
 FAIRNESS_VALUATION_METHODS = {"ads": "ads_fairness", "loo": "loo_fairness"}
 FAIRNESS_INFLUENCE = "fairness_influence"
 FAIR_WEIGHT = "fair_weight"
+#: Fairness influence with curvature (fedvalue.fair_curvature) and its FedAvg-renormalized derivative.
+FAIRNESS_INFLUENCE_CURVATURE = "fairness_influence_curvature"
+FAIRNESS_WEIGHT_DERIVATIVE = "fairness_weight_derivative"
 
 
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")

@@ -11,8 +11,11 @@ protocol). A policy is passed to :class:`~strategies.ValuingStrategy` as ``accep
   ``flows=True``) or ``"random"`` (seeded by the run's seed and the round).
 * :class:`Replay`: a given acceptance per round (the retrain protocol, with
   :class:`~strategies.sampling.ReplaySampler` replaying the scored run's clients).
-* :class:`FairDropK`: all but the K replies with the largest positive fairness influence
-  I^F_t(u) ([FAIRIJ] Prop. 3.1, drop-K / Fair-IJ at client level).
+* :class:`FairDropK`: all but the K replies with the largest positive fairness score
+  ([FAIRIJ] Prop. 3.1, drop-K / Fair-IJ at client level): by default the first-order
+  influence I^F_t(u); ``score`` picks its FedAvg-renormalized derivative, the curvature
+  influence's (the strategy must ask for curvature: ``fair_curvature``) or the exact drop
+  effect −loo_fairness (:mod:`fedvalue.fair_curvature`).
 * :class:`FairReweight`: every reply, its FedAvg weight n_u multiplied by the I-JACK factor
   w_u = max(0, 1 − λ I^F_t(u)) normalized to mean 1 ([FAIRIJ] Prop. 3.2); a reply whose factor
   is 0 is not aggregated. λ = 0 leaves the run FedAvg's, bit for bit.
@@ -32,6 +35,7 @@ import numpy as np
 
 from fedvalue._checks import check_choice, check_integer, check_number
 from fedvalue.fair_books import policy_outcome
+from fedvalue.fair_curvature import SCORES as FAIR_SCORES
 from fedvalue.rounds import RoundValuation
 from fedvalue.selection import top_k
 
@@ -140,14 +144,21 @@ class _FairPolicy:
 
 
 class FairDropK(_FairPolicy):
-    """All valid replies but the ``k`` with the largest positive fairness influence (module docstring)."""
+    """All valid replies but the ``k`` with the largest positive fairness ``score`` (module docstring)."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, score: str = "first-order") -> None:
         self.k = check_integer("k", k, 0)
-        self.rule = {"rule": "drop-k", "k": self.k}
+        self.score = str(check_choice("score", score, FAIR_SCORES))
+        # The first-order rule is recorded as before (no "score" key): older records read the same.
+        self.rule = {"rule": "drop-k", "k": self.k, **({} if self.score == "first-order" else {"score": self.score})}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        if self.score == "exact" and "loo" not in methods:
+            raise ValueError(f"score: 'exact' acts on LOO of the fairness game; methods must include 'loo'; they "
+                             f"are {list(methods)}.")
 
     def __repr__(self) -> str:
-        return f"FairDropK(k={self.k})"
+        return f"FairDropK(k={self.k}" + ("" if self.score == "first-order" else f", score={self.score!r}") + ")"
 
 
 class FairReweight(_FairPolicy):

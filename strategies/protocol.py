@@ -9,7 +9,10 @@ Train message: ``"arrays"`` (the global model) and ``"config"`` (:func:`train_co
 adds ``"server-round"``, FedProx ``"proximal-mu"``). Reply: ``"arrays"``, ``"metrics"``
 (``"num-examples"``, ``"train-loss"``) and ``"client"`` (a ConfigRecord holding
 ``"partition-id"``: in a MetricRecord FedAvg would average it), plus, for TracIn flows, the
-``"inference-gradient"`` ArrayRecord and ``"inference-loss"`` in ``"client"``.
+``"inference-gradient"`` ArrayRecord and ``"inference-loss"`` in ``"client"``, and, for fairness
+influence with curvature, the ``"fair-curvature"`` ArrayRecord (``"gradient/KEY"``: the training
+loss gradient Σ_n ∇ℓ_n, ``"fisher/KEY"``: the empirical Fisher diagonal Σ_n ∇ℓ_n², both at the
+received arrays, float64).
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ TRAIN_LOSS_KEY = "train-loss"
 #: Config flag asking for the inference gradient, and the reply's ArrayRecord holding it.
 GRADIENT_KEY = "inference-gradient"
 INFERENCE_LOSS_KEY = "inference-loss"
+#: Config flag asking for the training loss gradient and Fisher diagonal, and the reply's ArrayRecord.
+CURVATURE_KEY = "fair-curvature"
+CURVATURE_GRADIENT_PREFIX = "gradient/"
+CURVATURE_FISHER_PREFIX = "fisher/"
 #: Which run's data a client loads when one engine serves several runs (a study's seeds).
 DATA_KEY = "data-key"
 #: FedProx's configure_train puts its μ here.

@@ -10,7 +10,15 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from fedvalue.schema import Status
-from strategies.protocol import CLIENT_RECORD_KEY, GRADIENT_KEY, INFERENCE_LOSS_KEY, PARTITION_ID_KEY
+from strategies.protocol import (
+    CLIENT_RECORD_KEY,
+    CURVATURE_FISHER_PREFIX,
+    CURVATURE_GRADIENT_PREFIX,
+    CURVATURE_KEY,
+    GRADIENT_KEY,
+    INFERENCE_LOSS_KEY,
+    PARTITION_ID_KEY,
+)
 
 
 
@@ -127,3 +135,33 @@ def take_inference_gradient(message: Message) -> InferenceGradient | None:
     if not all(np.isfinite(g).all() for g in gradient.values()):
         return None
     return InferenceGradient(client_id, gradient, float(loss))
+
+
+@dataclass
+class CurvatureReply:
+    """A client's training loss gradient G_u and Fisher diagonal d_u at the state it received."""
+
+    gradient: dict[str, np.ndarray]
+    fisher: dict[str, np.ndarray]
+
+
+def take_curvature(message: Message) -> CurvatureReply | None:
+    """Remove the fairness-curvature record from a reply (in place) and return it.
+
+    Like :func:`take_inference_gradient`: the inner strategy must never see it. The caller
+    books it under the id of the reply that carried it. A record with non-finite values, a
+    negative Fisher entry, or gradient and Fisher keys or shapes that differ, gives None
+    (the client then has no curvature influence)."""
+    if message.has_error() or CURVATURE_KEY not in message.content.array_records:
+        return None
+    record = arrays_to_numpy(message.content.array_records[CURVATURE_KEY])
+    del message.content[CURVATURE_KEY]
+    gradient = {k[len(CURVATURE_GRADIENT_PREFIX):]: v for k, v in record.items() if k.startswith(CURVATURE_GRADIENT_PREFIX)}
+    fisher = {k[len(CURVATURE_FISHER_PREFIX):]: v for k, v in record.items() if k.startswith(CURVATURE_FISHER_PREFIX)}
+    if not gradient or set(gradient) != set(fisher) or len(gradient) + len(fisher) != len(record):
+        return None
+    if not all(np.isfinite(v).all() for v in (*gradient.values(), *fisher.values())):
+        return None
+    if any((v < 0).any() for v in fisher.values()) or any(gradient[k].shape != fisher[k].shape for k in gradient):
+        return None
+    return CurvatureReply(gradient, fisher)

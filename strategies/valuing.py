@@ -38,6 +38,7 @@ from fedvalue.ads import AdsSettings
 from fedvalue.archive import RoundRecord
 from fedvalue.books import book_round
 from fedvalue.fair_books import FairnessBooks, fairness_round
+from fedvalue.fair_curvature import CURVATURE_SCORES
 from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import LedgerWriter
@@ -56,7 +57,7 @@ from fedvalue.rounds import (
 from strategies.acceptance import AcceptAll, Acceptance
 from strategies.claims import ClaimReview
 from strategies.counterfactual import CounterfactualAggregator, RandomState
-from strategies.protocol import GRADIENT_KEY, NUM_EXAMPLES_KEY
+from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY
 from strategies.intake import log_problems, reason, take_in
 from strategies.nodes import NodeDirectory
 from strategies.replay import replay_state
@@ -65,6 +66,7 @@ from strategies.records import (
     InferenceGradient,
     arrays_to_numpy,
     numpy_to_arrays,
+    take_curvature,
     take_inference_gradient,
 )
 from strategies.sampling import LearningSampler, Sampler
@@ -161,6 +163,11 @@ class ValuingStrategy(Strategy):
         attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
         game with U = −gap, the same methods and settings) and ``fairness_influence``
         (:mod:`fedvalue.fair_books`).
+    fair_curvature
+        The damping δ > 0 of fairness influence with curvature (None: off). Sampled clients
+        are then asked for their training loss gradient and Fisher diagonal at A_{t−1} (kept
+        in the round record) and each round books ``fairness_influence_curvature`` and
+        ``fairness_weight_derivative`` (:mod:`fedvalue.fair_curvature`); needs ``fairness``.
     resume
         Continue the run in ``run_dir`` from its last checkpoint: tables are cut back to
         the last committed round, the inner strategy and sampler are restored from the
@@ -205,6 +212,7 @@ class ValuingStrategy(Strategy):
         resume: bool = False,
         acceptance: Acceptance | None = None,
         fairness: GroupFairness | None = None,
+        fair_curvature: float | None = None,
         sign_key: str | os.PathLike | Signer | None = None,
         valuation_budget: int | None = None,
         on_valuation_progress: Callable[[int, int, int], None] | None = None,
@@ -263,6 +271,15 @@ class ValuingStrategy(Strategy):
             raise ValueError(f"fairness: the acceptance policy {self.acceptance!r} acts on fairness influences; "
                              "pass fairness=GroupFairness(...) (held-out data with a sensitive attribute).")
         self.fairness = fairness
+        if fair_curvature is not None:
+            if fairness is None:
+                raise ValueError("fair_curvature: fairness influence with curvature needs fairness=GroupFairness(...).")
+            fair_curvature = check_positive("fair_curvature", fair_curvature)
+        if fair_curvature is None and dict(getattr(self.acceptance, "rule", {}) or {}).get("score") in CURVATURE_SCORES:
+            raise ValueError(f"fair_curvature: the acceptance policy {self.acceptance!r} acts on curvature "
+                             "influences; pass fair_curvature=DAMPING (> 0).")
+        self.fair_curvature = fair_curvature
+        self._curvature: dict = {}
         self.signer = sign_key if sign_key is None or isinstance(sign_key, Signer) else Signer.from_file(sign_key)
         #: Set (by a signal handler) to stop after the round in flight commits: RunInterrupted.
         self.stop_requested = threading.Event()
@@ -416,6 +433,8 @@ class ValuingStrategy(Strategy):
                   **({} if pure else {"passed": passed})},
             claims=[f.entry() for f in claim_flags],
             replay=replay if isinstance(replay, tuple) else None,
+            loss_gradients={c: self._curvature[c].gradient for c in replies if c in self._curvature},
+            fisher_diagonals={c: self._curvature[c].fisher for c in replies if c in self._curvature},
         )
 
     def _replay_state(self, random_state: RandomState, records: list[ClientReply]) -> tuple | str:
@@ -432,8 +451,11 @@ class ValuingStrategy(Strategy):
         """The record's note of fairness books and rule (absent without them: old records unchanged)."""
         if self.fairness is None:
             return {}
-        return {"fairness": {"gap": self.fairness.gap, "utility_gap": self.fairness.utility_gap,
-                             "rule": dict(getattr(self.acceptance, "rule", {})) or None}}
+        note = {"gap": self.fairness.gap, "utility_gap": self.fairness.utility_gap,
+                "rule": dict(getattr(self.acceptance, "rule", {})) or None}
+        if self.fair_curvature is not None:
+            note["curvature"] = {"damping": self.fair_curvature}
+        return {"fairness": note}
 
     # -- delegation -------------------------------------------------------------------------
 
@@ -455,6 +477,8 @@ class ValuingStrategy(Strategy):
         self._start_arrays = arrays_to_numpy(arrays)
         if self.flows:
             config = ConfigRecord({**dict(config), GRADIENT_KEY: True})
+        if self.fair_curvature is not None:
+            config = ConfigRecord({**dict(config), CURVATURE_KEY: True})
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         if self.sampler is not None and messages:
             client_to_node = self._partition_map(grid)
@@ -502,10 +526,18 @@ class ValuingStrategy(Strategy):
         """
         random_state = RandomState.capture()
         server_round += self._round_offset
+        replies = list(replies)
+        # Out before anything reads the reply, like inference gradients; bound to the very reply
+        # that carried it, so a client can only ever give curvature for the id its reply is booked under.
+        sent = {id(message): take_curvature(message) for message in replies}
         intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
                          start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
                          gradients=self._idle_gradients)
         records, gradients, claim_flags = intake.records, intake.gradients, intake.claim_flags
+        self._curvature = {}
+        for r in records:
+            if r.status in WEIGHED_STATUSES and sent.get(id(r.message)) is not None:
+                self._curvature.setdefault(r.client_id, sent[id(r.message)])
         ok = [r for r in records if r.status == Status.OK]
         pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
@@ -520,9 +552,11 @@ class ValuingStrategy(Strategy):
             server_round, [r.client_id for r in ok], valuation, seed=self.seed,
             outflows=lambda: self.outflows_if_all_aggregated(ok, gradients),
             # Only with fairness books: a policy written before them takes no such keyword.
-            **({} if fair is None else {"fairness": fair.influences})) if ok else set()
+            **({} if fair is None else {"fairness": fair.rule_scores(getattr(self.acceptance, "rule", None))})
+        ) if ok else set()
         if fair is not None and ok and getattr(self.acceptance, "factors", None) is not None:
-            factors = self.acceptance.factors([r.client_id for r in ok], fair.influences)
+            factors = self.acceptance.factors([r.client_id for r in ok],
+                                              fair.rule_scores(getattr(self.acceptance, "rule", None)))
             if factors is not None:
                 fair = dataclasses.replace(fair, factors=factors)
                 self._reweight([r for r in ok if r.client_id in accepted], factors)
@@ -586,9 +620,13 @@ class ValuingStrategy(Strategy):
     def _fairness_books(self, server_round: int, ok: list[ClientReply],
                         aggregator: CounterfactualAggregator | None) -> FairnessBooks:
         """The round game valued on fairness (U = −gap) and each valid reply's fairness influence."""
+        curvature = {r.client_id: self._curvature[r.client_id] for r in ok if r.client_id in self._curvature}
         return fairness_round(self.fairness, [r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
                               [r.weight for r in ok], methods=self.methods, settings=self.ads_settings,
-                              seed=round_rng(self.seed, server_round), aggregate=aggregator)
+                              seed=round_rng(self.seed, server_round), aggregate=aggregator,
+                              loss_gradients={c: v.gradient for c, v in curvature.items()},
+                              fisher_diagonals={c: v.fisher for c, v in curvature.items()},
+                              damping=self.fair_curvature)
 
     def _reweight(self, accepted: list[ClientReply], factors: Mapping) -> None:
         """Multiply the weight each accepted reply's message carries by its factor (the live

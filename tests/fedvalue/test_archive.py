@@ -16,6 +16,7 @@ from fedvalue.archive import (
     npz_from_bytes,
     read_checkpoint_pointer,
     read_round_record,
+    record_bytes,
     round_record_paths,
     save_npz,
     state_from_bytes,
@@ -84,6 +85,20 @@ def test_a_round_record_comes_back_exactly(tmp_path):
     assert read.statuses == {4: "ok", 11: "failed", "edge-a": "rejected", 9: "ok"}  # a duplicate is the later one
     assert read.accepted == [4, 9]
     assert list(read.gradients) == [4, 12] and read.losses == {4: 0.5, 12: 1.25}
+
+
+def test_curvature_comes_back_and_a_record_without_it_writes_no_trace_of_it(tmp_path):
+    import dataclasses
+
+    plain = record_bytes(record())
+    _, meta = npz_from_bytes(plain, "plain")
+    assert "loss_gradients" not in meta and "fisher_diagonals" not in meta  # older records' bytes unchanged
+    written = dataclasses.replace(record(), loss_gradients={4: arrays(6), "edge-a": arrays(7)},
+                                  fisher_diagonals={4: arrays(8), "edge-a": arrays(9)})
+    read = read_round_record(write_round_record(tmp_path, written))
+    assert list(read.loss_gradients) == [4, "edge-a"] and list(read.fisher_diagonals) == [4, "edge-a"]
+    assert same_arrays(read.loss_gradients[4], arrays(6)) and same_arrays(read.fisher_diagonals["edge-a"], arrays(9))
+    assert same_arrays(read.replies[4], arrays(1)) and list(read.gradients) == [4, 12]  # prefixes do not mix
 
 
 @pytest.mark.parametrize("bad_id", [True, 1.5, ("a", 1)])

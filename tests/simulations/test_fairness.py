@@ -12,7 +12,14 @@ import pytest
 from fedvalue.fairness import GroupFairness
 from simulations.cli import main as cli
 from simulations.fair_data import GAUSSIAN_MEANS, GERMAN_CSV, build_federation, german_frame
-from simulations.fairness import FairnessConfig, fairness_from_run, run_fairness, utility_from_run
+from simulations.fairness import (
+    POLICIES,
+    FairnessConfig,
+    fairness_from_run,
+    held_out_halves,
+    run_fairness,
+    utility_from_run,
+)
 
 
 def test_german_credit_ships_with_the_project_under_an_open_data_license():
@@ -23,13 +30,13 @@ def test_german_credit_ships_with_the_project_under_an_open_data_license():
     assert "Database Contents License" in license_text and "Statlog" in license_text
 
 
-@pytest.mark.parametrize("dataset", ["gaussian", "german"])
+@pytest.mark.parametrize("dataset", ["gaussian", "german", "slid"])
 def test_federations_split_every_row_once_with_skewed_mixes(dataset):
     data = build_federation(dataset, num_clients=10, concentration=0.3, seed=4, examples_per_client=30)
     sizes = [len(y) for y in data.client_y]
     assert min(sizes) >= 1
-    if dataset == "german":
-        assert sum(sizes) + len(data.y_test) == 1000
+    if dataset in ("german", "slid"):
+        assert sum(sizes) + len(data.y_test) == {"german": 1000, "slid": 3987}[dataset]
     mixes = data.mixes()
     assert mixes["group1_share"].max() - mixes["group1_share"].min() > 0.5  # clients hold different mixes
     assert all(x.shape[1] == data.num_features for x in data.client_x)
@@ -53,8 +60,12 @@ def test_gaussian_example_orders_the_means_as_the_paper_does():
     ({"datasets": ("adult",)}, "datasets: expected distinct names"),
     ({"gap": "parity"}, "gap: expected one of"),
     ({"clients_per_round": 30}, "clients_per_round: expected at most num_clients"),
-    ({"tail": 11}, "tail: expected at most rounds"),
+    ({"tail": 21}, "tail: expected at most rounds"),
     ({"seeds": 0}, "seeds: expected a positive integer"),
+    ({"policies": ("drop-k",)}, "policies: expected distinct names among"),
+    ({"policies": ("fedavg", "drop-k-hessian")}, "policies: expected distinct names among"),
+    ({"confidence": 1.0}, "confidence: expected a number in the open interval"),
+    ({"damping": 0.0}, "damping: expected"),
 ])
 def test_bad_settings_are_named(change, message):
     with pytest.raises(ValueError, match=message):
@@ -66,20 +77,44 @@ def test_the_cli_names_a_bad_option(capsys):
     assert "drops: expected integers in" in capsys.readouterr().err
 
 
+def test_the_held_out_rows_split_in_two_disjoint_halves_that_decide_and_report():
+    decide, report = held_out_halves(601, 3)
+    assert len(decide) == 300 and len(report) == 301 and not set(decide) & set(report)
+    assert sorted({*decide, *report}) == list(range(601))
+    saved = {"dataset": "gaussian", "num_clients": 4, "concentration": 1.0, "examples_per_client": 10, "gap": "dp",
+             "seed": 3}
+    data = build_federation("gaussian", num_clients=4, concentration=1.0, seed=3, examples_per_client=10)
+    decide, report = held_out_halves(len(data.y_test), 3)
+    assert np.array_equal(utility_from_run(saved).y.numpy(), data.y_test[decide])
+    assert np.array_equal(fairness_from_run(saved).z.numpy(), data.z_test[decide])
+    assert np.array_equal(fairness_from_run(saved, "report").z.numpy(), data.z_test[report])
+
+
 def test_a_small_run_writes_tables_figure_and_auditable_ledgers(tmp_path, capsys):
-    config = FairnessConfig(datasets=("gaussian",), seeds=1, num_clients=6, clients_per_round=4, rounds=2,
+    config = FairnessConfig(datasets=("gaussian",), seeds=2, num_clients=6, clients_per_round=4, rounds=2,
                             local_epochs=3, examples_per_client=20, drops=(1,), lams=(30.0,), tail=1,
                             max_parallel_clients=1)
     tables = run_fairness(config, tmp_path / "out")
     out = tmp_path / "out"
-    for name in ("per_round.csv", "tradeoff.csv", "comparison.csv", "clients.csv", "fairness.png"):
+    for name in ("per_round.csv", "tradeoff.csv", "comparison.csv", "scoring.csv", "clients.csv", "fairness.png"):
         assert (out / name).stat().st_size > 0, name
     per_round = pd.read_csv(out / "per_round.csv")
-    assert len(per_round) == 4 * 3  # four rules, rounds 0..2
-    assert set(per_round["policy"]) == {"fedavg", "drop-k", "random", "ijack"}
+    assert len(per_round) == 2 * len(POLICIES) * 3  # two seeds, every rule, rounds 0..2
+    assert set(per_round["policy"]) == set(POLICIES)
+    versus = tables["comparison"]
+    assert set(versus["policy"]) == set(POLICIES) - {"fedavg", "random"} and (versus["seeds"] == 2).all()
+    # A paired difference is the mean of the per-seed differences of the report-half metrics.
+    last = per_round[per_round["round"] == 2].set_index(["policy", "seed"])
+    row = versus[versus["policy"] == "drop-k-exact"].iloc[0]
+    expected = (last.loc["drop-k-exact", "dp_gap"] - last.loc["random", "dp_gap"]).mean()
+    assert row["dp_gap_diff"] == pytest.approx(expected, abs=1e-12)
+    assert row["dp_gap_diff_low"] <= row["dp_gap_diff"] <= row["dp_gap_diff_high"]
+    scored = tables["scoring"]
+    assert set(scored["score"]) == {"first-order", "renormalized", "curvature-unrenormalized", "curvature"}
+    assert ((scored["top_is_best"] >= 0) & (scored["top_is_best"] <= 1)).all()
     # Round 0 is A_0 for every rule; the rules then part ways.
     first = per_round[per_round["round"] == 0]
-    assert first["dp_gap"].nunique() == 1
+    assert (first.groupby("seed")["dp_gap"].nunique() == 1).all()
     table = tables["tradeoff"]
     assert table.loc[table["policy"] == "fedavg", "accuracy_cost"].item() == 0.0
     # The per-round metrics are the objective's own, on the realized states the ledgers hold.
@@ -91,7 +126,11 @@ def test_a_small_run_writes_tables_figure_and_auditable_ledgers(tmp_path, capsys
     assert cli(["audit", str(run_dir)]) == 0
     printed = capsys.readouterr().out
     assert "recomputed every value of 2 rounds" in printed and "intact" in printed
+    assert cli(["audit", str(out / "gaussian" / "seed-1" / "drop-k-curvature-1")]) == 0
+    printed = capsys.readouterr().out
+    assert "recomputed every value of 2 rounds" in printed and "intact" in printed
     assert cli(["report", str(out / "gaussian" / "seed-0" / "drop-k-1")]) == 0
     printed = capsys.readouterr().out
-    for column in ("total_ads_fairness", "total_loo_fairness", "total_fairness_influence", "total_selected"):
+    for column in ("total_ads_fairness", "total_loo_fairness", "total_fairness_influence", "total_selected",
+                   "total_fairness_influence_curvature"):
         assert column in printed
