@@ -187,6 +187,7 @@ def main(grid: Grid, context: Context) -> None:
                              f"--run-config \"out='DIR'\" (the default, {DEFAULT_OUT}, is new for every run).")
         config = with_sizes(config, federation_size(grid, config.num_clients, simulation=simulation))
         _, model_factory, utility, noisy = build(config)
+        options = valuation_options(config, utility)  # a budget in seconds is timed on this utility
     except ValueError as error:
         _log.error("fedvalue: %s", error)  # the run's log shows why it stopped, not just a traceback
         raise
@@ -199,7 +200,7 @@ def main(grid: Grid, context: Context) -> None:
         build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir), methods=config.methods,
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         seed=config.seed, noisy_clients=noisy, run_config=run_config, query_timeout=config.query_timeout,
-        **valuation_options(config),  # every estimator option, as `fedvalue run` passes them
+        **options,  # every estimator option, as `fedvalue run` passes them
     )
     initial = initial_model_arrays(model_factory, config.seed)
     train = train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,

@@ -184,6 +184,11 @@ def test_flwr_run_on_a_local_superlink_gives_fedvalue_runs_ledger_and_refuses_wh
                               run_config(tmp_path / "small", {**OPTIONS, "num-clients": 3}))
         assert "num-clients: the run config asks for 3 clients" in wrong_size.stdout, wrong_size.stdout[-3000:]
         assert not (tmp_path / "small").exists()
+
+        # A budget in seconds is timed on the run's utility, as `fedvalue run` times it.
+        timed = flwr_run(processes, "local-simulation",
+                         run_config(tmp_path / "timed", {**OPTIONS, "valuation-budget": "30s"}))
+        assert (tmp_path / "timed" / "ledger.csv").exists(), timed.stdout[-3000:]
     assert booked == fedvalue_run_ledger(tmp_path / "fedvalue")
 
 
