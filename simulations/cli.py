@@ -246,12 +246,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.simulation is None:
         raise ValueError("fedvalue run: expected a simulation (fedvalue run --help lists them) or --resume DIR to "
                          "continue a run.")
-    else:  # `fedvalue run --quiet SIMULATION ...`: the options before the name count too
-        args.quiet = args.quiet or args.quiet_alone
-        if args.sign_key_alone is not None:
-            if not hasattr(args, "sign_key"):
-                raise ValueError(f"--sign-key: {args.simulation} runs are not signed (only resumable runs are).")
-            args.sign_key = args.sign_key or args.sign_key_alone
+    else:
+        _take_leading_options(args)
     simulation = SIMULATIONS[args.simulation]
     if getattr(args, "resume", None):
         config = _config_for_resume(simulation.config, args)
@@ -271,23 +267,33 @@ def _run(args: argparse.Namespace) -> int:
     return simulation.main(config, options)
 
 
+def _take_leading_options(args: argparse.Namespace) -> None:
+    """``fedvalue run --quiet SIMULATION ...``: the options before the simulation's name count too."""
+    args.quiet = args.quiet or args.quiet_alone
+    if args.sign_key_alone is not None:
+        if not hasattr(args, "sign_key"):
+            raise ValueError(f"--sign-key: {args.simulation} runs are not signed (only resumable runs are).")
+        args.sign_key = args.sign_key or args.sign_key_alone
+
+
 def _resume_alone(args: argparse.Namespace) -> None:
     """``fedvalue run --resume DIR``: the simulation named in DIR/run.json, with every setting at
     its default on the command line (so that :func:`_config_for_resume` takes DIR's)."""
     directory = args.resume_alone
+    resumable = [n for n, s in SIMULATIONS.items() if s.resumable]
     if args.simulation is not None:
+        if args.simulation not in resumable:
+            raise ValueError(f"--resume: {args.simulation} runs cannot be resumed; only {resumable} runs can.")
         if getattr(args, "resume", None) not in (None, directory):
             raise ValueError(f"--resume: given twice, as {directory} and {args.resume}; give it once.")
         args.resume = directory
-        args.quiet = args.quiet or args.quiet_alone
-        args.sign_key = args.sign_key or args.sign_key_alone
+        _take_leading_options(args)
         return
     saved = _saved_run_config(directory)
     if saved is None:
         raise ValueError(f"--resume: expected the directory of a run to continue, holding run.json; {directory} "
                          "has none.")
     name = saved.get("simulation")
-    resumable = [n for n, s in SIMULATIONS.items() if s.resumable]
     if name not in resumable:
         raise ValueError(f"--resume: {directory}/run.json names the simulation {name!r}; only {resumable} runs "
                          "can be resumed.")

@@ -104,6 +104,9 @@ def test_resume_alone_reads_the_simulation_from_the_run_and_names_what_is_wrong(
     assert called["options"].quiet and not called["options"].resume
     assert main(["run", "--sign-key", "k.pem", "augmentation", "--out", str(tmp_path / "aug")]) == 2
     assert "--sign-key: augmentation runs are not signed" in capsys.readouterr().err
+    # --resume before a simulation that cannot resume: refused in words, not an AttributeError.
+    assert main(["run", "--resume", str(run_dir), "augmentation", "--out", str(tmp_path / "aug")]) == 2
+    assert "--resume: augmentation runs cannot be resumed" in capsys.readouterr().err
 
 
 def test_errors_use_the_command_lines_words(tmp_path, capsys):
