@@ -279,7 +279,6 @@ class ValuingStrategy(Strategy):
             raise ValueError(f"fair_curvature: the acceptance policy {self.acceptance!r} acts on curvature "
                              "influences; pass fair_curvature=DAMPING (> 0).")
         self.fair_curvature = fair_curvature
-        self._curvature: dict = {}
         self.signer = sign_key if sign_key is None or isinstance(sign_key, Signer) else Signer.from_file(sign_key)
         #: Set (by a signal handler) to stop after the round in flight commits: RunInterrupted.
         self.stop_requested = threading.Event()
@@ -408,7 +407,8 @@ class ValuingStrategy(Strategy):
 
     def _round_record(self, server_round: int, records: list[ClientReply], accepted: set,
                       gradients: Mapping[object, InferenceGradient], claim_flags: list, pure: bool,
-                      replay: tuple | str | None, passed: list[int]) -> RoundRecord:
+                      replay: tuple | str | None, passed: list[int], loss_gradients: Mapping,
+                      fisher_diagonals: Mapping) -> RoundRecord:
         """The round's record, built once from the intake: the books are booked from it and
         it is saved before the round's commit mark (:mod:`fedvalue.archive`). ``replay`` is
         what replaying the inner strategy's aggregation needs, or why it could not be saved;
@@ -433,8 +433,8 @@ class ValuingStrategy(Strategy):
                   **({} if pure else {"passed": passed})},
             claims=[f.entry() for f in claim_flags],
             replay=replay if isinstance(replay, tuple) else None,
-            loss_gradients={c: self._curvature[c].gradient for c in replies if c in self._curvature},
-            fisher_diagonals={c: self._curvature[c].fisher for c in replies if c in self._curvature},
+            loss_gradients=loss_gradients,
+            fisher_diagonals=fisher_diagonals,
         )
 
     def _replay_state(self, random_state: RandomState, records: list[ClientReply]) -> tuple | str:
@@ -534,10 +534,12 @@ class ValuingStrategy(Strategy):
                          start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
                          gradients=self._idle_gradients)
         records, gradients, claim_flags = intake.records, intake.gradients, intake.claim_flags
-        self._curvature = {}
+        curvature = {}  # the first weighed reply per client (intake fails the later ones)
         for r in records:
             if r.status in WEIGHED_STATUSES and sent.get(id(r.message)) is not None:
-                self._curvature.setdefault(r.client_id, sent[id(r.message)])
+                curvature.setdefault(r.client_id, sent[id(r.message)])
+        loss_gradients = {c: v.gradient for c, v in curvature.items()}
+        fisher_diagonals = {c: v.fisher for c, v in curvature.items()}
         ok = [r for r in records if r.status == Status.OK]
         pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
@@ -545,18 +547,20 @@ class ValuingStrategy(Strategy):
             self.strategy, server_round,
             {r.client_id: r.message for r in records if r.status in WEIGHED_STATUSES},
             self._start_arrays, random_state)
-        replay = None if pure else self._replay_state(random_state, records)
+        # Only a saved record is ever replayed (by the audit): capture nothing for one that is not saved.
+        replay = None if pure or not self.save_records else self._replay_state(random_state, records)
         valuation = self._value(server_round, ok, aggregator) if ok else None
-        fair = None if self.fairness is None else self._fairness_books(server_round, ok, aggregator)
+        fair = None if self.fairness is None else self._fairness_books(server_round, ok, aggregator,
+                                                                        loss_gradients, fisher_diagonals)
+        scores = None if fair is None or not ok else fair.rule_scores(getattr(self.acceptance, "rule", None))
         accepted = self.acceptance.accept(
             server_round, [r.client_id for r in ok], valuation, seed=self.seed,
             outflows=lambda: self.outflows_if_all_aggregated(ok, gradients),
             # Only with fairness books: a policy written before them takes no such keyword.
-            **({} if fair is None else {"fairness": fair.rule_scores(getattr(self.acceptance, "rule", None))})
+            **({} if fair is None else {"fairness": scores})
         ) if ok else set()
         if fair is not None and ok and getattr(self.acceptance, "factors", None) is not None:
-            factors = self.acceptance.factors([r.client_id for r in ok],
-                                              fair.rule_scores(getattr(self.acceptance, "rule", None)))
+            factors = self.acceptance.factors([r.client_id for r in ok], scores)
             if factors is not None:
                 fair = dataclasses.replace(fair, factors=factors)
                 self._reweight([r for r in ok if r.client_id in accepted], factors)
@@ -573,7 +577,7 @@ class ValuingStrategy(Strategy):
         if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
             self._check_first_order({c: g.loss for c, g in gradients.items()})
         record = self._round_record(server_round, records, accepted, gradients, claim_flags, pure,
-                                    replay, passed)
+                                    replay, passed, loss_gradients, fisher_diagonals)
         books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator,
                            inputs={"fairness": fair}, noisy_clients=self.noisy_clients,
                            unaggregatable=0 if aggregator is None else None)
@@ -617,15 +621,14 @@ class ValuingStrategy(Strategy):
         return value_round(game, self.methods, self.ads_settings, seed=round_rng(self.seed, server_round),
                            progress=progress)
 
-    def _fairness_books(self, server_round: int, ok: list[ClientReply],
-                        aggregator: CounterfactualAggregator | None) -> FairnessBooks:
-        """The round game valued on fairness (U = −gap) and each valid reply's fairness influence."""
-        curvature = {r.client_id: self._curvature[r.client_id] for r in ok if r.client_id in self._curvature}
+    def _fairness_books(self, server_round: int, ok: list[ClientReply], aggregator: CounterfactualAggregator | None,
+                        loss_gradients: Mapping, fisher_diagonals: Mapping) -> FairnessBooks:
+        """The round game valued on fairness (U = −gap) and each valid reply's fairness influence
+        (with curvature from the valid replies that sent G_u and d_u)."""
         return fairness_round(self.fairness, [r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
                               [r.weight for r in ok], methods=self.methods, settings=self.ads_settings,
                               seed=round_rng(self.seed, server_round), aggregate=aggregator,
-                              loss_gradients={c: v.gradient for c, v in curvature.items()},
-                              fisher_diagonals={c: v.fisher for c, v in curvature.items()},
+                              loss_gradients=loss_gradients, fisher_diagonals=fisher_diagonals,
                               damping=self.fair_curvature)
 
     def _reweight(self, accepted: list[ClientReply], factors: Mapping) -> None:
