@@ -46,20 +46,19 @@ import pandas as pd
 
 from fedvalue.ads import AdsSettings
 from fedvalue.archive import RoundRecord
-from fedvalue.books import book_round
+from fedvalue.books import CountingAggregator, book_round
 from fedvalue.fair_books import FairnessBooks, fairness_round, policy_outcome
 from fedvalue.fairness import GroupFairness
 from fedvalue.ledger import spreadsheet_safe
 from fedvalue.rounds import (
     ArraysUtility,
-    fedavg_round_game,
-    round_game,
+    round_game_for,
     round_rng,
     value_round,
     weighted_mean,
 )
 from fedvalue.rundir import printable
-from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED
+from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_STATUSES
 
 #: Weight key of strategies that weigh replies by their example counts.
 NUM_EXAMPLES_KEY = "num-examples"
@@ -207,14 +206,10 @@ class ReplayUnavailable(Exception):
     """The round's aggregation by the inner strategy cannot be replayed (the message says why)."""
 
 
-class ReplayedRound(Protocol):
+class ReplayedRound(CountingAggregator, Protocol):
     """Agg_t of a round aggregated by the inner strategy's own code, rebuilt from its record
-    (:class:`strategies.replay.ReplayedAggregator`): coalitions, the count of those it could
-    not aggregate, and the live aggregation itself."""
-
-    unaggregatable: set
-
-    def __call__(self, coalition: Sequence[Hashable]) -> Mapping[str, np.ndarray]: ...
+    (:class:`strategies.replay.ReplayedAggregator`): a counting aggregator of coalitions, and
+    the live aggregation itself."""
 
     def realized(self) -> Mapping[str, np.ndarray] | None: ...
 
@@ -239,12 +234,8 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
     aggregator = None if replay is None else _replayed(replay, record)
     valuation = None
     if ok:
-        if aggregator is None:
-            game = fedavg_round_game(ok, record.start_arrays, [record.replies[c] for c in ok],
-                                     [record.weights[c] for c in ok], utility)
-        else:
-            game = round_game(ok, record.start_arrays, aggregator, utility,
-                              batch_utility=getattr(utility, "batch", None))
+        game = round_game_for(ok, record.start_arrays, [record.replies[c] for c in ok],
+                              [record.weights[c] for c in ok], utility, aggregator)
         valuation = value_round(game, meta["methods"], settings, seed=round_rng(meta["seed"], record.round))
     fair, factors, problems = None, {}, []
     if "fairness" in meta and fairness is not None:
@@ -272,7 +263,7 @@ def entry_problems(record: RoundRecord, by_examples: bool) -> list[str]:
     """Where the record's entries contradict themselves: a reply without an ok or rejected
     entry, or (weighing by examples) an ok entry whose example count is not its weight."""
     t, problems = record.round, []
-    weighed = {e.client_id for e in record.entries if e.status in (STATUS_OK, STATUS_REJECTED)}
+    weighed = {e.client_id for e in record.entries if e.status in WEIGHED_STATUSES}
     strays = [c for c in record.replies if c not in weighed]
     if strays:
         problems.append(f"round {t}: the record holds arrays of clients {strays[:4]} it books neither ok nor rejected")
@@ -332,7 +323,7 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
         if got["status"] != want["status"]:
             problems.append(f"round {t} {method} of client {client}: status is booked {got['status']!r}; the record "
                             f"says {want['status']!r}")
-        counted = exact_counts or (by_examples and want["status"] in (STATUS_OK, STATUS_REJECTED))
+        counted = exact_counts or (by_examples and want["status"] in WEIGHED_STATUSES)
         if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want["num_examples"]):
             problems.append(f"round {t} {method} of client {client}: num_examples is booked "
                             f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want['num_examples'])!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from fedvalue.round_book import RoundContext
+from fedvalue.round_book import RoundBook, RoundContext
 from fedvalue.schema import ClaimEntry, ClientEntry
 
 
@@ -18,12 +18,10 @@ def claim_rows(server_round: int, claims: Sequence[ClaimEntry], noisy_clients: C
             for claim in claims]
 
 
-class ClaimsBook:
+class ClaimsBook(RoundBook):
     def __init__(self, context: RoundContext) -> None:
         self.context = context
 
-    def entry_rows(self, entry: ClientEntry) -> list[dict]:
-        return []
 
     def closing_rows(self) -> list[dict]:
         return claim_rows(self.context.record.round, self.context.record.claims, self.context.noisy_clients)

@@ -11,11 +11,11 @@ books these rows again from it."""
 from __future__ import annotations
 
 from fedvalue.fair_books import FairnessBooks
-from fedvalue.round_book import RoundContext
+from fedvalue.round_book import RoundBook, RoundContext
 from fedvalue.schema import FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, STATUS_OK, ClientEntry
 
 
-class FairCurvatureBook:
+class FairCurvatureBook(RoundBook):
     def __init__(self, context: RoundContext, fairness: FairnessBooks) -> None:
         self.context, self.fairness = context, fairness
         derivatives = fairness.scores("curvature") if fairness.influences else {}
@@ -31,9 +31,6 @@ class FairCurvatureBook:
         return [self.context.entry_row(entry, method, float(values[entry.client_id]) if ok else None,
                                        0.0 if ok else None, entry.num_examples)
                 for method, values in booked]
-
-    def closing_rows(self) -> list[dict]:
-        return []
 
 
 def fair_curvature_book(context: RoundContext) -> FairCurvatureBook | None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from fedvalue.fair_books import FairnessBooks
 from fedvalue.harms import rejected_harms
-from fedvalue.round_book import RoundContext
+from fedvalue.round_book import RoundBook, RoundContext
 from fedvalue.schema import FAIR_WEIGHT, FAIRNESS_INFLUENCE, FAIRNESS_VALUATION_METHODS, STATUS_OK, ClientEntry
 
 
-class FairnessBook:
+class FairnessBook(RoundBook):
     def __init__(self, context: RoundContext, fairness: FairnessBooks) -> None:
         record = context.record
         self.context, self.fairness = context, fairness
@@ -35,9 +35,6 @@ class FairnessBook:
             booked.append((FAIR_WEIGHT, factor, 0.0 if ok else None))
         return [self.context.entry_row(entry, method, value, stderr, entry.num_examples)
                 for method, value, stderr in booked]
-
-    def closing_rows(self) -> list[dict]:
-        return []
 
 
 def fairness_book(context: RoundContext) -> FairnessBook | None:

@@ -8,11 +8,11 @@ inference gradient is missing has no known inflow (booked empty)."""
 from __future__ import annotations
 
 from fedvalue.flows import RoundFlows, fedavg_round_flows
-from fedvalue.round_book import RoundContext
+from fedvalue.round_book import RoundBook, RoundContext
 from fedvalue.schema import FLOW_METHODS, STATUS_IDLE, STATUS_OK, ClientEntry
 
 
-class FlowsBook:
+class FlowsBook(RoundBook):
     """The round's flows (:attr:`flows`, for the first-order check) and their rows."""
 
     def __init__(self, context: RoundContext, flows: RoundFlows, missing: frozenset) -> None:

@@ -4,11 +4,11 @@ empty for clients not valued), booked when the round's acceptance policy selects
 
 from __future__ import annotations
 
-from fedvalue.round_book import RoundContext
+from fedvalue.round_book import RoundBook, RoundContext
 from fedvalue.schema import SELECTED, STATUS_OK, ClientEntry
 
 
-class SelectionBook:
+class SelectionBook(RoundBook):
     def __init__(self, context: RoundContext) -> None:
         self.context = context
         self.accepted = set(context.record.accepted)
@@ -17,9 +17,6 @@ class SelectionBook:
         ok = entry.status == STATUS_OK
         return [self.context.entry_row(entry, SELECTED, float(entry.client_id in self.accepted) if ok else None,
                                        0.0 if ok else None, self.context.weight_count(entry))]
-
-    def closing_rows(self) -> list[dict]:
-        return []
 
 
 def selection_book(context: RoundContext) -> SelectionBook | None:

@@ -31,7 +31,7 @@ import numpy as np
 from fedvalue.ads import AdsSettings
 from fedvalue.fair_curvature import curvature_influences, drop_scores
 from fedvalue.fairness import GroupFairness, client_fairness_influences, drop_k, ijack_factors
-from fedvalue.rounds import Aggregator, RoundValuation, fedavg_round_game, round_game, value_round
+from fedvalue.rounds import Aggregator, RoundValuation, round_game_for, value_round
 
 #: The fairness-aware aggregation rules a run can record (see :func:`policy_outcome`).
 FAIR_RULES = ("drop-k", "ijack")
@@ -102,10 +102,7 @@ def fairness_round(
     """
     if not client_ids:
         return FairnessBooks(None, {}, objective, curvature=None if damping is None else {})
-    if aggregate is None:
-        game = fedavg_round_game(client_ids, start_arrays, client_arrays, weights, objective)
-    else:
-        game = round_game(client_ids, start_arrays, aggregate, objective)
+    game = round_game_for(client_ids, start_arrays, client_arrays, weights, objective, aggregate)
     valuation = value_round(game, methods, settings, seed=seed)
     gradient = objective.gradient(start_arrays)
     by_client = dict(zip(client_ids, weights))

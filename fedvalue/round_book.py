@@ -79,12 +79,12 @@ class RoundContext:
 
 
 class RoundBook(Protocol):
-    """One kind of book of one round."""
+    """One kind of book of one round; a kind subclasses it and overrides what it books."""
 
     def entry_rows(self, entry: ClientEntry) -> list[dict]:
-        """Rows of a sampled client, after its valuation rows."""
-        ...
+        """Rows of a sampled client, after its valuation rows (none by default)."""
+        return []
 
     def closing_rows(self) -> list[dict]:
-        """Rows after every sampled client's (clients that did not train, claim flags)."""
-        ...
+        """Rows after every sampled client's (clients that did not train, claim flags; none by default)."""
+        return []

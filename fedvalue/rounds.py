@@ -191,6 +191,23 @@ def round_game(
     return game
 
 
+def round_game_for(
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+    utility: ArraysUtility,
+    aggregate: Aggregator | None = None,
+) -> CoalitionGame:
+    """v_t over ``client_ids``: the FedAvg family's weighted mean (``aggregate`` None,
+    :func:`fedavg_round_game`), or the inner strategy's own Agg_t (:func:`round_game`, with the
+    utility's batch scoring when it has one). The live books, the fairness books and the audit
+    all build a round's game here."""
+    if aggregate is None:
+        return fedavg_round_game(client_ids, start_arrays, client_arrays, weights, utility)
+    return round_game(client_ids, start_arrays, aggregate, utility, batch_utility=getattr(utility, "batch", None))
+
+
 def round_rng(seed: int, server_round: int) -> np.random.Generator:
     """The generator of round t's MC permutations: ``[seed, t]``. The writer and the audit
     both take it from here, so an audit reproduces an MC-valued round."""

@@ -41,8 +41,6 @@ from strategies.records import ClientReply
 #: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
 CLAIM_METHODS = (CLAIM_CAPPED, CLAIM_JUMPED)
 
-#: Statuses whose replies carry a weight (ok, and rejected for non-finite arrays).
-_WEIGHED_STATUSES = WEIGHED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,7 @@ class ClaimReview:
         list of ClaimFlag
             In record order: a client's ``claim_capped`` flag before its ``claim_jumped``.
         """
-        weighed = [r for r in records if r.status in _WEIGHED_STATUSES and r.weight is not None]
+        weighed = [r for r in records if r.status in WEIGHED_STATUSES and r.weight is not None]
         claimed = {id(r): float(r.weight) for r in weighed}
         limits: dict[int, tuple[float, str]] = {}
         if self.registered is not None:

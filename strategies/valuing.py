@@ -49,8 +49,7 @@ from fedvalue.rounds import (
     VALUATION_METHODS,
     ArraysUtility,
     RoundValuation,
-    fedavg_round_game,
-    round_game,
+    round_game_for,
     round_rng,
     value_round,
 )
@@ -609,13 +608,8 @@ class ValuingStrategy(Strategy):
                aggregator: CounterfactualAggregator | None) -> RoundValuation:
         """The round game over the clients that replied, valued by ``self.methods``; FedAvg's
         family (``aggregator`` None) as the weighted mean, any other strategy by its own code."""
-        ids = [r.client_id for r in ok]
-        if aggregator is None:
-            game = fedavg_round_game(ids, self._start_arrays, [r.arrays for r in ok], [r.weight for r in ok],
-                                     self.utility)
-        else:
-            game = round_game(ids, self._start_arrays, aggregator, self.utility,
-                              batch_utility=getattr(self.utility, "batch", None))
+        game = round_game_for([r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
+                              [r.weight for r in ok], self.utility, aggregator)
         progress = None if self.on_valuation_progress is None else functools.partial(self.on_valuation_progress,
                                                                                       server_round)
         return value_round(game, self.methods, self.ads_settings, seed=round_rng(self.seed, server_round),
