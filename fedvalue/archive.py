@@ -227,10 +227,6 @@ class RoundRecord:
         return found
 
 
-def records_dir(run_dir: str | os.PathLike) -> Path:
-    return rundir.resolve(run_dir) / RECORDS_DIR
-
-
 def record_path(run_dir: str | os.PathLike, server_round: int) -> Path:
     return rundir.resolve(run_dir) / record_name(server_round)
 
@@ -391,34 +387,6 @@ def round_record_paths(run_dir: str | os.PathLike) -> dict[int, Path]:
 # --------------------------------------------------------------------------- checkpoints
 
 
-@dataclass
-class Checkpoint:
-    """Where a run can continue from: after round ``round`` committed.
-
-    Attributes
-    ----------
-    round
-        Last committed round k (0: nothing committed yet).
-    arrays
-        A_k, the global state after round k (None when k = 0: the run's initial state).
-    state
-        The server's state as data: (JSON tree, arrays) of :mod:`fedvalue.state_codec`
-        (None when k = 0).
-    file_sizes
-        Size in bytes of each append-only table at the commit of round k.
-    """
-
-    round: int
-    arrays: Arrays | None
-    state: tuple[object, Arrays] | None
-    file_sizes: dict[str, int]
-
-
-def checkpoint_files(server_round: int) -> tuple[str, str]:
-    """Round k's checkpoint files, relative to the run directory (A_k, the server's state)."""
-    return checkpoint_names(server_round)
-
-
 def state_bytes(tree: object, arrays: Mapping[str, np.ndarray]) -> bytes:
     """The server's state (:mod:`fedvalue.state_codec`) as the bytes of its checkpoint file."""
     return npz_bytes({f"state/{key}": value for key, value in arrays.items()}, {"state": tree})
@@ -441,8 +409,7 @@ def write_checkpoint(run: RunDir, server_round: int, arrays: Mapping[str, np.nda
     ``checkpoint.json`` switches to them (with the tables' ``sizes``) in one atomic
     replace; other checkpoint files are removed last. Returns the files' names.
     """
-    run.mkdir(CHECKPOINT_DIR)
-    arrays_name, state_name = checkpoint_files(server_round)
+    arrays_name, state_name = checkpoint_names(server_round)
     written = {"npz": write_npz(run, arrays_name, arrays)}
     written["state"] = state_bytes(*state)
     run.write_bytes(state_name, written["state"])
@@ -450,11 +417,15 @@ def write_checkpoint(run: RunDir, server_round: int, arrays: Mapping[str, np.nda
         before_switch(written)
     run.write_text(CHECKPOINT_FILE, json.dumps({"round": int(server_round), "files": dict(sizes)},
                                                sort_keys=True) + "\n")
-    for entry in run.listdir(CHECKPOINT_DIR):
-        name = f"{CHECKPOINT_DIR}/{entry}"
-        if name not in (arrays_name, state_name):
-            run.unlink(name)
+    prune_checkpoints(run, {arrays_name, state_name})
     return {"npz": arrays_name, "state": state_name}
+
+
+def prune_checkpoints(run: RunDir, keep: set[str]) -> None:
+    """Remove every file of ``checkpoint/`` but those named in ``keep`` (relative names)."""
+    for entry in run.listdir(CHECKPOINT_DIR):
+        if f"{CHECKPOINT_DIR}/{entry}" not in keep:
+            run.unlink(f"{CHECKPOINT_DIR}/{entry}")
 
 
 def read_checkpoint_pointer(run: RunDir) -> tuple[int, dict[str, int]] | None:
@@ -462,7 +433,12 @@ def read_checkpoint_pointer(run: RunDir) -> tuple[int, dict[str, int]] | None:
     nothing else: resuming verifies the files against round k's seal before using them."""
     if not run.exists(CHECKPOINT_FILE):
         return None
-    saved = run.read_json(CHECKPOINT_FILE, max_bytes=1 << 20)
+    return parse_checkpoint_pointer(run.read_text(CHECKPOINT_FILE, max_bytes=1 << 20), run.show(CHECKPOINT_FILE))
+
+
+def parse_checkpoint_pointer(text: str, where: str) -> tuple[int, dict[str, int]]:
+    """(round k, table sizes) of ``checkpoint.json``'s ``text``; ValueError naming ``where``."""
+    saved = rundir.loads_json(text, where)
     try:
         server_round = saved["round"]
         sizes = saved["files"]
@@ -473,6 +449,6 @@ def read_checkpoint_pointer(run: RunDir) -> tuple[int, dict[str, int]] | None:
                 for k, v in sizes.items()):
             raise ValueError("its sizes are not the tables' byte counts")
     except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"resume: {run.show(CHECKPOINT_FILE)} is not a checkpoint written by fedvalue "
+        raise ValueError(f"resume: {where} is not a checkpoint written by fedvalue "
                          f"({rundir.printable(error, 120)}).") from None
     return server_round, dict(sizes)

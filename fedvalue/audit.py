@@ -56,9 +56,8 @@ import pandas as pd
 from fedvalue._checks import check_number
 from fedvalue.archive import (
     RoundRecord,
-    checkpoint_files,
     npz_from_bytes,
-    read_checkpoint_pointer,
+    parse_checkpoint_pointer,
     round_record_from_bytes,
 )
 from fedvalue.audit_files import (
@@ -85,15 +84,17 @@ from fedvalue.ledger import GENESIS_HASH, chain_hash, parse_run_config, read_led
 from fedvalue.rounds import ArraysUtility
 from fedvalue.rundir import RunDir, UnsafeRunFile, printable
 from fedvalue.schema import (
+    CHECKPOINT_FILE,
     CLAIM_PREFIX,
     CLIENT_STATUSES,
     LEDGER_COLUMNS,
     LEDGER_FILE,
     LEDGER_PARQUET_FILE,
-    ROUND_COLUMNS,
     ROUNDS_FILE,
+    ROUND_COLUMNS,
     RUN_CONFIG_FILE,
     Status,
+    checkpoint_names,
     record_name,
 )
 from fedvalue.seals import Verifier
@@ -323,7 +324,7 @@ def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recomput
     ledger, rounds = tables
     _check_efficiency(ledger, rounds, tolerance, report)  # 3.
     if files.exists(LEDGER_PARQUET_FILE):  # 4.
-        _check_parquet(files, ledger, "".join(ledger_lines), manifest is not None, report)
+        _check_parquet(files, ledger, sum(map(len, ledger_lines)), manifest is not None, report)
     if manifest is not None and not pinned:  # 5. (checked first above when pinned)
         check_manifest_files(files, manifest, report, stop_at_first=False)
     check_commitments(files, report, seals, manifest, heads, _planned_rounds(config), verifier)
@@ -438,7 +439,7 @@ def _check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: flo
         report.checks.append(f"group efficiency in {len(sums)} rounds (max gap {worst:.1e})")
 
 
-def _check_parquet(files: RunFiles, ledger: pd.DataFrame, ledger_text: str, complete: bool,
+def _check_parquet(files: RunFiles, ledger: pd.DataFrame, ledger_chars: int, complete: bool,
                    report: AuditReport) -> None:
     """Check 4. The copy is rewritten just after each round's commit, so a run killed in
     between leaves it whole rounds behind (a resume rewrites it); a run with its manifest
@@ -461,7 +462,7 @@ def _check_parquet(files: RunFiles, ledger: pd.DataFrame, ledger_text: str, comp
         report.problems.append(f"ledger.parquet holds {rows} rows; ledger.csv holds {len(ledger)}"
                                + (" (a complete run mirrors every row)" if complete else ""))
         return
-    if unpacked > max(64 * 1024**2, 20 * len(ledger_text)):
+    if unpacked > max(64 * 1024**2, 20 * ledger_chars):
         report.problems.append(f"ledger.parquet unpacks to {unpacked} bytes, far more than ledger.csv's rows need")
         return
     rounds = ledger["round"].to_numpy()
@@ -531,6 +532,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
                 records[t] = round_record_from_bytes(files.bytes(names[t]), names[t])
             except (ValueError, OSError) as error:
                 records[t] = ValueError(printable(error))
+            files.release(names[t])  # parsed: one round (and the next one's start) in memory at a time
         return records[t]
 
     for position, t in enumerate(committed):
@@ -621,10 +623,13 @@ def _next_start(files: RunFiles, report: AuditReport, committed: list[int], posi
         record = record_of(following)
         return None if isinstance(record, ValueError) else record.start_arrays
     try:
-        pointer = read_checkpoint_pointer(files.run)
-        if pointer is None or pointer[0] != t:
+        # Through the audit's own reads: hashed once, the same bytes the manifest check saw.
+        if not files.exists(CHECKPOINT_FILE):
             return None
-        name = checkpoint_files(t)[0]
+        pointer = parse_checkpoint_pointer(files.text(CHECKPOINT_FILE, max_bytes=1 << 20), CHECKPOINT_FILE)
+        if pointer[0] != t:
+            return None
+        name = checkpoint_names(t)[0]
         return npz_from_bytes(files.bytes(name), name)[0]
     except (ValueError, OSError, FileNotFoundError) as error:
         report.problems.append(f"checkpoint: {printable(error)}")

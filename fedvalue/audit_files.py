@@ -128,6 +128,10 @@ class RunFiles:
             self._kept[name] = data
         return data
 
+    def release(self, name: str) -> None:
+        """Forget ``name``'s bytes (its digest is kept: a later read must match it)."""
+        self._kept.pop(name, None)
+
     def text(self, name: str, *, max_bytes: int = rundir.MAX_FILE_BYTES) -> str:
         try:
             return self.bytes(name, max_bytes=max_bytes).decode("utf-8")

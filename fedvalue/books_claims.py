@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from fedvalue.round_book import RoundBook, RoundContext
-from fedvalue.schema import ClaimEntry, ClientEntry
+from fedvalue.schema import ClaimEntry
 
 
 def claim_rows(server_round: int, claims: Sequence[ClaimEntry], noisy_clients: Collection | None = None) -> list[dict]:

@@ -219,10 +219,6 @@ class LedgerWriter:
     def ledger_path(self) -> Path:
         return self.run_dir / LEDGER_FILE
 
-    @property
-    def rounds_path(self) -> Path:
-        return self.run_dir / ROUNDS_FILE
-
     def write_round(self, round_row: Mapping[str, object], ledger_rows: list[Mapping[str, object]]) -> str:
         """Append one round: its ledger rows first, then its rounds.csv row (the commit mark);
         returns the round's chain hash (the run's head)."""

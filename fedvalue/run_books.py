@@ -36,8 +36,8 @@ from fedvalue import rundir
 from fedvalue.archive import (
     APPEND_ONLY_FILES,
     RoundRecord,
-    checkpoint_files,
     npz_from_bytes,
+    prune_checkpoints,
     read_checkpoint_pointer,
     record_bytes,
     round_record_names,
@@ -47,12 +47,12 @@ from fedvalue.archive import (
 from fedvalue.ledger import LedgerWriter, chain_from_lines, genesis_hash, table_lines
 from fedvalue.rundir import RunDir
 from fedvalue.schema import (
-    CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     LEDGER_FILE,
     MANIFEST_FILE,
     ROUNDS_FILE,
     SEALS_FILE,
+    checkpoint_names,
     record_name,
 )
 from fedvalue.seals import Signer, append_seal, cut_seals, read_seals, seal_fields
@@ -162,7 +162,7 @@ class RunBooks:
         if len(heads) != k or heads[-1] != seal.get("head"):
             raise self._refuse(f"ends its chain at round {len(heads)} elsewhere than round {k}'s seal")
         digests = seal.get("checkpoint") or {}
-        arrays_name, state_name = checkpoint_files(k)
+        arrays_name, state_name = checkpoint_names(k)
         data = {}
         for key, name in (("npz", arrays_name), ("state", state_name)):
             try:
@@ -196,10 +196,7 @@ class RunBooks:
         for server_round, name in round_record_names(run).items():
             if server_round > k:
                 run.unlink(name)
-        kept = set(checkpoint_files(k)) if k else set()
-        for entry in run.listdir(CHECKPOINT_DIR):
-            if f"{CHECKPOINT_DIR}/{entry}" not in kept:
-                run.unlink(f"{CHECKPOINT_DIR}/{entry}")
+        prune_checkpoints(run, set(checkpoint_names(k)) if k else set())
         if k == 0:
             run.unlink(CHECKPOINT_FILE)
             run.unlink(SEALS_FILE)

@@ -207,9 +207,6 @@ class RunDir:
     def is_file(self, name: str) -> bool:
         return self.kind(name) == "a regular file"
 
-    def is_dir(self, name: str) -> bool:
-        return self.kind(name) == "a directory"
-
     def size(self, name: str) -> int:
         """Size in bytes of the regular file ``name``."""
         with self._open(name, _READ) as descriptor:
@@ -285,14 +282,6 @@ class RunDir:
             if size > max_bytes:
                 raise UnsafeRunFile(f"{self.show(name)}: expected at most {max_bytes} bytes; it holds {size}.")
             return _read_all(descriptor, max_bytes, self.show(name))
-
-    def read_prefix(self, name: str, size: int) -> bytes:
-        """The first ``size`` bytes of ``name`` (UnsafeRunFile when it is shorter)."""
-        with self._open(name, _READ) as descriptor:
-            data = os.pread(descriptor, size, 0) if size else b""
-        if len(data) != size:
-            raise UnsafeRunFile(f"{self.show(name)}: expected at least {size} bytes; it holds {len(data)}.")
-        return data
 
     def read_text(self, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> str:
         """The UTF-8 text file ``name`` (see :meth:`read_bytes`)."""

@@ -136,8 +136,6 @@ CHECKPOINT_DIR = "checkpoint"
 #: (no manifest lists them); the audit accepts them as regular files only.
 REPORT_FILE = "report.html"
 FIGURES_DIR = "figures"
-#: Figure files ``fedvalue report --plots`` writes (:mod:`fedvalue.report`).
-FIGURE_FILES = ("cumulative_value.png", "value_heatmap.png", "flows.png", "utility.png")
 
 
 def record_name(server_round: int) -> str:

@@ -212,10 +212,7 @@ def parse_seals(text: str, where: str = SEALS_FILE) -> list[dict]:
     for number, line in enumerate(text.splitlines(), start=1):
         if len(line) > MAX_SEAL_LINE:
             raise ValueError(f"{where}: line {number} is longer than a seal ({len(line)} characters).")
-        try:
-            seal = rundir.loads_json(line, f"{where}: line {number}")
-        except ValueError as error:
-            raise ValueError(str(error)) from None
+        seal = rundir.loads_json(line, f"{where}: line {number}")
         if not isinstance(seal, dict) or isinstance(seal.get("round"), bool) or not isinstance(seal.get("round"), int):
             raise ValueError(f"{where}: line {number} is not a seal (expected an object with an integer round).")
         seals.append(seal)
