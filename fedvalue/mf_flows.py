@@ -165,8 +165,8 @@ class StepFlows:
         ∇_P Σ_{z∈Z} L_z and ∇_Q Σ_{z∈Z} L_z (the step is w − η ∇).
     total
         η ∇L_Z · ∇ℓ_{Z'}: Σ of every flow, self-influence included.
-    train_loss, inference_loss
-        Σ_{z∈Z} L_z and Σ_{z'∈Z'} ℓ_{z'} at the step's parameters.
+    inference_loss
+        Σ_{z'∈Z'} ℓ_{z'} at the step's parameters.
     """
 
     inflow: np.ndarray
@@ -175,7 +175,6 @@ class StepFlows:
     user_gradient: np.ndarray = field(repr=False)
     item_gradient: np.ndarray = field(repr=False)
     total: float
-    train_loss: float
     inference_loss: float
 
 
@@ -196,12 +195,10 @@ def _step(users: np.ndarray, items: np.ndarray, train: _Side, infer: _Side, user
     outflow += train.indicator @ reg_term
     self_influence = np.einsum("ud,ud->u", user_gradient, user_gradient_infer)
     total = float(np.vdot(user_gradient, user_gradient_infer) + np.vdot(item_gradient, item_gradient_infer))
-    train_loss = 0.5 * (float(error @ error) + float(user_reg @ np.einsum("ud,ud->u", users, users))
-                        + float(item_reg @ np.einsum("id,id->i", items, items)))
     return StepFlows(
         inflow=learning_rate * inflow, outflow=learning_rate * outflow,
         self_influence=learning_rate * self_influence, user_gradient=user_gradient, item_gradient=item_gradient,
-        total=learning_rate * total, train_loss=train_loss, inference_loss=0.5 * float(error_infer @ error_infer),
+        total=learning_rate * total, inference_loss=0.5 * float(error_infer @ error_infer),
     )
 
 
@@ -219,7 +216,7 @@ def _federated_round(users: np.ndarray, items: np.ndarray, train: _Side, infer: 
     lives at its rating (u, i), so every client's local steps are one vectorized pass.
     Returns the round's flows (gradients: the negated updates over η) and the new P.
     """
-    t, s = train.data, infer.data
+    t = train.data
     local_items = items[t.items].copy()  # client u's copy of q_i, one row per training rating (u, i)
     item_coefficient = (item_reg * train.item_share)[t.items][:, None]
     local_users = users.copy()
@@ -241,7 +238,7 @@ def _federated_round(users: np.ndarray, items: np.ndarray, train: _Side, infer: 
     total = float(-np.vdot(server_step, item_gradient_infer) + self_influence.sum())
     flows = StepFlows(inflow=inflow, outflow=outflow, self_influence=self_influence,
                       user_gradient=(users - local_users) / learning_rate, item_gradient=-server_step / learning_rate,
-                      total=total, train_loss=float("nan"), inference_loss=0.5 * float(error_infer @ error_infer))
+                      total=total, inference_loss=0.5 * float(error_infer @ error_infer))
     return flows, local_users
 
 

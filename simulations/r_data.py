@@ -12,7 +12,6 @@ gives a :class:`ValueError` naming the file, never a huge allocation or a traceb
 
 from __future__ import annotations
 
-import gzip
 import os
 import struct
 import warnings
