@@ -258,17 +258,22 @@ class KnnAccuracyPrefixes:
 
     def start(self, masks: np.ndarray) -> dict:
         masks = np.asarray(masks, dtype=bool)
-        rows, sentinel = masks.shape[0], self.num_train
+        # A block of permutations starts every row from the same prefix: fit each distinct mask
+        # once and give every row its own copy (fancy indexing copies; rows are then extended apart).
+        distinct, inverse = np.unique(masks, axis=0, return_inverse=True)
+        rows, sentinel = distinct.shape[0], self.num_train
         state = np.full((rows, self.num_test, self.k), sentinel, dtype=np.int64)
         votes = np.zeros((rows, self.num_test, self.num_classes), dtype=np.int64)
         for r in range(rows):
-            member = masks[r][self.order]  # n_test × n_train, nearest first
+            member = distinct[r][self.order]  # n_test × n_train, nearest first
             position = np.cumsum(member, axis=1)
             taken = member & (position <= self.k)
             point, column = np.nonzero(taken)
             slot = position[point, column] - 1
             state[r, point, slot] = column  # ranks of the nearest members
             np.add.at(votes[r], (point, self.labels[self.order[point, column]]), 1)
+        inverse = inverse.reshape(-1)
+        state, votes = state[inverse], votes[inverse]
         return {"state": state, "worst": state.max(axis=2), "votes": votes, "size": masks.sum(axis=1),
                 "correct": self._correct(votes)}
 
