@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedvalue.flow_book import FlowBook
 from fedvalue.flows import tracin_round_flows
 
 __all__ = ["SplitFlows", "fit_losses", "marginal_split", "tracin_split"]
@@ -106,7 +105,9 @@ def tracin_split(model: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, in
     a, b, ya, yb = design[train], design[infer], y[train], y[infer]
     w = initial_weights(model, ya, design.shape[1], initialization)
     step_size = learning_rate / len(train)  # η_t of Eq. 4 for GD on the mean loss
-    book = FlowBook(keep_rounds=False)
+    # Running sums over individuals 0..m−1 (training rows) and m..m+k−1 (inference rows): a flow
+    # book's per-client bookkeeping and frames would be paid every step for these fixed ids.
+    outflow, inflow, total = np.zeros(len(train) + len(infer)), np.zeros(len(train) + len(infer)), 0.0
     loss_before = float(example_losses(model, b @ w, yb).sum())
     m = len(train)
     marks = set(range(checkpoint_every, steps + 1, checkpoint_every)) if checkpoint_every else set()
@@ -116,16 +117,17 @@ def tracin_split(model: str, x: np.ndarray, y: np.ndarray, train: np.ndarray, in
         checkpoints, cumulative_out, cumulative_in = [0], [np.zeros(m)], [np.zeros(len(infer))]
     for t in range(steps):
         train_gradients = residual(model, a @ w, ya)[:, None] * a
-        # Individuals 0..m−1 are the training rows, m..m+k−1 the inference rows.
-        book.add(tracin_round_flows(train_gradients, residual(model, b @ w, yb)[:, None] * b, step_size=step_size))
+        flows = tracin_round_flows(train_gradients, residual(model, b @ w, yb)[:, None] * b, step_size=step_size)
+        outflow += flows.outflow
+        inflow += flows.inflow
+        total += flows.total
         w = w - step_size * train_gradients.sum(axis=0)
         if t + 1 in marks:
-            totals = book.totals()
             checkpoints.append(t + 1)
-            cumulative_out.append(totals["outflow"].to_numpy()[:m].copy())
-            cumulative_in.append(totals["inflow"].to_numpy()[m:].copy())
+            cumulative_out.append(outflow[:m].copy())
+            cumulative_in.append(inflow[m:].copy())
     actual = loss_before - float(example_losses(model, b @ w, yb).sum())
-    gap = abs(book.total - actual) / abs(actual) if actual else math.nan
+    gap = abs(total - actual) / abs(actual) if actual else math.nan
     return SplitFlows(outflow=cumulative_out[-1], inflow=cumulative_in[-1], checkpoints=np.array(checkpoints),
                       cumulative_outflow=np.array(cumulative_out), cumulative_inflow=np.array(cumulative_in),
                       first_order_gap=gap, quality=quality(model, b @ w, yb))
