@@ -71,7 +71,7 @@ from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import package_versions
 from simulations.augmentation import prepare_out
-from simulations.engine import serve
+from simulations.engine import serve, torch_threads
 from simulations.fair_data import DATASETS, FairFederation, build_federation
 from simulations.models import make_linear_model
 from fedvalue._checks import check_choice
@@ -248,13 +248,9 @@ def run_fairness(config: FairnessConfig, out: str | Path, *, overwrite: bool = F
     out_dir = prepare_out(out, overwrite)
     write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "fairness-study", **settings, "versions": package_versions()})
     per_round: list[dict] = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(SERVER_TORCH_THREADS)
-    try:
+    with torch_threads(SERVER_TORCH_THREADS):
         for dataset in config.datasets:  # one engine per data set: the model's input width differs
             _serve_dataset(config, settings, dataset, out_dir, per_round, say)
-    finally:
-        torch.set_num_threads(threads)
     return write_outputs(out_dir, config, pd.DataFrame(per_round))
 
 

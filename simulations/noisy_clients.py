@@ -31,7 +31,7 @@ from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.budget import check_budget, parse_budget
 from simulations.data import DATASETS, IDX_DATASETS, Dataset, load_dataset, sample_per_class, split_holdout
-from simulations.engine import check_ray_address
+from simulations.engine import check_ray_address, torch_threads
 from simulations.models import MODELS, check_hidden, make_model, num_parameters
 from simulations.parallel import RayParallelUtility
 from simulations.partitions import PARTITION_SCHEMES, partition
@@ -340,8 +340,6 @@ def audit_from_run(saved: dict) -> dict:
     noisy clients (drawn from the seed), round t's sampled clients (the seeded sampler), each
     client's example count (its seeded partition) and its local training (replayed from the
     round's start with run.json's training settings and seed: :func:`clients.app.train_client`)."""
-    import torch
-
     from clients.app import train_client
     from strategies.replay import replay_aggregator
 
@@ -356,15 +354,11 @@ def audit_from_run(saved: dict) -> dict:
     def retrain(server_round: int, client, start_arrays) -> dict:
         # As many torch threads as the client's Ray worker had: reductions then add in its order
         # (with another thread count 50 epochs can drift by 1e-4).
-        threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, int(config.num_cpus_per_client)))
-        try:
+        with torch_threads(max(1, int(config.num_cpus_per_client))):
             arrays, _, _ = train_client(loader(int(client)), model_factory, dict(start_arrays),
                                         learning_rate=config.learning_rate, local_epochs=config.local_epochs,
                                         batch_size=config.batch_size, seed=config.seed, server_round=server_round,
                                         proximal_mu=proximal_mu)
-        finally:
-            torch.set_num_threads(threads)
         return arrays
 
     return {"utility": utility, "noisy_clients": noisy,
