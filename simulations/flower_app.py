@@ -180,13 +180,13 @@ def main(grid: Grid, context: Context) -> None:
     try:
         config, out = config_from_run_config(context.run_config)
         out = out.replace("{run_id}", str(context.run_id))
-        if config.num_clients:
-            build(with_sizes(config, config.num_clients))  # bad settings fail before any wait
+        # Bad settings fail before any wait; a federation that must have num_clients nodes uses this build.
+        built = build(with_sizes(config, config.num_clients)) if config.num_clients else None
         if os.path.isdir(out) and os.listdir(out):  # never replaced under flwr run
             raise ValueError(f"out: {out} already holds a run or other files; choose another run directory: "
                              f"--run-config \"out='DIR'\" (the default, {DEFAULT_OUT}, is new for every run).")
         config = with_sizes(config, federation_size(grid, config.num_clients, simulation=simulation))
-        _, model_factory, utility, noisy = build(config)
+        _, model_factory, utility, noisy = built or build(config)
         options = valuation_options(config, utility)  # a budget in seconds is timed on this utility
     except ValueError as error:
         _log.error("fedvalue: %s", error)  # the run's log shows why it stopped, not just a traceback

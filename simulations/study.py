@@ -205,6 +205,7 @@ def run_study(
         for seed in seeds:
             base = _base(config, seed)
             _, model_factory, utility, noisy = build(base)
+            options = valuation_options(config, utility)  # a budget in seconds: timed once, for both runs
             initial = initial_model_arrays(model_factory, seed)
 
             def config_record(clean: bool = False) -> ConfigRecord:
@@ -222,7 +223,7 @@ def run_study(
                                         config.clients_per_round, schedule=config.schedule, seed=seed),
                                     seed=seed, noisy_clients=noisy_clients, run_config=run_config,
                                     nodes=nodes, checkpoint=False, query_timeout=config.query_timeout,
-                                    **valuation_options(config, utility)),
+                                    **options),
                     grid, initial, config_record(clean=clean))
 
             if config.clean_runs:  # same data, model, schedule and utility; no label noise
