@@ -36,6 +36,7 @@ def loo(utility: Utility | CoalitionGame, players: Sequence[Hashable]) -> Valuat
     evaluations_before = game.num_evaluations
     full = game.mask_of(players)
     masks = [full] + [full & ~(1 << game.index_of(p)) for p in players]
+    game.expect(game.num_missing(masks))  # for a progress display watching the game
     utilities = game.values(masks)
     index = pd.Index(list(players), dtype=object, name="player")
     return ValuationResult(

@@ -250,8 +250,6 @@ def value_round(
                 keywords["budget"] = settings.budget - (len(players) + 1)
             results["ads"] = ads(game, [players], seed=seed, **keywords)
         if "loo" in methods:
-            loo_masks = [game.full_mask, *(game.full_mask & ~(1 << k) for k in range(len(players)))]
-            game.expect(game.num_missing(loo_masks))
             results["loo"] = loo(game, players)
         before, after = game.values([0, game.full_mask])
         game.finish()
