@@ -42,15 +42,9 @@ def as_generator(seed: Seed, *, name: str = "seed") -> np.random.Generator:
         return seed
     if seed is None or isinstance(seed, np.random.SeedSequence):
         return np.random.default_rng(seed)
-    if _is_int(seed) and seed >= 0:
-        return np.random.default_rng(int(seed))
-    if (
-        isinstance(seed, Sequence)
-        and not isinstance(seed, (str, bytes))
-        and len(seed) > 0
-        and all(_is_int(part) and part >= 0 for part in seed)
-    ):
-        return np.random.default_rng([int(part) for part in seed])
+    entropy = _int_entropy(seed)
+    if entropy is not None:
+        return np.random.default_rng(entropy)
     raise ValueError(
         f"{name}: expected a non-negative int, a sequence of non-negative ints, a "
         f"numpy SeedSequence or Generator, or None; got {seed!r}."
@@ -93,12 +87,20 @@ def seeded_call(function: Callable[[], T], seed: Seed, *, name: str = "seed") ->
             random.setstate(python_state)
 
 
-def _entropy(seed: Seed, name: str) -> int | list[int]:
-    """Entropy for a ``SeedSequence`` from an int or a sequence of ints (the forms a run's
-    seed and its children take)."""
+def _int_entropy(seed: Seed) -> int | list[int] | None:
+    """Entropy for a ``SeedSequence`` from a non-negative int or a non-empty sequence of them
+    (the forms a run's seed and its children take); None for anything else."""
     if _is_int(seed) and seed >= 0:
         return int(seed)
     if (isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)) and len(seed) > 0
             and all(_is_int(part) and part >= 0 for part in seed)):
         return [int(part) for part in seed]
-    raise ValueError(f"{name}: expected a non-negative int or a sequence of non-negative ints; got {seed!r}.")
+    return None
+
+
+def _entropy(seed: Seed, name: str) -> int | list[int]:
+    """:func:`_int_entropy`, or ValueError naming ``name``."""
+    entropy = _int_entropy(seed)
+    if entropy is None:
+        raise ValueError(f"{name}: expected a non-negative int or a sequence of non-negative ints; got {seed!r}.")
+    return entropy
