@@ -176,7 +176,7 @@ def budget_method(method: str, sizes: Sequence[int], budget: int, exact_cost: in
     if method == "exact":
         if exact_cost is None or exact_cost > budget:
             raise ValueError(f"budget: exact ADS over groups of sizes {list(sizes)} needs "
-                             f"{exact_cost or 'more than 2^25'} evaluations; the budget is {budget}. Raise it or use "
+                             f"{exact_cost or f'more than 2^{MAX_EXACT_GROUP_SIZE}'} evaluations; the budget is {budget}. Raise it or use "
                              "a sampling method (or 'auto').")
         return method
     need = sum(minimum_budget(method, size) for size in sizes)
@@ -353,8 +353,7 @@ def ads(
 
     if budget is not None and method in SAMPLERS:
         method, values, stderr, num_permutations = _by_sampler(
-            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, False,
-            budget=budget - (game.num_evaluations - evaluations_before))
+            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, False, budget=budget)
     elif piloted or method in sampler_costs:
         method, values, stderr, num_permutations = _by_sampler(
             game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, piloted)

@@ -208,6 +208,15 @@ def round_game_for(
     return round_game(client_ids, start_arrays, aggregate, utility, batch_utility=getattr(utility, "batch", None))
 
 
+def ads_share_of_budget(budget: int, num_players: int, methods: Sequence[str]) -> int:
+    """The coalition evaluations of a round's ``budget`` that ADS may spend: all of them, or
+    all but LOO's n + 1 when LOO is booked too and exact ADS (whose coalitions include LOO's)
+    does not fit. :func:`value_round` spends it so; a run checks its budget against it first."""
+    if "loo" in methods and exact_num_coalitions([range(num_players)]) > budget:
+        return budget - (num_players + 1)
+    return budget
+
+
 def round_rng(seed: int, server_round: int) -> np.random.Generator:
     """The generator of round t's MC permutations: ``[seed, t]``. The writer and the audit
     both take it from here, so an audit reproduces an MC-valued round."""
@@ -246,8 +255,8 @@ def value_round(
     try:
         if "ads" in methods:
             keywords = settings.as_keywords()
-            if settings.budget is not None and "loo" in methods and exact_num_coalitions([players]) > settings.budget:
-                keywords["budget"] = settings.budget - (len(players) + 1)
+            if settings.budget is not None:
+                keywords["budget"] = ads_share_of_budget(settings.budget, len(players), methods)
             results["ads"] = ads(game, [players], seed=seed, **keywords)
         if "loo" in methods:
             results["loo"] = loo(game, players)

@@ -48,12 +48,11 @@ def check_budget(evaluations: int, ads_method: str, clients_per_round: int, meth
     """ValueError naming ``valuation_budget`` when a round of ``clients_per_round`` clients
     cannot be valued by ``ads_method`` within ``evaluations`` (LOO's n + 1 reserved as
     :func:`fedvalue.rounds.value_round` reserves them), before the run starts."""
-    from fedvalue.ads import budget_method
+    from fedvalue.ads import MAX_EXACT_GROUP_SIZE, budget_method, exact_num_coalitions
+    from fedvalue.rounds import ads_share_of_budget
 
-    exact = 1 << clients_per_round if clients_per_round <= 25 else None
-    ads_budget = evaluations
-    if "loo" in methods and (exact is None or exact > evaluations):
-        ads_budget = evaluations - (clients_per_round + 1)
+    exact = exact_num_coalitions([range(clients_per_round)]) if clients_per_round <= MAX_EXACT_GROUP_SIZE else None
+    ads_budget = ads_share_of_budget(evaluations, clients_per_round, methods)
     if "ads" not in methods:
         return
     try:
