@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue.fairness import fedavg_weight_derivatives
+from fedvalue.fair_curvature import drop_scores
 from fedvalue.ledger import load_run
 from fedvalue.schema import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE
 from simulations.fairness_central import interval
@@ -93,8 +93,9 @@ def round_scores(run_dir: Path) -> pd.DataFrame:
     wide["curvature"] = wide[FAIRNESS_WEIGHT_DERIVATIVE]
     wide["renormalized"] = np.nan
     for t, group in wide.groupby("round"):
-        derivative = fedavg_weight_derivatives(dict(zip(group["client_id"], group[FAIRNESS_INFLUENCE])),
-                                               dict(zip(group["client_id"], group["num_examples"])))
+        # The drop rule's own definition of the score (fedvalue.fair_curvature.drop_scores).
+        derivative = drop_scores("renormalized", influences=dict(zip(group["client_id"], group[FAIRNESS_INFLUENCE])),
+                                 weights=dict(zip(group["client_id"], group["num_examples"])))
         wide.loc[group.index, "renormalized"] = [derivative[c] for c in group["client_id"]]
     return wide[["round", "client_id", "exact", *SCORED]]
 
