@@ -42,7 +42,6 @@ authentic run of a signer from another.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 import os
@@ -80,9 +79,9 @@ from fedvalue.audit_recompute import (
     settings_problems,
 )
 from fedvalue.fairness import GroupFairness
-from fedvalue.ledger import GENESIS_HASH, chain_hash, parse_run_config, read_ledger_csv, read_rounds_csv
+from fedvalue.ledger import chain_links, genesis_of, parse_run_config, read_ledger_csv, read_rounds_csv
 from fedvalue.rounds import ArraysUtility
-from fedvalue.rundir import RunDir, UnsafeRunFile, printable
+from fedvalue.rundir import MAX_JSON_BYTES, RunDir, UnsafeRunFile, printable
 from fedvalue.schema import (
     CHECKPOINT_FILE,
     CLAIM_PREFIX,
@@ -273,7 +272,7 @@ def _read_config(files: RunFiles, report: AuditReport) -> dict:
     if not files.exists(RUN_CONFIG_FILE):
         return {}
     try:
-        return parse_run_config(files.text(RUN_CONFIG_FILE, max_bytes=64 * 1024**2))
+        return parse_run_config(files.text(RUN_CONFIG_FILE, max_bytes=MAX_JSON_BYTES))
     except ValueError as error:
         report.problems.append(printable(error))
         return {}
@@ -354,20 +353,16 @@ def _check_chain(files: RunFiles, report: AuditReport, ledger_lines: list[str], 
         elif order[-1] != key:
             report.problems.append(f"ledger.csv: rows of round {printable(key, 20)} are not contiguous")
         by_round[key].append(line)
-    previous = (hashlib.sha256(files.bytes(RUN_CONFIG_FILE, max_bytes=64 * 1024**2)).hexdigest()
-                if files.exists(RUN_CONFIG_FILE) else GENESIS_HASH)
+    genesis = genesis_of(files.bytes(RUN_CONFIG_FILE, max_bytes=MAX_JSON_BYTES)
+                         if files.exists(RUN_CONFIG_FILE) else None)
     broken, heads = None, []
-    for line in round_lines:
-        body, _, recorded = line.rstrip("\n").rpartition(",")
-        round_key = body.split(",", 1)[0]
-        expected = chain_hash(previous, by_round.get(round_key, []), body + "\n")
+    for round_key, expected, recorded in chain_links(genesis, by_round, round_lines):
         if expected != recorded and broken is None:
             broken = round_key
             report.problems.append(
                 f"hash chain: round {printable(round_key, 20)} does not match its recorded hash (its ledger rows, its "
                 "rounds.csv row, an earlier round or run.json was changed)"
             )
-        previous = recorded
         heads.append(recorded)
     committed = {ln.split(",", 1)[0] for ln in round_lines}
     extra = [printable(k, 20) for k in order if k not in committed]

@@ -41,7 +41,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,20 +120,29 @@ def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_ha
     return digest.hexdigest()
 
 
+def chain_links(genesis: str, ledger_by_round: Mapping[str, list[str]],
+                round_lines: list[str]) -> Iterator[tuple[str, str, str]]:
+    """(round, recomputed hash, recorded hash) of every rounds.csv data line in order, each
+    link from the recorded hash before it (``ledger_by_round``: the round's ledger lines)."""
+    previous = genesis
+    for line in round_lines:
+        body, _, recorded = line.rstrip("\n").rpartition(",")
+        key = body.split(",", 1)[0]
+        yield key, chain_hash(previous, ledger_by_round.get(key, []), body + "\n"), recorded
+        previous = recorded
+
+
 def chain_from_lines(genesis: str, ledger_lines: list[str], round_lines: list[str]) -> list[str]:
     """Every round's chain hash recomputed from the tables' data lines (headers removed);
     ValueError naming the first round whose recorded hash does not match."""
     by_round: dict[str, list[str]] = {}
     for line in ledger_lines:
         by_round.setdefault(line.split(",", 1)[0], []).append(line)
-    previous, heads = genesis, []
-    for line in round_lines:
-        body, _, recorded = line.rstrip("\n").rpartition(",")
-        key = body.split(",", 1)[0]
-        if chain_hash(previous, by_round.get(key, []), body + "\n") != recorded:
+    heads = []
+    for key, expected, recorded in chain_links(genesis, by_round, round_lines):
+        if expected != recorded:
             raise ValueError(f"{ROUNDS_FILE}: round {rundir.printable(key, 20)} does not match its recorded hash; "
                              "the run directory was changed by hand.")
-        previous = recorded
         heads.append(recorded)
     return heads
 
@@ -156,9 +165,13 @@ def chain_heads(run_dir: str | os.PathLike | RunDir) -> list[str]:
 def genesis_hash(run_dir: str | os.PathLike | RunDir) -> str:
     """The chain's start: SHA-256 of run.json (:data:`GENESIS_HASH` without one)."""
     run = open_run_dir(run_dir)
-    if not run.exists(RUN_CONFIG_FILE):
-        return GENESIS_HASH
-    return hashlib.sha256(run.read_bytes(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES)).hexdigest()
+    return genesis_of(run.read_bytes(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES)
+                      if run.exists(RUN_CONFIG_FILE) else None)
+
+
+def genesis_of(run_config: bytes | None) -> str:
+    """SHA-256 of run.json's bytes, or :data:`GENESIS_HASH` for a run without one."""
+    return GENESIS_HASH if run_config is None else hashlib.sha256(run_config).hexdigest()
 
 
 def _last_hash(run: RunDir) -> str | None:
