@@ -135,8 +135,14 @@ def load(tree: object, arrays: Mapping[str, np.ndarray]) -> dict:
 
 def apply(target: object, saved: object, where: str) -> object:
     """``target`` (the object built afresh) with ``saved`` applied; plain values are returned
-    as saved. ValueError when the saved state does not fit the object (:func:`check`)."""
+    as saved. ValueError when the saved state does not fit the object (:func:`check`, run
+    once on the whole tree before anything is changed)."""
     check(target, saved, where)
+    return _apply(target, saved, where)
+
+
+def _apply(target: object, saved: object, where: str) -> object:
+    """:func:`apply` of a tree :func:`check` has already passed."""
     if not isinstance(saved, ObjectState):
         return saved
     if isinstance(target, np.random.Generator):
@@ -149,10 +155,11 @@ def apply(target: object, saved: object, where: str) -> object:
         current = vars(target)
         for name, value in saved.attributes.items():
             if isinstance(value, ObjectState):
-                apply(current.get(name), value, f"{where}.{name}")
+                _apply(current.get(name), value, f"{where}.{name}")
             else:
                 setattr(target, name, value)
     return target
+
 
 def check(target: object, saved: object, where: str) -> None:
     """ValueError unless :func:`apply` can take ``saved`` into ``target`` (the same classes,
