@@ -41,11 +41,11 @@ from fedvalue.archive import RoundRecord
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import LedgerWriter
 from fedvalue.rounds import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
-from fedvalue.schema import LEDGER_FILE, STATUS_OK
+from fedvalue.schema import LEDGER_FILE, STATUS_OK, Method
 from fedvalue.selection import top_k
 
 #: How the buyer picks the purchased offers of a stage.
-PURCHASE_RULES = ("ads", "loo", "random")
+PURCHASE_RULES = (Method.ADS, Method.LOO, "random")
 
 
 @runtime_checkable
@@ -144,7 +144,7 @@ def procure_stage(
     offers: Sequence[Offer],
     utility: ArraysUtility,
     *,
-    rule: str = "ads",
+    rule: str = Method.ADS,
     budget: int = 1,
     methods: Sequence[str] = VALUATION_METHODS,
     fine_tune_seed: int = 0,
@@ -241,7 +241,7 @@ def run_procurement(
     stages: Iterable[Sequence[Offer]],
     utility: ArraysUtility,
     *,
-    rule: str = "ads",
+    rule: str = Method.ADS,
     budget: int = 1,
     methods: Sequence[str] = VALUATION_METHODS,
     seed: int | np.random.Generator | None = None,
