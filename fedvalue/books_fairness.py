@@ -9,7 +9,14 @@ from __future__ import annotations
 from fedvalue.fair_books import FairnessBooks
 from fedvalue.harms import rejected_harms
 from fedvalue.round_book import RoundBook, RoundContext
-from fedvalue.schema import FAIR_WEIGHT, FAIRNESS_INFLUENCE, FAIRNESS_VALUATION_METHODS, STATUS_OK, ClientEntry, LedgerRow
+from fedvalue.schema import (
+    FAIR_WEIGHT,
+    FAIRNESS_INFLUENCE,
+    FAIRNESS_VALUATION_METHODS,
+    STATUS_OK,
+    ClientEntry,
+    LedgerRow,
+)
 
 
 class FairnessBook(RoundBook):

@@ -246,7 +246,7 @@ def test_registered_sizes_cap_the_claim_flag_it_and_undo_the_attack(tmp_path, ho
     ledger = capped.ledger
     flags = ledger[ledger["method"] == CLAIM_CAPPED]
     assert list(flags["round"]) == [1, 2] and set(flags["client_id"]) == {str(ATTACKER)}
-    assert set(ledger["method"]) <= set(Method) and set(ledger["status"]) <= set(Status)  # the ledger's named vocabulary
+    assert set(ledger["method"]) <= set(Method) and set(ledger["status"]) <= set(Status)  # the named vocabulary
     assert (flags["value"] == 50 * sizes[ATTACKER]).all() and (flags["num_examples"] == sizes[ATTACKER]).all()
     # Capped to its true size, the attacker's reply IS its honest reply: every book equals the honest run's.
     for method in ("ads", "loo", "tracin_outflow", "tracin_inflow", "tracin_self"):
