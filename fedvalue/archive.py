@@ -259,7 +259,8 @@ def record_bytes(record: RoundRecord) -> bytes:
         "round": int(record.round),
         "clients": [_json_id(c) for c in clients],
         "entries": [[index[e.client_id], str(e.status), None if e.weight is None else float(e.weight),
-                     None if e.num_examples is None else int(e.num_examples), str(e.reason)]
+                     None if e.num_examples is None else int(e.num_examples),
+                     "" if e.reason is None else str(e.reason)]  # the format's text: empty for none
                     for e in record.entries],
         "replies": [index[c] for c in record.replies],
         "accepted": [index[c] for c in record.accepted],

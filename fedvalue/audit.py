@@ -92,6 +92,7 @@ from fedvalue.schema import (
     ROUNDS_FILE,
     ROUND_COLUMNS,
     RUN_CONFIG_FILE,
+    Method,
     Status,
     checkpoint_names,
     record_name,
@@ -415,7 +416,7 @@ def _check_schema(report: AuditReport, config: dict, ledger_header: str, ledger_
 
 
 def _check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: float, report: AuditReport) -> None:
-    ads = ledger[(ledger["method"] == "ads") & (ledger["status"] == Status.OK)]
+    ads = ledger[(ledger["method"] == Method.ADS) & (ledger["status"] == Status.OK)]
     if ads.empty:
         return
     numbers = pd.to_numeric(ads["value"], errors="coerce")

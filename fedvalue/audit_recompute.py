@@ -58,7 +58,7 @@ from fedvalue.rounds import (
     weighted_mean,
 )
 from fedvalue.rundir import printable
-from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_STATUSES
+from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_STATUSES, Method
 
 #: Weight key of strategies that weigh replies by their example counts.
 NUM_EXAMPLES_KEY = "num-examples"
@@ -194,8 +194,8 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
         if rule_factors is not None:
             factors = rule_factors
             fair = dataclasses.replace(fair, factors=factors)
-    if fair.valuation is not None and "ads" in fair.valuation.results:
-        values = fair.valuation.results["ads"].values
+    if fair.valuation is not None and Method.ADS in fair.valuation.results:
+        values = fair.valuation.results[Method.ADS].values
         gap = float(values.sum()) - (fair.valuation.utility_after - fair.valuation.utility_before)
         if not abs(gap) <= 1e-9 * max(1.0, float(np.abs(values).sum())):
             problems.append(f"round {record.round}: ads_fairness breaks group efficiency by {gap:.3g}")
@@ -292,7 +292,7 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
     books, realized, by_examples, problems = recompute_books(record, utility, noisy_clients, fairness, replay)
     exact_counts = record.lossless  # an older record holds example counts only as weights
     worst = 0.0
-    expected = {(row["method"], str(row["client_id"])): row for row in books.ledger_rows}
+    expected = {(str(row.method), str(row.client_id)): row for row in books.ledger_rows}
     booked = {}
     for row in rows.to_dict("records"):
         if str(row["method"]).startswith(CLAIM_PREFIX) and not record.lossless:
@@ -309,27 +309,27 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
         if got is None:
             continue
         method, client = key
-        if exact_counts and _text(got.get("reason")) != spreadsheet_safe(want.get("reason")):
+        if exact_counts and _text(got.get("reason")) != spreadsheet_safe(want.reason):
             problems.append(f"round {t} {method} of client {client}: its reason is booked "
                             f"{printable(_text(got.get('reason')), 80)!r}; the record gives "
-                            f"{printable(spreadsheet_safe(want.get('reason')), 80)!r}")
-        for column in ("value", "stderr"):
+                            f"{printable(spreadsheet_safe(want.reason), 80)!r}")
+        for column, wanted in (("value", want.value), ("stderr", want.stderr)):
             value = None if pd.isna(got[column]) else got[column]
-            if not close(value, want[column], tolerance):
+            if not close(value, wanted, tolerance):
                 problems.append(f"round {t} {method} of client {client}: {column} is booked {value!r}; the saved "
-                                f"arrays give {want[column]!r}")
-            elif column == "value" and value is not None and want[column] is not None:
-                worst = max(worst, abs(float(value) - float(want[column])))
-        if got["status"] != want["status"]:
+                                f"arrays give {wanted!r}")
+            elif column == "value" and value is not None and wanted is not None:
+                worst = max(worst, abs(float(value) - float(wanted)))
+        if got["status"] != want.status:
             problems.append(f"round {t} {method} of client {client}: status is booked {got['status']!r}; the record "
-                            f"says {want['status']!r}")
-        counted = exact_counts or (by_examples and want["status"] in WEIGHED_STATUSES)
-        if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want["num_examples"]):
+                            f"says {str(want.status)!r}")
+        counted = exact_counts or (by_examples and want.status in WEIGHED_STATUSES)
+        if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want.num_examples):
             problems.append(f"round {t} {method} of client {client}: num_examples is booked "
-                            f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want['num_examples'])!r}")
-        if noisy_clients is not None and _text(got["noisy"]).lower() != _text(want["noisy"]).lower():
+                            f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want.num_examples)!r}")
+        if noisy_clients is not None and _text(got["noisy"]).lower() != _text(want.noisy).lower():
             problems.append(f"round {t} client {client}: noisy is booked {_text(got['noisy']).lower()!r}; the run's noisy "
-                            f"clients give {_text(want['noisy']).lower()!r}")
+                            f"clients give {_text(want.noisy).lower()!r}")
     for column, want in books.round_row.items():
         if column in ("round", "valuation_seconds"):
             continue

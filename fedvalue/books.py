@@ -38,9 +38,9 @@ from fedvalue.harms import rejected_harms
 from fedvalue.round_book import CountingAggregator, RoundBook, RoundContext
 from fedvalue.round_books import ROUND_BOOKS
 from fedvalue.rounds import ArraysUtility, RoundValuation
-from fedvalue.schema import STATUS_OK, ClientEntry
+from fedvalue.schema import STATUS_OK, ClientEntry, LedgerRow, Method
 
-__all__ = ["ClientEntry", "CountingAggregator", "RoundBooks", "book_round", "claim_rows", "rejected_harms"]
+__all__ = ["ClientEntry", "CountingAggregator", "LedgerRow", "RoundBooks", "book_round", "claim_rows", "rejected_harms"]
 
 
 @dataclass
@@ -48,7 +48,7 @@ class RoundBooks:
     """A round's rows, and the books of each kind it kept (by the registry's names)."""
 
     round_row: dict
-    ledger_rows: list[dict]
+    ledger_rows: list[LedgerRow]
     parts: dict[str, RoundBook] = field(default_factory=dict)
 
     @property
@@ -108,7 +108,7 @@ def book_round(
     harms = rejected_harms(entries, set(record.accepted), start_arrays=start_arrays, replies=record.replies,
                            utility=utility, aggregate=aggregate)
     parts = {name: book for name, kind in ROUND_BOOKS.items() if (book := kind(context)) is not None}
-    ads_result = None if valuation is None else valuation.results.get("ads")
+    ads_result = None if valuation is None else valuation.results.get(Method.ADS)
     round_row = {
         "round": record.round,
         "clients": " ".join(str(e.client_id) for e in entries),
@@ -119,7 +119,7 @@ def book_round(
         "utility_realized": utility_realized,
         "num_evaluations": 0 if valuation is None else valuation.num_evaluations,
         "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
-        "ads_method": "" if ads_result is None else ads_result.method,
+        "ads_method": None if ads_result is None else ads_result.method,
         "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
     }
     if unaggregatable is None and aggregate is not None:

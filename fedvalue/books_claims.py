@@ -7,23 +7,21 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from fedvalue.round_book import RoundBook, RoundContext
-from fedvalue.schema import ClaimEntry
+from fedvalue.schema import ClaimEntry, LedgerRow, noisy_flag
 
 
-def claim_rows(server_round: int, claims: Sequence[ClaimEntry], noisy_clients: Collection | None = None) -> list[dict]:
+def claim_rows(server_round: int, claims: Sequence[ClaimEntry],
+               noisy_clients: Collection | None = None) -> list[LedgerRow]:
     """Ledger rows of a round's claim flags."""
-    return [{"round": server_round, "client_id": claim.client_id, "method": claim.method, "value": claim.claimed,
-             "stderr": 0.0, "num_examples": int(claim.used), "status": claim.status,
-             "noisy": None if noisy_clients is None else claim.client_id in noisy_clients, "reason": ""}
-            for claim in claims]
+    return [LedgerRow(server_round, c.client_id, c.method, c.claimed, 0.0, int(c.used), c.status,
+                      noisy_flag(c.client_id, noisy_clients)) for c in claims]
 
 
 class ClaimsBook(RoundBook):
     def __init__(self, context: RoundContext) -> None:
         self.context = context
 
-
-    def closing_rows(self) -> list[dict]:
+    def closing_rows(self) -> list[LedgerRow]:
         return claim_rows(self.context.record.round, self.context.record.claims, self.context.noisy_clients)
 
 

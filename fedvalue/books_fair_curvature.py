@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fedvalue.fair_books import FairnessBooks
 from fedvalue.round_book import RoundBook, RoundContext
-from fedvalue.schema import FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, STATUS_OK, ClientEntry
+from fedvalue.schema import FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, STATUS_OK, ClientEntry, LedgerRow
 
 
 class FairCurvatureBook(RoundBook):
@@ -21,7 +21,7 @@ class FairCurvatureBook(RoundBook):
         derivatives = fairness.scores("curvature") if fairness.influences else {}
         self.derivatives = {c: v for c, v in derivatives.items() if c in fairness.curvature}
 
-    def entry_rows(self, entry: ClientEntry) -> list[dict]:
+    def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         if entry.status == STATUS_OK and entry.client_id not in self.derivatives:
             # A valid reply that sent no usable curvature gets no such rows (an ok row must hold a
             # value; the rule counts it as I^H = 0, which it did not report).

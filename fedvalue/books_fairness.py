@@ -9,7 +9,14 @@ from __future__ import annotations
 from fedvalue.fair_books import FairnessBooks
 from fedvalue.harms import rejected_harms
 from fedvalue.round_book import RoundBook, RoundContext
-from fedvalue.schema import FAIR_WEIGHT, FAIRNESS_INFLUENCE, FAIRNESS_VALUATION_METHODS, STATUS_OK, ClientEntry
+from fedvalue.schema import (
+    FAIR_WEIGHT,
+    FAIRNESS_INFLUENCE,
+    FAIRNESS_VALUATION_METHODS,
+    STATUS_OK,
+    ClientEntry,
+    LedgerRow,
+)
 
 
 class FairnessBook(RoundBook):
@@ -19,7 +26,7 @@ class FairnessBook(RoundBook):
         self.harms = rejected_harms(record.entries, set(record.accepted), start_arrays=record.start_arrays,
                                     replies=record.replies, utility=fairness.utility, aggregate=context.aggregate)
 
-    def entry_rows(self, entry: ClientEntry) -> list[dict]:
+    def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         fairness, client = self.fairness, entry.client_id
         ok = entry.status == STATUS_OK and fairness.valuation is not None
         booked: list[tuple[str, float | None, float | None]] = []

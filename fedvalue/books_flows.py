@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fedvalue.flows import RoundFlows, fedavg_round_flows
 from fedvalue.round_book import RoundBook, RoundContext
-from fedvalue.schema import FLOW_METHODS, STATUS_IDLE, STATUS_OK, ClientEntry
+from fedvalue.schema import FLOW_METHODS, STATUS_IDLE, STATUS_OK, ClientEntry, LedgerRow
 
 
 class FlowsBook(RoundBook):
@@ -19,7 +19,7 @@ class FlowsBook(RoundBook):
         self.context, self.flows, self.missing = context, flows, missing
         self.frame = flows.to_frame()
 
-    def _rows(self, client_id, status: str, num_examples: int | None, reason: str) -> list[dict]:
+    def _rows(self, client_id, status: str, num_examples: int | None, reason: str | None) -> list[LedgerRow]:
         known = status in (STATUS_OK, STATUS_IDLE) and client_id in self.frame.index
         rows = []
         for method, column in FLOW_METHODS.items():
@@ -30,14 +30,14 @@ class FlowsBook(RoundBook):
                                          status, reason))
         return rows
 
-    def entry_rows(self, entry: ClientEntry) -> list[dict]:
+    def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         return self._rows(entry.client_id, entry.status, self.context.weight_count(entry),
                           self.context.reason_of(entry))
 
-    def closing_rows(self) -> list[dict]:
+    def closing_rows(self) -> list[LedgerRow]:
         booked = {e.client_id for e in self.context.record.entries}
         return [row for client_id in self.frame.index if client_id not in booked
-                for row in self._rows(client_id, STATUS_IDLE, None, "")]
+                for row in self._rows(client_id, STATUS_IDLE, None, None)]
 
 
 def flows_book(context: RoundContext) -> FlowsBook | None:

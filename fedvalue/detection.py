@@ -71,7 +71,7 @@ from fedvalue._ledger_frames import (
     _sorted_by_id,
     _valued,
 )
-from fedvalue.schema import client_sort_key
+from fedvalue.schema import Method, client_sort_key
 
 CURVE_METRICS = ("recall", "precision")
 TIE_RULES = ("average", "client_id")
@@ -248,7 +248,7 @@ def rank_clients(ledger: pd.DataFrame, method: str, *, seed: int | np.random.Gen
 # ----------------------------------------------------------------------------- curve
 
 
-def round_detection_curves(ledger: pd.DataFrame, methods: str | Sequence[str] = ("ads", "loo", RANDOM), *,
+def round_detection_curves(ledger: pd.DataFrame, methods: str | Sequence[str] = (Method.ADS, Method.LOO, RANDOM), *,
                            metric: str = "recall", ties: str = "average",
                            seed: int | np.random.Generator | None = 0) -> pd.DataFrame:
     """Per eligible round, the curve D_t(j) (or P_t(j)) for j = 1..n_t (module docstring).
@@ -292,7 +292,7 @@ def round_detection_curves(ledger: pd.DataFrame, methods: str | Sequence[str] = 
     return pd.concat(frames, ignore_index=True)
 
 
-def detection_curve(ledger: pd.DataFrame, methods: str | Sequence[str] = ("ads", "loo", RANDOM), *,
+def detection_curve(ledger: pd.DataFrame, methods: str | Sequence[str] = (Method.ADS, Method.LOO, RANDOM), *,
                     metric: str = "recall", ties: str = "average", ci_over: str = "run",
                     confidence: float = 0.95, seed: int | np.random.Generator | None = 0) -> pd.DataFrame:
     """The cumulative detection curve of [ADS] App. C.2 (Figure 4c), averaged.
@@ -394,7 +394,7 @@ def precision_at_k(scores: Sequence[float], noisy: Sequence[bool], k: int | None
     return float(expected_hits(scores, noisy_arr, ties=ties, client_ids=client_ids)[k - 1] / k)
 
 
-def detection_metrics(ledger: pd.DataFrame, methods: str | Sequence[str] = ("ads", "loo", RANDOM), *,
+def detection_metrics(ledger: pd.DataFrame, methods: str | Sequence[str] = (Method.ADS, Method.LOO, RANDOM), *,
                       ties: str = "average", seed: int | np.random.Generator | None = 0) -> pd.DataFrame:
     """Per run and method: ROC AUC and precision@K of the accumulated ranking Φ.
 

@@ -32,6 +32,7 @@ from fedvalue.ads import AdsSettings
 from fedvalue.fair_curvature import curvature_influences, drop_scores
 from fedvalue.fairness import GroupFairness, client_fairness_influences, drop_k, ijack_factors
 from fedvalue.rounds import Aggregator, RoundValuation, round_game_for, value_round
+from fedvalue.schema import Method
 
 #: The fairness-aware aggregation rules a run can record (see :func:`policy_outcome`).
 FAIR_RULES = ("drop-k", "ijack")
@@ -67,8 +68,8 @@ class FairnessBooks:
     def scores(self, score: str = "first-order") -> dict[Hashable, float]:
         """Client -> how much it raises the gap by ``score`` (:func:`fedvalue.fair_curvature.drop_scores`)."""
         loo = None
-        if self.valuation is not None and "loo" in self.valuation.results:
-            values = self.valuation.results["loo"].values
+        if self.valuation is not None and Method.LOO in self.valuation.results:
+            values = self.valuation.results[Method.LOO].values
             loo = {c: float(values[c]) for c in self.influences}
         return drop_scores(score, influences=self.influences, weights=self.weights or {}, curvature=self.curvature,
                            loo_fairness=loo)

@@ -33,7 +33,7 @@ from fedvalue._ledger_frames import (
     _runs,
     _valued,
 )
-from fedvalue.schema import Status, client_sort_key
+from fedvalue.schema import Method, Status, client_sort_key
 
 FLAGGING_KINDS = ("robust_z", "threshold")
 #: 1 / Φ^{-1}(3/4): makes the MAD a consistent estimator of a normal standard deviation.
@@ -90,7 +90,7 @@ class FlaggingRule:
     order. The defaults are not calibrated: measure a setting with :func:`evaluate_flagging`.
     """
 
-    def __init__(self, method: str = "ads", *, kind: str = "robust_z", threshold: float = 1.0,
+    def __init__(self, method: str = Method.ADS, *, kind: str = "robust_z", threshold: float = 1.0,
                  patience: int = 2, min_clients: int = 3) -> None:
         if not isinstance(method, str) or not method or method == RANDOM:
             raise ValueError(f"method: expected the name of a ledger method such as 'ads'; got {method!r}.")

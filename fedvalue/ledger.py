@@ -42,7 +42,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +55,6 @@ from fedvalue.seals import Signer, write_manifest
 from fedvalue.reciprocity import DEFAULT_P, reciprocity, reciprocity_ratio
 from fedvalue.schema import (
     CLAIM_PREFIX,
-    CLIENT_STATUSES,
     FIRST_ORDER_FILE,
     FLOW_METHODS,
     LEDGER_COLUMNS,
@@ -64,6 +63,7 @@ from fedvalue.schema import (
     ROUND_COLUMNS,
     ROUNDS_FILE,
     RUN_CONFIG_FILE,
+    LedgerRow,
     Status,
 )
 
@@ -83,13 +83,16 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object]]) -> list[str]:
-    """Rows as the CSV lines the ledger writes (each ending in a newline)."""
+def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object] | LedgerRow]) -> list[str]:
+    """Rows (mappings, or :class:`~fedvalue.schema.LedgerRow`) as the CSV lines the ledger
+    writes (each ending in a newline; a None or NaN cell is empty)."""
     columns = list(columns)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     lines = []
     for row in rows:
+        if isinstance(row, LedgerRow):
+            row = row.as_dict()
         writer.writerow([_cell(row.get(c)) for c in columns])
         lines.append(buffer.getvalue())
         buffer.seek(0)
@@ -232,17 +235,19 @@ class LedgerWriter:
     def ledger_path(self) -> Path:
         return self.run_dir / LEDGER_FILE
 
-    def write_round(self, round_row: Mapping[str, object], ledger_rows: list[Mapping[str, object]]) -> str:
+    def write_round(self, round_row: Mapping[str, object],
+                    ledger_rows: Iterable[LedgerRow | Mapping[str, object]]) -> str:
         """Append one round: its ledger rows first, then its rounds.csv row (the commit mark);
-        returns the round's chain hash (the run's head)."""
-        for row in ledger_rows:
-            if row.get("status") not in CLIENT_STATUSES:
-                raise ValueError(
-                    f"status: expected one of {list(CLIENT_STATUSES)}; got {row.get('status')!r}."
-                )
-        ledger_rows = [{**row, "reason": spreadsheet_safe(row.get("reason"))} if row.get("reason") else row
-                       for row in ledger_rows]
-        ledger_lines = csv_lines(LEDGER_COLUMNS, ledger_rows)
+        returns the round's chain hash (the run's head).
+
+        ``ledger_rows`` are :class:`~fedvalue.schema.LedgerRow` (a mapping of the ledger's
+        columns is taken as one: ValueError naming a bad status or column). A None cell is
+        written empty; a reason with its control characters escaped and a formula defused
+        (:func:`spreadsheet_safe`).
+        """
+        rows = [LedgerRow.from_mapping(row) for row in ledger_rows]
+        ledger_lines = csv_lines(LEDGER_COLUMNS, [
+            replace(row, reason=spreadsheet_safe(row.reason)) if row.reason is not None else row for row in rows])
         previous = _last_hash(self.run) or genesis_hash(self.run)
         round_line = csv_lines(ROUND_COLUMNS[:-1], [round_row])[0]
         round_row = {**round_row, "hash": chain_hash(previous, ledger_lines, round_line)}
@@ -331,6 +336,18 @@ def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
     return frame
 
 
+def ledger_rows_of(ledger: pd.DataFrame) -> list[LedgerRow]:
+    """A ledger's rows (as :func:`read_ledger_csv` reads them) as
+    :class:`~fedvalue.schema.LedgerRow`: empty cells are None, example counts ints. Client
+    ids stay the text the file holds (compare them with :func:`fedvalue.schema.client_key`)."""
+    rows = []
+    for record in ledger[list(LEDGER_COLUMNS)].to_dict("records"):
+        count = record["num_examples"]
+        record["num_examples"] = None if pd.isna(count) else int(count)
+        record["round"] = int(record["round"])
+        rows.append(LedgerRow(**record))
+    return rows
+
 
 
 def read_rounds_csv(path: str | os.PathLike) -> pd.DataFrame:
@@ -359,6 +376,10 @@ class Run:
     def flows(self) -> pd.DataFrame:
         """Per round and client: ``inflow``, ``outflow``, ``self`` (booked rows only)."""
         return flow_rounds(self.ledger)
+
+    def rows(self) -> list[LedgerRow]:
+        """The ledger as :class:`~fedvalue.schema.LedgerRow` (:func:`ledger_rows_of`)."""
+        return ledger_rows_of(self.ledger)
 
 
 def flow_rounds(ledger: pd.DataFrame) -> pd.DataFrame:

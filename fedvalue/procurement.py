@@ -41,11 +41,11 @@ from fedvalue.archive import RoundRecord
 from fedvalue.books import ClientEntry, book_round
 from fedvalue.ledger import LedgerWriter
 from fedvalue.rounds import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
-from fedvalue.schema import LEDGER_FILE, STATUS_OK
+from fedvalue.schema import LEDGER_FILE, STATUS_OK, LedgerRow, Method
 from fedvalue.selection import top_k
 
 #: How the buyer picks the purchased offers of a stage.
-PURCHASE_RULES = ("ads", "loo", "random")
+PURCHASE_RULES = (Method.ADS, Method.LOO, "random")
 
 
 @runtime_checkable
@@ -144,7 +144,7 @@ def procure_stage(
     offers: Sequence[Offer],
     utility: ArraysUtility,
     *,
-    rule: str = "ads",
+    rule: str = Method.ADS,
     budget: int = 1,
     methods: Sequence[str] = VALUATION_METHODS,
     fine_tune_seed: int = 0,
@@ -194,7 +194,7 @@ def procure_stage(
 
 
 def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
-                noisy: Mapping[str, bool] | None = None) -> tuple[dict, list[dict]]:
+                noisy: Mapping[str, bool] | None = None) -> tuple[dict, list[LedgerRow]]:
     """The stage's rounds.csv row and ledger.csv rows, booked by :func:`fedvalue.books.book_round`
     as a federated round: every offer valued (``ok``), the purchase as ``selected`` rows."""
     entries = [ClientEntry(o.contributor_id, STATUS_OK, float(o.num_examples), int(o.num_examples)) for o in offers]
@@ -241,7 +241,7 @@ def run_procurement(
     stages: Iterable[Sequence[Offer]],
     utility: ArraysUtility,
     *,
-    rule: str = "ads",
+    rule: str = Method.ADS,
     budget: int = 1,
     methods: Sequence[str] = VALUATION_METHODS,
     seed: int | np.random.Generator | None = None,

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from fedvalue.archive import RoundRecord
 from fedvalue.rounds import Arrays, ArraysUtility, RoundValuation
-from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry
+from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry, LedgerRow, Status, noisy_flag
 
 
 class CountingAggregator(Protocol):
@@ -53,24 +53,23 @@ class RoundContext:
         return list(self.record.meta.get("methods", []))
 
     def noisy_of(self, client_id: Hashable) -> bool | None:
-        return None if self.noisy_clients is None else client_id in self.noisy_clients
+        return noisy_flag(client_id, self.noisy_clients)
 
     def row(self, client_id: Hashable, method: str, value: float | None, stderr: float | None,
-            num_examples: int | None, status: str, reason: str = "") -> dict:
-        """One ledger row of this round (the ledger's columns, in order)."""
-        return {"round": self.record.round, "client_id": client_id, "method": method, "value": value,
-                "stderr": stderr, "num_examples": num_examples, "status": status,
-                "noisy": self.noisy_of(client_id), "reason": reason}
+            num_examples: int | None, status: Status | str, reason: str | None = None) -> LedgerRow:
+        """One ledger row of this round (every book's rows are built here)."""
+        return LedgerRow(self.record.round, client_id, method, value, stderr, num_examples, status,
+                         self.noisy_of(client_id), reason)
 
     def entry_row(self, entry: ClientEntry, method: str, value: float | None, stderr: float | None,
-                  num_examples: int | None) -> dict:
+                  num_examples: int | None) -> LedgerRow:
         """A row of a sampled client: its status, and its reason when it was not valued."""
         return self.row(entry.client_id, method, value, stderr, num_examples, entry.status, self.reason_of(entry))
 
     @staticmethod
-    def reason_of(entry: ClientEntry) -> str:
-        """Why a sampled client was not valued (empty for a valued one)."""
-        return entry.reason if entry.status in PROBLEM_STATUSES else ""
+    def reason_of(entry: ClientEntry) -> str | None:
+        """Why a sampled client was not valued (None for a valued one)."""
+        return entry.reason if entry.status in PROBLEM_STATUSES else None
 
     @staticmethod
     def weight_count(entry: ClientEntry) -> int | None:
@@ -81,10 +80,10 @@ class RoundContext:
 class RoundBook(Protocol):
     """One kind of book of one round; a kind subclasses it and overrides what it books."""
 
-    def entry_rows(self, entry: ClientEntry) -> list[dict]:
+    def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         """Rows of a sampled client, after its valuation rows (none by default)."""
         return []
 
-    def closing_rows(self) -> list[dict]:
+    def closing_rows(self) -> list[LedgerRow]:
         """Rows after every sampled client's (clients that did not train, claim flags; none by default)."""
         return []

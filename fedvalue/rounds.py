@@ -25,6 +25,7 @@ from fedvalue.game import CoalitionGame, Progress
 from fedvalue.loo import loo
 from fedvalue.result import ValuationResult
 from fedvalue.schema import VALUATION_METHODS as SCHEMA_VALUATION_METHODS
+from fedvalue.schema import Method
 
 Arrays = dict[str, np.ndarray]
 #: Aggregates the replies of a coalition (ids in round order) into new global arrays.
@@ -212,7 +213,7 @@ def ads_share_of_budget(budget: int, num_players: int, methods: Sequence[str]) -
     """The coalition evaluations of a round's ``budget`` that ADS may spend: all of them, or
     all but LOO's n + 1 when LOO is booked too and exact ADS (whose coalitions include LOO's)
     does not fit. :func:`value_round` spends it so; a run checks its budget against it first."""
-    if "loo" in methods and exact_num_coalitions([range(num_players)]) > budget:
+    if Method.LOO in methods and exact_num_coalitions([range(num_players)]) > budget:
         return budget - (num_players + 1)
     return budget
 
@@ -253,13 +254,13 @@ def value_round(
     results: dict[str, ValuationResult] = {}
     game.watch(progress)
     try:
-        if "ads" in methods:
+        if Method.ADS in methods:
             keywords = settings.as_keywords()
             if settings.budget is not None:
                 keywords["budget"] = ads_share_of_budget(settings.budget, len(players), methods)
-            results["ads"] = ads(game, [players], seed=seed, **keywords)
-        if "loo" in methods:
-            results["loo"] = loo(game, players)
+            results[Method.ADS] = ads(game, [players], seed=seed, **keywords)
+        if Method.LOO in methods:
+            results[Method.LOO] = loo(game, players)
         before, after = game.values([0, game.full_mask])
         game.finish()
     finally:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import numbers
 import re
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Collection, Hashable, Mapping
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 
 class Status(StrEnum):
-    """A client's status in a round's rows (a ``str``: written and compared as its value)."""
+    """A client's status in a round's rows (a ``str``: written, compared and shown as its value)."""
+
+    __repr__ = str.__repr__  # messages list statuses as the text a user writes
 
     #: Valued this round (its reply made the round game).
     OK = "ok"
@@ -42,14 +44,18 @@ class ClientEntry:
 
     ``weight`` is its aggregation weight (ok and rejected replies); ``num_examples`` is what
     its valuation rows book as its example count; ``reason`` why it was not valued (failed
-    and rejected clients).
+    and rejected clients; None when none was given: an empty text is taken as none).
     """
 
     client_id: Hashable
-    status: str
+    status: Status | str
     weight: float | None = None
     num_examples: int | None = None
-    reason: str = ""
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason == "":
+            object.__setattr__(self, "reason", None)
 
 
 @dataclass(frozen=True)
@@ -58,15 +64,12 @@ class ClaimEntry:
     client claimed, the weight aggregated and booked instead, and its reply's status."""
 
     client_id: Hashable
-    method: str
+    method: Method | str
     claimed: float
     used: float
-    status: str
+    status: Status | str
 
 
-#: ledger.csv, one row per (round, client, method); ``reason`` is empty unless the row's
-#: status is failed or rejected.
-LEDGER_COLUMNS = ("round", "client_id", "method", "value", "stderr", "num_examples", "status", "noisy", "reason")
 #: rounds.csv, one row per round; ``num_unaggregatable`` counts the coalitions the inner
 #: strategy returned no arrays for (valued at v_t(∅)); ``hash`` is the chain link.
 ROUND_COLUMNS = (
@@ -85,22 +88,122 @@ RUN_CONFIG_FILE = "run.json"
 FIRST_ORDER_FILE = "first_order.csv"
 FIRST_ORDER_COLUMNS = ("round", "client_id", "loss_before", "loss_after", "actual_change", "predicted_change")
 
+class Method(StrEnum):
+    """A ledger row's ``method`` (a ``str``: written and compared as its value). A plug-in
+    book (:mod:`fedvalue.round_book`) may book methods of its own; these are the core's."""
+
+    __repr__ = str.__repr__  # messages list methods as the text a user writes
+
+    #: The round game's values ([ADS] Remark 4.1, Eq. 10) and leave-one-out.
+    ADS = "ads"
+    LOO = "loo"
+    #: Top-k marks: 1 when the client was aggregated, 0 when not.
+    SELECTED = "selected"
+    #: TracIn flows ([RECIP] §4): what a client received, gave and did to itself.
+    TRACIN_INFLOW = "tracin_inflow"
+    TRACIN_OUTFLOW = "tracin_outflow"
+    TRACIN_SELF = "tracin_self"
+    #: Fairness books (fedvalue.fair_books): the round game valued with U = −gap, each
+    #: client's first-order fairness influence, the I-JACK factor.
+    ADS_FAIRNESS = "ads_fairness"
+    LOO_FAIRNESS = "loo_fairness"
+    FAIRNESS_INFLUENCE = "fairness_influence"
+    FAIR_WEIGHT = "fair_weight"
+    #: Fairness influence with curvature (fedvalue.fair_curvature) and its FedAvg-renormalized derivative.
+    FAIRNESS_INFLUENCE_CURVATURE = "fairness_influence_curvature"
+    FAIRNESS_WEIGHT_DERIVATIVE = "fairness_weight_derivative"
+    #: Claim-review flags: a claimed weight lowered by a cap, a claim that jumped.
+    CLAIM_CAPPED = "claim_capped"
+    CLAIM_JUMPED = "claim_jumped"
+
+
 #: Ledger methods: the valuations per round, top-k selection marks, TracIn flows (and the
 #: name each has in summaries); claim-review flags start with CLAIM_PREFIX.
-VALUATION_METHODS = ("ads", "loo")
-SELECTED = "selected"
-FLOW_METHODS = {"tracin_inflow": "inflow", "tracin_outflow": "outflow", "tracin_self": "self"}
+VALUATION_METHODS = (Method.ADS, Method.LOO)
+SELECTED = Method.SELECTED
+FLOW_METHODS = {Method.TRACIN_INFLOW: "inflow", Method.TRACIN_OUTFLOW: "outflow", Method.TRACIN_SELF: "self"}
 CLAIM_PREFIX = "claim_"
-CLAIM_CAPPED = CLAIM_PREFIX + "capped"
-CLAIM_JUMPED = CLAIM_PREFIX + "jumped"
-#: Fairness books (fedvalue.fair_books): the round game valued with U = −gap (method ->
-#: ledger name), each client's first-order fairness influence, the I-JACK factor.
-FAIRNESS_VALUATION_METHODS = {"ads": "ads_fairness", "loo": "loo_fairness"}
-FAIRNESS_INFLUENCE = "fairness_influence"
-FAIR_WEIGHT = "fair_weight"
-#: Fairness influence with curvature (fedvalue.fair_curvature) and its FedAvg-renormalized derivative.
-FAIRNESS_INFLUENCE_CURVATURE = "fairness_influence_curvature"
-FAIRNESS_WEIGHT_DERIVATIVE = "fairness_weight_derivative"
+CLAIM_CAPPED = Method.CLAIM_CAPPED
+CLAIM_JUMPED = Method.CLAIM_JUMPED
+#: Fairness books (fedvalue.fair_books): valuation method -> its ledger name on the
+#: fairness game, the influence, the I-JACK factor; with curvature, its influence and derivative.
+FAIRNESS_VALUATION_METHODS = {Method.ADS: Method.ADS_FAIRNESS, Method.LOO: Method.LOO_FAIRNESS}
+FAIRNESS_INFLUENCE = Method.FAIRNESS_INFLUENCE
+FAIR_WEIGHT = Method.FAIR_WEIGHT
+FAIRNESS_INFLUENCE_CURVATURE = Method.FAIRNESS_INFLUENCE_CURVATURE
+FAIRNESS_WEIGHT_DERIVATIVE = Method.FAIRNESS_WEIGHT_DERIVATIVE
+
+
+def _missing(value: object) -> bool:
+    """True for what a ledger cell holds as nothing: None, NaN, pandas' NA."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN and pd.NA (whose comparison is NA, not a bool)
+    except TypeError:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One row of ledger.csv: a client's booking under one method in one round.
+
+    Every book builds its rows as these (:meth:`fedvalue.round_book.RoundContext.row`), and
+    :meth:`fedvalue.ledger.LedgerWriter.write_round` writes them; its fields are
+    :data:`LEDGER_COLUMNS`, in order. Nothing is spelled by a stand-in: a value, standard
+    error, example count, noisy flag or reason that is not known is None (written as an
+    empty cell), never NaN, zero or an empty string; ``status`` is a :class:`Status`.
+    """
+
+    round: int
+    client_id: Hashable
+    method: str
+    value: float | None
+    stderr: float | None
+    num_examples: int | None
+    status: Status
+    noisy: bool | None = None
+    #: Why a failed or rejected client was not valued (None otherwise).
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in CLIENT_STATUSES:
+            raise ValueError(f"status: expected one of {[str(s) for s in CLIENT_STATUSES]}; got {self.status!r}.")
+        object.__setattr__(self, "status", Status(self.status))
+        for name in ("value", "stderr", "num_examples", "noisy"):
+            if _missing(getattr(self, name)):
+                object.__setattr__(self, name, None)
+        if self.reason is not None and (_missing(self.reason) or self.reason == ""):
+            object.__setattr__(self, "reason", None)
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, object]) -> LedgerRow:
+        """A row given as a mapping of the ledger's columns (``noisy`` and ``reason`` may be
+        left out); ValueError naming a missing or unknown column."""
+        if isinstance(row, LedgerRow):
+            return row
+        unknown = [str(k) for k in row if k not in LEDGER_COLUMNS]
+        missing = [c for c in LEDGER_COLUMNS[:-2] if c not in row]
+        if unknown or missing:
+            raise ValueError(f"ledger row: expected the columns {list(LEDGER_COLUMNS)} (noisy and reason optional); "
+                             f"got {'unknown ' + str(unknown) if unknown else ''}"
+                             f"{' and ' if unknown and missing else ''}{'no ' + str(missing) if missing else ''}.")
+        return cls(**row)
+
+    def as_dict(self) -> dict[str, object]:
+        """The row as a mapping of the ledger's columns, in order."""
+        return {name: getattr(self, name) for name in LEDGER_COLUMNS}
+
+
+#: ledger.csv, one row per (round, client, method): :class:`LedgerRow`'s fields, in order;
+#: ``reason`` is empty unless the row's status is failed or rejected.
+LEDGER_COLUMNS = tuple(f.name for f in fields(LedgerRow))
+
+
+def noisy_flag(client_id: Hashable, noisy_clients: Collection[Hashable] | None) -> bool | None:
+    """A row's ``noisy`` cell: whether the client is one of the run's noisy clients (None
+    when the run names none)."""
+    return None if noisy_clients is None else client_id in noisy_clients
 
 
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")

@@ -15,7 +15,7 @@ import pandas as pd
 
 from fedvalue.fair_curvature import drop_scores
 from fedvalue.ledger import load_run
-from fedvalue.schema import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE
+from fedvalue.schema import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, Method, Status
 from simulations.fairness_central import interval
 
 METRICS = ("accuracy", "dp_gap", "eop_gap", "eo_gap")
@@ -83,11 +83,11 @@ def round_scores(run_dir: Path) -> pd.DataFrame:
     every first-order score (:data:`SCORED`), as booked (the renormalized first-order one
     from ``fairness_influence`` and the booked example counts)."""
     ledger = load_run(run_dir).ledger
-    ledger = ledger[ledger["status"] == "ok"]
+    ledger = ledger[ledger["status"] == Status.OK]
     wide = ledger.pivot_table(index=["round", "client_id"], columns="method", values="value").reset_index()
     counts = ledger[ledger["method"] == FAIRNESS_INFLUENCE].set_index(["round", "client_id"])["num_examples"]
     wide["num_examples"] = counts.loc[list(zip(wide["round"], wide["client_id"]))].to_numpy(np.float64)
-    wide["exact"] = -wide["loo_fairness"]
+    wide["exact"] = -wide[Method.LOO_FAIRNESS]
     wide["first-order"] = wide[FAIRNESS_INFLUENCE]
     wide["curvature-unrenormalized"] = wide[FAIRNESS_INFLUENCE_CURVATURE]
     wide["curvature"] = wide[FAIRNESS_WEIGHT_DERIVATIVE]

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from fedvalue._checks import check_choice, check_integer, check_positive
 from fedvalue.flagging import FlaggingRule
-from fedvalue.schema import Status
+from fedvalue.schema import LedgerRow, Status
 
 SCHEDULES = ("random", "even")
 
@@ -28,7 +28,7 @@ class Sampler(Protocol):
 class LearningSampler(Protocol):
     """A sampler that also reads each round's ledger rows (value-weighted sampling)."""
 
-    def observe(self, ledger_rows: Sequence[Mapping]) -> None:
+    def observe(self, ledger_rows: Sequence[LedgerRow]) -> None:
         """Take in one committed round's ledger rows."""
 
 
@@ -125,9 +125,9 @@ class ValueWeightedSampler:
         if self.flagging is not None:
             self.flagging.update(ledger_rows)
         for row in ledger_rows:
-            if row.get("method") == self.method and row.get("status") == Status.OK and row.get("value") is not None:
-                client = int(row["client_id"])
-                self.totals[client] = self.totals.get(client, 0.0) + float(row["value"])
+            if row.method == self.method and row.status == Status.OK and row.value is not None:
+                client = int(row.client_id)
+                self.totals[client] = self.totals.get(client, 0.0) + float(row.value)
 
     def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
         ids = sorted(int(c) for c in partition_ids)

@@ -67,30 +67,30 @@ def books_of(objective, rule=None, accepted=frozenset(OK)):
 
 def test_fairness_rows_hold_values_influences_harms_and_reasons(objective):
     fair, books = books_of(objective)
-    rows = {(r["client_id"], r["method"]): r for r in books.ledger_rows}
+    rows = {(r.client_id, r.method): r for r in books.ledger_rows}
     assert [m for c, m in rows if c == "a"] == ["ads", "loo", "ads_fairness", "loo_fairness", "fairness_influence"]
-    values = {c: rows[c, "ads_fairness"]["value"] for c in OK}
+    values = {c: rows[c, "ads_fairness"].value for c in OK}
     # Group efficiency of the fairness game: Σ φ = U(A_t) − U(A_{t−1}) with U = −gap.
     realized = weighted_mean([REPLIES[c] for c in OK], [2.0, 5.0, 3.0])
     assert sum(values.values()) == pytest.approx(objective(realized) - objective(START), abs=1e-12)
     full = objective(realized)
-    assert rows["b", "loo_fairness"]["value"] == pytest.approx(
+    assert rows["b", "loo_fairness"].value == pytest.approx(
         full - objective(weighted_mean([REPLIES["a"], REPLIES["c"]], [2.0, 3.0])), abs=1e-12)
     influences = client_fairness_influences(objective.gradient(START), START, {c: REPLIES[c] for c in OK},
                                             {"a": 2.0, "b": 5.0, "c": 3.0})
-    assert {c: rows[c, "fairness_influence"]["value"] for c in OK} == pytest.approx(influences, rel=1e-12)
+    assert {c: rows[c, "fairness_influence"].value for c in OK} == pytest.approx(influences, rel=1e-12)
     # The rejected reply: the harm it would have done to the accepted aggregate, on fairness.
     harm = objective(weighted_mean([REPLIES[c] for c in OK + ["r"]], [2.0, 5.0, 3.0, 4.0])) - full
-    assert rows["r", "ads_fairness"]["value"] == pytest.approx(harm, abs=1e-12)
-    assert rows["r", "fairness_influence"]["value"] is None
-    assert rows["r", "ads_fairness"]["reason"] == "non-finite values"
-    assert rows["f", "loo_fairness"]["value"] is None and rows["f", "fairness_influence"]["reason"] == "crashed"
+    assert rows["r", "ads_fairness"].value == pytest.approx(harm, abs=1e-12)
+    assert rows["r", "fairness_influence"].value is None
+    assert rows["r", "ads_fairness"].reason == "non-finite values"
+    assert rows["f", "loo_fairness"].value is None and rows["f", "fairness_influence"].reason == "crashed"
     assert ("a", "fair_weight") not in rows
 
 
 def test_ijack_books_its_factors_and_drop_k_its_choice(objective):
     fair, books = books_of(objective, {"rule": "ijack", "lam": 20.0})
-    weights = {r["client_id"]: r["value"] for r in books.ledger_rows if r["method"] == "fair_weight"}
+    weights = {r.client_id: r.value for r in books.ledger_rows if r.method == "fair_weight"}
     raw = {c: max(0.0, 1.0 - 20.0 * fair.influences[c]) for c in OK}
     assert {c: weights[c] for c in OK} == pytest.approx({c: 3 * raw[c] / sum(raw.values()) for c in OK})
     assert weights["r"] is None and weights["f"] is None
@@ -104,7 +104,7 @@ def test_books_without_fairness_are_the_books_with_it_minus_its_rows(objective):
     _, with_fairness = books_of(objective)
     plain = book_round(round_record(set(OK)), accuracy_valuation(), bias_utility, realized=None)
     kept = [r for r in with_fairness.ledger_rows
-            if r["method"] not in ("ads_fairness", "loo_fairness", "fairness_influence")]
+            if r.method not in ("ads_fairness", "loo_fairness", "fairness_influence")]
     assert kept == plain.ledger_rows
     assert {k: v for k, v in with_fairness.round_row.items() if k != "valuation_seconds"} == {
         k: v for k, v in plain.round_row.items() if k != "valuation_seconds"}

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,8 +15,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedvalue.ledger import GENESIS_HASH, LedgerWriter, chain_hash, client_summary, csv_lines, genesis_hash, load_run
-from fedvalue.schema import LEDGER_COLUMNS, LEDGER_PARQUET_FILE, ROUND_COLUMNS
+from fedvalue.ledger import (
+    GENESIS_HASH,
+    LedgerWriter,
+    chain_hash,
+    client_summary,
+    csv_lines,
+    genesis_hash,
+    load_run,
+    spreadsheet_safe,
+)
+from fedvalue.schema import LEDGER_COLUMNS, LEDGER_PARQUET_FILE, ROUND_COLUMNS, LedgerRow, Method, Status
 
 
 def ledger_row(t, client, method, value, status="ok", noisy=False):
@@ -112,3 +124,49 @@ def test_client_totals_sum_each_clients_rounds(tmp_path):
 def test_a_directory_without_a_ledger_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="run_dir: expected a fedvalue run directory holding ledger.csv"):
         load_run(tmp_path)
+
+
+# A row as any book may build it: a core method or a plug-in's own, every cell known or None.
+ledger_rows = st.builds(
+    LedgerRow,
+    round=st.integers(1, 10**6),
+    client_id=st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="abc-_ 0123456789,\"", min_size=1, max_size=6)),
+    method=st.one_of(st.sampled_from(Method), st.text(alphabet="abcxyz_", min_size=1, max_size=8)),
+    value=st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)),
+    stderr=st.one_of(st.none(), st.floats(0.0, 1e300)),
+    num_examples=st.one_of(st.none(), st.integers(0, 2**53)),
+    status=st.sampled_from(Status),
+    noisy=st.one_of(st.none(), st.booleans()),
+    reason=st.one_of(st.none(), st.text(max_size=20)),
+)
+
+
+@given(st.lists(ledger_rows, min_size=1, max_size=8, unique_by=lambda r: (str(r.client_id), str(r.method))))
+def test_ledger_rows_round_trip_through_the_writer_and_load_run(rows):
+    t = rows[0].round
+    rows = [replace(row, round=t) for row in rows]
+    with tempfile.TemporaryDirectory() as tmp:
+        typed, mapped = Path(tmp, "typed"), Path(tmp, "mapped")
+        LedgerWriter(typed, config={"seed": 0}).write_round(round_row(t, [0]), rows)
+        # The writer takes a row or the mapping of its columns, to the same bytes.
+        LedgerWriter(mapped, config={"seed": 0}).write_round(round_row(t, [0]), [row.as_dict() for row in rows])
+        assert (typed / "ledger.csv").read_bytes() == (mapped / "ledger.csv").read_bytes()
+        assert (typed / "rounds.csv").read_bytes() == (mapped / "rounds.csv").read_bytes()
+        back = load_run(typed).rows()
+    # What comes back: the ids as the text the file holds, a reason as written (defused), None as None.
+    assert back == [replace(row, client_id=str(row.client_id), reason=spreadsheet_safe(row.reason) or None)
+                    for row in rows]
+    assert all(type(row.status) is Status for row in back)
+
+
+def test_a_row_is_typed_and_names_what_it_lacks():
+    assert tuple(LedgerRow.__dataclass_fields__) == LEDGER_COLUMNS
+    row = LedgerRow(1, 0, Method.ADS, float("nan"), np.float64("nan"), None, "ok", pd.NA, "")
+    assert (row.value, row.stderr, row.noisy, row.reason, row.status) == (None, None, None, None, Status.OK)
+    with pytest.raises(ValueError, match=r"status: expected one of \['ok', 'failed', 'rejected', 'idle'\]; got 'paid'"):
+        LedgerRow(1, 0, "ads", 1.0, 0.0, 1, "paid")
+    with pytest.raises(ValueError, match=r"ledger row: expected the columns .*got no \['stderr'\]"):
+        LedgerRow.from_mapping({"round": 1, "client_id": 0, "method": "ads", "value": 1.0, "num_examples": 1,
+                                "status": "ok"})
+    with pytest.raises(ValueError, match=r"got unknown \['weight'\]"):
+        LedgerRow.from_mapping({**row.as_dict(), "weight": 2.0})

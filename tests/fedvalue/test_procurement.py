@@ -156,9 +156,9 @@ def test_stage_books_mark_the_purchase_and_the_efficiency_gap():
     round_row, rows = stage_books(outcome, offers, noisy={"a": False, "b": True})
     assert round_row["round"] == 3 and round_row["ads_method"] == "ads-exact"
     assert math.isclose(round_row["efficiency_gap"], 0.0, abs_tol=1e-12)
-    marks = {r["client_id"]: r["value"] for r in rows if r["method"] == "selected"}
+    marks = {r.client_id: r.value for r in rows if r.method == "selected"}
     assert marks == {"a": 1.0, "b": 0.0}
-    assert {r["noisy"] for r in rows if r["client_id"] == "b"} == {True}
+    assert {r.noisy for r in rows if r.client_id == "b"} == {True}
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedvalue import schema
-from fedvalue.schema import client_key, client_sort_key
+from fedvalue.ledger import load_run
+from fedvalue.schema import LedgerRow, Method, Status, client_key, client_sort_key
 
 ids = st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="abc-_ 0123456789", min_size=1, max_size=6))
 #: Ids a CSV cell holds as written (no blanks: a blank cell reads as missing).
@@ -53,3 +54,24 @@ def test_the_contract_names_each_status_column_and_file_once():
     assert len(set(schema.LEDGER_COLUMNS)) == len(schema.LEDGER_COLUMNS)
     assert len(set(schema.ROUND_COLUMNS)) == len(schema.ROUND_COLUMNS)
     assert schema.ROUND_COLUMNS[-1] == "hash"  # the chain link closes every round row
+
+
+def test_every_named_method_is_a_member_and_compares_as_its_text():
+    named = [*schema.VALUATION_METHODS, schema.SELECTED, *schema.FLOW_METHODS, schema.CLAIM_CAPPED, schema.CLAIM_JUMPED,
+             *schema.FAIRNESS_VALUATION_METHODS.values(), schema.FAIRNESS_INFLUENCE, schema.FAIR_WEIGHT,
+             schema.FAIRNESS_INFLUENCE_CURVATURE, schema.FAIRNESS_WEIGHT_DERIVATIVE]
+    assert all(type(m) is Method for m in named) and sorted(named) == sorted(Method)
+    assert [m for m in Method if m.startswith(schema.CLAIM_PREFIX)] == [Method.CLAIM_CAPPED, Method.CLAIM_JUMPED]
+    assert Method.ADS == "ads" and {"ads": 1}[Method.ADS] == 1 and f"{Method.LOO}" == "loo"
+    assert repr(list(schema.CLIENT_STATUSES)) == "['ok', 'failed', 'rejected', 'idle']"  # messages show the text
+
+
+def test_every_method_and_status_a_real_run_writes_is_a_member_of_the_enums(signed_run):
+    run_dir, _, _ = signed_run
+    run = load_run(run_dir)
+    assert set(run.ledger["method"]) == {Method.ADS, Method.LOO} and set(run.ledger["status"]) <= set(Status)
+    rows = run.rows()
+    assert len(rows) == len(run.ledger) and all(isinstance(row, LedgerRow) for row in rows)
+    assert {type(row.status) for row in rows} == {Status} and {Method(row.method) for row in rows} <= set(Method)
+    # No stand-ins read back: a valued row has its numbers, any other row None where nothing is known.
+    assert all(row.reason is None and row.value is not None for row in rows if row.status == Status.OK)

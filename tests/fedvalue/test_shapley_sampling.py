@@ -310,6 +310,6 @@ def test_the_rounds_table_names_the_sampler_auto_took():
     books = book_round(record, valuation, utility, realized=None, noisy_clients=set())
     method = books.round_row["ads_method"]
     assert method == valuation.results["ads"].method and method == "ads-stratified"  # MC stays near 0.14 at its cap here
-    stderrs = [r["stderr"] for r in books.ledger_rows if r["method"] == "ads"]
+    stderrs = [r.stderr for r in books.ledger_rows if r.method == "ads"]
     assert len(stderrs) == 16 and max(stderrs) <= 0.02
     assert game.num_evaluations < 2 ** 16 / 4

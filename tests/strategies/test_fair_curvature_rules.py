@@ -15,6 +15,8 @@ from fedvalue.archive import read_round_record, round_record_paths
 from fedvalue.audit import audit_run
 from fedvalue.fair_curvature import curvature_influences
 from fedvalue.fairness import drop_k, fedavg_weight_derivatives
+from fedvalue.ledger import load_run
+from fedvalue.schema import Method, Status
 from strategies import FairDropK, ValuingStrategy
 from strategies.protocol import CURVATURE_KEY
 from strategies.sampling import PartitionSampler
@@ -85,6 +87,9 @@ def test_clients_answer_with_their_loss_gradient_and_fisher_diagonal_and_the_rul
         assert dropped == drop_k(score, 1)
         drops += len(dropped)
     assert drops > 0  # the rule really dropped clients
+    ledger = load_run(curvature_run.ledger.run_dir).ledger  # the ledger's named vocabulary
+    assert {"ads_fairness", "fairness_influence_curvature", "selected"} <= set(ledger["method"]) <= set(Method)
+    assert set(ledger["status"]) <= set(Status)
     report = audit_run(curvature_run.ledger.run_dir, utility=SETUP.make_utility(), fairness=fairness)
     assert report.intact, (report.problems, report.unverifiable)
 

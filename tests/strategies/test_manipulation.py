@@ -35,6 +35,7 @@ from fedvalue.rounds import weighted_mean
 from fedvalue.utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from fedvalue.books import claim_rows
+from fedvalue.schema import LedgerRow, Method, Status
 from strategies.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays, read_reply
 
@@ -245,6 +246,7 @@ def test_registered_sizes_cap_the_claim_flag_it_and_undo_the_attack(tmp_path, ho
     ledger = capped.ledger
     flags = ledger[ledger["method"] == CLAIM_CAPPED]
     assert list(flags["round"]) == [1, 2] and set(flags["client_id"]) == {str(ATTACKER)}
+    assert set(ledger["method"]) <= set(Method) and set(ledger["status"]) <= set(Status)  # the named vocabulary
     assert (flags["value"] == 50 * sizes[ATTACKER]).all() and (flags["num_examples"] == sizes[ATTACKER]).all()
     # Capped to its true size, the attacker's reply IS its honest reply: every book equals the honest run's.
     for method in ("ads", "loo", "tracin_outflow", "tracin_inflow", "tracin_self"):
@@ -382,8 +384,8 @@ def test_claim_review_caps_books_and_rewrites_the_message_alike():
     assert metric == 20 and type(metric) is int  # Flower's int metric stays an int
     assert [r.weight for r in records[1:]] == [30.0, 34.0, 38.0]  # at or under their registered size, or unknown
     (row,) = claim_rows(4, [f.entry() for f in flags], noisy_clients={0})
-    assert row == {"round": 4, "client_id": 0, "method": CLAIM_CAPPED, "value": 1000.0, "stderr": 0.0,
-                   "num_examples": 20, "status": "ok", "noisy": True, "reason": ""}
+    assert row == LedgerRow(round=4, client_id=0, method=CLAIM_CAPPED, value=1000.0, stderr=0.0, num_examples=20,
+                            status="ok", noisy=True, reason=None)
 
 
 def test_the_median_cap_uses_claims_after_the_registry_and_needs_three_claims():

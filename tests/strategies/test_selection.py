@@ -12,6 +12,7 @@ from fedvalue.flagging import FlaggingRule
 from fedvalue.ledger import load_run
 from fedvalue.rounds import weighted_mean
 from fedvalue.selection import retrain_plan, top_k
+from fedvalue.schema import FLOW_METHODS, LedgerRow, Method, Status
 from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 
@@ -108,11 +109,11 @@ def test_selection_inputs_are_checked(utility):
 def test_value_weighted_sampling_prefers_valuable_clients_and_skips_excluded():
     sampler = ValueWeightedSampler(2, temperature=0.01, seed=1)
     sampler.observe([
-        {"method": "ads", "status": "ok", "client_id": "0", "value": 0.30},
-        {"method": "ads", "status": "ok", "client_id": "1", "value": -0.20},
-        {"method": "ads", "status": "ok", "client_id": "2", "value": 0.25},
-        {"method": "loo", "status": "ok", "client_id": "1", "value": 9.0},  # another method: ignored
-        {"method": "ads", "status": "failed", "client_id": "3", "value": None},
+        LedgerRow(1, "0", "ads", 0.30, 0.0, 10, "ok"),
+        LedgerRow(1, "1", "ads", -0.20, 0.0, 10, "ok"),
+        LedgerRow(1, "2", "ads", 0.25, 0.0, 10, "ok"),
+        LedgerRow(1, "1", "loo", 9.0, 0.0, 10, "ok"),  # another method: ignored
+        LedgerRow(1, "3", "ads", None, None, None, "failed", reason="crashed"),
     ])
     assert sampler.totals == {0: 0.30, 1: -0.20, 2: 0.25}
     draws = [sampler.sample(t, range(4)) for t in range(1, 200)]
@@ -130,8 +131,7 @@ def test_value_weighted_sampler_stops_sampling_clients_its_flagging_rule_flags()
     rule = FlaggingRule("ads", kind="threshold", threshold=0.0, patience=1)
     sampler = ValueWeightedSampler(2, temperature=100.0, flagging=rule, seed=4)  # near uniform
     assert any(1 in sampler.sample(t, range(4)) for t in range(1, 30))  # before any books: sampled
-    sampler.observe([{"round": 1, "method": "ads", "status": "ok", "client_id": str(c), "value": v}
-                     for c, v in {0: 0.2, 1: -0.1, 2: 0.1}.items()])
+    sampler.observe([LedgerRow(1, str(c), "ads", v, 0.0, 10, "ok") for c, v in {0: 0.2, 1: -0.1, 2: 0.1}.items()])
     assert rule.flagged == {"1"}
     assert all(1 not in sampler.sample(t, range(4)) for t in range(2, 60))
     # never starves a round: with only the flagged client left besides one, everyone is eligible
@@ -160,6 +160,8 @@ def test_in_round_selection_by_tracin_outflow_keeps_the_largest_outflow_if_all_w
     train_config = ConfigRecord({"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0})
     strategy.start(grid, numpy_to_arrays(fb.initial_state()), num_rounds=2, timeout=60, train_config=train_config)
     ledger = load_run(tmp_path).ledger
+    assert set(ledger["method"]) == {"ads", "selected", *FLOW_METHODS} and set(ledger["method"]) <= set(Method)
+    assert set(ledger["status"]) <= set(Status)  # the ledger's named vocabulary
     train = [m for m in grid.sent if m.metadata.message_type == MessageType.TRAIN]
     for server_round in (1, 2):
         sent = [m for m in train if m.content["config"]["server-round"] == server_round]
