@@ -25,6 +25,8 @@ from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 
 from .inprocess import InProcessGrid
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 NUM_CLIENTS, FEATURES = 6, 4
 NODE_OF = {pid: 500 + 3 * pid for pid in range(NUM_CLIENTS)}
@@ -83,8 +85,11 @@ def flat(state) -> np.ndarray:
 
 def run_with_flows(tmp_path, load, rounds=3, per_round=3):
     grid = client_app_grid(load)
-    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path), flows=True,
-                               sampler=PartitionSampler(per_round, seed=5), methods=("ads",))
+    strategy = ValuingStrategy(
+        FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
+        sampler=PartitionSampler(per_round, seed=5), valuation=ValuationSettings(methods=("ads",)),
+        books=BookSettings(flows=True)
+    )
     train_config = {"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0}
     from flwr.app import ConfigRecord
     result = strategy.start(grid, numpy_to_arrays(initial_state()), num_rounds=rounds, timeout=60,
