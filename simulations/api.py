@@ -46,7 +46,7 @@ from strategies.acceptance import Acceptance
 from strategies.counterfactual import RandomState
 from strategies.protocol import SEED_KEY
 from strategies.records import initial_arrays
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
 
 
 def package_versions() -> dict[str, str]:
@@ -267,13 +267,9 @@ def simulate(
     """
     check_integer("num_rounds", num_rounds)
     check_integer("num_clients", num_clients)
-    valuation = ValuationSettings() if valuation is None else valuation
-    run = RunSettings() if run is None else run
-    engine = EngineOptions() if engine is None else engine
-    for name, value, kind in (("valuation", valuation, ValuationSettings), ("run", run, RunSettings),
-                              ("engine", engine, EngineOptions)):
-        if not isinstance(value, kind):
-            raise TypeError(f"{name}: expected a {kind.__module__}.{kind.__name__} or None; got {type(value).__name__}.")
+    valuation = settings_or_default("valuation", valuation, ValuationSettings)
+    run = settings_or_default("run", run, RunSettings)
+    engine = settings_or_default("engine", engine, EngineOptions)
     config = dict(run.run_config or {})
     config.setdefault("seed", seed)
     config.setdefault("num_rounds", num_rounds)

@@ -90,6 +90,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive
 from strategies.counterfactual import RandomState
+from strategies.valuing_settings import settings_or_default
 
 T = TypeVar("T")
 #: Seconds between polls for replies. Flower's in-memory grid polls every 0.1 s: a round's
@@ -420,9 +421,7 @@ def run_flower_simulation(
     if not isinstance(client_app, ClientApp):
         raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
     check_integer("num_supernodes", num_supernodes)
-    engine = EngineOptions() if engine is None else engine
-    if not isinstance(engine, EngineOptions):
-        raise TypeError(f"engine: expected a simulations.engine.EngineOptions or None; got {type(engine).__name__}.")
+    engine = settings_or_default("engine", engine, EngineOptions)
     num_cpus_per_client, ray_address = engine.num_cpus_per_client, engine.ray_address
 
     init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}

@@ -43,6 +43,16 @@ class RoundIntake:
         """The valid replies, in reply order."""
         return [r for r in self.records if r.status == Status.OK]
 
+    def passed(self, accepted: set, reject_non_finite: bool) -> list[int]:
+        """Positions of the entries whose messages the inner strategy aggregates: the accepted
+        valid replies and the error replies (malformed ones would make it raise), and, unless
+        ``reject_non_finite``, the NaN/inf ones."""
+        passed = [k for k, r in enumerate(self.records) if (r.status == Status.OK and r.client_id in accepted)
+                  or (r.message is not None and r.message.has_error())]
+        if not reject_non_finite:
+            passed += [k for k, r in enumerate(self.records) if r.status == Status.REJECTED]
+        return passed
+
 
 def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client: Mapping[int, int],
             start_arrays: Mapping[str, np.ndarray], targets: Sequence[int], claims=None,

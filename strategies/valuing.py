@@ -14,11 +14,10 @@ on a copy of itself at round start and under the round's random state
 (:mod:`strategies.counterfactual`), and the live aggregation gets the original replies
 from the same random state.
 
-The wrapper is the Flower adapter only: it takes the replies in (:mod:`strategies.intake`),
-writes the round record, asks the books (:func:`fedvalue.books.book_round`) and hands back
-the aggregate. TracIn queries live in :mod:`strategies.tracin`, the fairness books' strategy
-half in :mod:`strategies.fair_rounds`, the run directory and the server's state in
-:mod:`strategies.run_state`.
+The wrapper is the Flower adapter: it takes the replies in (:mod:`strategies.intake`),
+asks the books (:func:`fedvalue.books.book_round`) and hands back the aggregate; TracIn
+queries are :mod:`strategies.tracin`, the fairness hooks :mod:`strategies.fair_rounds`, the
+run directory and server state :mod:`strategies.run_state`.
 """
 
 from __future__ import annotations
@@ -30,50 +29,29 @@ from collections.abc import Callable, Iterable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
+from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.books import book_round
 from fedvalue.ledger import LedgerWriter
 from fedvalue.rounds import ArraysUtility, RoundValuation, ValuationSettings, round_game_for, round_rng, value_round
 from fedvalue.run_books import RunBooks, RunSettings
-from fedvalue.schema import WEIGHED_STATUSES, Status
-from strategies import server_state
+from fedvalue.schema import WEIGHED_STATUSES
 from strategies.acceptance import AcceptAll, Acceptance
-from strategies.counterfactual import CounterfactualAggregator, RandomState
+from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
 from strategies.fair_rounds import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in
 from strategies.nodes import NodeDirectory
 from strategies.protocol import GRADIENT_KEY
 from strategies.records import arrays_to_numpy, numpy_to_arrays
-from strategies.replay import replay_state
+from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
-from strategies.sampling import LearningSampler, Sampler
+from strategies.sampling import LearningSampler, Sampler, retarget
 from strategies.tracin import FlowQueries, outflows_if_all_aggregated
-from strategies.valuing_settings import BookSettings, IntakeSettings
-
-#: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
-PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
-
+from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
 
 class RunInterrupted(RuntimeError):
     """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
-
-
-def aggregates_by_weighted_mean(strategy: Strategy) -> bool:
-    """Whether ``strategy`` aggregates by FedAvg's own ``aggregate_train``: FedAvg, FedProx
-    and their subclasses that do not override it (a user's ``MyFedAvg``)."""
-    return isinstance(strategy, PURE_WEIGHTED_MEAN) and type(strategy).aggregate_train in {
-        cls.aggregate_train for cls in PURE_WEIGHTED_MEAN}
-
-
-def _settings(name: str, value: object, kind: type) -> object:
-    """``value``, or ``kind()`` for None; TypeError naming ``name`` for anything else."""
-    if value is None:
-        return kind()
-    if not isinstance(value, kind):
-        raise TypeError(f"{name}: expected a {kind.__module__}.{kind.__name__} (or None); got {type(value).__name__}.")
-    return value
 
 
 class ValuingStrategy(Strategy):
@@ -84,38 +62,30 @@ class ValuingStrategy(Strategy):
     strategy
         Any ``flwr.serverapp.strategy.Strategy``.
     utility
-        U(arrays) -> float on held-out data (for example
-        :class:`fedvalue.utilities.TorchModelUtility`); may have a ``batch`` method
-        taking a list of arrays dicts.
+        U(arrays) -> float on held-out data (e.g. :class:`fedvalue.utilities.TorchModelUtility`);
+        may have a ``batch`` method taking a list of arrays dicts.
     run_dir
         Where the ledger goes (``None``: keep the books in memory only).
     sampler
-        Seeded sampling by partition id; ``None`` keeps the inner strategy's own
-        sampling (not reproducible in Flower 1.41).
+        Seeded sampling by partition id; ``None`` keeps the inner strategy's own sampling
+        (not reproducible in Flower 1.41).
     acceptance
-        Which valid replies the inner strategy aggregates (:mod:`strategies.acceptance`):
-        every one (default), the top k by a score (:class:`~strategies.acceptance.TopK`) or a
-        replayed plan (:class:`~strategies.acceptance.Replay`); the last two book
-        ``selected`` rows; the fairness policies (:class:`~strategies.acceptance.FairDropK`,
-        :class:`~strategies.acceptance.FairReweight`) act on the fairness influences and need
-        ``books.fairness``.
+        Which valid replies the inner strategy aggregates (:mod:`strategies.acceptance`): every
+        one (default), the top k by a score, a replayed plan, or a fairness policy (which
+        needs ``books.fairness``).
     seed
         Seed of MC permutations (round t uses ``[seed, t]``).
-    valuation
-        :class:`fedvalue.rounds.ValuationSettings`: the methods, the ADS estimator's settings
-        (:class:`fedvalue.ads.AdsSettings`, passed whole) and a progress callback.
-    books
-        :class:`strategies.valuing_settings.BookSettings`: TracIn flows, the fairness
-        objective and its curvature damping, the clients known to be noisy.
-    intake
-        :class:`strategies.valuing_settings.IntakeSettings`: the claim review, whether NaN/inf
-        replies are kept out, the node directory and the query timeout.
-    run
-        :class:`fedvalue.run_books.RunSettings`: run.json's configuration, records,
-        checkpoints, resume, the signing key and the per-round callback. Resuming continues
-        the run in ``run_dir`` from its verified checkpoint: the inner strategy, sampler and
-        claim review take the saved state, and :meth:`start` runs the remaining rounds; the
-        same seed gives the same ledger as an uninterrupted run.
+    valuation, books, intake, run
+        Settings objects, each checked when made (None: its defaults):
+        :class:`fedvalue.rounds.ValuationSettings` (methods, the ADS estimator's settings,
+        a progress callback), :class:`strategies.valuing_settings.BookSettings` (TracIn
+        flows, fairness and its curvature, noisy clients),
+        :class:`strategies.valuing_settings.IntakeSettings` (claim review, NaN/inf replies,
+        node directory, query timeout) and :class:`fedvalue.run_books.RunSettings`
+        (run.json's configuration, records, checkpoints, resume, signing key, per-round
+        callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
+        (the inner strategy, sampler and claim review take the saved state); the same
+        seed gives the same ledger as an uninterrupted run.
     """
 
     def __init__(
@@ -140,10 +110,10 @@ class ValuingStrategy(Strategy):
         self.utility = utility
         self.sampler = sampler
         self.seed = int(seed)
-        self.valuation = _settings("valuation", valuation, ValuationSettings)
-        self.book_settings = _settings("books", books, BookSettings)
-        self.intake = _settings("intake", intake, IntakeSettings)
-        self.run_state = RunState(run_dir, _settings("run", run, RunSettings))
+        self.valuation = settings_or_default("valuation", valuation, ValuationSettings)
+        self.book_settings = settings_or_default("books", books, BookSettings)
+        self.intake = settings_or_default("intake", intake, IntakeSettings)
+        self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings))
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review
         self.on_round = self.run_state.settings.on_round  # an attribute: a caller may set it once built
         self.nodes = NodeDirectory() if self.intake.nodes is None else self.intake.nodes
@@ -266,14 +236,7 @@ class ValuingStrategy(Strategy):
             config = self.fair.train_config(config)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         if self.sampler is not None and messages:
-            client_to_node = self._partition_map(grid)
-            chosen = self.sampler.sample(server_round, list(client_to_node))
-            template = messages[0]
-            messages = [
-                Message(content=template.content, dst_node_id=client_to_node[client_id],
-                        message_type=template.metadata.message_type, group_id=template.metadata.group_id or None)
-                for client_id in chosen
-            ]
+            messages = retarget(messages, self.sampler, server_round, self._partition_map(grid))
         self._targets = [int(m.metadata.dst_node_id) for m in messages]
         if self.flows:
             self._idle_gradients = self._query_gradients(grid, arrays, set(self._targets))
@@ -308,7 +271,8 @@ class ValuingStrategy(Strategy):
             {r.client_id: r.message for r in records if r.status in WEIGHED_STATUSES},
             self._start_arrays, random_state)
         # Only a saved record is ever replayed (by the audit): capture nothing for one that is not saved.
-        replay = None if pure or not self.run_state.save_records else self._replay_state(random_state, records)
+        replay = (None if pure or not self.run_state.save_records
+                  else replay_state_or_reason(self.strategy, random_state, records))
         seed = functools.partial(round_rng, self.seed, server_round)
         valuation = self._value(server_round, ok, aggregator, seed()) if ok else None
         fair = None if self.fair is None else self.fair.value(ok, self._start_arrays, aggregator, self.valuation,
@@ -322,11 +286,7 @@ class ValuingStrategy(Strategy):
         ) if ok else set()
         if fair is not None and ok:
             fair = self.fair.reweigh(fair, ok, accepted, scores, self.weighted_by_key)
-        # Malformed replies would make the inner strategy raise: it sees the accepted ones and the errors.
-        passed = [k for k, r in enumerate(records)
-                  if (r.status == Status.OK and r.client_id in accepted) or (r.message is not None and r.message.has_error())]
-        if not self.intake.reject_non_finite:
-            passed += [k for k, r in enumerate(records) if r.status == Status.REJECTED]
+        passed = intake.passed(accepted, self.intake.reject_non_finite)
         random_state.restore()
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, [records[k].message for k in passed])
 
@@ -380,13 +340,3 @@ class ValuingStrategy(Strategy):
         return round_record(server_round, intake, start_arrays=self._start_arrays, accepted=accepted,
                             weighted_by_key=self.weighted_by_key, flows=self.flows, meta=meta,
                             replay=replay if isinstance(replay, tuple) else None)
-
-    def _replay_state(self, random_state: RandomState, records: list) -> tuple | str:
-        """The inner strategy's state, the round's random state and the replies' metric
-        records as data (:func:`strategies.replay.replay_state`), taken before the live
-        aggregation moves the strategy; or why they cannot be saved (the audit then says
-        its rounds are not verifiable)."""
-        try:
-            return replay_state(self.strategy, random_state, records)
-        except server_state.StateNotCaptured as error:
-            return str(error)

@@ -18,6 +18,15 @@ from strategies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
 
 
+def settings_or_default(name: str, value: object, kind: type) -> object:
+    """``value``, or ``kind()`` for None; TypeError naming ``name`` for anything else."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}: expected a {kind.__module__}.{kind.__name__} (or None); got {type(value).__name__}.")
+    return value
+
+
 @dataclass(frozen=True)
 class BookSettings:
     """Books a round keeps besides ADS and LOO.

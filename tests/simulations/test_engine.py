@@ -234,7 +234,7 @@ def test_engine_options_are_read_from_a_config_and_refused_in_place_of_the_wrong
         rounds: int = 5
 
     assert EngineOptions.of(Config()) == EngineOptions(num_cpus_per_client=2.0, max_parallel_clients=3)
-    with pytest.raises(TypeError, match="engine: expected a simulations.engine.EngineOptions or None; got dict"):
+    with pytest.raises(TypeError, match="engine: expected a simulations.engine.EngineOptions .or None.; got dict"):
         run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=1, engine={"num_cpus_per_client": 1})
 
 
