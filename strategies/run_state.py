@@ -19,10 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from flwr.app import ArrayRecord
+
 from fedvalue.archive import RoundRecord
 from fedvalue.run_books import Restored, RunBooks, RunSettings
 from strategies import server_state
 from strategies.counterfactual import RandomState
+from strategies.records import numpy_to_arrays
 
 #: The saved objects, in the order a resumed run takes them back.
 PARTS = ("strategy", "sampler", "claims")
@@ -95,6 +98,7 @@ class RunState:
         self.opened = False
         #: Where a resumed run continues from (None: a new run).
         self.resumed: Restored | None = None
+        self._resumed_random: RandomState | None = None
 
     @property
     def resume(self) -> bool:
@@ -120,7 +124,25 @@ class RunState:
             return None
         self.resumed = self.books.restored
         state = self.resumed.state
-        return None if state is None else take_state(state, parts, into_copies=False)
+        if state is None:
+            return None
+        taken = take_state(state, parts, into_copies=False)
+        self._resumed_random = taken.random
+        return taken
+
+    def continue_from(self, num_rounds: int, initial_arrays: ArrayRecord) -> tuple[int, ArrayRecord]:
+        """(rounds already committed, the arrays to start from) for a run of ``num_rounds``:
+        (0, ``initial_arrays``) for a new run; resumed, round k's A_k, with the global random
+        state put back as it was after round k (the draws Flower's strategies make continue as
+        in an uninterrupted run). ValueError when no round is left to run."""
+        done = 0 if self.resumed is None else self.resumed.round
+        if done >= num_rounds:
+            raise ValueError(f"num_rounds: the run in {self.books.run_dir} already completed {done} rounds; got "
+                             f"num_rounds={num_rounds}, so there is nothing to resume.")
+        if not done:
+            return 0, initial_arrays
+        self._resumed_random.restore()
+        return done, numpy_to_arrays(self.resumed.arrays)
 
     def commit(self, server_round: int, round_row: dict, ledger_rows: list, record: RoundRecord,
                realized: dict, parts: ServerParts) -> None:

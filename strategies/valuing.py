@@ -43,7 +43,7 @@ from strategies.fair_rounds import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in
 from strategies.nodes import NodeDirectory
 from strategies.protocol import GRADIENT_KEY
-from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.records import arrays_to_numpy
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
 from strategies.sampling import LearningSampler, Sampler, retarget
@@ -138,7 +138,6 @@ class ValuingStrategy(Strategy):
         self._idle_gradients: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
-        self._resumed_random: RandomState | None = None
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -173,7 +172,7 @@ class ValuingStrategy(Strategy):
         taken = self.run_state.open(self._parts())
         if taken is not None:
             self.strategy, self.sampler, self.claims = taken.strategy, taken.sampler, taken.claims
-            self.flow_queries.pending, self._resumed_random = taken.pending_first_order, taken.random
+            self.flow_queries.pending = taken.pending_first_order
         if self.run_state.resumed is not None:
             self.rounds = self.books.committed_rounds()
 
@@ -191,16 +190,7 @@ class ValuingStrategy(Strategy):
         """
         self.open_books()
         self._num_rounds = num_rounds
-        resumed = self.run_state.resumed
-        offset = 0 if resumed is None else resumed.round
-        if offset >= num_rounds:
-            raise ValueError(
-                f"num_rounds: the run in {self.ledger.run_dir} already completed {offset} rounds; got "
-                f"num_rounds={num_rounds}, so there is nothing to resume."
-            )
-        if offset:
-            initial_arrays = numpy_to_arrays(resumed.arrays)
-            self._resumed_random.restore()  # the global draws Flower's strategies make continue as uninterrupted
+        offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
         result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
