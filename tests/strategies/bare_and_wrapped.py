@@ -20,10 +20,10 @@ from flwr.serverapp.strategy import Strategy
 from clients.app import ClientData, make_client_app
 from strategies import ValuingStrategy
 from strategies.records import numpy_to_arrays
-
-from .clientapp_grid import ClientAppGrid
 from fedvalue.ads import AdsSettings
 from fedvalue.rounds import ValuationSettings
+
+from .clientapp_grid import ClientAppGrid
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -25,11 +25,11 @@ from strategies.records import arrays_to_numpy, numpy_to_arrays
 from strategies.replay import replay_aggregator
 
 from tests.fedvalue.forgery import rechain
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid, set_server_identity
 from .test_flow_books import initial_state, load_client, make_model, utility
 from .test_valuing import NODE_OF, PID_OF
-from strategies.valuing_settings import BookSettings
 
 CLIENTS_PER_ROUND, FAILING, NON_FINITE = 5, 1, 3
 

@@ -22,6 +22,9 @@ from strategies.records import numpy_to_arrays
 from strategies.replay import replay_aggregator
 
 from tests.fedvalue.forgery import rechain, reseal
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid, set_server_identity
 from .test_faults import nan_handler
@@ -29,9 +32,6 @@ from .test_flow_books import client_app_grid, initial_state, load_client, utilit
 from .test_valuing import NODE_OF, PID_OF
 from .test_valuing import initial_arrays as linear_initial_arrays
 from .test_valuing import utility as _linear_utility_fixture
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import ValuationSettings
-from strategies.valuing_settings import BookSettings
 
 linear_utility = _linear_utility_fixture
 

@@ -17,10 +17,10 @@ from fedvalue.fairness import GroupFairness, drop_k, ijack_factors
 from fedvalue.ledger import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.sampling import PartitionSampler
+from strategies.valuing_settings import BookSettings
 
 from .bare_and_wrapped import assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 from .test_conformance import FEATURES, SETUP, model_factory
-from strategies.valuing_settings import BookSettings
 
 
 def fairness_objective() -> GroupFairness:

@@ -18,13 +18,13 @@ from fedvalue.fairness import drop_k, fedavg_weight_derivatives
 from strategies import FairDropK, ValuingStrategy
 from strategies.protocol import CURVATURE_KEY
 from strategies.sampling import PartitionSampler
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .bare_and_wrapped import one_torch_thread, run  # noqa: F401
 from .inprocess import set_server_identity
 from .test_conformance import SETUP, load_client, model_factory
 from .test_fair_acceptance import fairness_objective, rows
-from fedvalue.rounds import ValuationSettings
-from strategies.valuing_settings import BookSettings
 
 DAMPING = 0.5
 

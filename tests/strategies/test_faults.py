@@ -12,11 +12,11 @@ from fedvalue.ledger import load_run
 from fedvalue.rounds import weighted_mean
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.valuing_settings import IntakeSettings
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
 from .test_valuing import utility as _utility_fixture
-from strategies.valuing_settings import IntakeSettings
 
 utility = _utility_fixture
 

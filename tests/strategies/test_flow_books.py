@@ -23,10 +23,10 @@ from fedvalue.schema import FIRST_ORDER_FILE
 from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
-
-from .inprocess import InProcessGrid
 from fedvalue.rounds import ValuationSettings
 from strategies.valuing_settings import BookSettings
+
+from .inprocess import InProcessGrid
 
 NUM_CLIENTS, FEATURES = 6, 4
 NODE_OF = {pid: 500 + 3 * pid for pid in range(NUM_CLIENTS)}

@@ -37,10 +37,10 @@ from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from fedvalue.books import claim_rows
 from strategies.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays, read_reply
-
-from .inprocess import InProcessGrid, set_server_identity
 from fedvalue.rounds import ValuationSettings
 from strategies.valuing_settings import BookSettings, IntakeSettings
+
+from .inprocess import InProcessGrid, set_server_identity
 
 NUM_CLIENTS, FEATURES, CLASSES = 6, 5, 3
 NODE_OF = {pid: 700 + 11 * pid for pid in range(NUM_CLIENTS)}

@@ -15,13 +15,13 @@ from simulations.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.records import numpy_to_arrays
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
+from strategies.valuing_settings import IntakeSettings
 
 from .bare_and_wrapped import one_torch_thread  # noqa: F401
 from .clientapp_grid import ClientAppGrid
 from .inprocess import InProcessGrid
-from fedvalue.rounds import ValuationSettings
-from fedvalue.run_books import RunSettings
-from strategies.valuing_settings import IntakeSettings
 
 NUM_CLIENTS, FEATURES, CLASSES = 5, 4, 2
 NODES = {9001 + 7 * pid: pid for pid in range(NUM_CLIENTS)}

@@ -24,12 +24,12 @@ from fedvalue.ledger import load_run
 from strategies import ValueWeightedSampler, ValuingStrategy
 from strategies.valuing import RunInterrupted
 from strategies.records import numpy_to_arrays
-
-from .inprocess import set_server_identity
-from .test_flow_books import client_app_grid, initial_state, load_client, utility
 from fedvalue.rounds import ValuationSettings
 from fedvalue.run_books import RunSettings
 from strategies.valuing_settings import BookSettings
+
+from .inprocess import set_server_identity
+from .test_flow_books import client_app_grid, initial_state, load_client, utility
 
 ROUNDS = 4
 

@@ -14,12 +14,12 @@ from fedvalue.rounds import weighted_mean
 from fedvalue.selection import retrain_plan, top_k
 from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler
 from strategies.records import arrays_to_numpy, numpy_to_arrays
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
 from .test_valuing import utility as _utility_fixture
-from fedvalue.rounds import ValuationSettings
-from strategies.valuing_settings import BookSettings
 
 utility = _utility_fixture
 

@@ -11,11 +11,11 @@ from flwr.serverapp.strategy import FedAvg
 from fedvalue.audit import audit_run
 from fedvalue.ledger import load_run
 from strategies import PartitionSampler, ValuingStrategy
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import ValuationSettings
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa: F401 - the fixture
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import ValuationSettings
 
 
 def _run(tmp_path, utility, **options):

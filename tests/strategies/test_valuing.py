@@ -17,11 +17,11 @@ from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from tests.fedvalue.reference_games import ordered_permutation_values
-
-from .inprocess import InProcessGrid
 from fedvalue.ads import AdsSettings
 from fedvalue.rounds import ValuationSettings
 from strategies.valuing_settings import BookSettings
+
+from .inprocess import InProcessGrid
 
 NUM_FEATURES, NUM_CLASSES = 5, 3
 NODE_OF = {pid: 1000 + 7 * pid for pid in range(6)}
