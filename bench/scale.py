@@ -93,13 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     import simulations  # noqa: F401 - sets OMP_WAIT_POLICY before torch loads, as the CLI does
     from flwr.serverapp.strategy import FedAvg
 
+    from fedvalue.ads import AdsSettings
     from fedvalue.ledger import load_run
+    from fedvalue.rounds import ValuationSettings
+    from fedvalue.run_books import RunSettings
     from fedvalue.utilities import TorchModelUtility
     from simulations.api import simulate
     from simulations.data import load_dataset, sample_per_class
     from simulations.models import make_mlp
     from strategies import PartitionSampler
     from strategies.protocol import train_config
+    from strategies.valuing_settings import IntakeSettings
 
     seed = 0
     test = load_dataset("fashion-mnist", split="test")
@@ -136,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         num_clients=args.clients, num_rounds=args.rounds, utility=utility, out=args.out, overwrite=True,
         train_config=train_config(learning_rate=0.05, local_epochs=5, batch_size=0, seed=seed),
         sampler=PartitionSampler(args.per_round, schedule="random", seed=seed), seed=seed,
-        valuation_options={"valuation_budget": args.budget}, flows=not args.no_flows, on_round=on_round,
-        query_timeout=600.0, round_timeout=3600.0, save_records=not args.no_records,
+        valuation=ValuationSettings(ads=AdsSettings(budget=args.budget)), flows=not args.no_flows,
+        intake=IntakeSettings(query_timeout=600.0), run=RunSettings(on_round=on_round, save_records=not args.no_records),
+        round_timeout=3600.0,
     )
     wall = time.perf_counter() - started
     out = Path(args.out)

@@ -23,7 +23,9 @@ from flwr.serverapp.strategy import FedAdam
 
 from clients import make_client_app
 from digits_clients import digits, load_client, make_model  # your model and data (examples/digits_clients.py)
+from fedvalue.ads import AdsSettings
 from fedvalue.ledger import load_run
+from fedvalue.rounds import ValuationSettings
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import initial_model_arrays
 from simulations.engine import run_flower_simulation
@@ -43,6 +45,7 @@ def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int)
             run_dir=out,
             sampler=PartitionSampler(clients_per_round, seed=seed),   # seeded sampling by partition id
             seed=seed,                                                 # MC permutations, if any
+            valuation=ValuationSettings(("ads", "loo"), AdsSettings(method="auto")),  # the defaults, shown
         )
         strategy.start(grid, initial_model_arrays(make_model, seed), num_rounds=rounds,
                        train_config=ConfigRecord({"lr": 0.5, "local-epochs": 5, "batch-size": 32, "seed": seed}))

@@ -62,9 +62,10 @@ from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_ST
 
 #: Weight key of strategies that weigh replies by their example counts.
 NUM_EXAMPLES_KEY = "num-examples"
-#: run.json keys -> the record's valuation settings they fix (the CLI simulations write them).
-SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "delta",
-                "truncation_tolerance": "truncation_tolerance", "stderr_target": "stderr_target"}
+#: Runs written before run.json held ``valuation`` (``AdsSettings.as_keywords()``) named the
+#: estimator by the simulations' option names; read only to audit such a run.
+LEGACY_SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "delta",
+                       "truncation_tolerance": "truncation_tolerance", "stderr_target": "stderr_target"}
 
 
 def close(booked, recomputed, tolerance: float) -> bool:
@@ -156,17 +157,26 @@ def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], in
     return problems
 
 
+def _run_settings(config: Mapping) -> dict:
+    """The estimator settings run.json fixes, as the record writes them
+    (:meth:`fedvalue.ads.AdsSettings.as_keywords`); from the older option names for a run
+    written before (a zero ``stderr_target`` then meant none)."""
+    written = config.get("valuation")
+    if isinstance(written, Mapping):
+        return dict(written)
+    return {field: (config[key] or None) if key == "stderr_target" else config[key]
+            for key, field in LEGACY_SETTING_KEYS.items() if key in config}
+
+
 def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
     """Where the record's estimator, methods or seed disagree with run.json."""
     meta, problems = record.meta, []
     valuation = meta.get("valuation") or {}
     if not isinstance(valuation, dict):
         return [f"its valuation settings are not an object: {str(valuation)[:40]!r}"]
-    for key, field in SETTING_KEYS.items():
-        if key in config:
-            expected = config[key] or None if key == "stderr_target" else config[key]
-            if valuation.get(field) != expected:
-                problems.append(f"its {field} is {valuation.get(field)!r}, run.json says {expected!r}")
+    for field, expected in _run_settings(config).items():
+        if valuation.get(field) != expected:
+            problems.append(f"its {field} is {valuation.get(field)!r}, run.json says {expected!r}")
     if "methods" in config and list(meta.get("methods", [])) != list(config["methods"]):
         problems.append(f"its methods are {meta.get('methods')!r}, run.json says {config['methods']!r}")
     if "seed" in config and meta.get("seed") != config["seed"]:

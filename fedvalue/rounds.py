@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -216,6 +216,42 @@ def ads_share_of_budget(budget: int, num_players: int, methods: Sequence[str]) -
     if Method.LOO in methods and exact_num_coalitions([range(num_players)]) > budget:
         return budget - (num_players + 1)
     return budget
+
+
+@dataclass(frozen=True)
+class ValuationSettings:
+    """How each round is valued, checked once when made and passed whole.
+
+    Parameters
+    ----------
+    methods
+        Valuations per round, a subset of ``("ads", "loo")`` (none: the round is booked
+        unvalued, its clients' statuses and weights only).
+    ads
+        The ADS estimator's settings (:class:`fedvalue.ads.AdsSettings`; its ``budget``
+        bounds the round's distinct coalition evaluations, ADS and LOO together).
+    on_progress
+        Called with (round, coalitions evaluated, coalitions planned) while a round is
+        valued (a display; it changes nothing that is booked).
+    """
+
+    methods: tuple[str, ...] = tuple(VALUATION_METHODS)
+    ads: AdsSettings = field(default_factory=AdsSettings)
+    on_progress: Callable[[int, int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.methods, str) or not isinstance(self.methods, Sequence | frozenset | set):
+            raise TypeError(f"methods: expected a sequence of names from {list(VALUATION_METHODS)}; got "
+                            f"{self.methods!r}.")
+        unknown = [m for m in self.methods if m not in VALUATION_METHODS]
+        if unknown:
+            raise ValueError(f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}.")
+        object.__setattr__(self, "methods", tuple(self.methods))
+        if not isinstance(self.ads, AdsSettings):
+            raise TypeError(f"ads: expected a fedvalue.ads.AdsSettings; got {type(self.ads).__name__}.")
+        if self.on_progress is not None and not callable(self.on_progress):
+            raise TypeError(f"on_progress: expected a callable (round, evaluated, planned) or None; got "
+                            f"{type(self.on_progress).__name__}.")
 
 
 def round_rng(seed: int, server_round: int) -> np.random.Generator:

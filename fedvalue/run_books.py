@@ -79,6 +79,56 @@ def _committed(rounds_text: str) -> int:
     return sum(1 for line in table_lines(rounds_text) if line.endswith("\n"))
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """How a valued run keeps its directory, checked once when made.
+
+    Parameters
+    ----------
+    run_config
+        The run's configuration, written to ``run.json`` (resuming: compared with it).
+    save_records
+        Save each round's record (A_{t−1}, every reply's arrays and weight, gradients) before
+        the round commits, so ``fedvalue audit`` can recompute every value.
+    checkpoint
+        After each round commits, save A_t and the server's state as data so the run can
+        resume (a strategy holding state that is not data is refused when the books open).
+    resume
+        Continue the run from its last checkpoint, verified before anything is cut.
+    sign_key
+        An Ed25519 private key (a PEM file from ``fedvalue keygen``, or a
+        :class:`fedvalue.seals.Signer`) signing each round's seal and the final manifest;
+        read here, once.
+    on_round
+        Called with each round's ``rounds.csv`` row after it is written.
+    """
+
+    run_config: Mapping | None = None
+    save_records: bool = True
+    checkpoint: bool = True
+    resume: bool = False
+    sign_key: str | os.PathLike | Signer | None = None
+    on_round: Callable[[dict], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.run_config is not None and not isinstance(self.run_config, Mapping):
+            raise TypeError(f"run_config: expected a mapping (written to run.json) or None; got "
+                            f"{type(self.run_config).__name__}.")
+        for name in ("save_records", "checkpoint", "resume"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        if self.on_round is not None and not callable(self.on_round):
+            raise TypeError(f"on_round: expected a callable taking a rounds.csv row, or None; got "
+                            f"{type(self.on_round).__name__}.")
+        if self.sign_key is not None and not isinstance(self.sign_key, Signer):
+            object.__setattr__(self, "sign_key", Signer.from_file(self.sign_key))
+
+    @property
+    def signer(self) -> Signer | None:
+        return self.sign_key
+
+
 class RunBooks:
     """A run directory opened for writing (module docstring).
 

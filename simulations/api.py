@@ -14,6 +14,7 @@ ServerApp is a thread of this process, so the wrapped strategy and its books sta
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import platform
@@ -35,16 +36,17 @@ from fedvalue._checks import check_integer
 from clients.app import ClientData, make_client_app
 from clients.seeding import seeded_call
 from fedvalue.ledger import Run, load_run
-from fedvalue.rounds import VALUATION_METHODS, ArraysUtility
+from fedvalue.rounds import ArraysUtility, ValuationSettings
+from fedvalue.run_books import RunSettings
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
 from fedvalue.seals import SEALS_FILE
-from simulations.engine import check_ray_address, serve, stop_on_signals
+from simulations.engine import EngineOptions, check_ray_address, serve, stop_on_signals
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
-from strategies.claims import ClaimReview
 from strategies.counterfactual import RandomState
 from strategies.protocol import SEED_KEY
 from strategies.records import initial_arrays
+from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
 
 
 def package_versions() -> dict[str, str]:
@@ -178,29 +180,17 @@ def simulate(
     out: str | os.PathLike,
     train_config: Mapping[str, int | float | str] | None = None,
     sampler: PartitionSampler | None = None,
-    methods: Sequence[str] = VALUATION_METHODS,
-    valuation_options: Mapping | None = None,
     seed: int = 0,
+    flows: bool = False,
     noisy_clients: Collection[int] | None = None,
-    on_round: Callable[[dict], None] | None = None,
-    run_config: Mapping | None = None,
+    acceptance: Acceptance | None = None,
+    valuation: ValuationSettings | None = None,
+    intake: IntakeSettings | None = None,
+    run: RunSettings | None = None,
+    engine: EngineOptions | None = None,
+    client_mods: Sequence[Mod] = (),
     overwrite: bool = False,
     round_timeout: float = 600.0,
-    num_cpus_per_client: float = 1,
-    max_parallel_clients: int | None = None,
-    ray_address: str | None = None,
-    flows: bool = False,
-    num_gpus_per_client: float = 0.0,
-    resume: bool = False,
-    save_records: bool = True,
-    client_mods: Sequence[Mod] = (),
-    claims: ClaimReview | None = None,
-    reject_non_finite: bool = True,
-    query_timeout: float = 120.0,
-    checkpoint: bool = True,
-    acceptance: Acceptance | None = None,
-    sign_key=None,
-    on_valuation_progress: Callable[[int, int, int], None] | None = None,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
 
@@ -235,30 +225,34 @@ def simulate(
         defaults to this one). The same seed gives the same ledger, byte for byte.
     flows
         Book TracIn flows between clients (inflow, outflow, self per round; see
-        :class:`strategies.ValuingStrategy`). Every client needs an inference split
+        :class:`strategies.valuing_settings.BookSettings`). Every client needs an inference split
         (``ClientData.x_infer``, ``y_infer``); a client without one is refused before the run
         starts (:func:`check_inference_splits`).
-    resume
-        Continue the run in ``out`` from its last completed round (its run.json must
-        equal this call's configuration); the ledger ends as an uninterrupted run's.
-    save_records
-        Save each round's record (states, replies, gradients) under ``out/records`` for
-        ``fedvalue audit`` to recompute the books.
-    num_gpus_per_client
-        GPUs Ray gives each client actor (0: none; fractions share one GPU).
+    noisy_clients
+        Client ids known to be noisy, marked in the ledger's ``noisy`` column.
+    acceptance
+        Which valid replies are aggregated (:mod:`strategies.acceptance`: top-k selection or a
+        replayed plan).
+    valuation
+        The methods, the ADS estimator's settings and a progress callback
+        (:class:`fedvalue.rounds.ValuationSettings`; :class:`simulations.progress.ValuationProgress`
+        shows the progress).
+    intake
+        Claim review, NaN/inf replies kept out, seconds to wait for partition ids and gradients
+        (:class:`strategies.valuing_settings.IntakeSettings`).
+    run
+        The run directory's settings (:class:`fedvalue.run_books.RunSettings`): ``run_config``
+        (completed here with the seed, rounds, clients, strategy, training and valuation
+        settings and package versions, so the run can be read and audited from run.json
+        alone), records for ``fedvalue audit``, checkpoints, ``resume`` (continue the run in
+        ``out``; its run.json must equal this call's configuration), the signing key and the
+        per-round callback.
+    engine
+        CPUs and GPUs per client, parallelism, an existing Ray cluster
+        (:class:`simulations.engine.EngineOptions`).
     client_mods
         Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
         ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
-    claims, reject_non_finite, query_timeout, checkpoint, acceptance
-        As :class:`strategies.ValuingStrategy` takes them (``acceptance``: top-k selection or
-        a replayed plan, :mod:`strategies.acceptance`) (claim review, NaN/inf replies
-        kept out, seconds to wait for partition ids and gradients, checkpoints for resume).
-    sign_key
-        An Ed25519 private key (PEM path or :class:`fedvalue.seals.Signer`) signing each
-        round's seal and the final manifest (:mod:`fedvalue.seals`).
-    on_valuation_progress
-        Called with (round, coalitions evaluated, coalitions planned) while a round is
-        valued (:class:`simulations.progress.ValuationProgress` shows it).
 
     Raises
     ------
@@ -273,7 +267,10 @@ def simulate(
     """
     check_integer("num_rounds", num_rounds)
     check_integer("num_clients", num_clients)
-    config = dict(run_config or {})
+    valuation = settings_or_default("valuation", valuation, ValuationSettings)
+    run = settings_or_default("run", run, RunSettings)
+    engine = settings_or_default("engine", engine, EngineOptions)
+    config = dict(run.run_config or {})
     config.setdefault("seed", seed)
     config.setdefault("num_rounds", num_rounds)
     config.setdefault("num_clients", num_clients)
@@ -282,17 +279,17 @@ def simulate(
     train_config = dict(train_config or {})
     train_config.setdefault(SEED_KEY, seed)  # clients' training draws from the run's seed unless told otherwise
     config.setdefault("train_config", train_config)
-    config.setdefault("methods", list(methods))
-    config.setdefault("valuation_options", dict(valuation_options or {}))
+    config.setdefault("methods", list(valuation.methods))
+    config.setdefault("valuation", valuation.ads.as_keywords())  # the estimator, as the round records write it
     config["versions"] = package_versions()
-    if ray_address is not None:
-        check_ray_address(ray_address)  # before anything is written: a refusal leaves no run directory
+    if engine.ray_address is not None:
+        check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
     if flows:
         check_inference_splits(load_client_data, num_clients)
     if sampler is None:
         sampler = default_sampler(strategy, num_clients, seed)
     initial = initial_model_arrays(model_factory, seed)
-    if resume:
+    if run.resume:
         run_dir = rundir.resolve(out)
         if not (run_dir / RUN_CONFIG_FILE).exists():
             raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
@@ -301,16 +298,13 @@ def simulate(
         run_dir = prepare_run_dir(out, overwrite=overwrite)
     try:
         valuing = ValuingStrategy(
-            strategy, utility, run_dir=str(run_dir), methods=methods, sampler=sampler, seed=seed,
-            noisy_clients=noisy_clients, on_round=on_round, run_config=config, flows=flows, resume=resume,
-            save_records=save_records, claims=claims, reject_non_finite=reject_non_finite,
-            query_timeout=query_timeout, checkpoint=checkpoint, acceptance=acceptance, sign_key=sign_key,
-            on_valuation_progress=on_valuation_progress,
-            **dict(valuation_options or {}),
+            strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
+            valuation=valuation, books=BookSettings(flows=flows, noisy_clients=noisy_clients), intake=intake,
+            run=dataclasses.replace(run, run_config=config),
         )
         valuing.open_books()  # bad input surfaces here, before the engine starts
     except (TypeError, ValueError):
-        if not resume:  # a rejected option leaves no half-made run behind
+        if not run.resume:  # a rejected option leaves no half-made run behind
             remove_unstarted_run(run_dir)
         raise
     train_record = ConfigRecord(train_config)
@@ -321,11 +315,9 @@ def simulate(
     try:
         with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
             serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
-                  num_supernodes=num_clients, num_cpus_per_client=num_cpus_per_client,
-                  max_parallel_clients=max_parallel_clients, ray_address=ray_address,
-                  num_gpus_per_client=num_gpus_per_client)
+                  num_supernodes=num_clients, engine=engine)
     except (TypeError, ValueError):
-        if not resume:  # refused before any round committed: no half-made run (committed rounds stay)
+        if not run.resume:  # refused before any round committed: no half-made run (committed rounds stay)
             remove_unstarted_run(run_dir)
         raise
     if len(valuing.rounds) < num_rounds:

@@ -53,11 +53,13 @@ from clients.behaviours import (
     SignFlip,
 )
 from fedvalue.ledger import load_run, write_json
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE, Status
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
 from simulations.data import load_dataset, split_holdout
-from simulations.engine import serve
+from simulations.engine import EngineOptions, serve
 from simulations.models import make_linear_model
 from simulations.partitions import partition_iid
 from simulations.settings import check_integers, check_numbers, saved_config
@@ -65,6 +67,7 @@ from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from strategies.claims import CLAIM_METHODS
 from strategies.protocol import train_config
+from strategies.valuing_settings import BookSettings, IntakeSettings
 
 ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated-count-reviewed", "replicator",
            "sign-flip", "boost")
@@ -93,8 +96,8 @@ class AttacksConfig:
     median_multiple: float = 3.0
     jump_factor: float = 2.0
     num_cpus_per_client: float = 1.0
-    max_parallel_clients: int = 0
-    ray_address: str = ""
+    max_parallel_clients: int | None = None
+    ray_address: str | None = None
     round_timeout: float = 600.0
 
     def as_dict(self) -> dict:
@@ -104,7 +107,8 @@ class AttacksConfig:
 def check(config: AttacksConfig) -> None:
     """Every setting, before Ray starts; errors name the parameter, the expectation and the value."""
     check_integers(config, ("num_clients", "rounds", "local_epochs"))
-    check_integers(config, ("seed", "max_parallel_clients"), minimum=0)
+    check_integers(config, ("seed",), minimum=0)
+    EngineOptions.of(config)
     check_numbers(config, ("learning_rate", "num_cpus_per_client", "round_timeout"))
     if config.num_clients < 3:
         raise ValueError(f"num_clients: expected at least 3 (an attacker, a source and an honest client); "
@@ -248,13 +252,14 @@ def run_attacks(
         for attack in config.attacks:
             started = time.perf_counter()
             strategy = ValuingStrategy(
-                fedavg_without_evaluation(), utility, run_dir=str(out_dir / attack), methods=("ads", "loo"),
-                sampler=PartitionSampler(config.num_clients, seed=config.seed), seed=config.seed, flows=True,
-                claims=claim_review(config) if attack == "inflated-count-reviewed" else None,
+                fedavg_without_evaluation(), utility, run_dir=str(out_dir / attack),
+                sampler=PartitionSampler(config.num_clients, seed=config.seed), seed=config.seed,
+                valuation=ValuationSettings(methods=("ads", "loo")),
                 # The ledger's "noisy" column marks the client known to misbehave.
-                noisy_clients=set() if attack == "none" else {config.attacker},
-                run_config={"attack": attack, "behaviour": repr(attacker_behaviour(attack, config)),
-                            **config.as_dict()},
+                books=BookSettings(flows=True, noisy_clients=set() if attack == "none" else {config.attacker}),
+                intake=IntakeSettings(claims=claim_review(config) if attack == "inflated-count-reviewed" else None),
+                run=RunSettings(run_config={"attack": attack, "behaviour": repr(attacker_behaviour(attack, config)),
+                                            **config.as_dict()}),
             )
             strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
                            train_config=ConfigRecord(train_config(
@@ -267,8 +272,7 @@ def run_attacks(
 
     loader = functools.partial(attack_client_data, config_json=config_json)
     serve(make_client_app(loader, model_factory), main, num_supernodes=config.num_clients,
-          num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=config.max_parallel_clients or None,
-          ray_address=config.ray_address or None)
+          engine=EngineOptions.of(config))
     table = pd.DataFrame(rows)
     baseline = table.loc[table["attack"] == "none", "accuracy"]
     table.insert(table.columns.get_loc("accuracy") + 1, "accuracy_change",

@@ -7,6 +7,7 @@ import dataclasses
 import re
 import sys
 import time
+import types
 import typing
 from collections.abc import Mapping, Sequence
 
@@ -50,13 +51,13 @@ PARAMETER_HELP = {
     "delta": "MC-ADS failure probability δ",
     "truncation_tolerance": "tmc: a permutation stops when |v(I_t) − v(prefix)| is within this",
     "stderr_target": "sampling methods: stop sampling once every client's standard error is below this "
-                     "(0 = run all m* permutations)",
+                     "(unset = run all m* permutations)",
     "utility": "accuracy, neg_loss",
     "num_cpus_per_client": "CPUs Ray gives each client",
     "num_gpus_per_client": "GPUs Ray gives each client (0 = none; fractions share a GPU)",
     "device": "torch device of the server's valuation (the utility's forward passes): cpu, cuda, cuda:1, ...",
-    "max_parallel_clients": "clients training at once (0 = sized for the machine)",
-    "ray_address": "attach to an existing Ray cluster at this address",
+    "max_parallel_clients": "clients training at once (unset = sized for the machine)",
+    "ray_address": "attach to an existing Ray cluster at this address (unset = a local Ray)",
     "round_timeout": "seconds to wait for a round's replies",
     "query_timeout": "seconds to wait for the clients to report their partition ids (raise it on a loaded "
                      "machine)",
@@ -66,7 +67,7 @@ PARAMETER_HELP = {
                            "pool); [ADS] 6.2 uses 120",
     "holdout_examples": "class-balanced sample of the held-out set for the utility (0 = all of it)",
     "valuation_budget": "coalition evaluations per round (e.g. 2000) or seconds per round (e.g. 30s) for ADS and "
-                        "LOO together; auto then picks exact or a sampler that fits (empty = no budget)",
+                        "LOO together; auto then picks exact or a sampler that fits (unset = no budget)",
     "seeds": "number of seeds averaged over (the study runs them all on one engine)",
     "first_seed": "first seed of the study",
     "ks": "top-k sizes retrained, comma-separated",
@@ -136,12 +137,14 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=No
     for f in dataclasses.fields(config_cls):
         hint = hints[f.name]
         default = f.default
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None: None unless given
+            (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         if typing.get_origin(hint) is tuple:
             (kind, _) = typing.get_args(hint)
             parse = _parse_tuple(kind)
             shown = ",".join(str(v) for v in default)
         else:
-            parse, shown = hint, default
+            parse, shown = hint, ("unset" if default is None else default)
         parser.add_argument(
             "--" + f.name.replace("_", "-"), dest=f.name, type=parse, default=default, metavar=f.name.upper(),
             help=plain(f"{own_help.get(f.name) or PARAMETER_HELP.get(f.name, '')} (default: {shown})"),
@@ -413,7 +416,7 @@ def _audit_context(run_dir: str) -> tuple[Simulation | None, dict, str | None]:
     if outside:  # the audit reads the run directory only
         return simulation, {}, (f"run.json names data outside the run directory ({', '.join(outside)}); the audit "
                                 "opens no file outside it, so it does not rebuild the run's utility")
-    saved = {**saved, "ray_address": ""} if "ray_address" in saved else saved  # an audit connects nowhere
+    saved = {**saved, "ray_address": None} if "ray_address" in saved else saved  # an audit connects nowhere
     try:
         if simulation.audit_from_run is not None:
             return simulation, simulation.audit_from_run(saved), None

@@ -68,6 +68,7 @@ measured on the 2-core CPU machine):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -79,6 +80,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -88,6 +90,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive
 from strategies.counterfactual import RandomState
+from strategies.valuing_settings import settings_or_default
 
 T = TypeVar("T")
 #: Seconds between polls for replies. Flower's in-memory grid polls every 0.1 s: a round's
@@ -337,16 +340,55 @@ def _quiet_flower(quiet: bool) -> Iterator[None]:
             handler.setLevel(level)
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the simulation engine runs the clients, checked once when made.
+
+    Parameters
+    ----------
+    num_cpus_per_client
+        Ray CPUs each client actor holds (> 0).
+    num_gpus_per_client
+        Ray GPUs each client actor holds (≥ 0; fractions share a GPU). Ray hides the GPUs
+        from actors holding none.
+    max_parallel_clients
+        Clients training at once (local Ray only). None: the usable cores minus one, at
+        least 1 (:func:`default_max_parallel_clients`).
+    ray_address
+        Attach to an existing Ray cluster (e.g. ``"auto"`` or ``"ray://host:10001"``); its
+        CPUs / ``num_cpus_per_client`` then set the parallelism. None: a local Ray.
+    """
+
+    num_cpus_per_client: float = 1.0
+    num_gpus_per_client: float = 0.0
+    max_parallel_clients: int | None = None
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        check_positive("num_cpus_per_client", self.num_cpus_per_client)
+        check_non_negative("num_gpus_per_client", self.num_gpus_per_client)
+        check_integer("max_parallel_clients", self.max_parallel_clients, none_ok=True)
+        if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
+            raise ValueError(f"ray_address: expected a non-empty address string or None; got {self.ray_address!r}.")
+        if self.ray_address is not None and self.max_parallel_clients is not None:
+            raise ValueError(
+                "max_parallel_clients: cannot be set with ray_address (an existing cluster's CPUs fix the "
+                "number of actors); set num_cpus_per_client instead."
+            )
+
+    @classmethod
+    def of(cls, config: object) -> EngineOptions:
+        """The engine options a simulation's config names (its fields of the same names)."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)})
+
+
 def run_flower_simulation(
     server_app: ServerApp,
     client_app: ClientApp,
     *,
     num_supernodes: int,
-    num_cpus_per_client: float = 1,
-    max_parallel_clients: int | None = None,
-    ray_address: str | None = None,
+    engine: EngineOptions | None = None,
     quiet: bool = True,
-    num_gpus_per_client: float = 0.0,
 ) -> None:
     """Run ``server_app`` against ``num_supernodes`` simulated nodes running ``client_app``.
 
@@ -359,19 +401,11 @@ def run_flower_simulation(
         The ClientApp; pickled to the Ray workers with every message.
     num_supernodes
         Simulated nodes; node k gets ``node_config["partition-id"] = k``.
-    num_cpus_per_client
-        Ray CPUs each client actor holds (> 0).
-    max_parallel_clients
-        Clients training at once (local Ray only). Default: the usable cores minus one,
-        at least 1 (:func:`default_max_parallel_clients`).
-    ray_address
-        Attach to an existing Ray cluster (e.g. ``"auto"`` or ``"ray://host:10001"``);
-        its CPUs / ``num_cpus_per_client`` then set the parallelism.
+    engine
+        CPUs and GPUs per client, parallelism, an existing Ray cluster
+        (:class:`EngineOptions`; None: its defaults).
     quiet
         Only warnings and errors from Flower, no deprecation notice, no worker output.
-    num_gpus_per_client
-        Ray GPUs each client actor holds (≥ 0; fractions share a GPU). Ray hides the GPUs
-        from actors holding none.
 
     Raises
     ------
@@ -387,27 +421,19 @@ def run_flower_simulation(
     if not isinstance(client_app, ClientApp):
         raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
     check_integer("num_supernodes", num_supernodes)
-    check_positive("num_cpus_per_client", num_cpus_per_client)
-    check_non_negative("num_gpus_per_client", num_gpus_per_client)
-    check_integer("max_parallel_clients", max_parallel_clients, none_ok=True)
-    if ray_address is not None and (not isinstance(ray_address, str) or not ray_address):
-        raise ValueError(f"ray_address: expected a non-empty address string or None; got {ray_address!r}.")
-    if ray_address is not None and max_parallel_clients is not None:
-        raise ValueError(
-            "max_parallel_clients: cannot be set with ray_address (an existing cluster's CPUs fix the "
-            "number of actors); set num_cpus_per_client instead."
-        )
+    engine = settings_or_default("engine", engine, EngineOptions)
+    num_cpus_per_client, ray_address = engine.num_cpus_per_client, engine.ray_address
 
     init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}
     if ray_address is not None:
         check_ray_address(ray_address)  # fail in seconds, not after Ray's minutes of retries
         init_args["address"] = ray_address
     else:
-        parallel = max_parallel_clients or default_max_parallel_clients(num_supernodes, num_cpus_per_client)
+        parallel = engine.max_parallel_clients or default_max_parallel_clients(num_supernodes, num_cpus_per_client)
         # Ray's CPUs are logical: this caps the actor pool, whatever the machine has.
         init_args["num_cpus"] = max(1, math.ceil(parallel * num_cpus_per_client - 1e-9))
     backend_config = {
-        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": float(num_gpus_per_client)},
+        "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": float(engine.num_gpus_per_client)},
         "init_args": init_args,
     }
 
@@ -429,15 +455,14 @@ def run_flower_simulation(
                 finished.wait(SERVER_EXIT_WAIT_S)
 
 
-def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int, num_cpus_per_client: float = 1,
-          max_parallel_clients: int | None = None, ray_address: str | None = None,
-          num_gpus_per_client: float = 0.0) -> T | None:
+def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int,
+          engine: EngineOptions | None = None) -> T | None:
     """Run ``main(grid)`` as the ServerApp of one engine against ``client_app`` and return what
     it returned (None when the engine stopped it first: the caller checks what it got done);
     whatever ``main`` raised is raised here once the engine has stopped.
 
     Every simulation goes through this one entry (one run, or many runs on one engine like a
-    study's seeds); the engine options are :func:`run_flower_simulation`'s.
+    study's seeds); ``engine`` as :func:`run_flower_simulation` takes it.
     """
     server_app = ServerApp()
     outcome: dict[str, object] = {}
@@ -453,9 +478,7 @@ def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: i
     # Ray's init and shutdown draw from Python's global ``random`` in this thread (its spill
     # directory choice): put the caller's generators back, as they were before the run.
     with RandomState.capture().replayed():
-        run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes,
-                              num_cpus_per_client=num_cpus_per_client, max_parallel_clients=max_parallel_clients,
-                              ray_address=ray_address, num_gpus_per_client=num_gpus_per_client)
+        run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes, engine=engine)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("result")

@@ -67,11 +67,13 @@ from clients.app import ClientData, make_client_app
 from fedvalue.fairness import GAPS, GroupFairness
 from simulations import fairness_tables
 from fedvalue.ledger import load_run, write_json
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import package_versions
 from simulations.augmentation import prepare_out
-from simulations.engine import serve, torch_threads
+from simulations.engine import EngineOptions, serve, torch_threads
 from simulations.fair_data import DATASETS, FairFederation, build_federation
 from simulations.models import make_linear_model
 from fedvalue._checks import check_choice
@@ -80,6 +82,7 @@ from strategies import AcceptAll, FairDropK, FairReweight, PartitionSampler, Top
 from strategies.nodes import NodeDirectory
 from strategies.protocol import train_config
 from strategies.records import arrays_to_numpy, initial_arrays
+from strategies.valuing_settings import BookSettings, IntakeSettings
 
 POLICIES = ("fedavg", "drop-k", "drop-k-renormalized", "drop-k-curvature", "drop-k-exact", "random", "ijack")
 #: The score each drop rule acts on (fedvalue.fair_curvature.SCORES).
@@ -110,13 +113,14 @@ class FairnessConfig:
     confidence: float = 0.95
     round_timeout: float = 600.0
     num_cpus_per_client: float = 1
-    max_parallel_clients: int = 0
-    ray_address: str = ""
+    max_parallel_clients: int | None = None
+    ray_address: str | None = None
 
     def check(self) -> None:
         check_integers(self, ("seeds", "num_clients", "clients_per_round", "rounds", "local_epochs",
                               "examples_per_client", "tail"))
-        check_integers(self, ("seed", "max_parallel_clients"), minimum=0)
+        check_integers(self, ("seed",), minimum=0)
+        EngineOptions.of(self)
         check_numbers(self, ("learning_rate", "concentration", "round_timeout", "num_cpus_per_client", "damping"))
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence: expected a number in the open interval (0, 1); got {self.confidence!r}.")
@@ -283,10 +287,12 @@ def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir
 
                 strategy = ValuingStrategy(
                     FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / dataset / f"seed-{seed}" / name),
-                    methods=("ads", "loo"), sampler=PartitionSampler(config.clients_per_round, seed=seed),
-                    seed=seed, acceptance=acceptance, fairness=objective, fair_curvature=config.damping,
-                    nodes=nodes, checkpoint=False,
-                    run_config={**run_config, "policy": policy, "parameter": parameter})
+                    sampler=PartitionSampler(config.clients_per_round, seed=seed), acceptance=acceptance, seed=seed,
+                    valuation=ValuationSettings(methods=("ads", "loo")),
+                    books=BookSettings(fairness=objective, fair_curvature=config.damping),
+                    intake=IntakeSettings(nodes=nodes),
+                    run=RunSettings(run_config={**run_config, "policy": policy, "parameter": parameter},
+                                    checkpoint=False))
                 strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
                                train_config=record, evaluate_fn=evaluate)
                 if say is not None:
@@ -296,8 +302,7 @@ def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir
     loader = functools.partial(fair_client_data, dataset=dataset, config_json=json.dumps(settings, sort_keys=True))
     # Every seed's model has the same shape (the inputs' width does not depend on the seed).
     serve(make_client_app(loader, functools.partial(model_factory, width, config.seed)), main,
-          num_supernodes=config.num_clients, num_cpus_per_client=config.num_cpus_per_client,
-          max_parallel_clients=config.max_parallel_clients or None, ray_address=config.ray_address or None)
+          num_supernodes=config.num_clients, engine=EngineOptions.of(config))
 
 
 # -------------------------------------------------------------------------- outputs

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,9 +23,12 @@ import numpy as np
 
 from clients.app import ClientData
 from fedvalue.ledger import Run
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import load_dataset
+from simulations.engine import EngineOptions
 from simulations.models import make_linear_model
 from simulations.partitions import partition_iid
 from simulations.settings import check_integers, check_numbers, saved_config
@@ -48,10 +50,10 @@ class FederatedReciprocityConfig:
     rounds: int = 20
     clients_per_round: int = 20
     local_epochs: int = 5
-    learning_rate: float = 0.0
+    learning_rate: float | None = None
     num_cpus_per_client: float = 1.0
-    max_parallel_clients: int = 0
-    ray_address: str = ""
+    max_parallel_clients: int | None = None
+    ray_address: str | None = None
     round_timeout: float = 600.0
 
     def as_dict(self) -> dict:
@@ -59,21 +61,22 @@ class FederatedReciprocityConfig:
 
     @property
     def step_size(self) -> float:
-        return self.learning_rate or PAPER_LEARNING_RATES[self.dataset]
+        return PAPER_LEARNING_RATES[self.dataset] if self.learning_rate is None else self.learning_rate
 
 
 def check(config: FederatedReciprocityConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
     check_integers(config, ("num_clients", "rounds", "clients_per_round", "local_epochs"))
-    check_integers(config, ("seed", "max_parallel_clients"), minimum=0)
+    check_integers(config, ("seed",), minimum=0)
+    EngineOptions.of(config)
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
         )
     if config.dataset not in PAPER_LEARNING_RATES:
         raise ValueError(f"dataset: expected one of {list(PAPER_LEARNING_RATES)}; got {config.dataset!r}.")
-    if not (math.isfinite(config.learning_rate) and config.learning_rate >= 0):
-        raise ValueError(f"learning_rate: expected a number > 0 (0 = the paper's); got {config.learning_rate!r}.")
+    if config.learning_rate is not None:
+        check_numbers(config, ("learning_rate",))  # None: the paper's
     check_numbers(config, ("num_cpus_per_client", "round_timeout"))
     data_size = {"breast-cancer": 569, "diabetes": 442}[config.dataset]
     if 2 * config.num_clients > data_size:
@@ -142,19 +145,16 @@ def run_federated_reciprocity(
         train_config=train_config(learning_rate=config.step_size, local_epochs=config.local_epochs,
                                   seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule="random", seed=config.seed),
-        methods=(),
         flows=True,
         seed=config.seed,
-        on_round=on_round,
-        run_config={"simulation": "reciprocity-federated", **config.as_dict(),
-                    "learning_rate_used": config.step_size, "splits": "per client: random half train, half inference"},
+        valuation=ValuationSettings(methods=()),
+        run=RunSettings(run_config={"simulation": "reciprocity-federated", **config.as_dict(),
+                                    "learning_rate_used": config.step_size,
+                                    "splits": "per client: random half train, half inference"},
+                        resume=resume, sign_key=sign_key, on_round=on_round),
+        engine=EngineOptions.of(config),
         overwrite=overwrite,
-        resume=resume,
-        sign_key=sign_key,
         round_timeout=config.round_timeout,
-        num_cpus_per_client=config.num_cpus_per_client,
-        max_parallel_clients=config.max_parallel_clients or None,
-        ray_address=config.ray_address or None,
     )
 
 

@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import time
+import types
 import typing
 
 from flwr.app import ConfigRecord, Context, Message
@@ -39,6 +40,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app, partition_id_of
 from fedvalue.ledger import load_run
+from fedvalue.run_books import RunSettings
 from simulations.api import (
     check_some_client_valued,
     initial_model_arrays,
@@ -47,10 +49,11 @@ from simulations.api import (
     seeded_server_generators,
 )
 from simulations.engine import replies_in_send_order, torch_threads
-from simulations.noisy_clients import NoisyClientsConfig, build, valuation_options
+from simulations.noisy_clients import NoisyClientsConfig, build, valuation_settings
 from simulations.strategy_choices import build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.protocol import train_config
+from strategies.valuing_settings import BookSettings, IntakeSettings
 
 #: The run directory's key (the only key that is not a NoisyClientsConfig field).
 OUT_KEY = "out"
@@ -96,16 +99,21 @@ def config_from_run_config(run_config: typing.Mapping) -> tuple[NoisyClientsConf
         if key not in run_config:
             continue
         value = run_config[key]
+        kind = hints[f.name]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None: TOML has no null
+            (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+            if value == "":
+                continue  # left at its default, None
         if isinstance(f.default, tuple):
             kind = type(f.default[0])
             try:
                 value = tuple(kind(v) for v in str(value).split(",") if v.strip())
             except ValueError:
                 raise ValueError(f"{key}: expected comma-separated {kind.__name__} values; got {value!r}.") from None
-        elif hints[f.name] is float and isinstance(value, int) and not isinstance(value, bool):
+        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)  # TOML writes 1 for 1.0
-        elif not isinstance(value, hints[f.name]) or isinstance(value, bool):
-            raise ValueError(f"{key}: expected a {hints[f.name].__name__}; got {value!r}.")
+        elif not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{key}: expected a {kind.__name__}; got {value!r}.")
         values[f.name] = value
     config = NoisyClientsConfig(**values)
     for name, where in ENGINE_OPTIONS.items():
@@ -187,7 +195,7 @@ def main(grid: Grid, context: Context) -> None:
                              f"--run-config \"out='DIR'\" (the default, {DEFAULT_OUT}, is new for every run).")
         config = with_sizes(config, federation_size(grid, config.num_clients, simulation=simulation))
         _, model_factory, utility, noisy = built or build(config)
-        options = valuation_options(config, utility)  # a budget in seconds is timed on this utility
+        valuation = valuation_settings(config, utility)  # a budget in seconds is timed on this utility
     except ValueError as error:
         _log.error("fedvalue: %s", error)  # the run's log shows why it stopped, not just a traceback
         raise
@@ -195,12 +203,14 @@ def main(grid: Grid, context: Context) -> None:
               config.num_clients, config.clients_per_round, out, same_ledger_command(config, out))
     run_dir = prepare_run_dir(out)
     run_config = {"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy),
-                  "num_rounds": config.rounds, "versions": package_versions()}  # as `fedvalue run` writes it
+                  "num_rounds": config.rounds, "valuation": valuation.ads.as_keywords(),
+                  "versions": package_versions()}  # as `fedvalue run` writes it
     strategy = ValuingStrategy(
-        build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir), methods=config.methods,
+        build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir),
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
-        seed=config.seed, noisy_clients=noisy, run_config=run_config, query_timeout=config.query_timeout,
-        **options,  # every estimator option, as `fedvalue run` passes them
+        seed=config.seed, valuation=valuation,  # every estimator option, as `fedvalue run` passes them
+        books=BookSettings(noisy_clients=noisy), intake=IntakeSettings(query_timeout=config.query_timeout),
+        run=RunSettings(run_config=run_config),
     )
     initial = initial_model_arrays(model_factory, config.seed)
     train = train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,

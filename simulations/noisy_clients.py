@@ -26,12 +26,15 @@ import numpy as np
 from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
 from fedvalue.ledger import Run
-from fedvalue.rounds import VALUATION_METHODS
+from fedvalue._checks import check_number
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import VALUATION_METHODS, ValuationSettings
+from fedvalue.run_books import RunSettings
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.budget import check_budget, parse_budget
 from simulations.data import DATASETS, IDX_DATASETS, Dataset, load_dataset, sample_per_class, split_holdout
-from simulations.engine import check_ray_address, torch_threads
+from simulations.engine import EngineOptions, check_ray_address, torch_threads
 from simulations.models import MODELS, check_hidden, make_model, num_parameters
 from simulations.parallel import RayParallelUtility
 from simulations.partitions import PARTITION_SCHEMES, partition
@@ -40,6 +43,7 @@ from simulations.strategy_choices import STRATEGY_PARAMETERS, build_strategy, ch
 from strategies import PartitionSampler
 from strategies.protocol import train_config
 from strategies.sampling import SCHEDULES
+from strategies.valuing_settings import IntakeSettings
 
 #: Largest model (parameters, counted with MNIST's 784 inputs) and most valuation actors
 #: accepted: a typo must not exhaust memory.
@@ -57,7 +61,7 @@ class NoisyClientsConfig:
 
     seed: int = 0
     dataset: str = "digits"
-    data_path: str = ""
+    data_path: str | None = None
     holdout_fraction: float = 0.25
     num_clients: int = 30
     rounds: int = 5
@@ -89,42 +93,44 @@ class NoisyClientsConfig:
     epsilon: float = 0.1
     delta: float = 0.05
     truncation_tolerance: float = 1e-3
-    stderr_target: float = 0.0
+    stderr_target: float | None = None
     utility: str = "accuracy"
     num_cpus_per_client: float = 1.0
     num_gpus_per_client: float = 0.0
     device: str = "cpu"
-    max_parallel_clients: int = 0
-    ray_address: str = ""
+    max_parallel_clients: int | None = None
+    ray_address: str | None = None
     round_timeout: float = 600.0
     query_timeout: float = 120.0
     valuation_workers: int = 0
     model: str = "mlp"
     examples_per_client: int = 0
     holdout_examples: int = 0
-    valuation_budget: str = ""
+    valuation_budget: str | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def valuation_options(config: NoisyClientsConfig, utility=None) -> dict:
-    """The config's ADS estimator settings, as :class:`strategies.ValuingStrategy` takes them;
-    a ``valuation_budget`` in seconds is turned into coalition evaluations per round by timing
-    ``utility`` (:func:`simulations.budget.evaluations_for`)."""
-    options = dict(ads_method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
-                   truncation_tolerance=config.truncation_tolerance, stderr_target=config.stderr_target or None)
+def valuation_settings(config: NoisyClientsConfig, utility=None,
+                       on_progress: Callable[[int, int, int], None] | None = None) -> ValuationSettings:
+    """The config's methods and ADS estimator settings, checked once; a ``valuation_budget`` in
+    seconds is turned into coalition evaluations per round by timing ``utility``
+    (:func:`simulations.budget.evaluations_for`)."""
     budget = parse_budget(config.valuation_budget)
-    if budget is not None:
-        options["valuation_budget"] = budget.evaluations_for(utility, config.clients_per_round)
-        check_budget(options["valuation_budget"], config.ads_method, config.clients_per_round, config.methods)
-    return options
+    evaluations = None if budget is None else budget.evaluations_for(utility, config.clients_per_round)
+    if evaluations is not None:
+        check_budget(evaluations, config.ads_method, config.clients_per_round, config.methods)
+    ads = AdsSettings(method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
+                      truncation_tolerance=config.truncation_tolerance, stderr_target=config.stderr_target,
+                      budget=evaluations)
+    return ValuationSettings(methods=config.methods, ads=ads, on_progress=on_progress)
 
 
 def _check(config: NoisyClientsConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
     check_integers(config, ("num_clients", "rounds", "clients_per_round", "local_epochs"))
-    check_integers(config, ("valuation_workers", "batch_size", "max_parallel_clients", "seed"), minimum=0)
+    check_integers(config, ("valuation_workers", "batch_size", "seed"), minimum=0)
     check_numbers(config, ("learning_rate", "epsilon", "num_cpus_per_client", "round_timeout", "query_timeout",
                            "dirichlet_alpha"))
     if config.clients_per_round > config.num_clients:
@@ -139,7 +145,9 @@ def _check(config: NoisyClientsConfig) -> None:
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
-    check_numbers(config, ("truncation_tolerance", "stderr_target", "num_gpus_per_client"), zero_ok=True)
+    check_numbers(config, ("truncation_tolerance", "num_gpus_per_client"), zero_ok=True)
+    check_number("stderr_target", config.stderr_target, low=0.0, low_open=True, none_ok=True)
+    EngineOptions.of(config)  # CPUs, GPUs, parallelism and cluster address, checked as the engine takes them
     check_devices(config.device, config.num_gpus_per_client, ray_address=config.ray_address)
     check_strategy(config, config.clients_per_round)
     if config.dataset not in DATASETS:
@@ -279,22 +287,15 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         train_config=train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,
                                   batch_size=config.batch_size, seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
-        methods=config.methods,
-        valuation_options=valuation_options(config, utility),
         seed=config.seed,
         noisy_clients=noisy,
-        on_round=on_round,
-        run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},
+        valuation=valuation_settings(config, utility, on_valuation_progress),
+        intake=IntakeSettings(query_timeout=config.query_timeout),
+        run=RunSettings(run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},
+                        resume=resume, sign_key=sign_key, on_round=on_round),
+        engine=EngineOptions.of(config),
         overwrite=overwrite,
-        resume=resume,
-        sign_key=sign_key,
         round_timeout=config.round_timeout,
-        query_timeout=config.query_timeout,
-        num_cpus_per_client=config.num_cpus_per_client,
-        num_gpus_per_client=config.num_gpus_per_client,
-        max_parallel_clients=config.max_parallel_clients or None,
-        ray_address=config.ray_address or None,
-        on_valuation_progress=on_valuation_progress,
     )
 
 
@@ -327,7 +328,7 @@ def audited_config(saved: dict) -> NoisyClientsConfig:
         raise ValueError("data_path: the run's data lie outside the run directory "
                          f"({str(config.data_path)[:80]!r}); the audit opens no file outside it, so it does not "
                          "rebuild the run's utility")
-    return dataclasses.replace(config, ray_address="", valuation_workers=0)
+    return dataclasses.replace(config, ray_address=None, valuation_workers=0)
 
 
 def utility_from_run(saved: dict):

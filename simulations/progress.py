@@ -1,8 +1,8 @@
 """Progress of long valuations: coalitions evaluated out of those planned, with an ETA.
 
 A round's valuation can take minutes (exact ADS at 14 clients: 16,384 coalitions; a
-sampler at 50–100 clients: its budget). :class:`ValuationProgress` is the callback
-``ValuingStrategy(on_valuation_progress=...)`` calls with (round, evaluated, planned)
+sampler at 50–100 clients: its budget). :class:`ValuationProgress` is a callback for
+``fedvalue.rounds.ValuationSettings(on_progress=...)``, called with (round, evaluated, planned)
 (:meth:`fedvalue.game.CoalitionGame.watch`): on a terminal it shows a ``rich`` bar,
 elsewhere (a log file, CI) one line every ``interval`` seconds; valuations shorter than
 ``delay`` seconds show nothing. ``planned`` is the estimator's upper bound: a sampler that

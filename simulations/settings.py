@@ -25,7 +25,7 @@ def check_numbers(config: object, names: Iterable[str], *, zero_ok: bool = False
         check_number(name, getattr(config, name), low=0.0, low_open=not zero_ok)
 
 
-def check_devices(device: object, num_gpus_per_client: float, *, ray_address: str = "") -> None:
+def check_devices(device: object, num_gpus_per_client: float, *, ray_address: str | None = None) -> None:
     """``device`` is a torch device this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), and
     GPUs per client are asked for only where there are GPUs (Ray would wait for them forever);
     on an existing Ray cluster (``ray_address``) the cluster's GPUs count, not this machine's."""
@@ -59,5 +59,7 @@ def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, sourc
                                  "version.")
             continue
         value = saved[field.name]
+        if field.default is None and (value == "" or value == 0) and not isinstance(value, bool):
+            value = None  # a run written when an empty string or zero stood for "none"
         values[field.name] = tuple(value) if isinstance(field.default, tuple) else value
     return config_cls(**values)

@@ -52,16 +52,19 @@ from clients.app import make_client_app
 from fedvalue.detection import detection_curve, detection_metrics, summarize_metrics
 from fedvalue.flagging import FlaggingRule, flagging_rates
 from fedvalue.ledger import load_run, write_json
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.selection import retrain_plan
 from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
-from simulations.engine import default_max_parallel_clients, serve, torch_threads
-from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_options
+from simulations.engine import EngineOptions, default_max_parallel_clients, serve, torch_threads
+from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_settings
 from simulations.settings import check_integers
 from simulations.strategy_choices import fedavg_without_evaluation
 from strategies import PartitionSampler, Replay, ReplaySampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.protocol import train_config
+from strategies.valuing_settings import BookSettings, IntakeSettings
 
 RANKINGS = ("ads", "loo", "random")
 #: torch threads of the server process while the study runs (restored afterwards). The
@@ -152,8 +155,8 @@ def _parallel_clients(config: NoisyClientsStudyConfig) -> int | None:
     Unlike a single run's default no core is kept for the server: it values a round after its
     last reply, so it idles while clients train (on 2 cores two actors cut the wait for
     training replies by ~20%: 18.8 and 22.1 s against 24.7 and 26.4 s a seed, runs side by side)."""
-    if config.max_parallel_clients or config.ray_address:
-        return config.max_parallel_clients or None
+    if config.max_parallel_clients is not None or config.ray_address is not None:
+        return config.max_parallel_clients
     return default_max_parallel_clients(config.clients_per_round, config.num_cpus_per_client, server_core=False)
 
 
@@ -205,7 +208,9 @@ def run_study(
         for seed in seeds:
             base = _base(config, seed)
             _, model_factory, utility, noisy = build(base)
-            options = valuation_options(config, utility)  # a budget in seconds: timed once, for both runs
+            # A budget in seconds: timed once, for both runs.
+            valuation = dataclasses.replace(valuation_settings(config, utility), methods=("ads", "loo"))
+            intake = IntakeSettings(nodes=nodes, query_timeout=config.query_timeout)
             initial = initial_model_arrays(model_factory, seed)
 
             def config_record(clean: bool = False) -> ConfigRecord:
@@ -219,11 +224,10 @@ def run_study(
                 """One run scored with ADS and LOO on the paper's schedule (the clean one: no label noise)."""
                 return timed_start(
                     ValuingStrategy(fedavg_without_evaluation(), utility, run_dir=str(seed_dir / name),
-                                    methods=("ads", "loo"), sampler=PartitionSampler(
-                                        config.clients_per_round, schedule=config.schedule, seed=seed),
-                                    seed=seed, noisy_clients=noisy_clients, run_config=run_config,
-                                    nodes=nodes, checkpoint=False, query_timeout=config.query_timeout,
-                                    **options),
+                                    sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule,
+                                                             seed=seed),
+                                    seed=seed, valuation=valuation, books=BookSettings(noisy_clients=noisy_clients),
+                                    intake=intake, run=RunSettings(run_config=run_config, checkpoint=False)),
                     grid, initial, config_record(clean=clean))
 
             if config.clean_runs:  # same data, model, schedule and utility; no label noise
@@ -242,10 +246,12 @@ def run_study(
                         accepted = _random_acceptance(sampled, k, seed)
                     retrained = timed_start(
                         ValuingStrategy(fedavg_without_evaluation(), utility, acceptance=Replay(accepted),
-                                        methods=(), sampler=ReplaySampler(sampled), seed=seed,
-                                        noisy_clients=noisy, run_dir=str(seed_dir / f"top{k}-{ranking}"), nodes=nodes,
-                                        checkpoint=False, query_timeout=config.query_timeout,
-                                        run_config={"seed": seed, "k": k, "ranking": ranking}),
+                                        sampler=ReplaySampler(sampled), seed=seed,
+                                        run_dir=str(seed_dir / f"top{k}-{ranking}"),
+                                        valuation=ValuationSettings(methods=()),
+                                        books=BookSettings(noisy_clients=noisy), intake=intake,
+                                        run=RunSettings(run_config={"seed": seed, "k": k, "ranking": ranking},
+                                                        checkpoint=False)),
                         grid, initial, config_record())
                     accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
                                           "accuracy": r["utility_realized"]} for r in retrained.rounds)
@@ -262,8 +268,7 @@ def run_study(
     _, model_factory, _, _ = build(base)
     with torch_threads(SERVER_TORCH_THREADS):  # the valuation's forward passes, in this process
         serve(make_client_app(loader, model_factory, mods=client_mods), main, num_supernodes=config.num_clients,
-              num_cpus_per_client=config.num_cpus_per_client, max_parallel_clients=_parallel_clients(config),
-              ray_address=config.ray_address or None, num_gpus_per_client=config.num_gpus_per_client)
+              engine=dataclasses.replace(EngineOptions.of(config), max_parallel_clients=_parallel_clients(config)))
     timings["total"] = time.perf_counter() - started
     return write_outputs(out_dir, seeds, pd.DataFrame(accuracy_rows), timings)
 

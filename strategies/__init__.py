@@ -1,22 +1,31 @@
 """Flower server strategies that keep contributor books (the only place converting
 Flower records to arrays on the server side)."""
 
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
 from strategies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
 from strategies.claims import ClaimFlag, ClaimReview
 from strategies.sampling import PartitionSampler, ValueWeightedSampler
 from strategies.selection import ReplaySampler
 from strategies.valuing import ValuingStrategy
+from strategies.valuing_settings import BookSettings, IntakeSettings
 
 __all__ = [
     "AcceptAll",
+    "AdsSettings",
+    "BookSettings",
     "ClaimFlag",
     "ClaimReview",
     "FairDropK",
     "FairReweight",
+    "IntakeSettings",
     "PartitionSampler",
     "Replay",
     "ReplaySampler",
+    "RunSettings",
     "TopK",
+    "ValuationSettings",
     "ValueWeightedSampler",
     "ValuingStrategy",
 ]

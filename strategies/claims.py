@@ -100,7 +100,7 @@ class ClaimReview:
     Cap at the registered sizes and at 3 x the median claim, flag claims that triple::
 
         review = ClaimReview(registered={0: 30, 1: 34}, median_multiple=3.0, jump_factor=3.0)
-        ValuingStrategy(FedAvg(), utility, claims=review)
+        ValuingStrategy(FedAvg(), utility, intake=IntakeSettings(claims=review))
     """
 
     def __init__(

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER
 
 from strategies.records import arrays_to_numpy
@@ -134,6 +134,18 @@ class RandomState:
             yield
         finally:
             found.restore()
+
+
+#: Strategies whose aggregate_train is the pure n-weighted mean of the replies.
+PURE_WEIGHTED_MEAN = (FedAvg, FedProx)
+
+
+def aggregates_by_weighted_mean(strategy: Strategy) -> bool:
+    """Whether ``strategy`` aggregates by FedAvg's own ``aggregate_train``: FedAvg, FedProx
+    and their subclasses that do not override it (a user's ``MyFedAvg``). Their coalitions
+    are the n-weighted mean; every other strategy's need :class:`CounterfactualAggregator`."""
+    return isinstance(strategy, PURE_WEIGHTED_MEAN) and type(strategy).aggregate_train in {
+        cls.aggregate_train for cls in PURE_WEIGHTED_MEAN}
 
 
 def snapshot_strategy(strategy: Strategy) -> Strategy:

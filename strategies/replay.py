@@ -56,6 +56,16 @@ def replay_state(strategy: Strategy, random_state: RandomState,
     })
 
 
+def replay_state_or_reason(strategy: Strategy, random_state: RandomState,
+                           replies: Sequence[ClientReply]) -> tuple[object, dict] | str:
+    """:func:`replay_state`, or why it cannot be saved (the audit then says the round is not
+    verifiable)."""
+    try:
+        return replay_state(strategy, random_state, replies)
+    except server_state.StateNotCaptured as error:
+        return str(error)
+
+
 def _metadata(server_round: int) -> Metadata:
     return Metadata(run_id=0, message_id="", src_node_id=0, dst_node_id=0, reply_to_message_id="",
                     group_id=str(server_round), created_at=0.0, ttl=0.0, message_type=MessageType.TRAIN)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+from flwr.app import Message
 
 from fedvalue._checks import check_choice, check_integer, check_positive
 from fedvalue.flagging import FlaggingRule
@@ -147,3 +148,14 @@ class ValueWeightedSampler:
         rng = np.random.default_rng([self.seed, server_round])
         chosen = rng.choice(allowed, size=self.clients_per_round, replace=False, p=weights / weights.sum())
         return sorted(int(c) for c in chosen)
+
+
+def retarget(messages: list[Message], sampler: Sampler, server_round: int,
+             client_to_node: Mapping[int, int]) -> list[Message]:
+    """The inner strategy's train messages sent to the clients ``sampler`` picks instead (the
+    first message's content, type and group to each picked client's node)."""
+    chosen = sampler.sample(server_round, list(client_to_node))
+    template = messages[0]
+    return [Message(content=template.content, dst_node_id=client_to_node[client_id],
+                    message_type=template.metadata.message_type, group_id=template.metadata.group_id or None)
+            for client_id in chosen]

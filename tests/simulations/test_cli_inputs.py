@@ -159,11 +159,11 @@ def test_unknown_simulation_and_unreadable_run_directories(tmp_path, capsys):
 
 
 def test_estimator_options_reach_the_valuing_strategy():
-    from simulations.noisy_clients import NoisyClientsConfig, valuation_options
-    from strategies import ValuingStrategy
+    from fedvalue.ads import AdsSettings
+    from simulations.noisy_clients import NoisyClientsConfig, valuation_settings
 
-    options = valuation_options(NoisyClientsConfig(ads_method="tmc", truncation_tolerance=5e-3, stderr_target=0.01))
-    assert options["ads_method"] == "tmc" and options["truncation_tolerance"] == 5e-3
-    assert options["stderr_target"] == 0.01
-    assert valuation_options(NoisyClientsConfig())["stderr_target"] is None  # 0 means: all m* permutations
-    assert set(options) <= set(ValuingStrategy.__init__.__code__.co_varnames)
+    settings = valuation_settings(NoisyClientsConfig(ads_method="tmc", truncation_tolerance=5e-3, stderr_target=0.01,
+                                                     methods=("ads",), valuation_budget="900"))
+    assert settings.methods == ("ads",)
+    assert settings.ads == AdsSettings(method="tmc", truncation_tolerance=5e-3, stderr_target=0.01, budget=900)
+    assert valuation_settings(NoisyClientsConfig()).ads == AdsSettings()  # unset: all m* permutations, no budget

@@ -3,6 +3,7 @@ guard that releases the ServerApp when the engine stops."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -20,6 +21,7 @@ from clients import ClientData, get_model_arrays, make_client_app
 from simulations.data import load_dataset
 from simulations.partitions import partition_iid
 from simulations.engine import (
+    EngineOptions,
     EngineStoppedError,
     _StoppableGrid,
     default_max_parallel_clients,
@@ -127,7 +129,7 @@ def test_an_engine_crash_raises_and_releases_the_server_thread():
             run_flower_simulation(
                 fedavg_server(strategy, get_model_arrays(model_factory()), {}, num_rounds=1),
                 make_client_app(functools.partial(digits_client, num_partitions=2, seed=0), model_factory),
-                num_supernodes=2, num_cpus_per_client=2,
+                num_supernodes=2, engine=EngineOptions(num_cpus_per_client=2),
             )
     finally:
         ray.shutdown()
@@ -219,9 +221,21 @@ def test_default_parallelism_leaves_a_core_for_the_server_and_never_exceeds_the_
     ],
 )
 def test_bad_arguments_fail_before_anything_starts(kwargs, error, message):
-    arguments = dict(num_supernodes=2) | kwargs
-    with pytest.raises(error, match=message):
-        run_flower_simulation(ServerApp(), ClientApp(), **arguments)
+    supernodes = kwargs.pop("num_supernodes", 2)
+    with pytest.raises(error, match=message):  # the engine's options are checked when made, before anything runs
+        run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=supernodes, engine=EngineOptions(**kwargs))
+
+
+def test_engine_options_are_read_from_a_config_and_refused_in_place_of_the_wrong_type():
+    @dataclasses.dataclass
+    class Config:
+        num_cpus_per_client: float = 2.0
+        max_parallel_clients: int | None = 3
+        rounds: int = 5
+
+    assert EngineOptions.of(Config()) == EngineOptions(num_cpus_per_client=2.0, max_parallel_clients=3)
+    with pytest.raises(TypeError, match="engine: expected a simulations.engine.EngineOptions .or None.; got dict"):
+        run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=1, engine={"num_cpus_per_client": 1})
 
 
 def test_apps_of_the_wrong_type_are_named():

@@ -20,6 +20,8 @@ from flwr.serverapp.strategy import Strategy
 from clients.app import ClientData, make_client_app
 from strategies import ValuingStrategy
 from strategies.records import numpy_to_arrays
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import ValuationSettings
 
 from .clientapp_grid import ClientAppGrid
 
@@ -68,7 +70,10 @@ def run(setup: Setup, build_strategy: Callable[[], Strategy], *, wrapped: bool,
     grid = ClientAppGrid(make_client_app(setup.load_client, setup.model_factory, mods=list(mods)), nodes)
     options = dict(valuing_options or {})
     utility = options.pop("utility", None) or setup.make_utility()
-    valuing = (ValuingStrategy(inner, utility, methods=("ads", "loo"), ads_method="exact", **options)
+    valuing = (ValuingStrategy(
+        inner, utility, valuation=ValuationSettings(methods=("ads", "loo"), ads=AdsSettings(method="exact")),
+        **options
+    )
                if wrapped else None)
     result = (valuing or inner).start(grid, setup.initial_arrays(), num_rounds=setup.rounds, timeout=60,
                                       train_config=ConfigRecord(setup.train_config))

@@ -25,6 +25,7 @@ from strategies.records import arrays_to_numpy, numpy_to_arrays
 from strategies.replay import replay_aggregator
 
 from tests.fedvalue.forgery import rechain
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid, set_server_identity
 from .test_flow_books import initial_state, load_client, make_model, utility
@@ -73,8 +74,10 @@ def test_an_honest_run_with_failed_rejected_and_idle_clients_audits_intact(name,
     build = strategy_of(name)
     # Flower's client-side DP mods refuse a reply holding a second ArrayRecord (the inference gradient).
     flows = not name.startswith("dp-client")
-    ValuingStrategy(build(), utility(), run_dir=str(run_dir), sampler=PartitionSampler(CLIENTS_PER_ROUND, seed=1),
-                    seed=5, flows=flows).start(
+    ValuingStrategy(
+        build(), utility(), run_dir=str(run_dir), sampler=PartitionSampler(CLIENTS_PER_ROUND, seed=1), seed=5,
+        books=BookSettings(flows=flows)
+    ).start(
         faulty_grid(client_mods(name)), numpy_to_arrays(initial_state()), num_rounds=2, timeout=10,
         train_config=ConfigRecord({"lr": 0.1, "local-epochs": 1, "batch-size": 0, "seed": 0}))
     ledger = load_run(run_dir).ledger

@@ -22,6 +22,9 @@ from strategies.records import numpy_to_arrays
 from strategies.replay import replay_aggregator
 
 from tests.fedvalue.forgery import rechain, reseal
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid, set_server_identity
 from .test_faults import nan_handler
@@ -34,8 +37,10 @@ linear_utility = _linear_utility_fixture
 
 
 def flows_run(run_dir, strategy_class=ValuingStrategy, inner=None, **options):
-    strategy = strategy_class(inner or FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir),
-                              sampler=PartitionSampler(4, seed=1), seed=3, flows=True, **options)
+    strategy = strategy_class(
+        inner or FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir),
+        sampler=PartitionSampler(4, seed=1), seed=3, books=BookSettings(flows=True), **options
+    )
     strategy.start(client_app_grid(load_client), numpy_to_arrays(initial_state()), num_rounds=3, timeout=10,
                    train_config=ConfigRecord({"lr": 0.1, "local-epochs": 2, "batch-size": 0, "seed": 0}))
     return run_dir
@@ -217,8 +222,11 @@ def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_ut
     draws the same ones and recomputes every value exactly; another seed gives other values."""
     run_dir = tmp_path / "mc"
     grid = InProcessGrid(NODE_OF.values(), nan_handler({}))
-    ValuingStrategy(FedAvg(fraction_evaluate=0.0), linear_utility, run_dir=str(run_dir), ads_method="mc",
-                    epsilon=0.5, seed=11, sampler=PartitionSampler(5, seed=0)).start(
+    ValuingStrategy(
+        FedAvg(fraction_evaluate=0.0), linear_utility, run_dir=str(run_dir), seed=11,
+        sampler=PartitionSampler(5, seed=0),
+        valuation=ValuationSettings(ads=AdsSettings(method="mc", epsilon=0.5))
+    ).start(
         grid, linear_initial_arrays(), num_rounds=2, timeout=10)
     with open(run_dir / "ledger.csv", newline="") as handle:
         stderr = [float(row["stderr"]) for row in csv.DictReader(handle) if row["stderr"]]

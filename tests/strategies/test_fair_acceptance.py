@@ -17,6 +17,7 @@ from fedvalue.fairness import GroupFairness, drop_k, ijack_factors
 from fedvalue.ledger import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.sampling import PartitionSampler
+from strategies.valuing_settings import BookSettings
 
 from .bare_and_wrapped import assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 from .test_conformance import FEATURES, SETUP, model_factory
@@ -42,12 +43,13 @@ def rows(valuing: ValuingStrategy, method: str) -> pd.DataFrame:
 def test_ijack_with_lambda_zero_is_fedavg_bit_for_bit():
     bare = run(SETUP, fedavg, wrapped=False)
     wrapped = run(SETUP, fedavg, wrapped=True,
-                  valuing_options={"fairness": fairness_objective(), "acceptance": FairReweight(0.0)})
+                  valuing_options={"books": BookSettings(fairness=fairness_objective()), "acceptance": FairReweight(0.0)})
     assert_untouched_and_sound(SETUP, bare, wrapped)
 
 
 def booked_run(tmp_path, acceptance, name):
-    options = {"fairness": fairness_objective(), "acceptance": acceptance, "run_dir": str(tmp_path / name),
+    options = {"books": BookSettings(fairness=fairness_objective()), "acceptance": acceptance,
+               "run_dir": str(tmp_path / name),
                "sampler": PartitionSampler(SETUP.num_clients, seed=0)}
     return run(SETUP, fedavg, wrapped=True, valuing_options=options).valuing
 
@@ -115,8 +117,10 @@ def test_fairness_policies_refuse_to_run_without_a_fairness_objective():
     with pytest.raises(ValueError, match="fairness: the acceptance policy FairDropK"):
         ValuingStrategy(fedavg(), SETUP.make_utility(), acceptance=FairDropK(1))
     with pytest.raises(ValueError, match="FairReweight changes the aggregation weights"):
-        ValuingStrategy(fedavg(), SETUP.make_utility(), acceptance=FairReweight(1.0), flows=True,
-                        fairness=fairness_objective())
+        ValuingStrategy(
+            fedavg(), SETUP.make_utility(), acceptance=FairReweight(1.0),
+            books=BookSettings(flows=True, fairness=fairness_objective())
+        )
     with pytest.raises(ValueError, match="lam: expected a finite number ≥ 0"):
         FairReweight(-1.0)
     with pytest.raises(ValueError, match="k: expected a non-negative integer"):
@@ -132,7 +136,7 @@ def test_fairness_books_leave_the_accuracy_books_unchanged(tmp_path):
         "acceptance": TopK(SETUP.num_clients, score="ads")}).valuing
     fair = run(SETUP, fedavg, wrapped=True, valuing_options={
         "run_dir": str(tmp_path / "fair"), "sampler": PartitionSampler(SETUP.num_clients, seed=0),
-        "acceptance": FairDropK(0), "fairness": fairness_objective()}).valuing
+        "acceptance": FairDropK(0), "books": BookSettings(fairness=fairness_objective())}).valuing
     a = load_run(plain.ledger.run_dir).ledger
     b = load_run(fair.ledger.run_dir).ledger
     b = b[~b["method"].isin(["ads_fairness", "loo_fairness", "fairness_influence"])]

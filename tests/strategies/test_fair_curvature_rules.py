@@ -20,6 +20,8 @@ from fedvalue.schema import Method, Status
 from strategies import FairDropK, ValuingStrategy
 from strategies.protocol import CURVATURE_KEY
 from strategies.sampling import PartitionSampler
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .bare_and_wrapped import one_torch_thread, run  # noqa: F401
 from .inprocess import set_server_identity
@@ -34,8 +36,8 @@ def fedavg() -> FedAvg:
 
 
 def booked_run(tmp_path, acceptance, name):
-    options = {"fairness": fairness_objective(), "acceptance": acceptance, "run_dir": str(tmp_path / name),
-               "sampler": PartitionSampler(SETUP.num_clients, seed=0), "fair_curvature": DAMPING}
+    options = {"books": BookSettings(fairness=fairness_objective(), fair_curvature=DAMPING), "acceptance": acceptance,
+               "run_dir": str(tmp_path / name), "sampler": PartitionSampler(SETUP.num_clients, seed=0)}
     return run(SETUP, fedavg, wrapped=True, valuing_options=options).valuing
 
 
@@ -130,13 +132,17 @@ def test_the_audit_catches_a_changed_curvature_row(curvature_run, method, tmp_pa
 
 def test_curvature_options_are_refused_when_they_cannot_be_honoured():
     with pytest.raises(ValueError, match="fair_curvature: the acceptance policy FairDropK"):
-        ValuingStrategy(fedavg(), SETUP.make_utility(), acceptance=FairDropK(1, score="curvature"),
-                        fairness=fairness_objective())
+        ValuingStrategy(
+            fedavg(), SETUP.make_utility(), acceptance=FairDropK(1, score="curvature"),
+            books=BookSettings(fairness=fairness_objective())
+        )
     with pytest.raises(ValueError, match="fair_curvature: fairness influence with curvature needs"):
-        ValuingStrategy(fedavg(), SETUP.make_utility(), fair_curvature=1.0)
+        ValuingStrategy(fedavg(), SETUP.make_utility(), books=BookSettings(fair_curvature=1.0))
     with pytest.raises(ValueError, match="score: 'exact' acts on LOO"):
-        ValuingStrategy(fedavg(), SETUP.make_utility(), methods=("ads",), acceptance=FairDropK(1, score="exact"),
-                        fairness=fairness_objective())
+        ValuingStrategy(
+            fedavg(), SETUP.make_utility(), acceptance=FairDropK(1, score="exact"),
+            valuation=ValuationSettings(methods=("ads",)), books=BookSettings(fairness=fairness_objective())
+        )
     with pytest.raises(ValueError, match="score: expected one of"):
         FairDropK(1, score="hessian")
 
@@ -154,9 +160,9 @@ def negative_fisher_from_client_0(msg, context, call_next):
 
 
 def test_a_client_sending_a_malformed_curvature_gets_no_curvature_rows_and_cannot_stop_the_round(tmp_path):
-    options = {"fairness": fairness_objective(), "acceptance": FairDropK(1, score="curvature"),
-               "run_dir": str(tmp_path / "bad"), "sampler": PartitionSampler(SETUP.num_clients, seed=0),
-               "fair_curvature": DAMPING}
+    options = {"books": BookSettings(fairness=fairness_objective(), fair_curvature=DAMPING),
+               "acceptance": FairDropK(1, score="curvature"), "run_dir": str(tmp_path / "bad"),
+               "sampler": PartitionSampler(SETUP.num_clients, seed=0)}
     valuing = run(SETUP, fedavg, wrapped=True, mods=[negative_fisher_from_client_0], valuing_options=options).valuing
     booked = rows(valuing, "fairness_influence_curvature")
     assert "0" not in set(booked["client_id"].astype(str))  # no rows: it reported nothing usable

@@ -12,6 +12,7 @@ from fedvalue.ledger import load_run
 from fedvalue.rounds import weighted_mean
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.valuing_settings import IntakeSettings
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
@@ -112,8 +113,10 @@ def test_a_round_where_every_client_fails_keeps_the_state_and_is_recorded(tmp_pa
 
 def test_non_finite_replies_can_be_passed_through_when_configured(tmp_path, utility):
     grid = InProcessGrid(NODE_OF.values(), nan_handler({2: float("nan")}))
-    result = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, sampler=PartitionSampler(6, seed=0),
-                             reject_non_finite=False).start(grid, initial_arrays(), num_rounds=1, timeout=10)
+    result = ValuingStrategy(
+        FedAvg(fraction_evaluate=0.0), utility, sampler=PartitionSampler(6, seed=0),
+        intake=IntakeSettings(reject_non_finite=False)
+    ).start(grid, initial_arrays(), num_rounds=1, timeout=10)
     assert all(np.isnan(v).all() for v in arrays_to_numpy(result.arrays).values())
 
 

@@ -23,6 +23,8 @@ from fedvalue.schema import FIRST_ORDER_FILE
 from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid
 
@@ -83,8 +85,11 @@ def flat(state) -> np.ndarray:
 
 def run_with_flows(tmp_path, load, rounds=3, per_round=3):
     grid = client_app_grid(load)
-    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path), flows=True,
-                               sampler=PartitionSampler(per_round, seed=5), methods=("ads",))
+    strategy = ValuingStrategy(
+        FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
+        sampler=PartitionSampler(per_round, seed=5), valuation=ValuationSettings(methods=("ads",)),
+        books=BookSettings(flows=True)
+    )
     train_config = {"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0}
     from flwr.app import ConfigRecord
     result = strategy.start(grid, numpy_to_arrays(initial_state()), num_rounds=rounds, timeout=60,

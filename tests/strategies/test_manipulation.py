@@ -38,6 +38,8 @@ from fedvalue.books import claim_rows
 from fedvalue.schema import LedgerRow, Method, Status
 from strategies.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays, read_reply
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings, IntakeSettings
 
 from .inprocess import InProcessGrid, set_server_identity
 
@@ -104,8 +106,11 @@ def run(tmp_path, behaviours: dict[int, ClientBehaviour] | None = None, *, round
         claims: ClaimReview | None = None, behaviours_of_round=None, unique: int | None = None):
     """Every client in every round; exact ADS and LOO, TracIn flows. Returns (strategy, result, run, grid)."""
     grid = client_app_grid(behaviours_of_round or (lambda t: behaviours or {}), unique)
-    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path), flows=True,
-                               sampler=PartitionSampler(NUM_CLIENTS, seed=0), methods=("ads", "loo"), claims=claims)
+    strategy = ValuingStrategy(
+        FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
+        sampler=PartitionSampler(NUM_CLIENTS, seed=0), valuation=ValuationSettings(methods=("ads", "loo")),
+        books=BookSettings(flows=True), intake=IntakeSettings(claims=claims)
+    )
     result = strategy.start(grid, numpy_to_arrays(initial_state()), num_rounds=rounds, timeout=60,
                             train_config=ConfigRecord(TRAIN_CONFIG))
     return strategy, result, load_run(tmp_path), grid
@@ -445,4 +450,4 @@ def test_claim_review_errors_name_the_parameter_the_expectation_and_the_value(kw
 
 def test_valuing_strategy_rejects_a_claims_object_without_review():
     with pytest.raises(TypeError, match="claims: expected a strategies.claims.ClaimReview .or None.; got dict"):
-        ValuingStrategy(FedAvg(), utility(), claims={"median_multiple": 2})
+        ValuingStrategy(FedAvg(), utility(), intake=IntakeSettings(claims={"median_multiple": 2}))

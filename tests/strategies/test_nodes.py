@@ -15,6 +15,9 @@ from simulations.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.records import numpy_to_arrays
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
+from strategies.valuing_settings import IntakeSettings
 
 from .bare_and_wrapped import one_torch_thread  # noqa: F401
 from .clientapp_grid import ClientAppGrid
@@ -41,8 +44,11 @@ def utility() -> TorchModelUtility:
 
 
 def run_on(grid, run_dir, seed: int, nodes: NodeDirectory | None) -> None:
-    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir), methods=("ads", "loo"),
-                               sampler=PartitionSampler(3, seed=seed), seed=seed, nodes=nodes, checkpoint=False)
+    strategy = ValuingStrategy(
+        FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir), sampler=PartitionSampler(3, seed=seed),
+        seed=seed, valuation=ValuationSettings(methods=("ads", "loo")), intake=IntakeSettings(nodes=nodes),
+        run=RunSettings(checkpoint=False)
+    )
     initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
     strategy.start(grid, initial, num_rounds=2, timeout=60,
                    train_config=ConfigRecord({"lr": 0.2, "local-epochs": 2, "seed": seed}))
@@ -100,4 +106,4 @@ def test_no_partition_id_at_all_is_an_error_naming_the_query_timeout():
 ])
 def test_bad_query_timeout_or_directory_is_named(kwargs, error, named):
     with pytest.raises(error, match=named):
-        ValuingStrategy(FedAvg(), utility(), **kwargs)
+        ValuingStrategy(FedAvg(), utility(), intake=IntakeSettings(**kwargs))

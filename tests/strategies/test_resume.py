@@ -24,6 +24,9 @@ from fedvalue.ledger import load_run
 from strategies import ValueWeightedSampler, ValuingStrategy
 from strategies.valuing import RunInterrupted
 from strategies.records import numpy_to_arrays
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import set_server_identity
 from .test_flow_books import client_app_grid, initial_state, load_client, utility
@@ -41,9 +44,10 @@ def make_strategy(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy
             raise Crash(f"killed after round {crash_after}")
 
     return ValuingStrategy(
-        FedAdam(fraction_evaluate=0.0, eta=0.05), utility(), run_dir=str(run_dir), methods=("ads", "loo"),
-        sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5, flows=True,
-        run_config={"experiment": "resume"}, on_round=on_round, resume=resume,
+        FedAdam(fraction_evaluate=0.0, eta=0.05), utility(), run_dir=str(run_dir),
+        sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5,
+        valuation=ValuationSettings(methods=("ads", "loo")), books=BookSettings(flows=True),
+        run=RunSettings(run_config={"experiment": "resume"}, on_round=on_round, resume=resume)
     )
 
 
@@ -121,12 +125,14 @@ def test_resuming_a_finished_run_or_with_another_configuration_is_refused(tmp_pa
         run(make_strategy(tmp_path, crash_after=1))
     other = functools.partial(make_strategy, tmp_path, resume=True)
     with pytest.raises(ValueError, match="resume: the run .* was started with experiment='resume'"):
-        ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path), run_config={"experiment": "other"},
-                        resume=True).open_books()  # constructors do no I/O: the books are opened here
+        ValuingStrategy(
+            FedAdam(), utility(), run_dir=str(tmp_path),
+            run=RunSettings(run_config={"experiment": "other"}, resume=True)
+        ).open_books()  # constructors do no I/O: the books are opened here
     with pytest.raises(ValueError, match="resume: expected run_dir"):
-        ValuingStrategy(FedAdam(), utility(), resume=True)
+        ValuingStrategy(FedAdam(), utility(), run=RunSettings(resume=True))
     with pytest.raises(ValueError, match="resume: expected a run directory holding run.json"):
-        ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path / "empty"), resume=True).open_books()
+        ValuingStrategy(FedAdam(), utility(), run_dir=str(tmp_path / "empty"), run=RunSettings(resume=True)).open_books()
     assert other() is not None
 
 
@@ -184,9 +190,11 @@ def test_a_dp_strategy_drawing_from_the_global_generator_resumes_to_the_uninterr
 
         inner = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(fraction_evaluate=0.0), noise_multiplier=0.3,
                                                              clipped_count_stddev=1.0, num_sampled_clients=3)
-        return ValuingStrategy(inner, utility(), run_dir=str(run_dir), methods=("ads",),
-                               sampler=PartitionSampler(3, seed=4), seed=5, run_config={"experiment": "dp"},
-                               on_round=on_round, resume=resume)
+        return ValuingStrategy(
+            inner, utility(), run_dir=str(run_dir), sampler=PartitionSampler(3, seed=4), seed=5,
+            valuation=ValuationSettings(methods=("ads",)),
+            run=RunSettings(run_config={"experiment": "dp"}, on_round=on_round, resume=resume)
+        )
 
     with seeded_server_generators(5):
         run(make(tmp_path / "reference"))
@@ -210,7 +218,7 @@ def test_a_strategy_whose_state_is_not_data_is_refused_before_anything_is_writte
     with pytest.raises(TypeError, match="strategy.lock: a _thread.lock cannot be saved as data for resume"):
         ValuingStrategy(LockedFedAdam(), utility(), run_dir=str(tmp_path / "run")).open_books()
     assert not (tmp_path / "run").exists()
-    ValuingStrategy(LockedFedAdam(), utility(), run_dir=str(tmp_path / "run"), checkpoint=False).open_books()
+    ValuingStrategy(LockedFedAdam(), utility(), run_dir=str(tmp_path / "run"), run=RunSettings(checkpoint=False)).open_books()
 
 
 def test_a_strategy_with_a_state_dict_hook_is_saved_and_restored_by_it():
@@ -246,9 +254,11 @@ def test_a_resume_with_another_strategy_is_refused_before_anything_is_cut(tmp_pa
     with open(tmp_path / "ledger.csv", "a") as handle:
         handle.write("2,3,ads,0.123")  # a torn round a resume would cut
     before = {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    other = ValuingStrategy(FedYogi(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
-                            sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5,
-                            flows=True, run_config={"experiment": "resume"}, resume=True)
+    other = ValuingStrategy(
+        FedYogi(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
+        sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5,
+        books=BookSettings(flows=True), run=RunSettings(run_config={"experiment": "resume"}, resume=True)
+    )
     with pytest.raises(ValueError, match="saved a flwr.serverapp.strategy.fedadam.FedAdam; the resumed run has a "
                                          "flwr.serverapp.strategy.fedyogi.FedYogi"):
         other.open_books()

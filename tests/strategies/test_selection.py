@@ -15,6 +15,8 @@ from fedvalue.selection import retrain_plan, top_k
 from fedvalue.schema import FLOW_METHODS, LedgerRow, Method, Status
 from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler
 from strategies.records import arrays_to_numpy, numpy_to_arrays
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
@@ -98,7 +100,9 @@ def test_selection_inputs_are_checked(utility):
     with pytest.raises(ValueError, match="score: expected one of"):
         TopK(1, score="shapley")
     with pytest.raises(ValueError, match="needs methods to include it"):
-        ValuingStrategy(FedAvg(), utility, acceptance=TopK(1, "loo"), methods=("ads",))
+        ValuingStrategy(
+            FedAvg(), utility, acceptance=TopK(1, "loo"), valuation=ValuationSettings(methods=("ads",))
+        )
     with pytest.raises(ValueError, match="needs flows=True"):
         ValuingStrategy(FedAvg(), utility, acceptance=TopK(1, "tracin_outflow"))
     with pytest.raises(ValueError, match="method: expected one of the ledger's methods"):
@@ -155,8 +159,11 @@ def test_in_round_selection_by_tracin_outflow_keeps_the_largest_outflow_if_all_w
     from . import test_flow_books as fb
 
     grid = fb.client_app_grid(fb.load_client)
-    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), fb.utility(), acceptance=TopK(2, "tracin_outflow"),
-                               flows=True, methods=("ads",), run_dir=str(tmp_path), sampler=PartitionSampler(4, seed=5))
+    strategy = ValuingStrategy(
+        FedAvg(fraction_evaluate=0.0), fb.utility(), acceptance=TopK(2, "tracin_outflow"), run_dir=str(tmp_path),
+        sampler=PartitionSampler(4, seed=5), valuation=ValuationSettings(methods=("ads",)),
+        books=BookSettings(flows=True)
+    )
     train_config = ConfigRecord({"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0})
     strategy.start(grid, numpy_to_arrays(fb.initial_state()), num_rounds=2, timeout=60, train_config=train_config)
     ledger = load_run(tmp_path).ledger

@@ -11,6 +11,8 @@ from flwr.serverapp.strategy import FedAvg
 from fedvalue.audit import audit_run
 from fedvalue.ledger import load_run
 from strategies import PartitionSampler, ValuingStrategy
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import ValuationSettings
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa: F401 - the fixture
@@ -18,9 +20,9 @@ from .test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa
 
 def _run(tmp_path, utility, **options):
     progress: list[tuple[int, int, int]] = []
+    valuation = ValuationSettings(ads=AdsSettings(**options), on_progress=lambda *call: progress.append(call))
     strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(tmp_path),
-                               sampler=PartitionSampler(6, seed=3), seed=0,
-                               on_valuation_progress=lambda *call: progress.append(call), **options)
+                               sampler=PartitionSampler(6, seed=3), seed=0, valuation=valuation)
     strategy.start(InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)
     return load_run(tmp_path), progress
 
@@ -29,7 +31,7 @@ def _run(tmp_path, utility, **options):
 @pytest.mark.parametrize(("method", "budget"), [("mc", None), ("tmc", 300), ("antithetic", 300),
                                                 ("stratified", None), ("kernelshap", 300)])
 def test_sampling_estimators_book_standard_errors_and_audit_intact(tmp_path, utility, method, budget):  # noqa: F811
-    options = {"ads_method": method, "epsilon": 0.3, "valuation_budget": budget}
+    options = {"method": method, "epsilon": 0.3, "budget": budget}
     run, progress = _run(tmp_path, utility, **options)
     ads = run.ledger[run.ledger["method"] == "ads"]
     assert len(ads) == 12 and np.isfinite(ads["stderr"]).all() and (ads["stderr"] > 0).all()
@@ -47,9 +49,9 @@ def test_sampling_estimators_book_standard_errors_and_audit_intact(tmp_path, uti
 
 
 def test_auto_with_a_budget_takes_exact_when_it_fits_and_a_sampler_when_not(tmp_path, utility):  # noqa: F811
-    fits, _ = _run(tmp_path / "fits", utility, valuation_budget=64)
+    fits, _ = _run(tmp_path / "fits", utility, budget=64)
     assert (fits.rounds["ads_method"] == "ads-exact").all() and (fits.rounds["num_evaluations"] == 64).all()
-    tight, _ = _run(tmp_path / "tight", utility, valuation_budget=63)
+    tight, _ = _run(tmp_path / "tight", utility, budget=63)
     assert (tight.rounds["ads_method"] == "ads-kernelshap").all()  # stratified's 230 do not fit
     assert (tight.rounds["num_evaluations"] <= 63).all()
     # Exact values and LOO are the same as without a budget (the same coalitions, scored alike).

@@ -17,6 +17,9 @@ from fedvalue.utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from tests.fedvalue.reference_games import ordered_permutation_values
+from fedvalue.ads import AdsSettings
+from fedvalue.rounds import ValuationSettings
+from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid
 
@@ -84,7 +87,7 @@ def test_fedavg_full_coalition_is_the_realized_state_and_values_match_brute_forc
     grid = InProcessGrid(NODE_OF.values(), make_handler())
     strategy = ValuingStrategy(
         FedAvg(fraction_evaluate=0.0), utility, run_dir=str(tmp_path), sampler=PartitionSampler(4, seed=3),
-        seed=0, noisy_clients={5},
+        seed=0, books=BookSettings(noisy_clients={5})
     )
     strategy.start(grid, initial_arrays(), num_rounds=3, timeout=10)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
@@ -227,9 +230,9 @@ def test_wrapper_bad_input(utility):
     with pytest.raises(TypeError, match="strategy: expected a flwr.serverapp.strategy.Strategy"):
         ValuingStrategy(object(), utility)
     with pytest.raises(ValueError, match="methods: expected a subset"):
-        ValuingStrategy(FedAvg(), utility, methods=("ads", "banzhaf"))
+        ValuingStrategy(FedAvg(), utility, valuation=ValuationSettings(methods=("ads", "banzhaf")))
 
 
 def test_bad_estimator_settings_are_refused_when_the_strategy_is_made(utility):
     with pytest.raises(ValueError, match="delta: "):
-        ValuingStrategy(FedAvg(), utility, delta=1.5)
+        ValuingStrategy(FedAvg(), utility, valuation=ValuationSettings(ads=AdsSettings(delta=1.5)))

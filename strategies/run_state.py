@@ -1,0 +1,160 @@
+"""The valuing strategy's run directory: open it (or resume it), commit each round with the
+server's state, close it. The order of files on disk is :class:`fedvalue.run_books.RunBooks`'
+concern; this module holds what only the strategy side knows: which server objects a
+checkpoint saves and how a resumed run takes them back.
+
+A checkpoint saves, as data (:mod:`strategies.server_state`, never pickled), the inner
+strategy (optimizer moments), the sampler, the claim review (each client's last claim), the
+pending first-order check of TracIn flows and the global random state Flower's randomized
+strategies draw from. Resuming applies it to the objects the resumed run built afresh,
+after checking on copies that it fits (before the run directory is cut).
+"""
+
+from __future__ import annotations
+
+import copy
+import random as random_module
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from flwr.app import ArrayRecord
+
+from fedvalue.archive import RoundRecord
+from fedvalue.run_books import Restored, RunBooks, RunSettings
+from strategies import server_state
+from strategies.counterfactual import RandomState
+from strategies.records import numpy_to_arrays
+
+#: The saved objects, in the order a resumed run takes them back.
+PARTS = ("strategy", "sampler", "claims")
+
+
+@dataclass
+class ServerParts:
+    """The server's objects a checkpoint saves besides A_t."""
+
+    strategy: object
+    sampler: object
+    claims: object
+    pending_first_order: tuple[int, dict] | None
+    #: The global random state (set only on parts taken from a checkpoint).
+    random: RandomState | None = None
+
+
+def capture_state(parts: ServerParts) -> tuple[object, dict]:
+    """``parts`` and the global random state now, as data (:func:`strategies.server_state.capture`);
+    TypeError naming ``checkpoint`` when an object holds state that is not data."""
+    random = RandomState.capture()
+    try:
+        return server_state.capture({
+            "strategy": parts.strategy, "sampler": parts.sampler, "claims": parts.claims,
+            "pending_first_order": parts.pending_first_order,
+            "random": (random.numpy, random.python, random.torch_cpu),
+        })
+    except server_state.StateNotCaptured as error:
+        raise TypeError(f"checkpoint: saving the server's state for resume failed: {error}") from None
+
+
+def take_state(state: tuple[object, dict], parts: ServerParts, *, into_copies: bool) -> ServerParts:
+    """``parts`` with the saved ``state`` applied (``into_copies``: applied to copies, a dry
+    run). ValueError when the state does not fit this run's objects."""
+    saved = server_state.load(*state)
+    targets = tuple(getattr(parts, part) for part in PARTS)
+    if into_copies:
+        targets = copy.deepcopy(targets)
+    try:
+        taken = [server_state.apply(target, saved[part], part) for part, target in zip(PARTS, targets)]
+        numpy_state, python_state, torch_state = saved["random"]
+        np.random.RandomState().set_state(numpy_state)  # each part checked on a generator of its own
+        random_module.Random().setstate(python_state)
+        torch.Generator().set_state(torch_state)
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
+        raise ValueError(f"the saved server state does not fit this run ({error})") from None
+    return ServerParts(*taken, saved.get("pending_first_order"),
+                       RandomState(numpy_state, python_state, torch_state, None))
+
+
+class RunState:
+    """The run directory of one valuing strategy (``run_dir`` None: books in memory only).
+
+    :meth:`open` writes (or, resuming, verifies and rewinds) the directory once;
+    :meth:`commit` commits a round with the server's state; :meth:`close` writes the
+    manifest once every planned round committed.
+    """
+
+    def __init__(self, run_dir: str | None, settings: RunSettings) -> None:
+        if not isinstance(settings, RunSettings):
+            raise TypeError(f"run: expected a fedvalue.run_books.RunSettings (or None); got "
+                            f"{type(settings).__name__}.")
+        if settings.resume and run_dir is None:
+            raise ValueError("resume: expected run_dir, the directory of the run to continue; got None.")
+        self.run_dir = run_dir
+        self.settings = settings
+        self.save_records = settings.save_records and run_dir is not None
+        self.checkpoint = settings.checkpoint and run_dir is not None
+        self.books: RunBooks | None = None
+        self.opened = False
+        #: Where a resumed run continues from (None: a new run).
+        self.resumed: Restored | None = None
+        self._resumed_random: RandomState | None = None
+
+    @property
+    def resume(self) -> bool:
+        return self.settings.resume
+
+    def open(self, parts: ServerParts) -> ServerParts | None:
+        """Open the directory; resuming, the server's parts taken from its verified checkpoint
+        (None when it holds no state, or for a new run). Runs once."""
+        if self.opened:
+            return None
+        self.opened = True
+        if self.run_dir is None:
+            return None
+        if self.checkpoint:
+            capture_state(parts)  # a state that is not data is refused before anything is written
+        config = self.settings.run_config
+        if parts.claims is not None:  # the audit allows claim rows only in a run whose run.json names a review
+            config = {**(config or {}), "claim_review": repr(parts.claims)}
+        check = (lambda state: take_state(state, parts, into_copies=True)) if self.resume else None
+        self.books = RunBooks(self.run_dir, config=config, resume=self.resume, signer=self.settings.signer,
+                              save_records=self.save_records, checkpoint=self.checkpoint, check_state=check)
+        if not self.resume:
+            return None
+        self.resumed = self.books.restored
+        state = self.resumed.state
+        if state is None:
+            return None
+        taken = take_state(state, parts, into_copies=False)
+        self._resumed_random = taken.random
+        return taken
+
+    def continue_from(self, num_rounds: int, initial_arrays: ArrayRecord) -> tuple[int, ArrayRecord]:
+        """(rounds already committed, the arrays to start from) for a run of ``num_rounds``:
+        (0, ``initial_arrays``) for a new run; resumed, round k's A_k, with the global random
+        state put back as it was after round k (the draws Flower's strategies make continue as
+        in an uninterrupted run). ValueError when no round is left to run."""
+        done = 0 if self.resumed is None else self.resumed.round
+        if done >= num_rounds:
+            raise ValueError(f"num_rounds: the run in {self.books.run_dir} already completed {done} rounds; got "
+                             f"num_rounds={num_rounds}, so there is nothing to resume.")
+        if not done:
+            return 0, initial_arrays
+        self._resumed_random.restore()
+        return done, numpy_to_arrays(self.resumed.arrays)
+
+    def commit(self, server_round: int, round_row: dict, ledger_rows: list, record: RoundRecord,
+               realized: dict, parts: ServerParts) -> None:
+        """Round ``server_round``'s record, rows, commit mark, checkpoint and seal
+        (:meth:`fedvalue.run_books.RunBooks.commit`); nothing without a run directory."""
+        if self.books is None:
+            return
+        self.books.commit(server_round, round_row, ledger_rows, record=record if self.save_records else None,
+                          realized=realized, state=capture_state(parts) if self.checkpoint else None)
+
+    def close(self, rounds: list[dict], num_rounds: int | None) -> None:
+        """The final manifest (:mod:`fedvalue.seals`), once every planned round committed."""
+        if self.books is None or not rounds or rounds[-1]["round"] != num_rounds:
+            return
+        self.books.close(num_rounds)

@@ -1,0 +1,81 @@
+"""The strategy's half of TracIn flows ([RECIP]): gradients of the clients not training,
+outflows for a selection rule, and the first-order check of the predicted loss changes.
+
+Sampled clients return their inference gradient g_v at A_{t−1} with their update; every
+other client is asked for it by a query carrying A_{t−1}
+(:meth:`FlowQueries.idle_gradients`), so it receives inflow too. The flows themselves are
+booked by :func:`fedvalue.books.book_round` from the round record. Round t's predicted loss
+changes Σ_u flow(u → v) are checked in round t + 1 against the losses the clients then
+report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.csv``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+from fedvalue.flows import RoundFlows, fedavg_round_flows
+from fedvalue.ledger import LedgerWriter
+from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
+from strategies.protocol import GRADIENT_KEY
+from strategies.records import ClientReply, InferenceGradient, take_inference_gradient
+
+
+def outflows_if_all_aggregated(start_arrays: Mapping[str, np.ndarray], ok: list[ClientReply],
+                               gradients: Mapping[object, InferenceGradient]) -> dict:
+    """outflow_u of every valid reply, as if all of them made the round's step
+    (:func:`fedvalue.flows.fedavg_round_flows`; what ``TopK(k, "tracin_outflow")`` ranks)."""
+    flows, _ = fedavg_round_flows(start_arrays, {r.client_id: r.arrays for r in ok},
+                                  {r.client_id: r.weight for r in ok},
+                                  {c: g.gradient for c, g in gradients.items()})
+    outflow = dict(zip(flows.clients, flows.outflow.tolist()))
+    return {r.client_id: outflow[r.client_id] for r in ok}
+
+
+class FlowQueries:
+    """Gradient queries and the pending first-order check of one run.
+
+    ``pending`` (round t, {client: (loss at A_{t−1}, predicted change)}) is part of the
+    server's state: a checkpoint saves it and a resume restores it.
+    """
+
+    def __init__(self) -> None:
+        self.pending: tuple[int, dict] | None = None
+
+    def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
+                       timeout: float) -> dict:
+        """Inference gradients at ``arrays`` of every client whose node is not in ``busy``."""
+        queries = [
+            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({GRADIENT_KEY: True})}),
+                    dst_node_id=node, message_type=MessageType.QUERY)
+            for node in client_to_node.values() if node not in busy
+        ]
+        gradients = {}
+        for reply in grid.send_and_receive(queries, timeout=timeout) if queries else []:
+            gradient = take_inference_gradient(reply)
+            if gradient is not None:
+                gradients[gradient.client_id] = gradient
+        return gradients
+
+    def expect(self, server_round: int, flows: RoundFlows, gradients: Mapping[object, InferenceGradient]) -> None:
+        """Keep round ``server_round``'s predicted loss changes for the next round's check."""
+        predicted = flows.predicted_loss_change()
+        self.pending = (server_round, {c: (g.loss, float(predicted[c])) for c, g in gradients.items()})
+
+    def check_first_order(self, gradients: Mapping[object, InferenceGradient], ledger: LedgerWriter | None) -> None:
+        """Book last round's predicted loss changes against the losses now reported at A_t."""
+        if self.pending is None:
+            return
+        losses = {c: g.loss for c, g in gradients.items()}
+        previous_round, previous = self.pending
+        self.pending = None
+        rows = [
+            {"round": previous_round, "client_id": c, "loss_before": before, "loss_after": losses[c],
+             "actual_change": losses[c] - before, "predicted_change": predicted}
+            for c, (before, predicted) in previous.items() if c in losses
+        ]
+        if ledger is not None:
+            ledger.append_table(FIRST_ORDER_FILE, FIRST_ORDER_COLUMNS, rows)

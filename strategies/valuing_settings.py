@@ -1,0 +1,112 @@
+"""The valuing strategy's settings beside valuation and the run directory: which books a
+round keeps (:class:`BookSettings`) and how replies are taken in (:class:`IntakeSettings`).
+
+Each is a frozen dataclass checked once when made (errors name the parameter); the
+strategy takes them whole, so an option is added in one place. The valuation's settings
+are :class:`fedvalue.rounds.ValuationSettings`, the run directory's
+:class:`fedvalue.run_books.RunSettings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from fedvalue._checks import check_positive
+from fedvalue.fairness import GroupFairness
+from strategies.claims import ClaimReview
+from strategies.nodes import NodeDirectory
+
+
+def settings_or_default(name: str, value: object, kind: type) -> object:
+    """``value``, or ``kind()`` for None; TypeError naming ``name`` for anything else."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}: expected a {kind.__module__}.{kind.__name__} (or None); got {type(value).__name__}.")
+    return value
+
+
+@dataclass(frozen=True)
+class BookSettings:
+    """Books a round keeps besides ADS and LOO.
+
+    Parameters
+    ----------
+    flows
+        Book TracIn flows between clients ([RECIP]): sampled clients return their inference
+        gradient at A_{t−1} with their update; every other client is asked for it with a
+        query carrying A_{t−1} (one forward and backward pass, no training), so it receives
+        inflow too (:mod:`strategies.tracin`).
+    fairness
+        A :class:`fedvalue.fairness.GroupFairness` objective on held-out data with a sensitive
+        attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
+        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.fair_rounds`).
+    fair_curvature
+        The damping δ > 0 of fairness influence with curvature (None: off); sampled clients
+        then send their training loss gradient and Fisher diagonal at A_{t−1}. Needs
+        ``fairness``.
+    noisy_clients
+        Client ids known to be noisy (simulations know it), marked in the ledger.
+    """
+
+    flows: bool = False
+    fairness: GroupFairness | None = None
+    fair_curvature: float | None = None
+    noisy_clients: Collection[int] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.flows, bool):
+            raise TypeError(f"flows: expected True or False; got {self.flows!r}.")
+        if self.fairness is not None and not (callable(self.fairness)
+                                              and callable(getattr(self.fairness, "gradient", None))):
+            raise TypeError(f"fairness: expected a fedvalue.fairness.GroupFairness (or None); got "
+                            f"{type(self.fairness).__name__}.")
+        if self.fair_curvature is not None:
+            if self.fairness is None:
+                raise ValueError("fair_curvature: fairness influence with curvature needs fairness=GroupFairness(...).")
+            object.__setattr__(self, "fair_curvature", check_positive("fair_curvature", self.fair_curvature))
+        if self.noisy_clients is not None:
+            if isinstance(self.noisy_clients, str | bytes) or not isinstance(self.noisy_clients, Collection):
+                raise TypeError(f"noisy_clients: expected a collection of client ids or None; got "
+                                f"{self.noisy_clients!r}.")
+            object.__setattr__(self, "noisy_clients", frozenset(self.noisy_clients))
+
+
+@dataclass(frozen=True)
+class IntakeSettings:
+    """How the round's replies are taken in (:mod:`strategies.intake`).
+
+    Parameters
+    ----------
+    claims
+        A :class:`strategies.claims.ClaimReview` that caps and flags the weights clients claim
+        before anything reads them (the books and the inner strategy both see the capped
+        weight); each flag is booked as a ``claim_capped`` / ``claim_jumped`` row.
+    reject_non_finite
+        Keep replies with NaN or inf arrays out of the aggregate (status ``rejected``, booked
+        with the harm they would have done); ``False`` passes them to the inner strategy.
+    nodes
+        Which node holds which partition (:class:`strategies.nodes.NodeDirectory`): share one
+        between runs served one after another by the same engine so each node is queried
+        once; ``None``: a directory of the run's own.
+    query_timeout
+        Seconds to wait for clients to report their partition ids (and, with flows, their
+        inference gradients); > 0.
+    """
+
+    claims: ClaimReview | None = None
+    reject_non_finite: bool = True
+    nodes: NodeDirectory | None = None
+    query_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.claims is not None and not callable(getattr(self.claims, "review", None)):
+            raise TypeError(f"claims: expected a strategies.claims.ClaimReview (or None); got "
+                            f"{type(self.claims).__name__}.")
+        if not isinstance(self.reject_non_finite, bool):
+            raise TypeError(f"reject_non_finite: expected True or False; got {self.reject_non_finite!r}.")
+        if self.nodes is not None and not isinstance(self.nodes, NodeDirectory):
+            raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got "
+                            f"{type(self.nodes).__name__}.")
+        object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))

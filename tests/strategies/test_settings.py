@@ -1,0 +1,103 @@
+"""The valuing strategy's settings objects: each is checked once when made (the error names
+the field), taken whole by the strategy, written into run.json as the round records write
+it, and compared with the records by the audit (runs written before, with the older option
+names, still audit)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from flwr.serverapp.strategy import FedAvg
+
+from fedvalue.ads import AdsSettings
+from fedvalue.archive import read_round_record, record_path
+from fedvalue.audit import audit_run
+from fedvalue.audit_recompute import settings_problems
+from fedvalue.rounds import ValuationSettings
+from fedvalue.run_books import RunSettings
+from simulations.engine import EngineOptions
+from strategies import PartitionSampler, ValuingStrategy
+from strategies.nodes import NodeDirectory
+from strategies.valuing_settings import BookSettings, IntakeSettings
+
+from .inprocess import InProcessGrid
+from .test_valuing import NODE_OF, initial_arrays, make_handler
+from .test_valuing import utility as _utility_fixture
+
+utility = _utility_fixture
+
+
+@pytest.mark.parametrize(("make", "error", "named"), [
+    (lambda: ValuationSettings(methods=("ads", "banzhaf")), ValueError, "methods: expected a subset"),
+    (lambda: ValuationSettings(methods="ads"), TypeError, "methods: expected a sequence of names"),
+    (lambda: ValuationSettings(ads={"method": "mc"}), TypeError, "ads: expected a fedvalue.ads.AdsSettings; got dict"),
+    (lambda: ValuationSettings(on_progress=3), TypeError, "on_progress: expected a callable"),
+    (lambda: BookSettings(flows=1), TypeError, "flows: expected True or False; got 1"),
+    (lambda: BookSettings(fairness="dp"), TypeError, "fairness: expected a fedvalue.fairness.GroupFairness"),
+    (lambda: BookSettings(fair_curvature=0.5), ValueError, "fair_curvature: fairness influence with curvature needs"),
+    (lambda: BookSettings(noisy_clients="0,1"), TypeError, "noisy_clients: expected a collection of client ids"),
+    (lambda: IntakeSettings(query_timeout=-1), ValueError, "query_timeout: expected a finite number > 0; got -1"),
+    (lambda: IntakeSettings(reject_non_finite="no"), TypeError, "reject_non_finite: expected True or False"),
+    (lambda: IntakeSettings(nodes={}), TypeError, "nodes: expected a strategies.nodes.NodeDirectory"),
+    (lambda: RunSettings(checkpoint="yes"), TypeError, "checkpoint: expected True or False; got 'yes'"),
+    (lambda: RunSettings(run_config=[("seed", 0)]), TypeError, "run_config: expected a mapping"),
+    (lambda: RunSettings(on_round="print"), TypeError, "on_round: expected a callable"),
+    (lambda: RunSettings(sign_key="/nonexistent/key.pem"), ValueError, "sign_key"),
+    (lambda: EngineOptions(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive integer"),
+    (lambda: EngineOptions(ray_address=""), ValueError, "ray_address: expected a non-empty address string or None"),
+])
+def test_each_setting_is_checked_when_made_and_the_error_names_it(make, error, named):
+    with pytest.raises(error, match=named):
+        make()
+
+
+@pytest.mark.parametrize("name", ["valuation", "books", "intake", "run"])
+def test_the_strategy_refuses_anything_but_its_settings_object(name, utility):
+    with pytest.raises(TypeError, match=f"{name}: expected a .*Settings \\(or None\\); got dict"):
+        ValuingStrategy(FedAvg(), utility, **{name: {}})
+
+
+def test_settings_are_taken_whole_and_normalized_once(utility):
+    nodes = NodeDirectory()
+    valuation = ValuationSettings(methods=["ads"], ads=AdsSettings(method="mc", epsilon=0.5))
+    strategy = ValuingStrategy(FedAvg(), utility, valuation=valuation, books=BookSettings(noisy_clients=[3, 3, 4]),
+                               intake=IntakeSettings(nodes=nodes, query_timeout=5))
+    assert strategy.methods == ("ads",) and strategy.valuation.ads is valuation.ads
+    assert strategy.book_settings.noisy_clients == frozenset({3, 4})
+    assert strategy.nodes is nodes and strategy.intake.query_timeout == 5.0
+    assert ValuingStrategy(FedAvg(), utility).valuation == ValuationSettings()  # None: the defaults
+
+
+@pytest.fixture
+def mc_run(tmp_path, utility):
+    run_dir = tmp_path / "run"
+    ads = AdsSettings(method="mc", epsilon=0.5, stderr_target=0.05)
+    config = {"seed": 11, "methods": ["ads", "loo"], "valuation": ads.as_keywords()}
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(run_dir), sampler=PartitionSampler(4, seed=0),
+                    seed=11, valuation=ValuationSettings(ads=ads), run=RunSettings(run_config=config)).start(
+        InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)
+    return run_dir
+
+
+def test_run_json_holds_the_estimator_as_the_records_write_it_and_the_audit_compares_them(mc_run, utility):
+    config = json.loads((mc_run / "run.json").read_text())
+    record = read_round_record(record_path(mc_run, 1))
+    assert record.meta["valuation"] == config["valuation"] == AdsSettings(
+        method="mc", epsilon=0.5, stderr_target=0.05).as_keywords()
+    assert settings_problems(record, config) == []
+    assert audit_run(mc_run, utility=utility).intact
+    changed = {**config, "valuation": {**config["valuation"], "epsilon": 0.1}}
+    assert settings_problems(record, changed) == ["its epsilon is 0.5, run.json says 0.1"]
+
+
+def test_a_run_json_written_before_with_the_option_names_is_still_compared(mc_run):
+    """Runs written before run.json held ``valuation`` named the estimator by the CLI's options
+    (a zero stderr_target then meant none)."""
+    record = read_round_record(record_path(mc_run, 1))
+    legacy = {"seed": 11, "methods": ["ads", "loo"], "ads_method": "mc", "epsilon": 0.5, "delta": 0.05,
+              "truncation_tolerance": 1e-3, "stderr_target": 0.05}
+    assert settings_problems(record, legacy) == []
+    assert settings_problems(record, {**legacy, "ads_method": "tmc"}) == ["its method is 'mc', run.json says 'tmc'"]
+    assert settings_problems(record, {**legacy, "stderr_target": 0.0}) == [
+        "its stderr_target is 0.05, run.json says None"]
