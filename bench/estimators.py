@@ -25,9 +25,9 @@ import numpy as np  # noqa: E402
 
 from clients.behaviours import flip_labels  # noqa: E402
 from clients.training import get_model_arrays, set_model_arrays, train_locally  # noqa: E402
-from fedvalue.ads import AdsSettings  # noqa: E402
-from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean  # noqa: E402
-from fedvalue.utilities import TorchModelUtility  # noqa: E402
+from fedvalue.valuation.ads import AdsSettings  # noqa: E402
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean  # noqa: E402
+from fedvalue.scoring.torch_utilities import TorchModelUtility  # noqa: E402
 from simulations.data import load_dataset, split_holdout  # noqa: E402
 from simulations.partitions import partition_iid  # noqa: E402
 from simulations.models import make_mlp  # noqa: E402

@@ -9,8 +9,8 @@ then synthetic data); KNN-Shapley ([KNNSV]) is the one-group case.
 
 Reference: the recursion written as public KNN-Shapley code writes it — for each test
 point, sort the training set by distance (the same key and tie rule as
-:mod:`fedvalue.knn_utility`), then a Python loop over the sorted instances of each group
-from the farthest up ([ADS] Thm 5.1 in the closed form of :mod:`fedvalue.knn_ads`, with
+:mod:`fedvalue.valuation.knn_utility`), then a Python loop over the sorted instances of each group
+from the farthest up ([ADS] Thm 5.1 in the closed form of :mod:`fedvalue.valuation.knn_ads`, with
 c_i, the labels and B_j kept as running Python scalars).
 
 Every measurement runs in a fresh child process (``python bench/knn.py --child ...``) so
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from fedvalue.knn_ads import knn_ads  # noqa: E402
+from fedvalue.valuation.knn_ads import knn_ads  # noqa: E402
 
 
 def make_problem(num_train: int, num_test: int, num_features: int, seed: int):

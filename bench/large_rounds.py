@@ -89,9 +89,9 @@ def value(kind: str, num_clients: int, held_out: int, method: str, budget: int, 
     import torch
 
     torch.set_num_threads(1)
-    from fedvalue.ads import AdsSettings
-    from fedvalue.rounds import fedavg_round_game, value_round
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.round_game import fedavg_round_game, value_round
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
 
     model, x, y, start, clients, weights = real_round(kind, num_clients, held_out)
     utility = TorchModelUtility(model, x, y)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         kind, n, held, method, budget, seed = args.one
         print(json.dumps(value(kind, int(n), int(held), method, int(budget), int(seed))))
         return 0
-    from fedvalue.ads import budget_method
+    from fedvalue.valuation.ads import budget_method
 
     print(f"real Fashion-MNIST rounds; held-out images: MLP {args.held_out[0]}, CNN {args.held_out[1]}; one torch "
           f"thread; load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)

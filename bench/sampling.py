@@ -1,5 +1,5 @@
 """Max error against coalition evaluations: the seed's permutation MC, antithetic
-permutations and paired KernelSHAP (fedvalue.shapley_sampling), on real round games and
+permutations and paired KernelSHAP (fedvalue.valuation.shapley_sampling), on real round games and
 on closed-form games.
 
     python bench/sampling.py                          # real n = 12, 16; closed form n = 12, 16, 20
@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from fedvalue.ads import ads, mc_num_permutations  # noqa: E402
-from fedvalue.game import CoalitionGame  # noqa: E402
-from fedvalue.shapley_sampling import SAMPLERS  # noqa: E402
+from fedvalue.valuation.ads import ads, mc_num_permutations  # noqa: E402
+from fedvalue.valuation.game import CoalitionGame  # noqa: E402
+from fedvalue.valuation.shapley_sampling import SAMPLERS  # noqa: E402
 
 #: Permutations per budget, as fractions of m* (antithetic draws half as many pairs).
 FRACTIONS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
@@ -50,7 +50,7 @@ def table_game(table: np.ndarray, n: int) -> CoalitionGame:
 
 def real_table(n: int) -> tuple[np.ndarray, np.ndarray, float]:
     from bench.estimators import round_inputs
-    from fedvalue.rounds import fedavg_round_game
+    from fedvalue.valuation.round_game import fedavg_round_game
 
     state, clients, weights, utility = round_inputs(n)
     started = time.perf_counter()

@@ -93,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     import simulations  # noqa: F401 - sets OMP_WAIT_POLICY before torch loads, as the CLI does
     from flwr.serverapp.strategy import FedAvg
 
-    from fedvalue.ads import AdsSettings
-    from fedvalue.ledger import load_run
-    from fedvalue.rounds import ValuationSettings
-    from fedvalue.run_books import RunSettings
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.run.ledger_tables import load_run
+    from fedvalue.valuation.round_game import ValuationSettings
+    from fedvalue.run.run_books import RunSettings
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
     from simulations.api import simulate
     from simulations.data import load_dataset, sample_per_class
     from simulations.models import make_mlp

@@ -41,8 +41,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from clients.app import train_client  # noqa: E402
-from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean  # noqa: E402
-from fedvalue.selection import top_k  # noqa: E402
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean  # noqa: E402
+from fedvalue.analysis.top_k_selection import top_k  # noqa: E402
 from simulations.engine import torch_threads  # noqa: E402
 from simulations.noisy_clients import build  # noqa: E402
 from simulations.study import RANKINGS, NoisyClientsStudyConfig, _base, run_study  # noqa: E402

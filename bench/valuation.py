@@ -85,7 +85,7 @@ def _naive_utility(model, x, y, client_arrays, weights):
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from fedvalue.rounds import weighted_mean
+    from fedvalue.valuation.round_game import weighted_mean
 
     loader = DataLoader(TensorDataset(torch.as_tensor(x), torch.as_tensor(y)), batch_size=1000)
     start_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -115,11 +115,11 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
 
     if threads:
         torch.set_num_threads(threads)
-    from fedvalue.ads import AdsSettings, ads
-    from fedvalue.game import CoalitionGame
-    from fedvalue.loo import loo
-    from fedvalue.rounds import fedavg_round_game, value_round
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.valuation.ads import AdsSettings, ads
+    from fedvalue.valuation.game import CoalitionGame
+    from fedvalue.valuation.loo import loo
+    from fedvalue.valuation.round_game import fedavg_round_game, value_round
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
 
     model, x, y, start, clients, weights = _setup(num_clients)
     ids = list(range(num_clients))
@@ -179,9 +179,9 @@ def _tail_matmuls(num_clients: int, model, x) -> tuple[np.ndarray, np.ndarray, i
     but this arithmetic is free."""
     import torch
 
-    from fedvalue._scoring import scoring
-    from fedvalue.linear import LinearStates
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.scoring._scoring import scoring
+    from fedvalue.scoring.linear import LinearStates
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
 
     batch_size = inspect.signature(TorchModelUtility).parameters["batch_size"].default
     block = LinearStates.block_rows
@@ -226,10 +226,10 @@ def _one_cnn(num_clients: int, way: str, threads: int = 0) -> dict:
 
     if threads:
         torch.set_num_threads(threads)
-    from fedvalue._scoring import scoring
-    from fedvalue.ads import AdsSettings
-    from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.scoring._scoring import scoring
+    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.round_game import fedavg_aggregator, fedavg_round_game, round_game, value_round
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
 
     model, x, y, start, clients, weights = _setup_cnn(num_clients)
     ids = list(range(num_clients))
@@ -425,8 +425,8 @@ def _spread_round(threads: int, repeats: int) -> list[float]:
     import torch
 
     torch.set_num_threads(threads)
-    from fedvalue.ads import AdsSettings
-    from fedvalue.rounds import fedavg_round_game, value_round
+    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.round_game import fedavg_round_game, value_round
     from simulations.noisy_clients import NoisyClientsConfig, build
 
     _, _, utility, _ = build(NoisyClientsConfig())

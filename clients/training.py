@@ -194,7 +194,7 @@ def summed_loss_gradient(
 
     ℓ is the per-example loss local training averages, so a step Δw changes L by
     g·Δw to first order: the quantity TracIn flows are made of ([RECIP], Eq. 5;
-    fedvalue.flows, "Federated form"). Returns g for every ``state_dict`` entry, in its
+    fedvalue.flows.round_flows, "Federated form"). Returns g for every ``state_dict`` entry, in its
     order (zeros for buffers); an empty split gives L = 0 and g = 0.
     """
     x_t, y_t = as_tensors(x, y, loss)
@@ -259,7 +259,7 @@ def loss_gradient_and_fisher(
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """G = Σ_n ∇_w ℓ_n and d = Σ_n ∇_w ℓ_n ⊙ ∇_w ℓ_n on (x, y) at the model's parameters, in
     float64: the training loss gradient and the diagonal empirical Fisher of [FAIRIJ] App. A
-    (fedvalue.fair_curvature). Per-example gradients by ``torch.func`` (vmap over examples);
+    (fedvalue.scoring.fair_curvature). Per-example gradients by ``torch.func`` (vmap over examples);
     one array per ``state_dict`` entry, in its order (zeros for buffers)."""
     x_t, y_t = as_tensors(x, y, loss)
     model = model.eval()

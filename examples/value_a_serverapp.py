@@ -23,9 +23,9 @@ from flwr.serverapp.strategy import FedAdam
 
 from clients import make_client_app
 from digits_clients import digits, load_client, make_model  # your model and data (examples/digits_clients.py)
-from fedvalue.ads import AdsSettings
+from fedvalue.valuation.ads import AdsSettings
 from fedvalue.ledger import load_run
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.utilities import TorchModelUtility
 from simulations.api import initial_model_arrays
 from simulations.engine import run_flower_simulation

@@ -1,16 +1,18 @@
 """fedvalue: contributor accounting for federated learning.
 
 The accounting core: coalition games, Asymmetric Data Shapley (exact and Monte Carlo,
-[ADS]) and within-round leave-one-out. Pure numpy/pandas: never imports flwr or ray.
+[ADS]) and within-round leave-one-out. Importing it loads numpy/pandas only
+(no torch); the package never imports flwr or ray. Its subpackages and what each may import:
+docs/design.md, "The map".
 """
 
-from fedvalue.ads import MAX_EXACT_GROUP_SIZE, AdsSettings, ads, exact_num_coalitions, mc_num_permutations
-from fedvalue.game import CoalitionGame
-from fedvalue.knn_ads import KnnValuation, knn_ads, knn_shapley
-from fedvalue.knn_mc import knn_loo, knn_mc_ads
-from fedvalue.knn_utility import KnnUtility
-from fedvalue.loo import loo
-from fedvalue.result import ValuationResult
+from fedvalue.valuation.ads import MAX_EXACT_GROUP_SIZE, AdsSettings, ads, exact_num_coalitions, mc_num_permutations
+from fedvalue.valuation.game import CoalitionGame
+from fedvalue.valuation.knn_ads import KnnValuation, knn_ads, knn_shapley
+from fedvalue.valuation.knn_mc import knn_loo, knn_mc_ads
+from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.loo import loo
+from fedvalue.valuation.result import ValuationResult
 
 __all__ = [
     "MAX_EXACT_GROUP_SIZE",

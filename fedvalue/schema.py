@@ -78,7 +78,7 @@ ROUND_COLUMNS = (
     "num_unaggregatable", "hash",
 )
 
-#: The files of a run directory (records and checkpoints: :mod:`fedvalue.archive`).
+#: The files of a run directory (records and checkpoints: :mod:`fedvalue.run.archive`).
 LEDGER_FILE = "ledger.csv"
 LEDGER_PARQUET_FILE = "ledger.parquet"
 ROUNDS_FILE = "rounds.csv"
@@ -90,7 +90,7 @@ FIRST_ORDER_COLUMNS = ("round", "client_id", "loss_before", "loss_after", "actua
 
 class Method(StrEnum):
     """A ledger row's ``method`` (a ``str``: written and compared as its value). A plug-in
-    book (:mod:`fedvalue.round_book`) may book methods of its own; these are the core's."""
+    book (:mod:`fedvalue.rounds.round_book`) may book methods of its own; these are the core's."""
 
     __repr__ = str.__repr__  # messages list methods as the text a user writes
 
@@ -103,13 +103,13 @@ class Method(StrEnum):
     TRACIN_INFLOW = "tracin_inflow"
     TRACIN_OUTFLOW = "tracin_outflow"
     TRACIN_SELF = "tracin_self"
-    #: Fairness books (fedvalue.fair_books): the round game valued with U = −gap, each
+    #: Fairness books (fedvalue.rounds.fair_books): the round game valued with U = −gap, each
     #: client's first-order fairness influence, the I-JACK factor.
     ADS_FAIRNESS = "ads_fairness"
     LOO_FAIRNESS = "loo_fairness"
     FAIRNESS_INFLUENCE = "fairness_influence"
     FAIR_WEIGHT = "fair_weight"
-    #: Fairness influence with curvature (fedvalue.fair_curvature) and its FedAvg-renormalized derivative.
+    #: Fairness influence with curvature (fedvalue.scoring.fair_curvature) and its FedAvg-renormalized derivative.
     FAIRNESS_INFLUENCE_CURVATURE = "fairness_influence_curvature"
     FAIRNESS_WEIGHT_DERIVATIVE = "fairness_weight_derivative"
     #: Claim-review flags: a claimed weight lowered by a cap, a claim that jumped.
@@ -125,7 +125,7 @@ FLOW_METHODS = {Method.TRACIN_INFLOW: "inflow", Method.TRACIN_OUTFLOW: "outflow"
 CLAIM_PREFIX = "claim_"
 CLAIM_CAPPED = Method.CLAIM_CAPPED
 CLAIM_JUMPED = Method.CLAIM_JUMPED
-#: Fairness books (fedvalue.fair_books): valuation method -> its ledger name on the
+#: Fairness books (fedvalue.rounds.fair_books): valuation method -> its ledger name on the
 #: fairness game, the influence, the I-JACK factor; with curvature, its influence and derivative.
 FAIRNESS_VALUATION_METHODS = {Method.ADS: Method.ADS_FAIRNESS, Method.LOO: Method.LOO_FAIRNESS}
 FAIRNESS_INFLUENCE = Method.FAIRNESS_INFLUENCE
@@ -148,8 +148,8 @@ def _missing(value: object) -> bool:
 class LedgerRow:
     """One row of ledger.csv: a client's booking under one method in one round.
 
-    Every book builds its rows as these (:meth:`fedvalue.round_book.RoundContext.row`), and
-    :meth:`fedvalue.ledger.LedgerWriter.write_round` writes them; its fields are
+    Every book builds its rows as these (:meth:`fedvalue.rounds.round_book.RoundContext.row`), and
+    :meth:`fedvalue.run.ledger_tables.LedgerWriter.write_round` writes them; its fields are
     :data:`LEDGER_COLUMNS`, in order. Nothing is spelled by a stand-in: a value, standard
     error, example count, noisy flag or reason that is not known is None (written as an
     empty cell), never NaN, zero or an empty string; ``status`` is a :class:`Status`.
@@ -228,8 +228,8 @@ def client_sort_key(client_id: Hashable) -> tuple:
     return (0, key, "") if isinstance(key, int) else (1, 0, str(client_id))
 
 
-#: The rest of a run directory's layout: commitments (:mod:`fedvalue.seals`), round records
-#: and checkpoints (:mod:`fedvalue.archive`). Every name a run writes is one of these.
+#: The rest of a run directory's layout: commitments (:mod:`fedvalue.run.seals`), round records
+#: and checkpoints (:mod:`fedvalue.run.archive`). Every name a run writes is one of these.
 SEALS_FILE = "seals.jsonl"
 MANIFEST_FILE = "manifest.json"
 RECORDS_DIR = "records"
@@ -248,7 +248,7 @@ def record_name(server_round: int) -> str:
 
 def checkpoint_names(server_round: int) -> tuple[str, str]:
     """Round k's checkpoint files, relative to the run directory: A_k, and the server's
-    state as data (:mod:`fedvalue.state_codec`)."""
+    state as data (:mod:`fedvalue.run.state_codec`)."""
     stem = f"{CHECKPOINT_DIR}/round-{int(server_round):06d}"
     return stem + ".npz", stem + "-state.npz"
 

@@ -31,15 +31,15 @@ from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedvalue import rundir
+from fedvalue.run import rundir
 from fedvalue._checks import check_integer
 from clients.app import ClientData, make_client_app
 from clients.seeding import seeded_call
-from fedvalue.ledger import Run, load_run
-from fedvalue.rounds import ArraysUtility, ValuationSettings
-from fedvalue.run_books import RunSettings
+from fedvalue.run.ledger_tables import Run, load_run
+from fedvalue.valuation.round_game import ArraysUtility, ValuationSettings
+from fedvalue.run.run_books import RunSettings
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
-from fedvalue.seals import SEALS_FILE
+from fedvalue.run.seals import SEALS_FILE
 from simulations.engine import EngineOptions, check_ray_address, serve, stop_on_signals
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
@@ -136,7 +136,7 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
 
 
 def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Create ``out`` and return its resolved path (:func:`fedvalue.rundir.resolve`: ``~``
+    """Create ``out`` and return its resolved path (:func:`fedvalue.run.rundir.resolve`: ``~``
     expanded, absolute, links resolved); refuse a directory that already holds a run unless
     ``overwrite``."""
     out = rundir.resolve(out)
@@ -207,9 +207,9 @@ def simulate(
         partition id -> :class:`clients.ClientData`; must be picklable (it travels to
         the Ray workers): a module-level function or a functools.partial of one.
     utility
-        U(arrays) on held-out data, e.g. :class:`fedvalue.utilities.TorchModelUtility`.
+        U(arrays) on held-out data, e.g. :class:`fedvalue.scoring.torch_utilities.TorchModelUtility`.
     out
-        Run directory for the ledger (see :mod:`fedvalue.ledger`).
+        Run directory for the ledger (see :mod:`fedvalue.run.ledger_tables`).
     train_config
         Sent to clients every round ("lr", "local-epochs", "batch-size", "seed"; "seed"
         defaults to the run's ``seed``).
@@ -235,13 +235,13 @@ def simulate(
         replayed plan).
     valuation
         The methods, the ADS estimator's settings and a progress callback
-        (:class:`fedvalue.rounds.ValuationSettings`; :class:`simulations.progress.ValuationProgress`
+        (:class:`fedvalue.valuation.round_game.ValuationSettings`; :class:`simulations.progress.ValuationProgress`
         shows the progress).
     intake
         Claim review, NaN/inf replies kept out, seconds to wait for partition ids and gradients
         (:class:`strategies.valuing_settings.IntakeSettings`).
     run
-        The run directory's settings (:class:`fedvalue.run_books.RunSettings`): ``run_config``
+        The run directory's settings (:class:`fedvalue.run.run_books.RunSettings`): ``run_config``
         (completed here with the seed, rounds, clients, strategy, training and valuation
         settings and package versions, so the run can be read and audited from run.json
         alone), records for ``fedvalue audit``, checkpoints, ``resume`` (continue the run in

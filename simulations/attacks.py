@@ -52,11 +52,11 @@ from clients.behaviours import (
     Replicator,
     SignFlip,
 )
-from fedvalue.ledger import load_run, write_json
-from fedvalue.rounds import ValuationSettings
-from fedvalue.run_books import RunSettings
+from fedvalue.run.ledger_tables import load_run, write_json
+from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.run.run_books import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE, Status
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
 from simulations.data import load_dataset, split_holdout
 from simulations.engine import EngineOptions, serve

@@ -22,7 +22,7 @@ set's nearest neighbours) or L2-regularized logistic regression as liblinear fit
 (``logistic``, [ADS]'s non-KNN row, which used Omniglot with DAGAN images; here on the
 binary breast-cancer data with Borderline-SMOTE rows), both in
 :mod:`simulations.augmentation_models`, refit along permutations by
-:func:`fedvalue.prefix_mc.prefix_mc_ads`. App. C.1 reports that its Monte Carlo estimates
+:func:`fedvalue.valuation.prefix_mc.prefix_mc_ads`. App. C.1 reports that its Monte Carlo estimates
 "stabilize after 5,000 / 3,000 / 2,000 permutations" (Adult / MNIST / Omniglot); the default
 is 3,000, and ``convergence.csv`` states, per seed and method, the largest standard error of
 a synthetic value against the spread of the values.
@@ -52,9 +52,9 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from fedvalue.knn_ads import knn_ads
-from fedvalue.knn_utility import KnnUtility
-from fedvalue.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
+from fedvalue.valuation.knn_ads import knn_ads
+from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
 from simulations.augmentation_models import MODELS, prefix_model
 from simulations.settings import check_integers, check_numbers
 from simulations.synthetic_data import DATASETS, OriginalsAndSynthetic, originals_and_synthetic
@@ -264,7 +264,7 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
                      on_stage: Callable[[str], None] | None = None) -> str:
     """Run every seed, write values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv,
     figure2.png and config.json to ``out``; return the orderings table as text."""
-    from fedvalue.ledger import write_json
+    from fedvalue.run.ledger_tables import write_json
 
     config.check()
     out = prepare_out(out, overwrite)

@@ -1,8 +1,8 @@
 """``--valuation-budget``: coalition evaluations, or seconds, a round's valuation may spend.
 
 ``"2000"`` is 2,000 distinct coalition evaluations per round (ADS and LOO together;
-:func:`fedvalue.rounds.value_round`), and ``ads_method="auto"`` picks exact ADS when its
-2^n coalitions fit, else the sampler that fits (:func:`fedvalue.ads.budget_method`). The
+:func:`fedvalue.valuation.round_game.value_round`), and ``ads_method="auto"`` picks exact ADS when its
+2^n coalitions fit, else the sampler that fits (:func:`fedvalue.valuation.ads.budget_method`). The
 same seed gives the same ledger, and the audit recomputes it.
 
 ``"30s"`` is turned into evaluations once, before the run starts, by timing the utility
@@ -47,9 +47,9 @@ class ValuationBudget:
 def check_budget(evaluations: int, ads_method: str, clients_per_round: int, methods) -> None:
     """ValueError naming ``valuation_budget`` when a round of ``clients_per_round`` clients
     cannot be valued by ``ads_method`` within ``evaluations`` (LOO's n + 1 reserved as
-    :func:`fedvalue.rounds.value_round` reserves them), before the run starts."""
-    from fedvalue.ads import MAX_EXACT_GROUP_SIZE, budget_method, exact_num_coalitions
-    from fedvalue.rounds import ads_share_of_budget
+    :func:`fedvalue.valuation.round_game.value_round` reserves them), before the run starts."""
+    from fedvalue.valuation.ads import MAX_EXACT_GROUP_SIZE, budget_method, exact_num_coalitions
+    from fedvalue.valuation.round_game import ads_share_of_budget
 
     exact = exact_num_coalitions([range(clients_per_round)]) if clients_per_round <= MAX_EXACT_GROUP_SIZE else None
     ads_budget = ads_share_of_budget(evaluations, clients_per_round, methods)
@@ -83,8 +83,8 @@ def seconds_per_evaluation(utility, num_clients: int, *, seed: int = 0) -> tuple
     round of ``num_clients`` clients around its model's state: two batches of random
     coalitions (16 and 80) scored on fresh round games, the difference giving the cost of
     one coalition and the rest the round's fixed cost. ``utility``: a
-    :class:`~fedvalue.utilities.TorchModelUtility` (or a wrapper holding one as ``.utility``)."""
-    from fedvalue.rounds import fedavg_round_game
+    :class:`~fedvalue.scoring.torch_utilities.TorchModelUtility` (or a wrapper holding one as ``.utility``)."""
+    from fedvalue.valuation.round_game import fedavg_round_game
 
     local = getattr(utility, "utility", utility)
     rng = np.random.default_rng(seed)

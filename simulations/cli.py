@@ -262,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
         config = simulation.config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(simulation.config)})
     sign_key = None
     if getattr(args, "sign_key", None):
-        from fedvalue.seals import Signer
+        from fedvalue.run.seals import Signer
 
         sign_key = Signer.from_file(args.sign_key)  # a bad key is refused before anything is written
     options = RunOptions(out=args.out, overwrite=args.overwrite, quiet=args.quiet,
@@ -312,7 +312,7 @@ def _config_for_resume(config_cls, args: argparse.Namespace):
     must agree with it (a changed setting would not continue the same run)."""
     from pathlib import Path
 
-    from fedvalue.rundir import resolve
+    from fedvalue.run.rundir import resolve
 
     if args.out is not None and resolve(args.out) != resolve(args.resume):
         raise ValueError(f"out: --resume continues the run in {args.resume}; got another --out {args.out}.")
@@ -333,9 +333,9 @@ def _config_for_resume(config_cls, args: argparse.Namespace):
 
 def _saved_run_config(run_dir: str) -> dict | None:
     """The configuration in ``run_dir``/run.json (None when there is none; ValueError when it
-    is not a JSON object or not a regular file), read through :mod:`fedvalue.rundir`."""
-    from fedvalue.ledger import read_run_config
-    from fedvalue.rundir import RunDir
+    is not a JSON object or not a regular file), read through :mod:`fedvalue.run.rundir`."""
+    from fedvalue.run.ledger_tables import read_run_config
+    from fedvalue.run.rundir import RunDir
 
     try:
         run = RunDir(run_dir)
@@ -346,8 +346,8 @@ def _saved_run_config(run_dir: str) -> dict | None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from fedvalue.report import figure_dirs, html_report, write_figures
-    from fedvalue.rundir import RunDir, UnsafeRunFile, printable
+    from fedvalue.analysis.report import figure_dirs, html_report, write_figures
+    from fedvalue.run.rundir import RunDir, UnsafeRunFile, printable
     from fedvalue.schema import LEDGER_FILE
 
     try:  # opened once: every file below is read and written through it, every path printed is its
@@ -373,9 +373,9 @@ def _report(args: argparse.Namespace) -> int:
 def _print_books(run_dir) -> None:
     import pandas as pd
 
-    from fedvalue.findings import findings_lines, run_findings
-    from fedvalue.ledger import load_run
-    from fedvalue.rundir import printable
+    from fedvalue.analysis.findings import findings_lines, run_findings
+    from fedvalue.run.ledger_tables import load_run
+    from fedvalue.run.rundir import printable
 
     run = load_run(run_dir)
     lines = []
@@ -403,7 +403,7 @@ def _print_books(run_dir) -> None:
 
 def _audit_context(run_dir: str) -> tuple[Simulation | None, dict, str | None]:
     """The simulation that made ``run_dir`` and what the audit rebuilds from its run.json
-    (:func:`fedvalue.audit.audit_run` keywords), or why nothing could be rebuilt."""
+    (:func:`fedvalue.audit.verdict.audit_run` keywords), or why nothing could be rebuilt."""
     try:
         saved = _saved_run_config(run_dir) or {}
     except (ValueError, OSError) as error:
@@ -431,9 +431,9 @@ def _audit(args: argparse.Namespace) -> int:
     import os
     import re
 
-    from fedvalue.audit import audit_run
-    from fedvalue.rundir import printable, resolve
-    from fedvalue.seals import Verifier
+    from fedvalue.audit.verdict import audit_run
+    from fedvalue.run.rundir import printable, resolve
+    from fedvalue.run.seals import Verifier
 
     verifier = Verifier.from_file(args.public_key) if args.public_key else None
     if args.expect_head is not None and not re.fullmatch(r"[0-9a-f]{64}", args.expect_head):
@@ -474,7 +474,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _keygen(args: argparse.Namespace) -> int:
-    from fedvalue.seals import generate_keypair
+    from fedvalue.run.seals import generate_keypair
 
     fingerprint = generate_keypair(args.private_key, args.public_key)
     print(f"wrote {args.private_key} (keep it secret) and {args.public_key} (give it to auditors); key "
@@ -537,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except (ValueError, FileNotFoundError) as error:
-        from fedvalue.rundir import printable
+        from fedvalue.run.rundir import printable
 
         print(f"fedvalue: error: {printable(in_cli_words(str(error), command_line_options(parser)), 4000)}",
               file=sys.stderr)

@@ -17,7 +17,7 @@ class RunOptions:
     quiet: bool = False
     resume: bool = False
     started: float = 0.0
-    sign_key: object = None  # a fedvalue.seals.Signer, loaded before anything is written
+    sign_key: object = None  # a fedvalue.run.seals.Signer, loaded before anything is written
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -68,8 +68,8 @@ def print_run_summary(summary: dict) -> None:
 
 def print_federated_run(run, options: RunOptions) -> int:
     """The closing lines of a federated run: utility, detection of the noisy clients and what a
-    top-k selection keeps (:mod:`fedvalue.findings`), its flows summary when flows were booked."""
-    from fedvalue.findings import findings_lines, run_findings
+    top-k selection keeps (:mod:`fedvalue.analysis.findings`), its flows summary when flows were booked."""
+    from fedvalue.analysis.findings import findings_lines, run_findings
 
     print(f"wrote {options.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
           f"{options.elapsed():.1f}s")

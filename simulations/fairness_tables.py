@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue.fair_curvature import drop_scores
-from fedvalue.ledger import load_run
+from fedvalue.scoring.fair_curvature import drop_scores
+from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, Method, Status
 from simulations.fairness_central import interval
 
@@ -93,7 +93,7 @@ def round_scores(run_dir: Path) -> pd.DataFrame:
     wide["curvature"] = wide[FAIRNESS_WEIGHT_DERIVATIVE]
     wide["renormalized"] = np.nan
     for t, group in wide.groupby("round"):
-        # The drop rule's own definition of the score (fedvalue.fair_curvature.drop_scores).
+        # The drop rule's own definition of the score (fedvalue.scoring.fair_curvature.drop_scores).
         derivative = drop_scores("renormalized", influences=dict(zip(group["client_id"], group[FAIRNESS_INFLUENCE])),
                                  weights=dict(zip(group["client_id"], group["num_examples"])))
         wide.loc[group.index, "renormalized"] = [derivative[c] for c in group["client_id"]]

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from clients.app import ClientData
-from fedvalue.ledger import Run
-from fedvalue.rounds import ValuationSettings
-from fedvalue.run_books import RunSettings
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.run.ledger_tables import Run
+from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.run.run_books import RunSettings
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.data import load_dataset
 from simulations.engine import EngineOptions
@@ -131,7 +131,7 @@ def run_federated_reciprocity(
     sign_key=None,
 ) -> Run:
     """Run the federated reciprocity simulation; returns its ledger (flows booked); ``sign_key``
-    signs its seals and manifest (:mod:`fedvalue.seals`)."""
+    signs its seals and manifest (:mod:`fedvalue.run.seals`)."""
     model_factory, utility = build(config)
     return simulate(
         strategy=fedavg_without_evaluation(),

@@ -39,8 +39,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app, partition_id_of
-from fedvalue.ledger import load_run
-from fedvalue.run_books import RunSettings
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.run.run_books import RunSettings
 from simulations.api import (
     check_some_client_valued,
     initial_model_arrays,

@@ -108,8 +108,8 @@ def make_cnn(
     LeNet-5 with "same" padding in both convolutions; 107,786 parameters).
 
     The first parametrized module is the first convolution, after the parameter-free
-    Unflatten: :class:`fedvalue.utilities.TorchModelUtility` scores FedAvg coalitions
-    of it with the first layer's outputs computed once per client (:mod:`fedvalue.linear`).
+    Unflatten: :class:`fedvalue.scoring.torch_utilities.TorchModelUtility` scores FedAvg coalitions
+    of it with the first layer's outputs computed once per client (:mod:`fedvalue.scoring.linear`).
     """
     input_dim = check_integer("input_dim", input_dim)
     num_classes = check_integer("num_classes", num_classes)

@@ -17,7 +17,7 @@ runs on everything.
 **Protocol** (§5.1 and footnote 3). Ratings split at random 80:20 into training Z and
 inference Z'; matrix factorization with d = 16, λ = 1, full-batch gradient descent for
 T = 1,000 steps at η = 2e-4 on App. A's loss with the regularization split over the
-training examples (:mod:`fedvalue.mf_flows`, which books every step's TracIn flows per user
+training examples (:mod:`fedvalue.flows.mf_flows`, which books every step's TracIn flows per user
 in O((|Z| + |Z'|) d)); embeddings start with N(0, ``init_scale``²) entries (the paper says
 "randomly initialize" without a scale). Ten splits, ten random initializations each: the
 *single split* figures average the flows of split 0's ten runs, the *ten splits* figures
@@ -32,8 +32,8 @@ averaged flows (App. C.2, Fig. 6).
 **Federated per user** (the extension; ``local_steps`` = E ≥ 1). Every user is a client that
 keeps its embedding p_u to itself; in each of ``steps`` rounds it takes E local gradient
 steps on its own ratings from the server's item embeddings and sends its item update, and
-the server adds them (:func:`fedvalue.mf_flows.mf_flows`). The flows are the federated form
-F_t(u→v) = −s_u · g_v of :mod:`fedvalue.flows`; with E = 1 they are exactly the centralized
+the server adds them (:func:`fedvalue.flows.mf_flows.mf_flows`). The flows are the federated form
+F_t(u→v) = −s_u · g_v of :mod:`fedvalue.flows.round_flows`; with E = 1 they are exactly the centralized
 ones, so E > 1 isolates what local training does to reciprocity. It runs in process, not
 through Flower: the project's ClientApp keeps no per-client state between rounds, which a
 private user embedding needs.
@@ -57,9 +57,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedvalue.marginal import marginal_flows
-from fedvalue.mf_flows import MfTraining, Ratings, mf_fit, mf_flows
-from fedvalue.reciprocity import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
+from fedvalue.flows.marginal import marginal_flows
+from fedvalue.flows.mf_flows import MfTraining, Ratings, mf_fit, mf_flows
+from fedvalue.flows.reciprocity_measures import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
 from simulations.reciprocity_config import DATASETS, MOVIELENS_PAPER, check
 
 __all__ = ["MOVIELENS", "PAPER", "MovieLensData", "MovieLensResult", "load_movielens", "run_movielens_reciprocity"]

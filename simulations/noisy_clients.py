@@ -25,12 +25,12 @@ import numpy as np
 
 from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
-from fedvalue.ledger import Run
+from fedvalue.run.ledger_tables import Run
 from fedvalue._checks import check_number
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import VALUATION_METHODS, ValuationSettings
-from fedvalue.run_books import RunSettings
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import VALUATION_METHODS, ValuationSettings
+from fedvalue.run.run_books import RunSettings
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.api import simulate
 from simulations.budget import check_budget, parse_budget
 from simulations.data import DATASETS, IDX_DATASETS, Dataset, load_dataset, sample_per_class, split_holdout
@@ -49,7 +49,7 @@ from strategies.valuing_settings import IntakeSettings
 #: accepted: a typo must not exhaust memory.
 MAX_PARAMETERS = 50_000_000
 MAX_VALUATION_WORKERS = 256
-#: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.utilities).
+#: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.scoring.torch_utilities).
 ADS_METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
 UTILITIES = ("accuracy", "neg_loss")
 
@@ -260,7 +260,7 @@ def run_noisy_clients(
 ) -> Run:
     """Run the simulation on Ray and return its ledger (see module docstring); ``resume``
     continues the run in ``out`` from its last completed round; ``sign_key`` signs its seals
-    and manifest (:mod:`fedvalue.seals`); ``on_valuation_progress`` is told (round, coalitions
+    and manifest (:mod:`fedvalue.run.seals`); ``on_valuation_progress`` is told (round, coalitions
     evaluated, planned) during each round's valuation (:mod:`simulations.progress`)."""
     loader, model_factory, utility, noisy = build(config)
     if config.valuation_workers:

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedvalue._checks import check_integer, check_non_negative
-from fedvalue._scoring import FastScores
-from fedvalue.linear import LinearStates
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.scoring._scoring import FastScores
+from fedvalue.scoring.linear import LinearStates
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 
 
 class _Scorer:
@@ -53,7 +53,7 @@ class RayParallelUtility:
     Parameters
     ----------
     utility
-        The :class:`~fedvalue.utilities.TorchModelUtility` to scale out.
+        The :class:`~fedvalue.scoring.torch_utilities.TorchModelUtility` to scale out.
     num_workers
         Ray actors (each holds a copy of the model template and held-out data).
     address
@@ -155,7 +155,7 @@ class RayParallelUtility:
 
 
 class _ParallelLinearStates:
-    """:class:`~fedvalue.utilities.LinearStates` with the scoring split across actors."""
+    """:class:`~fedvalue.scoring.torch_utilities.LinearStates` with the scoring split across actors."""
 
     def __init__(self, parallel: RayParallelUtility, basis, key: int) -> None:
         import ray
@@ -166,7 +166,7 @@ class _ParallelLinearStates:
         self.basis_ref = ray.put([dict(b) for b in basis])
 
     def values(self, coefficients: np.ndarray, materialize=None, progress=None) -> np.ndarray:
-        """As :meth:`fedvalue.linear.LinearStates.values`; ``progress`` is told each actor's rows
+        """As :meth:`fedvalue.scoring.linear.LinearStates.values`; ``progress`` is told each actor's rows
         as its part comes back."""
         import ray
 

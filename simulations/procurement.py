@@ -13,7 +13,7 @@ samples, then fine-tuned for ``fine_tune_epochs`` epochs in minibatches of
 ``fine_tune_batch_size`` (10): as in LLM fine-tuning, a coalition of three offers (150
 examples) gets three times the optimizer steps of one offer (``fine_tune_batch_size=0``,
 full batch, gives every coalition the same ``fine_tune_epochs`` steps). The accounting is
-:mod:`fedvalue.procurement`.
+:mod:`fedvalue.analysis.staged_procurement`.
 
 Per seed, the true, noisy and biased generators, the biased data and every stage's offers
 (in a shuffled order) are drawn once and shared by the three rules, which also share the
@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_open_unit
-from fedvalue.ledger import read_ledger_csv, read_rounds_csv, write_json
-from fedvalue.procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
-from fedvalue.rounds import Arrays
+from fedvalue.run.ledger_tables import read_ledger_csv, read_rounds_csv, write_json
+from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
+from fedvalue.valuation.round_game import Arrays
 from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
 from simulations.conjoint import RatingGenerator, mixed_ratings, random_profiles, validation_profiles
 from simulations.models import check_hidden
@@ -330,13 +330,13 @@ def replay_check(run_dir: str | Path, *, timeout: float = REPLAY_TIMEOUT) -> tup
     run is replayed (the generators, offers and fine-tunes are pure functions of the
     configuration and seed) and every ledger row and every rounds.csv column except the
     wall-clock ``valuation_seconds`` and the ``hash`` that covers it must come out equal.
-    The run directory is read through :mod:`fedvalue.rundir` (no link, no FIFO, capped);
+    The run directory is read through :mod:`fedvalue.run.rundir` (no link, no FIFO, capped);
     the replay runs in a child process killed after ``timeout`` seconds
     (:class:`TimeoutError`: the audit then says not verifiable), and only when the tables
     hold as many stages as run.json names.
     """
-    from fedvalue.ledger import parse_run_config
-    from fedvalue.rundir import MAX_JSON_BYTES, RunDir
+    from fedvalue.run.ledger_tables import parse_run_config
+    from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir
 
     with RunDir(run_dir) as run:
         saved = parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=MAX_JSON_BYTES))

@@ -4,7 +4,7 @@
 over the 12 attribute indicators plays that part, with the same protocol: it is first fit
 to a biased rating behaviour, then fine-tuned stage by stage from its current state, and
 judged by the part-worths OLS recovers from its predicted ratings (AvgErr). It implements
-:class:`fedvalue.procurement.Learner`: its state is its ``state_dict`` as numpy arrays.
+:class:`fedvalue.analysis.staged_procurement.Learner`: its state is its ``state_dict`` as numpy arrays.
 
 Fine-tuning is deterministic: minibatch order and the initial weights come from a
 ``torch.Generator`` seeded by the caller, a fresh Adam optimizer per fine-tune (as a
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedvalue.rounds import Arrays
+from fedvalue.valuation.round_game import Arrays
 from simulations.conjoint import NUM_ATTRIBUTES, NUM_LEVELS, average_error, one_hot, part_worths_ols
 from simulations.engine import torch_threads
 

@@ -27,7 +27,7 @@ carries the binomial noise of how often u landed on each side (≈ ±10% at 100 
 ``averaging`` picks the headline and the per-individual table. Individuals that never
 landed on one side (possible with few repetitions) are left out (``num_left_out``).
 
-**Figures** (Def. 2.1, §2.2). α at p = 0.75 (:func:`fedvalue.reciprocity.alpha_at`) under
+**Figures** (Def. 2.1, §2.2). α at p = 0.75 (:func:`fedvalue.flows.reciprocity_measures.alpha_at`) under
 each influence and averaging, Pearson and Spearman correlation of inflow and outflow,
 shares of negative inflows and outflows, the signal-to-noise ratio |mean|/std of each
 individual's outflow and inflow across the splits that put it on that side (workshop
@@ -47,8 +47,8 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from fedvalue.marginal import marginal_flows
-from fedvalue.reciprocity import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
+from fedvalue.flows.marginal import marginal_flows
+from fedvalue.flows.reciprocity_measures import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
 from simulations.movielens import run_movielens_reciprocity
 from simulations.reciprocity_config import (
     AVERAGINGS,
@@ -368,7 +368,7 @@ def cli_main(config: ReciprocityConfig, options) -> int:
     """``fedvalue run reciprocity``: the reproduction tables (every dataset with --dataset all)."""
     from pathlib import Path
 
-    from fedvalue.ledger import write_json
+    from fedvalue.run.ledger_tables import write_json
 
     if config.dataset not in (*DATASETS, "all"):
         raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")

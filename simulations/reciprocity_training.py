@@ -19,7 +19,7 @@ intercept ȳ (linear) or log(ȳ/(1−ȳ)) (logistic, so σ = ȳ), weights 0. ``z
     O_u = Σ_t (η/|Z|) ∇ℓ_u(w_t) · Σ_{z'∈Z'} ∇ℓ_{z'}(w_t)   (u ∈ Z),
     I_v = Σ_t (η/|Z|) Σ_{z∈Z} ∇ℓ_z(w_t) · ∇ℓ_v(w_t)       (v ∈ Z'),
 
-computed by :func:`fedvalue.flows.tracin_round_flows` (the O(n·p) form of §4) step by step,
+computed by :func:`fedvalue.flows.round_flows.tracin_round_flows` (the O(n·p) form of §4) step by step,
 with the cumulative flows kept every ``checkpoint_every`` steps (reciprocity along
 training, workshop Fig. 6).
 
@@ -27,7 +27,7 @@ training, workshop Fig. 6).
 standardization statistics of Z∖{z}, its initialization, T steps on its mean loss. All |Z|
 removal models and the full model are trained at once as one batch of weight vectors
 (:func:`marginal_split`); ``tests/simulations/test_reciprocity.py`` checks the batch
-against one-at-a-time retraining through :func:`fedvalue.marginal.marginal_losses`.
+against one-at-a-time retraining through :func:`fedvalue.flows.marginal.marginal_losses`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedvalue.flows import tracin_round_flows
+from fedvalue.flows.round_flows import tracin_round_flows
 
 __all__ = ["SplitFlows", "fit_losses", "marginal_split", "tracin_split"]
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue.knn_ads import knn_ads
+from fedvalue.valuation.knn_ads import knn_ads
 from simulations.augmentation import prepare_out
 from simulations.settings import check_integers, check_numbers
 from simulations.synthetic_data import IMAGE_DATASETS, OriginalsAndSynthetic, images_with_augmentations
@@ -96,7 +96,7 @@ def value_market(x: np.ndarray, y: np.ndarray, data: OriginalsAndSynthetic, owne
 def run_replication_market(config: ReplicationMarketConfig, out: str | Path, *, overwrite: bool = False,
                            on_stage: Callable[[str], None] | None = None) -> str:
     """Both scenarios; writes the tables and figure to ``out`` and returns the totals as text."""
-    from fedvalue.ledger import write_json
+    from fedvalue.run.ledger_tables import write_json
 
     config.check()
     out = prepare_out(out, overwrite)

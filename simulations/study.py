@@ -49,13 +49,13 @@ from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 
 from clients.app import make_client_app
-from fedvalue.detection import detection_curve, detection_metrics, summarize_metrics
-from fedvalue.flagging import FlaggingRule, flagging_rates
-from fedvalue.ledger import load_run, write_json
-from fedvalue.rounds import ValuationSettings
-from fedvalue.run_books import RunSettings
+from fedvalue.analysis.detection import detection_curve, detection_metrics, summarize_metrics
+from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
+from fedvalue.run.ledger_tables import load_run, write_json
+from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.run.run_books import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.selection import retrain_plan
+from fedvalue.analysis.top_k_selection import retrain_plan
 from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
 from simulations.engine import EngineOptions, default_max_parallel_clients, serve, torch_threads
 from simulations.noisy_clients import NoisyClientsConfig, build, client_data, valuation_settings

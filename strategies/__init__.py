@@ -1,9 +1,9 @@
 """Flower server strategies that keep contributor books (the only place converting
 Flower records to arrays on the server side)."""
 
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import ValuationSettings
-from fedvalue.run_books import RunSettings
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.run.run_books import RunSettings
 from strategies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
 from strategies.claims import ClaimFlag, ClaimReview
 from strategies.sampling import PartitionSampler, ValueWeightedSampler

@@ -1,12 +1,12 @@
 """The strategy's half of the fairness books: what a round asks of the clients, values and
-decides when the run keeps a :class:`fedvalue.fairness.GroupFairness` objective.
+decides when the run keeps a :class:`fedvalue.scoring.group_fairness.GroupFairness` objective.
 
 Each round books the round game with U = −gap (``ads_fairness`` / ``loo_fairness``, the
 same methods and settings as accuracy) and each valid reply's fairness influence
-(:func:`fedvalue.fair_books.fairness_round`); with a damping δ the sampled clients also send
+(:func:`fedvalue.rounds.fair_books.fairness_round`); with a damping δ the sampled clients also send
 their training loss gradient and Fisher diagonal at A_{t−1} (the train config's
 ``CURVATURE_KEY``) and the influence with curvature is booked too
-(:mod:`fedvalue.fair_curvature`). A fairness policy (:class:`strategies.acceptance.FairDropK`,
+(:mod:`fedvalue.scoring.fair_curvature`). A fairness policy (:class:`strategies.acceptance.FairDropK`,
 :class:`~strategies.acceptance.FairReweight`) acts on the scores its rule names; I-JACK's
 factors reweigh the accepted replies' messages (the live aggregation sees n_u w_u, the books
 keep n_u).
@@ -20,10 +20,10 @@ from collections.abc import Hashable, Mapping
 import numpy as np
 from flwr.app import ConfigRecord
 
-from fedvalue.fair_books import FairnessBooks, fairness_round
-from fedvalue.fair_curvature import CURVATURE_SCORES
-from fedvalue.fairness import GroupFairness
-from fedvalue.rounds import Aggregator, ValuationSettings
+from fedvalue.rounds.fair_books import FairnessBooks, fairness_round
+from fedvalue.scoring.fair_curvature import CURVATURE_SCORES
+from fedvalue.scoring.group_fairness import GroupFairness
+from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.acceptance import Acceptance
 from strategies.protocol import CURVATURE_KEY
 from strategies.records import ClientReply

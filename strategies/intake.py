@@ -8,7 +8,7 @@ from the global model's, and metric keys that differ from the round's most commo
 failed; the claim review caps claimed weights (so the books and the inner strategy see the
 same weight); and every sampled client whose reply never came is booked as failed.
 :func:`round_record` then writes the intake down once as the round's
-:class:`fedvalue.archive.RoundRecord`, the single input of the books.
+:class:`fedvalue.run.archive.RoundRecord`, the single input of the books.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from flwr.app import Message
 from flwr.supercore.logger import log
 
-from fedvalue.archive import RoundRecord
+from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Status
 from strategies.protocol import NUM_EXAMPLES_KEY
 from strategies.records import ClientReply, InferenceGradient, read_reply, take_curvature, take_inference_gradient
@@ -99,7 +99,7 @@ def round_record(server_round: int, intake: RoundIntake, *, start_arrays: Mappin
                  accepted: set, weighted_by_key: str, flows: bool, meta: dict,
                  replay: tuple | None) -> RoundRecord:
     """The round's record, built once from the intake: the books are booked from it and it
-    is saved before the round's commit mark (:mod:`fedvalue.archive`). ``replay`` is what
+    is saved before the round's commit mark (:mod:`fedvalue.run.archive`). ``replay`` is what
     replaying the inner strategy's aggregation needs (None: not saved; ``meta`` then says why
     when it could not be)."""
     replies: dict = {}

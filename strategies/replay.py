@@ -7,7 +7,7 @@ needs Agg_t exactly as it was: the inner strategy in its state when the replies 
 (FedAdam's moments, QFedAvg's current arrays, an adaptive clipping norm), the global random
 state DP noise is drawn from, and the replies as Messages (their arrays and metric
 records). The valuing strategy saves all of it as data in the round record
-(:func:`replay_state`, :class:`fedvalue.archive.RoundRecord`'s ``replay``); an auditor who
+(:func:`replay_state`, :class:`fedvalue.run.archive.RoundRecord`'s ``replay``); an auditor who
 can build the run's inner strategy afresh from its configuration (the simulation that made
 the run can) gets back a :class:`~strategies.counterfactual.CounterfactualAggregator` that
 aggregates every coalition as the live run did (:func:`replay_aggregator`). Nothing is
@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from flwr.app import Error, Message, MessageType, Metadata, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
-from fedvalue.archive import RoundRecord
+from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import WEIGHED_STATUSES
 from strategies import server_state
 from strategies.counterfactual import Arrays, CounterfactualAggregator, RandomState, copy_reply

@@ -1,5 +1,5 @@
 """The valuing strategy's run directory: open it (or resume it), commit each round with the
-server's state, close it. The order of files on disk is :class:`fedvalue.run_books.RunBooks`'
+server's state, close it. The order of files on disk is :class:`fedvalue.run.run_books.RunBooks`'
 concern; this module holds what only the strategy side knows: which server objects a
 checkpoint saves and how a resumed run takes them back.
 
@@ -21,8 +21,8 @@ import torch
 
 from flwr.app import ArrayRecord
 
-from fedvalue.archive import RoundRecord
-from fedvalue.run_books import Restored, RunBooks, RunSettings
+from fedvalue.run.archive import RoundRecord
+from fedvalue.run.run_books import Restored, RunBooks, RunSettings
 from strategies import server_state
 from strategies.counterfactual import RandomState
 from strategies.records import numpy_to_arrays
@@ -86,7 +86,7 @@ class RunState:
 
     def __init__(self, run_dir: str | None, settings: RunSettings) -> None:
         if not isinstance(settings, RunSettings):
-            raise TypeError(f"run: expected a fedvalue.run_books.RunSettings (or None); got "
+            raise TypeError(f"run: expected a fedvalue.run.run_books.RunSettings (or None); got "
                             f"{type(settings).__name__}.")
         if settings.resume and run_dir is None:
             raise ValueError("resume: expected run_dir, the directory of the run to continue; got None.")
@@ -147,14 +147,14 @@ class RunState:
     def commit(self, server_round: int, round_row: dict, ledger_rows: list, record: RoundRecord,
                realized: dict, parts: ServerParts) -> None:
         """Round ``server_round``'s record, rows, commit mark, checkpoint and seal
-        (:meth:`fedvalue.run_books.RunBooks.commit`); nothing without a run directory."""
+        (:meth:`fedvalue.run.run_books.RunBooks.commit`); nothing without a run directory."""
         if self.books is None:
             return
         self.books.commit(server_round, round_row, ledger_rows, record=record if self.save_records else None,
                           realized=realized, state=capture_state(parts) if self.checkpoint else None)
 
     def close(self, rounds: list[dict], num_rounds: int | None) -> None:
-        """The final manifest (:mod:`fedvalue.seals`), once every planned round committed."""
+        """The final manifest (:mod:`fedvalue.run.seals`), once every planned round committed."""
         if self.books is None or not rounds or rounds[-1]["round"] != num_rounds:
             return
         self.books.close(num_rounds)

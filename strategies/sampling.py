@@ -10,7 +10,7 @@ import numpy as np
 from flwr.app import Message
 
 from fedvalue._checks import check_choice, check_integer, check_positive
-from fedvalue.flagging import FlaggingRule
+from fedvalue.analysis.flagging import FlaggingRule
 from fedvalue.schema import LedgerRow, Status
 
 SCHEDULES = ("random", "even")
@@ -84,7 +84,7 @@ class ValueWeightedSampler:
     t samples ``clients_per_round`` clients without replacement with probability
     ∝ exp((Φ_i − max Φ) / temperature); clients never sampled get the largest Φ seen
     (optimism: each is tried once before the value decides). Clients flagged by
-    ``flagging`` (an online :class:`~fedvalue.flagging.FlaggingRule` fed the same rows)
+    ``flagging`` (an online :class:`~fedvalue.analysis.flagging.FlaggingRule` fed the same rows)
     or returned by ``exclude()`` are not sampled while enough others remain.
 
     Parameters
@@ -98,7 +98,7 @@ class ValueWeightedSampler:
     exclude
         Callable returning client ids not to sample.
     flagging
-        A :class:`~fedvalue.flagging.FlaggingRule` the sampler feeds every round's rows;
+        A :class:`~fedvalue.analysis.flagging.FlaggingRule` the sampler feeds every round's rows;
         the clients it flags are excluded from then on (its ``flagged`` set is read live).
     seed
         Seed; round t's draw depends on (seed, t) and the values observed.
@@ -111,7 +111,7 @@ class ValueWeightedSampler:
         if exclude is not None and not callable(exclude):
             raise TypeError(f"exclude: expected a callable returning client ids; got {type(exclude).__name__}.")
         if flagging is not None and not isinstance(flagging, FlaggingRule):
-            raise TypeError(f"flagging: expected a fedvalue.flagging.FlaggingRule; got {type(flagging).__name__}.")
+            raise TypeError(f"flagging: expected a fedvalue.analysis.flagging.FlaggingRule; got {type(flagging).__name__}.")
         self.clients_per_round = int(clients_per_round)
         self.method = method
         self.temperature = float(temperature)

@@ -6,7 +6,7 @@ the DP wrappers, the adaptive clipping norm, and the wrapped strategy of a DP wr
 sampler (a value-weighted sampler's totals and its flagging rule), the claim review (each
 client's last claim), the pending first-order check and the global random state Flower's
 randomized strategies draw from. :func:`capture` turns them into data
-(:mod:`fedvalue.state_codec`); :func:`restore` applies saved data to the objects a resumed
+(:mod:`fedvalue.run.state_codec`); :func:`restore` applies saved data to the objects a resumed
 run built afresh from its configuration. Nothing is ever constructed from a saved name,
 so resuming executes no code from the run directory.
 
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord
 
-from fedvalue.state_codec import Extension, ObjectState, decode, encode
+from fedvalue.run.state_codec import Extension, ObjectState, decode, encode
 
 #: Nested objects followed from the top (a strategy inside a DP wrapper inside ...).
 MAX_OBJECT_DEPTH = 16

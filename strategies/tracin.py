@@ -4,7 +4,7 @@ outflows for a selection rule, and the first-order check of the predicted loss c
 Sampled clients return their inference gradient g_v at A_{t−1} with their update; every
 other client is asked for it by a query carrying A_{t−1}
 (:meth:`FlowQueries.idle_gradients`), so it receives inflow too. The flows themselves are
-booked by :func:`fedvalue.books.book_round` from the round record. Round t's predicted loss
+booked by :func:`fedvalue.rounds.books.book_round` from the round record. Round t's predicted loss
 changes Σ_u flow(u → v) are checked in round t + 1 against the losses the clients then
 report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.csv``).
 """
@@ -17,8 +17,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedvalue.flows import RoundFlows, fedavg_round_flows
-from fedvalue.ledger import LedgerWriter
+from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
+from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from strategies.protocol import GRADIENT_KEY
 from strategies.records import ClientReply, InferenceGradient, take_inference_gradient
@@ -27,7 +27,7 @@ from strategies.records import ClientReply, InferenceGradient, take_inference_gr
 def outflows_if_all_aggregated(start_arrays: Mapping[str, np.ndarray], ok: list[ClientReply],
                                gradients: Mapping[object, InferenceGradient]) -> dict:
     """outflow_u of every valid reply, as if all of them made the round's step
-    (:func:`fedvalue.flows.fedavg_round_flows`; what ``TopK(k, "tracin_outflow")`` ranks)."""
+    (:func:`fedvalue.flows.round_flows.fedavg_round_flows`; what ``TopK(k, "tracin_outflow")`` ranks)."""
     flows, _ = fedavg_round_flows(start_arrays, {r.client_id: r.arrays for r in ok},
                                   {r.client_id: r.weight for r in ok},
                                   {c: g.gradient for c, g in gradients.items()})

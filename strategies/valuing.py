@@ -15,7 +15,7 @@ on a copy of itself at round start and under the round's random state
 from the same random state.
 
 The wrapper is the Flower adapter: it takes the replies in (:mod:`strategies.intake`),
-asks the books (:func:`fedvalue.books.book_round`) and hands back the aggregate; TracIn
+asks the books (:func:`fedvalue.rounds.books.book_round`) and hands back the aggregate; TracIn
 queries are :mod:`strategies.tracin`, the fairness hooks :mod:`strategies.fair_rounds`, the
 run directory and server state :mod:`strategies.run_state`.
 """
@@ -32,10 +32,17 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
-from fedvalue.books import book_round
-from fedvalue.ledger import LedgerWriter
-from fedvalue.rounds import ArraysUtility, RoundValuation, ValuationSettings, round_game_for, round_rng, value_round
-from fedvalue.run_books import RunBooks, RunSettings
+from fedvalue.rounds.books import book_round
+from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.valuation.round_game import (
+    ArraysUtility,
+    RoundValuation,
+    ValuationSettings,
+    round_game_for,
+    round_rng,
+    value_round,
+)
+from fedvalue.run.run_books import RunBooks, RunSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from strategies.acceptance import AcceptAll, Acceptance
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
@@ -62,7 +69,7 @@ class ValuingStrategy(Strategy):
     strategy
         Any ``flwr.serverapp.strategy.Strategy``.
     utility
-        U(arrays) -> float on held-out data (e.g. :class:`fedvalue.utilities.TorchModelUtility`);
+        U(arrays) -> float on held-out data (e.g. :class:`fedvalue.scoring.torch_utilities.TorchModelUtility`);
         may have a ``batch`` method taking a list of arrays dicts.
     run_dir
         Where the ledger goes (``None``: keep the books in memory only).
@@ -77,11 +84,11 @@ class ValuingStrategy(Strategy):
         Seed of MC permutations (round t uses ``[seed, t]``).
     valuation, books, intake, run
         Settings objects, each checked when made (None: its defaults):
-        :class:`fedvalue.rounds.ValuationSettings` (methods, the ADS estimator's settings,
+        :class:`fedvalue.valuation.round_game.ValuationSettings` (methods, the ADS estimator's settings,
         a progress callback), :class:`strategies.valuing_settings.BookSettings` (TracIn
         flows, fairness and its curvature, noisy clients),
         :class:`strategies.valuing_settings.IntakeSettings` (claim review, NaN/inf replies,
-        node directory, query timeout) and :class:`fedvalue.run_books.RunSettings`
+        node directory, query timeout) and :class:`fedvalue.run.run_books.RunSettings`
         (run.json's configuration, records, checkpoints, resume, signing key, per-round
         callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
         (the inner strategy, sampler and claim review take the saved state); the same
@@ -149,7 +156,7 @@ class ValuingStrategy(Strategy):
 
     @property
     def books(self) -> RunBooks | None:
-        """The open run directory (:class:`fedvalue.run_books.RunBooks`; None before
+        """The open run directory (:class:`fedvalue.run.run_books.RunBooks`; None before
         :meth:`open_books` or without ``run_dir``)."""
         return self.run_state.books
 
@@ -294,7 +301,7 @@ class ValuingStrategy(Strategy):
         log_problems(server_round, records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
-        # record, rows, commit mark, checkpoint, seal: fedvalue.run_books
+        # record, rows, commit mark, checkpoint, seal: fedvalue.run.run_books
         self.run_state.commit(server_round, round_row, ledger_rows, record,
                               self._start_arrays if realized is None else realized, self._parts())
         self.rounds.append(round_row)

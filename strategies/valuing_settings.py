@@ -3,8 +3,8 @@ round keeps (:class:`BookSettings`) and how replies are taken in (:class:`Intake
 
 Each is a frozen dataclass checked once when made (errors name the parameter); the
 strategy takes them whole, so an option is added in one place. The valuation's settings
-are :class:`fedvalue.rounds.ValuationSettings`, the run directory's
-:class:`fedvalue.run_books.RunSettings`.
+are :class:`fedvalue.valuation.round_game.ValuationSettings`, the run directory's
+:class:`fedvalue.run.run_books.RunSettings`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from fedvalue._checks import check_positive
-from fedvalue.fairness import GroupFairness
+from fedvalue.scoring.group_fairness import GroupFairness
 from strategies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
 
@@ -39,7 +39,7 @@ class BookSettings:
         query carrying A_{t−1} (one forward and backward pass, no training), so it receives
         inflow too (:mod:`strategies.tracin`).
     fairness
-        A :class:`fedvalue.fairness.GroupFairness` objective on held-out data with a sensitive
+        A :class:`fedvalue.scoring.group_fairness.GroupFairness` objective on held-out data with a sensitive
         attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
         game with U = −gap) and ``fairness_influence`` (:mod:`strategies.fair_rounds`).
     fair_curvature
@@ -60,7 +60,7 @@ class BookSettings:
             raise TypeError(f"flows: expected True or False; got {self.flows!r}.")
         if self.fairness is not None and not (callable(self.fairness)
                                               and callable(getattr(self.fairness, "gradient", None))):
-            raise TypeError(f"fairness: expected a fedvalue.fairness.GroupFairness (or None); got "
+            raise TypeError(f"fairness: expected a fedvalue.scoring.group_fairness.GroupFairness (or None); got "
                             f"{type(self.fairness).__name__}.")
         if self.fair_curvature is not None:
             if self.fairness is None:

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedvalue.detection import detection_metrics
-from fedvalue.ledger import load_run
+from fedvalue.analysis.detection import detection_metrics
+from fedvalue.run.ledger_tables import load_run
 from strategies.counterfactual import RandomState
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from fedvalue.ledger import chain_hash, csv_lines, genesis_hash
+from fedvalue.run.ledger_tables import chain_hash, csv_lines, genesis_hash
 from fedvalue.schema import ROUND_COLUMNS
-from fedvalue.seals import MANIFEST_FILE, SEALS_FILE, manifest_files
+from fedvalue.run.seals import MANIFEST_FILE, SEALS_FILE, manifest_files
 
 
 def _digest(path: Path) -> str:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import fedvalue
 from fedvalue import CoalitionGame
-from fedvalue.ads import mc_num_permutations
+from fedvalue.valuation.ads import mc_num_permutations
 
 from .reference_games import (
     CountingUtility,

@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from fedvalue.archive import (
+from fedvalue.run.archive import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     RoundRecord,
@@ -23,7 +23,7 @@ from fedvalue.archive import (
     write_checkpoint,
     write_round_record,
 )
-from fedvalue.rundir import RunDir
+from fedvalue.run.rundir import RunDir
 from fedvalue.schema import LEDGER_FILE, ClaimEntry, ClientEntry
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fedvalue.archive import load_npz, read_round_record, round_record_paths, save_npz, write_round_record
-from fedvalue.seals import SEALS_FILE
+from fedvalue.run.archive import load_npz, read_round_record, round_record_paths, save_npz, write_round_record
+from fedvalue.run.seals import SEALS_FILE
 from simulations.cli import main
 from tests.fedvalue.forgery import rechain, reseal
 

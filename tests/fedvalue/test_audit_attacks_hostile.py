@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue import rundir
-from fedvalue.archive import read_round_record, record_path, save_npz, write_round_record
-from fedvalue.audit_recompute import recompute_books
-from fedvalue.ledger import LedgerWriter, csv_lines, load_run, read_ledger_csv
+from fedvalue.run import rundir
+from fedvalue.run.archive import read_round_record, record_path, save_npz, write_round_record
+from fedvalue.audit.audit_recompute import recompute_books
+from fedvalue.run.ledger_tables import LedgerWriter, csv_lines, load_run, read_ledger_csv
 from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, ClientEntry
 from simulations.cli import main
 from simulations.noisy_clients import utility_from_run

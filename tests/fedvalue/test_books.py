@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from fedvalue.archive import RoundRecord
-from fedvalue.books import ClientEntry, book_round, claim_rows, rejected_harms
+from fedvalue.run.archive import RoundRecord
+from fedvalue.rounds.books import ClientEntry, book_round, claim_rows, rejected_harms
 from fedvalue.schema import ClaimEntry
-from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
 
 TARGET = np.array([1.0, -2.0, 0.5])
 
@@ -120,9 +120,9 @@ def test_the_record_decides_the_order_counts_and_claims_of_a_round_with_a_failur
 
 
 def test_a_new_kind_of_book_is_one_registration_away(monkeypatch):
-    """A kind registered in fedvalue.round_books books its rows after each client's, and its
+    """A kind registered in fedvalue.rounds.round_books books its rows after each client's, and its
     closing rows after every client's, with no change to book_round."""
-    from fedvalue.round_books import ROUND_BOOKS
+    from fedvalue.rounds.round_books import ROUND_BOOKS
 
     class Echo:
         def __init__(self, context):

@@ -12,10 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedvalue.coalition_halves import split_rows
-from fedvalue.linear import LinearStates
-from fedvalue.rounds import weighted_mean
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.scoring.coalition_halves import split_rows
+from fedvalue.scoring.linear import LinearStates
+from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from tests.fedvalue.fedavg_rounds import all_coalitions, fedavg_rows, round_around
 
 
@@ -126,7 +126,7 @@ def test_factored_path_without_the_fused_add_relu_kernel_gives_the_same_values(m
     start, clients, weights = round_around(74, 7, model, spread=0.5)
     rows = fedavg_rows(all_coalitions(7), weights)
     fused = utility.linear([start, *clients]).values(rows)
-    monkeypatch.setattr("fedvalue.linear.ADD_RELU", None)
+    monkeypatch.setattr("fedvalue.scoring.linear.ADD_RELU", None)
     unfused = utility.linear([start, *clients]).values(rows)
     np.testing.assert_allclose(unfused, fused, rtol=1e-6, atol=1e-7)
 

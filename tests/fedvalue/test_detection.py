@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
-from fedvalue.detection import (
+from fedvalue.analysis.detection import (
     RANDOM,
     accumulated_scores,
     detection_curve,

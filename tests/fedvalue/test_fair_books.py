@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.ads import AdsSettings
-from fedvalue.archive import RoundRecord
-from fedvalue.books import ClientEntry, book_round
-from fedvalue.fair_books import FairnessBooks, fairness_round, policy_outcome
-from fedvalue.fairness import GroupFairness, client_fairness_influences
-from fedvalue.rounds import fedavg_round_game, round_rng, value_round, weighted_mean
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.run.archive import RoundRecord
+from fedvalue.rounds.books import ClientEntry, book_round
+from fedvalue.rounds.fair_books import FairnessBooks, fairness_round, policy_outcome
+from fedvalue.scoring.group_fairness import GroupFairness, client_fairness_influences
+from fedvalue.valuation.round_game import fedavg_round_game, round_rng, value_round, weighted_mean
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Client-level fairness influence with curvature (fedvalue.fair_curvature) against its
+"""Client-level fairness influence with curvature (fedvalue.scoring.fair_curvature) against its
 references: the clients' loss gradients and Fisher diagonals are the central per-example
 quantities of [FAIRIJ] App. A split by client; the influence is the central influence of
 upweighting the client's examples with the same damped diagonal; it is the first-order
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from clients.training import loss_gradient_and_fisher
-from fedvalue.fair_curvature import curvature_influences, drop_scores
-from fedvalue.fairness import GroupFairness, fedavg_weight_derivatives
-from fedvalue.influence_curvature import BinaryScoreModel, DiagonalSolver, WeightedRisk
+from fedvalue.scoring.fair_curvature import curvature_influences, drop_scores
+from fedvalue.scoring.group_fairness import GroupFairness, fedavg_weight_derivatives
+from fedvalue.scoring.influence_curvature import BinaryScoreModel, DiagonalSolver, WeightedRisk
 from simulations.models import make_linear_model
 
 

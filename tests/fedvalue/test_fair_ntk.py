@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue import fair_ntk
-from fedvalue.fairness import JOINT_GAPS, joint_gap_of_scores
-from fedvalue.influence_curvature import BinaryScoreModel
-from tests.fedvalue.test_fairness import one_thread  # noqa: F401 - one torch thread, as there
+from fedvalue.scoring import fair_ntk
+from fedvalue.scoring.group_fairness import JOINT_GAPS, joint_gap_of_scores
+from fedvalue.scoring.influence_curvature import BinaryScoreModel
+from tests.fedvalue.test_group_fairness import one_thread  # noqa: F401 - one torch thread, as there
 
 
 

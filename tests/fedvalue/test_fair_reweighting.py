@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue import fair_reweighting as fr
-from fedvalue.influence_curvature import (
+from fedvalue.scoring import fair_reweighting as fr
+from fedvalue.scoring.influence_curvature import (
     BinaryScoreModel,
     ConjugateGradientSolver,
     DiagonalSolver,
@@ -18,7 +18,7 @@ from fedvalue.influence_curvature import (
     IdentitySolver,
     WeightedRisk,
 )
-from tests.fedvalue.test_fairness import one_thread  # noqa: F401 - one torch thread, as there
+from tests.fedvalue.test_group_fairness import one_thread  # noqa: F401 - one torch thread, as there
 
 
 

@@ -8,10 +8,10 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedvalue.detection import detection_metrics, roc_auc
-from fedvalue.findings import findings_lines, run_findings
-from fedvalue.ledger import load_run
-from fedvalue.report import roc_points
+from fedvalue.analysis.detection import detection_metrics, roc_auc
+from fedvalue.analysis.findings import findings_lines, run_findings
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.report import roc_points
 from tests.fedvalue.test_report import CLIENTS, PER_ROUND, ROUNDS, write_books
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.detection import RANDOM
-from fedvalue.flagging import FlaggingRule, evaluate_flagging, flagging_rates, robust_z, summarize_flagging
+from fedvalue.analysis.detection import RANDOM
+from fedvalue.analysis.flagging import FlaggingRule, evaluate_flagging, flagging_rates, robust_z, summarize_flagging
 
 from .test_detection import make_ledger
 

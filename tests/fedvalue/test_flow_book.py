@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.flow_book import FlowBook
+from fedvalue.flows.flow_book import FlowBook
 
-from .test_flows import brute_force_flows, random_round, reference_ratio
+from .test_round_flows import brute_force_flows, random_round, reference_ratio
 
 
 

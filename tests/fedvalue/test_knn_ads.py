@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedvalue.knn_ads import knn_ads, knn_shapley
-from fedvalue.knn_utility import KnnUtility, neighbour_orders
+from fedvalue.valuation.knn_ads import knn_ads, knn_shapley
+from fedvalue.valuation.knn_utility import KnnUtility, neighbour_orders
 
 from .reference_games import ordered_permutation_values, shapley_subset_formula
 

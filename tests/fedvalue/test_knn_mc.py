@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import fedvalue
-from fedvalue.knn_ads import knn_ads
-from fedvalue.knn_mc import knn_loo, knn_mc_ads
-from fedvalue.knn_utility import KnnUtility
+from fedvalue.valuation.knn_ads import knn_ads
+from fedvalue.valuation.knn_mc import knn_loo, knn_mc_ads
+from fedvalue.valuation.knn_utility import KnnUtility
 
 
 def problem(seed: int, n: int = 30, n_test: int = 20):

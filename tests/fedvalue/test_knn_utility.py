@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier
 
-from fedvalue.knn_utility import KnnUtility, neighbour_orders, neighbour_ranks
+from fedvalue.valuation.knn_utility import KnnUtility, neighbour_orders, neighbour_ranks
 
 
 def test_utility_is_the_mean_share_of_right_labels_among_the_k_nearest():

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.models import make_mlp
 from tests.fedvalue.fedavg_rounds import all_coalition_rows, model_state, round_around
 
@@ -242,7 +242,7 @@ def test_round_game_paths_equal_plain_on_random_mlps(seed, linear_chunk, metric,
     # Accuracy: equal (and exactly so below). Losses: equal to float32 rounding, 1e-6 of
     # the loss (losses of these random, widely spread states reach 25 nats).
     rtol = 0 if metric == "accuracy" else 1e-6
-    monkeypatch.setattr("fedvalue.linear.LinearStates.chunk", linear_chunk)
+    monkeypatch.setattr("fedvalue.scoring.linear.LinearStates.chunk", linear_chunk)
     linear_game = fedavg_round_game(ids, start, clients, weights, plain_utility)
     np.testing.assert_allclose(linear_game.values(masks), plain, rtol=rtol, atol=1e-6)
     for chunk_size in (2, 5, 32):  # 32: the CUDA default, here on the CPU
@@ -457,7 +457,7 @@ def test_models_run_with_denormals_flushed():
 def test_round_game_materializes_a_large_batch_a_chunk_of_states_at_a_time():
     """MC asks for every permutation prefix in one batch: the states reach the batch utility in
     chunks of STATES_PER_BATCH (bounded memory) and the values equal the one-at-a-time path."""
-    from fedvalue.rounds import STATES_PER_BATCH
+    from fedvalue.valuation.round_game import STATES_PER_BATCH
 
     model = make_mlp(5, 3, hidden=(8,), seed=1)
     start, clients, weights = round_around(4, 8, model)

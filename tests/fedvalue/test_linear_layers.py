@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.rounds import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.valuation.round_game import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.models import make_cnn
 from tests.fedvalue.fedavg_rounds import all_coalition_rows, round_around
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedvalue.marginal import marginal_flows, marginal_losses
+from fedvalue.flows.marginal import marginal_flows, marginal_losses
 
 
 def _mean_model_case(seed: int = 0):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.mf_flows import MfTraining, Ratings, mf_fit, mf_flows, mf_step_flows
-from fedvalue.reciprocity import reciprocity
+from fedvalue.flows.mf_flows import MfTraining, Ratings, mf_fit, mf_flows, mf_step_flows
+from fedvalue.flows.reciprocity_measures import reciprocity
 
 NUM_USERS, NUM_ITEMS, DIM, LAMBDA, ETA = 5, 6, 3, 0.7, 0.01
 
@@ -130,7 +130,7 @@ def test_federated_per_user_with_one_local_step_is_the_centralized_run():
 
 def test_federated_round_flows_are_the_pairwise_client_sum():
     """F(u→v) = −s_u · g_v with s_u the client's item update and g_v its inference gradient at Q."""
-    from fedvalue.mf_flows import _federated_round, _regularizers, _Side
+    from fedvalue.flows.mf_flows import _federated_round, _regularizers, _Side
 
     train, infer, users, items = _toy(6)
     sides = _Side.of(train, NUM_USERS, NUM_ITEMS), _Side.of(infer, NUM_USERS, NUM_ITEMS)

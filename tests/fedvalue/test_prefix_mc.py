@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import fedvalue
-from fedvalue.ads import mc_num_permutations
-from fedvalue.knn_mc import KnnAccuracyPrefixes
-from fedvalue.knn_utility import KnnUtility
-from fedvalue.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
+from fedvalue.valuation.ads import mc_num_permutations
+from fedvalue.valuation.knn_mc import KnnAccuracyPrefixes
+from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
 from tests.fedvalue.test_knn_mc import problem as knn_problem
 
 

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from fedvalue.flows import round_flows, tracin_round_flows
-from fedvalue.projection import RandomProjection
+from fedvalue.flows.round_flows import round_flows, tracin_round_flows
+from fedvalue.scoring.projection import RandomProjection
 
-from .test_flows import as_frame, brute_force_flows, python_dot, random_round
+from .test_round_flows import as_frame, brute_force_flows, python_dot, random_round
 
 
 

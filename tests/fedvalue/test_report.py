@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from fedvalue.ledger import LedgerWriter, load_run
-from fedvalue.report import html_report, run_figures, value_matrix, write_figures
+from fedvalue.run.ledger_tables import LedgerWriter, load_run
+from fedvalue.analysis.report import html_report, run_figures, value_matrix, write_figures
 from simulations.cli import main
 
 CLIENTS, ROUNDS, PER_ROUND = 6, 4, 3

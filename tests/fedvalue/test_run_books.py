@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedvalue.ledger import csv_lines
-from fedvalue.run_books import RunBooks
+from fedvalue.run.ledger_tables import csv_lines
+from fedvalue.run.run_books import RunBooks
 from fedvalue.schema import LEDGER_COLUMNS
-from fedvalue.seals import Signer, generate_keypair, read_seals
+from fedvalue.run.seals import Signer, generate_keypair, read_seals
 
 CONFIG = {"experiment": "books", "seed": 0}
 STATE = ({"$dict": [["totals", {"$array": "a0"}]]}, {"a0": np.arange(3.0)})

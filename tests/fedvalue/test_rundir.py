@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from fedvalue import rundir
-from fedvalue.rundir import UnsafeRunFile
+from fedvalue.run import rundir
+from fedvalue.run.rundir import UnsafeRunFile
 
 
 def test_regular_files_inside_are_read(tmp_path):

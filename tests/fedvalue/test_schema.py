@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedvalue import schema
-from fedvalue.ledger import load_run
+from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import LedgerRow, Method, Status, client_key, client_sort_key
 
 ids = st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="abc-_ 0123456789", min_size=1, max_size=6))

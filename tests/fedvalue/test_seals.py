@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fedvalue.seals import Signer, Verifier, generate_keypair, read_manifest, seal_fields, write_manifest
+from fedvalue.run.seals import Signer, Verifier, generate_keypair, read_manifest, seal_fields, write_manifest
 
 
 @pytest.fixture

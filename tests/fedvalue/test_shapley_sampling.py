@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import fedvalue
-from fedvalue.ads import AdsSettings
-from fedvalue.game import CoalitionGame
-from fedvalue.rounds import value_round
-from fedvalue.shapley_sampling import shapley_kernel_sizes
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.game import CoalitionGame
+from fedvalue.valuation.round_game import value_round
+from fedvalue.valuation.shapley_sampling import shapley_kernel_sizes
 
 from .reference_games import ordered_permutation_values, random_table_game
 
@@ -233,8 +233,8 @@ def real_round(num_clients: int, seed: int = 0):
 
     from clients.behaviours import flip_labels
     from clients.training import get_model_arrays, set_model_arrays, train_locally
-    from fedvalue.rounds import fedavg_round_game, weighted_mean
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.valuation.round_game import fedavg_round_game, weighted_mean
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
     from simulations.data import load_dataset, split_holdout
     from simulations.partitions import partition_iid
     from simulations.models import make_mlp
@@ -287,9 +287,9 @@ def test_on_real_rounds_the_new_samplers_match_exact_for_fewer_coalitions_than_m
 
 
 def test_the_rounds_table_names_the_sampler_auto_took():
-    from fedvalue.archive import RoundRecord
-    from fedvalue.books import ClientEntry, book_round
-    from fedvalue.rounds import fedavg_round_game
+    from fedvalue.run.archive import RoundRecord
+    from fedvalue.rounds.books import ClientEntry, book_round
+    from fedvalue.valuation.round_game import fedavg_round_game
 
     rng = np.random.default_rng(21)
     target = rng.normal(size=4)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedvalue.ads import AdsSettings, ads, budget_method, minimum_budget
-from fedvalue.game import CoalitionGame
-from fedvalue.rounds import fedavg_round_game, value_round
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.valuation.ads import AdsSettings, ads, budget_method, minimum_budget
+from fedvalue.valuation.game import CoalitionGame
+from fedvalue.valuation.round_game import fedavg_round_game, value_round
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.models import make_mlp
 from tests.fedvalue.fedavg_rounds import round_around
 

@@ -14,7 +14,7 @@ from flwr.app.metadata import Metadata
 from flwr.serverapp.strategy import FedAvg, FedMedian, Strategy
 
 from clients import ClientData, make_client_app
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations import simulate
 from simulations.api import default_sampler, initial_model_arrays
 from strategies.counterfactual import RandomState

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.knn_utility import KnnUtility
-from fedvalue.prefix_mc import prefix_values
+from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.prefix_mc import prefix_values
 from simulations.augmentation import METHODS, AugmentationConfig, intervention_curves, value_synthetic
 from simulations.augmentation_models import LogisticPrefixes
 from simulations.cli import main

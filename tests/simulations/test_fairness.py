@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.fairness import GroupFairness
+from fedvalue.scoring.group_fairness import GroupFairness
 from simulations.cli import main as cli
 from simulations.fair_data import GAUSSIAN_MEANS, GERMAN_CSV, build_federation, german_frame
 from simulations.fairness import (

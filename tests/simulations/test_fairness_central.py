@@ -23,7 +23,7 @@ from simulations.fairness_central import (
     toy_seed,
     toy_summary,
 )
-from tests.fedvalue.test_fairness import one_thread  # noqa: F401 - one torch thread, as there
+from tests.fedvalue.test_group_fairness import one_thread  # noqa: F401 - one torch thread, as there
 
 
 

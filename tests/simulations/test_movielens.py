@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.mf_flows import MfTraining, mf_flows
-from fedvalue.reciprocity import reciprocity
+from fedvalue.flows.mf_flows import MfTraining, mf_flows
+from fedvalue.flows.reciprocity_measures import reciprocity
 from simulations.movielens import MOVIELENS, load_movielens, run_movielens_reciprocity, split_ratings
 from simulations.reciprocity import ReciprocityConfig, format_table
 
@@ -47,7 +47,7 @@ def small_run():
 
 
 def test_single_split_is_the_mean_of_its_runs_and_all_splits_of_every_run(small_run):
-    # Recompute split 0's first run from the documented seeds, flows by fedvalue.mf_flows.
+    # Recompute split 0's first run from the documented seeds, flows by fedvalue.flows.mf_flows.
     data = load_movielens(50)
     root = np.random.SeedSequence([0, 2])
     split_sequences, _ = root.spawn(2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedvalue.rounds import fedavg_round_game, value_round, weighted_mean
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.models import make_mlp
 from simulations.parallel import RayParallelUtility
 

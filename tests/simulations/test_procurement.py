@@ -99,7 +99,7 @@ def test_v_of_all_offers_is_the_utility_of_the_model_bought_with_all_offers():
 
 
 def _stage_fine_tune_seed(setting, stage: int) -> int:
-    """The fine-tuning seed fedvalue.procurement.run_procurement draws for ``stage``."""
+    """The fine-tuning seed fedvalue.analysis.staged_procurement.run_procurement draws for ``stage``."""
     tune = np.random.default_rng(np.random.SeedSequence(setting.procurement_seed).spawn(2)[0])
     return [int(tune.integers(2**31 - 1)) for _ in range(stage)][-1]
 
@@ -144,7 +144,7 @@ def test_cli_end_to_end_same_seed_same_bytes_and_the_audit_passes(tmp_path, caps
 
 def forge(run_dir, *, rechain: bool) -> None:
     """Add 0.5 to the first ADS value; with ``rechain`` rewrite the books so the hash chain holds."""
-    from fedvalue.ledger import LedgerWriter, load_run
+    from fedvalue.run.ledger_tables import LedgerWriter, load_run
 
     run = load_run(run_dir)
     ledger = run.ledger.astype(object).where(run.ledger.notna(), None)

@@ -82,7 +82,7 @@ def test_budget_checked_against_the_round_before_a_run():
 
 
 def test_seconds_are_timed_on_the_utility():
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
     from simulations.models import make_mlp
 
     rng = np.random.default_rng(0)

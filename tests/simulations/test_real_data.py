@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedvalue.audit import audit_run
+from fedvalue.audit.verdict import audit_run
 from simulations.cli import main
 from simulations.data import DEFAULT_DATA_PATHS
 from simulations.noisy_clients import NoisyClientsConfig, _prepared, audit_from_run, build

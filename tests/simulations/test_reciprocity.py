@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.marginal import marginal_losses
-from fedvalue.reciprocity import reciprocity
+from fedvalue.flows.marginal import marginal_losses
+from fedvalue.flows.reciprocity_measures import reciprocity
 from simulations.cli import main
 from simulations.reciprocity import (
     PAPER,

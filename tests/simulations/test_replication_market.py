@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.knn_utility import KnnUtility
+from fedvalue.valuation.knn_utility import KnnUtility
 from simulations.cli import main
 from simulations.replication_market import ReplicationMarketConfig
 from simulations.synthetic_data import images_with_augmentations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedvalue.ledger import load_run
+from fedvalue.run.ledger_tables import load_run
 from simulations.cli import main
 from simulations.noisy_clients import NoisyClientsConfig, run_noisy_clients
 

@@ -10,8 +10,8 @@ import pytest
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData
-from fedvalue.ledger import load_run
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations import simulate
 from simulations.api import NoClientValued
 from simulations.cli import main

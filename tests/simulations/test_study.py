@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from fedvalue.audit import audit_run
-from fedvalue.ledger import load_run
+from fedvalue.audit.verdict import audit_run
+from fedvalue.run.ledger_tables import load_run
 from simulations.cli import main
 from simulations.noisy_clients import run_noisy_clients
 from simulations.study import FLAGGING_RULES, NoisyClientsStudyConfig, _base, _parallel_clients, run_study

@@ -20,8 +20,8 @@ from flwr.serverapp.strategy import Strategy
 from clients.app import ClientData, make_client_app
 from strategies import ValuingStrategy
 from strategies.records import numpy_to_arrays
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import ValuationSettings
 
 from .clientapp_grid import ClientAppGrid
 

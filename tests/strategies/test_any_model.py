@@ -16,9 +16,9 @@ import torch
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
 from clients.app import ClientData
-from fedvalue.rounds import fedavg_round_game, weighted_mean
-from fedvalue.linear import split_first_linear
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.valuation.round_game import fedavg_round_game, weighted_mean
+from fedvalue.scoring.linear import split_first_linear
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 
 from .bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 

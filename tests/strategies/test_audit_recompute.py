@@ -15,15 +15,15 @@ import pytest
 from flwr.app import ConfigRecord, Error, MessageType
 from flwr.serverapp.strategy import FedAvg, FedAvgM
 
-from fedvalue.archive import read_round_record, round_record_paths, write_round_record
-from fedvalue.audit import audit_run
+from fedvalue.run.archive import read_round_record, round_record_paths, write_round_record
+from fedvalue.audit.verdict import audit_run
 from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.records import numpy_to_arrays
 from strategies.replay import replay_aggregator
 
 from tests.fedvalue.forgery import rechain, reseal
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid, set_server_identity
@@ -218,7 +218,7 @@ def test_a_record_without_a_replay_state_is_not_verifiable_and_says_why(momentum
 
 
 def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_utility):
-    """MC-ADS draws its permutations from the round's seed (fedvalue.rounds.round_rng): the audit
+    """MC-ADS draws its permutations from the round's seed (fedvalue.valuation.round_game.round_rng): the audit
     draws the same ones and recomputes every value exactly; another seed gives other values."""
     run_dir = tmp_path / "mc"
     grid = InProcessGrid(NODE_OF.values(), nan_handler({}))

@@ -32,8 +32,8 @@ from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from clients.app import ClientData
-from fedvalue.audit import audit_run
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.audit.verdict import audit_run
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.models import make_mlp
 from strategies.replay import replay_aggregator
 

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit import audit_run
-from fedvalue.fair_books import policy_outcome
-from fedvalue.fairness import GroupFairness, drop_k, ijack_factors
-from fedvalue.ledger import load_run
+from fedvalue.audit.verdict import audit_run
+from fedvalue.rounds.fair_books import policy_outcome
+from fedvalue.scoring.group_fairness import GroupFairness, drop_k, ijack_factors
+from fedvalue.run.ledger_tables import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.sampling import PartitionSampler
 from strategies.valuing_settings import BookSettings

@@ -11,16 +11,16 @@ from flwr.serverapp.strategy import FedAvg
 
 from clients.app import partition_id_of
 from clients.training import loss_gradient_and_fisher, set_model_arrays
-from fedvalue.archive import read_round_record, round_record_paths
-from fedvalue.audit import audit_run
-from fedvalue.fair_curvature import curvature_influences
-from fedvalue.fairness import drop_k, fedavg_weight_derivatives
-from fedvalue.ledger import load_run
+from fedvalue.run.archive import read_round_record, round_record_paths
+from fedvalue.audit.verdict import audit_run
+from fedvalue.scoring.fair_curvature import curvature_influences
+from fedvalue.scoring.group_fairness import drop_k, fedavg_weight_derivatives
+from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import Method, Status
 from strategies import FairDropK, ValuingStrategy
 from strategies.protocol import CURVATURE_KEY
 from strategies.sampling import PartitionSampler
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
 from .bare_and_wrapped import one_torch_thread, run  # noqa: F401

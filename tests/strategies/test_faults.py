@@ -7,9 +7,9 @@ import pandas as pd
 from flwr.app import ConfigRecord, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit import audit_run
-from fedvalue.ledger import load_run
-from fedvalue.rounds import weighted_mean
+from fedvalue.audit.verdict import audit_run
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.valuation.round_game import weighted_mean
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from strategies.valuing_settings import IntakeSettings
@@ -83,7 +83,7 @@ def test_non_finite_updates_are_rejected_recorded_and_scored_by_their_harm(tmp_p
 
 
 def test_inf_update_gets_a_harm_value_when_its_aggregate_scores(tmp_path):
-    from fedvalue.utilities import TorchModelUtility
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
 
     from .test_valuing import NUM_FEATURES, make_model
     rng = np.random.default_rng(7)

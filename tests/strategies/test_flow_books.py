@@ -18,12 +18,12 @@ from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
 from clients.behaviours import FreeRider, HonestClient
-from fedvalue.ledger import load_run
+from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import FIRST_ORDER_FILE
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid

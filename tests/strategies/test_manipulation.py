@@ -29,16 +29,16 @@ from clients.behaviours import (
     Replicator,
     SignFlip,
 )
-from fedvalue.audit import audit_run
-from fedvalue.ledger import load_run
-from fedvalue.rounds import weighted_mean
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.audit.verdict import audit_run
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
-from fedvalue.books import claim_rows
+from fedvalue.rounds.books import claim_rows
 from fedvalue.schema import LedgerRow, Method, Status
 from strategies.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays, read_reply
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings, IntakeSettings
 
 from .inprocess import InProcessGrid, set_server_identity

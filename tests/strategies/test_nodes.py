@@ -9,14 +9,14 @@ from flwr.app import ConfigRecord, MessageType
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
-from fedvalue.ledger import load_run
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.records import numpy_to_arrays
-from fedvalue.rounds import ValuationSettings
-from fedvalue.run_books import RunSettings
+from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.run.run_books import RunSettings
 from strategies.valuing_settings import IntakeSettings
 
 from .bare_and_wrapped import one_torch_thread  # noqa: F401

@@ -17,15 +17,15 @@ import pytest
 from flwr.app import ConfigRecord
 from flwr.serverapp.strategy import FedAdam
 
-from fedvalue.archive import read_checkpoint_pointer, read_round_record, round_record_paths
-from fedvalue.rundir import RunDir
-from fedvalue.audit import audit_run
-from fedvalue.ledger import load_run
+from fedvalue.run.archive import read_checkpoint_pointer, read_round_record, round_record_paths
+from fedvalue.run.rundir import RunDir
+from fedvalue.audit.verdict import audit_run
+from fedvalue.run.ledger_tables import load_run
 from strategies import ValueWeightedSampler, ValuingStrategy
 from strategies.valuing import RunInterrupted
 from strategies.records import numpy_to_arrays
-from fedvalue.rounds import ValuationSettings
-from fedvalue.run_books import RunSettings
+from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.run.run_books import RunSettings
 from strategies.valuing_settings import BookSettings
 
 from .inprocess import set_server_identity

@@ -8,14 +8,14 @@ import pytest
 from flwr.app import ConfigRecord, MessageType
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.flagging import FlaggingRule
-from fedvalue.ledger import load_run
-from fedvalue.rounds import weighted_mean
-from fedvalue.selection import retrain_plan, top_k
+from fedvalue.analysis.flagging import FlaggingRule
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.analysis.top_k_selection import retrain_plan, top_k
 from fedvalue.schema import FLOW_METHODS, LedgerRow, Method, Status
 from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler
 from strategies.records import arrays_to_numpy, numpy_to_arrays
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid
@@ -140,7 +140,7 @@ def test_value_weighted_sampler_stops_sampling_clients_its_flagging_rule_flags()
     assert all(1 not in sampler.sample(t, range(4)) for t in range(2, 60))
     # never starves a round: with only the flagged client left besides one, everyone is eligible
     assert sorted(ValueWeightedSampler(2, flagging=rule).sample(1, [1, 2])) == [1, 2]
-    with pytest.raises(TypeError, match="flagging: expected a fedvalue.flagging.FlaggingRule"):
+    with pytest.raises(TypeError, match="flagging: expected a fedvalue.analysis.flagging.FlaggingRule"):
         ValueWeightedSampler(2, flagging=lambda: {1})
 
 

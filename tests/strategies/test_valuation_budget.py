@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit import audit_run
-from fedvalue.ledger import load_run
+from fedvalue.audit.verdict import audit_run
+from fedvalue.run.ledger_tables import load_run
 from strategies import PartitionSampler, ValuingStrategy
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import ValuationSettings
 
 from .inprocess import InProcessGrid
 from .test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa: F401 - the fixture

@@ -11,14 +11,14 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
-from fedvalue.ledger import load_run
+from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import LEDGER_COLUMNS
-from fedvalue.utilities import TorchModelUtility
+from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from tests.fedvalue.reference_games import ordered_permutation_values
-from fedvalue.ads import AdsSettings
-from fedvalue.rounds import ValuationSettings
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
 from .inprocess import InProcessGrid

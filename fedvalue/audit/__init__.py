@@ -1,0 +1,28 @@
+"""The third-party audit of a run directory, failing closed: its files and signatures, the chain
+and schema checks, and the recomputation of every round from its record. This package is the
+face fedvalue.audit: it re-exports the audit's public names.
+
+Modules: audit_files, audit_recompute, verdict.
+
+May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds
+(and fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public
+face (fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/ never imports flwr or ray.
+"""
+
+from fedvalue.audit.verdict import (  # noqa: F401
+    AuditReport,
+    DEFAULT_BUDGET_SECONDS,
+    MAX_PLAYERS,
+    MAX_ROUND_EVALUATIONS,
+    audit_run,
+    recompute_run,
+)
+
+__all__ = [
+    "AuditReport",
+    "DEFAULT_BUDGET_SECONDS",
+    "MAX_PLAYERS",
+    "MAX_ROUND_EVALUATIONS",
+    "audit_run",
+    "recompute_run",
+]

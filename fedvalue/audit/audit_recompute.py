@@ -1,0 +1,377 @@
+"""The audit's recomputation: every recomputable field of a round's books, from its record.
+
+For a round aggregated by the FedAvg family the round game is rebuilt from the record
+(A_{t−1}, the replies and their weights) and booked again by the writer's own
+:func:`fedvalue.rounds.books.book_round`: ADS and LOO with their standard errors (MC reruns with
+the recorded seed, round t's generator ``[seed, t]``), v_t(∅), v_t(I_t), U(A_t) (A_t =
+the weighted mean of the accepted replies, which must also be the next round's start
+state), the harm of rejected replies, the ``selected`` marks and the TracIn flows. Every
+ledger row of the round must then equal the recomputed one in ``value``, ``stderr``,
+``status``, ``num_examples`` (the weight, when the strategy weighs by examples) and
+``noisy`` (when the run's noisy clients are known), the round must book exactly the
+recomputed rows, and its ``rounds.csv`` row must equal the recomputed one in
+``clients``, ``num_clients``, ``num_failed``, the utilities, ``num_evaluations``,
+``ads_method``, ``efficiency_gap`` and ``num_unaggregatable``. The record's valuation
+settings, methods and seed must equal run.json's where run.json names them, and its
+sampled clients the sampler's choice where the caller knows the sampler.
+
+A round that booked fairness (:mod:`fedvalue.rounds.fair_books`) is recomputed with the run's
+fairness objective too: ``ads_fairness``, ``loo_fairness``, ``fairness_influence``, the
+clients a drop-K or I-JACK rule accepts and the I-JACK factors (re-derived from the
+recomputed influences and the rule saved in the record; A_t is then the mean weighted by
+n_u w_u), and group efficiency of ``ads_fairness``; with curvature, the
+``fairness_influence_curvature`` and ``fairness_weight_derivative`` rows from the loss
+gradients and Fisher diagonals the record keeps, and a drop rule's choice by the score it
+names (first-order, renormalized, curvature or exact).
+
+The record holds every sampled client's outcome in reply order, with its example count
+and reason, and the claim review's flags: a round's ``clients`` order, ``num_examples``,
+the ``reason`` of failed and rejected clients and the claim rows are checked against it
+(a record of an older version holds none of these: there only ``num_examples`` of weighed
+replies are checked, and claim rows are not). Not recomputable from the files (only a
+signature or a published head protects them): ``valuation_seconds`` (a timing), and what
+the record itself says a client reported (its reason, its claim) or which client sent
+which arrays, when record and books agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.run.archive import RoundRecord
+from fedvalue.rounds.books import CountingAggregator, book_round
+from fedvalue.rounds.fair_books import FairnessBooks, fairness_round, policy_outcome
+from fedvalue.scoring.group_fairness import GroupFairness
+from fedvalue.run.ledger_tables import spreadsheet_safe
+from fedvalue.valuation.round_game import (
+    ArraysUtility,
+    round_game_for,
+    round_rng,
+    value_round,
+    weighted_mean,
+)
+from fedvalue.run.rundir import printable
+from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_STATUSES, Method
+
+#: Weight key of strategies that weigh replies by their example counts.
+NUM_EXAMPLES_KEY = "num-examples"
+#: Runs written before run.json held ``valuation`` (``AdsSettings.as_keywords()``) named the
+#: estimator by the simulations' option names; read only to audit such a run.
+LEGACY_SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "delta",
+                       "truncation_tolerance": "truncation_tolerance", "stderr_target": "stderr_target"}
+
+
+def close(booked, recomputed, tolerance: float) -> bool:
+    """Equal up to ``tolerance`` × max(1, |booked|); missing equals missing only."""
+    missing_booked = booked is None or (isinstance(booked, float) and math.isnan(booked))
+    if missing_booked or recomputed is None:
+        return missing_booked and recomputed is None
+    try:
+        return abs(float(booked) - float(recomputed)) <= tolerance * max(1.0, abs(float(booked)))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+class CappedUtility:
+    """The run's utility for one round's recompute, counting the states it scores: past
+    ``limit`` (what the round booked, plus the books' own scorings) it raises
+    :class:`CappedUtility.Exceeded`, past the audit's budget :class:`fedvalue.audit.audit_files.BudgetExceeded`.
+    Batched and linear scoring (:mod:`fedvalue.scoring.linear`) are counted row by row."""
+
+    class Exceeded(Exception):
+        """The recompute needs more evaluations than the round booked."""
+
+    def __init__(self, utility: ArraysUtility, limit: int, budget) -> None:
+        self.utility, self.limit, self.budget, self.used = utility, int(limit), budget, 0
+
+    def count(self, states: int) -> None:
+        self.used += states
+        if self.used > self.limit:
+            raise CappedUtility.Exceeded(f"recomputing it takes more than the {self.limit} evaluations its books "
+                                         "allow (rounds.csv's num_evaluations and the round's anchors)")
+        self.budget.check("recomputing the values")
+
+    def __call__(self, arrays):
+        self.count(1)
+        return self.utility(arrays)
+
+    @property
+    def supports_linear(self) -> bool:
+        return bool(getattr(self.utility, "supports_linear", False))
+
+    @property
+    def batch(self):
+        batch = getattr(self.utility, "batch", None)
+        if batch is None:
+            return None
+
+        def counted(states):
+            self.count(len(states))
+            return batch(states)
+        return counted
+
+    def linear(self, basis):
+        scorer = self.utility.linear(basis)
+        capped = self
+
+        class Counted:
+            def values(self, rows, **keywords):
+                capped.count(len(rows))
+                return scorer.values(rows, **keywords)
+
+            def __getattr__(self, name):
+                return getattr(scorer, name)
+        return Counted()
+
+
+def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], int] | None,
+                    retrain: Callable[[int, Hashable, Mapping], Mapping] | None) -> list[str]:
+    """Where a reply's weight is not its client's example count, or its arrays are not what
+    its local training gives from the round's start, the run's settings and seed (both
+    rebuilt by the simulation that made the run)."""
+    problems, t = [], record.round
+    for client, arrays in record.replies.items():
+        if example_counts is not None:
+            try:
+                expected = example_counts(client)
+            except (KeyError, IndexError, TypeError, ValueError):
+                problems.append(f"round {t}: client {client!r} is not one of the run's clients")
+                continue
+            if record.weights.get(client) != expected:
+                problems.append(f"round {t} client {client}: its weight is {record.weights.get(client)!r}; its data, "
+                                f"drawn from the run's seed, hold {expected} examples")
+        if retrain is not None and record.statuses.get(client) == STATUS_OK:
+            expected = retrain(t, client, record.start_arrays)
+            if set(expected) != set(arrays) or not all(
+                    np.shape(arrays[k]) == np.shape(expected[k])
+                    and np.allclose(arrays[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected):
+                problems.append(f"round {t} client {client}: its saved reply is not what local training from the "
+                                "round's start, run.json's training settings and seed give")
+    return problems
+
+
+def _run_settings(config: Mapping) -> dict:
+    """The estimator settings run.json fixes, as the record writes them
+    (:meth:`fedvalue.valuation.ads.AdsSettings.as_keywords`); from the older option names for a run
+    written before (a zero ``stderr_target`` then meant none)."""
+    written = config.get("valuation")
+    if isinstance(written, Mapping):
+        return dict(written)
+    return {field: (config[key] or None) if key == "stderr_target" else config[key]
+            for key, field in LEGACY_SETTING_KEYS.items() if key in config}
+
+
+def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
+    """Where the record's estimator, methods or seed disagree with run.json."""
+    meta, problems = record.meta, []
+    valuation = meta.get("valuation") or {}
+    if not isinstance(valuation, dict):
+        return [f"its valuation settings are not an object: {str(valuation)[:40]!r}"]
+    for field, expected in _run_settings(config).items():
+        if valuation.get(field) != expected:
+            problems.append(f"its {field} is {valuation.get(field)!r}, run.json says {expected!r}")
+    if "methods" in config and list(meta.get("methods", [])) != list(config["methods"]):
+        problems.append(f"its methods are {meta.get('methods')!r}, run.json says {config['methods']!r}")
+    if "seed" in config and meta.get("seed") != config["seed"]:
+        problems.append(f"its seed is {meta.get('seed')!r}, run.json says {config['seed']!r}")
+    return problems
+
+
+def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, accepted: list,
+                    settings: AdsSettings) -> tuple[FairnessBooks, dict, list[str]]:
+    """A round's fairness books from its record, the I-JACK factors, and where the recorded
+    rule's choice or ``ads_fairness``'s group efficiency disagree."""
+    meta, problems, factors = record.meta, [], {}
+    curvature = meta["fairness"].get("curvature")
+    fair = fairness_round(fairness, ok, record.start_arrays, [record.replies[c] for c in ok],
+                          [record.weights[c] for c in ok], methods=meta["methods"], settings=settings,
+                          seed=round_rng(meta["seed"], record.round),
+                          loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals,
+                          damping=None if not curvature else curvature["damping"])
+    rule = meta["fairness"].get("rule")
+    if rule and ok:
+        chosen, rule_factors = policy_outcome(rule, fair.rule_scores(rule))
+        if chosen != set(accepted):
+            problems.append(f"round {record.round}: the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the "
+                            f"recomputed fairness influences; the record accepted {sorted(accepted, key=str)}")
+        if rule_factors is not None:
+            factors = rule_factors
+            fair = dataclasses.replace(fair, factors=factors)
+    if fair.valuation is not None and Method.ADS in fair.valuation.results:
+        values = fair.valuation.results[Method.ADS].values
+        gap = float(values.sum()) - (fair.valuation.utility_after - fair.valuation.utility_before)
+        if not abs(gap) <= 1e-9 * max(1.0, float(np.abs(values).sum())):
+            problems.append(f"round {record.round}: ads_fairness breaks group efficiency by {gap:.3g}")
+    return fair, factors, problems
+
+
+class ReplayUnavailable(Exception):
+    """The round's aggregation by the inner strategy cannot be replayed (the message says why)."""
+
+
+class ReplayedRound(CountingAggregator, Protocol):
+    """Agg_t of a round aggregated by the inner strategy's own code, rebuilt from its record
+    (:class:`strategies.replay.ReplayedAggregator`): a counting aggregator of coalitions, and
+    the live aggregation itself."""
+
+    def realized(self) -> Mapping[str, np.ndarray] | None: ...
+
+
+def _replayed(replay: Callable[[RoundRecord], ReplayedRound], record: RoundRecord) -> ReplayedRound:
+    try:
+        return replay(record)
+    except ValueError as error:
+        raise ReplayUnavailable(str(error)) from None
+
+
+def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: Collection | None,
+                    fairness: GroupFairness | None = None, replay: Callable[[RoundRecord], ReplayedRound] | None = None):
+    """The books of one round rebuilt from its record alone, A_t, whether weights are
+    example counts, and the fairness rule's disagreements. A FedAvg-family round
+    aggregates by the weighted mean; any other round by ``replay(record)``, the inner
+    strategy's own aggregation from its saved state (:func:`strategies.replay.replay_aggregator`)."""
+    statuses, meta = record.statuses, record.meta
+    ok = [c for c in record.replies if statuses.get(c) == STATUS_OK]
+    accepted = [c for c in ok if c in set(record.accepted)]
+    settings = AdsSettings(**meta["valuation"])
+    aggregator = None if replay is None else _replayed(replay, record)
+    valuation = None
+    if ok:
+        game = round_game_for(ok, record.start_arrays, [record.replies[c] for c in ok],
+                              [record.weights[c] for c in ok], utility, aggregator)
+        valuation = value_round(game, meta["methods"], settings, seed=round_rng(meta["seed"], record.round))
+    fair, factors, problems = None, {}, []
+    if "fairness" in meta and fairness is not None:
+        fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings)
+    rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
+    # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
+    aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
+    realized = None
+    if aggregator is not None:  # the live aggregation as it was given the replies, error replies included
+        realized = aggregator.realized()
+    elif aggregated:
+        with np.errstate(all="ignore"):
+            realized = weighted_mean([record.replies[c] for c in aggregated],
+                                     [record.weights[c] * factors[c] if c in factors else record.weights[c]
+                                      for c in aggregated])
+    by_examples = meta.get("weighted_by_key", NUM_EXAMPLES_KEY) == NUM_EXAMPLES_KEY
+    books = book_round(record, valuation, utility, realized=realized, aggregate=aggregator,
+                       inputs={"fairness": fair}, noisy_clients=noisy_clients,
+                       unaggregatable=0 if aggregator is None else None)
+    problems += entry_problems(record, by_examples)
+    return books, realized, by_examples, problems
+
+
+def entry_problems(record: RoundRecord, by_examples: bool) -> list[str]:
+    """Where the record's entries contradict themselves: a reply without an ok or rejected
+    entry, or (weighing by examples) an ok entry whose example count is not its weight."""
+    t, problems = record.round, []
+    weighed = {e.client_id for e in record.entries if e.status in WEIGHED_STATUSES}
+    strays = [c for c in record.replies if c not in weighed]
+    if strays:
+        problems.append(f"round {t}: the record holds arrays of clients {strays[:4]} it books neither ok nor rejected")
+    if by_examples and record.lossless:
+        for entry in record.entries:
+            if entry.status == STATUS_OK and (entry.weight is None or entry.num_examples != int(entry.weight)):
+                problems.append(f"round {t} client {entry.client_id}: the record books {entry.num_examples!r} "
+                                f"examples for a reply weighed {entry.weight!r}")
+    return problems
+
+
+def _text(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    return str(value)
+
+
+def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFrame, round_row: Mapping,
+                   tolerance: float, *, noisy_clients: Collection | None,
+                   next_start: Mapping[str, np.ndarray] | None,
+                   fairness: GroupFairness | None = None,
+                   replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> tuple[list[str], float]:
+    """What in round t's booked ``rows`` (its ledger rows) and ``round_row`` differs from
+    the recomputation, and the largest value difference seen."""
+    t = record.round
+    books, realized, by_examples, problems = recompute_books(record, utility, noisy_clients, fairness, replay)
+    exact_counts = record.lossless  # an older record holds example counts only as weights
+    worst = 0.0
+    expected = {(str(row.method), str(row.client_id)): row for row in books.ledger_rows}
+    booked = {}
+    for row in rows.to_dict("records"):
+        if str(row["method"]).startswith(CLAIM_PREFIX) and not record.lossless:
+            continue  # an older record holds no claim flags
+        booked[(str(row["method"]), str(row["client_id"]))] = row
+    missing = [key for key in expected if key not in booked]
+    extra = [key for key in booked if key not in expected]
+    if missing:
+        problems.append(f"round {t}: the books lack rows the record implies: {missing[:4]}")
+    if extra:
+        problems.append(f"round {t}: rows booked that the record does not imply: {extra[:4]}")
+    for key, want in expected.items():
+        got = booked.get(key)
+        if got is None:
+            continue
+        method, client = key
+        if exact_counts and _text(got.get("reason")) != spreadsheet_safe(want.reason):
+            problems.append(f"round {t} {method} of client {client}: its reason is booked "
+                            f"{printable(_text(got.get('reason')), 80)!r}; the record gives "
+                            f"{printable(spreadsheet_safe(want.reason), 80)!r}")
+        for column, wanted in (("value", want.value), ("stderr", want.stderr)):
+            value = None if pd.isna(got[column]) else got[column]
+            if not close(value, wanted, tolerance):
+                problems.append(f"round {t} {method} of client {client}: {column} is booked {value!r}; the saved "
+                                f"arrays give {wanted!r}")
+            elif column == "value" and value is not None and wanted is not None:
+                worst = max(worst, abs(float(value) - float(wanted)))
+        if got["status"] != want.status:
+            problems.append(f"round {t} {method} of client {client}: status is booked {got['status']!r}; the record "
+                            f"says {str(want.status)!r}")
+        counted = exact_counts or (by_examples and want.status in WEIGHED_STATUSES)
+        if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want.num_examples):
+            problems.append(f"round {t} {method} of client {client}: num_examples is booked "
+                            f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want.num_examples)!r}")
+        if noisy_clients is not None and _text(got["noisy"]).lower() != _text(want.noisy).lower():
+            problems.append(f"round {t} client {client}: noisy is booked {_text(got['noisy']).lower()!r}; the run's noisy "
+                            f"clients give {_text(want.noisy).lower()!r}")
+    for column, want in books.round_row.items():
+        if column in ("round", "valuation_seconds"):
+            continue
+        got = round_row.get(column)
+        if column in ("utility_before", "utility_after", "utility_realized", "efficiency_gap"):
+            got = None if got is None or pd.isna(got) else got
+            same = close(got, want, tolerance) or (column == "efficiency_gap" and got is not None and want is not None
+                                                    and abs(float(got) - float(want)) <= tolerance)
+        else:
+            same = _text(got).removesuffix(".0") == _text(want)
+        if not same:
+            problems.append(f"round {t} {column}: booked {_text(got)!r} in rounds.csv; the saved arrays give "
+                            f"{_text(want)!r}")
+    if realized is not None and next_start is not None and (
+        set(realized) != set(next_start)
+        or not all(np.array_equal(realized[k], next_start[k]) for k in next_start)
+    ):
+        problems.append(f"round {t}: the state after it is not the aggregate of its accepted replies (the next "
+                        "round started elsewhere)")
+    return problems, worst
+
+
+def sample_problems(record: RoundRecord, sampled: Callable[[int], Sequence] | None) -> list[str]:
+    """Where the record's sampled clients are not the sampler's choice for its round."""
+    if sampled is None:
+        return []
+    expected = [str(c) for c in sampled(record.round)]
+    got = [str(c) for c in record.statuses]
+    if sorted(got) != sorted(expected):
+        return [f"round {record.round}: clients {sorted(got)} were booked; the run's sampler chose {sorted(expected)}"]
+    replied = [str(c) for c in record.replies]
+    if replied != [c for c in expected if c in replied]:
+        return [f"round {record.round}: replies are recorded in the order {replied}; the engine returns them in the "
+                f"order sent, {[c for c in expected if c in replied]}"]
+    return []

@@ -1,0 +1,11 @@
+"""One round's books from its record: book_round, the book interface and its registered kinds
+(top-k marks, TracIn flows, fairness, curvature fairness, claim flags), the fairness books and
+the harm of rejected replies.
+
+Modules: books, books_claims, books_fair_curvature, books_fairness, books_flows,
+books_selection, fair_books, harms, round_book, round_books.
+
+May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run (and
+fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public face
+(fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/ never imports flwr or ray.
+"""

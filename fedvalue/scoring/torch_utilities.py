@@ -1,0 +1,233 @@
+"""Held-out utilities U(arrays) for the round game: a torch model scored on fixed data.
+
+``arrays`` are a model's state as ``dict[str, np.ndarray]`` (its ``state_dict`` names);
+the model is run with ``torch.func.functional_call`` so no module is copied or loaded
+per coalition.
+
+Three ways to score states, all equal to the plain one-state-at-a-time path:
+
+* ``U(arrays)``: the plain path, one forward pass per held-out batch.
+* ``U.batch(arrays_list)``: many states; ``chunk_size`` states share one vmapped forward
+  pass (worth it on a GPU; on a 2-core CPU a loop of large matmuls is faster, so the
+  default there is 1).
+* ``U.linear(basis).values(C)``: states that are linear combinations of fixed basis
+  states, s_c = Σ_k C[c, k] B_k, which is every coalition of the FedAvg family; the
+  outputs of a first layer linear in its parameters (Linear, Conv1d/2d/3d, Embedding)
+  are computed once per round and basis state (:mod:`fedvalue.scoring.linear`).
+
+Accuracy is a count of argmax hits, so any reordering of float sums could flip an
+example whose two largest logits nearly tie. Rows where the fast path sees a top-2
+margin within ``tie_tolerance`` × |largest logit| are re-scored on the plain path (for
+``linear``, on the state the caller materializes exactly as the aggregation rule does),
+so accuracies equal the plain path's; losses agree to float rounding.
+
+Every path scores with denormal floats flushed to zero (:mod:`fedvalue.scoring._scoring`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from fedvalue._checks import check_integer, check_number
+from fedvalue.scoring._scoring import RECHECK_ROWS, FastScores, scoring
+from fedvalue.scoring.linear import LinearStates, split_first_linear
+
+UTILITY_METRICS = ("accuracy", "neg_loss", "neg_mse")
+
+
+class TorchModelUtility:
+    """U(arrays) = metric of ``model`` with parameters ``arrays`` on (x, y).
+
+    Parameters
+    ----------
+    model
+        A module whose ``state_dict`` names match the arrays' keys (used as a
+        template; its own parameters are never changed).
+    x, y
+        Held-out inputs (float32 features; integer arrays are kept as int64 indices, for
+        a model that starts with an ``nn.Embedding``) and labels (targets for ``"neg_mse"``).
+    metric
+        ``"accuracy"`` (share of argmax predictions equal to y), ``"neg_loss"``
+        (minus mean cross-entropy) or ``"neg_mse"`` (minus mean squared error).
+        Higher is better for all three, as a utility must be.
+    batch_size
+        Held-out examples per forward pass (bounds memory).
+    chunk_size
+        States per vmapped forward pass in :meth:`batch` (memory grows with
+        ``chunk_size × batch_size × widest layer``). ``None``: 1 on CPU, 32 on CUDA.
+    device
+        Where the held-out data lives and every forward pass runs (``"cuda"`` when
+        one is present); ``None`` is the CPU.
+    tie_tolerance
+        Relative top-2 logit margin (margin ≤ tie_tolerance × |largest logit|) under
+        which a fast-path row is re-scored on the plain path (accuracy only). Fast and
+        plain logits differ by a few 1e-6 of the largest logit in float32.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        metric: str = "accuracy",
+        batch_size: int = 4096,
+        chunk_size: int | None = None,
+        device: str | torch.device | None = None,
+        tie_tolerance: float = 2e-5,
+    ) -> None:
+        if metric not in UTILITY_METRICS:
+            raise ValueError(f"metric: expected one of {list(UTILITY_METRICS)}; got {metric!r}.")
+        if len(x) != len(y) or len(x) == 0:
+            raise ValueError(
+                f"x, y: expected the same non-zero number of held-out examples; got {len(x)} "
+                f"inputs and {len(y)} labels."
+            )
+        check_integer("batch_size", batch_size)
+        check_integer("chunk_size", chunk_size, none_ok=True)
+        check_number("tie_tolerance", tie_tolerance, low=0.0, high=1.0, high_open=True)
+        self.device = torch.device("cpu" if device is None else device)
+        self.model = model.eval()
+        self.metric = metric
+        self.batch_size = int(batch_size)
+        self.chunk_size = int(chunk_size) if chunk_size is not None else (32 if self.device.type == "cuda" else 1)
+        self.tie_tolerance = float(tie_tolerance)
+        x = np.ascontiguousarray(x)
+        # Integer inputs are indices (an Embedding's); everything else is float32 features.
+        self.x = torch.as_tensor(x, dtype=torch.long if np.issubdtype(x.dtype, np.integer) else torch.float32)
+        self.x = self.x.to(self.device)
+        self.y = torch.as_tensor(np.ascontiguousarray(y)).to(self.device)
+        state = model.state_dict()
+        self.keys = list(state.keys())
+        # Server optimizers may hand back float64 (Flower's FedAdam does): score in the model's dtype.
+        self.dtypes = {k: v.dtype for k, v in state.items()}
+        self.first_linear = split_first_linear(model)
+
+    # -- the plain path -------------------------------------------------------------------
+
+    def tensors(self, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        missing = [k for k in self.keys if k not in arrays]
+        if missing:
+            raise KeyError(
+                f"arrays: expected the model's state keys {self.keys}; missing {missing}."
+            )
+        tensors = {}
+        for k in self.keys:
+            value = np.asarray(arrays[k])
+            if not value.flags.writeable:  # arrays from Ray's object store are read-only
+                value = value.copy()
+            tensors[k] = torch.as_tensor(value).to(device=self.device, dtype=self.dtypes[k])
+        return tensors
+
+    @property
+    def num_batches(self) -> int:
+        return -(-len(self.x) // self.batch_size)
+
+    def batch_rows(self, b: int) -> slice:
+        return slice(b * self.batch_size, (b + 1) * self.batch_size)
+
+    def _plain_sum(self, state: Mapping[str, torch.Tensor], b: int) -> float:
+        """Summed metric of batch ``b`` on the plain path (the reference every path equals)."""
+        rows = self.batch_rows(b)
+        out = torch.func.functional_call(self.model, dict(state), (self.x[rows],))
+        return float(self._summed_metric(out, self.y[rows]))
+
+    @scoring()
+    def __call__(self, arrays: Mapping[str, np.ndarray]) -> float:
+        state = self.tensors(arrays)
+        return sum(self._plain_sum(state, b) for b in range(self.num_batches)) / len(self.x)
+
+    # -- many states ------------------------------------------------------------------------
+
+    @scoring()
+    def batch(self, arrays_list: Sequence[Mapping[str, np.ndarray]]) -> list[float]:
+        """U for several states: ``chunk_size`` states per vmapped forward pass."""
+        states = [self.tensors(arrays) for arrays in arrays_list]
+        if self.chunk_size == 1:
+            return [sum(self._plain_sum(s, b) for b in range(self.num_batches)) / len(self.x) for s in states]
+        scores = FastScores(len(states), self.num_batches)
+        forward = torch.func.vmap(
+            lambda params, xb: torch.func.functional_call(self.model, params, (xb,)), in_dims=(0, None)
+        )
+        for start in range(0, len(states), self.chunk_size):
+            chunk = states[start : start + self.chunk_size]
+            stacked = {k: torch.stack([s[k] for s in chunk]) for k in self.keys}
+            for b in range(self.num_batches):
+                rows = self.batch_rows(b)
+                states_here = range(start, start + len(chunk))
+                self.score_fast_many(scores, states_here, b, forward(stacked, self.x[rows]), self.y[rows])
+        return list(self.resolve_near_ties(scores, lambda c: states[c]))
+
+    @property
+    def supports_linear(self) -> bool:
+        """Whether :meth:`linear` applies: every state entry is floating point."""
+        return all(dtype.is_floating_point for dtype in self.dtypes.values())
+
+    def linear(self, basis: Sequence[Mapping[str, np.ndarray]]) -> LinearStates:
+        """Scorer of the states Σ_k C[c, k] basis[k] (see the module docstring)."""
+        if not self.supports_linear:
+            raise TypeError(
+                "linear: combining states needs floating-point entries only; the model's state "
+                f"has {sorted(k for k, d in self.dtypes.items() if not d.is_floating_point)} "
+                "(integer buffers). Use batch() instead."
+            )
+        return LinearStates(self, basis)
+
+    # -- metric ------------------------------------------------------------------------
+
+    def _summed_metric(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.metric == "accuracy":
+            return (out.argmax(dim=-1) == y).sum(dtype=torch.float64)
+        if self.metric == "neg_loss":
+            return -torch.nn.functional.cross_entropy(out, y.long(), reduction="sum").double()
+        return -((out.reshape(y.shape) - y) ** 2).sum(dtype=torch.float64)
+
+    def score_fast(self, scores: FastScores, c: int, b: int, out: torch.Tensor, y: torch.Tensor) -> None:
+        """Book a fast-path batch of one state (see :meth:`score_fast_many`)."""
+        self.score_fast_many(scores, [c], b, out[None], y)
+
+    def score_fast_many(self, scores: FastScores, states: Sequence[int], b: int, out: torch.Tensor,
+                        y: torch.Tensor, *, overwrite: bool = False) -> None:
+        """Book fast-path outputs (``out``: states × rows × outputs) of ``states`` (their indices)
+        on held-out batch ``b``; for accuracy, note the rows whose top-2 logits nearly tie.
+        Losses are summed per state by the plain path's own reduction, so they round as it does.
+        ``overwrite``: ``out`` is the caller's scratch and the top-2 pass may write into it
+        (no copy of the outputs)."""
+        count = out.shape[0]
+        if self.metric != "accuracy" or out.shape[-1] < 2:
+            sums = torch.stack([self._summed_metric(out[j], y) for j in range(count)])
+        else:
+            top, index = out.max(dim=-1)
+            hit = index == y
+            sums = hit.sum(dim=1, dtype=torch.float64)
+            masked = out.scatter_ if overwrite else out.scatter
+            second = masked(2, index[..., None], float("-inf")).max(dim=-1).values
+            near = top - second <= self.tie_tolerance * top.abs()
+            for j in near.any(dim=1).nonzero().flatten().tolist():
+                near_rows = near[j].nonzero().flatten()
+                scores.near[(int(states[j]), b)] = (near_rows.cpu().numpy(), float(hit[j, near_rows].sum()))
+        scores.sums[np.asarray(states), b] = sums.cpu().numpy()
+
+    def resolve_near_ties(self, scores: FastScores, state_of: Callable[[int], Mapping[str, torch.Tensor]]) -> np.ndarray:
+        """Per-state utilities: near-tie rows re-scored on the plain path.
+
+        The rows go through the plain forward pass in a block of at least
+        ``RECHECK_ROWS`` rows of their batch (matmul kernels for a handful of rows may
+        sum in another order than for a full batch).
+        """
+        sums = scores.sums.copy()
+        cached: dict[int, Mapping[str, torch.Tensor]] = {}
+        for (c, b), (rows, fast_hits) in sorted(scores.near.items()):
+            if c not in cached:
+                cached[c] = state_of(c)
+            batch = self.batch_rows(b)
+            x, y = self.x[batch], self.y[batch]
+            filler = np.setdiff1d(np.arange(min(RECHECK_ROWS, len(x))), rows)[: max(0, RECHECK_ROWS - len(rows))]
+            block = torch.as_tensor(np.concatenate([rows, filler]), device=self.device)
+            out = torch.func.functional_call(self.model, dict(cached[c]), (x[block],))[: len(rows)]
+            plain_hits = float((out.argmax(dim=-1) == y[block[: len(rows)]]).sum())
+            sums[c, b] += plain_hits - fast_hits
+        return sums.sum(axis=1) / len(self.x)

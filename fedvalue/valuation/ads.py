@@ -1,0 +1,582 @@
+"""Asymmetric Data Shapley over ordered groups ([ADS], §4–5).
+
+Groups σ = (D_1, ..., D_T) are ordered; sources are exchangeable within a group and
+later groups come after earlier ones. With U_{t−1} = D_1 ∪ ... ∪ D_{t−1}, the value
+of z ∈ D_t is the subset form ([ADS], Prop. 4.1, Eq. 9)
+
+    φ^σ(z) = (1/|D_t|) Σ_{S ⊆ D_t∖{z}} C(|D_t|−1, |S|)^{-1}
+             [v(U_{t−1} ∪ S ∪ {z}) − v(U_{t−1} ∪ S)],
+
+equal to the average marginal over the σ-respecting permutations (Eqs. 7–8). In
+federated learning (Remark 4.1, Eq. 10) the prefix U_{t−1} is absorbed into the
+realized global state A_{t−1}: the round's game is one group whose utility is
+conditioned on A_{t−1}. Group efficiency (Prop. 4.2): Σ_{z∈D_t} φ^σ(z) =
+v(U_t) − v(U_{t−1}); every result reports its gap.
+
+``method="exact"`` enumerates the 2^{|D_t|} subsets of each group (1 + Σ_t (2^{|D_t|} − 1)
+distinct coalitions). ``method="mc"`` is MC-ADS (Alg. 1): m* = ⌈r²/(2ε²) · log(2n/δ)⌉
+σ-respecting permutations, each giving all n marginals in one left-to-right pass;
+all prefixes go through the game's cache, so MC never evaluates more distinct
+coalitions than exact. ``method="auto"`` takes exact whenever its coalition count is
+at most MC's m*·n evaluations. Past that it takes MC with m* permutations when only
+(ε, δ) is asked for (Hoeffding's m* is the cheapest of these estimators with that
+guarantee: a paired sample's mean still spans r); with a ``stderr_target`` it takes
+whichever of mc, antithetic, stratified and kernelshap a one-block pilot projects to reach the
+target with the fewest coalitions (:func:`fedvalue.valuation.shapley_sampling.choose_sampler`).
+
+Cheaper estimators for large rounds (each checked against exact on small rounds in
+tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
+
+* ``method="tmc"``, truncated MC as GTG-Shapley does within a round: walking a
+  permutation of group t, once |v(U_t) − v(prefix)| < ``truncation_tolerance`` the
+  remaining marginals of that group are set to 0 without evaluating them. Each
+  permutation's marginals then sum to v(prefix) − v(U_{t−1}) instead of
+  v(U_t) − v(U_{t−1}), so the group-efficiency gap is below the tolerance in absolute
+  value; the values are biased by at most that much per group in total.
+  ``truncation_tolerance=0`` never truncates.
+* ``stderr_target`` (with ``mc`` or ``tmc``): permutations are drawn in blocks of
+  max(10, largest group) and sampling stops once every player's standard error is at
+  most the target, or at m* permutations (Alg. 1's bound stays the cap).
+
+* ``method="antithetic"``: permutations in antithetic pairs, π and its reverse
+  [SAMPLPERM], exact for games with at most pairwise interactions; at most ⌈m*/2⌉
+  pairs (m* permutations).
+* ``method="stratified"``: stratified by coalition size [STRAT]: the strata of sizes
+  0, 1, |D_t|−2 and |D_t|−1 computed exactly (about |D_t|² coalitions), the others sampled
+  by blocks of cyclic shifts of a permutation and of its reverse, in which every player
+  takes every position once; at most m* permutations.
+* ``method="kernelshap"``: KernelSHAP with paired sampling and the efficiency constraint
+  [KERNELSHAP]; at most ⌈m*·|D_t|/2⌉ coalition pairs per group (about MC's
+  coalitions). Both per group, in :mod:`fedvalue.valuation.shapley_sampling`, with or without
+  ``stderr_target``.
+
+``budget`` (distinct coalition evaluations) replaces the sample caps: a sampling method
+draws until its budget is spent, each block cut so that its worst case still fits, and
+``"auto"`` takes exact when its coalitions fit, else the first of :data:`BUDGET_SAMPLERS`
+whose minimum (two samples, for a standard error) fits (:func:`budget_method`). Every
+sampling method books a standard error per player (``ValuationResult.stderr``): the
+standard deviation of its independent samples over √samples (KernelSHAP: the sandwich
+estimate), which for tmc leaves out truncation's bias (at most the tolerance per group).
+
+mc and tmc walk the permutations in waves — step j of every still-active permutation of a
+block is one batched request to the game — so batched coalition evaluation keeps
+working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from fedvalue._checks import (
+    check_integer,
+    check_non_negative,
+    check_number,
+    check_open_unit,
+    check_positive,
+    check_seed,
+)
+from fedvalue.valuation.game import CoalitionGame, Utility, as_game
+from fedvalue.valuation.result import ValuationResult
+from fedvalue.valuation.shapley_sampling import SAMPLERS, choose_sampler
+
+#: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
+MAX_EXACT_GROUP_SIZE = 25
+
+Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap"]
+#: Every ``method`` :func:`ads` takes.
+METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
+
+
+def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashable, ...], ...]:
+    """Check ``groups`` is a non-empty sequence of non-empty groups of unique ids."""
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+        raise TypeError(
+            "groups: expected a sequence of groups, each a sequence of player ids "
+            f"(for one round: [['a', 'b', 'c']]); got {type(groups).__name__}."
+        )
+    if len(groups) == 0:
+        raise ValueError("groups: expected at least one group; got an empty sequence.")
+    checked: list[tuple[Hashable, ...]] = []
+    seen: dict[Hashable, int] = {}
+    for t, group in enumerate(groups):
+        if isinstance(group, (str, bytes)) or not isinstance(group, Sequence):
+            raise TypeError(
+                f"groups: expected each group to be a sequence of player ids (for one round: "
+                f"[['a', 'b', 'c']]); group {t} is {group!r}."
+            )
+        if len(group) == 0:
+            raise ValueError(
+                f"groups: expected non-empty groups; group {t} is empty. Drop it, or give "
+                "it its players."
+            )
+        for player in group:
+            try:
+                hash(player)
+            except TypeError:
+                raise TypeError(
+                    f"groups: expected hashable player ids; group {t} holds {player!r}."
+                ) from None
+            if player in seen:
+                where = "twice in that group" if seen[player] == t else f"also in group {seen[player]}"
+                raise ValueError(
+                    f"groups: expected each player id exactly once; {player!r} is in group {t} "
+                    f"and {where}."
+                )
+            seen[player] = t
+        checked.append(tuple(group))
+    return tuple(checked)
+
+
+def mc_num_permutations(num_players: int, epsilon: float, delta: float, r: float = 1.0) -> int:
+    """m* = ⌈r²/(2ε²) · log(2n/δ)⌉ ([ADS], §5.1 and Alg. 1, line 2)."""
+    return math.ceil(r * r / (2.0 * epsilon * epsilon) * math.log(2.0 * num_players / delta))
+
+
+def exact_num_coalitions(groups: Sequence[Sequence[Hashable]]) -> int:
+    """Distinct coalitions exact ADS evaluates: v(∅) plus 2^{|D_t|} − 1 per group."""
+    return 1 + sum((1 << len(group)) - 1 for group in groups)
+
+
+#: Samplers ``auto`` considers under a budget, in order: the first whose minimum fits is
+#: taken (stratified only when its minimum is at most half the budget, so that it gets more
+#: than its two samples). Measured on real FL rounds (``bench/large_rounds.py``).
+BUDGET_SAMPLERS = ("stratified", "kernelshap", "mc")
+
+
+def minimum_budget(method: str, size: int) -> int:
+    """Distinct coalitions ``method`` needs for a group of ``size`` players, from an empty
+    cache, to value every player with a standard error (two samples; KernelSHAP: 4·size
+    pairs, below which its residuals, hence its errors, vanish)."""
+    if method in ("mc", "tmc"):
+        return 2 * size + 1
+    if method == "antithetic":
+        return 4 * size + 1
+    if method == "stratified":
+        return 2 * size * size + 2 * size + 2 + (4 * size * size if size > 4 else 0)
+    if method == "kernelshap":
+        return 8 * size + 2 if size > 1 else 2
+    raise ValueError(f"method: expected a sampling method; got {method!r}.")
+
+
+def budget_method(method: str, sizes: Sequence[int], budget: int, exact_cost: int | None,
+                  max_evaluations: int | None = None) -> str:
+    """The method a ``budget`` of distinct evaluations runs: ``"auto"`` takes exact when its
+    ``exact_cost`` fits, else the first of :data:`BUDGET_SAMPLERS` that fits; an explicit
+    method is checked to fit. ValueError naming ``budget`` when nothing fits."""
+    if max_evaluations is not None and budget > max_evaluations:
+        raise ValueError(f"budget: {budget} evaluations asked for, more than max_evaluations={max_evaluations}.")
+    if method == "auto":
+        if exact_cost is not None and exact_cost <= budget:
+            return "exact"
+        for candidate in BUDGET_SAMPLERS:
+            need = sum(minimum_budget(candidate, size) for size in sizes)
+            if need <= (budget // 2 if candidate == "stratified" else budget):
+                return candidate
+        method = BUDGET_SAMPLERS[-1]
+    if method == "exact":
+        if exact_cost is None or exact_cost > budget:
+            raise ValueError(f"budget: exact ADS over groups of sizes {list(sizes)} needs "
+                             f"{exact_cost or f'more than 2^{MAX_EXACT_GROUP_SIZE}'} evaluations; the budget is {budget}. Raise it or use "
+                             "a sampling method (or 'auto').")
+        return method
+    need = sum(minimum_budget(method, size) for size in sizes)
+    if need > budget:
+        raise ValueError(f"budget: {method} needs at least {need} evaluations for groups of sizes {list(sizes)} "
+                         f"(two samples, for a standard error); the budget is {budget}. Raise it.")
+    return method
+
+
+@dataclass(frozen=True)
+class AdsSettings:
+    """The ADS estimator's settings, checked once when made and passed whole (to
+    :func:`ads`, :func:`fedvalue.valuation.round_game.value_round`, the valuing strategy and the round
+    records the audit reads). See :func:`ads` for what each one means."""
+
+    method: Method = "auto"
+    epsilon: float = 0.1
+    delta: float = 0.05
+    r: float = 1.0
+    max_evaluations: int | None = None
+    truncation_tolerance: float = 1e-3
+    stderr_target: float | None = None
+    budget: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; "
+                f"got {self.method!r}."
+            )
+        check_non_negative("truncation_tolerance", self.truncation_tolerance)
+        check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)
+        check_positive("epsilon", self.epsilon)
+        check_open_unit("delta", self.delta)
+        check_positive("r", self.r)
+        check_integer("max_evaluations", self.max_evaluations, none_ok=True)
+        check_integer("budget", self.budget, none_ok=True)
+
+    def as_keywords(self) -> dict:
+        """The settings as :func:`ads` takes them."""
+        return dataclasses.asdict(self)
+
+
+def ads(
+    utility: Utility | CoalitionGame,
+    groups: Sequence[Sequence[Hashable]],
+    *,
+    method: Method = "auto",
+    epsilon: float = 0.1,
+    delta: float = 0.05,
+    r: float = 1.0,
+    seed: int | np.random.Generator | None = None,
+    max_evaluations: int | None = None,
+    truncation_tolerance: float = 1e-3,
+    stderr_target: float | None = None,
+    budget: int | None = None,
+) -> ValuationResult:
+    """Asymmetric Data Shapley of every player over ordered groups ([ADS]).
+
+    Parameters
+    ----------
+    utility
+        Callable taking a frozenset of player ids and returning a float, or a
+        :class:`~fedvalue.CoalitionGame` (its cache is shared with other calls).
+    groups
+        σ = (D_1, ..., D_T): a sequence of non-empty sequences of player ids. One
+        group is classical Data Shapley; the within-round FL case is one group whose
+        utility is conditioned on the round's starting state.
+    method
+        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``,
+        ``"antithetic"``, ``"stratified"``, ``"kernelshap"`` (module docstring) or ``"auto"``: exact when
+        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the
+        sampler a pilot projects to be cheapest.
+    epsilon, delta, r
+        MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range
+        of width r (r = 1 for accuracy).
+    seed
+        Seed or Generator for the MC permutations.
+    max_evaluations
+        Upper bound on real utility evaluations; a method whose worst case exceeds it
+        raises instead of running.
+    truncation_tolerance
+        ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a
+        permutation's group is truncated (module docstring); 0 never truncates.
+    stderr_target
+        Sampling methods: stop sampling once every standard error is ≤ this (None:
+        always their cap of samples).
+    budget
+        Most distinct coalition evaluations to spend (from this call on; cached coalitions
+        are free). ``"auto"`` then takes exact when its coalitions fit, else the sampler of
+        :data:`BUDGET_SAMPLERS` whose minimum fits (:func:`budget_method`); a sampling
+        method draws until the budget is spent (blocks shrink so that their worst case
+        fits), or until ``stderr_target`` is met, instead of stopping at m*.
+
+    Returns
+    -------
+    ValuationResult
+        ``values`` indexed by player, ``stderr``, ``num_evaluations`` and the
+        per-group ``efficiency_gaps``.
+    """
+    groups = validate_groups(groups)
+    AdsSettings(method=method, epsilon=epsilon, delta=delta, r=r, max_evaluations=max_evaluations,  # the checks
+                truncation_tolerance=truncation_tolerance, stderr_target=stderr_target, budget=budget)
+    rng = check_seed(seed)
+
+    players = [p for group in groups for p in group]
+    n = len(players)
+    largest = max(len(g) for g in groups)
+    exact_cost = exact_num_coalitions(groups) if largest <= MAX_EXACT_GROUP_SIZE else None
+    m_star = mc_num_permutations(n, epsilon, delta, r)
+    # With the cache, MC never needs more distinct coalitions than exact would.
+    mc_cost = m_star * n + 1 if exact_cost is None else min(m_star * n + 1, exact_cost)
+
+    sampler_caps = {"mc": m_star, "antithetic": -(-m_star // 2),
+                    "stratified": max(2, m_star // (2 * largest))}
+    sampler_costs = {  # worst case from an empty cache, never above exact's
+        "antithetic": sum(2 * sampler_caps["antithetic"] * max(len(g) - 1, 0) + 2 for g in groups),
+        "stratified": sum(2 * len(g) ** 2 + 2 * len(g) + 2
+                          + 2 * sampler_caps["stratified"] * len(g) ** 2 for g in groups),
+        "kernelshap": sum(2 * -(-m_star * len(g) // 2) + 2 for g in groups),
+    }
+    if exact_cost is not None:
+        sampler_costs = {k: min(v, exact_cost) for k, v in sampler_costs.items()}
+    piloted = False
+    if budget is not None:
+        method = budget_method(method, [len(g) for g in groups], budget, exact_cost, max_evaluations)
+        planned = exact_cost if method == "exact" else budget
+    else:
+        if method == "auto":
+            method = "exact" if exact_cost is not None and exact_cost <= m_star * n else "mc"
+            if method == "exact" and max_evaluations is not None and exact_cost > max_evaluations:
+                method = "mc"
+            piloted = method == "mc" and stderr_target is not None
+        if method == "exact":
+            if exact_cost is None:
+                raise ValueError(
+                    f"method: 'exact' enumerates 2^|D_t| coalitions per group, at most "
+                    f"{MAX_EXACT_GROUP_SIZE} players per group; a group has {largest}. Use "
+                    "method='mc' or 'auto'."
+                )
+            if max_evaluations is not None and exact_cost > max_evaluations:
+                raise ValueError(
+                    f"max_evaluations: exact ADS over groups of sizes {[len(g) for g in groups]} "
+                    f"needs {exact_cost} utility evaluations, more than max_evaluations="
+                    f"{max_evaluations}. Raise max_evaluations or use method='mc'."
+                )
+        elif method in sampler_costs or piloted:
+            # Piloted: every candidate's pilot plus the chosen one's rest, bounded by the sum.
+            worst = min(exact_cost or math.inf, mc_cost + sum(sampler_costs.values())) if piloted \
+                else sampler_costs[method]
+            if max_evaluations is not None and worst > max_evaluations:
+                raise ValueError(
+                    f"max_evaluations: ADS by {'a piloted sampler' if piloted else method} with epsilon="
+                    f"{epsilon}, delta={delta}, r={r} may need {worst} utility evaluations, more than "
+                    f"max_evaluations={max_evaluations}. Raise max_evaluations or epsilon."
+                )
+        elif max_evaluations is not None and mc_cost > max_evaluations:  # mc and tmc: tmc never costs more
+            raise ValueError(
+                f"max_evaluations: MC-ADS with epsilon={epsilon}, delta={delta}, r={r} samples "
+                f"m*={m_star} permutations of {n} players and may need {mc_cost} utility "
+                f"evaluations, more than max_evaluations={max_evaluations}. Raise "
+                "max_evaluations or epsilon."
+            )
+        planned = (exact_cost if method == "exact" else worst if method in sampler_costs or piloted
+                   else mc_cost)
+
+    game = as_game(utility, players)
+    game.expect(planned)
+    evaluations_before = game.num_evaluations
+    group_positions = [np.array([game.index_of(p) for p in g], dtype=np.int64) for g in groups]
+    prefix_masks = [0]
+    for positions in group_positions:
+        prefix_masks.append(prefix_masks[-1] | _mask(positions))
+
+    if budget is not None and method in SAMPLERS:
+        method, values, stderr, num_permutations = _by_sampler(
+            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, False, budget=budget)
+    elif piloted or method in sampler_costs:
+        method, values, stderr, num_permutations = _by_sampler(
+            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, piloted)
+    elif method == "exact":
+        values = np.concatenate(
+            [_exact_group(game, base, pos) for base, pos in zip(prefix_masks, group_positions)]
+        )
+        stderr = np.zeros(n)
+        num_permutations = None
+    elif method == "mc" and stderr_target is None:
+        values, stderr = _monte_carlo(game, group_positions, m_star, rng)
+        num_permutations = m_star
+    else:
+        tolerance = truncation_tolerance if method == "tmc" else 0.0
+        values, stderr, num_permutations = _blockwise_monte_carlo(
+            game, group_positions, prefix_masks, m_star if budget is None else budget, rng, tolerance,
+            stderr_target, budget=budget, cached_cap=m_star)
+
+    prefix_utilities = game.values(prefix_masks)
+    bounds = np.cumsum([0] + [len(g) for g in groups])
+    gaps = [
+        float(values[bounds[t] : bounds[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
+        for t in range(len(groups))
+    ]
+    index = pd.Index(players, dtype=object, name="player")
+    return ValuationResult(
+        method=f"ads-{method}",
+        values=pd.Series(values, index=index, name="ads"),
+        stderr=pd.Series(stderr, index=index, name="stderr"),
+        num_evaluations=game.num_evaluations - evaluations_before,
+        groups=groups,
+        prefix_utilities=tuple(float(u) for u in prefix_utilities),
+        efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(groups), name="group"), name="gap"),
+        num_permutations=num_permutations,
+    )
+
+
+def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted, budget=None):
+    """ADS of every group by a sampler of :mod:`fedvalue.valuation.shapley_sampling` (chosen by a
+    pilot when ``piloted``); returns (method, values, stderr, permutations or None). With
+    ``budget`` the groups share it: each draws until its share is spent (``caps``: the
+    usual caps, where a group seen whole stops)."""
+    groups = list(zip(prefix_masks[:-1], group_positions))
+    start = game.num_evaluations
+    if piloted:
+        method, samplers = choose_sampler(game, groups, rng, target)
+    else:
+        samplers = [SAMPLERS[method](game, base, positions, rng) for base, positions in groups]
+    estimates = []
+    for k, sampler in enumerate(samplers):
+        cap = caps.get(method, -(-caps["mc"] * sampler.size // 2))
+        if budget is not None:  # what is left, shared evenly by this group and the ones after it
+            share = (budget - (game.num_evaluations - start)) // (len(samplers) - k)
+            # A group seen whole (every draw cached) stops at the usual cap; the budget caps samples too.
+            estimates.append(sampler.run(budget, target, budget=share, cached_cap=cap))
+            continue
+        estimates.append(sampler.run(max(cap, sampler.samples), target))
+    values = np.concatenate([e[0] for e in estimates])
+    stderr = np.concatenate([e[1] for e in estimates])
+    per_sample = {"mc": lambda s: 1, "antithetic": lambda s: 2, "stratified": lambda s: 2 * s.size}.get(method)
+    return method, values, stderr, None if per_sample is None else max(per_sample(s) * s.samples for s in samplers)
+
+
+def _mask(positions: np.ndarray) -> int:
+    mask = 0
+    for k in positions.tolist():
+        mask |= 1 << k
+    return mask
+
+
+def _subset_masks(base: int, positions: np.ndarray) -> list[int]:
+    """Global masks of base ∪ S for every local subset index s of the group (bit k -> positions[k])."""
+    masks = [base]
+    for k in positions.tolist():
+        bit = 1 << k
+        masks += [m | bit for m in masks]
+    return masks
+
+
+def _exact_group(game: CoalitionGame, base: int, positions: np.ndarray) -> np.ndarray:
+    """Eq. 9 for one group on top of ``base`` = U_{t−1}; returns φ in group order."""
+    size = len(positions)
+    utilities = game.values(_subset_masks(base, positions))
+    local = np.arange(1 << size, dtype=np.int64)
+    popcount = np.zeros(1 << size, dtype=np.int64)
+    for k in range(size):
+        popcount += (local >> k) & 1
+    # Weight of a marginal on top of S with |S| = s: 1 / (|D_t| · C(|D_t|−1, s)).
+    weights = np.array([1.0 / (size * math.comb(size - 1, s)) for s in range(size)])
+    values = np.empty(size)
+    for k in range(size):
+        without = local[((local >> k) & 1) == 0]
+        marginals = utilities[without | (1 << k)] - utilities[without]
+        values[k] = float(np.dot(weights[popcount[without]], marginals))
+    return values
+
+
+def sample_ordered_permutations(
+    sizes: Sequence[int], num_permutations: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Alg. 1, lines 5–8: ``num_permutations`` σ-respecting permutations, one per row.
+
+    Entry (s, j) is the column (in the concatenated group order) of the j-th player added
+    in permutation s. Shared with :mod:`fedvalue.valuation.knn_mc`, whose incremental MC must draw
+    the very same permutations for the same seed.
+    """
+    offsets = np.cumsum([0, *sizes[:-1]])
+    return np.concatenate(
+        [
+            offset + rng.permuted(np.tile(np.arange(size), (num_permutations, 1)), axis=1)
+            for offset, size in zip(offsets, sizes)
+        ],
+        axis=1,
+    )
+
+
+def _monte_carlo(
+    game: CoalitionGame,
+    group_positions: list[np.ndarray],
+    num_permutations: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 1: mean and standard error of the marginals over σ-respecting permutations.
+
+    Columns of the returned arrays follow the concatenated group order.
+    """
+    sizes = [len(p) for p in group_positions]
+    n = sum(sizes)
+    order = sample_ordered_permutations(sizes, num_permutations, rng)
+    positions = np.concatenate(group_positions)
+    bit_positions = positions[order]
+    if game.num_players <= 62:
+        cumulative = np.cumsum(np.left_shift(np.int64(1), bit_positions), axis=1)
+        prefixes = np.concatenate([np.zeros((num_permutations, 1), np.int64), cumulative], axis=1)
+        masks = prefixes.ravel().tolist()
+    else:
+        masks = []
+        for row in bit_positions.tolist():
+            mask = 0
+            masks.append(mask)
+            for k in row:
+                mask |= 1 << k
+                masks.append(mask)
+    utilities = game.values(masks).reshape(num_permutations, n + 1)
+    step_marginals = np.diff(utilities, axis=1)
+    marginals = np.empty_like(step_marginals)
+    np.put_along_axis(marginals, order, step_marginals, axis=1)
+    mean = marginals.mean(axis=0)
+    if num_permutations > 1:
+        stderr = marginals.std(axis=0, ddof=1) / math.sqrt(num_permutations)
+    else:
+        stderr = np.full(n, np.nan)
+    return mean, stderr
+
+
+def _blockwise_monte_carlo(
+    game: CoalitionGame,
+    group_positions: list[np.ndarray],
+    prefix_masks: list[int],
+    max_permutations: int,
+    rng: np.random.Generator,
+    tolerance: float,
+    stderr_target: float | None,
+    budget: int | None = None,
+    cached_cap: int = 2,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """MC (tolerance 0) or truncated MC over blocks of permutations, with an optional
+    standard-error stop and an optional ``budget`` of distinct evaluations (a block is cut
+    so that its worst case, n new prefixes a permutation, fits); returns (mean, stderr,
+    permutations used) in group order.
+
+    Within group t every permutation starts from U_{t−1} (earlier groups all come
+    first, so a σ-respecting permutation's marginals in group t depend only on its
+    order inside the group) and walks its players; a permutation stops being walked
+    once |v(U_t) − v(prefix)| < tolerance.
+    """
+    sizes = [len(p) for p in group_positions]
+    block = max(10, max(sizes))
+    columns = np.cumsum([0] + sizes)
+    chunks: list[np.ndarray] = []
+    used = 0
+    spent_from = game.num_evaluations
+    while used < max_permutations:
+        count = int(min(block, max_permutations - used))
+        before = game.num_evaluations
+        if budget is not None:
+            count = min(count, int((budget - (before - spent_from)) // int(columns[-1])))
+            if count < 1:
+                break
+        marginals = np.zeros((count, columns[-1]))
+        for t, positions in enumerate(group_positions):
+            size = len(positions)
+            orders = np.stack([rng.permutation(size) for _ in range(count)])
+            full, start = game.values([prefix_masks[t + 1], prefix_masks[t]])
+            masks = np.full(count, prefix_masks[t], dtype=object)
+            previous = np.full(count, start)
+            active = np.full(count, tolerance == 0 or abs(full - start) >= tolerance)
+            for j in range(size):
+                rows = np.flatnonzero(active)
+                if len(rows) == 0:
+                    break
+                players = orders[rows, j]
+                masks[rows] = [int(m) | (1 << int(positions[p])) for m, p in zip(masks[rows], players)]
+                current = game.values(masks[rows].tolist())
+                marginals[rows, columns[t] + players] = current - previous[rows]
+                previous[rows] = current
+                if tolerance > 0:
+                    active[rows] = np.abs(full - current) >= tolerance
+        chunks.append(marginals)
+        used += count
+        if budget is not None and game.num_evaluations == before and used >= cached_cap:
+            break  # every prefix drawn was cached: the budget cannot be spent; stop at the usual m*
+        if stderr_target is not None and used > 1:
+            sample = np.concatenate(chunks)
+            if np.all(sample.std(axis=0, ddof=1) / math.sqrt(used) <= stderr_target):
+                break
+    sample = np.concatenate(chunks)
+    stderr = sample.std(axis=0, ddof=1) / math.sqrt(used) if used > 1 else np.full(columns[-1], np.nan)
+    return sample.mean(axis=0), stderr, used

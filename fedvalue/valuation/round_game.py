@@ -1,0 +1,310 @@
+"""The round game of federated learning and its valuation ([ADS], Remark 4.1).
+
+Round t samples clients I_t; the server holds the realized state A_{t−1} and client i
+returns arrays w_i with weight n_i. The round game is
+
+    v_t(S) = U(Agg_t(A_{t−1}; {w_i : i ∈ S})),   S ⊆ I_t,   v_t(∅) = U(A_{t−1}),
+
+with Agg_t the strategy's own aggregation rule and U a held-out utility. Within-round
+ADS is ADS with the single group I_t on this game (Eq. 10); within-round LOO is
+v_t(I_t) − v_t(I_t ∖ {i}) (App. C.2). Both share one coalition cache.
+
+Arrays are ``dict[str, np.ndarray]`` in a fixed key order (a model's state).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedvalue.valuation.ads import AdsSettings, ads, exact_num_coalitions
+from fedvalue.valuation.game import CoalitionGame, Progress
+from fedvalue.valuation.loo import loo
+from fedvalue.valuation.result import ValuationResult
+from fedvalue.schema import VALUATION_METHODS as SCHEMA_VALUATION_METHODS
+from fedvalue.schema import Method
+
+Arrays = dict[str, np.ndarray]
+#: Aggregates the replies of a coalition (ids in round order) into new global arrays.
+Aggregator = Callable[[Sequence[Hashable]], Arrays]
+ArraysUtility = Callable[[Mapping[str, np.ndarray]], float]
+BatchArraysUtility = Callable[[Sequence[Mapping[str, np.ndarray]]], Sequence[float]]
+
+#: Coalition states materialized at once for a batch utility (memory: this many model states).
+STATES_PER_BATCH = 64
+#: Valuation methods the platform computes per round (named in fedvalue.schema).
+VALUATION_METHODS = SCHEMA_VALUATION_METHODS
+
+
+def weighted_mean(
+    client_arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]
+) -> Arrays:
+    """FedAvg's rule: Σ_i (n_i / Σ_j n_j) w_i, accumulated in the arrays' own dtype and
+    in client order, exactly as Flower's ``aggregate_arrayrecords`` does, so the full
+    coalition reproduces the realized state bit for bit."""
+    if len(client_arrays) == 0:
+        raise ValueError("client_arrays: expected at least one client's arrays; got none.")
+    total = float(sum(weights))
+    if not total > 0:
+        raise ValueError(f"weights: expected a positive total weight; got {list(weights)}.")
+    result: Arrays = {}
+    for arrays, weight in zip(client_arrays, weights):
+        factor = weight / total
+        for key, value in arrays.items():
+            if key in result:
+                result[key] += value * factor
+            else:
+                result[key] = value * factor
+    return result
+
+
+def fedavg_aggregator(
+    client_ids: Sequence[Hashable],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+) -> Aggregator:
+    """Aggregator of the FedAvg family (FedAvg, FedProx): the n-weighted mean, pure."""
+    position = {c: k for k, c in enumerate(client_ids)}
+
+    def aggregate(coalition: Sequence[Hashable]) -> Arrays:
+        members = sorted(position[c] for c in coalition)
+        return weighted_mean([client_arrays[k] for k in members], [weights[k] for k in members])
+
+    return aggregate
+
+
+def fedavg_round_game(
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+    utility: ArraysUtility,
+) -> CoalitionGame:
+    """v_t of the FedAvg family, with coalitions scored as linear combinations.
+
+    A coalition's state is A_{t−1} for S = ∅ and Σ_{i∈S} (n_i / Σ_{j∈S} n_j) w_i
+    otherwise: a row of coefficients over the basis (A_{t−1}, w_1, ..., w_n). A
+    utility with a ``linear`` method (:class:`~fedvalue.scoring.torch_utilities.TorchModelUtility`)
+    scores whole batches of such rows without materializing each state, reusing the
+    first layer's products; others get the materialized states. v(∅) = U(A_{t−1}) and
+    v(I_t) = U(A_t) are always scored on the plain path, so the round's anchors equal
+    what anyone recomputes from the saved states, bit for bit.
+    """
+    aggregate = fedavg_aggregator(client_ids, client_arrays, weights)
+    if not getattr(utility, "supports_linear", False):
+        return round_game(client_ids, start_arrays, aggregate, utility,
+                          batch_utility=getattr(utility, "batch", None))
+    position = {c: k for k, c in enumerate(client_ids)}
+    weights = np.asarray(weights, dtype=np.float64)
+    full = frozenset(client_ids)
+    scorer = None
+
+    def arrays_of(coalition: frozenset) -> Mapping[str, np.ndarray]:
+        if not coalition:
+            return start_arrays
+        return aggregate(sorted(coalition, key=position.__getitem__))
+
+    def row_of(coalition: frozenset) -> np.ndarray:
+        row = np.zeros(len(client_ids) + 1)
+        if not coalition:
+            row[0] = 1.0
+            return row
+        members = [1 + position[c] for c in coalition]
+        row[members] = weights[[m - 1 for m in members]]
+        return row / row.sum()
+
+    def batch(coalitions: Sequence[frozenset]) -> list[float]:
+        nonlocal scorer
+        values = [None] * len(coalitions)
+        fast = []
+        for k, coalition in enumerate(coalitions):
+            if not coalition or coalition == full:
+                values[k] = utility(arrays_of(coalition))
+            else:
+                fast.append(k)
+        if fast:
+            if scorer is None:
+                scorer = utility.linear([start_arrays, *client_arrays])
+            rows = np.stack([row_of(coalitions[k]) for k in fast])
+            scored = scorer.values(rows, materialize=lambda j: arrays_of(coalitions[fast[j]]), progress=game.advance)
+            for k, value in zip(fast, scored):
+                values[k] = float(value)
+        return values
+
+    game = CoalitionGame(None, client_ids, batch_utility=batch)
+    return game
+
+
+@dataclass
+class RoundValuation:
+    """What valuing one round produced."""
+
+    results: dict[str, ValuationResult]
+    game: CoalitionGame
+    utility_before: float
+    utility_after: float
+    seconds: float
+
+    @property
+    def num_evaluations(self) -> int:
+        return self.game.num_evaluations
+
+
+def round_game(
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    aggregate: Aggregator,
+    utility: ArraysUtility,
+    *,
+    batch_utility: BatchArraysUtility | None = None,
+) -> CoalitionGame:
+    """v_t as a :class:`CoalitionGame` over ``client_ids`` (see module docstring).
+
+    The coalitions given to ``aggregate`` list client ids in round order, so a
+    strategy that depends on reply order sees the realized order.
+    """
+    order = {c: k for k, c in enumerate(client_ids)}
+
+    def arrays_of(coalition: frozenset) -> Mapping[str, np.ndarray]:
+        if not coalition:
+            return start_arrays
+        return aggregate(sorted(coalition, key=order.__getitem__))
+
+    def single(coalition: frozenset) -> float:
+        return utility(arrays_of(coalition))
+
+    batch = None
+    if batch_utility is not None:
+        def batch(coalitions: Sequence[frozenset]) -> Sequence[float]:
+            # A batch can be thousands of coalitions (MC asks for every prefix at once), each
+            # state a model's size: materialize them a chunk at a time.
+            values: list[float] = []
+            for start in range(0, len(coalitions), STATES_PER_BATCH):
+                chunk = coalitions[start:start + STATES_PER_BATCH]
+                values.extend(batch_utility([arrays_of(c) for c in chunk]))
+                game.advance(len(chunk))
+            return values
+
+    game = CoalitionGame(single, client_ids, batch_utility=batch)
+    return game
+
+
+def round_game_for(
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+    utility: ArraysUtility,
+    aggregate: Aggregator | None = None,
+) -> CoalitionGame:
+    """v_t over ``client_ids``: the FedAvg family's weighted mean (``aggregate`` None,
+    :func:`fedavg_round_game`), or the inner strategy's own Agg_t (:func:`round_game`, with the
+    utility's batch scoring when it has one). The live books, the fairness books and the audit
+    all build a round's game here."""
+    if aggregate is None:
+        return fedavg_round_game(client_ids, start_arrays, client_arrays, weights, utility)
+    return round_game(client_ids, start_arrays, aggregate, utility, batch_utility=getattr(utility, "batch", None))
+
+
+def ads_share_of_budget(budget: int, num_players: int, methods: Sequence[str]) -> int:
+    """The coalition evaluations of a round's ``budget`` that ADS may spend: all of them, or
+    all but LOO's n + 1 when LOO is booked too and exact ADS (whose coalitions include LOO's)
+    does not fit. :func:`value_round` spends it so; a run checks its budget against it first."""
+    if Method.LOO in methods and exact_num_coalitions([range(num_players)]) > budget:
+        return budget - (num_players + 1)
+    return budget
+
+
+@dataclass(frozen=True)
+class ValuationSettings:
+    """How each round is valued, checked once when made and passed whole.
+
+    Parameters
+    ----------
+    methods
+        Valuations per round, a subset of ``("ads", "loo")`` (none: the round is booked
+        unvalued, its clients' statuses and weights only).
+    ads
+        The ADS estimator's settings (:class:`fedvalue.valuation.ads.AdsSettings`; its ``budget``
+        bounds the round's distinct coalition evaluations, ADS and LOO together).
+    on_progress
+        Called with (round, coalitions evaluated, coalitions planned) while a round is
+        valued (a display; it changes nothing that is booked).
+    """
+
+    methods: tuple[str, ...] = tuple(VALUATION_METHODS)
+    ads: AdsSettings = field(default_factory=AdsSettings)
+    on_progress: Callable[[int, int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.methods, str) or not isinstance(self.methods, Sequence | frozenset | set):
+            raise TypeError(f"methods: expected a sequence of names from {list(VALUATION_METHODS)}; got "
+                            f"{self.methods!r}.")
+        unknown = [m for m in self.methods if m not in VALUATION_METHODS]
+        if unknown:
+            raise ValueError(f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}.")
+        object.__setattr__(self, "methods", tuple(self.methods))
+        if not isinstance(self.ads, AdsSettings):
+            raise TypeError(f"ads: expected a fedvalue.valuation.ads.AdsSettings; got {type(self.ads).__name__}.")
+        if self.on_progress is not None and not callable(self.on_progress):
+            raise TypeError(f"on_progress: expected a callable (round, evaluated, planned) or None; got "
+                            f"{type(self.on_progress).__name__}.")
+
+
+def round_rng(seed: int, server_round: int) -> np.random.Generator:
+    """The generator of round t's MC permutations: ``[seed, t]``. The writer and the audit
+    both take it from here, so an audit reproduces an MC-valued round."""
+    return np.random.default_rng([int(seed), int(server_round)])
+
+
+def value_round(
+    game: CoalitionGame,
+    methods: Sequence[str] = VALUATION_METHODS,
+    settings: AdsSettings | None = None,
+    *,
+    seed: int | np.random.Generator | None = None,
+    progress: Progress | None = None,
+) -> RoundValuation:
+    """Within-round ADS (one group I_t, Eq. 10) with ``settings`` and LOO on one shared cache.
+
+    ``utility_before`` is v_t(∅) = U(A_{t−1}); ``utility_after`` is v_t(I_t), which for
+    FedAvg is U(A_t), the realized next state. A ``settings.budget`` bounds the round's
+    distinct coalition evaluations, LOO's n + 1 included: ADS gets the budget less n + 1
+    unless exact enumeration fits in it (exact covers LOO's coalitions). ``progress`` is told
+    (coalitions evaluated, coalitions planned) as the valuation goes
+    (:meth:`fedvalue.valuation.game.CoalitionGame.watch`); it changes nothing that is computed.
+    """
+    settings = AdsSettings() if settings is None else settings
+    if not isinstance(settings, AdsSettings):
+        raise TypeError(f"settings: expected a fedvalue.valuation.ads.AdsSettings or None; got {type(settings).__name__}.")
+    unknown = [m for m in methods if m not in VALUATION_METHODS]
+    if unknown:
+        raise ValueError(
+            f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}."
+        )
+    started = time.perf_counter()
+    players = list(game.players)
+    results: dict[str, ValuationResult] = {}
+    game.watch(progress)
+    try:
+        if Method.ADS in methods:
+            keywords = settings.as_keywords()
+            if settings.budget is not None:
+                keywords["budget"] = ads_share_of_budget(settings.budget, len(players), methods)
+            results[Method.ADS] = ads(game, [players], seed=seed, **keywords)
+        if Method.LOO in methods:
+            results[Method.LOO] = loo(game, players)
+        before, after = game.values([0, game.full_mask])
+        game.finish()
+    finally:
+        game.watch(None)
+    return RoundValuation(
+        results=results,
+        game=game,
+        utility_before=float(before),
+        utility_after=float(after),
+        seconds=time.perf_counter() - started,
+    )
