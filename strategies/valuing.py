@@ -119,6 +119,7 @@ class ValuingStrategy(Strategy):
         self.seed = int(seed)
         self.valuation = settings_or_default("valuation", valuation, ValuationSettings)
         self.book_settings = settings_or_default("books", books, BookSettings)
+        self.book_settings.check_strategy(strategy)
         self.intake = settings_or_default("intake", intake, IntakeSettings)
         self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings))
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review

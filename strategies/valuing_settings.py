@@ -12,10 +12,19 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyClientSideAdaptiveClipping,
+    DifferentialPrivacyClientSideFixedClipping,
+    Strategy,
+)
+
 from fedvalue._checks import check_positive
 from fedvalue.scoring.group_fairness import GroupFairness
 from strategies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
+
+#: Flower's strategies that clip on the clients (their mods allow one ArrayRecord a reply).
+CLIENT_SIDE_DP = (DifferentialPrivacyClientSideFixedClipping, DifferentialPrivacyClientSideAdaptiveClipping)
 
 
 def settings_or_default(name: str, value: object, kind: type) -> object:
@@ -71,6 +80,20 @@ class BookSettings:
                 raise TypeError(f"noisy_clients: expected a collection of client ids or None; got "
                                 f"{self.noisy_clients!r}.")
             object.__setattr__(self, "noisy_clients", frozenset(self.noisy_clients))
+
+    def check_strategy(self, strategy: Strategy) -> None:
+        """ValueError when ``strategy`` would fail every reply these books ask for: flows and
+        curvature travel as a second ArrayRecord beside the update, and the client-side DP
+        mods of Flower's ``DifferentialPrivacyClientSide*`` strategies refuse a reply holding
+        more than one ArrayRecord."""
+        if not isinstance(strategy, CLIENT_SIDE_DP):
+            return
+        for name, asked in (("flows", self.flows), ("fair_curvature", self.fair_curvature is not None)):
+            if asked:
+                raise ValueError(
+                    f"{name}: {type(strategy).__name__} clips on the clients, whose DP mods refuse a reply that "
+                    f"carries a second ArrayRecord, and {name} sends one with every update, so every reply would "
+                    "fail; use a server-side DP strategy or leave it off.")
 
 
 @dataclass(frozen=True)

@@ -101,3 +101,17 @@ def test_a_run_json_written_before_with_the_option_names_is_still_compared(mc_ru
     assert settings_problems(record, {**legacy, "ads_method": "tmc"}) == ["its method is 'mc', run.json says 'tmc'"]
     assert settings_problems(record, {**legacy, "stderr_target": 0.0}) == [
         "its stderr_target is 0.05, run.json says None"]
+
+
+@pytest.mark.parametrize("books", [BookSettings(flows=True)])
+def test_books_sent_as_a_second_array_record_are_refused_under_client_side_dp(books, utility):
+    from flwr.serverapp.strategy import (DifferentialPrivacyClientSideFixedClipping,
+                                         DifferentialPrivacyServerSideFixedClipping)
+
+    client_side = DifferentialPrivacyClientSideFixedClipping(FedAvg(), noise_multiplier=0.1, clipping_norm=1.0,
+                                                             num_sampled_clients=3)
+    with pytest.raises(ValueError, match="flows: DifferentialPrivacyClientSideFixedClipping clips on the clients"):
+        ValuingStrategy(client_side, utility, books=books)
+    server_side = DifferentialPrivacyServerSideFixedClipping(FedAvg(), noise_multiplier=0.1, clipping_norm=1.0,
+                                                             num_sampled_clients=3)
+    assert ValuingStrategy(server_side, utility, books=books).book_settings.flows
