@@ -488,6 +488,8 @@ _CLI_WORDS = (
     (re.compile(r"\b(?:resume|overwrite)=True \((--[\w-]+(?: DIR)?)\)"), r"\1"),
     (re.compile(r"\bresume=True\b"), "--resume DIR"),
     (re.compile(r"\boverwrite=True\b"), "--overwrite"),
+    # An option left out is None in Python; on the command line it is not given at all.
+    (re.compile(r" or None(?=[;.,)])"), " (or leave the option out)"),
 )
 
 

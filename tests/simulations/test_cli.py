@@ -127,6 +127,11 @@ def test_errors_use_the_command_lines_words(tmp_path, capsys):
     assert main(["run", "noisy-clients", "--out", str(held)]) == 2
     err = capsys.readouterr().err
     assert "--resume DIR" in err and "--overwrite" in err and "=True" not in err
+    # An option that is unset is left out on the command line; None is Python's word.
+    assert main(["run", "noisy-clients", "--stderr-target", "0", "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err
+    assert "--stderr-target: expected a finite number > 0 (or leave the option out); got 0.0." in err
+    assert "None" not in err
 
 
 def test_a_second_ctrl_c_says_why_the_run_stopped_and_where_its_rounds_are(tmp_path, capsys, monkeypatch):
