@@ -57,7 +57,7 @@ from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.run_books import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE, Status
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from simulations.api import initial_model_arrays, package_versions, prepare_run_dir
+from simulations.api import initial_model_arrays, package_versions, prepare_run_dir, seeded_server_generators
 from simulations.data import load_dataset, split_holdout
 from simulations.engine import EngineOptions, serve
 from simulations.models import make_linear_model
@@ -261,10 +261,11 @@ def run_attacks(
                 run=RunSettings(run_config={"attack": attack, "behaviour": repr(attacker_behaviour(attack, config)),
                                             **config.as_dict()}),
             )
-            strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                           train_config=ConfigRecord(train_config(
-                               learning_rate=config.learning_rate, local_epochs=config.local_epochs,
-                               seed=config.seed, data_key=attack)))
+            with seeded_server_generators(config.seed):  # the checkpoint's saved global state is the seed's too
+                strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
+                               train_config=ConfigRecord(train_config(
+                                   learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                                   seed=config.seed, data_key=attack)))
             run = load_run(out_dir / attack)
             rows.append(summarize(run.ledger, run.rounds, attack, config.attacker, config.source))
             if on_run is not None:
