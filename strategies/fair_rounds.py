@@ -88,7 +88,7 @@ class FairRounds:
     def meta(self) -> dict:
         """The round record's note of the fairness books and rule."""
         note = {"gap": self.fairness.gap, "utility_gap": self.fairness.utility_gap,
-                "rule": dict(getattr(self.acceptance, "rule", {})) or None}
+                "rule": dict(self.rule or {}) or None}
         if self.fair_curvature is not None:
             note["curvature"] = {"damping": self.fair_curvature}
         return {"fairness": note}

@@ -85,9 +85,6 @@ class RunState:
     """
 
     def __init__(self, run_dir: str | None, settings: RunSettings) -> None:
-        if not isinstance(settings, RunSettings):
-            raise TypeError(f"run: expected a fedvalue.run.run_books.RunSettings (or None); got "
-                            f"{type(settings).__name__}.")
         if settings.resume and run_dir is None:
             raise ValueError("resume: expected run_dir, the directory of the run to continue; got None.")
         self.run_dir = run_dir
