@@ -1,7 +1,8 @@
 """A round's replies taken in: what each sampled client sent, checked before anything reads it.
 
 In order: curvature (training loss gradient and Fisher diagonal) and inference gradients
-(TracIn flows) are taken out of the replies, since the inner strategy must never see them; each reply becomes a :class:`~strategies.records.ClientReply`
+(TracIn flows) are taken out of the replies, since the inner strategy must never see them;
+each reply becomes a :class:`~strategies.records.ClientReply`
 (``failed`` when Flower's aggregation would choke on it, ``rejected`` for NaN/inf arrays); a
 second reply under a client id already seen is failed; arrays whose keys or shapes differ
 from the global model's, and metric keys that differ from the round's most common set, are
