@@ -1,7 +1,7 @@
 """Cheaper ADS estimators against exact on real round games: error, evaluations, time.
 
-    python bench/estimators.py              # n = 6, 8, 10, 12, 14 (about a minute on 2 cores)
-    python bench/estimators.py --sizes 6 10
+    python -m bench.estimators              # n = 6, 8, 10, 12, 14 (about a minute on 2 cores)
+    python -m bench.estimators --sizes 6 10
 
 Each round game is real: the embedded digits data, an MLP 64-200-200-10 trained for a
 few rounds of FedAvg, then n clients (every second one with 70% flipped labels) each
@@ -15,22 +15,19 @@ and "|gap|" is the group-efficiency gap (below the tolerance for tmc).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from clients.behaviours import flip_labels  # noqa: E402
-from clients.training import get_model_arrays, set_model_arrays, train_locally  # noqa: E402
-from fedvalue.valuation.ads import AdsSettings  # noqa: E402
-from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean  # noqa: E402
-from fedvalue.scoring.torch_utilities import TorchModelUtility  # noqa: E402
-from simulations.data import load_dataset, split_holdout  # noqa: E402
-from simulations.partitions import partition_iid  # noqa: E402
-from simulations.models import make_mlp  # noqa: E402
+from clients.behaviours import flip_labels
+from clients.training import get_model_arrays, set_model_arrays, train_locally
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
+from fedvalue.scoring.torch_utilities import TorchModelUtility
+from simulations.datasets.loaders import load_dataset, split_holdout
+from simulations.datasets.partitions import partition_iid
+from simulations.datasets.models import make_mlp
 
 ESTIMATORS = {
     "exact": {"method": "exact"},

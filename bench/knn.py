@@ -1,7 +1,7 @@
 """Exact KNN-ADS and KNN-Shapley: the vectorized, chunked estimator against a per-test-point loop.
 
-    python bench/knn.py                       # 10,000 × 784 training, 1,000 test points, K = 5
-    python bench/knn.py --train 2000 --test 200
+    python -m bench.knn                       # 10,000 × 784 training, 1,000 test points, K = 5
+    python -m bench.knn --train 2000 --test 200
 
 Problem: random features (uniform on [0, 1)^784, float64), 10 classes, a fixed seed. KNN-ADS
 uses two groups (the first half of the training set, then the second half, as originals
@@ -13,7 +13,7 @@ point, sort the training set by distance (the same key and tie rule as
 from the farthest up ([ADS] Thm 5.1 in the closed form of :mod:`fedvalue.valuation.knn_ads`, with
 c_i, the labels and B_j kept as running Python scalars).
 
-Every measurement runs in a fresh child process (``python bench/knn.py --child ...``) so
+Every measurement runs in a fresh child process (``python -m bench.knn --child ...``) so
 peak memory is its own: "peak RSS" is ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at the
 end, and "over data" subtracts the resident size read from /proc/self/statm after the data
 were generated and before the estimator started. The vectorized estimator is also run at
@@ -32,13 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from fedvalue.valuation.knn_ads import knn_ads  # noqa: E402
+from fedvalue.valuation.knn_ads import knn_ads
 
 
 def make_problem(num_train: int, num_test: int, num_features: int, seed: int):
@@ -120,7 +118,7 @@ def child(spec: dict) -> dict:
 
 
 def measure(spec: dict) -> tuple[dict, np.ndarray]:
-    output = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], check=True,
+    output = subprocess.run([sys.executable, "-m", "bench.knn", "--child", json.dumps(spec)], check=True,
                             capture_output=True, text=True)
     return json.loads(output.stdout.strip().splitlines()[-1]), np.load(spec["values_path"])
 

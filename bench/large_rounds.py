@@ -1,8 +1,8 @@
 """What a round of 20, 50 or 100 clients costs to value, and how far from its values a budget lands.
 
-    python bench/large_rounds.py                       # MLP and CNN, n = 20, 50, 100 (hours on 2 shared cores)
-    python bench/large_rounds.py --models mlp --sizes 20 50 --budgets 20 80 --reference 240
-    python bench/large_rounds.py --plot docs/figures/large-rounds.png
+    python -m bench.large_rounds                       # MLP and CNN, n = 20, 50, 100 (hours on 2 shared cores)
+    python -m bench.large_rounds --models mlp --sizes 20 50 --budgets 20 80 --reference 240
+    python -m bench.large_rounds --plot docs/figures/large-rounds.png
 
 Real Fashion-MNIST rounds (Debian's dataset-fashion-mnist): the global model after two
 epochs of mini-batch SGD on 6,000 training images (a mid-training state), n clients with
@@ -54,8 +54,8 @@ def real_round(kind: str, num_clients: int, held_out: int, seed: int = 0):
 
     from clients.behaviours import flip_labels
     from clients.training import get_model_arrays, train_locally
-    from simulations.data import load_dataset, sample_per_class
-    from simulations.models import make_model
+    from simulations.datasets.loaders import load_dataset, sample_per_class
+    from simulations.datasets.models import make_model
 
     rng = np.random.default_rng(seed)
     test = load_dataset("fashion-mnist", split="test")
@@ -104,19 +104,19 @@ def value(kind: str, num_clients: int, held_out: int, method: str, budget: int, 
             "values": result.values.tolist(), "stderr": result.stderr.tolist()}
 
 
-def json_from_child(command: list[str]) -> dict:
+def json_from_child(command: list[str], cwd: str | None = None) -> dict:
     """Run ``command`` (a bench script's ``--one``) in a fresh process and return the JSON
     object on its last line of output; RuntimeError with its stderr's tail when it fails."""
     import subprocess
 
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _child(*args) -> dict:
-    return json_from_child([sys.executable, __file__, "--one", *map(str, args)])
+    return json_from_child([sys.executable, "-m", "bench.large_rounds", "--one", *map(str, args)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,5 +262,4 @@ def _plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Load: 200 clients, 20 per round, through the real CLI, with wall time and peak memory.
 
-    python bench/load.py                     # rounds 5 and 20 (about 5 minutes on 2 cores)
-    python bench/load.py --rounds 20
+    python -m bench.load                     # rounds 5 and 20 (about 5 minutes on 2 cores)
+    python -m bench.load --rounds 20
 
 Runs ``fedvalue run noisy-clients --num-clients 200 --clients-per-round 20 --schedule
 random`` as a child process for each round count and samples, every 0.2 s, the resident

@@ -8,7 +8,7 @@ Prints, measured side by side in one process on one 80:20 split of the dslabs ra
   sparse computation costs the same order as the gradient step;
 * the same with the BLAS left at its default thread count (what ``threadpoolctl`` avoids).
 
-    python bench/mf_flows.py [--steps 50] [--repeats 3]
+    python -m bench.mf_flows [--steps 50] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from fedvalue.flows.round_flows import mf_flows as mf
-from simulations.movielens import load_movielens, split_ratings
+from simulations.experiments.reciprocity.movielens import load_movielens, split_ratings
 
 
 def _timed(function, repeats: int) -> tuple[float, float]:

@@ -1,9 +1,9 @@
 """What valuation adds to the wall time of the default ``noisy-clients`` run.
 
-    python bench/noisy_overhead.py               # 3 pairs, about 3 minutes on 2 cores
-    python bench/noisy_overhead.py --pairs 5
+    python -m bench.noisy_overhead               # 3 pairs, about 3 minutes on 2 cores
+    python -m bench.noisy_overhead --pairs 5
 
-Runs ``simulations.noisy_clients.run_noisy_clients`` with the default
+Runs ``simulations.experiments.noisy_clients.noisy_clients.run_noisy_clients`` with the default
 ``NoisyClientsConfig`` (30 clients, 5 rounds of 6, digits MLP 64-200-200-10, FedAvg)
 twice per pair, alternating the order within each pair: with valuation
 (``methods=("ads", "loo")``, exact within-round ADS + LOO, 2^6 coalitions per round)
@@ -37,7 +37,7 @@ def _one(mode: str) -> dict:
 
     os.environ.setdefault("FLWR_LOG_LEVEL", "ERROR")
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    from simulations.noisy_clients import NoisyClientsConfig, run_noisy_clients
+    from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, run_noisy_clients
 
     config = NoisyClientsConfig(methods=MODES[mode])
     with tempfile.TemporaryDirectory() as out:
@@ -55,7 +55,7 @@ def _one(mode: str) -> dict:
 
 
 def _child(mode: str) -> dict:
-    command = [sys.executable, str(Path(__file__).resolve()), "--one", mode]
+    command = [sys.executable, "-m", "bench.noisy_overhead", "--one", mode]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
     process_seconds = time.perf_counter() - started
@@ -100,5 +100,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     raise SystemExit(main())

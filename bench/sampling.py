@@ -2,9 +2,9 @@
 permutations and paired KernelSHAP (fedvalue.valuation.shapley_sampling), on real round games and
 on closed-form games.
 
-    python bench/sampling.py                          # real n = 12, 16; closed form n = 12, 16, 20
-    python bench/sampling.py --real 12 16 20          # n = 20 real: 2^20 exact evaluations first (~15 min)
-    python bench/sampling.py --closed 20 24 --real    # closed-form games only
+    python -m bench.sampling                          # real n = 12, 16; closed form n = 12, 16, 20
+    python -m bench.sampling --real 12 16 20          # n = 20 real: 2^20 exact evaluations first (~15 min)
+    python -m bench.sampling --closed 20 24 --real    # closed-form games only
 
 Real round games are those of ``bench/estimators.py`` (digits, MLP 64-200-200-10 after a
 few FedAvg rounds, n clients of which every second has 70% flipped labels, FedAvg
@@ -25,17 +25,14 @@ mean max error is at most that row's, and that as a fraction of MC m*'s evaluati
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from fedvalue.valuation.ads import ads, mc_num_permutations  # noqa: E402
-from fedvalue.valuation.game import CoalitionGame  # noqa: E402
-from fedvalue.valuation.shapley_sampling import SAMPLERS  # noqa: E402
+from fedvalue.valuation.ads import ads, mc_num_permutations
+from fedvalue.valuation.game import CoalitionGame
+from fedvalue.valuation.shapley_sampling import SAMPLERS
 
 #: Permutations per budget, as fractions of m* (antithetic draws half as many pairs).
 FRACTIONS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)

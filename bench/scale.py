@@ -1,7 +1,7 @@
 """A large federation end to end: wall time, memory per round, ledger size, reading it back.
 
-    python bench/scale.py                                  # 1,000 clients, 50 a round, 50 rounds, flows
-    python bench/scale.py --clients 200 --per-round 20 --rounds 10 --out /tmp/scale
+    python -m bench.scale                                  # 1,000 clients, 50 a round, 50 rounds, flows
+    python -m bench.scale --clients 200 --per-round 20 --rounds 10 --out /tmp/scale
 
 Fashion-MNIST (Debian's dataset-fashion-mnist): the 60,000 training images split IID
 among the clients, each client's share cut 80/20 into a training and an inference split
@@ -49,7 +49,7 @@ def client_data(partition_id: int, *, num_clients: int, seed: int):
 
 @functools.lru_cache(maxsize=1)
 def _train_split():
-    from simulations.data import load_dataset
+    from simulations.datasets.loaders import load_dataset
 
     return load_dataset("fashion-mnist", split="train")
 
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     from fedvalue.valuation.round_game import ValuationSettings
     from fedvalue.run.run_books import RunSettings
     from fedvalue.scoring.torch_utilities import TorchModelUtility
-    from simulations.api import simulate
-    from simulations.data import load_dataset, sample_per_class
-    from simulations.models import make_mlp
+    from simulations.runner.api import simulate
+    from simulations.datasets.loaders import load_dataset, sample_per_class
+    from simulations.datasets.models import make_mlp
     from strategies import PartitionSampler
     from strategies.protocol import train_config
     from strategies.valuing_settings import IntakeSettings
@@ -112,9 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     utility = TorchModelUtility(model_factory(), test.x[held], test.y[held])
     # The loader travels to Ray's workers by reference to this module (its cache must stay
     # there): they find it on the PYTHONPATH they inherit.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), str(ROOT),
-                                                             os.environ.get("PYTHONPATH")]))
-    import scale
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    from bench import scale
 
     loader = functools.partial(scale.client_data, num_clients=args.clients, seed=seed)
     pid = os.getpid()
@@ -173,6 +172,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(Path(__file__).parent))
     raise SystemExit(main())

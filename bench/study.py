@@ -1,12 +1,12 @@
 """Where the time of the noisy-clients study goes, and what the engine costs on top.
 
-    python bench/study.py                # 20 seeds (about 15 minutes on 2 cores: 10 engine, 5 bare)
-    python bench/study.py --seeds 4
-    python bench/study.py --seeds 20 --study-dir ~/fedvalue-runs/study   # reuse a finished study's engine timings
+    python -m bench.study                # 20 seeds (about 15 minutes on 2 cores: 10 engine, 5 bare)
+    python -m bench.study --seeds 4
+    python -m bench.study --seeds 20 --study-dir ~/fedvalue-runs/study   # reuse a finished study's engine timings
 
 Runs, one after the other in this process:
 
-1. the study through Flower and Ray (``simulations.study.run_study``: one engine for
+1. the study through Flower and Ray (``simulations.experiments.noisy_clients.study.run_study``: one engine for
    every seed), timing the rounds, the valuation inside them, and the rest (engine
    start and stop, partition queries, ledger writes);
 2. the same computation with no engine: the same clients trained by the same
@@ -30,23 +30,21 @@ import dataclasses
 import functools
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
-from clients.app import train_client  # noqa: E402
-from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean  # noqa: E402
-from fedvalue.analysis.top_k_selection import top_k  # noqa: E402
-from simulations.engine import torch_threads  # noqa: E402
-from simulations.noisy_clients import build  # noqa: E402
-from simulations.study import RANKINGS, NoisyClientsStudyConfig, _base, run_study  # noqa: E402
-from strategies.sampling import PartitionSampler  # noqa: E402
+from clients.app import train_client
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
+from fedvalue.analysis.top_k_selection import top_k
+from simulations.runner.engine import torch_threads
+from simulations.experiments.noisy_clients.noisy_clients import build
+from simulations.experiments.noisy_clients.study import RANKINGS, NoisyClientsStudyConfig, _base, run_study
+from strategies.policies.sampling import PartitionSampler
 
 
 def _timed_training(log_path: str, message, context, call_next):

@@ -1,12 +1,12 @@
 """Per-round cost of exact within-round ADS + LOO, three ways and a floor, measured side by side.
 
-    python bench/valuation.py                 # n = 6, 8, 10 clients (a few minutes on 2 cores)
-    python bench/valuation.py --sizes 6 --repeats 3
-    python bench/valuation.py --threads 1      # torch threads per child (default: torch's, 2 here)
-    python bench/valuation.py --against-floor --sizes 10 --repeats 5   # (c) and (d) only, every run
-    python bench/valuation.py --against-floor --before main --threads 1  # and (c) as of git rev main
-    python bench/valuation.py --spread          # why identical rounds take 1.5 s or 35 s (threads, load)
-    python bench/valuation.py --model cnn       # the LeNet CNN: fast path, plain path, floor
+    python -m bench.valuation                 # n = 6, 8, 10 clients (a few minutes on 2 cores)
+    python -m bench.valuation --sizes 6 --repeats 3
+    python -m bench.valuation --threads 1      # torch threads per child (default: torch's, 2 here)
+    python -m bench.valuation --against-floor --sizes 10 --repeats 5   # (c) and (d) only, every run
+    python -m bench.valuation --against-floor --before main --threads 1  # and (c) as of git rev main
+    python -m bench.valuation --spread          # why identical rounds take 1.5 s or 35 s (threads, load)
+    python -m bench.valuation --model cnn       # the LeNet CNN: fast path, plain path, floor
 
 The round: an MNIST-scale MLP 784-200-200-10, 10,000 held-out examples (synthetic
 inputs, labels from a fixed random teacher network), n clients that each took a few
@@ -57,7 +57,7 @@ def _setup(num_clients: int, seed: int = 0):
     import torch
 
     from clients.training import get_model_arrays, train_locally
-    from simulations.models import make_mlp
+    from simulations.datasets.models import make_mlp
 
     rng = np.random.default_rng(seed)
     teacher = make_mlp(784, 10, hidden=(64,), seed=seed + 1)
@@ -211,8 +211,7 @@ def _setup_cnn(num_clients: int, seed: int = 0):
     """A real FedAvg round of the CNN on Fashion-MNIST with ``CNN_HELD_OUT`` held-out test
     images (``bench/large_rounds.py``'s ``real_round``: a mid-training start, clients with 120
     images each, half noisy, trained locally; cached per n)."""
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from large_rounds import real_round
+    from bench.large_rounds import real_round
 
     return real_round("cnn", num_clients, CNN_HELD_OUT, seed)
 
@@ -289,12 +288,10 @@ def _max_rss_mb() -> float:
 
 def _child(num_clients: int, way: str, permutations: int, threads: int, tree: str | None = None) -> dict:
     """One (n, way) in a fresh process; ``tree``: a checkout whose own bench and code run instead."""
-    script = __file__ if tree is None else str(__import__("pathlib").Path(tree) / "bench" / "valuation.py")
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from large_rounds import json_from_child
+    from bench.large_rounds import json_from_child
 
-    return json_from_child([sys.executable, script, "--one", str(num_clients), way, "--permutations",
-                            str(permutations), "--threads", str(threads)])
+    return json_from_child([sys.executable, "-m", "bench.valuation", "--one", str(num_clients), way, "--permutations",
+                            str(permutations), "--threads", str(threads)], cwd=tree)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -427,7 +424,7 @@ def _spread_round(threads: int, repeats: int) -> list[float]:
     torch.set_num_threads(threads)
     from fedvalue.valuation.ads import AdsSettings
     from fedvalue.valuation.round_game import fedavg_round_game, value_round
-    from simulations.noisy_clients import NoisyClientsConfig, build
+    from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build
 
     _, _, utility, _ = build(NoisyClientsConfig())
     rng = np.random.default_rng(0)
@@ -462,9 +459,9 @@ def _spread(repeats: int, loads: list[int]) -> int:
         results: dict[str, list[float]] = {name: [] for name in SPREAD_SETTINGS}
         for _ in range(2):  # two alternations of the settings
             for name, (threads, env) in SPREAD_SETTINGS.items():
-                burners = [subprocess.Popen([sys.executable, __file__, "--busy", "600"]) for _ in range(load)]
+                burners = [subprocess.Popen([sys.executable, "-m", "bench.valuation", "--busy", "600"]) for _ in range(load)]
                 try:
-                    command = [sys.executable, __file__, "--spread-child", str(threads), str(repeats)]
+                    command = [sys.executable, "-m", "bench.valuation", "--spread-child", str(threads), str(repeats)]
                     done = subprocess.run(command, capture_output=True, text=True, check=False,
                                           env={**os.environ, **env})
                 finally:
@@ -488,5 +485,4 @@ def _load() -> str:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     raise SystemExit(main())

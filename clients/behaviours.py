@@ -14,7 +14,7 @@ picklable (plain classes with plain attributes).
 each label is independently flipped with probability p to a uniformly chosen class in
 {0, ..., K-1} \\ {y_true}; input features are left unchanged.
 
-Manipulations (what the books do about each is in tests/strategies/test_manipulation.py):
+Manipulations (what the books do about each is in tests/strategies/policies/test_manipulation.py):
 
 - :class:`FreeRider`: replies the global model A_{t−1} (or A_{t−1} plus tiny noise);
 - :class:`InflatedExampleCount`: trains honestly, claims more examples than it holds;
@@ -175,7 +175,7 @@ class InflatedExampleCount(ClientBehaviour):
 
     FedAvg weighs client i by p_i = n_i / Σ_j n_j with the n_i the clients claim; a claim of
     ``factor`` × its size takes a share near 1 of the step once ``factor`` is large against
-    the others' total. (The server's answer is :class:`strategies.claims.ClaimReview`.)
+    the others' total. (The server's answer is :class:`strategies.policies.claims.ClaimReview`.)
 
     Parameters
     ----------

@@ -8,8 +8,8 @@ FedAdam, a server optimizer) and a ClientApp (``clients.make_client_app`` trains
 model and answers the wrapper's partition-id query). The wrapper samples by partition id
 (seeded), values every round's clients by within-round ADS and leave-one-out on the
 server's held-out data, and writes the ledger as each round completes. Here the two apps
-run on Flower's simulation engine through ``simulations.engine.run_flower_simulation``;
-``simulations/flower_app.py`` is a full App for ``flwr run .``.
+run on Flower's simulation engine through ``simulations.runner.engine.run_flower_simulation``;
+``simulations/experiments/noisy_clients/flower_app.py`` is a full App for ``flwr run .``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.ledger import load_run
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.utilities import TorchModelUtility
-from simulations.api import initial_model_arrays
-from simulations.engine import run_flower_simulation
+from simulations.runner.api import initial_model_arrays
+from simulations.runner.engine import run_flower_simulation
 from strategies import PartitionSampler, ValuingStrategy
 
 

@@ -1,6 +1,6 @@
 """Runnable experiments: data, partitions, models, the simulation engine and the CLI.
 
-The only package that starts Ray / the Flower simulation engine (:mod:`simulations.engine`).
+The only package that starts Ray / the Flower simulation engine (:mod:`simulations.runner.engine`).
 
 Importing it before torch sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set already): torch's
 OpenMP threads then sleep at the end of a parallel region instead of spinning. On a
@@ -13,6 +13,6 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads its OpenMP runtime
 
-from simulations.api import simulate  # noqa: E402 - after the OpenMP setting
+from simulations.runner.api import simulate  # noqa: E402 - after the OpenMP setting
 
 __all__ = ["simulate"]

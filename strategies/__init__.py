@@ -4,10 +4,10 @@ Flower records to arrays on the server side)."""
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.run_books import RunSettings
-from strategies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
-from strategies.claims import ClaimFlag, ClaimReview
-from strategies.sampling import PartitionSampler, ValueWeightedSampler
-from strategies.selection import ReplaySampler
+from strategies.policies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
+from strategies.policies.claims import ClaimFlag, ClaimReview
+from strategies.policies.sampling import PartitionSampler, ValueWeightedSampler
+from strategies.policies.selection import ReplaySampler
 from strategies.valuing import ValuingStrategy
 from strategies.valuing_settings import BookSettings, IntakeSettings
 

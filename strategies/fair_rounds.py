@@ -6,8 +6,8 @@ same methods and settings as accuracy) and each valid reply's fairness influence
 (:func:`fedvalue.rounds.fair_books.fairness_round`); with a damping δ the sampled clients also send
 their training loss gradient and Fisher diagonal at A_{t−1} (the train config's
 ``CURVATURE_KEY``) and the influence with curvature is booked too
-(:mod:`fedvalue.scoring.fair_curvature`). A fairness policy (:class:`strategies.acceptance.FairDropK`,
-:class:`~strategies.acceptance.FairReweight`) acts on the scores its rule names; I-JACK's
+(:mod:`fedvalue.scoring.fair_curvature`). A fairness policy (:class:`strategies.policies.acceptance.FairDropK`,
+:class:`~strategies.policies.acceptance.FairReweight`) acts on the scores its rule names; I-JACK's
 factors reweigh the accepted replies' messages (the live aggregation sees n_u w_u, the books
 keep n_u).
 """
@@ -24,7 +24,7 @@ from fedvalue.rounds.fair_books import FairnessBooks, fairness_round
 from fedvalue.scoring.fair_curvature import CURVATURE_SCORES
 from fedvalue.scoring.group_fairness import GroupFairness
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
-from strategies.acceptance import Acceptance
+from strategies.policies.acceptance import Acceptance
 from strategies.protocol import CURVATURE_KEY
 from strategies.records import ClientReply
 

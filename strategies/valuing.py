@@ -44,7 +44,7 @@ from fedvalue.valuation.round_game import (
 )
 from fedvalue.run.run_books import RunBooks, RunSettings
 from fedvalue.schema import WEIGHED_STATUSES
-from strategies.acceptance import AcceptAll, Acceptance
+from strategies.policies.acceptance import AcceptAll, Acceptance
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
 from strategies.fair_rounds import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in
@@ -53,7 +53,7 @@ from strategies.protocol import GRADIENT_KEY
 from strategies.records import arrays_to_numpy
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
-from strategies.sampling import LearningSampler, Sampler, retarget
+from strategies.policies.sampling import LearningSampler, Sampler, retarget
 from strategies.tracin import FlowQueries, outflows_if_all_aggregated
 from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
 
@@ -77,7 +77,7 @@ class ValuingStrategy(Strategy):
         Seeded sampling by partition id; ``None`` keeps the inner strategy's own sampling
         (not reproducible in Flower 1.41).
     acceptance
-        Which valid replies the inner strategy aggregates (:mod:`strategies.acceptance`): every
+        Which valid replies the inner strategy aggregates (:mod:`strategies.policies.acceptance`): every
         one (default), the top k by a score, a replayed plan, or a fairness policy (which
         needs ``books.fairness``).
     seed

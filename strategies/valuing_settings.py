@@ -20,7 +20,7 @@ from flwr.serverapp.strategy import (
 
 from fedvalue._checks import check_positive
 from fedvalue.scoring.group_fairness import GroupFairness
-from strategies.claims import ClaimReview
+from strategies.policies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
 
 #: Flower's strategies that clip on the clients (their mods allow one ArrayRecord a reply).
@@ -103,7 +103,7 @@ class IntakeSettings:
     Parameters
     ----------
     claims
-        A :class:`strategies.claims.ClaimReview` that caps and flags the weights clients claim
+        A :class:`strategies.policies.claims.ClaimReview` that caps and flags the weights clients claim
         before anything reads them (the books and the inner strategy both see the capped
         weight); each flag is booked as a ``claim_capped`` / ``claim_jumped`` row.
     reject_non_finite
@@ -125,7 +125,7 @@ class IntakeSettings:
 
     def __post_init__(self) -> None:
         if self.claims is not None and not callable(getattr(self.claims, "review", None)):
-            raise TypeError(f"claims: expected a strategies.claims.ClaimReview (or None); got "
+            raise TypeError(f"claims: expected a strategies.policies.claims.ClaimReview (or None); got "
                             f"{type(self.claims).__name__}.")
         if not isinstance(self.reject_non_finite, bool):
             raise TypeError(f"reject_non_finite: expected True or False; got {self.reject_non_finite!r}.")

@@ -19,7 +19,7 @@ the very state the game scored for that coalition, so U(A_t) = v_t(purchase).
 
 Nothing here knows what the model is: a :class:`Learner` fine-tunes a state
 (``dict[str, np.ndarray]``) on datasets and predicts; a conjoint-rating MLP
-(``simulations.procurement``) and an LLM fine-tuner with a LoRA adapter as its state fit
+(``simulations.experiments.procurement.procurement``) and an LLM fine-tuner with a LoRA adapter as its state fit
 the same protocol. The books are a federated run's (:class:`fedvalue.run.ledger_tables.LedgerWriter`):
 one round per stage, one row per offer and method, plus ``selected`` rows (1 bought, 0 not).
 """

@@ -18,7 +18,7 @@ u's examples simultaneously"). Each unit belongs to one individual; :func:`margi
 sums the loss differences of its retrained model over the inference examples of every
 other individual. Retraining is the caller's: :func:`marginal_losses` loops over a
 ``fit`` and a ``losses`` callable (one model per unit plus the full one), and a simulation
-may compute the same array in a batch (``tests/fedvalue/test_marginal.py`` checks both
+may compute the same array in a batch (``tests/fedvalue/flows/test_marginal.py`` checks both
 against closed forms).
 """
 

@@ -31,7 +31,7 @@ and Σ_u O_u = Σ_v I_v, Σ_u (O_u + self_u) = η ∇L_Z · ∇ℓ_{Z'}: the fir
 summed inference loss over the step (Remark 2.5; [RECIP] App. C.1, Fig. 5 measures the gap
 to the actual reduction). Each step costs O((|Z| + |Z'|) d), the cost of the gradient step
 itself (Remark A.2): sparse user × item products over the ratings, never the |Z| × |Z'|
-pairs. ``tests/fedvalue/test_mf_flows.py`` checks them against the pairwise sum
+pairs. ``tests/fedvalue/flows/test_mf_flows.py`` checks them against the pairwise sum
 of full parameter gradients.
 
 All arithmetic is float64. The products are small (|Z|·d flops), so a multithreaded BLAS

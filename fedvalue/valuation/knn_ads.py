@@ -16,7 +16,7 @@ on {0, ..., i−1}, and regimes (15)–(17) give
     n_C = max(0, hi − lo + 1),
 
 which is Thm 5.1's cases 1–4 with the hypergeometric double sums of cases 3–4 summed in
-closed form (tests/fedvalue/test_knn_ads.py checks it against the theorem as printed and
+closed form (tests/fedvalue/valuation/test_knn_ads.py checks it against the theorem as printed and
 against brute force). The base case (App. B.6) is the farthest member q_m:
 
     φ(q_m) = [ n_0 a_m − (B_K − B_{K−n_0}) ] / (m·K),   n_0 = max(0, min(m, K − c_m)).

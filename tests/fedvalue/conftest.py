@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulations.cli import main
+from simulations.cli.main import main
 
 TINY = ["--num-clients", "6", "--rounds", "3", "--clients-per-round", "2", "--local-epochs", "2", "--hidden", "8",
         "--quiet"]

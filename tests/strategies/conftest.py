@@ -2,7 +2,7 @@
 
 import pytest
 
-from .inprocess import set_server_identity
+from tests.strategies.harness.inprocess import set_server_identity
 
 
 @pytest.fixture(autouse=True)

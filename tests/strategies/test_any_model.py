@@ -20,7 +20,7 @@ from fedvalue.valuation.round_game import fedavg_round_game, weighted_mean
 from fedvalue.scoring.linear import split_first_linear
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 
-from .bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
+from tests.strategies.harness.bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 
 FEATURES, CLASSES, VOCABULARY, TOKENS = 6, 3, 10, 4
 

@@ -18,8 +18,8 @@ from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordD
 from clients.app import make_client_app
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
-from simulations.noisy_clients import NoisyClientsConfig
-from simulations.strategy_choices import STRATEGIES, build_strategy, client_mods
+from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig
+from simulations.runner.inner_strategies import STRATEGIES, build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from strategies.replay import replay_aggregator
@@ -27,9 +27,9 @@ from strategies.replay import replay_aggregator
 from tests.fedvalue.forgery import rechain
 from strategies.valuing_settings import BookSettings
 
-from .inprocess import InProcessGrid, set_server_identity
-from .test_flow_books import initial_state, load_client, make_model, utility
-from .test_valuing import NODE_OF, PID_OF
+from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
+from tests.strategies.test_flow_books import initial_state, load_client, make_model, utility
+from tests.strategies.test_valuing import NODE_OF, PID_OF
 
 CLIENTS_PER_ROUND, FAILING, NON_FINITE = 5, 1, 3
 

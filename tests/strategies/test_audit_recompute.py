@@ -26,12 +26,12 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
-from .inprocess import InProcessGrid, set_server_identity
-from .test_faults import nan_handler
-from .test_flow_books import client_app_grid, initial_state, load_client, utility
-from .test_valuing import NODE_OF, PID_OF
-from .test_valuing import initial_arrays as linear_initial_arrays
-from .test_valuing import utility as _linear_utility_fixture
+from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
+from tests.strategies.test_faults import nan_handler
+from tests.strategies.test_flow_books import client_app_grid, initial_state, load_client, utility
+from tests.strategies.test_valuing import NODE_OF, PID_OF
+from tests.strategies.test_valuing import initial_arrays as linear_initial_arrays
+from tests.strategies.test_valuing import utility as _linear_utility_fixture
 
 linear_utility = _linear_utility_fixture
 

@@ -34,10 +34,10 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 from clients.app import ClientData
 from fedvalue.audit.verdict import audit_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from simulations.models import make_mlp
+from simulations.datasets.models import make_mlp
 from strategies.replay import replay_aggregator
 
-from .bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
+from tests.strategies.harness.bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 
 NUM_CLIENTS, ROUNDS, FEATURES, CLASSES = 6, 3, 6, 3
 LEARNING_RATE = 0.2

@@ -14,9 +14,9 @@ from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from strategies.valuing_settings import IntakeSettings
 
-from .inprocess import InProcessGrid
-from .test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
-from .test_valuing import utility as _utility_fixture
+from tests.strategies.harness.inprocess import InProcessGrid
+from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
+from tests.strategies.test_valuing import utility as _utility_fixture
 
 utility = _utility_fixture
 
@@ -85,7 +85,7 @@ def test_non_finite_updates_are_rejected_recorded_and_scored_by_their_harm(tmp_p
 def test_inf_update_gets_a_harm_value_when_its_aggregate_scores(tmp_path):
     from fedvalue.scoring.torch_utilities import TorchModelUtility
 
-    from .test_valuing import NUM_FEATURES, make_model
+    from tests.strategies.test_valuing import NUM_FEATURES, make_model
     rng = np.random.default_rng(7)
     x = rng.normal(size=(200, NUM_FEATURES)).astype(np.float32)
     accuracy = TorchModelUtility(make_model(), x, (x[:, 0] > 0).astype(np.int64))

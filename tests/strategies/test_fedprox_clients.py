@@ -8,8 +8,8 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 
 from clients.training import train_locally
 
-from .bare_and_wrapped import one_torch_thread, run  # noqa: F401
-from .test_conformance import SETUP
+from tests.strategies.harness.bare_and_wrapped import one_torch_thread, run  # noqa: F401
+from tests.strategies.test_conformance import SETUP
 
 
 def _update_norm(outcome) -> float:

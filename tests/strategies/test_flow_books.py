@@ -26,7 +26,7 @@ from strategies.records import arrays_to_numpy, numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
-from .inprocess import InProcessGrid
+from tests.strategies.harness.inprocess import InProcessGrid
 
 NUM_CLIENTS, FEATURES = 6, 4
 NODE_OF = {pid: 500 + 3 * pid for pid in range(NUM_CLIENTS)}

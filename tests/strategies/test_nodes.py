@@ -11,7 +11,7 @@ from flwr.serverapp.strategy import FedAvg
 from clients.app import ClientData, make_client_app
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from simulations.models import make_mlp
+from simulations.datasets.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.records import numpy_to_arrays
@@ -19,9 +19,9 @@ from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.run_books import RunSettings
 from strategies.valuing_settings import IntakeSettings
 
-from .bare_and_wrapped import one_torch_thread  # noqa: F401
-from .clientapp_grid import ClientAppGrid
-from .inprocess import InProcessGrid
+from tests.strategies.harness.bare_and_wrapped import one_torch_thread  # noqa: F401
+from tests.strategies.harness.clientapp_grid import ClientAppGrid
+from tests.strategies.harness.inprocess import InProcessGrid
 
 NUM_CLIENTS, FEATURES, CLASSES = 5, 4, 2
 NODES = {9001 + 7 * pid: pid for pid in range(NUM_CLIENTS)}

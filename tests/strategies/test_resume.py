@@ -28,8 +28,8 @@ from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.run_books import RunSettings
 from strategies.valuing_settings import BookSettings
 
-from .inprocess import set_server_identity
-from .test_flow_books import client_app_grid, initial_state, load_client, utility
+from tests.strategies.harness.inprocess import set_server_identity
+from tests.strategies.test_flow_books import client_app_grid, initial_state, load_client, utility
 
 ROUNDS = 4
 
@@ -137,7 +137,7 @@ def test_resuming_a_finished_run_or_with_another_configuration_is_refused(tmp_pa
 
 
 def test_a_stop_request_ends_the_run_after_the_round_in_flight_and_it_resumes(tmp_path, uninterrupted):
-    """What SIGINT/SIGTERM do (simulations.engine.stop_on_signals sets the event): the round in
+    """What SIGINT/SIGTERM do (simulations.runner.engine.stop_on_signals sets the event): the round in
     flight commits, then RunInterrupted; the run is incomplete, unfailed, and resumes to the
     uninterrupted ledger and its final manifest."""
     reference_dir, _ = uninterrupted
@@ -180,7 +180,7 @@ def test_a_dp_strategy_drawing_from_the_global_generator_resumes_to_the_uninterr
     adaptive clipping norm (the wrapper's own state) is restored."""
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
 
-    from simulations.api import seeded_server_generators
+    from simulations.runner.api import seeded_server_generators
     from strategies import PartitionSampler
 
     def make(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy:

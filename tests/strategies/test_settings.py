@@ -16,14 +16,14 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.audit.audit_recompute import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.run_books import RunSettings
-from simulations.engine import EngineOptions
+from simulations.runner.engine import EngineOptions
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.valuing_settings import BookSettings, IntakeSettings
 
-from .inprocess import InProcessGrid
-from .test_valuing import NODE_OF, initial_arrays, make_handler
-from .test_valuing import utility as _utility_fixture
+from tests.strategies.harness.inprocess import InProcessGrid
+from tests.strategies.test_valuing import NODE_OF, initial_arrays, make_handler
+from tests.strategies.test_valuing import utility as _utility_fixture
 
 utility = _utility_fixture
 

@@ -14,8 +14,8 @@ from strategies import PartitionSampler, ValuingStrategy
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 
-from .inprocess import InProcessGrid
-from .test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa: F401 - the fixture
+from tests.strategies.harness.inprocess import InProcessGrid
+from tests.strategies.test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa: F401 - the fixture
 
 
 def _run(tmp_path, utility, **options):

@@ -21,7 +21,7 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from strategies.valuing_settings import BookSettings
 
-from .inprocess import InProcessGrid
+from tests.strategies.harness.inprocess import InProcessGrid
 
 NUM_FEATURES, NUM_CLASSES = 5, 3
 NODE_OF = {pid: 1000 + 7 * pid for pid in range(6)}

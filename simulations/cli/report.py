@@ -1,0 +1,75 @@
+"""``fedvalue report DIR [--plots] [--html]``: a run's per-client books, figures and page."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulations.cli.options import subcommand
+from simulations.runner.console import print_run_summary
+
+
+def add_parser(commands) -> None:
+    report = subcommand(commands, "report", help="print a run's per-client summary sorted by value")
+    report.add_argument("run_dir", help="a run directory written by fedvalue run")
+    report.add_argument("--plots", action="store_true",
+                        help="write PNG figures to DIR/figures/ (cumulative value, value heat map, flows, utility)")
+    report.add_argument("--html", action="store_true",
+                        help="write DIR/report.html: tables and figures in one self-contained page")
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from fedvalue.analysis.report import figure_dirs, html_report, write_figures
+    from fedvalue.run.rundir import RunDir, UnsafeRunFile, printable
+    from fedvalue.schema import LEDGER_FILE
+
+    try:  # opened once: every file below is read and written through it, every path printed is its
+        run = RunDir(args.run_dir)
+    except (FileNotFoundError, UnsafeRunFile):
+        what = "a directory written by fedvalue run" if args.plots or args.html else "a fedvalue run directory"
+        raise FileNotFoundError(f"run_dir: expected {what}; {printable(args.run_dir)} is not a directory.") from None
+    with run:
+        if run.exists(LEDGER_FILE) or not (args.plots or args.html):
+            _print_books(run)
+        if args.plots:
+            runs = figure_dirs(run)
+            if not runs:
+                print(f"{run.show()} holds no ledger, here or below: --plots draws a run's books; --html shows this "
+                      "directory's tables and figures")
+            for books in runs:
+                print("wrote " + ", ".join(printable(path) for path in write_figures(books)))
+        if args.html:
+            print(f"wrote {printable(html_report(run))}")
+    return 0
+
+
+def _print_books(run_dir) -> None:
+    import pandas as pd
+
+    from fedvalue.analysis.findings import findings_lines, run_findings
+    from fedvalue.run.ledger_tables import load_run
+    from fedvalue.run.rundir import printable
+
+    run = load_run(run_dir)
+    lines = []
+    try:  # everything is computed before anything is printed: a bad ledger gives one message
+        summary = run.summary()
+        with pd.option_context("display.max_rows", None, "display.width", 120):
+            lines.append(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+        if "noisy" in summary and summary["noisy"].notna().any():
+            for column in [c for c in summary.columns if c.startswith("total_")]:
+                by_noise = summary.groupby("noisy")[column].mean()
+                lines.append(f"mean {column}: noisy {by_noise.get(True, float('nan')):.4f}, "
+                             f"clean {by_noise.get(False, float('nan')):.4f}")
+        figures = run.run_summary()
+        findings = findings_lines(run_findings(run))  # detection and top-k selection
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as error:
+        raise ValueError(f"run_dir: the ledger in {run_dir} cannot be summarized ({type(error).__name__}: "
+                         f"{error}); `fedvalue audit {run_dir}` says what is wrong with it.") from None
+    print("\n".join(printable(line, 10_000) for line in "\n".join(lines).splitlines()))
+    print("run:")
+    print_run_summary(figures)
+    for line in findings:
+        print(printable(line, 10_000))
+    return 0
+
+

@@ -1,0 +1,1 @@
+"""What manipulating clients get from the books (one attacker at a time)."""

@@ -1,0 +1,1 @@
+"""Staged data procurement ([ADS] §6.3 / App. C.3): conjoint data, the buyer's model and its figures."""

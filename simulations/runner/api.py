@@ -1,0 +1,345 @@
+"""Run a Flower simulation with contributor books, with the user's own parts.
+
+    from flwr.serverapp.strategy import FedAdam
+    run = simulations.simulate(
+        strategy=FedAdam(fraction_evaluate=0.0), model_factory=my_model,
+        load_client_data=my_loader, num_clients=20, num_rounds=10,
+        utility=TorchModelUtility(my_model(), x_test, y_test), out="runs/mine",
+    )
+    run.summary()          # per-client totals, pandas
+
+Ray runs the clients through Flower's simulation engine (simulations.runner.engine); the
+ServerApp is a thread of this process, so the wrapped strategy and its books stay here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import platform
+import random
+import shutil
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.clientapp.typing import Mod
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from clients.app import ClientData, make_client_app
+from clients.seeding import seeded_call
+from fedvalue._checks import check_integer
+from fedvalue.run import rundir
+from fedvalue.run.ledger_tables import Run, load_run
+from fedvalue.run.run_books import RunSettings
+from fedvalue.run.seals import SEALS_FILE
+from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.valuation.round_game import ArraysUtility, ValuationSettings
+from simulations.runner.engine import EngineOptions, check_ray_address, serve, stop_on_signals
+from strategies import PartitionSampler, ValuingStrategy
+from strategies.policies.acceptance import Acceptance
+from strategies.counterfactual import RandomState
+from strategies.protocol import SEED_KEY
+from strategies.records import initial_arrays
+from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in ("fedvalue", "flwr", "ray", "torch", "numpy", "pandas"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+#: Entropy tail of the initial model's seed ([run seed, this]): its own stream, apart from
+#: the server generators' (a factory's draws never shift the DP noise or node sampling).
+INITIAL_MODEL_STREAM = 0x1A0
+
+
+def initial_model_arrays(model_factory: Callable[[], torch.nn.Module], seed: int) -> ArrayRecord:
+    """A_0: ``model_factory()``'s state as an ArrayRecord, the factory run with the global
+    generators seeded from the run's ``seed`` (:func:`clients.seeding.seeded_call`): a
+    factory that does not seed torch itself (``torch.nn.Linear`` draws from the global
+    generator) still gives the same A_0 for the same seed, and the caller's generators are
+    left as they were."""
+    if not callable(model_factory) or isinstance(model_factory, torch.nn.Module):
+        raise TypeError("model_factory: expected a callable that builds a fresh torch.nn.Module; got "
+                        f"{type(model_factory).__name__}.")
+    return initial_arrays(seeded_call(model_factory, [int(seed), INITIAL_MODEL_STREAM], name="seed"))
+
+
+def default_sampler(strategy: Strategy, num_clients: int, seed: int) -> PartitionSampler | None:
+    """The seeded sampler a run uses when none is given: as many clients per round as the
+    inner strategy would sample (Flower's FedAvg family: max(⌊N·fraction_train⌋,
+    min_train_nodes)), drawn by partition id from ``seed`` instead of Flower's global
+    ``random`` over random node ids. None for a strategy that trains no client."""
+    fraction = getattr(strategy, "fraction_train", None)
+    if fraction is None:
+        raise ValueError(
+            f"sampler: expected a sampler (e.g. strategies.PartitionSampler(k, seed=seed)) for a "
+            f"{type(strategy).__name__}: it has no fraction_train to size a seeded one from, and Flower's own "
+            "sampling draws random node ids, so the same seed would not give the same run."
+        )
+    if not fraction:
+        return None
+    per_round = max(int(num_clients * float(fraction)), int(getattr(strategy, "min_train_nodes", 1) or 1))
+    return PartitionSampler(min(per_round, num_clients), seed=seed)
+
+
+def check_inference_splits(load_client_data: Callable[[int], ClientData], num_clients: int) -> None:
+    """ValueError unless every client's data holds an inference split (TracIn flows need
+    one: an empty split would book every flow into it as 0, silently)."""
+    missing = []
+    for partition_id in range(num_clients):
+        data = load_client_data(partition_id)
+        if not isinstance(data, ClientData):
+            raise TypeError(f"load_client_data: expected it to return a clients.ClientData; got "
+                            f"{type(data).__name__} for partition {partition_id}.")
+        if len(data.x_infer) == 0:
+            missing.append(partition_id)
+    if missing:
+        shown = ", ".join(str(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        raise ValueError(
+            f"flows: TracIn flows need every client's inference split (ClientData's x_infer, y_infer); "
+            f"{len(missing)} of {num_clients} clients have none (partition {shown}). Give them one, or pass "
+            "flows=False."
+        )
+
+
+@contextmanager
+def seeded_server_generators(seed: int) -> Iterator[None]:
+    """Seed the server's global generators (numpy's legacy one, Python's ``random``, torch)
+    from the run's seed for the block, and put the caller's state back after.
+
+    Flower's randomized strategies draw from them (DP noise from ``np.random.normal``,
+    node sampling from ``random.sample``): seeding them is what makes the same seed give
+    the same ledger for those strategies too. A simulation (this module, the Flower App)
+    does it; the library never seeds a global generator.
+    """
+    found = RandomState.capture()
+    numpy_seed, python_seed, torch_seed = np.random.SeedSequence([int(seed), 0x5EED]).generate_state(3)
+    np.random.seed(int(numpy_seed))
+    random.seed(int(python_seed))
+    torch.manual_seed(int(torch_seed))
+    try:
+        yield
+    finally:
+        found.restore()
+
+
+def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Create ``out`` and return its resolved path (:func:`fedvalue.run.rundir.resolve`: ``~``
+    expanded, absolute, links resolved); refuse a directory that already holds a run unless
+    ``overwrite``."""
+    out = rundir.resolve(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: expected a directory for the run; {out} is a file.")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / LEDGER_FILE).exists() and not (out / RUN_CONFIG_FILE).exists():
+            raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
+        if not overwrite:
+            raise ValueError(
+                f"out: {out} already holds a run; choose a new directory, continue that run with "
+                "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
+            )
+        shutil.rmtree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fedvalue-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"out: expected a directory fedvalue can create and write; {out} cannot be "
+                         f"({error.strerror or error}).") from None
+    return out
+
+
+def remove_unstarted_run(run_dir: Path) -> None:
+    """Remove a run directory this call made, after a failure, only while it holds no
+    committed round: a run that committed a round keeps every one (it resumes from them)."""
+    if not rundir.exists(run_dir, ROUNDS_FILE) and not rundir.exists(run_dir, SEALS_FILE):
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def simulate(
+    *,
+    strategy: Strategy,
+    model_factory: Callable[[], torch.nn.Module],
+    load_client_data: Callable[[int], ClientData],
+    num_clients: int,
+    num_rounds: int,
+    utility: ArraysUtility,
+    out: str | os.PathLike,
+    train_config: Mapping[str, int | float | str] | None = None,
+    sampler: PartitionSampler | None = None,
+    seed: int = 0,
+    flows: bool = False,
+    noisy_clients: Collection[int] | None = None,
+    acceptance: Acceptance | None = None,
+    valuation: ValuationSettings | None = None,
+    intake: IntakeSettings | None = None,
+    run: RunSettings | None = None,
+    engine: EngineOptions | None = None,
+    client_mods: Sequence[Mod] = (),
+    overwrite: bool = False,
+    round_timeout: float = 600.0,
+) -> Run:
+    """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
+
+    Parameters
+    ----------
+    strategy
+        Any Flower strategy; it is wrapped by :class:`strategies.ValuingStrategy`.
+    model_factory
+        Builds the global model (its initial state is the run's A_0). It is called with the
+        global generators seeded from ``seed`` (:func:`initial_model_arrays`), on the server
+        and in the clients, so a factory that does not seed torch itself still gives the
+        same run for the same seed; the caller's generators are left as they were.
+    load_client_data
+        partition id -> :class:`clients.ClientData`; must be picklable (it travels to
+        the Ray workers): a module-level function or a functools.partial of one.
+    utility
+        U(arrays) on held-out data, e.g. :class:`fedvalue.scoring.torch_utilities.TorchModelUtility`.
+    out
+        Run directory for the ledger (see :mod:`fedvalue.run.ledger_tables`).
+    train_config
+        Sent to clients every round ("lr", "local-epochs", "batch-size", "seed"; "seed"
+        defaults to the run's ``seed``).
+    sampler
+        Which partitions train each round (:class:`strategies.PartitionSampler`). None: a
+        seeded :class:`~strategies.PartitionSampler` of the size the inner strategy would
+        sample (:func:`default_sampler`); Flower's own sampling draws random node ids and
+        would not repeat.
+    seed
+        Seed of everything the run draws: A_0 (the factory), the sampler, MC-ADS
+        permutations, the server's global generators for the strategy's own draws (DP
+        noise), and each client's training (through the train config's "seed", which
+        defaults to this one). The same seed gives the same ledger, byte for byte.
+    flows
+        Book TracIn flows between clients (inflow, outflow, self per round; see
+        :class:`strategies.valuing_settings.BookSettings`). Every client needs an inference split
+        (``ClientData.x_infer``, ``y_infer``); a client without one is refused before the run
+        starts (:func:`check_inference_splits`).
+    noisy_clients
+        Client ids known to be noisy, marked in the ledger's ``noisy`` column.
+    acceptance
+        Which valid replies are aggregated (:mod:`strategies.policies.acceptance`: top-k selection or a
+        replayed plan).
+    valuation
+        The methods, the ADS estimator's settings and a progress callback
+        (:class:`fedvalue.valuation.round_game.ValuationSettings`; :class:`simulations.runner.progress.ValuationProgress`
+        shows the progress).
+    intake
+        Claim review, NaN/inf replies kept out, seconds to wait for partition ids and gradients
+        (:class:`strategies.valuing_settings.IntakeSettings`).
+    run
+        The run directory's settings (:class:`fedvalue.run.run_books.RunSettings`): ``run_config``
+        (completed here with the seed, rounds, clients, strategy, training and valuation
+        settings and package versions, so the run can be read and audited from run.json
+        alone), records for ``fedvalue audit``, checkpoints, ``resume`` (continue the run in
+        ``out``; its run.json must equal this call's configuration), the signing key and the
+        per-round callback.
+    engine
+        CPUs and GPUs per client, parallelism, an existing Ray cluster
+        (:class:`simulations.runner.engine.EngineOptions`).
+    client_mods
+        Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
+        ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
+
+    Raises
+    ------
+    NoClientValued
+        When no client of any round gave a usable reply: the ledger holds every round,
+        each failed client with its reason, and the error names the reasons.
+
+    Returns
+    -------
+    Run
+        The ledger, rounds table and configuration as DataFrames.
+    """
+    check_integer("num_rounds", num_rounds)
+    check_integer("num_clients", num_clients)
+    valuation = settings_or_default("valuation", valuation, ValuationSettings)
+    run = settings_or_default("run", run, RunSettings)
+    engine = settings_or_default("engine", engine, EngineOptions)
+    config = dict(run.run_config or {})
+    config.setdefault("seed", seed)
+    config.setdefault("num_rounds", num_rounds)
+    config.setdefault("num_clients", num_clients)
+    config.setdefault("strategy", type(strategy).__name__)
+    # The full training settings, so that the run can be read (and audited) from run.json alone.
+    train_config = dict(train_config or {})
+    train_config.setdefault(SEED_KEY, seed)  # clients' training draws from the run's seed unless told otherwise
+    config.setdefault("train_config", train_config)
+    config.setdefault("methods", list(valuation.methods))
+    config.setdefault("valuation", valuation.ads.as_keywords())  # the estimator, as the round records write it
+    config["versions"] = package_versions()
+    if engine.ray_address is not None:
+        check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
+    if flows:
+        check_inference_splits(load_client_data, num_clients)
+    if sampler is None:
+        sampler = default_sampler(strategy, num_clients, seed)
+    initial = initial_model_arrays(model_factory, seed)
+    if run.resume:
+        run_dir = rundir.resolve(out)
+        if not (run_dir / RUN_CONFIG_FILE).exists():
+            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
+                             "has none.")
+    else:
+        run_dir = prepare_run_dir(out, overwrite=overwrite)
+    try:
+        valuing = ValuingStrategy(
+            strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
+            valuation=valuation, books=BookSettings(flows=flows, noisy_clients=noisy_clients), intake=intake,
+            run=dataclasses.replace(run, run_config=config),
+        )
+        valuing.open_books()  # bad input surfaces here, before the engine starts
+    except (TypeError, ValueError):
+        if not run.resume:  # a rejected option leaves no half-made run behind
+            remove_unstarted_run(run_dir)
+        raise
+    train_record = ConfigRecord(train_config)
+    def main(grid: Grid) -> None:
+        with seeded_server_generators(seed):
+            valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
+
+    try:
+        with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
+            serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
+                  num_supernodes=num_clients, engine=engine)
+    except (TypeError, ValueError):
+        if not run.resume:  # refused before any round committed: no half-made run (committed rounds stay)
+            remove_unstarted_run(run_dir)
+        raise
+    if len(valuing.rounds) < num_rounds:
+        raise RuntimeError(
+            f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
+            f"{run_dir} holds the completed rounds. See the engine's log above."
+        )
+    return check_some_client_valued(load_run(run_dir), run_dir)
+
+
+class NoClientValued(RuntimeError):
+    """A run in which every sampled client failed every round."""
+
+
+def check_some_client_valued(run: Run, run_dir: str | os.PathLike) -> Run:
+    """``run``, or :class:`NoClientValued` naming the booked reasons when no client of any
+    round was valued (nothing was aggregated: a run that only looks finished)."""
+    if not (run.ledger["status"] == STATUS_OK).any():
+        reasons = run.ledger.loc[run.ledger["status"].isin(PROBLEM_STATUSES), "reason"].value_counts()
+        raise NoClientValued(
+            f"no client gave a usable reply in any of the {len(run.rounds)} rounds, so nothing was aggregated or "
+            f"valued (the ledger in {run_dir} books every failure). Reasons: "
+            + "; ".join(f"{reason} ({count} rows)" for reason, count in reasons.items())
+        )
+    return run

@@ -1,0 +1,82 @@
+"""Checks and round trips shared by the simulations' config dataclasses.
+
+Every simulation checks its whole configuration before anything is written or started;
+an error names the field, what was expected and what was got. A configuration saved in
+a run's ``run.json`` comes back as the same dataclass (JSON lists become tuples again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from fedvalue._checks import check_integer, check_number
+
+
+def check_integers(config: object, names: Iterable[str], *, minimum: int = 1) -> None:
+    """Each field in ``names`` is an int ≥ ``minimum`` (bools refused)."""
+    for name in names:
+        check_integer(name, getattr(config, name), minimum)
+
+
+def check_numbers(config: object, names: Iterable[str], *, zero_ok: bool = False) -> None:
+    """Each field in ``names`` is a finite number > 0 (≥ 0 with ``zero_ok``; bools refused)."""
+    for name in names:
+        check_number(name, getattr(config, name), low=0.0, low_open=not zero_ok)
+
+
+def check_devices(device: object, num_gpus_per_client: float, *, ray_address: str | None = None) -> None:
+    """``device`` is a torch device this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), and
+    GPUs per client are asked for only where there are GPUs (Ray would wait for them forever);
+    on an existing Ray cluster (``ray_address``) the cluster's GPUs count, not this machine's."""
+    import torch
+
+    try:
+        parsed = torch.device(device) if isinstance(device, str) else None
+    except RuntimeError:
+        parsed = None
+    if parsed is None:
+        raise ValueError(f"device: expected a torch device such as 'cpu', 'cuda' or 'cuda:0'; got {device!r}.")
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if parsed.type == "cuda" and (parsed.index or 0) >= visible:
+        raise ValueError(f"device: {device!r} asked for, but this machine has {visible} CUDA device(s); use 'cpu'.")
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected 'cpu' or a CUDA device; got {device!r}.")
+    if num_gpus_per_client > 0 and not ray_address and visible == 0:
+        raise ValueError(f"num_gpus_per_client: {num_gpus_per_client} GPUs per client asked for, but this machine "
+                         "has no CUDA device (Ray would wait for one forever); use 0.")
+
+
+def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, source: str = "the saved settings"):
+    """``config_cls`` rebuilt from a saved mapping (``run.json``, named ``source`` in errors):
+    tuple fields from JSON lists; a field missing from ``saved`` is an error when
+    ``strict``, else its default."""
+    values = {}
+    for field in dataclasses.fields(config_cls):
+        if field.name not in saved:
+            if strict:
+                raise ValueError(f"resume: {source} lacks the setting {field.name!r}; it was not written by this "
+                                 "version.")
+            continue
+        value = saved[field.name]
+        if field.default is None and (value == "" or value == 0) and not isinstance(value, bool):
+            value = None  # a run written when an empty string or zero stood for "none"
+        values[field.name] = tuple(value) if isinstance(field.default, tuple) else value
+    return config_cls(**values)
+
+
+def saved_run_config(run_dir: str) -> dict | None:
+    """The configuration in ``run_dir``/run.json (None when there is none; ValueError when it
+    is not a JSON object or not a regular file), read through :mod:`fedvalue.run.rundir`."""
+    from fedvalue.run.ledger_tables import read_run_config
+    from fedvalue.run.rundir import RunDir
+    from fedvalue.schema import RUN_CONFIG_FILE
+
+    try:
+        run = RunDir(run_dir)
+    except FileNotFoundError:
+        return None
+    with run:
+        return read_run_config(run) if run.exists(RUN_CONFIG_FILE) else None
+
+

@@ -1,0 +1,183 @@
+"""Which valid replies of a round the inner strategy aggregates: acceptance policies.
+
+Every sampled client trains and the round is valued; the policy then decides which of the
+valid replies the inner strategy aggregates, so the realized state moves with the accepted
+clients ([ADS] §6.2, App. C.2: top-k selection by within-round scores and the retrain
+protocol). A policy is passed to :class:`~strategies.ValuingStrategy` as ``acceptance``:
+
+* :class:`AcceptAll` (the default): every valid reply.
+* :class:`TopK`: the k best by ``"ads"`` or ``"loo"`` (they must be among the strategy's
+  methods), ``"tracin_outflow"`` (outflow as if every reply were aggregated; needs
+  ``flows=True``) or ``"random"`` (seeded by the run's seed and the round).
+* :class:`Replay`: a given acceptance per round (the retrain protocol, with
+  :class:`~strategies.policies.sampling.ReplaySampler` replaying the scored run's clients).
+* :class:`FairDropK`: all but the K replies with the largest positive fairness score
+  ([FAIRIJ] Prop. 3.1, drop-K / Fair-IJ at client level): by default the first-order
+  influence I^F_t(u); ``score`` picks its FedAvg-renormalized derivative, the curvature
+  influence's (the strategy must ask for curvature: ``fair_curvature``) or the exact drop
+  effect −loo_fairness (:mod:`fedvalue.scoring.fair_curvature`).
+* :class:`FairReweight`: every reply, its FedAvg weight n_u multiplied by the I-JACK factor
+  w_u = max(0, 1 − λ I^F_t(u)) normalized to mean 1 ([FAIRIJ] Prop. 3.2); a reply whose factor
+  is 0 is not aggregated. λ = 0 leaves the run FedAvg's, bit for bit.
+
+The fairness policies need the strategy's ``fairness`` objective (the influences are those
+booked as ``fairness_influence``: every valid reply as if all were aggregated). Policies
+other than AcceptAll and FairReweight book a ``selected`` row (1/0) per client and round;
+FairReweight books ``fair_weight`` (w_u) instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from fedvalue._checks import check_choice, check_integer, check_number
+from fedvalue.rounds.fair_books import policy_outcome
+from fedvalue.scoring.fair_curvature import SCORES as FAIR_SCORES
+from fedvalue.valuation.round_game import RoundValuation
+from fedvalue.analysis.top_k_selection import top_k
+
+SCORES = ("ads", "loo", "tracin_outflow", "random")
+
+
+class Acceptance(Protocol):
+    """What the valuing strategy asks of an acceptance policy."""
+
+    #: Whether the ledger books a ``selected`` row (1/0) per client and round.
+    books_selection: bool
+
+    def check(self, *, methods: Sequence[str], flows: bool, clients_per_round: int | None) -> None:
+        """Refuse a policy the strategy cannot honour (ValueError naming the parameter)."""
+
+    def accept(self, server_round: int, clients: Sequence[Hashable], valuation: RoundValuation | None, *,
+               seed: int, outflows: Callable[[], Mapping[Hashable, float]],
+               fairness: Mapping[Hashable, float] | None = None) -> set:
+        """The accepted clients among ``clients`` (the round's valid replies, in reply order);
+        ``fairness`` holds their fairness influences when the strategy books fairness."""
+
+
+class AcceptAll:
+    """Every valid reply is aggregated (plain valuation, nothing booked as selected)."""
+
+    books_selection = False
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        return None
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
+        return set(clients)
+
+
+class TopK:
+    """The ``k`` best valid replies of each round by ``score`` (module docstring)."""
+
+    books_selection = True
+
+    def __init__(self, k: int, score: str = "ads") -> None:
+        check_integer("k", k)
+        check_choice("score", score, SCORES)
+        self.k = int(k)
+        self.score = score
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        if self.score in ("ads", "loo") and self.score not in methods:
+            raise ValueError(f"score: {self.score!r} needs methods to include it; methods are {list(methods)}.")
+        if self.score == "tracin_outflow" and not flows:
+            raise ValueError("score: 'tracin_outflow' needs flows=True.")
+        if clients_per_round is not None and clients_per_round < self.k:
+            raise ValueError(f"k: expected at most the {clients_per_round} clients sampled per round; got {self.k}.")
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
+        order = list(clients)
+        if self.score == "random":
+            rng = np.random.default_rng([seed, server_round, 1])
+            picked = rng.choice(len(order), size=min(self.k, len(order)), replace=False)
+            return {order[i] for i in picked}
+        if self.score == "tracin_outflow":
+            scores = outflows()
+        else:
+            values = valuation.results[self.score].values
+            scores = {c: float(values[c]) for c in order}
+        return set(top_k(scores, self.k, order))
+
+    def __repr__(self) -> str:
+        return f"TopK(k={self.k}, score={self.score!r})"
+
+
+class Replay:
+    """Accept in round t exactly the clients ``plan[t]`` names (ids compared as text)."""
+
+    books_selection = True
+
+    def __init__(self, plan: Mapping[int, Collection]) -> None:
+        self.plan = {int(t): {str(c) for c in ids} for t, ids in plan.items()}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        return None
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
+        chosen = self.plan.get(server_round, set())
+        return {c for c in clients if str(c) in chosen}
+
+
+class _FairPolicy:
+    """What the fairness policies share: they need the fairness influences."""
+
+    books_selection = True
+    needs_fairness = True
+    rule: dict = {}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        return None
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
+        if fairness is None:
+            raise ValueError(f"acceptance: {self!r} needs the strategy's fairness objective (fairness=...).")
+        accepted, _ = policy_outcome(self.rule, {c: fairness[c] for c in clients})
+        return accepted
+
+    def factors(self, clients: Sequence[Hashable], fairness: Mapping[Hashable, float]) -> dict | None:
+        """Multipliers of the accepted clients' weights (None: weights unchanged)."""
+        return None
+
+
+class FairDropK(_FairPolicy):
+    """All valid replies but the ``k`` with the largest positive fairness ``score`` (module docstring)."""
+
+    def __init__(self, k: int, score: str = "first-order") -> None:
+        self.k = check_integer("k", k, 0)
+        self.score = str(check_choice("score", score, FAIR_SCORES))
+        # The first-order rule is recorded as before (no "score" key): older records read the same.
+        self.rule = {"rule": "drop-k", "k": self.k, **({} if self.score == "first-order" else {"score": self.score})}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        if self.score == "exact" and "loo" not in methods:
+            raise ValueError(f"score: 'exact' acts on LOO of the fairness game; methods must include 'loo'; they "
+                             f"are {list(methods)}.")
+
+    def __repr__(self) -> str:
+        return f"FairDropK(k={self.k}" + ("" if self.score == "first-order" else f", score={self.score!r}") + ")"
+
+
+class FairReweight(_FairPolicy):
+    """I-JACK reweighting of the valid replies with strength ``lam`` (module docstring)."""
+
+    books_selection = False
+
+    def __init__(self, lam: float) -> None:
+        self.lam = check_number("lam", lam, low=0.0)
+        self.rule = {"rule": "ijack", "lam": self.lam}
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        if flows:
+            raise ValueError("acceptance: FairReweight changes the aggregation weights, which TracIn flows take as "
+                             "FedAvg's; use flows=False with it.")
+
+    def factors(self, clients, fairness) -> dict:
+        _, factors = policy_outcome(self.rule, {c: fairness[c] for c in clients})
+        return factors
+
+    def __repr__(self) -> str:
+        return f"FairReweight(lam={self.lam})"

@@ -1,0 +1,43 @@
+"""Shared config checks: devices and GPUs asked for must exist (Ray would wait for them forever)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build
+from simulations.runner.config_checks import check_devices
+from strategies.records import initial_arrays
+
+HAS_CUDA = torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def test_cpu_is_always_fine_and_bad_devices_are_named():
+    check_devices("cpu", 0.0)
+    check_devices("cpu", 1.0, ray_address="auto")  # an existing cluster's GPUs count, not this machine's
+    for bad in ("gpu0", 3, "mps"):
+        with pytest.raises(ValueError, match="device: expected"):
+            check_devices(bad, 0.0)
+    with pytest.raises(ValueError, match="device: 'cuda:7' asked for, but this machine has"):
+        check_devices("cuda:7", 0.0)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the refusals of a machine without a GPU")
+def test_without_a_gpu_cuda_and_gpu_clients_are_refused_before_anything_starts():
+    with pytest.raises(ValueError, match="device: 'cuda' asked for, but this machine has 0 CUDA device"):
+        build(NoisyClientsConfig(device="cuda"))
+    with pytest.raises(ValueError, match="num_gpus_per_client: 0.5 GPUs per client asked for, but this machine has "
+                                         "no CUDA device"):
+        build(NoisyClientsConfig(num_gpus_per_client=0.5))
+    with pytest.raises(ValueError, match="num_gpus_per_client: expected a finite number ≥ 0"):
+        build(NoisyClientsConfig(num_gpus_per_client=-1.0))
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_the_valuation_utility_runs_on_the_device_and_scores_as_on_the_cpu():
+    _, model_factory, on_gpu, _ = build(NoisyClientsConfig(device="cuda"))
+    _, _, on_cpu, _ = build(NoisyClientsConfig())
+    arrays = initial_arrays(model_factory())
+    arrays = {key: array.numpy() for key, array in arrays.items()}
+    assert on_gpu.device.type == "cuda" and on_gpu.x.is_cuda
+    assert on_gpu(arrays) == on_cpu(arrays)
