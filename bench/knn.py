@@ -9,8 +9,8 @@ then synthetic data); KNN-Shapley ([KNNSV]) is the one-group case.
 
 Reference: the recursion written as public KNN-Shapley code writes it — for each test
 point, sort the training set by distance (the same key and tie rule as
-:mod:`fedvalue.valuation.knn_utility`), then a Python loop over the sorted instances of each group
-from the farthest up ([ADS] Thm 5.1 in the closed form of :mod:`fedvalue.valuation.knn_ads`, with
+:mod:`fedvalue.valuation.knn.utility`), then a Python loop over the sorted instances of each group
+from the farthest up ([ADS] Thm 5.1 in the closed form of :mod:`fedvalue.valuation.knn.exact`, with
 c_i, the labels and B_j kept as running Python scalars).
 
 Every measurement runs in a fresh child process (``python -m bench.knn --child ...``) so
@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from fedvalue.valuation.knn_ads import knn_ads
+from fedvalue.valuation.knn.exact import knn_ads
 
 
 def make_problem(num_train: int, num_test: int, num_features: int, seed: int):

@@ -24,7 +24,7 @@ Messages (Flower 1.41 Message API):
   (computed before local training), and ``"inference-loss"`` (that sum) in the
   ``"client"`` ConfigRecord. The server takes the record out before the inner strategy
   aggregates (a second ArrayRecord breaks Flower's reply checks).
-- Fairness curvature ([FAIRIJ] App. A, :mod:`fedvalue.scoring.fair_curvature`): when the train or
+- Fairness curvature ([FAIRIJ] App. A, :mod:`fedvalue.scoring.fairness.curvature`): when the train or
   query config holds ``"fair-curvature": True`` the reply also carries ``"fair-curvature"``,
   an ArrayRecord with the training split's loss gradient Σ_n ∇ℓ_n (``"gradient/KEY"``) and
   empirical Fisher diagonal Σ_n ∇ℓ_n² (``"fisher/KEY"``) at the RECEIVED arrays (before local

@@ -259,7 +259,7 @@ def loss_gradient_and_fisher(
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """G = Σ_n ∇_w ℓ_n and d = Σ_n ∇_w ℓ_n ⊙ ∇_w ℓ_n on (x, y) at the model's parameters, in
     float64: the training loss gradient and the diagonal empirical Fisher of [FAIRIJ] App. A
-    (fedvalue.scoring.fair_curvature). Per-example gradients by ``torch.func`` (vmap over examples);
+    (fedvalue.scoring.fairness.curvature). Per-example gradients by ``torch.func`` (vmap over examples);
     one array per ``state_dict`` entry, in its order (zeros for buffers)."""
     x_t, y_t = as_tensors(x, y, loss)
     model = model.eval()

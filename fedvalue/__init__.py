@@ -8,9 +8,9 @@ docs/design.md, "The map".
 
 from fedvalue.valuation.ads import MAX_EXACT_GROUP_SIZE, AdsSettings, ads, exact_num_coalitions, mc_num_permutations
 from fedvalue.valuation.game import CoalitionGame
-from fedvalue.valuation.knn_ads import KnnValuation, knn_ads, knn_shapley
-from fedvalue.valuation.knn_mc import knn_loo, knn_mc_ads
-from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.knn.exact import KnnValuation, knn_ads, knn_shapley
+from fedvalue.valuation.knn.monte_carlo import knn_loo, knn_mc_ads
+from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.result import ValuationResult
 

@@ -90,7 +90,7 @@ FIRST_ORDER_COLUMNS = ("round", "client_id", "loss_before", "loss_after", "actua
 
 class Method(StrEnum):
     """A ledger row's ``method`` (a ``str``: written and compared as its value). A plug-in
-    book (:mod:`fedvalue.rounds.round_book`) may book methods of its own; these are the core's."""
+    book (:mod:`fedvalue.rounds.book_kind`) may book methods of its own; these are the core's."""
 
     __repr__ = str.__repr__  # messages list methods as the text a user writes
 
@@ -103,13 +103,13 @@ class Method(StrEnum):
     TRACIN_INFLOW = "tracin_inflow"
     TRACIN_OUTFLOW = "tracin_outflow"
     TRACIN_SELF = "tracin_self"
-    #: Fairness books (fedvalue.rounds.fair_books): the round game valued with U = −gap, each
+    #: Fairness books (fedvalue.rounds.fairness_round): the round game valued with U = −gap, each
     #: client's first-order fairness influence, the I-JACK factor.
     ADS_FAIRNESS = "ads_fairness"
     LOO_FAIRNESS = "loo_fairness"
     FAIRNESS_INFLUENCE = "fairness_influence"
     FAIR_WEIGHT = "fair_weight"
-    #: Fairness influence with curvature (fedvalue.scoring.fair_curvature) and its FedAvg-renormalized derivative.
+    #: Fairness influence with curvature (fedvalue.scoring.fairness.curvature) and its FedAvg-renormalized derivative.
     FAIRNESS_INFLUENCE_CURVATURE = "fairness_influence_curvature"
     FAIRNESS_WEIGHT_DERIVATIVE = "fairness_weight_derivative"
     #: Claim-review flags: a claimed weight lowered by a cap, a claim that jumped.
@@ -125,7 +125,7 @@ FLOW_METHODS = {Method.TRACIN_INFLOW: "inflow", Method.TRACIN_OUTFLOW: "outflow"
 CLAIM_PREFIX = "claim_"
 CLAIM_CAPPED = Method.CLAIM_CAPPED
 CLAIM_JUMPED = Method.CLAIM_JUMPED
-#: Fairness books (fedvalue.rounds.fair_books): valuation method -> its ledger name on the
+#: Fairness books (fedvalue.rounds.fairness_round): valuation method -> its ledger name on the
 #: fairness game, the influence, the I-JACK factor; with curvature, its influence and derivative.
 FAIRNESS_VALUATION_METHODS = {Method.ADS: Method.ADS_FAIRNESS, Method.LOO: Method.LOO_FAIRNESS}
 FAIRNESS_INFLUENCE = Method.FAIRNESS_INFLUENCE
@@ -148,7 +148,7 @@ def _missing(value: object) -> bool:
 class LedgerRow:
     """One row of ledger.csv: a client's booking under one method in one round.
 
-    Every book builds its rows as these (:meth:`fedvalue.rounds.round_book.RoundContext.row`), and
+    Every book builds its rows as these (:meth:`fedvalue.rounds.book_kind.RoundContext.row`), and
     :meth:`fedvalue.run.ledger_tables.LedgerWriter.write_round` writes them; its fields are
     :data:`LEDGER_COLUMNS`, in order. Nothing is spelled by a stand-in: a value, standard
     error, example count, noisy flag or reason that is not known is None (written as an

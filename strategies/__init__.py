@@ -3,7 +3,7 @@ Flower records to arrays on the server side)."""
 
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from strategies.policies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
 from strategies.policies.claims import ClaimFlag, ClaimReview
 from strategies.policies.sampling import PartitionSampler, ValueWeightedSampler

@@ -1,5 +1,5 @@
 """The valuing strategy's run directory: open it (or resume it), commit each round with the
-server's state, close it. The order of files on disk is :class:`fedvalue.run.run_books.RunBooks`'
+server's state, close it. The order of files on disk is :class:`fedvalue.run.writer.RunBooks`'
 concern; this module holds what only the strategy side knows: which server objects a
 checkpoint saves and how a resumed run takes them back.
 
@@ -22,7 +22,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from fedvalue.run.archive import RoundRecord
-from fedvalue.run.run_books import Restored, RunBooks, RunSettings
+from fedvalue.run.writer import Restored, RunBooks, RunSettings
 from strategies import server_state
 from strategies.counterfactual import RandomState
 from strategies.records import numpy_to_arrays
@@ -144,7 +144,7 @@ class RunState:
     def commit(self, server_round: int, round_row: dict, ledger_rows: list, record: RoundRecord,
                realized: dict, parts: ServerParts) -> None:
         """Round ``server_round``'s record, rows, commit mark, checkpoint and seal
-        (:meth:`fedvalue.run.run_books.RunBooks.commit`); nothing without a run directory."""
+        (:meth:`fedvalue.run.writer.RunBooks.commit`); nothing without a run directory."""
         if self.books is None:
             return
         self.books.commit(server_round, round_row, ledger_rows, record=record if self.save_records else None,

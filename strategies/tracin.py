@@ -4,7 +4,7 @@ outflows for a selection rule, and the first-order check of the predicted loss c
 Sampled clients return their inference gradient g_v at A_{t−1} with their update; every
 other client is asked for it by a query carrying A_{t−1}
 (:meth:`FlowQueries.idle_gradients`), so it receives inflow too. The flows themselves are
-booked by :func:`fedvalue.rounds.books.book_round` from the round record. Round t's predicted loss
+booked by :func:`fedvalue.rounds.booking.book_round` from the round record. Round t's predicted loss
 changes Σ_u flow(u → v) are checked in round t + 1 against the losses the clients then
 report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.csv``).
 """

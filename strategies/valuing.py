@@ -15,8 +15,8 @@ on a copy of itself at round start and under the round's random state
 from the same random state.
 
 The wrapper is the Flower adapter: it takes the replies in (:mod:`strategies.intake`),
-asks the books (:func:`fedvalue.rounds.books.book_round`) and hands back the aggregate; TracIn
-queries are :mod:`strategies.tracin`, the fairness hooks :mod:`strategies.fair_rounds`, the
+asks the books (:func:`fedvalue.rounds.booking.book_round`) and hands back the aggregate; TracIn
+queries are :mod:`strategies.tracin`, the fairness hooks :mod:`strategies.fairness_rounds`, the
 run directory and server state :mod:`strategies.run_state`.
 """
 
@@ -32,7 +32,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
-from fedvalue.rounds.books import book_round
+from fedvalue.rounds.booking import book_round
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.valuation.round_game import (
     ArraysUtility,
@@ -42,11 +42,11 @@ from fedvalue.valuation.round_game import (
     round_rng,
     value_round,
 )
-from fedvalue.run.run_books import RunBooks, RunSettings
+from fedvalue.run.writer import RunBooks, RunSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from strategies.policies.acceptance import AcceptAll, Acceptance
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
-from strategies.fair_rounds import FairRounds, check_policy
+from strategies.fairness_rounds import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in
 from strategies.nodes import NodeDirectory
 from strategies.protocol import GRADIENT_KEY
@@ -88,7 +88,7 @@ class ValuingStrategy(Strategy):
         a progress callback), :class:`strategies.valuing_settings.BookSettings` (TracIn
         flows, fairness and its curvature, noisy clients),
         :class:`strategies.valuing_settings.IntakeSettings` (claim review, NaN/inf replies,
-        node directory, query timeout) and :class:`fedvalue.run.run_books.RunSettings`
+        node directory, query timeout) and :class:`fedvalue.run.writer.RunSettings`
         (run.json's configuration, records, checkpoints, resume, signing key, per-round
         callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
         (the inner strategy, sampler and claim review take the saved state); the same
@@ -157,7 +157,7 @@ class ValuingStrategy(Strategy):
 
     @property
     def books(self) -> RunBooks | None:
-        """The open run directory (:class:`fedvalue.run.run_books.RunBooks`; None before
+        """The open run directory (:class:`fedvalue.run.writer.RunBooks`; None before
         :meth:`open_books` or without ``run_dir``)."""
         return self.run_state.books
 
@@ -302,7 +302,7 @@ class ValuingStrategy(Strategy):
         log_problems(server_round, records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
-        # record, rows, commit mark, checkpoint, seal: fedvalue.run.run_books
+        # record, rows, commit mark, checkpoint, seal: fedvalue.run.writer
         self.run_state.commit(server_round, round_row, ledger_rows, record,
                               self._start_arrays if realized is None else realized, self._parts())
         self.rounds.append(round_row)

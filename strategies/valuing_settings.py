@@ -4,7 +4,7 @@ round keeps (:class:`BookSettings`) and how replies are taken in (:class:`Intake
 Each is a frozen dataclass checked once when made (errors name the parameter); the
 strategy takes them whole, so an option is added in one place. The valuation's settings
 are :class:`fedvalue.valuation.round_game.ValuationSettings`, the run directory's
-:class:`fedvalue.run.run_books.RunSettings`.
+:class:`fedvalue.run.writer.RunSettings`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from flwr.serverapp.strategy import (
 )
 
 from fedvalue._checks import check_positive
-from fedvalue.scoring.group_fairness import GroupFairness
+from fedvalue.scoring.fairness.objectives import GroupFairness
 from strategies.policies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
 
@@ -48,9 +48,9 @@ class BookSettings:
         query carrying A_{t−1} (one forward and backward pass, no training), so it receives
         inflow too (:mod:`strategies.tracin`).
     fairness
-        A :class:`fedvalue.scoring.group_fairness.GroupFairness` objective on held-out data with a sensitive
+        A :class:`fedvalue.scoring.fairness.objectives.GroupFairness` objective on held-out data with a sensitive
         attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
-        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.fair_rounds`).
+        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.fairness_rounds`).
     fair_curvature
         The damping δ > 0 of fairness influence with curvature (None: off); sampled clients
         then send their training loss gradient and Fisher diagonal at A_{t−1}. Needs
@@ -69,7 +69,7 @@ class BookSettings:
             raise TypeError(f"flows: expected True or False; got {self.flows!r}.")
         if self.fairness is not None and not (callable(self.fairness)
                                               and callable(getattr(self.fairness, "gradient", None))):
-            raise TypeError(f"fairness: expected a fedvalue.scoring.group_fairness.GroupFairness (or None); got "
+            raise TypeError(f"fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness (or None); got "
                             f"{type(self.fairness).__name__}.")
         if self.fair_curvature is not None:
             if self.fairness is None:

@@ -38,7 +38,7 @@ import pandas as pd
 from fedvalue._checks import check_integer, check_seed
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.run.archive import RoundRecord
-from fedvalue.rounds.books import ClientEntry, book_round
+from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.valuation.round_game import (
     VALUATION_METHODS,
@@ -202,7 +202,7 @@ def procure_stage(
 
 def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
                 noisy: Mapping[str, bool] | None = None) -> tuple[dict, list[LedgerRow]]:
-    """The stage's rounds.csv row and ledger.csv rows, booked by :func:`fedvalue.rounds.books.book_round`
+    """The stage's rounds.csv row and ledger.csv rows, booked by :func:`fedvalue.rounds.booking.book_round`
     as a federated round: every offer valued (``ok``), the purchase as ``selected`` rows."""
     entries = [ClientEntry(o.contributor_id, STATUS_OK, float(o.num_examples), int(o.num_examples)) for o in offers]
     valuation = outcome.valuation

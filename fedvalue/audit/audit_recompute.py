@@ -2,7 +2,7 @@
 
 For a round aggregated by the FedAvg family the round game is rebuilt from the record
 (A_{t−1}, the replies and their weights) and booked again by the writer's own
-:func:`fedvalue.rounds.books.book_round`: ADS and LOO with their standard errors (MC reruns with
+:func:`fedvalue.rounds.booking.book_round`: ADS and LOO with their standard errors (MC reruns with
 the recorded seed, round t's generator ``[seed, t]``), v_t(∅), v_t(I_t), U(A_t) (A_t =
 the weighted mean of the accepted replies, which must also be the next round's start
 state), the harm of rejected replies, the ``selected`` marks and the TracIn flows. Every
@@ -15,7 +15,7 @@ recomputed rows, and its ``rounds.csv`` row must equal the recomputed one in
 settings, methods and seed must equal run.json's where run.json names them, and its
 sampled clients the sampler's choice where the caller knows the sampler.
 
-A round that booked fairness (:mod:`fedvalue.rounds.fair_books`) is recomputed with the run's
+A round that booked fairness (:mod:`fedvalue.rounds.fairness_round`) is recomputed with the run's
 fairness objective too: ``ads_fairness``, ``loo_fairness``, ``fairness_influence``, the
 clients a drop-K or I-JACK rule accepts and the I-JACK factors (re-derived from the
 recomputed influences and the rule saved in the record; A_t is then the mean weighted by
@@ -46,9 +46,9 @@ import pandas as pd
 
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.run.archive import RoundRecord
-from fedvalue.rounds.books import CountingAggregator, book_round
-from fedvalue.rounds.fair_books import FairnessBooks, fairness_round, policy_outcome
-from fedvalue.scoring.group_fairness import GroupFairness
+from fedvalue.rounds.booking import CountingAggregator, book_round
+from fedvalue.rounds.fairness_round import RoundFairness, fairness_round, policy_outcome
+from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
 from fedvalue.valuation.round_game import (
     ArraysUtility,
@@ -185,7 +185,7 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
 
 
 def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, accepted: list,
-                    settings: AdsSettings) -> tuple[FairnessBooks, dict, list[str]]:
+                    settings: AdsSettings) -> tuple[RoundFairness, dict, list[str]]:
     """A round's fairness books from its record, the I-JACK factors, and where the recorded
     rule's choice or ``ads_fairness``'s group efficiency disagree."""
     meta, problems, factors = record.meta, [], {}

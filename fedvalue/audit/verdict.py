@@ -78,7 +78,7 @@ from fedvalue.audit.audit_recompute import (
     sample_problems,
     settings_problems,
 )
-from fedvalue.scoring.group_fairness import GroupFairness
+from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import chain_links, genesis_of, parse_run_config, read_ledger_csv, read_rounds_csv
 from fedvalue.valuation.round_game import ArraysUtility
 from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir, UnsafeRunFile, printable

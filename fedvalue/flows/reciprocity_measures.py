@@ -322,7 +322,7 @@ def reciprocity_over_rounds(
     ----------
     rounds
         Per-round flows: columns ``round``, ``client`` (``client_column``), ``inflow``,
-        ``outflow`` (e.g. :meth:`fedvalue.flows.flow_book.FlowBook.rounds_frame`).
+        ``outflow`` (e.g. :meth:`fedvalue.flows.flow_totals.FlowTotals.rounds_frame`).
     p
         Population fraction of α.
     client_column

@@ -2,8 +2,8 @@
 (top-k marks, TracIn flows, fairness, curvature fairness, claim flags), the fairness books and
 the harm of rejected replies.
 
-Modules: books, books_claims, books_fair_curvature, books_fairness, books_flows,
-books_selection, fair_books, harms, round_book, round_books.
+Modules: booking (book_round), book_kind (the interface), fairness_round, harms; kinds/
+(registry, selection, flows, fairness, fairness_curvature, claims).
 
 May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run (and
 fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public face

@@ -2,7 +2,7 @@
 state codec, the ledger tables and their hash chain (fedvalue.ledger re-exports them), seals and
 manifests, and the commit order of a round (RunBooks).
 
-Modules: archive, ledger_tables, run_books, rundir, seals, state_codec.
+Modules: archive, ledger_tables, rundir, seals, state_codec, writer.
 
 May import: fedvalue.flows (and fedvalue._checks, fedvalue.schema). Nothing here imports a
 subpackage above it or a public face (fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/

@@ -20,7 +20,7 @@ A run directory (:mod:`fedvalue.run.ledger_tables`) may also hold
     them in one atomic replace; older files are then removed. Resuming checks all of it
     first, then cuts the tables back to those sizes (a round that was being written when
     the run died leaves no trace) and continues from A_k, so a resumed run writes the
-    same ledger as an uninterrupted one (:mod:`fedvalue.run.run_books`).
+    same ledger as an uninterrupted one (:mod:`fedvalue.run.writer`).
 
 Arrays are stored exactly (``numpy.savez``, no compression, the arrays' own dtypes), and
 read with ``allow_pickle=False``: no file of a run directory can make a reader run code.
@@ -156,7 +156,7 @@ def _split_prefix(arrays: Arrays, prefix: str) -> Arrays:
 @dataclass
 class RoundRecord:
     """Everything a round's books are decided from: the single input of
-    :func:`fedvalue.rounds.books.book_round`, live and in the audit alike.
+    :func:`fedvalue.rounds.booking.book_round`, live and in the audit alike.
 
     Attributes
     ----------
@@ -178,7 +178,7 @@ class RoundRecord:
         TracIn flows: client id -> inference gradient at A_{t−1} and the summed inference
         loss there (sampled and idle clients).
     loss_gradients, fisher_diagonals
-        Fairness influence with curvature (:mod:`fedvalue.scoring.fair_curvature`): client id ->
+        Fairness influence with curvature (:mod:`fedvalue.scoring.fairness.curvature`): client id ->
         its training loss gradient G_u and empirical Fisher diagonal d_u at A_{t−1}.
     meta
         The round's settings (methods, estimator, seed, strategy, what it books) and

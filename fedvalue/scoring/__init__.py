@@ -3,8 +3,8 @@
 projections, the influence curvature, group-fairness gaps and influences (NTK, reweighting,
 curvature).
 
-Modules: _scoring, coalition_halves, fair_curvature, fair_ntk, fair_reweighting, group_fairness,
-influence_curvature, linear, projection, torch_utilities.
+Modules: _scoring, coalition_halves, influence_curvature, linear, projection, torch_utilities;
+fairness/ (objectives, curvature, ntk, reweighting).
 
 May import: no other subpackage (and fedvalue._checks, fedvalue.schema). Nothing here imports a
 subpackage above it or a public face (fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/

@@ -464,7 +464,7 @@ def sample_ordered_permutations(
     """Alg. 1, lines 5–8: ``num_permutations`` σ-respecting permutations, one per row.
 
     Entry (s, j) is the column (in the concatenated group order) of the j-th player added
-    in permutation s. Shared with :mod:`fedvalue.valuation.knn_mc`, whose incremental MC must draw
+    in permutation s. Shared with :mod:`fedvalue.valuation.knn.monte_carlo`, whose incremental MC must draw
     the very same permutations for the same seed.
     """
     offsets = np.cumsum([0, *sizes[:-1]])

@@ -29,7 +29,7 @@ import pandas as pd
 
 from fedvalue._checks import check_integer, check_non_negative, check_seed
 from fedvalue.valuation.ads import sample_ordered_permutations
-from fedvalue.valuation.knn_ads import check_instance_groups
+from fedvalue.valuation.knn.exact import check_instance_groups
 from fedvalue.valuation.result import ValuationResult
 
 __all__ = ["PrefixModel", "prefix_loo", "prefix_mc_ads", "prefix_values"]

@@ -36,7 +36,7 @@ from clients.seeding import seeded_call
 from fedvalue._checks import check_integer
 from fedvalue.run import rundir
 from fedvalue.run.ledger_tables import Run, load_run
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from fedvalue.run.seals import SEALS_FILE
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility, ValuationSettings
@@ -241,7 +241,7 @@ def simulate(
         Claim review, NaN/inf replies kept out, seconds to wait for partition ids and gradients
         (:class:`strategies.valuing_settings.IntakeSettings`).
     run
-        The run directory's settings (:class:`fedvalue.run.run_books.RunSettings`): ``run_config``
+        The run directory's settings (:class:`fedvalue.run.writer.RunSettings`): ``run_config``
         (completed here with the seed, rounds, clients, strategy, training and valuation
         settings and package versions, so the run can be read and audited from run.json
         alone), records for ``fedvalue audit``, checkpoints, ``resume`` (continue the run in

@@ -15,7 +15,7 @@ protocol). A policy is passed to :class:`~strategies.ValuingStrategy` as ``accep
   ([FAIRIJ] Prop. 3.1, drop-K / Fair-IJ at client level): by default the first-order
   influence I^F_t(u); ``score`` picks its FedAvg-renormalized derivative, the curvature
   influence's (the strategy must ask for curvature: ``fair_curvature``) or the exact drop
-  effect −loo_fairness (:mod:`fedvalue.scoring.fair_curvature`).
+  effect −loo_fairness (:mod:`fedvalue.scoring.fairness.curvature`).
 * :class:`FairReweight`: every reply, its FedAvg weight n_u multiplied by the I-JACK factor
   w_u = max(0, 1 − λ I^F_t(u)) normalized to mean 1 ([FAIRIJ] Prop. 3.2); a reply whose factor
   is 0 is not aggregated. λ = 0 leaves the run FedAvg's, bit for bit.
@@ -34,8 +34,8 @@ from typing import Protocol
 import numpy as np
 
 from fedvalue._checks import check_choice, check_integer, check_number
-from fedvalue.rounds.fair_books import policy_outcome
-from fedvalue.scoring.fair_curvature import SCORES as FAIR_SCORES
+from fedvalue.rounds.fairness_round import policy_outcome
+from fedvalue.scoring.fairness.curvature import SCORES as FAIR_SCORES
 from fedvalue.valuation.round_game import RoundValuation
 from fedvalue.analysis.top_k_selection import top_k
 

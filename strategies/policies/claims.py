@@ -22,7 +22,7 @@ A capped claim changes BOTH the weight the books use (``ClientReply.weight``) an
 weight the inner Flower strategy aggregates (the reply's MetricRecord entry under the
 strategy's ``weighted_by_key``), so the round game's v_t(I_t) is still U(A_t), the
 realized state. Every capped or jumped claim is booked as an extra ledger row
-(:func:`fedvalue.rounds.books.claim_rows`, from the round record's
+(:func:`fedvalue.rounds.booking.claim_rows`, from the round record's
 :class:`~fedvalue.schema.ClaimEntry`): method ``claim_capped`` or ``claim_jumped``, ``value`` = the
 count claimed, ``num_examples`` = the weight used.
 """

@@ -15,7 +15,7 @@ from fedvalue.run.archive import read_round_record, record_path
 from fedvalue.audit.verdict import audit_run
 from fedvalue.audit.audit_recompute import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from simulations.runner.engine import EngineOptions
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
@@ -34,7 +34,7 @@ utility = _utility_fixture
     (lambda: ValuationSettings(ads={"method": "mc"}), TypeError, "ads: expected a fedvalue.valuation.ads.AdsSettings; got dict"),
     (lambda: ValuationSettings(on_progress=3), TypeError, "on_progress: expected a callable"),
     (lambda: BookSettings(flows=1), TypeError, "flows: expected True or False; got 1"),
-    (lambda: BookSettings(fairness="dp"), TypeError, "fairness: expected a fedvalue.scoring.group_fairness.GroupFairness"),
+    (lambda: BookSettings(fairness="dp"), TypeError, "fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness"),
     (lambda: BookSettings(fair_curvature=0.5), ValueError, "fair_curvature: fairness influence with curvature needs"),
     (lambda: BookSettings(noisy_clients="0,1"), TypeError, "noisy_clients: expected a collection of client ids"),
     (lambda: IntakeSettings(query_timeout=-1), ValueError, "query_timeout: expected a finite number > 0; got -1"),

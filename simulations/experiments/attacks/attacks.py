@@ -53,7 +53,7 @@ from clients.behaviours import (
     SignFlip,
 )
 from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE, Status
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings

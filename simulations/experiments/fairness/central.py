@@ -4,7 +4,7 @@ reweighting protocol.
 **Toy** ([FAIRINFL] §5, Fig. 1, Prop. 5.2). x ~ N(μ_{z,y}, 1) with the asymmetric means
 :data:`simulations.experiments.fairness.data.ASYMMETRIC_MEANS` (|μ_{1,0}| < |μ_{0,1}|), ``toy_train`` training
 rows, ``toy_test`` test rows, a linear model f(x) = w·x + b fitted by logistic regression (ERM).
-At the ERM model every training example gets S(i) (Eq. 35, relaxed DP, :mod:`fedvalue.scoring.fair_ntk`)
+At the ERM model every training example gets S(i) (Eq. 35, relaxed DP, :mod:`fedvalue.scoring.fairness.ntk`)
 and S_ℓ(i) (the loss analogue); for each kept fraction the examples are pruned by fairness
 (ascending |S(i)|), by accuracy (descending |S_ℓ(i)|) or at random (§6.1) and the model is
 retrained on the rest, with the relaxed-DP regularizer γ φ̂ of Eq. 10 for each γ in ``gammas``
@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -55,9 +54,9 @@ from scipy import stats
 from fedvalue._checks import check_choice, check_integer, check_number
 from fedvalue.run.ledger_tables import write_json
 from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.scoring import fair_ntk
-from fedvalue.scoring import fair_reweighting as fr
-from fedvalue.scoring.group_fairness import GAPS, gap_of_scores
+from fedvalue.scoring.fairness import ntk as fair_ntk
+from fedvalue.scoring.fairness import reweighting as fr
+from fedvalue.scoring.fairness.objectives import GAPS, gap_of_scores
 from fedvalue.scoring.influence_curvature import (
     BinaryScoreModel,
     DiagonalSolver,

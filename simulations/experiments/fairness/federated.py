@@ -17,7 +17,7 @@ Every run books, per round and client, ADS and LOO on accuracy, ``ads_fairness``
 gradients and Fisher diagonals at A_{t−1}, ``fairness_influence_curvature`` I^H_t(u) =
 −∇Fᵀ(D + δI)⁻¹G_u ([FAIRIJ] Eq. 6 at client level, App. A's damped diagonal Fisher, δ =
 ``damping``) and its FedAvg-renormalized derivative ``fairness_weight_derivative``
-(:mod:`fedvalue.scoring.fair_curvature`). The runs differ in what the server aggregates:
+(:mod:`fedvalue.scoring.fairness.curvature`). The runs differ in what the server aggregates:
 
 * ``fedavg``: every reply;
 * ``drop-k``: all but the K replies with the largest positive first-order influence I^F
@@ -66,9 +66,9 @@ from flwr.serverapp.strategy import FedAvg
 from clients.app import ClientData, make_client_app
 from fedvalue._checks import check_choice
 from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.scoring.group_fairness import GAPS, GroupFairness
+from fedvalue.scoring.fairness.objectives import GAPS, GroupFairness
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
 from simulations.datasets.models import make_linear_model
@@ -85,7 +85,7 @@ from strategies.records import arrays_to_numpy, initial_arrays
 from strategies.valuing_settings import BookSettings, IntakeSettings
 
 POLICIES = ("fedavg", "drop-k", "drop-k-renormalized", "drop-k-curvature", "drop-k-exact", "random", "ijack")
-#: The score each drop rule acts on (fedvalue.scoring.fair_curvature.SCORES).
+#: The score each drop rule acts on (fedvalue.scoring.fairness.curvature.SCORES).
 DROP_SCORES = {"drop-k": "first-order", "drop-k-renormalized": "renormalized", "drop-k-curvature": "curvature",
                "drop-k-exact": "exact"}
 #: Torch threads of the server process (valuation forward passes) while the runs go.

@@ -17,7 +17,7 @@ from scipy import stats
 
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, Method, Status
-from fedvalue.scoring.fair_curvature import drop_scores
+from fedvalue.scoring.fairness.curvature import drop_scores
 
 METRICS = ("accuracy", "dp_gap", "eop_gap", "eo_gap")
 #: First-order scores judged against the exact drop effect, and how each is read from a ledger.
@@ -104,7 +104,7 @@ def round_scores(run_dir: Path) -> pd.DataFrame:
     wide["curvature"] = wide[FAIRNESS_WEIGHT_DERIVATIVE]
     wide["renormalized"] = np.nan
     for t, group in wide.groupby("round"):
-        # The drop rule's own definition of the score (fedvalue.scoring.fair_curvature.drop_scores).
+        # The drop rule's own definition of the score (fedvalue.scoring.fairness.curvature.drop_scores).
         derivative = drop_scores("renormalized", influences=dict(zip(group["client_id"], group[FAIRNESS_INFLUENCE])),
                                  weights=dict(zip(group["client_id"], group["num_examples"])))
         wide.loc[group.index, "renormalized"] = [derivative[c] for c in group["client_id"]]

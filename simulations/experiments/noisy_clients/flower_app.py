@@ -40,7 +40,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app, partition_id_of
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build, valuation_settings
 from simulations.runner.api import (
     check_some_client_valued,

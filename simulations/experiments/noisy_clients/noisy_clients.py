@@ -27,7 +27,7 @@ from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
 from fedvalue._checks import check_number
 from fedvalue.run.ledger_tables import Run
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import VALUATION_METHODS, ValuationSettings

@@ -53,7 +53,7 @@ from fedvalue.analysis.detection import detection_curve, detection_metrics, summ
 from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
 from fedvalue.analysis.top_k_selection import retrain_plan
 from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.valuation.round_game import ValuationSettings
 from simulations.experiments.noisy_clients.noisy_clients import (

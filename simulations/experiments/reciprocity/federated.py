@@ -23,7 +23,7 @@ import numpy as np
 
 from clients.app import ClientData
 from fedvalue.run.ledger_tables import Run
-from fedvalue.run.run_books import RunSettings
+from fedvalue.run.writer import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
 from simulations.datasets.loaders import load_dataset

@@ -53,8 +53,8 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.valuation.knn_ads import knn_ads
-from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.knn.exact import knn_ads
+from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
 from simulations.experiments.synthetic_data.models import MODELS, prefix_model
 from simulations.experiments.synthetic_data.synthetic_data import (

@@ -3,7 +3,7 @@
 Two :class:`fedvalue.valuation.prefix_mc.PrefixModel` implementations, each "retraining" the model a
 valuation prefix or an intervention names:
 
-* ``knn``: the K-NN classifier's majority vote (:class:`fedvalue.valuation.knn_mc.KnnAccuracyPrefixes`);
+* ``knn``: the K-NN classifier's majority vote (:class:`fedvalue.valuation.knn.monte_carlo.KnnAccuracyPrefixes`);
 * ``logistic``: L2-regularized binary logistic regression as liblinear fits it, the model of
   [ADS]'s non-KNN row (Omniglot: "A logistic regression model is trained with solver
   liblinear"): with x̃ = (x, 1) and y ∈ {−1, +1},
@@ -99,7 +99,7 @@ class LogisticPrefixes:
 def prefix_model(model: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
                  k: int):
     """The PrefixModel of ``model`` (``knn`` with K = ``k``, or ``logistic``) on these data."""
-    from fedvalue.valuation.knn_mc import KnnAccuracyPrefixes
+    from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes
 
     if model == "knn":
         return KnnAccuracyPrefixes(x_train, y_train, x_test, y_test, k)

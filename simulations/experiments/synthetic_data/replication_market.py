@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.valuation.knn_ads import knn_ads
+from fedvalue.valuation.knn.exact import knn_ads
 from simulations.experiments.synthetic_data.synthetic_data import (
     IMAGE_DATASETS,
     OriginalsAndSynthetic,

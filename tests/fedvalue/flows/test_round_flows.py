@@ -30,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedvalue.flows.flow_book import FlowBook
+from fedvalue.flows.flow_totals import FlowTotals
 from fedvalue.flows.round_flows import (
     RoundFlows,
     flow_matrix,
@@ -296,7 +296,7 @@ def test_flow_identities_hold_per_round(seed, n, p, data):
 
 def test_flow_identities_hold_in_a_book_over_rounds_with_changing_clients():
     rng = np.random.default_rng(21)
-    book = FlowBook()
+    book = FlowTotals()
     totals = []
     for clients, trained in [("abc", "ab"), ("bcd", "bcd"), ("ad", "d"), ("abcde", "ace")]:
         updates, gradients = random_round(rng, list(clients), list(trained), p=5)
@@ -350,8 +350,8 @@ def test_fedsgd_flows_equal_centralized_per_example_tracin():
     reference, trajectory = centralized_tracin(train, inference, rounds=rounds, eta=eta, w0=w0)
 
     total_train = sum(len(y) for _, y in train.values())
-    federated = FlowBook()
-    centralized = FlowBook()
+    federated = FlowTotals()
+    centralized = FlowTotals()
     global_model = w0.copy()
     for t in range(rounds):
         # FedSGD: one full-batch GD step locally, FedAvg with p_u = n_u / N.
@@ -447,7 +447,7 @@ def test_free_rider_has_zero_outflow_and_self_and_positive_inflow():
     sizes = {u: len(y) for u, (_, y) in train.items()}
     weights = {u: n / sum(sizes.values()) for u, n in sizes.items()}
     eta, global_model = 0.5, np.zeros(3)
-    book = FlowBook()
+    book = FlowTotals()
     for _ in range(3):
         updates = {u: -eta * example_gradients(global_model, x, y).mean(axis=0) for u, (x, y) in train.items()}
         updates["rider"] = np.zeros(3)  # returns the global model unchanged

@@ -8,10 +8,10 @@ import pytest
 
 import fedvalue
 from fedvalue.valuation.ads import mc_num_permutations
-from fedvalue.valuation.knn_mc import KnnAccuracyPrefixes
-from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes
+from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
-from tests.fedvalue.valuation.test_knn_mc import problem as knn_problem
+from tests.fedvalue.valuation.knn.test_monte_carlo import problem as knn_problem
 
 
 def problem(seed: int, n: int = 30, n_test: int = 25):

@@ -288,7 +288,7 @@ def test_on_real_rounds_the_new_samplers_match_exact_for_fewer_coalitions_than_m
 
 def test_the_rounds_table_names_the_sampler_auto_took():
     from fedvalue.run.archive import RoundRecord
-    from fedvalue.rounds.books import ClientEntry, book_round
+    from fedvalue.rounds.booking import ClientEntry, book_round
     from fedvalue.valuation.round_game import fedavg_round_game
 
     rng = np.random.default_rng(21)

@@ -34,7 +34,7 @@ from fedvalue.run.ledger_tables import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
-from fedvalue.rounds.books import claim_rows
+from fedvalue.rounds.booking import claim_rows
 from fedvalue.schema import LedgerRow, Method, Status
 from strategies.policies.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays, read_reply

@@ -23,7 +23,7 @@ from simulations.experiments.fairness.central import (
     toy_seed,
     toy_summary,
 )
-from tests.fedvalue.scoring.test_group_fairness import one_thread  # noqa: F401 - one torch thread, as there
+from tests.fedvalue.scoring.fairness.test_objectives import one_thread  # noqa: F401 - one torch thread, as there
 
 
 

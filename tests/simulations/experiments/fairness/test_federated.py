@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.scoring.group_fairness import GroupFairness
+from fedvalue.scoring.fairness.objectives import GroupFairness
 from simulations.cli.main import main as cli
 from simulations.experiments.fairness.data import GAUSSIAN_MEANS, GERMAN_CSV, build_federation, german_frame
 from simulations.experiments.fairness.federated import (

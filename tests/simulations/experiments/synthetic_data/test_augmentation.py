@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.prefix_mc import prefix_values
 from simulations.experiments.synthetic_data.augmentation import METHODS, AugmentationConfig, intervention_curves, value_synthetic
 from simulations.experiments.synthetic_data.models import LogisticPrefixes

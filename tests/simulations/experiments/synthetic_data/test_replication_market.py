@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.valuation.knn_utility import KnnUtility
+from fedvalue.valuation.knn.utility import KnnUtility
 from simulations.cli.main import main
 from simulations.experiments.synthetic_data.replication_market import ReplicationMarketConfig
 from simulations.experiments.synthetic_data.synthetic_data import images_with_augmentations

@@ -1,0 +1,132 @@
+"""A round's fairness books: the round game valued on fairness, and each client's influence.
+
+With a :class:`~fedvalue.scoring.fairness.objectives.GroupFairness` objective F on held-out data, a round adds,
+per valid reply u (the ``ok`` clients, FedAvg weights p_u = n_u / Σ_ok n):
+
+* ``ads_fairness`` / ``loo_fairness``: within-round ADS and LOO ([ADS] Remark 4.1, App. C.2)
+  of the round game with U = −F (:func:`fedvalue.valuation.round_game.value_round`, same settings and
+  seed as the accuracy game), so Σ_u φ^F_t(u) = −F(Agg(I_t)) + F(A_{t−1});
+* ``fairness_influence``: I^F_t(u) = ∇F(A_{t−1}) · (p_u Δ_u) (:mod:`fedvalue.scoring.fairness.objectives`), as if
+  every valid reply made the step: the score the fairness-aware policies act on;
+* ``fair_weight``: under I-JACK reweighting, the factor w_u that multiplied u's weight
+  ([FAIRIJ] Prop. 3.2);
+* with the clients' loss gradients and Fisher diagonals (:mod:`fedvalue.scoring.fairness.curvature`),
+  ``fairness_influence_curvature`` I^H_t(u) and ``fairness_weight_derivative``, its
+  FedAvg-renormalized derivative (booked by :mod:`fedvalue.rounds.kinds.fairness_curvature`).
+
+A drop rule acts on one of :data:`fedvalue.scoring.fairness.curvature.SCORES` (``rule["score"]``,
+first-order by default): the first-order influence, its renormalized derivative, the
+curvature one, or the exact drop effect −loo_fairness.
+
+The writer (the valuing strategy) and the audit both build these with :func:`fairness_round`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedvalue.valuation.ads import AdsSettings
+from fedvalue.scoring.fairness.curvature import curvature_influences, drop_scores
+from fedvalue.scoring.fairness.objectives import GroupFairness, client_fairness_influences, drop_k, ijack_factors
+from fedvalue.valuation.round_game import Aggregator, RoundValuation, round_game_for, value_round
+from fedvalue.schema import Method
+
+#: The fairness-aware aggregation rules a run can record (see :func:`policy_outcome`).
+FAIR_RULES = ("drop-k", "ijack")
+
+
+@dataclass(frozen=True)
+class RoundFairness:
+    """What a round books on fairness.
+
+    Attributes
+    ----------
+    valuation
+        The round game with U = −F over the valid replies (None when none replied usably).
+    influences
+        Client -> I^F_t(u), valid replies only.
+    utility
+        The objective (for the harms of rejected replies).
+    factors
+        Client -> I-JACK factor w_u, when the round was reweighted; None otherwise.
+    weights
+        Client -> n_u of the valid replies (FedAvg's weights before renormalization).
+    curvature
+        Client -> I^H_t(u), when the clients sent loss gradients and Fisher diagonals; None otherwise.
+    """
+
+    valuation: RoundValuation | None
+    influences: Mapping[Hashable, float]
+    utility: GroupFairness
+    factors: Mapping[Hashable, float] | None = None
+    weights: Mapping[Hashable, float] | None = None
+    curvature: Mapping[Hashable, float] | None = None
+
+    def scores(self, score: str = "first-order") -> dict[Hashable, float]:
+        """Client -> how much it raises the gap by ``score`` (:func:`fedvalue.scoring.fairness.curvature.drop_scores`)."""
+        loo = None
+        if self.valuation is not None and Method.LOO in self.valuation.results:
+            values = self.valuation.results[Method.LOO].values
+            loo = {c: float(values[c]) for c in self.influences}
+        return drop_scores(score, influences=self.influences, weights=self.weights or {}, curvature=self.curvature,
+                           loo_fairness=loo)
+
+    def rule_scores(self, rule: Mapping | None) -> dict[Hashable, float]:
+        """The scores a recorded rule acts on (first-order when it names none)."""
+        return self.scores(str((rule or {}).get("score", "first-order")))
+
+
+def fairness_round(
+    objective: GroupFairness,
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+    *,
+    methods: Sequence[str],
+    settings: AdsSettings,
+    seed: np.random.Generator,
+    aggregate: Aggregator | None = None,
+    loss_gradients: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
+    fisher_diagonals: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
+    damping: float | None = None,
+) -> RoundFairness:
+    """The fairness valuation and influences of a round's valid replies (module docstring).
+
+    ``aggregate`` is the strategy's own rule for coalitions (None: the FedAvg weighted mean).
+    With ``damping`` set, ``loss_gradients`` and ``fisher_diagonals`` (client -> G_u, d_u)
+    give the curvature influences of the valid replies that sent both
+    (:mod:`fedvalue.scoring.fairness.curvature`; D sums theirs).
+    """
+    if not client_ids:
+        return RoundFairness(None, {}, objective, curvature=None if damping is None else {})
+    game = round_game_for(client_ids, start_arrays, client_arrays, weights, objective, aggregate)
+    valuation = value_round(game, methods, settings, seed=seed)
+    gradient = objective.gradient(start_arrays)
+    by_client = dict(zip(client_ids, weights))
+    influences = client_fairness_influences(gradient, start_arrays, dict(zip(client_ids, client_arrays)), by_client)
+    curvature = None
+    if damping is not None:
+        sent = [c for c in client_ids if c in (loss_gradients or {}) and c in (fisher_diagonals or {})]
+        curvature = curvature_influences(gradient, {c: loss_gradients[c] for c in sent},
+                                         {c: fisher_diagonals[c] for c in sent}, damping=damping)
+    return RoundFairness(valuation, influences, objective, weights=by_client, curvature=curvature)
+
+
+def policy_outcome(rule: Mapping, influences: Mapping[Hashable, float]) -> tuple[set, dict | None]:
+    """The accepted clients and I-JACK factors a recorded rule gives (the audit re-derives them).
+
+    ``rule`` is ``{"rule": "drop-k", "k": K}`` ([FAIRIJ] Prop. 3.1) or ``{"rule": "ijack",
+    "lam": λ}`` (Prop. 3.2; clients whose factor is 0 are not aggregated); ``influences``
+    the scores it acts on (:meth:`RoundFairness.rule_scores`: ``rule["score"]``, if any).
+    """
+    name = rule.get("rule")
+    if name == "drop-k":
+        return set(influences) - drop_k(influences, int(rule["k"])), None
+    if name == "ijack":
+        factors = ijack_factors(influences, float(rule["lam"]))
+        return {c for c, f in factors.items() if f > 0}, factors
+    raise ValueError(f"rule: expected one of {list(FAIR_RULES)}; got {name!r}.")

@@ -1,0 +1,3 @@
+"""The kinds of round book, one module each (top-k marks, TracIn flows, fairness, curvature
+fairness, claim flags), and their registry (:mod:`.registry`): a new kind is one module and one
+line there."""

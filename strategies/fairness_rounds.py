@@ -1,0 +1,95 @@
+"""The strategy's half of the fairness books: what a round asks of the clients, values and
+decides when the run keeps a :class:`fedvalue.scoring.fairness.objectives.GroupFairness` objective.
+
+Each round books the round game with U = −gap (``ads_fairness`` / ``loo_fairness``, the
+same methods and settings as accuracy) and each valid reply's fairness influence
+(:func:`fedvalue.rounds.fairness_round.fairness_round`); with a damping δ the sampled clients also send
+their training loss gradient and Fisher diagonal at A_{t−1} (the train config's
+``CURVATURE_KEY``) and the influence with curvature is booked too
+(:mod:`fedvalue.scoring.fairness.curvature`). A fairness policy (:class:`strategies.policies.acceptance.FairDropK`,
+:class:`~strategies.policies.acceptance.FairReweight`) acts on the scores its rule names; I-JACK's
+factors reweigh the accepted replies' messages (the live aggregation sees n_u w_u, the books
+keep n_u).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Mapping
+
+import numpy as np
+from flwr.app import ConfigRecord
+
+from fedvalue.rounds.fairness_round import RoundFairness, fairness_round
+from fedvalue.scoring.fairness.curvature import CURVATURE_SCORES
+from fedvalue.scoring.fairness.objectives import GroupFairness
+from fedvalue.valuation.round_game import Aggregator, ValuationSettings
+from strategies.policies.acceptance import Acceptance
+from strategies.protocol import CURVATURE_KEY
+from strategies.records import ClientReply
+
+
+def check_policy(acceptance: Acceptance, fairness: GroupFairness | None, fair_curvature: float | None) -> None:
+    """ValueError when ``acceptance`` acts on fairness influences the run does not book."""
+    if getattr(acceptance, "needs_fairness", False) and fairness is None:
+        raise ValueError(f"fairness: the acceptance policy {acceptance!r} acts on fairness influences; "
+                         "pass fairness=GroupFairness(...) (held-out data with a sensitive attribute).")
+    if fair_curvature is None and dict(getattr(acceptance, "rule", {}) or {}).get("score") in CURVATURE_SCORES:
+        raise ValueError(f"fair_curvature: the acceptance policy {acceptance!r} acts on curvature "
+                         "influences; pass fair_curvature=DAMPING (> 0).")
+
+
+class FairRounds:
+    """The fairness books of one run (module docstring)."""
+
+    def __init__(self, fairness: GroupFairness, fair_curvature: float | None, acceptance: Acceptance) -> None:
+        self.fairness = fairness
+        self.fair_curvature = fair_curvature
+        self.acceptance = acceptance
+
+    @property
+    def rule(self) -> dict | None:
+        return getattr(self.acceptance, "rule", None)
+
+    def train_config(self, config: ConfigRecord) -> ConfigRecord:
+        """The train config, asking for G_u and d_u when influence with curvature is booked."""
+        return config if self.fair_curvature is None else ConfigRecord({**dict(config), CURVATURE_KEY: True})
+
+    def value(self, ok: list[ClientReply], start_arrays: Mapping[str, np.ndarray], aggregate: Aggregator | None,
+              valuation: ValuationSettings, seed: np.random.Generator, loss_gradients: Mapping,
+              fisher_diagonals: Mapping) -> RoundFairness:
+        """The round game valued on fairness (U = −gap) and each valid reply's fairness
+        influence (with curvature from the valid replies that sent G_u and d_u)."""
+        return fairness_round(self.fairness, [r.client_id for r in ok], start_arrays, [r.arrays for r in ok],
+                              [r.weight for r in ok], methods=valuation.methods, settings=valuation.ads,
+                              seed=seed, aggregate=aggregate, loss_gradients=loss_gradients,
+                              fisher_diagonals=fisher_diagonals, damping=self.fair_curvature)
+
+    def scores(self, books: RoundFairness) -> Mapping[Hashable, float]:
+        """The scores the policy's rule acts on."""
+        return books.rule_scores(self.rule)
+
+    def reweigh(self, books: RoundFairness, ok: list[ClientReply], accepted: set, scores: Mapping,
+                weighted_by_key: str) -> RoundFairness:
+        """With a reweighing policy (I-JACK): its factors booked, and each accepted reply's
+        message weight multiplied by its factor (the live aggregation sees n_u w_u)."""
+        factors_of = getattr(self.acceptance, "factors", None)
+        factors = None if factors_of is None else factors_of([r.client_id for r in ok], scores)
+        if factors is None:
+            return books
+        for record in ok:
+            if record.client_id in accepted:
+                used = float(record.weight) * float(factors[record.client_id])
+                for metrics in record.message.content.metric_records.values():
+                    if weighted_by_key in metrics:
+                        metrics[weighted_by_key] = used
+        return dataclasses.replace(books, factors=factors)
+
+    def meta(self) -> dict:
+        """The round record's note of the fairness books and rule."""
+        note = {"gap": self.fairness.gap, "utility_gap": self.fairness.utility_gap,
+                "rule": dict(self.rule or {}) or None}
+        if self.fair_curvature is not None:
+            note["curvature"] = {"damping": self.fair_curvature}
+        return {"fairness": note}
+

@@ -1,0 +1,143 @@
+"""Fairness-aware aggregation around FedAvg (drop-K, I-JACK) on real ClientApps, in process.
+
+λ = 0 reweighting must leave the run FedAvg's bit for bit; λ > 0 and drop-K must act on the
+booked fairness influences exactly as the rules say, and the audit must recompute it all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from flwr.serverapp.strategy import FedAvg
+
+from fedvalue.audit.verdict import audit_run
+from fedvalue.rounds.fairness_round import policy_outcome
+from fedvalue.scoring.fairness.objectives import GroupFairness, drop_k, ijack_factors
+from fedvalue.run.ledger_tables import load_run
+from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
+from strategies.policies.sampling import PartitionSampler
+from strategies.valuing_settings import BookSettings
+
+from tests.strategies.harness.bare_and_wrapped import assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
+from tests.strategies.test_conformance import FEATURES, SETUP, model_factory
+
+
+def fairness_objective() -> GroupFairness:
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(300, FEATURES)).astype(np.float32)
+    y = ((x[:, 0] > 0).astype(np.int64) + (x[:, 2] > 1)).clip(0, 2)
+    sensitive = (x[:, 1] > 0).astype(np.int64)
+    return GroupFairness(model_factory(), x, y, sensitive, gap="dp")
+
+
+def fedavg() -> FedAvg:
+    return FedAvg(fraction_evaluate=0.0)
+
+
+def rows(valuing: ValuingStrategy, method: str) -> pd.DataFrame:
+    ledger = load_run(valuing.ledger.run_dir).ledger
+    return ledger[ledger["method"] == method]
+
+
+def test_ijack_with_lambda_zero_is_fedavg_bit_for_bit():
+    bare = run(SETUP, fedavg, wrapped=False)
+    wrapped = run(SETUP, fedavg, wrapped=True,
+                  valuing_options={"books": BookSettings(fairness=fairness_objective()), "acceptance": FairReweight(0.0)})
+    assert_untouched_and_sound(SETUP, bare, wrapped)
+
+
+def booked_run(tmp_path, acceptance, name):
+    options = {"books": BookSettings(fairness=fairness_objective()), "acceptance": acceptance,
+               "run_dir": str(tmp_path / name),
+               "sampler": PartitionSampler(SETUP.num_clients, seed=0)}
+    return run(SETUP, fedavg, wrapped=True, valuing_options=options).valuing
+
+
+def test_ijack_and_drop_k_act_on_the_booked_influences_and_the_audit_recomputes_them(tmp_path):
+    fairness = fairness_objective()
+    reweighted = booked_run(tmp_path, FairReweight(50.0), "ijack")
+    influence = rows(reweighted, "fairness_influence")
+    weights = rows(reweighted, "fair_weight")
+    assert len(influence) == SETUP.num_clients * SETUP.rounds
+    for t, group in influence.groupby("round"):
+        expected = ijack_factors(dict(zip(group["client_id"], group["value"])), 50.0)
+        booked = dict(zip(weights[weights["round"] == t]["client_id"], weights[weights["round"] == t]["value"]))
+        assert booked == pytest.approx(expected, rel=1e-12)
+    assert not np.allclose(weights["value"], 1.0)  # λ = 50 really reweights
+    report = audit_run(reweighted.ledger.run_dir, utility=SETUP.make_utility(), fairness=fairness)
+    assert report.intact, (report.problems, report.unverifiable)
+    assert any("recomputed every value of 3 rounds" in c for c in report.checks), report.checks
+    # Without the fairness objective the fairness books cannot be checked: not verifiable, never intact.
+    skipped = audit_run(reweighted.ledger.run_dir, utility=SETUP.make_utility())
+    assert skipped.ok and not skipped.intact and skipped.verdict == "NOT verifiable"
+    assert any("NOT recomputed without the run's fairness objective" in u for u in skipped.unverifiable)
+
+    dropped = booked_run(tmp_path, FairDropK(2), "dropk")
+    influence = rows(dropped, "fairness_influence")
+    selected = rows(dropped, "selected")
+    for t, group in influence.groupby("round"):
+        out = drop_k(dict(zip(group["client_id"], group["value"])), 2)
+        marks = dict(zip(selected[selected["round"] == t]["client_id"], selected[selected["round"] == t]["value"]))
+        assert {c for c, v in marks.items() if v == 0.0} == out
+    report = audit_run(dropped.ledger.run_dir, utility=SETUP.make_utility(), fairness=fairness)
+    assert report.intact, (report.problems, report.unverifiable)
+
+
+def test_valuing_on_fairness_alone_gives_the_fairness_books_of_a_run_that_books_both(tmp_path):
+    # U = −gap as the run's only utility: its ADS and LOO are the ads_fairness and
+    # loo_fairness rows booked beside accuracy (same rounds, same game, same estimator).
+    both = booked_run(tmp_path, AcceptAll(), "both")
+    alone = run(SETUP, fedavg, wrapped=True,
+                valuing_options={"utility": fairness_objective(), "run_dir": str(tmp_path / "alone"),
+                                 "sampler": PartitionSampler(SETUP.num_clients, seed=0)}).valuing
+    for method in ("ads", "loo"):
+        expected = rows(both, f"{method}_fairness")[["round", "client_id", "value"]].reset_index(drop=True)
+        got = rows(alone, method)[["round", "client_id", "value"]].reset_index(drop=True)
+        assert len(got) == SETUP.num_clients * SETUP.rounds
+        pd.testing.assert_frame_equal(got, expected)
+    assert not (rows(both, "ads")["value"].to_numpy() == rows(both, "ads_fairness")["value"].to_numpy()).all()
+
+
+def test_the_audit_catches_a_changed_influence(tmp_path):
+    valuing = booked_run(tmp_path, FairDropK(1), "changed")
+    path = valuing.ledger.ledger_path
+    lines = path.read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if ",fairness_influence," in line)
+    fields = lines[index].split(",")
+    fields[3] = repr(float(fields[3]) + 0.5)
+    lines[index] = ",".join(fields)
+    path.write_text("".join(lines))
+    report = audit_run(valuing.ledger.run_dir, utility=SETUP.make_utility(), fairness=fairness_objective())
+    assert not report.ok
+    assert any("fairness_influence" in p for p in report.problems), report.problems
+
+
+def test_fairness_policies_refuse_to_run_without_a_fairness_objective():
+    with pytest.raises(ValueError, match="fairness: the acceptance policy FairDropK"):
+        ValuingStrategy(fedavg(), SETUP.make_utility(), acceptance=FairDropK(1))
+    with pytest.raises(ValueError, match="FairReweight changes the aggregation weights"):
+        ValuingStrategy(
+            fedavg(), SETUP.make_utility(), acceptance=FairReweight(1.0),
+            books=BookSettings(flows=True, fairness=fairness_objective())
+        )
+    with pytest.raises(ValueError, match="lam: expected a finite number ≥ 0"):
+        FairReweight(-1.0)
+    with pytest.raises(ValueError, match="k: expected a non-negative integer"):
+        FairDropK(-2)
+    with pytest.raises(ValueError, match="rule: expected one of"):
+        policy_outcome({"rule": "drop-all"}, {})
+
+
+def test_fairness_books_leave_the_accuracy_books_unchanged(tmp_path):
+    """Adding fairness books adds rows; every row the run books without them stays the same."""
+    plain = run(SETUP, fedavg, wrapped=True, valuing_options={
+        "run_dir": str(tmp_path / "plain"), "sampler": PartitionSampler(SETUP.num_clients, seed=0),
+        "acceptance": TopK(SETUP.num_clients, score="ads")}).valuing
+    fair = run(SETUP, fedavg, wrapped=True, valuing_options={
+        "run_dir": str(tmp_path / "fair"), "sampler": PartitionSampler(SETUP.num_clients, seed=0),
+        "acceptance": FairDropK(0), "books": BookSettings(fairness=fairness_objective())}).valuing
+    a = load_run(plain.ledger.run_dir).ledger
+    b = load_run(fair.ledger.run_dir).ledger
+    b = b[~b["method"].isin(["ads_fairness", "loo_fairness", "fairness_influence"])]
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
