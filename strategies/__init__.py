@@ -1,17 +1,41 @@
 """Flower server strategies that keep contributor books (the only place converting
 Flower records to arrays on the server side)."""
 
+from fedvalue.run.writer import RunSettings
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
-from fedvalue.run.writer import RunSettings
-from strategies.policies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
-from strategies.policies.claims import ClaimFlag, ClaimReview
-from strategies.policies.sampling import PartitionSampler, ValueWeightedSampler
-from strategies.policies.selection import ReplaySampler
+from strategies.nodes import NodeDirectory
+from strategies.policies import (
+    CLAIM_METHODS,
+    SCHEDULES,
+    AcceptAll,
+    Acceptance,
+    ClaimFlag,
+    ClaimReview,
+    FairDropK,
+    FairReweight,
+    PartitionSampler,
+    Replay,
+    ReplaySampler,
+    TopK,
+    ValueWeightedSampler,
+)
+from strategies.protocol import SEED_KEY, train_config
+from strategies.records import arrays_to_numpy, initial_arrays
+from strategies.replay import replay_aggregator
 from strategies.valuing import ValuingStrategy
 from strategies.valuing_settings import BookSettings, IntakeSettings
 
 __all__ = [
+    "CLAIM_METHODS",
+    "SCHEDULES",
+    "SEED_KEY",
+    "Acceptance",
+    "NodeDirectory",
+    "arrays_to_numpy",
+    "initial_arrays",
+    "replay_aggregator",
+    "train_config",
     "AcceptAll",
     "AdsSettings",
     "BookSettings",

@@ -2,4 +2,69 @@
 (:mod:`.api`), the Flower engine on Ray (:mod:`.engine`), the inner strategies of ``--strategy``
 (:mod:`.inner_strategies`), parallel valuation (:mod:`.parallel`), the valuation budget
 (:mod:`.budget`), progress and console output, config checks, and the
-:class:`~simulations.runner.simulation.Simulation` record. Imports no experiment and no CLI."""
+:class:`~simulations.runner.simulation.Simulation` record. Imports no experiment and no CLI.
+
+This package is the experiments' face of the runner: an experiment imports from here, never
+from its modules."""
+
+from simulations.runner.api import (
+    check_some_client_valued,
+    initial_model_arrays,
+    package_versions,
+    prepare_run_dir,
+    seeded_server_generators,
+    simulate,
+)
+from simulations.runner.budget import check_budget, parse_budget
+from simulations.runner.config_checks import check_devices, check_integers, check_numbers, saved_config
+from simulations.runner.console import print_federated_run, progress_bar, round_progress
+from simulations.runner.engine import (
+    EngineOptions,
+    check_ray_address,
+    default_max_parallel_clients,
+    replies_in_send_order,
+    serve,
+    torch_threads,
+)
+from simulations.runner.inner_strategies import (
+    STRATEGY_PARAMETERS,
+    build_strategy,
+    check_strategy,
+    client_mods,
+    fedavg_without_evaluation,
+)
+from simulations.runner.parallel import RayParallelUtility
+from simulations.runner.progress import ValuationProgress
+from simulations.runner.simulation import Simulation
+
+__all__ = [
+    "build_strategy",
+    "check_budget",
+    "check_devices",
+    "check_integers",
+    "check_numbers",
+    "check_ray_address",
+    "check_some_client_valued",
+    "check_strategy",
+    "client_mods",
+    "default_max_parallel_clients",
+    "EngineOptions",
+    "fedavg_without_evaluation",
+    "initial_model_arrays",
+    "package_versions",
+    "parse_budget",
+    "prepare_run_dir",
+    "print_federated_run",
+    "progress_bar",
+    "RayParallelUtility",
+    "replies_in_send_order",
+    "round_progress",
+    "saved_config",
+    "seeded_server_generators",
+    "serve",
+    "simulate",
+    "Simulation",
+    "STRATEGY_PARAMETERS",
+    "torch_threads",
+    "ValuationProgress",
+]

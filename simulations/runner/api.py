@@ -36,17 +36,23 @@ from clients.seeding import seeded_call
 from fedvalue._checks import check_integer
 from fedvalue.run import rundir
 from fedvalue.run.ledger_tables import Run, load_run
-from fedvalue.run.writer import RunSettings
 from fedvalue.run.seals import SEALS_FILE
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
-from fedvalue.valuation.round_game import ArraysUtility, ValuationSettings
+from fedvalue.valuation.round_game import ArraysUtility
 from simulations.runner.engine import EngineOptions, check_ray_address, serve, stop_on_signals
-from strategies import PartitionSampler, ValuingStrategy
-from strategies.policies.acceptance import Acceptance
+from strategies import (
+    SEED_KEY,
+    Acceptance,
+    BookSettings,
+    IntakeSettings,
+    PartitionSampler,
+    RunSettings,
+    ValuationSettings,
+    ValuingStrategy,
+    initial_arrays,
+)
 from strategies.counterfactual import RandomState
-from strategies.protocol import SEED_KEY
-from strategies.records import initial_arrays
-from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
+from strategies.valuing_settings import settings_or_default
 
 
 def package_versions() -> dict[str, str]:

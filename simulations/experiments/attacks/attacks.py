@@ -53,22 +53,33 @@ from clients.behaviours import (
     SignFlip,
 )
 from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.run.writer import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE, Status
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.round_game import ValuationSettings
-from simulations.datasets.loaders import load_dataset, split_holdout
-from simulations.datasets.models import make_linear_model
-from simulations.datasets.partitions import partition_iid
-from simulations.runner.api import initial_model_arrays, package_versions, prepare_run_dir, seeded_server_generators
-from simulations.runner.config_checks import check_integers, check_numbers, saved_config
-from simulations.runner.engine import EngineOptions, serve
-from simulations.runner.inner_strategies import fedavg_without_evaluation
-from simulations.runner.simulation import Simulation
-from strategies import ClaimReview, PartitionSampler, ValuingStrategy
-from strategies.policies.claims import CLAIM_METHODS
-from strategies.protocol import train_config
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
+from simulations.runner import (
+    EngineOptions,
+    Simulation,
+    check_integers,
+    check_numbers,
+    fedavg_without_evaluation,
+    initial_model_arrays,
+    package_versions,
+    prepare_run_dir,
+    saved_config,
+    seeded_server_generators,
+    serve,
+)
+from strategies import (
+    CLAIM_METHODS,
+    BookSettings,
+    ClaimReview,
+    IntakeSettings,
+    PartitionSampler,
+    RunSettings,
+    ValuationSettings,
+    ValuingStrategy,
+    train_config,
+)
 
 ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated-count-reviewed", "replicator",
            "sign-flip", "boost")

@@ -65,8 +65,7 @@ from fedvalue.scoring.influence_curvature import (
 )
 from simulations.experiments.fairness.data import ASYMMETRIC_MEANS, slid_frame, slid_rows, toy_rows
 from simulations.experiments.fairness.tables import interval
-from simulations.runner.api import prepare_run_dir
-from simulations.runner.simulation import Simulation
+from simulations.runner import Simulation, prepare_run_dir
 
 EXPERIMENTS = ("toy", "tabular", "all")
 CURVATURES = ("exact", "fisher")

@@ -173,7 +173,7 @@ SLID_NUMERIC = ("education", "age")
 def slid_frame() -> pd.DataFrame:
     """The complete rows of SLID (Ontario, 1994: wages, education, age, sex, language): 3,987
     of 7,425 (wages are missing for the rest)."""
-    from simulations.datasets.r_data import read_r_data_frame
+    from simulations.datasets import read_r_data_frame
 
     frame = read_r_data_frame(*SLID).dropna()
     return frame.assign(age=frame["age"].astype(np.float64)).reset_index(drop=True)

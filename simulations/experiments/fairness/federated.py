@@ -66,23 +66,38 @@ from flwr.serverapp.strategy import FedAvg
 from clients.app import ClientData, make_client_app
 from fedvalue._checks import check_choice
 from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.run.writer import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.scoring.fairness.objectives import GAPS, GroupFairness
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.round_game import ValuationSettings
-from simulations.datasets.models import make_linear_model
+from simulations.datasets import make_linear_model
 from simulations.experiments.fairness import tables as fairness_tables
 from simulations.experiments.fairness.data import DATASETS, FairFederation, build_federation
-from simulations.runner.api import package_versions, prepare_run_dir
-from simulations.runner.config_checks import check_integers, check_numbers
-from simulations.runner.engine import EngineOptions, serve, torch_threads
-from simulations.runner.simulation import Simulation
-from strategies import AcceptAll, FairDropK, FairReweight, PartitionSampler, TopK, ValuingStrategy
-from strategies.nodes import NodeDirectory
-from strategies.protocol import train_config
-from strategies.records import arrays_to_numpy, initial_arrays
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from simulations.runner import (
+    EngineOptions,
+    Simulation,
+    check_integers,
+    check_numbers,
+    package_versions,
+    prepare_run_dir,
+    serve,
+    torch_threads,
+)
+from strategies import (
+    AcceptAll,
+    BookSettings,
+    FairDropK,
+    FairReweight,
+    IntakeSettings,
+    NodeDirectory,
+    PartitionSampler,
+    RunSettings,
+    TopK,
+    ValuationSettings,
+    ValuingStrategy,
+    arrays_to_numpy,
+    initial_arrays,
+    train_config,
+)
 
 POLICIES = ("fedavg", "drop-k", "drop-k-renormalized", "drop-k-curvature", "drop-k-exact", "random", "ijack")
 #: The score each drop rule acts on (fedvalue.scoring.fairness.curvature.SCORES).

@@ -40,20 +40,19 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app, partition_id_of
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.run.writer import RunSettings
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build, valuation_settings
-from simulations.runner.api import (
+from simulations.runner import (
+    build_strategy,
     check_some_client_valued,
+    client_mods,
     initial_model_arrays,
     package_versions,
     prepare_run_dir,
+    replies_in_send_order,
     seeded_server_generators,
+    torch_threads,
 )
-from simulations.runner.engine import replies_in_send_order, torch_threads
-from simulations.runner.inner_strategies import build_strategy, client_mods
-from strategies import PartitionSampler, ValuingStrategy
-from strategies.protocol import train_config
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from strategies import BookSettings, IntakeSettings, PartitionSampler, RunSettings, ValuingStrategy, train_config
 
 #: The run directory's key (the only key that is not a NoisyClientsConfig field).
 OUT_KEY = "out"

@@ -27,24 +27,49 @@ from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
 from fedvalue._checks import check_number
 from fedvalue.run.ledger_tables import Run
-from fedvalue.run.writer import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import VALUATION_METHODS, ValuationSettings
-from simulations.datasets.loaders import DATASETS, IDX_DATASETS, Dataset, load_dataset, sample_per_class, split_holdout
-from simulations.datasets.models import MODELS, check_hidden, make_model, num_parameters
-from simulations.datasets.partitions import PARTITION_SCHEMES, partition
-from simulations.runner.api import simulate
-from simulations.runner.budget import check_budget, parse_budget
-from simulations.runner.config_checks import check_devices, check_integers, check_numbers, saved_config
-from simulations.runner.engine import EngineOptions, check_ray_address, torch_threads
-from simulations.runner.inner_strategies import STRATEGY_PARAMETERS, build_strategy, check_strategy, client_mods
-from simulations.runner.parallel import RayParallelUtility
-from simulations.runner.simulation import Simulation
-from strategies import PartitionSampler
-from strategies.protocol import train_config
-from strategies.policies.sampling import SCHEDULES
-from strategies.valuing_settings import IntakeSettings
+from fedvalue.valuation.round_game import VALUATION_METHODS
+from simulations.datasets import (
+    DATASETS,
+    IDX_DATASETS,
+    MODELS,
+    PARTITION_SCHEMES,
+    Dataset,
+    check_hidden,
+    load_dataset,
+    make_model,
+    num_parameters,
+    partition,
+    sample_per_class,
+    split_holdout,
+)
+from simulations.runner import (
+    STRATEGY_PARAMETERS,
+    EngineOptions,
+    RayParallelUtility,
+    Simulation,
+    build_strategy,
+    check_budget,
+    check_devices,
+    check_integers,
+    check_numbers,
+    check_ray_address,
+    check_strategy,
+    client_mods,
+    parse_budget,
+    saved_config,
+    simulate,
+    torch_threads,
+)
+from strategies import (
+    SCHEDULES,
+    AdsSettings,
+    IntakeSettings,
+    PartitionSampler,
+    RunSettings,
+    ValuationSettings,
+    train_config,
+)
 
 #: Largest model (parameters, counted with MNIST's 784 inputs) and most valuation actors
 #: accepted: a typo must not exhaust memory.
@@ -302,8 +327,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
 
 def cli_main(config: NoisyClientsConfig, options) -> int:
     """``fedvalue run noisy-clients``: run (or resume) and print one line per round."""
-    from simulations.runner.console import print_federated_run, round_progress
-    from simulations.runner.progress import ValuationProgress
+    from simulations.runner import ValuationProgress, print_federated_run, round_progress
 
     progress = None if options.quiet else ValuationProgress()
     try:
@@ -343,7 +367,7 @@ def audit_from_run(saved: dict) -> dict:
     client's example count (its seeded partition) and its local training (replayed from the
     round's start with run.json's training settings and seed: :func:`clients.app.train_client`)."""
     from clients.app import train_client
-    from strategies.replay import replay_aggregator
+    from strategies import replay_aggregator
 
     config = audited_config(saved)
     loader, model_factory, utility, noisy = build(config)

@@ -53,24 +53,37 @@ from fedvalue.analysis.detection import detection_curve, detection_metrics, summ
 from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
 from fedvalue.analysis.top_k_selection import retrain_plan
 from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.run.writer import RunSettings
 from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.valuation.round_game import ValuationSettings
 from simulations.experiments.noisy_clients.noisy_clients import (
     NoisyClientsConfig,
     build,
     client_data,
     valuation_settings,
 )
-from simulations.runner.api import initial_model_arrays, package_versions, prepare_run_dir
-from simulations.runner.config_checks import check_integers
-from simulations.runner.engine import EngineOptions, default_max_parallel_clients, serve, torch_threads
-from simulations.runner.inner_strategies import fedavg_without_evaluation
-from simulations.runner.simulation import Simulation
-from strategies import PartitionSampler, Replay, ReplaySampler, ValuingStrategy
-from strategies.nodes import NodeDirectory
-from strategies.protocol import train_config
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from simulations.runner import (
+    EngineOptions,
+    Simulation,
+    check_integers,
+    default_max_parallel_clients,
+    fedavg_without_evaluation,
+    initial_model_arrays,
+    package_versions,
+    prepare_run_dir,
+    serve,
+    torch_threads,
+)
+from strategies import (
+    BookSettings,
+    IntakeSettings,
+    NodeDirectory,
+    PartitionSampler,
+    Replay,
+    ReplaySampler,
+    RunSettings,
+    ValuationSettings,
+    ValuingStrategy,
+    train_config,
+)
 
 RANKINGS = ("ads", "loo", "random")
 #: torch threads of the server process while the study runs (restored afterwards). The
@@ -356,7 +369,7 @@ def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[in
 
 def cli_main(config: NoisyClientsStudyConfig, options) -> int:
     """``fedvalue run noisy-clients-study``: run every seed and print the study's tables."""
-    from simulations.runner.console import progress_bar
+    from simulations.runner import progress_bar
 
     with progress_bar(config.seeds, "noisy-clients study", enabled=not options.quiet) as advance:
         result = run_study(config, options.out, overwrite=options.overwrite, on_run=advance)

@@ -29,7 +29,7 @@ from simulations.experiments.procurement.conjoint import (
     one_hot,
     part_worths_ols,
 )
-from simulations.runner.engine import torch_threads
+from simulations.runner import torch_threads
 
 #: Ratings live in [0, 100]; the network predicts rating / RATING_SCALE.
 RATING_SCALE = 100.0

@@ -52,7 +52,7 @@ from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, Procurem
 from fedvalue.run.ledger_tables import read_ledger_csv, read_rounds_csv, write_json
 from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
 from fedvalue.valuation.round_game import Arrays
-from simulations.datasets.models import check_hidden
+from simulations.datasets import check_hidden
 from simulations.experiments.procurement.conjoint import (
     RatingGenerator,
     mixed_ratings,
@@ -60,8 +60,7 @@ from simulations.experiments.procurement.conjoint import (
     validation_profiles,
 )
 from simulations.experiments.procurement.model import NegativeAverageError, RatingMLP
-from simulations.runner.config_checks import check_integers, check_numbers, saved_config
-from simulations.runner.simulation import Simulation
+from simulations.runner import Simulation, check_integers, check_numbers, saved_config
 
 
 @dataclass
@@ -206,7 +205,7 @@ def run_one(config: ProcurementConfig, setting: ProcurementSetting, rule: str, r
 def run_procurement_study(config: ProcurementConfig, out: str | Path, *, overwrite: bool = False,
                           on_stage: Callable[[str], None] | None = None) -> dict:
     """Every seed under every rule, then the tables and figures (module docstring)."""
-    from simulations.runner.api import package_versions, prepare_run_dir
+    from simulations.runner import package_versions, prepare_run_dir
 
     _check(config)
     out_dir = prepare_run_dir(out, overwrite=overwrite)

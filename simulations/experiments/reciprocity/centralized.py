@@ -60,7 +60,7 @@ from simulations.experiments.reciprocity.config import (
 )
 from simulations.experiments.reciprocity.movielens import run_movielens_reciprocity
 from simulations.experiments.reciprocity.training import marginal_split, tracin_split
-from simulations.runner.simulation import Simulation
+from simulations.runner import Simulation
 
 __all__ = [
     "DATASETS",

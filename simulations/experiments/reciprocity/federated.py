@@ -23,19 +23,18 @@ import numpy as np
 
 from clients.app import ClientData
 from fedvalue.run.ledger_tables import Run
-from fedvalue.run.writer import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.round_game import ValuationSettings
-from simulations.datasets.loaders import load_dataset
-from simulations.datasets.models import make_linear_model
-from simulations.datasets.partitions import partition_iid
-from simulations.runner.api import simulate
-from simulations.runner.config_checks import check_integers, check_numbers, saved_config
-from simulations.runner.engine import EngineOptions
-from simulations.runner.inner_strategies import fedavg_without_evaluation
-from simulations.runner.simulation import Simulation
-from strategies import PartitionSampler
-from strategies.protocol import train_config
+from simulations.datasets import load_dataset, make_linear_model, partition_iid
+from simulations.runner import (
+    EngineOptions,
+    Simulation,
+    check_integers,
+    check_numbers,
+    fedavg_without_evaluation,
+    saved_config,
+    simulate,
+)
+from strategies import PartitionSampler, RunSettings, ValuationSettings, train_config
 
 #: [RECIP] §5.2: logistic regression at η = 0.1, linear regression at η = 0.01.
 PAPER_LEARNING_RATES = {"breast-cancer": 0.1, "diabetes": 0.01}
@@ -161,7 +160,7 @@ def run_federated_reciprocity(
 
 def cli_main(config: FederatedReciprocityConfig, options) -> int:
     """``fedvalue run reciprocity-federated``: run (or resume) and print the run's figures."""
-    from simulations.runner.console import print_federated_run, round_progress
+    from simulations.runner import print_federated_run, round_progress
 
     run = run_federated_reciprocity(config, options.out, on_round=None if options.quiet else
                                     round_progress(config.rounds), overwrite=options.overwrite, resume=options.resume,

@@ -99,7 +99,7 @@ class MovieLensData:
 
 def load_movielens(min_item_ratings: int = 1) -> MovieLensData:
     """The dslabs ``movielens`` ratings, keeping movies with at least ``min_item_ratings`` ratings."""
-    from simulations.datasets.r_data import read_r_data_frame
+    from simulations.datasets import read_r_data_frame
 
     frame = read_r_data_frame(MOVIELENS["package"], MOVIELENS["frame"])
     user_ids, users = np.unique(frame["userId"].to_numpy(dtype=np.int64), return_inverse=True)

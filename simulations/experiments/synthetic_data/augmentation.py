@@ -62,9 +62,7 @@ from simulations.experiments.synthetic_data.synthetic_data import (
     OriginalsAndSynthetic,
     originals_and_synthetic,
 )
-from simulations.runner.api import prepare_run_dir
-from simulations.runner.config_checks import check_integers, check_numbers
-from simulations.runner.simulation import Simulation
+from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir
 
 #: Valuation methods per model (module docstring).
 METHODS_BY_MODEL = {"knn": ("knn-ads", "mc-ads", "knn-ds", "tmc-ds", "loo", "random"),

@@ -39,9 +39,7 @@ from simulations.experiments.synthetic_data.synthetic_data import (
     OriginalsAndSynthetic,
     images_with_augmentations,
 )
-from simulations.runner.api import prepare_run_dir
-from simulations.runner.config_checks import check_integers, check_numbers
-from simulations.runner.simulation import Simulation
+from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir
 
 BROKER = "broker"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulations.datasets.loaders import load_dataset
+from simulations.datasets import load_dataset
 
 IMAGE_DATASETS = ("digits", "mnist")
 DATASETS = (*IMAGE_DATASETS, "breast-cancer")
