@@ -17,7 +17,11 @@ Messages (Flower 1.41 Message API):
 - ``query``: reply ``"client"`` only, so the server can map random node ids to
   partition ids before sampling (:class:`strategies.ValuingStrategy` asks). A query
   that carries ``"arrays"`` and config ``"inference-gradient": True`` is answered
-  with the inference gradient at those arrays (below), without training.
+  with the inference gradient at those arrays (below), without training. A query that
+  carries ``"arrays"`` and config ``"local-loss": True`` is answered with ``"local-loss"`` in
+  ``"client"``: the mean training loss at those arrays on the data the client would train on
+  in round ``"server-round"`` (its behaviour applied, as in ``train``), for loss-based client
+  selection (Power-of-Choice, :class:`strategies.policies.power_of_choice.PowerOfChoice`).
 - Inference gradients (TracIn flows, [RECIP]): when the train or query config holds
   ``"inference-gradient": True`` the reply also carries ``"inference-gradient"``, an
   ArrayRecord with g = ∇ Σ_{z' ∈ inference split} ℓ_{z'} at the RECEIVED arrays
@@ -75,6 +79,7 @@ from strategies.protocol import (
     INFERENCE_LOSS_KEY,
     LEARNING_RATE_KEY,
     LOCAL_EPOCHS_KEY,
+    LOCAL_LOSS_KEY,
     METRICS_KEY,
     NUM_EXAMPLES_KEY,
     PARTITION_ID_KEY,
@@ -222,6 +227,17 @@ def _load(load_client_data: Callable[[int], ClientData], partition_id: int, cont
     return data
 
 
+def local_loss(data: ClientData, model_factory: Callable[[], torch.nn.Module],
+               global_arrays: dict[str, np.ndarray], *, seed: int, server_round: int) -> float:
+    """Mean training loss of ``global_arrays`` on the data the client trains on in ``server_round``
+    (its behaviour's transform, drawn from the same generator as :func:`train_client`'s)."""
+    data_seed = np.random.SeedSequence([seed, data.partition_id, server_round]).spawn(3)[0]
+    model = _model(model_factory, global_arrays, [seed, data.partition_id, server_round])
+    x, y = data.behaviour.transform_training_data(data.x_train, data.y_train, np.random.default_rng(data_seed))
+    with torch.no_grad():
+        return float(evaluate_model(model, x, y, loss=data.loss)["loss"])
+
+
 def train_client(
     data: ClientData,
     model_factory: Callable[[], torch.nn.Module],
@@ -364,6 +380,12 @@ def make_client_app(
             global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
             _add_inference_gradient(content, _load(load_client_data, partition_id, msg.content), model_factory,
                                     global_arrays)
+        if _wants_gradient(msg.content, LOCAL_LOSS_KEY):
+            config = _record(msg.content, CONFIG_KEY, "ConfigRecord")
+            global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
+            content[CLIENT_RECORD_KEY][LOCAL_LOSS_KEY] = local_loss(
+                _load(load_client_data, partition_id, msg.content), model_factory, global_arrays,
+                seed=_config_int(config, SEED_KEY, 0, 0), server_round=_config_int(config, SERVER_ROUND_KEY, 0, 0))
         return Message(content=content, reply_to=msg)
 
     return app

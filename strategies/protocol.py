@@ -32,6 +32,9 @@ INFERENCE_LOSS_KEY = "inference-loss"
 CURVATURE_KEY = "fair-curvature"
 CURVATURE_GRADIENT_PREFIX = "gradient/"
 CURVATURE_FISHER_PREFIX = "fisher/"
+#: Config flag of a query asking for the client's mean training loss at the query's arrays (Power-of-Choice
+#: selection), and the ``"client"`` ConfigRecord entry answering it.
+LOCAL_LOSS_KEY = "local-loss"
 #: Which run's data a client loads when one engine serves several runs (a study's seeds).
 DATA_KEY = "data-key"
 #: FedProx's configure_train puts its μ here.
