@@ -112,6 +112,8 @@ class Method(StrEnum):
     #: Fairness influence with curvature (fedvalue.scoring.fairness.curvature) and its FedAvg-renormalized derivative.
     FAIRNESS_INFLUENCE_CURVATURE = "fairness_influence_curvature"
     FAIRNESS_WEIGHT_DERIVATIVE = "fairness_weight_derivative"
+    #: Value-weighted aggregation (fedvalue.rounds.kinds.value_weights): the factor w_i on FedAvg's weight.
+    VALUE_WEIGHT = "value_weight"
     #: Claim-review flags: a claimed weight lowered by a cap, a claim that jumped.
     CLAIM_CAPPED = "claim_capped"
     CLAIM_JUMPED = "claim_jumped"
@@ -132,6 +134,7 @@ FAIRNESS_INFLUENCE = Method.FAIRNESS_INFLUENCE
 FAIR_WEIGHT = Method.FAIR_WEIGHT
 FAIRNESS_INFLUENCE_CURVATURE = Method.FAIRNESS_INFLUENCE_CURVATURE
 FAIRNESS_WEIGHT_DERIVATIVE = Method.FAIRNESS_WEIGHT_DERIVATIVE
+VALUE_WEIGHT = Method.VALUE_WEIGHT
 
 
 def _missing(value: object) -> bool:

@@ -26,7 +26,7 @@ from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.policies.acceptance import Acceptance
 from strategies.protocol import CURVATURE_KEY
-from strategies.records import ClientReply
+from strategies.records import ClientReply, reweigh
 
 
 def check_policy(acceptance: Acceptance, fairness: GroupFairness | None, fair_curvature: float | None) -> None:
@@ -77,12 +77,7 @@ class FairRounds:
         factors = None if factors_of is None else factors_of([r.client_id for r in ok], scores)
         if factors is None:
             return books
-        for record in ok:
-            if record.client_id in accepted:
-                used = float(record.weight) * float(factors[record.client_id])
-                for metrics in record.message.content.metric_records.values():
-                    if weighted_by_key in metrics:
-                        metrics[weighted_by_key] = used
+        reweigh(ok, accepted, factors, weighted_by_key)
         return dataclasses.replace(books, factors=factors)
 
     def meta(self) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -165,3 +165,15 @@ def take_curvature(message: Message) -> CurvatureReply | None:
     if any((v < 0).any() for v in fisher.values()) or any(gradient[k].shape != fisher[k].shape for k in gradient):
         return None
     return CurvatureReply(gradient, fisher)
+
+
+def reweigh(records: Sequence[ClientReply], accepted: set, factors: Mapping[Hashable, float],
+            weighted_by_key: str) -> None:
+    """Multiply each accepted reply's weight by its factor in the reply message the inner strategy
+    aggregates (it then sees n_u w_u); the books keep n_u (``ClientReply.weight``)."""
+    for record in records:
+        if record.client_id in accepted:
+            used = float(record.weight) * float(factors[record.client_id])
+            for metrics in record.message.content.metric_records.values():
+                if weighted_by_key in metrics:
+                    metrics[weighted_by_key] = used

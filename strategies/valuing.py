@@ -33,6 +33,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.rounds.booking import book_round
+from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.valuation.round_game import (
     ArraysUtility,
@@ -50,7 +51,7 @@ from strategies.fairness_rounds import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in
 from strategies.nodes import NodeDirectory
 from strategies.protocol import GRADIENT_KEY
-from strategies.records import arrays_to_numpy
+from strategies.records import arrays_to_numpy, reweigh
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
@@ -135,6 +136,7 @@ class ValuingStrategy(Strategy):
         fairness, damping = self.book_settings.fairness, self.book_settings.fair_curvature
         check_policy(self.acceptance, fairness, damping)
         self.fair = None if fairness is None else FairRounds(fairness, damping, self.acceptance)
+        self.weighting = self._weighting_rule(strategy)
         self.flow_queries = FlowQueries()
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
@@ -146,6 +148,22 @@ class ValuingStrategy(Strategy):
         self._idle_gradients: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
+
+    def _weighting_rule(self, strategy: Strategy) -> dict | None:
+        """The acceptance policy's value-weighting rule (:mod:`fedvalue.rounds.kinds.value_weights`),
+        refused where the books could not follow it: factors multiply FedAvg's weights, so the
+        inner strategy must aggregate by the weighted mean, and a run keeps one reweighing rule."""
+        rule = getattr(self.acceptance, "weighting", None)
+        if rule is None:
+            return None
+        if not aggregates_by_weighted_mean(strategy):
+            raise ValueError(f"acceptance: {self.acceptance!r} multiplies FedAvg's weights by value factors; the inner "
+                             f"strategy must aggregate by the weighted mean (FedAvg, FedProx); got "
+                             f"{type(strategy).__name__}.")
+        if self.fair is not None:
+            raise ValueError("acceptance: value weighting and fairness books cannot share a run (one reweighing "
+                             "rule a round); drop fairness or use another acceptance policy.")
+        return dict(rule)
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -284,6 +302,10 @@ class ValuingStrategy(Strategy):
         ) if ok else set()
         if fair is not None and ok:
             fair = self.fair.reweigh(fair, ok, accepted, scores, self.weighted_by_key)
+        if self.weighting is not None and ok:  # value-weighted aggregation: n_u w_u from the round's values
+            values = valuation.results[self.weighting["score"]].values
+            _, factors = value_weight_outcome(self.weighting, {r.client_id: float(values[r.client_id]) for r in ok})
+            reweigh(ok, accepted, factors, self.weighted_by_key)
         passed = intake.passed(accepted, self.intake.reject_non_finite)
         random_state.restore()
         live_arrays, live_metrics = self.strategy.aggregate_train(server_round, [records[k].message for k in passed])
@@ -333,6 +355,7 @@ class ValuingStrategy(Strategy):
                 "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                 "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
                 **({} if self.fair is None else self.fair.meta()),
+                **({} if self.weighting is None else {"weighting": self.weighting}),
                 **({"replay_missing": replay} if isinstance(replay, str) else {}),
                 **({} if pure else {"passed": passed})}
         return round_record(server_round, intake, start_arrays=self._start_arrays, accepted=accepted,

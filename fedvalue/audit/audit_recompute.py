@@ -24,6 +24,10 @@ n_u w_u), and group efficiency of ``ads_fairness``; with curvature, the
 gradients and Fisher diagonals the record keeps, and a drop rule's choice by the score it
 names (first-order, renormalized, curvature or exact).
 
+A value-weighted round (:mod:`fedvalue.rounds.kinds.value_weights`) has its factors and accepted
+clients re-derived from the recomputed values and the rule saved in its record; A_t is then the
+mean weighted by n_u w_u and its ``value_weight`` rows are checked like every other row.
+
 The record holds every sampled client's outcome in reply order, with its example count
 and reason, and the claim review's flags: a round's ``clients`` order, ``num_examples``,
 the ``reason`` of failed and rejected clients and the claim rows are checked against it
@@ -48,6 +52,7 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import CountingAggregator, book_round
 from fedvalue.rounds.fairness_round import RoundFairness, fairness_round, policy_outcome
+from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
 from fedvalue.valuation.round_game import (
@@ -212,6 +217,19 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
     return fair, factors, problems
 
 
+def _value_weights(record: RoundRecord, valuation, ok: list, accepted: list) -> tuple[dict, list[str]]:
+    """A value-weighted round's factors re-derived from its recomputed values
+    (:mod:`fedvalue.rounds.kinds.value_weights`), and where the record accepted other clients."""
+    rule = record.meta["weighting"]
+    values = valuation.results[rule["score"]].values
+    chosen, factors = value_weight_outcome(rule, {c: float(values[c]) for c in ok})
+    problems = []
+    if chosen != set(accepted):
+        problems.append(f"round {record.round}: the value-weighting rule accepts {sorted(chosen, key=str)} from the "
+                        f"recomputed values; the record accepted {sorted(accepted, key=str)}")
+    return factors, problems
+
+
 class ReplayUnavailable(Exception):
     """The round's aggregation by the inner strategy cannot be replayed (the message says why)."""
 
@@ -250,6 +268,8 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
     fair, factors, problems = None, {}, []
     if "fairness" in meta and fairness is not None:
         fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings)
+    if meta.get("weighting") and valuation is not None:
+        factors, problems = _value_weights(record, valuation, ok, accepted)
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)

@@ -10,11 +10,13 @@ from fedvalue.rounds.kinds.fairness_curvature import fair_curvature_book
 from fedvalue.rounds.kinds.fairness import fairness_book
 from fedvalue.rounds.kinds.flows import flows_book
 from fedvalue.rounds.kinds.selection import selection_book
+from fedvalue.rounds.kinds.value_weights import value_weight_book
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
 
 #: name -> kind(context) -> the round's book of that kind, or None when it keeps none.
 ROUND_BOOKS: dict[str, Callable[[RoundContext], RoundBook | None]] = {
     "selection": selection_book,
+    "value_weights": value_weight_book,
     "flows": flows_book,
     "fairness": fairness_book,
     "fair_curvature": fair_curvature_book,
