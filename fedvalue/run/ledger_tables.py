@@ -488,8 +488,8 @@ def check_tables(ledger: pd.DataFrame, rounds: pd.DataFrame) -> None:
     for frame, columns, name in ((ledger, ("round", "value", "stderr", "num_examples"), LEDGER_FILE),
                                  (rounds, ("round", "num_clients", "num_failed", "utility_before",
                                            "utility_realized", "num_evaluations"), ROUNDS_FILE)):
-        for column in columns:
-            if not pd.api.types.is_numeric_dtype(frame[column]):
+        for column in columns:  # an empty table (a run that valued nothing) has no numbers to type
+            if len(frame) and not pd.api.types.is_numeric_dtype(frame[column]):
                 raise ValueError(f"{name}'s {column} holds something that is not a number")
             values = frame[column].to_numpy(dtype=float)
             if np.isinf(values).any():
