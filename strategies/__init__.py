@@ -14,11 +14,15 @@ from strategies.policies import (
     ClaimReview,
     FairDropK,
     FairReweight,
+    GreedyFedSampler,
     PartitionSampler,
+    PowerOfChoice,
     Replay,
     ReplaySampler,
     TopK,
+    ValueEliminationSampler,
     ValueWeightedSampler,
+    ValueWeighting,
 )
 from strategies.protocol import SEED_KEY, train_config
 from strategies.records import arrays_to_numpy, initial_arrays
@@ -43,13 +47,17 @@ __all__ = [
     "ClaimReview",
     "FairDropK",
     "FairReweight",
+    "GreedyFedSampler",
     "IntakeSettings",
     "PartitionSampler",
+    "PowerOfChoice",
     "Replay",
     "ReplaySampler",
     "RunSettings",
     "TopK",
     "ValuationSettings",
+    "ValueEliminationSampler",
     "ValueWeightedSampler",
+    "ValueWeighting",
     "ValuingStrategy",
 ]

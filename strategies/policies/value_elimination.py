@@ -1,0 +1,122 @@
+"""Explore and exploit on accumulated within-round values: uniform sampling among the clients
+the books have not ruled out (successive elimination with upper confidence bounds).
+
+Why not greedy: under label skew each client holds a few classes, so training only the clients
+with the largest values overfits their classes; the federation is served best by sampling every
+helpful client uniformly, as a clean federation would, and never the harmful ones. So the sampler
+learns one thing, which clients hurt, and otherwise explores.
+
+After each committed round, client i's within-round value φ_t(i) ([ADS] Remark 4.1, Eq. 10, or
+LOO) is put on the round's own scale, r_t(i) = φ_t(i) / max_j |φ_t(j)| ∈ [−1, 1] (within-round
+values shrink as the model converges; 0 when every value is 0). With n_i its valued rounds and
+r̄_i their mean, client i is *eliminated* once
+
+    n_i ≥ min_rounds  and  r̄_i + c / √n_i < 0,
+
+i.e. once even an optimistic estimate of its effect on the held-out utility is negative (a
+Hoeffding-style bound of width c/√n_i; c is the confidence). Each round samples
+``clients_per_round`` clients uniformly without replacement (seeded by the seed and the round)
+among those not eliminated, nor flagged by an optional online
+:class:`~fedvalue.analysis.flagging.FlaggingRule`; when too few remain the round is filled with
+the ruled-out clients of largest upper bound r̄_i + c/√n_i (a round is never starved).
+Elimination is not final: a ruled-out client drawn to fill a round is valued again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedvalue._checks import check_integer, check_number, check_positive
+from fedvalue.analysis.flagging import FlaggingRule
+from fedvalue.schema import Status
+
+
+class ValueEliminationSampler:
+    """Uniform sampling among the clients whose values have not ruled them out (module docstring).
+
+    Parameters
+    ----------
+    clients_per_round
+        Clients sampled per round.
+    method
+        The ledger method whose values are judged (``"ads"`` or ``"loo"``).
+    confidence
+        c > 0, the width of the upper bound: large explores (rules out only clients that hurt
+        round after round), small exploits (one bad round rules a client out).
+    min_rounds
+        Valued rounds before a client can be ruled out (≥ 1).
+    flagging
+        An online :class:`~fedvalue.analysis.flagging.FlaggingRule` fed the same rows; the clients it
+        flags are ruled out as well.
+    seed
+        Seed of the draws; round t's draw depends on (seed, t) and the values observed.
+    """
+
+    def __init__(self, clients_per_round: int, *, method: str = "ads", confidence: float = 0.5,
+                 min_rounds: int = 1, flagging: FlaggingRule | None = None, seed: int = 0) -> None:
+        self.clients_per_round = check_integer("clients_per_round", clients_per_round)
+        if method not in ("ads", "loo"):
+            raise ValueError(f"method: expected 'ads' or 'loo'; got {method!r}.")
+        if flagging is not None and not isinstance(flagging, FlaggingRule):
+            raise TypeError(f"flagging: expected a fedvalue.analysis.flagging.FlaggingRule; got "
+                            f"{type(flagging).__name__}.")
+        self.method = method
+        self.confidence = check_positive("confidence", confidence)
+        self.min_rounds = check_integer("min_rounds", min_rounds)
+        self.flagging = flagging
+        self.seed = int(seed)
+        self.sums: dict[int, float] = {}
+        self.counts: dict[int, int] = {}
+
+    def observe(self, ledger_rows) -> None:
+        """Take one committed round's ledger rows (only this method's valued rows count)."""
+        ledger_rows = list(ledger_rows)
+        if self.flagging is not None and any(row.method == self.flagging.method for row in ledger_rows):
+            self.flagging.update(ledger_rows)
+        valued = {int(row.client_id): float(row.value) for row in ledger_rows
+                  if row.method == self.method and row.status == Status.OK and row.value is not None}
+        scale = max((abs(v) for v in valued.values()), default=0.0)
+        for client, value in valued.items():
+            self.sums[client] = self.sums.get(client, 0.0) + (value / scale if scale > 0 else 0.0)
+            self.counts[client] = self.counts.get(client, 0) + 1
+
+    def upper_bound(self, client: int) -> float:
+        """r̄_i + c/√n_i (+inf for a client never valued)."""
+        count = self.counts.get(client, 0)
+        if count == 0:
+            return math.inf
+        return self.sums[client] / count + self.confidence / math.sqrt(count)
+
+    @property
+    def eliminated(self) -> frozenset:
+        """The clients ruled out by their values so far."""
+        return frozenset(c for c, n in self.counts.items() if n >= self.min_rounds and self.upper_bound(c) < 0)
+
+    @property
+    def flagged(self) -> frozenset:
+        """Every client ruled out now: eliminated, or flagged by the flagging rule."""
+        return self.eliminated | (frozenset() if self.flagging is None else
+                                  frozenset(int(c) for c in self.flagging.flagged))
+
+    def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
+        ids = sorted(int(c) for c in partition_ids)
+        if self.clients_per_round > len(ids):
+            raise ValueError(f"clients_per_round: expected at most the {len(ids)} available clients; got "
+                             f"{self.clients_per_round}.")
+        ruled_out = self.flagged
+        allowed = [c for c in ids if c not in ruled_out]
+        rng = np.random.default_rng([self.seed, server_round])
+        if len(allowed) >= self.clients_per_round:
+            chosen = rng.choice(allowed, size=self.clients_per_round, replace=False).tolist()
+        else:  # never starve a round: the ruled-out clients least clearly harmful fill it
+            fill = sorted((c for c in ids if c in ruled_out), key=lambda c: (-self.upper_bound(c), c))
+            chosen = allowed + fill[:self.clients_per_round - len(allowed)]
+        return sorted(int(c) for c in chosen)
+
+    def __repr__(self) -> str:
+        return (f"ValueEliminationSampler({self.clients_per_round}, method={self.method!r}, "
+                f"confidence={self.confidence!r}, min_rounds={self.min_rounds!r}"
+                + ("" if self.flagging is None else f", flagging={self.flagging!r}") + ")")
