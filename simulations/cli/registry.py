@@ -11,6 +11,7 @@ from simulations.experiments.attacks import attacks
 from simulations.experiments.fairness import central as fairness_central
 from simulations.experiments.fairness import federated as fairness
 from simulations.experiments.noisy_clients import noisy_clients, study
+from simulations.experiments.noisy_federation import noisy_federation
 from simulations.experiments.procurement import procurement
 from simulations.experiments.reciprocity import centralized as reciprocity
 from simulations.experiments.reciprocity import federated as federated_reciprocity
@@ -20,6 +21,7 @@ from simulations.runner.simulation import Simulation
 SIMULATIONS: dict[str, Simulation] = {simulation.name: simulation for simulation in (
     noisy_clients.SIMULATION,
     study.SIMULATION,
+    noisy_federation.SIMULATION,
     reciprocity.SIMULATION,
     federated_reciprocity.SIMULATION,
     attacks.SIMULATION,

@@ -1,0 +1,172 @@
+"""The ``noisy-federation`` benchmark's settings: every number an option, checked before anything runs.
+
+The defaults are the quick configuration (a few minutes a seed on 2 cores per policy); the full
+configuration is the command in docs/reproductions.md (more rounds, both models, the [ADS]
+MLP, a larger validation split).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from fedvalue._checks import check_number
+from simulations.datasets import MODELS, check_hidden
+from simulations.runner import EngineOptions, check_devices, check_integers, check_numbers
+
+#: Every policy the benchmark knows (:mod:`.policies` builds them), in the order tables list them.
+POLICY_NAMES = ("random", "power-of-choice", "greedyfed", "value-elimination", "topk-ads", "topk-loo",
+                "value-weighted", "trimmed-mean", "median", "krum", "oracle")
+#: Kinds of bad client besides label flippers (``extra_bad_kind``).
+EXTRA_BAD_KINDS = ("none", "free-rider")
+UTILITIES = ("accuracy", "neg_loss")
+ADS_ESTIMATORS = ("auto", "exact", "mc", "tmc", "antithetic")
+WEIGHTING_KINDS = ("positive", "softmax")
+#: What the value-elimination policy aggregates of the clients it samples.
+ELIMINATION_ACCEPTANCE = ("value-weighted", "all")
+#: Label skew by Flower Datasets' DirichletPartitioner, or none.
+PARTITIONS = ("dirichlet", "iid")
+
+
+@dataclass
+class NoisyFederationConfig:
+    """Every number of the benchmark (each is a ``fedvalue run noisy-federation`` option)."""
+
+    seed: int = 0
+    seeds: int = 1
+    policies: tuple[str, ...] = POLICY_NAMES
+    flip_probabilities: tuple[float, ...] = (1.0, 0.5)
+    noisy_fraction: float = 0.5
+    extra_bad_kind: str = "none"
+    extra_bad_fraction: float = 0.0
+    num_clients: int = 100
+    clients_per_round: int = 10
+    rounds: int = 30
+    partition: str = "dirichlet"
+    dirichlet_alpha: float = 0.5
+    validation_examples: int = 1000
+    test_examples: int = 0
+    models: tuple[str, ...] = ("mlp",)
+    hidden: tuple[int, ...] = (64,)
+    local_epochs: int = 1
+    learning_rate: float = 0.05
+    batch_size: int = 32
+    utility: str = "neg_loss"
+    ads_method: str = "mc"
+    valuation_budget: int = 100
+    topk: int = 5
+    poc_candidates: int = 20
+    greedy_memory: float | None = None
+    elimination_confidence: float = 0.5
+    elimination_min_rounds: int = 1
+    elimination_acceptance: str = "value-weighted"
+    weighting_kind: str = "positive"
+    weighting_temperature: float | None = None
+    trimmed_beta: float = 0.2
+    krum_malicious: int = 3
+    num_cpus_per_client: float = 1.0
+    num_gpus_per_client: float = 0.0
+    max_parallel_clients: int | None = None
+    device: str = "cpu"
+    round_timeout: float = 600.0
+    query_timeout: float = 120.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+#: Help of the options (``fedvalue run noisy-federation --help``).
+HELP = {
+    "seed": "first seed: the benchmark runs seeds seed, seed+1, ..., seed+seeds-1",
+    "seeds": "number of seeds",
+    "policies": f"policies to run, comma-separated, from {','.join(POLICY_NAMES)}",
+    "flip_probabilities": "label-flip probabilities p of the noisy clients, one federation each (comma-separated)",
+    "noisy_fraction": "share of the clients that flip labels",
+    "extra_bad_kind": f"a further kind of bad client: {', '.join(EXTRA_BAD_KINDS)} (a free-rider replies the "
+                      "model it got, untrained, and claims its example count)",
+    "extra_bad_fraction": "share of the clients of the extra bad kind (drawn among those that do not flip labels)",
+    "validation_examples": "the server's validation split, class-balanced, drawn from the training images "
+                           "(the utility values on it; no client holds it)",
+    "test_examples": "test images accuracy is reported on (0: all 10,000; never used to value or decide)",
+    "models": f"models to run, comma-separated, from {','.join(MODELS)}",
+    "hidden": "the MLP's hidden layer sizes",
+    "utility": f"the valuation's utility on the validation split: {', '.join(UTILITIES)}",
+    "ads_method": f"within-round ADS estimator: {', '.join(ADS_ESTIMATORS)}",
+    "valuation_budget": "coalition evaluations per round (ADS and LOO together) for the valuing policies",
+    "topk": "k of the top-k acceptance policies",
+    "poc_candidates": "d, the candidates Power-of-Choice asks for their loss per round",
+    "greedy_memory": "GreedyFed's exponential average of values (unset: the plain mean)",
+    "elimination_confidence": "c of the value-elimination sampler (rule a client out when mean + c/sqrt(n) < 0)",
+    "elimination_min_rounds": "valued rounds before the value-elimination sampler may rule a client out",
+    "elimination_acceptance": "what the value-elimination policy aggregates: value-weighted (FedAvg x the "
+                              "weighting rule) or all (plain FedAvg of the clients it samples)",
+    "weighting_kind": f"value weighting's rule: {', '.join(WEIGHTING_KINDS)}",
+    "weighting_temperature": "temperature of the softmax value weighting",
+    "trimmed_beta": "fraction cut at each end per coordinate by the trimmed mean",
+    "krum_malicious": "f, the Byzantine clients Krum tolerates (it needs clients_per_round > 2f + 2)",
+    "device": "torch device of the server's valuation and test evaluation ('cuda' where there is one)",
+}
+
+
+def _check_choices(config: NoisyFederationConfig) -> None:
+    for name, choices in (("policies", POLICY_NAMES), ("models", MODELS)):
+        values = getattr(config, name)
+        unknown = [v for v in values if v not in choices]
+        if not values or unknown or len(set(values)) != len(values):
+            raise ValueError(f"{name}: expected distinct names from {list(choices)}; got {list(values)}.")
+    for name, choices in (("extra_bad_kind", EXTRA_BAD_KINDS), ("utility", UTILITIES),
+                          ("ads_method", ADS_ESTIMATORS), ("weighting_kind", WEIGHTING_KINDS),
+                          ("elimination_acceptance", ELIMINATION_ACCEPTANCE),
+                          ("partition", PARTITIONS)):
+        if getattr(config, name) not in choices:
+            raise ValueError(f"{name}: expected one of {list(choices)}; got {getattr(config, name)!r}.")
+
+
+def _check_fractions(config: NoisyFederationConfig) -> None:
+    if not config.flip_probabilities:
+        raise ValueError("flip_probabilities: expected at least one flip probability; got none.")
+    for p in config.flip_probabilities:
+        check_number("flip_probabilities", p, low=0.0, high=1.0, low_open=True)
+    check_number("noisy_fraction", config.noisy_fraction, low=0.0, high=1.0, high_open=True)
+    check_number("extra_bad_fraction", config.extra_bad_fraction, low=0.0, high=1.0)
+    if config.noisy_fraction + config.extra_bad_fraction >= 1:
+        raise ValueError(f"noisy_fraction, extra_bad_fraction: expected a sum below 1 (the oracle trains the clean "
+                         f"clients); got {config.noisy_fraction} + {config.extra_bad_fraction}.")
+    if (config.extra_bad_kind == "none") != (config.extra_bad_fraction == 0):
+        raise ValueError(f"extra_bad_kind, extra_bad_fraction: give both (a kind and a share > 0) or neither; got "
+                         f"{config.extra_bad_kind!r} and {config.extra_bad_fraction}.")
+    check_number("trimmed_beta", config.trimmed_beta, low=0.0, high=0.5, high_open=True)
+    check_number("greedy_memory", config.greedy_memory, low=0.0, high=1.0, high_open=True, none_ok=True)
+
+
+def check_config(config: NoisyFederationConfig) -> None:
+    """ValueError naming the first bad field, before anything is written or started."""
+    check_integers(config, ("seeds", "num_clients", "clients_per_round", "rounds", "local_epochs", "batch_size",
+                            "validation_examples", "valuation_budget", "topk", "poc_candidates",
+                            "elimination_min_rounds"))
+    check_integers(config, ("seed", "test_examples", "krum_malicious"), minimum=0)
+    check_numbers(config, ("learning_rate", "dirichlet_alpha", "elimination_confidence", "num_cpus_per_client",
+                           "round_timeout", "query_timeout"))
+    check_numbers(config, ("num_gpus_per_client",), zero_ok=True)
+    _check_choices(config)
+    _check_fractions(config)
+    check_hidden(config.hidden)
+    per_round = config.clients_per_round
+    if per_round > config.num_clients:
+        raise ValueError(f"clients_per_round: expected at most num_clients={config.num_clients}; got {per_round}.")
+    if config.topk > per_round:
+        raise ValueError(f"topk: expected at most clients_per_round={per_round}; got {config.topk}.")
+    if not per_round <= config.poc_candidates <= config.num_clients:
+        raise ValueError(f"poc_candidates: expected d in [clients_per_round, num_clients] = [{per_round}, "
+                         f"{config.num_clients}]; got {config.poc_candidates}.")
+    if "krum" in config.policies and per_round <= 2 * config.krum_malicious + 2:
+        raise ValueError(f"krum_malicious: Krum needs clients_per_round > 2f + 2; got f={config.krum_malicious} "
+                         f"with {per_round} clients a round.")
+    if config.valuation_budget < per_round + 1:
+        raise ValueError(f"valuation_budget: expected at least clients_per_round + 1 = {per_round + 1} evaluations "
+                         f"(leave-one-out's); got {config.valuation_budget}.")
+    if (config.weighting_kind == "softmax") != (config.weighting_temperature is not None):
+        raise ValueError(f"weighting_temperature: the softmax weighting needs one and the positive one none; got "
+                         f"{config.weighting_temperature!r} with weighting_kind={config.weighting_kind!r}.")
+    EngineOptions.of(config)
+    check_devices(config.device, config.num_gpus_per_client)

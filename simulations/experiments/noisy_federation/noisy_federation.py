@@ -1,0 +1,253 @@
+"""The ``noisy-federation`` benchmark: does acting on the books train a better model, sooner?
+
+Fashion-MNIST over 100 clients with label skew (Flower Datasets' DirichletPartitioner, α = 0.5),
+half of them flipping labels with probability p (p = 1.0 and p = 0.5, one federation each), 10
+clients a round. Each policy of :mod:`.policies` (random sampling with FedAvg, Power-of-Choice,
+GreedyFed, value elimination, top-k acceptance by ADS and by LOO, value-weighted aggregation, the
+trimmed mean, the median, Krum, the oracle) trains the same federation from the same initial model;
+the server values on a validation split of the training images and reports test accuracy on the
+10,000 test images. The measures (:mod:`.measures`): rounds and wall-clock seconds to 90% and 95%
+of the clean federation's final test accuracy, final accuracy and its area under the curve, the
+share of training given to bad clients, detection precision and recall, valuation seconds a
+round; over seeds with 95% intervals. Every run writes a ledger ``fedvalue audit`` recomputes.
+
+Outputs in ``--out``: the cells (:mod:`.cells`), ``per_cell.csv``, ``summary.csv``, ``curves.csv``
+and ``accuracy-<model>.png``. Running the same command again skips the done cells (the benchmark
+resumes per cell) and rebuilds the tables from every done cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from clients.app import train_client
+from fedvalue.scoring.torch_utilities import TorchModelUtility
+from simulations.datasets import MODELS
+from simulations.experiments.noisy_federation.cells import (
+    SERVER_TORCH_THREADS,
+    Cell,
+    cell_train_config,
+    plan,
+    read_cell,
+    run_cells,
+    save_benchmark_config,
+    seed_federation,
+)
+from simulations.experiments.noisy_federation.config import HELP, POLICY_NAMES, NoisyFederationConfig, check_config
+from simulations.experiments.noisy_federation.data import client_data, data_settings, model_factory
+from simulations.experiments.noisy_federation.figures import accuracy_figures
+from simulations.experiments.noisy_federation.measures import cell_measures, summary_table
+from simulations.experiments.noisy_federation.policies import CLEAN, build_policy, ruled_out
+from simulations.runner import Simulation, saved_config, torch_threads
+from strategies import NodeDirectory, PartitionSampler, replay_aggregator
+
+BENCHMARK_FILE = "benchmark.json"
+#: Settings a continued benchmark may change: which cells it runs and how the engine runs them.
+ADJUSTABLE = ("seed", "seeds", "policies", "flip_probabilities", "models", "num_cpus_per_client", "num_gpus_per_client",
+              "max_parallel_clients", "round_timeout", "query_timeout")
+
+
+def open_benchmark(config: NoisyFederationConfig, out: str | Path, *, overwrite: bool) -> Path:
+    """``out`` ready for the benchmark: new, or one holding this benchmark's done cells (continued)."""
+    out = Path(out).expanduser().resolve()
+    saved_file = out / BENCHMARK_FILE
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: expected a directory for the benchmark; {out} is a file.")
+    if out.is_dir() and any(out.iterdir()):
+        if not saved_file.is_file():
+            raise ValueError(f"out: expected an empty or new directory, or a noisy-federation benchmark to continue; "
+                             f"{out} holds other files.")
+        if overwrite:
+            shutil.rmtree(out)
+        else:
+            saved = json.loads(saved_file.read_text())
+            changed = [f.name for f in dataclasses.fields(config) if f.name not in ADJUSTABLE
+                       and saved.get(f.name) != json.loads(json.dumps(getattr(config, f.name)))]
+            if changed:
+                raise ValueError(f"out: {out} holds a benchmark run with other settings ({', '.join(changed)}); its "
+                                 "done cells would not be comparable. Use the same settings to continue it, another "
+                                 "--out, or --overwrite.")
+    out.mkdir(parents=True, exist_ok=True)
+    save_benchmark_config(out, config)
+    return out
+
+
+def run_benchmark(config: NoisyFederationConfig, out: str | Path, *, overwrite: bool = False,
+                  on_cell: Callable[[Cell], None] | None = None) -> dict:
+    """Run every cell of ``config`` not done yet in ``out``, then write and return the tables."""
+    check_config(config)
+    for seed in range(config.seed, config.seed + config.seeds):
+        seed_federation(config, seed)  # every seed's data are checked before an engine starts
+    out = open_benchmark(config, out, overwrite=overwrite)
+    cells = plan(config)
+    for seed in range(config.seed, config.seed + config.seeds):  # tables after each seed: partial runs count
+        run_cells(config, out, [c for c in cells if c.seed == seed], on_cell=on_cell)
+        tables = write_tables(config, out)
+    return tables
+
+
+def collect(config: NoisyFederationConfig, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The done cells' measures (one row a cell) and curves."""
+    measures, curves = [], []
+    for cell in plan(config):
+        if not cell.done(out):
+            continue
+        curve, decisions = read_cell(out, cell)
+        curves.append(curve.assign(model=cell.model, seed=cell.seed, federation=cell.federation, policy=cell.policy))
+        clean = Cell(cell.model, cell.seed, 1.0, CLEAN)
+        clean_final = (read_cell(out, clean)[0]["test_accuracy"].iloc[-1] if clean.done(out) else math.nan)
+        fed = seed_federation(config, cell.seed)
+        has_view = ruled_out(build_policy(cell.policy, config, cell.seed, honest=fed.clean,
+                                          nodes=NodeDirectory())) is not None
+        row = cell_measures(curve, decisions, cell.directory(out) / "run", bad=set() if cell.clean else fed.bad,
+                            clean_final=float(clean_final), has_view=has_view)
+        measures.append({"model": cell.model, "seed": cell.seed, "federation": cell.federation,
+                         "policy": cell.policy, **row})
+    return pd.DataFrame(measures), (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame())
+
+
+def write_tables(config: NoisyFederationConfig, out: Path) -> dict:
+    per_cell, curves = collect(config, out)
+    if per_cell.empty:
+        return {"per_cell": per_cell, "summary": per_cell, "curves": curves, "figures": []}
+    summary = summary_table(per_cell)
+    per_cell.to_csv(out / "per_cell.csv", index=False)
+    summary.to_csv(out / "summary.csv", index=False)
+    curves.to_csv(out / "curves.csv", index=False)
+    return {"per_cell": per_cell, "summary": summary, "curves": curves, "figures": accuracy_figures(curves, out)}
+
+
+def _cell_text(value: float, half: float, n: int, digits: int, seeds: int, counted: bool = False) -> str:
+    if n == 0:
+        return "-"
+    text = f"{value:.{digits}f}" + ("" if math.isnan(half) else f"±{half:.{digits}f}")
+    return text + (f" ({n}/{seeds})" if counted and n < seeds else "")
+
+
+def table_text(summary: pd.DataFrame) -> str:
+    """The summary as the console shows it, one block per model and federation."""
+    columns = (("final_accuracy", "final acc", 3, False), ("auc", "AUC", 3, False),
+               ("rounds_to_90", "rounds→90%", 1, True), ("rounds_to_95", "rounds→95%", 1, True),
+               ("seconds_to_90", "s→90%", 0, True), ("seconds_to_95", "s→95%", 0, True),
+               ("bad_trained_share", "bad trained", 2, False), ("ruled_out_precision", "out prec", 2, False),
+               ("ruled_out_recall", "out rec", 2, False), ("rejected_precision", "rej prec", 2, False),
+               ("rejected_recall", "rej rec", 2, False), ("valuation_seconds", "val s/rd", 2, False))
+    blocks = []
+    for (model, fed), rows in summary.groupby(["model", "federation"], sort=False):
+        lines = [{"policy": r["policy"], **{label: _cell_text(r[m], r[f"{m}_ci"], int(r[f"{m}_n"]), d, int(r["seeds"]),
+                                                               counted) for m, label, d, counted in columns}}
+                 for _, r in rows.iterrows()]
+        blocks.append(f"{model}, federation {fed} (mean ± 95% interval over seeds; (k/n): seeds reaching the target)\n"
+                      + pd.DataFrame(lines).to_string(index=False))
+    return "\n\n".join(blocks)
+
+
+def cli_main(config: NoisyFederationConfig, options) -> int:
+    """``fedvalue run noisy-federation``: run (or continue) the benchmark, print its table."""
+    total = len(plan(config))
+    done = []
+
+    def progress(cell: Cell) -> None:
+        done.append(cell)
+        if not options.quiet:
+            print(f"[{len(done)}] {cell.directory(Path('.'))} done ({options.elapsed():.0f}s; {total} cells planned)",
+                  flush=True)
+
+    tables = run_benchmark(config, options.out, overwrite=options.overwrite, on_cell=progress)
+    if not tables["summary"].empty:
+        print(table_text(tables["summary"]))
+    print(f"wrote {options.out}: {len(tables['per_cell'])} cells done of {total}, in {options.elapsed():.0f}s; "
+          f"figures {', '.join(str(p.name) for p in tables['figures'])}; audit a cell with `fedvalue audit "
+          f"{options.out}/{config.models[0]}/seed-{config.seed}/clean/clean/run`")
+    return 0
+
+
+class PinnedThreads:
+    """A utility computed on the server's torch thread count of the run (:data:`SERVER_TORCH_THREADS`),
+    so that the audit's float sums add in the run's order (a loss utility summed over other thread
+    counts differs in the last bits); it delegates everything else."""
+
+    def __init__(self, utility: TorchModelUtility, threads: int = SERVER_TORCH_THREADS) -> None:
+        self.utility, self.threads = utility, threads
+
+    def __call__(self, arrays):
+        with torch_threads(self.threads):
+            return self.utility(arrays)
+
+    @property
+    def supports_linear(self) -> bool:
+        return self.utility.supports_linear
+
+    def batch(self, states):
+        with torch_threads(self.threads):
+            return self.utility.batch(states)
+
+    def linear(self, basis):
+        with torch_threads(self.threads):
+            return _PinnedScorer(self.utility.linear(basis), self.threads)
+
+
+class _PinnedScorer:
+    def __init__(self, scorer, threads: int) -> None:
+        self.scorer, self.threads = scorer, threads
+
+    def values(self, rows, **keywords):
+        with torch_threads(self.threads):
+            return self.scorer.values(rows, **keywords)
+
+    def __getattr__(self, name):
+        return getattr(self.scorer, name)
+
+
+def _saved_cell(saved: dict) -> tuple[NoisyFederationConfig, Cell]:
+    """The benchmark settings and the cell a run.json names (ValueError naming a bad field)."""
+    config = saved_config(NoisyFederationConfig, saved, strict=False)
+    check_config(dataclasses.replace(config, seeds=1))
+    policy, model, flip = saved.get("policy"), saved.get("model"), saved.get("flip_probability")
+    if policy not in (*POLICY_NAMES, CLEAN):
+        raise ValueError(f"policy: expected one of {[*POLICY_NAMES, CLEAN]} in run.json; got {policy!r}.")
+    if model not in MODELS:
+        raise ValueError(f"model: expected one of {list(MODELS)} in run.json; got {model!r}.")
+    if isinstance(flip, bool) or not isinstance(flip, (int, float)) or not 0 < flip <= 1:
+        raise ValueError(f"flip_probability: expected a number in (0, 1] in run.json; got {flip!r}.")
+    return config, Cell(model, config.seed, float(flip), policy)
+
+
+def audit_from_run(saved: dict) -> dict:
+    """What the audit rebuilds of a cell from its run.json: the validation utility, the bad clients,
+    the seeded sampler's choice (uniform and oracle sampling), each client's example count and local
+    training, and the robust aggregators' own aggregation."""
+    config, cell = _saved_cell(saved)
+    fed = seed_federation(config, cell.seed)
+    factory = model_factory(cell.model, config.hidden, cell.seed)
+    parts = build_policy(cell.policy, config, cell.seed, honest=fed.clean, nodes=NodeDirectory())
+    settings = data_settings(config)
+    train = cell_train_config(config, cell)
+
+    def retrain(server_round: int, client, start_arrays) -> dict:
+        with torch_threads(max(1, int(config.num_cpus_per_client))):  # as the client's Ray worker had
+            arrays, _, _ = train_client(client_data(int(client), cell.data_key, settings=settings), factory,
+                                        dict(start_arrays), learning_rate=train["lr"], local_epochs=train["local-epochs"],
+                                        batch_size=train["batch-size"], seed=cell.seed, server_round=server_round)
+        return arrays
+
+    sampler = parts.sampler if isinstance(parts.sampler, PartitionSampler) else None
+    return {"utility": PinnedThreads(TorchModelUtility(factory(), fed.validation.x, fed.validation.y,
+                                                       metric=config.utility, device=config.device)),
+            "noisy_clients": frozenset() if cell.clean else fed.bad,
+            "sampled": None if sampler is None else (lambda t: sampler.sample(t, range(config.num_clients))),
+            "example_counts": lambda client: len(fed.partitions[int(client)]),
+            "retrain": retrain,
+            "replay": replay_aggregator(lambda: build_policy(cell.policy, config, cell.seed, honest=fed.clean,
+                                                             nodes=NodeDirectory()).strategy)}
+
+
+#: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
+SIMULATION = Simulation("noisy-federation", NoisyFederationConfig, cli_main, audit_from_run=audit_from_run, help=HELP)
