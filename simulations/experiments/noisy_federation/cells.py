@@ -6,7 +6,8 @@ federation ``clean`` or ``p<flip probability>``)::
     benchmark.json                 the configuration
     <cell>/run/                    the cell's run directory: ledger, rounds, records (fedvalue audit it)
     <cell>/curve.csv               per round: test accuracy, wall-clock seconds, valuation seconds
-    <cell>/decisions.csv           per round: the clients the policy rules out (policies that have such a view)
+    <cell>/decisions.csv           per round: the clients the policy rules out (``ruled_out``, for policies
+                                   with such a view) and the losses Power-of-Choice's candidates reported
 
 A cell is done once its ``curve.csv`` exists (written after its run closed): running the same
 command again skips it, so the benchmark resumes per cell. A cell found without it is run again
@@ -154,9 +155,12 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
     decisions: list[dict] = []
 
     def note_decisions(row: dict) -> None:
-        flagged = ruled_out(parts)
+        t, flagged = row["round"], ruled_out(parts)
         if flagged is not None:
-            decisions.extend({"round": row["round"], "client": int(c), "decision": "ruled_out"} for c in sorted(flagged))
+            decisions.extend({"round": t, "client": int(c), "decision": "ruled_out", "value": None}
+                             for c in sorted(flagged))
+        losses = getattr(parts.strategy, "losses", {}).get(t, {})  # Power-of-Choice: what its candidates reported
+        decisions.extend({"round": t, "client": c, "decision": "local_loss", "value": v} for c, v in losses.items())
 
     strategy = ValuingStrategy(
         parts.strategy, utility, run_dir=str(directory / RUN_DIR), sampler=parts.sampler,
@@ -171,7 +175,8 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
     if len(strategy.rounds) != config.rounds:
         raise RuntimeError(f"cell {directory}: {len(strategy.rounds)} of {config.rounds} rounds ran; it runs again "
                            "from scratch next time.")
-    pd.DataFrame(decisions, columns=["round", "client", "decision"]).to_csv(directory / DECISIONS_FILE, index=False)
+    pd.DataFrame(decisions, columns=["round", "client", "decision", "value"]).to_csv(directory / DECISIONS_FILE,
+                                                                                      index=False)
     curve = pd.DataFrame({"round": list(range(config.rounds + 1)),
                           "test_accuracy": [clock.accuracy[t] for t in range(config.rounds + 1)],
                           "seconds": [0.0] + [clock.seconds[t] for t in range(1, config.rounds + 1)],

@@ -42,6 +42,7 @@ class NoisyFederationConfig:
     num_clients: int = 100
     clients_per_round: int = 10
     rounds: int = 30
+    final_window: int = 5
     partition: str = "dirichlet"
     dirichlet_alpha: float = 0.5
     validation_examples: int = 1000
@@ -49,7 +50,7 @@ class NoisyFederationConfig:
     models: tuple[str, ...] = ("mlp",)
     hidden: tuple[int, ...] = (64,)
     local_epochs: int = 1
-    learning_rate: float = 0.05
+    learning_rate: float = 0.1
     batch_size: int = 32
     utility: str = "neg_loss"
     ads_method: str = "mc"
@@ -85,6 +86,7 @@ HELP = {
     "extra_bad_kind": f"a further kind of bad client: {', '.join(EXTRA_BAD_KINDS)} (a free-rider replies the "
                       "model it got, untrained, and claims its example count)",
     "extra_bad_fraction": "share of the clients of the extra bad kind (drawn among those that do not flip labels)",
+    "final_window": "final accuracy is the mean test accuracy of this many last rounds (the targets' base too)",
     "validation_examples": "the server's validation split, class-balanced, drawn from the training images "
                            "(the utility values on it; no client holds it)",
     "test_examples": "test images accuracy is reported on (0: all 10,000; never used to value or decide)",
@@ -142,7 +144,7 @@ def _check_fractions(config: NoisyFederationConfig) -> None:
 def check_config(config: NoisyFederationConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
     check_integers(config, ("seeds", "num_clients", "clients_per_round", "rounds", "local_epochs", "batch_size",
-                            "validation_examples", "valuation_budget", "topk", "poc_candidates",
+                            "final_window", "validation_examples", "valuation_budget", "topk", "poc_candidates",
                             "elimination_min_rounds"))
     check_integers(config, ("seed", "test_examples", "krum_malicious"), minimum=0)
     check_numbers(config, ("learning_rate", "dirichlet_alpha", "elimination_confidence", "num_cpus_per_client",
@@ -154,6 +156,8 @@ def check_config(config: NoisyFederationConfig) -> None:
     per_round = config.clients_per_round
     if per_round > config.num_clients:
         raise ValueError(f"clients_per_round: expected at most num_clients={config.num_clients}; got {per_round}.")
+    if config.final_window > config.rounds:
+        raise ValueError(f"final_window: expected at most rounds={config.rounds}; got {config.final_window}.")
     if config.topk > per_round:
         raise ValueError(f"topk: expected at most clients_per_round={per_round}; got {config.topk}.")
     if not per_round <= config.poc_candidates <= config.num_clients:

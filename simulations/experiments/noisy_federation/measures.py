@@ -3,11 +3,12 @@
 Per cell (a run of one policy on one seed's federation):
 
 ``final_accuracy``, ``auc``
-    Test accuracy after the last round, and the mean test accuracy over rounds 1..T (the area
-    under the accuracy curve divided by T).
+    The mean test accuracy over the last ``final_window`` rounds (one round's accuracy swings by
+    a few points under label skew), and the mean test accuracy over rounds 1..T (the area under
+    the accuracy curve divided by T).
 ``rounds_to_90``, ``rounds_to_95``, ``seconds_to_90``, ``seconds_to_95``
     The first round whose test accuracy reaches 90% (95%) of the clean federation's final test
-    accuracy (same model and seed, random sampling and FedAvg with every client honest), and the
+    accuracy (as above) (same model and seed, random sampling and FedAvg with every client honest), and the
     wall-clock seconds until that round ended (training, queries, valuation and books; empty when
     never reached).
 ``bad_trained_share``, ``bad_aggregated_share``
@@ -85,19 +86,26 @@ def _rejections(run, bad: set) -> tuple[float, float]:
 def _ruled_out(decisions: pd.DataFrame, bad: set, last_round: int, has_view: bool) -> tuple[float, float]:
     if not has_view:
         return math.nan, math.nan
-    final = set(decisions.loc[decisions["round"] == last_round, "client"].astype(str))
+    out = decisions[(decisions["round"] == last_round) & (decisions["decision"] == "ruled_out")]
+    final = set(out["client"].astype(str))
     precision = len(final & bad) / len(final) if final else math.nan
     return precision, (len(final & bad) / len(bad) if bad else math.nan)
 
 
+def final_accuracy(curve: pd.DataFrame, window: int) -> float:
+    """Mean test accuracy over the last ``window`` rounds."""
+    rounds = curve[curve["round"] > 0]
+    return float(rounds["test_accuracy"].iloc[-window:].mean())
+
+
 def cell_measures(curve: pd.DataFrame, decisions: pd.DataFrame, run_dir, *, bad: Iterable, clean_final: float,
-                  has_view: bool) -> dict:
+                  has_view: bool, window: int) -> dict:
     """The measures of one done cell (module docstring); ``clean_final`` is the clean federation's
     final test accuracy (NaN when its run is not done), ``has_view`` whether the policy rules clients out."""
     bad = {str(c) for c in bad}
     run = load_run(run_dir)
     rounds = curve[curve["round"] > 0]
-    measures = {"final_accuracy": float(rounds["test_accuracy"].iloc[-1]), "auc": float(rounds["test_accuracy"].mean()),
+    measures = {"final_accuracy": final_accuracy(curve, window), "auc": float(rounds["test_accuracy"].mean()),
                 "valuation_seconds": float(rounds["valuation_seconds"].mean()),
                 "round_seconds": float(rounds["seconds"].mean())}
     for target in TARGETS:

@@ -43,14 +43,14 @@ from simulations.experiments.noisy_federation.cells import (
 from simulations.experiments.noisy_federation.config import HELP, POLICY_NAMES, NoisyFederationConfig, check_config
 from simulations.experiments.noisy_federation.data import client_data, data_settings, model_factory
 from simulations.experiments.noisy_federation.figures import accuracy_figures
-from simulations.experiments.noisy_federation.measures import cell_measures, summary_table
+from simulations.experiments.noisy_federation.measures import cell_measures, final_accuracy, summary_table
 from simulations.experiments.noisy_federation.policies import CLEAN, build_policy, ruled_out
 from simulations.runner import Simulation, saved_config, torch_threads
 from strategies import NodeDirectory, PartitionSampler, replay_aggregator
 
 BENCHMARK_FILE = "benchmark.json"
 #: Settings a continued benchmark may change: which cells it runs and how the engine runs them.
-ADJUSTABLE = ("seed", "seeds", "policies", "flip_probabilities", "models", "num_cpus_per_client", "num_gpus_per_client",
+ADJUSTABLE = ("seed", "seeds", "policies", "final_window", "flip_probabilities", "models", "num_cpus_per_client", "num_gpus_per_client",
               "max_parallel_clients", "round_timeout", "query_timeout")
 
 
@@ -102,12 +102,12 @@ def collect(config: NoisyFederationConfig, out: Path) -> tuple[pd.DataFrame, pd.
         curve, decisions = read_cell(out, cell)
         curves.append(curve.assign(model=cell.model, seed=cell.seed, federation=cell.federation, policy=cell.policy))
         clean = Cell(cell.model, cell.seed, 1.0, CLEAN)
-        clean_final = (read_cell(out, clean)[0]["test_accuracy"].iloc[-1] if clean.done(out) else math.nan)
+        clean_final = final_accuracy(read_cell(out, clean)[0], config.final_window) if clean.done(out) else math.nan
         fed = seed_federation(config, cell.seed)
         has_view = ruled_out(build_policy(cell.policy, config, cell.seed, honest=fed.clean,
                                           nodes=NodeDirectory())) is not None
         row = cell_measures(curve, decisions, cell.directory(out) / "run", bad=set() if cell.clean else fed.bad,
-                            clean_final=float(clean_final), has_view=has_view)
+                            clean_final=float(clean_final), has_view=has_view, window=config.final_window)
         measures.append({"model": cell.model, "seed": cell.seed, "federation": cell.federation,
                          "policy": cell.policy, **row})
     return pd.DataFrame(measures), (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame())
