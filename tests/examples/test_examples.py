@@ -139,3 +139,26 @@ def test_readme_snippets_are_taken_from_the_examples():
             line = line.strip()
             if line and line != "...":
                 assert any(line == candidate for candidate in source), f"{name}: not found in order: {line!r}"
+
+
+def test_the_value_driven_serverapp_weighs_by_value_and_rules_out_noisy_clients(tmp_path, monkeypatch):
+    out = tmp_path / "value-driven"
+    printed = example("value_driven_serverapp.py", "--out", str(out), "--num-clients", "6", "--num-noisy", "2",
+                      "--clients-per-round", "3", "--rounds", "4", "--seed", "1").stdout
+    from fedvalue.audit.verdict import audit_run
+    from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
+
+    run = load_run(out)
+    assert set(run.ledger["method"]) == {"ads", "selected", "value_weight"} and list(run.rounds["round"]) == [1, 2, 3, 4]
+    for _, rows in run.ledger.groupby("round"):
+        ads = rows[rows["method"] == "ads"].set_index("client_id")["value"].to_dict()
+        weights = rows[rows["method"] == "value_weight"].set_index("client_id")["value"].to_dict()
+        assert weights == pytest.approx(value_weight_outcome(weighting_rule("ads"), ads)[1])
+    assert sum(line.startswith("round ") and "ruled out" in line for line in printed.splitlines()) == 4
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    digits_clients = importlib.import_module("digits_clients")
+    _, _, x_held_out, y_held_out = digits_clients.digits(1)
+    utility = TorchModelUtility(digits_clients.make_model(), x_held_out, y_held_out, metric="neg_loss")
+    report = audit_run(out, utility=utility)
+    assert report.intact, report.problems + report.unverifiable

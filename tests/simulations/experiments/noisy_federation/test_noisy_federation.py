@@ -1,0 +1,181 @@
+"""The noisy-federation benchmark at its tiniest: one real run of every policy on one engine (Ray,
+real Fashion-MNIST training), shared by the tests; each policy's decisions are checked against its
+rule replayed on the books, every ledger audits intact, the tables and figure are written, and a
+second run continues instead of redoing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedvalue.audit.verdict import audit_run
+from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
+from fedvalue.run.ledger_tables import load_run
+from fedvalue.schema import LedgerRow
+from simulations.experiments.noisy_federation.cells import CURVE_FILE, Cell, plan, seed_federation
+from simulations.experiments.noisy_federation.config import POLICY_NAMES, NoisyFederationConfig, check_config
+from simulations.experiments.noisy_federation.noisy_federation import audit_from_run, open_benchmark, run_benchmark
+from simulations.experiments.noisy_federation.policies import HonestOnlySampler
+from strategies import GreedyFedSampler, PartitionSampler, ValueEliminationSampler
+
+ROOT = Path(__file__).resolve().parents[4]
+TINY = NoisyFederationConfig(num_clients=8, clients_per_round=4, rounds=3, final_window=2, topk=2, poc_candidates=6,
+                             krum_malicious=0, valuation_budget=16, validation_examples=200, test_examples=300,
+                             flip_probabilities=(1.0,), hidden=(16,))
+
+
+@pytest.fixture(scope="module")
+def benchmark(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("noisy-federation")
+    done = []
+    tables = run_benchmark(TINY, out, on_cell=done.append)
+    assert [c.policy for c in done] == ["clean", *POLICY_NAMES]
+    return out, tables
+
+
+def cell(policy: str) -> Cell:
+    return Cell("mlp", 0, 1.0, policy)
+
+
+def books(out: Path, policy: str):
+    return load_run(cell(policy).directory(out) / "run")
+
+
+def trained(run, t: int) -> list[int]:
+    return [int(c) for c in str(run.rounds.loc[run.rounds["round"] == t, "clients"].iloc[0]).split()]
+
+
+def ledger_rows(run, t: int) -> list[LedgerRow]:
+    frame = run.ledger[run.ledger["round"] == t]
+    return [LedgerRow(int(r["round"]), int(r["client_id"]), r["method"], None if pd.isna(r["value"]) else r["value"],
+                      r["stderr"], r["num_examples"], r["status"], r["noisy"], r["reason"])
+            for r in frame.to_dict("records")]
+
+
+def test_uniform_samplers_train_the_seeded_choice_and_the_oracle_only_honest_clients(benchmark):
+    out, _ = benchmark
+    fed = seed_federation(TINY, 0)
+    uniform = PartitionSampler(4, seed=0)
+    for policy in ("random", "topk-ads", "topk-loo", "value-weighted", "trimmed-mean", "median", "krum"):
+        run = books(out, policy)
+        assert [trained(run, t) for t in (1, 2, 3)] == [uniform.sample(t, range(8)) for t in (1, 2, 3)], policy
+    oracle = books(out, "oracle")
+    assert [trained(oracle, t) for t in (1, 2, 3)] == [HonestOnlySampler(4, fed.clean, seed=0).sample(t, range(8))
+                                                       for t in (1, 2, 3)]
+    assert not {c for t in (1, 2, 3) for c in trained(oracle, t)} & fed.bad
+    assert books(out, "random").ledger.empty  # it pays for no valuation and books none
+
+
+def test_topk_accepts_the_k_best_by_its_score_and_value_weighting_books_the_rule_s_factors(benchmark):
+    out, _ = benchmark
+    for policy, score in (("topk-ads", "ads"), ("topk-loo", "loo")):
+        ledger = books(out, policy).ledger
+        for _, rows in ledger.groupby("round"):
+            values = rows[rows["method"] == score].set_index("client_id")["value"]
+            selected = rows[rows["method"] == "selected"].set_index("client_id")["value"]
+            assert (selected == 1.0).sum() == 2
+            assert set(selected[selected == 1.0].index) == set(values.sort_values(ascending=False, kind="mergesort")
+                                                               .index[:2])
+    for policy in ("value-weighted", "value-elimination"):
+        ledger = books(out, policy).ledger
+        for _, rows in ledger.groupby("round"):
+            ads = rows[rows["method"] == "ads"].set_index("client_id")["value"].to_dict()
+            weights = rows[rows["method"] == "value_weight"].set_index("client_id")["value"].to_dict()
+            assert weights == pytest.approx(value_weight_outcome(weighting_rule("ads"), ads)[1])
+
+
+def test_value_samplers_decide_as_their_rules_replayed_on_the_books(benchmark):
+    out, _ = benchmark
+    for policy, make in (("greedyfed", lambda: GreedyFedSampler(4, seed=0)),
+                         ("value-elimination", lambda: ValueEliminationSampler(4, confidence=TINY.elimination_confidence,
+                                                                               seed=0))):
+        run, sampler = books(out, policy), make()
+        decisions = pd.read_csv(cell(policy).directory(out) / "decisions.csv")
+        for t in (1, 2, 3):
+            assert trained(run, t) == sampler.sample(t, range(8)), (policy, t)
+            sampler.observe(ledger_rows(run, t))
+            if policy == "value-elimination":
+                ruled_out = decisions[(decisions["round"] == t) & (decisions["decision"] == "ruled_out")]
+                assert set(ruled_out["client"]) == set(sampler.flagged)
+
+
+def test_power_of_choice_trains_the_highest_losses_its_candidates_report(benchmark):
+    out, _ = benchmark
+    run = books(out, "power-of-choice")
+    decisions = pd.read_csv(cell("power-of-choice").directory(out) / "decisions.csv")
+    for t in (1, 2, 3):
+        losses = decisions[(decisions["round"] == t) & (decisions["decision"] == "local_loss")]
+        assert len(losses) == TINY.poc_candidates
+        top = losses.sort_values(["value", "client"], ascending=[False, True])["client"].iloc[:4]
+        assert trained(run, t) == sorted(int(c) for c in top)
+
+
+def test_every_ledger_audits_intact(benchmark):
+    out, _ = benchmark
+    for each in plan(TINY):
+        run_dir = each.directory(out) / "run"
+        saved = json.loads((run_dir / "run.json").read_text())
+        report = audit_run(run_dir, **audit_from_run(saved))
+        assert report.intact, (each, report.problems, report.unverifiable)
+        assert any("recomputed every value" in c for c in report.checks), each
+
+
+def test_fedvalue_audit_calls_a_cell_intact(benchmark):
+    out, _ = benchmark
+    result = subprocess.run([sys.executable, "-m", "simulations.cli", "audit",
+                             str(cell("value-elimination").directory(out) / "run")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.strip().endswith("intact")
+
+
+def test_the_tables_and_the_figure(benchmark):
+    out, tables = benchmark
+    summary = tables["summary"]
+    assert list(summary["policy"]) == ["clean", *POLICY_NAMES]
+    assert (summary["seeds"] == 1).all() and (out / "summary.csv").is_file() and (out / "accuracy-mlp.png").is_file()
+    per_cell = tables["per_cell"].set_index("policy")
+    assert per_cell.loc["oracle", "bad_trained_share"] == 0.0 and per_cell.loc["clean", "bad_trained_share"] == 0.0
+    fed = seed_federation(TINY, 0)
+    random = books(out, "random")
+    slots = [c for t in (1, 2, 3) for c in trained(random, t)]
+    assert per_cell.loc["random", "bad_trained_share"] == pytest.approx(np.mean([c in fed.bad for c in slots]))
+    for measure in ("rounds_to_90", "rounds_to_95"):
+        reached = per_cell[measure].dropna()
+        assert reached.between(1, TINY.rounds).all()
+    assert per_cell.loc["random", "valuation_seconds"] == 0.0 and per_cell.loc["greedyfed", "valuation_seconds"] > 0
+    curve = pd.read_csv(cell("random").directory(out) / CURVE_FILE)
+    assert list(curve["round"]) == [0, 1, 2, 3] and curve["test_accuracy"].between(0, 1).all()
+
+
+def test_a_second_run_continues_and_a_changed_setting_is_refused(benchmark):
+    out, _ = benchmark
+    stamps = {c: (c.directory(out) / CURVE_FILE).stat().st_mtime_ns for c in plan(TINY)}
+    tables = run_benchmark(TINY, out)  # every cell done: no engine starts, the tables are rebuilt
+    assert {c: (c.directory(out) / CURVE_FILE).stat().st_mtime_ns for c in plan(TINY)} == stamps
+    assert len(tables["per_cell"]) == len(plan(TINY))
+    with pytest.raises(ValueError, match="holds a benchmark run with other settings \\(rounds\\)"):
+        open_benchmark(dataclasses.replace(TINY, rounds=4), out, overwrite=False)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"policies": ("random", "fedsgd")}, "policies: expected distinct names"),
+    ({"topk": 5}, "topk: expected at most clients_per_round=4"),
+    ({"poc_candidates": 3}, "poc_candidates: expected d in \\[clients_per_round, num_clients\\]"),
+    ({"krum_malicious": 1}, "krum_malicious: Krum needs clients_per_round > 2f \\+ 2"),
+    ({"noisy_fraction": 0.6, "extra_bad_kind": "free-rider", "extra_bad_fraction": 0.4}, "a sum below 1"),
+    ({"extra_bad_kind": "free-rider"}, "give both"),
+    ({"weighting_kind": "softmax"}, "weighting_temperature"),
+    ({"final_window": 4}, "final_window: expected at most rounds=3"),
+    ({"flip_probabilities": (0.0,)}, "flip_probabilities"),
+])
+def test_bad_settings_name_the_field(change, match):
+    with pytest.raises(ValueError, match=match):
+        check_config(dataclasses.replace(TINY, **change))
