@@ -1,13 +1,14 @@
 """GreedyFed client selection on the books' within-round Shapley values.
 
-GreedyFed ([GREEDYFED] Alg. 1) selects clients greedily by their estimated Shapley value:
+GreedyFed ([GREEDYFED]) selects clients greedily by their estimated, cumulative Shapley value:
 the first ⌈N / M⌉ rounds go round-robin through all N clients (each is valued once), then
 every round trains the M clients with the largest estimates. A client's estimate is the mean
 of the within-round Shapley values it earned in the rounds it trained (GreedyFed computes them
 with GTG-Shapley on the server's validation data; here they are the books' within-round ADS,
 which with one group of players is the Shapley value of the round game, [ADS] Remark 4.1, or
 LOO). With ``memory`` α the estimate is instead the exponential average φ̄ ← α φ̄ + (1 − α) φ_t,
-which forgets early rounds (whose values are large while the model is far from converged).
+which forgets early rounds (whose values are large while the model is far from converged); the
+paper offers such variants of the averaging.
 
 Differences from the paper, by design: the round-robin order is a seeded permutation of the
 partition ids (the paper's is the clients' index order), ties are broken by partition id, and a

@@ -1,10 +1,10 @@
 """Power-of-Choice client selection: train the candidates with the largest local loss.
 
-[POC] (Cho, Wang, Joshi, "Towards Understanding Biased Client Selection in Federated Learning",
-Alg. 1, pow-d): each round the server draws a candidate set of d clients, sends them the global
+[POC] (pow-d): each round the server draws a candidate set of d clients, sends them the global
 model A_{t−1}, each answers its local loss F_k(A_{t−1}) on its own training data, and the m
 candidates with the largest losses train; aggregation is FedAvg's. Biasing selection towards
-high-loss clients speeds convergence on clean federations ([POC] §5: up to 3× fewer rounds).
+high-loss clients speeds convergence on clean federations ([POC] reports up to 3× faster
+convergence than uniform selection).
 
 A label-flipping client's loss on its own (wrong) labels is high at any good model, so under
 noisy clients the rule prefers exactly the clients that hurt; the noisy-federation benchmark

@@ -1,5 +1,5 @@
 """Explore and exploit on accumulated within-round values: uniform sampling among the clients
-the books have not ruled out (successive elimination with upper confidence bounds).
+the books have not ruled out (successive elimination with upper confidence bounds, [ELIM]).
 
 Why not greedy: under label skew each client holds a few classes, so training only the clients
 with the largest values overfits their classes; the federation is served best by sampling every

@@ -3,7 +3,7 @@
 FedAvg weighs reply i by n_i; :class:`ValueWeighting` weighs it by n_i w_i with w_i a function of
 the reply's within-round value φ_t(i), computed by the server on its held-out data before it
 aggregates ([ADS] Remark 4.1, Eq. 10, or LOO): the counterpart of NVIDIA FLARE's FedCE
-aggregation, whose contribution scores the clients compute themselves. The rule (``"positive"``:
+aggregation ([FEDCE]), whose contribution scores the clients compute themselves. The rule (``"positive"``:
 w_i ∝ max(φ_i, 0), replies that did not help are left out; ``"softmax"``: w_i ∝ exp(r_i / τ) on
 the round's scale-free values r_i = φ_i / max_j |φ_j|) is
 :func:`fedvalue.rounds.kinds.value_weights.value_weight_outcome`; the wrapper books each factor as a

@@ -7,7 +7,7 @@ live aggregation takes the mean weighted by n_i w_i:
 
     A_t = Σ_i n_i w_i Δ_i / Σ_i n_i w_i + A_{t−1}.
 
-This is the counterpart of NVIDIA FLARE's FedCE aggregation (weights from contribution
+This is the counterpart of NVIDIA FLARE's FedCE aggregation ([FEDCE]: weights from contribution
 scores) with values the server computes on its own held-out data instead of scores the clients
 report. Rules (``{"rule": "value-weight", "score": S, "kind": K, ...}``, saved in the round
 record so the audit derives the same factors from the recomputed values):

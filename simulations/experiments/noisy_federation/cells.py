@@ -34,7 +34,13 @@ from flwr.serverapp import Grid
 
 from clients.app import make_client_app
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from simulations.experiments.noisy_federation.data import Federation, client_data, data_settings, federation, model_factory
+from simulations.experiments.noisy_federation.data import (
+    Federation,
+    client_data,
+    data_settings,
+    federation,
+    model_factory,
+)
 from simulations.experiments.noisy_federation.data import data_key as federation_key
 from simulations.experiments.noisy_federation.policies import CLEAN, PolicyParts, build_policy, ruled_out
 from simulations.runner import (
@@ -97,7 +103,8 @@ def plan(config) -> list[Cell]:
     for seed in range(config.seed, config.seed + config.seeds):
         for model in config.models:
             cells.append(Cell(model, seed, 1.0, CLEAN))
-            cells += [Cell(model, seed, float(p), policy) for p in config.flip_probabilities for policy in config.policies]
+            cells += [Cell(model, seed, float(p), policy)
+                      for p in config.flip_probabilities for policy in config.policies]
     return cells
 
 

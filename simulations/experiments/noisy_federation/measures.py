@@ -114,8 +114,8 @@ def cell_measures(curve: pd.DataFrame, decisions: pd.DataFrame, run_dir, *, bad:
         measures[f"seconds_to_{round(target * 100)}"] = seconds
     measures["bad_trained_share"], measures["bad_aggregated_share"] = _shares(run, bad)
     measures["rejected_precision"], measures["rejected_recall"] = _rejections(run, bad)
-    measures["ruled_out_precision"], measures["ruled_out_recall"] = _ruled_out(decisions, bad, int(rounds["round"].max()),
-                                                                               has_view)
+    last_round = int(rounds["round"].max())
+    measures["ruled_out_precision"], measures["ruled_out_recall"] = _ruled_out(decisions, bad, last_round, has_view)
     return measures
 
 

@@ -50,8 +50,8 @@ from strategies import NodeDirectory, PartitionSampler, replay_aggregator
 
 BENCHMARK_FILE = "benchmark.json"
 #: Settings a continued benchmark may change: which cells it runs and how the engine runs them.
-ADJUSTABLE = ("seed", "seeds", "policies", "final_window", "flip_probabilities", "models", "num_cpus_per_client", "num_gpus_per_client",
-              "max_parallel_clients", "round_timeout", "query_timeout")
+ADJUSTABLE = ("seed", "seeds", "policies", "final_window", "flip_probabilities", "models", "num_cpus_per_client",
+              "num_gpus_per_client", "max_parallel_clients", "round_timeout", "query_timeout")
 
 
 def open_benchmark(config: NoisyFederationConfig, out: str | Path, *, overwrite: bool) -> Path:
@@ -233,9 +233,10 @@ def audit_from_run(saved: dict) -> dict:
 
     def retrain(server_round: int, client, start_arrays) -> dict:
         with torch_threads(max(1, int(config.num_cpus_per_client))):  # as the client's Ray worker had
-            arrays, _, _ = train_client(client_data(int(client), cell.data_key, settings=settings), factory,
-                                        dict(start_arrays), learning_rate=train["lr"], local_epochs=train["local-epochs"],
-                                        batch_size=train["batch-size"], seed=cell.seed, server_round=server_round)
+            data = client_data(int(client), cell.data_key, settings=settings)
+            arrays, _, _ = train_client(data, factory, dict(start_arrays), learning_rate=train["lr"],
+                                        local_epochs=train["local-epochs"], batch_size=train["batch-size"],
+                                        seed=cell.seed, server_round=server_round)
         return arrays
 
     sampler = parts.sampler if isinstance(parts.sampler, PartitionSampler) else None

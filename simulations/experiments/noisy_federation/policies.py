@@ -18,8 +18,12 @@ oracle              m uniformly among the honest clients   FedAvg               
 clean (reference)   m uniformly, every client honest       FedAvg                            none
 ==================  =====================================  ================================  ==========
 
-The uniform samplers share the seed, so in a round they draw the same clients (common random
-numbers across policies). A policy pays for the valuation it uses and only for it.
+Power-of-Choice is [POC]'s pow-d, GreedyFed [GREEDYFED]'s rule, the trimmed mean and the median
+[ROBUSTSTATS]'s, Krum [KRUM]'s (Flower's implementations of the three); value elimination is
+:class:`strategies.ValueEliminationSampler` with :class:`strategies.ValueWeighting` (this
+project's design, tuned on seeds that are not reported). The uniform samplers share the seed, so
+in a round they draw the same clients (common random numbers across policies). A policy pays for
+the valuation it uses and only for it.
 """
 
 from __future__ import annotations

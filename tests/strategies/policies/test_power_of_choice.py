@@ -78,9 +78,10 @@ def test_at_a_model_that_fits_the_clean_labels_the_label_flippers_are_chosen():
     model = model_factory()
     x = np.random.default_rng(11).normal(size=(400, FEATURES)).astype(np.float32)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    labels = torch.tensor((x[:, 0] > 0).astype(np.int64))
     for _ in range(200):  # a model of the clean rule y = [x_0 > 0]
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(torch.tensor(x)), torch.tensor((x[:, 0] > 0).astype(np.int64))).backward()
+        torch.nn.functional.cross_entropy(model(torch.tensor(x)), labels).backward()
         optimizer.step()
     fitted = numpy_to_arrays({k: v.detach().numpy() for k, v in model.state_dict().items()})
     grid = ClientAppGrid(make_client_app(load_client, model_factory), NODES)

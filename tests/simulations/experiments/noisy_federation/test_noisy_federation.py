@@ -93,9 +93,9 @@ def test_topk_accepts_the_k_best_by_its_score_and_value_weighting_books_the_rule
 
 def test_value_samplers_decide_as_their_rules_replayed_on_the_books(benchmark):
     out, _ = benchmark
+    confidence = TINY.elimination_confidence
     for policy, make in (("greedyfed", lambda: GreedyFedSampler(4, seed=0)),
-                         ("value-elimination", lambda: ValueEliminationSampler(4, confidence=TINY.elimination_confidence,
-                                                                               seed=0))):
+                         ("value-elimination", lambda: ValueEliminationSampler(4, confidence=confidence, seed=0))):
         run, sampler = books(out, policy), make()
         decisions = pd.read_csv(cell(policy).directory(out) / "decisions.csv")
         for t in (1, 2, 3):
