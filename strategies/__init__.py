@@ -24,7 +24,7 @@ from strategies.policies import (
     ValueWeightedSampler,
     ValueWeighting,
 )
-from strategies.protocol import SEED_KEY, train_config
+from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, train_config
 from strategies.records import arrays_to_numpy, initial_arrays
 from strategies.replay import replay_aggregator
 from strategies.valuing import ValuingStrategy
@@ -33,6 +33,7 @@ from strategies.valuing_settings import BookSettings, IntakeSettings
 __all__ = [
     "CLAIM_METHODS",
     "SCHEDULES",
+    "LOCAL_LOSS_KEY",
     "SEED_KEY",
     "Acceptance",
     "NodeDirectory",

@@ -14,7 +14,7 @@ command again skips it, so the benchmark resumes per cell. A cell found without 
 from scratch. Wall-clock per round is measured on the server from the end of the previous round's
 test evaluation to the start of this one's: the clients' training, Power-of-Choice's loss queries,
 the valuation and the books, everything a policy pays for; the test evaluation itself is not
-counted.
+counted, nor is the engine's start nor the clients' loading of a seed's data (:func:`warm_up`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from clients.app import make_client_app
@@ -53,6 +53,7 @@ from simulations.runner import (
     torch_threads,
 )
 from strategies import (
+    LOCAL_LOSS_KEY,
     BookSettings,
     IntakeSettings,
     NodeDirectory,
@@ -191,6 +192,18 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
     curve.to_csv(directory / CURVE_FILE, index=False)  # last: the cell is done
 
 
+def warm_up(grid: Grid, config, cell: Cell, nodes: NodeDirectory) -> None:
+    """Have every client load ``cell``'s federation before any cell of it is timed: a loss query
+    carrying the seed's initial model and data key (a Ray worker prepares a seed's data once, tens
+    of seconds on a loaded machine, which no policy should be charged for)."""
+    arrays = initial_model_arrays(model_factory(cell.model, config.hidden, cell.seed), cell.seed)
+    query = ConfigRecord({**cell_train_config(config, cell), LOCAL_LOSS_KEY: True})
+    messages = [Message(RecordDict({"arrays": arrays, "config": query}), dst_node_id=node,
+                        message_type=MessageType.QUERY)
+                for node in nodes.partition_map(grid, config.query_timeout).values()]
+    grid.send_and_receive(messages, timeout=config.round_timeout)
+
+
 def engine_options(config) -> EngineOptions:
     """The config's engine; by default every usable core trains clients (the server values a round
     only after its last reply, so it idles while they train)."""
@@ -209,7 +222,11 @@ def run_cells(config, out: Path, cells: list[Cell], *, on_cell: Callable[[Cell],
 
         def main(grid: Grid, todo=todo) -> None:
             nodes = NodeDirectory()  # one engine, one set of node ids: each node is asked its partition once
+            warmed = set()
             for cell in todo:
+                if cell.seed not in warmed:
+                    warm_up(grid, config, cell, nodes)
+                    warmed.add(cell.seed)
                 run_cell(grid, config, cell, out, nodes)
                 if on_cell is not None:
                     on_cell(cell)

@@ -150,7 +150,8 @@ def test_the_tables_and_the_figure(benchmark):
     for measure in ("rounds_to_90", "rounds_to_95"):
         reached = per_cell[measure].dropna()
         assert reached.between(1, TINY.rounds).all()
-    assert per_cell.loc["random", "valuation_seconds"] == 0.0 and per_cell.loc["greedyfed", "valuation_seconds"] > 0
+    # Every run scores U(A_{t-1}) and U(A_t) for its books; a valuing policy pays for its coalitions on top.
+    assert per_cell.loc["random", "valuation_seconds"] < per_cell.loc["greedyfed", "valuation_seconds"]
     curve = pd.read_csv(cell("random").directory(out) / CURVE_FILE)
     assert list(curve["round"]) == [0, 1, 2, 3] and curve["test_accuracy"].between(0, 1).all()
 
