@@ -20,6 +20,10 @@ among those not eliminated, nor flagged by an optional online
 :class:`~fedvalue.analysis.flagging.FlaggingRule`; when too few remain the round is filled with
 the ruled-out clients of largest upper bound r̄_i + c/√n_i (a round is never starved).
 Elimination is not final: a ruled-out client drawn to fill a round is valued again.
+
+With ``warm_start`` the first ⌈N / M⌉ rounds instead go round-robin through a seeded permutation
+of the N clients (as GreedyFed's initialization, [GREEDYFED]), so every client is valued once as
+early as possible; uniform sampling among the clients not ruled out follows.
 """
 
 from __future__ import annotations
@@ -51,12 +55,15 @@ class ValueEliminationSampler:
     flagging
         An online :class:`~fedvalue.analysis.flagging.FlaggingRule` fed the same rows; the clients it
         flags are ruled out as well.
+    warm_start
+        Go round-robin through all clients first (every one valued once), then sample.
     seed
         Seed of the draws; round t's draw depends on (seed, t) and the values observed.
     """
 
     def __init__(self, clients_per_round: int, *, method: str = "ads", confidence: float = 0.5,
-                 min_rounds: int = 1, flagging: FlaggingRule | None = None, seed: int = 0) -> None:
+                 min_rounds: int = 1, flagging: FlaggingRule | None = None, warm_start: bool = False,
+                 seed: int = 0) -> None:
         self.clients_per_round = check_integer("clients_per_round", clients_per_round)
         if method not in ("ads", "loo"):
             raise ValueError(f"method: expected 'ads' or 'loo'; got {method!r}.")
@@ -67,6 +74,9 @@ class ValueEliminationSampler:
         self.confidence = check_positive("confidence", confidence)
         self.min_rounds = check_integer("min_rounds", min_rounds)
         self.flagging = flagging
+        if not isinstance(warm_start, bool):
+            raise TypeError(f"warm_start: expected True or False; got {warm_start!r}.")
+        self.warm_start = warm_start
         self.seed = int(seed)
         self.sums: dict[int, float] = {}
         self.counts: dict[int, int] = {}
@@ -106,6 +116,10 @@ class ValueEliminationSampler:
         if self.clients_per_round > len(ids):
             raise ValueError(f"clients_per_round: expected at most the {len(ids)} available clients; got "
                              f"{self.clients_per_round}.")
+        if self.warm_start and server_round <= math.ceil(len(ids) / self.clients_per_round):
+            order = np.random.default_rng([self.seed, 0x6EED]).permutation(ids).tolist()
+            start = (server_round - 1) * self.clients_per_round
+            return sorted(int(order[(start + k) % len(order)]) for k in range(self.clients_per_round))
         ruled_out = self.flagged
         allowed = [c for c in ids if c not in ruled_out]
         rng = np.random.default_rng([self.seed, server_round])
@@ -119,4 +133,5 @@ class ValueEliminationSampler:
     def __repr__(self) -> str:
         return (f"ValueEliminationSampler({self.clients_per_round}, method={self.method!r}, "
                 f"confidence={self.confidence!r}, min_rounds={self.min_rounds!r}"
+                + (", warm_start=True" if self.warm_start else "")
                 + ("" if self.flagging is None else f", flagging={self.flagging!r}") + ")")

@@ -61,6 +61,7 @@ class NoisyFederationConfig:
     elimination_confidence: float = 0.5
     elimination_min_rounds: int = 1
     elimination_acceptance: str = "value-weighted"
+    elimination_warm_start: int = 0
     weighting_kind: str = "positive"
     weighting_temperature: float | None = None
     trimmed_beta: float = 0.2
@@ -100,6 +101,7 @@ HELP = {
     "greedy_memory": "GreedyFed's exponential average of values (unset: the plain mean)",
     "elimination_confidence": "c of the value-elimination sampler (rule a client out when mean + c/sqrt(n) < 0)",
     "elimination_min_rounds": "valued rounds before the value-elimination sampler may rule a client out",
+    "elimination_warm_start": "1: the value-elimination sampler goes round-robin through every client first; 0: not",
     "elimination_acceptance": "what the value-elimination policy aggregates: value-weighted (FedAvg x the "
                               "weighting rule) or all (plain FedAvg of the clients it samples)",
     "weighting_kind": f"value weighting's rule: {', '.join(WEIGHTING_KINDS)}",
@@ -169,6 +171,9 @@ def check_config(config: NoisyFederationConfig) -> None:
     if config.valuation_budget < per_round + 1:
         raise ValueError(f"valuation_budget: expected at least clients_per_round + 1 = {per_round + 1} evaluations "
                          f"(leave-one-out's); got {config.valuation_budget}.")
+    if isinstance(config.elimination_warm_start, bool) or config.elimination_warm_start not in (0, 1):
+        raise ValueError(f"elimination_warm_start: expected 1 (round-robin through every client first) or 0; got "
+                         f"{config.elimination_warm_start!r}.")
     if (config.weighting_kind == "softmax") != (config.weighting_temperature is not None):
         raise ValueError(f"weighting_temperature: the softmax weighting needs one and the positive one none; got "
                          f"{config.weighting_temperature!r} with weighting_kind={config.weighting_kind!r}.")

@@ -105,3 +105,14 @@ def test_a_round_larger_than_the_clients_is_refused():
         ValueEliminationSampler(3).sample(1, [0, 1])
     with pytest.raises(ValueError, match="clients_per_round: expected at most the 2 available clients"):
         GreedyFedSampler(3).sample(1, [0, 1])
+
+
+def test_value_elimination_with_a_warm_start_values_every_client_once_first():
+    sampler = ValueEliminationSampler(3, warm_start=True, seed=2)
+    warm = [sampler.sample(t, range(10)) for t in range(1, 5)]
+    assert warm == [GreedyFedSampler(3, seed=2).sample(t, range(10)) for t in range(1, 5)]  # GreedyFed's order
+    sampler.observe(rows(1, {c: (-1.0 if c < 5 else 1.0) for c in range(10)}))
+    assert sampler.eliminated == {0, 1, 2, 3, 4}
+    assert not {c for t in range(5, 30) for c in sampler.sample(t, range(10))} & {0, 1, 2, 3, 4}
+    with pytest.raises(TypeError, match="warm_start: expected True or False"):
+        ValueEliminationSampler(3, warm_start=1)
