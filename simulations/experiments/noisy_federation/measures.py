@@ -11,6 +11,10 @@ Per cell (a run of one policy on one seed's federation):
     accuracy (as above) (same model and seed, random sampling and FedAvg with every client honest), and the
     wall-clock seconds until that round ended (training, queries, valuation and books; empty when
     never reached).
+``steady_seconds_to_90``, ``steady_seconds_to_95``
+    The same rounds times the run's median seconds per round: what the run would take on a
+    machine nobody else loads (on a shared machine another user's job lengthens a few rounds by
+    seconds and the sum with them; the median round is not moved by them).
 ``bad_trained_share``, ``bad_aggregated_share``
     The share of the training slots (sampled client × round) given to bad clients, and of the
     slots whose reply was aggregated (``selected`` or a positive ``value_weight``; every valid
@@ -43,6 +47,7 @@ from fedvalue.run.ledger_tables import load_run
 
 TARGETS = (0.90, 0.95)
 MEASURES = ("final_accuracy", "auc", "rounds_to_90", "rounds_to_95", "seconds_to_90", "seconds_to_95",
+            "steady_seconds_to_90", "steady_seconds_to_95",
             "bad_trained_share", "bad_aggregated_share", "ruled_out_precision", "ruled_out_recall",
             "rejected_precision", "rejected_recall", "valuation_seconds", "round_seconds")
 
@@ -112,6 +117,7 @@ def cell_measures(curve: pd.DataFrame, decisions: pd.DataFrame, run_dir, *, bad:
         reached_round, seconds = time_to_target(curve, target * clean_final)
         measures[f"rounds_to_{round(target * 100)}"] = reached_round
         measures[f"seconds_to_{round(target * 100)}"] = seconds
+        measures[f"steady_seconds_to_{round(target * 100)}"] = reached_round * float(rounds["seconds"].median())
     measures["bad_trained_share"], measures["bad_aggregated_share"] = _shares(run, bad)
     measures["rejected_precision"], measures["rejected_recall"] = _rejections(run, bad)
     last_round = int(rounds["round"].max())

@@ -135,7 +135,7 @@ def table_text(summary: pd.DataFrame) -> str:
     """The summary as the console shows it, one block per model and federation."""
     columns = (("final_accuracy", "final acc", 3, False), ("auc", "AUC", 3, False),
                ("rounds_to_90", "rounds→90%", 1, True), ("rounds_to_95", "rounds→95%", 1, True),
-               ("seconds_to_90", "s→90%", 0, True), ("seconds_to_95", "s→95%", 0, True),
+               ("steady_seconds_to_90", "s→90%", 0, True), ("steady_seconds_to_95", "s→95%", 0, True),
                ("bad_trained_share", "bad trained", 2, False), ("ruled_out_precision", "out prec", 2, False),
                ("ruled_out_recall", "out rec", 2, False), ("rejected_precision", "rej prec", 2, False),
                ("rejected_recall", "rej rec", 2, False), ("valuation_seconds", "val s/rd", 2, False))
@@ -144,7 +144,8 @@ def table_text(summary: pd.DataFrame) -> str:
         lines = [{"policy": r["policy"], **{label: _cell_text(r[m], r[f"{m}_ci"], int(r[f"{m}_n"]), d, int(r["seeds"]),
                                                                counted) for m, label, d, counted in columns}}
                  for _, r in rows.iterrows()]
-        blocks.append(f"{model}, federation {fed} (mean ± 95% interval over seeds; (k/n): seeds reaching the target)\n"
+        blocks.append(f"{model}, federation {fed} (mean ± 95% interval over seeds; (k/n): seeds reaching the target; "
+                      "s→: rounds × median seconds a round)\n"
                       + pd.DataFrame(lines).to_string(index=False))
     return "\n\n".join(blocks)
 
