@@ -68,8 +68,10 @@ def open_benchmark(config: NoisyFederationConfig, out: str | Path, *, overwrite:
             shutil.rmtree(out)
         else:
             saved = json.loads(saved_file.read_text())
+            # A setting the saved run predates had its default there.
             changed = [f.name for f in dataclasses.fields(config) if f.name not in ADJUSTABLE
-                       and saved.get(f.name) != json.loads(json.dumps(getattr(config, f.name)))]
+                       and saved.get(f.name, json.loads(json.dumps(f.default)))
+                       != json.loads(json.dumps(getattr(config, f.name)))]
             if changed:
                 raise ValueError(f"out: {out} holds a benchmark run with other settings ({', '.join(changed)}); its "
                                  "done cells would not be comparable. Use the same settings to continue it, another "

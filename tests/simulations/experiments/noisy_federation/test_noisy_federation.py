@@ -164,6 +164,14 @@ def test_a_second_run_continues_and_a_changed_setting_is_refused(benchmark):
     assert len(tables["per_cell"]) == len(plan(TINY))
     with pytest.raises(ValueError, match="holds a benchmark run with other settings \\(rounds\\)"):
         open_benchmark(dataclasses.replace(TINY, rounds=4), out, overwrite=False)
+    saved = json.loads((out / "benchmark.json").read_text())
+    del saved["elimination_warm_start"]  # a setting the saved run predates had its default there
+    (out / "benchmark.json").write_text(json.dumps(saved))
+    open_benchmark(TINY, out, overwrite=False)
+    with pytest.raises(ValueError, match="other settings \\(elimination_warm_start\\)"):
+        (out / "benchmark.json").write_text(json.dumps(saved))
+        open_benchmark(dataclasses.replace(TINY, elimination_warm_start=1), out, overwrite=False)
+    open_benchmark(TINY, out, overwrite=False)
 
 
 @pytest.mark.parametrize("change, match", [
