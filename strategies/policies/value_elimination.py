@@ -21,6 +21,11 @@ among those not eliminated, nor flagged by an optional online
 the ruled-out clients of largest upper bound r̄_i + c/√n_i (a round is never starved).
 Elimination is not final: a ruled-out client drawn to fill a round is valued again.
 
+With ``selection="ucb"`` the sampler exploits instead of sampling uniformly: each round trains the
+``clients_per_round`` clients not ruled out with the largest upper bounds r̄_i + c/√n_i (UCB1-style
+optimism; clients never valued first, in a seeded order; ties in a seeded order), so clients whose
+values are high are trained often and the bound's width sends it back to the less-tried ones.
+
 With ``warm_start`` the first ⌈N / M⌉ rounds instead go round-robin through a seeded permutation
 of the N clients (as GreedyFed's initialization, [GREEDYFED]), so every client is valued once as
 early as possible; uniform sampling among the clients not ruled out follows.
@@ -36,6 +41,9 @@ import numpy as np
 from fedvalue._checks import check_integer, check_number, check_positive
 from fedvalue.analysis.flagging import FlaggingRule
 from fedvalue.schema import Status
+
+
+SELECTIONS = ("uniform", "ucb")
 
 
 class ValueEliminationSampler:
@@ -57,13 +65,15 @@ class ValueEliminationSampler:
         flags are ruled out as well.
     warm_start
         Go round-robin through all clients first (every one valued once), then sample.
+    selection
+        ``"uniform"`` (default) or ``"ucb"``: how the clients not ruled out are drawn.
     seed
         Seed of the draws; round t's draw depends on (seed, t) and the values observed.
     """
 
     def __init__(self, clients_per_round: int, *, method: str = "ads", confidence: float = 0.5,
                  min_rounds: int = 1, flagging: FlaggingRule | None = None, warm_start: bool = False,
-                 seed: int = 0) -> None:
+                 selection: str = "uniform", seed: int = 0) -> None:
         self.clients_per_round = check_integer("clients_per_round", clients_per_round)
         if method not in ("ads", "loo"):
             raise ValueError(f"method: expected 'ads' or 'loo'; got {method!r}.")
@@ -77,6 +87,9 @@ class ValueEliminationSampler:
         if not isinstance(warm_start, bool):
             raise TypeError(f"warm_start: expected True or False; got {warm_start!r}.")
         self.warm_start = warm_start
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection: expected one of {list(SELECTIONS)}; got {selection!r}.")
+        self.selection = selection
         self.seed = int(seed)
         self.sums: dict[int, float] = {}
         self.counts: dict[int, int] = {}
@@ -123,7 +136,10 @@ class ValueEliminationSampler:
         ruled_out = self.flagged
         allowed = [c for c in ids if c not in ruled_out]
         rng = np.random.default_rng([self.seed, server_round])
-        if len(allowed) >= self.clients_per_round:
+        if len(allowed) >= self.clients_per_round and self.selection == "ucb":
+            order = {c: k for k, c in enumerate(rng.permutation(allowed).tolist())}  # seeded ties
+            chosen = sorted(allowed, key=lambda c: (-self.upper_bound(c), order[c]))[:self.clients_per_round]
+        elif len(allowed) >= self.clients_per_round:
             chosen = rng.choice(allowed, size=self.clients_per_round, replace=False).tolist()
         else:  # never starve a round: the ruled-out clients least clearly harmful fill it
             fill = sorted((c for c in ids if c in ruled_out), key=lambda c: (-self.upper_bound(c), c))
@@ -134,4 +150,5 @@ class ValueEliminationSampler:
         return (f"ValueEliminationSampler({self.clients_per_round}, method={self.method!r}, "
                 f"confidence={self.confidence!r}, min_rounds={self.min_rounds!r}"
                 + (", warm_start=True" if self.warm_start else "")
+                + ("" if self.selection == "uniform" else f", selection={self.selection!r}")
                 + ("" if self.flagging is None else f", flagging={self.flagging!r}") + ")")

@@ -62,6 +62,7 @@ class NoisyFederationConfig:
     elimination_min_rounds: int = 1
     elimination_acceptance: str = "value-weighted"
     elimination_warm_start: int = 0
+    elimination_selection: str = "uniform"
     weighting_kind: str = "positive"
     weighting_temperature: float | None = None
     trimmed_beta: float = 0.2
@@ -102,6 +103,8 @@ HELP = {
     "elimination_confidence": "c of the value-elimination sampler (rule a client out when mean + c/sqrt(n) < 0)",
     "elimination_min_rounds": "valued rounds before the value-elimination sampler may rule a client out",
     "elimination_warm_start": "1: the value-elimination sampler goes round-robin through every client first; 0: not",
+    "elimination_selection": "how the value-elimination sampler draws among the clients not ruled out: uniform, "
+                             "or ucb (the largest upper bounds r + c/sqrt(n))",
     "elimination_acceptance": "what the value-elimination policy aggregates: value-weighted (FedAvg x the "
                               "weighting rule) or all (plain FedAvg of the clients it samples)",
     "weighting_kind": f"value weighting's rule: {', '.join(WEIGHTING_KINDS)}",
@@ -121,6 +124,7 @@ def _check_choices(config: NoisyFederationConfig) -> None:
     for name, choices in (("extra_bad_kind", EXTRA_BAD_KINDS), ("utility", UTILITIES),
                           ("ads_method", ADS_ESTIMATORS), ("weighting_kind", WEIGHTING_KINDS),
                           ("elimination_acceptance", ELIMINATION_ACCEPTANCE),
+                          ("elimination_selection", ("uniform", "ucb")),
                           ("partition", PARTITIONS)):
         if getattr(config, name) not in choices:
             raise ValueError(f"{name}: expected one of {list(choices)}; got {getattr(config, name)!r}.")

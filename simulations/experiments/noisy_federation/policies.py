@@ -107,7 +107,8 @@ def build_policy(name: str, config, seed: int, *, honest: Sequence[int], nodes: 
     if name == "value-elimination":
         sampler = ValueEliminationSampler(m, confidence=config.elimination_confidence,
                                           min_rounds=config.elimination_min_rounds,
-                                          warm_start=bool(config.elimination_warm_start), seed=seed)
+                                          warm_start=bool(config.elimination_warm_start),
+                                          selection=config.elimination_selection, seed=seed)
         acceptance = _acceptance_weighting(config) if config.elimination_acceptance == "value-weighted" else None
         return PolicyParts(fedavg_without_evaluation(), sampler, acceptance, ("ads",))
     if name in ("topk-ads", "topk-loo"):

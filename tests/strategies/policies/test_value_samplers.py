@@ -116,3 +116,16 @@ def test_value_elimination_with_a_warm_start_values_every_client_once_first():
     assert not {c for t in range(5, 30) for c in sampler.sample(t, range(10))} & {0, 1, 2, 3, 4}
     with pytest.raises(TypeError, match="warm_start: expected True or False"):
         ValueEliminationSampler(3, warm_start=1)
+
+
+def test_value_elimination_by_ucb_tries_every_client_then_trains_the_largest_upper_bounds():
+    sampler = ValueEliminationSampler(2, confidence=0.5, selection="ucb", seed=3)
+    first = sampler.sample(1, range(4))
+    sampler.observe(rows(1, {first[0]: 0.5, first[1]: -1.0}))  # r = 0.5 and -1: the second is ruled out
+    second = sampler.sample(2, range(4))
+    assert set(second) == set(range(4)) - set(first)  # never valued: +inf, tried first
+    sampler.observe(rows(2, {second[0]: 1.0, second[1]: 0.2}))  # r = 1 and 0.2
+    assert sampler.upper_bound(second[0]) == pytest.approx(1.5) and sampler.upper_bound(first[0]) == pytest.approx(1.0)
+    assert sampler.sample(3, range(4)) == sorted([second[0], first[0]])  # 1.5 and 1.0 beat 0.7; -0.5 is out
+    with pytest.raises(ValueError, match="selection: expected one of"):
+        ValueEliminationSampler(2, selection="greedy")
