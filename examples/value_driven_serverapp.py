@@ -2,10 +2,10 @@
 
     python examples/value_driven_serverapp.py --out runs/value-driven
 
-The noisy-federation benchmark's value-driven policy (docs/reproductions.md) in a few lines: the
-wrapper values each round's clients by within-round ADS on the server's held-out data; a
-``ValueEliminationSampler`` samples uniformly among the clients whose values have not ruled them
-out, and ``ValueWeighting`` aggregates FedAvg's weights times each reply's positive value (replies
+The noisy-federation benchmark's value-driven policy (``value-ucb``, docs/reproductions.md) in a
+few lines: the wrapper values each round's clients by within-round ADS on the server's held-out
+data; a ``ValueEliminationSampler`` trains the clients with the largest upper confidence bounds on
+their accumulated values, never those the values have ruled out, and ``ValueWeighting`` aggregates FedAvg's weights times each reply's positive value (replies
 that did not help the round are left out). Everything else is Flower's: a ServerApp whose main
 starts the strategy, and a ClientApp (``clients.make_client_app``). Some clients here train on
 noisy labels (examples/digits_clients.py); the script prints which clients the sampler has ruled
@@ -40,7 +40,7 @@ def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int,
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         _, _, x_held_out, y_held_out = digits(seed)
-        sampler = ValueEliminationSampler(clients_per_round, confidence=0.5, seed=seed)  # rule out who hurts
+        sampler = ValueEliminationSampler(clients_per_round, confidence=0.5, selection="ucb", seed=seed)
         strategy = ValuingStrategy(
             FedAvg(fraction_evaluate=0.0),                                               # any FedAvg-family strategy
             TorchModelUtility(make_model(), x_held_out, y_held_out, metric="neg_loss"),  # U on held-out data

@@ -15,14 +15,14 @@ from simulations.datasets import MODELS, check_hidden
 from simulations.runner import EngineOptions, check_devices, check_integers, check_numbers
 
 #: Every policy the benchmark knows (:mod:`.policies` builds them), in the order tables list them.
-POLICY_NAMES = ("random", "power-of-choice", "greedyfed", "value-elimination", "topk-ads", "topk-loo",
+POLICY_NAMES = ("random", "power-of-choice", "greedyfed", "value-ucb", "topk-ads", "topk-loo",
                 "value-weighted", "trimmed-mean", "median", "krum", "oracle")
 #: Kinds of bad client besides label flippers (``extra_bad_kind``).
 EXTRA_BAD_KINDS = ("none", "free-rider")
 UTILITIES = ("accuracy", "neg_loss")
 ADS_ESTIMATORS = ("auto", "exact", "mc", "tmc", "antithetic")
 WEIGHTING_KINDS = ("positive", "softmax")
-#: What the value-elimination policy aggregates of the clients it samples.
+#: What the value-ucb policy aggregates of the clients it samples.
 ELIMINATION_ACCEPTANCE = ("value-weighted", "all")
 #: Label skew by Flower Datasets' DirichletPartitioner, or none.
 PARTITIONS = ("dirichlet", "iid")
@@ -62,11 +62,11 @@ class NoisyFederationConfig:
     elimination_min_rounds: int = 1
     elimination_acceptance: str = "value-weighted"
     elimination_warm_start: int = 0
-    elimination_selection: str = "uniform"
+    elimination_selection: str = "ucb"
     weighting_kind: str = "positive"
     weighting_temperature: float | None = None
     trimmed_beta: float = 0.2
-    krum_malicious: int = 3
+    krum_malicious: int = 1
     num_cpus_per_client: float = 1.0
     num_gpus_per_client: float = 0.0
     max_parallel_clients: int | None = None
@@ -100,12 +100,12 @@ HELP = {
     "topk": "k of the top-k acceptance policies",
     "poc_candidates": "d, the candidates Power-of-Choice asks for their loss per round",
     "greedy_memory": "GreedyFed's exponential average of values (unset: the plain mean)",
-    "elimination_confidence": "c of the value-elimination sampler (rule a client out when mean + c/sqrt(n) < 0)",
-    "elimination_min_rounds": "valued rounds before the value-elimination sampler may rule a client out",
-    "elimination_warm_start": "1: the value-elimination sampler goes round-robin through every client first; 0: not",
-    "elimination_selection": "how the value-elimination sampler draws among the clients not ruled out: uniform, "
+    "elimination_confidence": "c of the value-ucb sampler (rule a client out when mean + c/sqrt(n) < 0)",
+    "elimination_min_rounds": "valued rounds before the value-ucb sampler may rule a client out",
+    "elimination_warm_start": "1: the value-ucb sampler goes round-robin through every client first; 0: not",
+    "elimination_selection": "how the value-ucb sampler draws among the clients not ruled out: uniform, "
                              "or ucb (the largest upper bounds r + c/sqrt(n))",
-    "elimination_acceptance": "what the value-elimination policy aggregates: value-weighted (FedAvg x the "
+    "elimination_acceptance": "what the value-ucb policy aggregates: value-weighted (FedAvg x the "
                               "weighting rule) or all (plain FedAvg of the clients it samples)",
     "weighting_kind": f"value weighting's rule: {', '.join(WEIGHTING_KINDS)}",
     "weighting_temperature": "temperature of the softmax value weighting",

@@ -20,7 +20,7 @@ Per cell (a run of one policy on one seed's federation):
     slots whose reply was aggregated (``selected`` or a positive ``value_weight``; every valid
     reply for the other policies).
 ``ruled_out_precision``, ``ruled_out_recall``
-    For policies whose sampler rules clients out (value-elimination, GreedyFed's negative means):
+    For policies whose sampler rules clients out (value-ucb, GreedyFed's negative means):
     after the last round, the share of the ruled-out clients that are bad, and the share of the
     bad clients ruled out.
 ``rejected_precision``, ``rejected_recall``

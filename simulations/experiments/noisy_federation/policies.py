@@ -7,7 +7,8 @@ policy              whom it trains                         what it aggregates   
 random              m clients uniformly (seeded)           FedAvg                            none
 power-of-choice     the m of d queried with largest loss   FedAvg                            none
 greedyfed           round-robin, then top m by mean value  FedAvg                            ADS
-value-elimination   uniformly among clients not ruled out  FedAvg × max(φ, 0) (or all)      ADS
+value-ucb           the largest upper bounds on values,    FedAvg × max(φ, 0)               ADS
+                    clients ruled out by them excepted
 topk-ads            m uniformly                            FedAvg of the top k by ADS        ADS
 topk-loo            m uniformly                            FedAvg of the top k by LOO        LOO
 value-weighted      m uniformly                            FedAvg × max(φ, 0)               ADS
@@ -20,8 +21,8 @@ clean (reference)   m uniformly, every client honest       FedAvg               
 
 Power-of-Choice is [POC]'s pow-d, GreedyFed [GREEDYFED]'s rule, the trimmed mean and the median
 [ROBUSTSTATS]'s, Krum [KRUM]'s (Flower's implementations of the three); value elimination is
-:class:`strategies.ValueEliminationSampler` with :class:`strategies.ValueWeighting` (this
-project's design, tuned on seeds that are not reported). The uniform samplers share the seed, so
+:class:`strategies.ValueEliminationSampler` (UCB selection) with :class:`strategies.ValueWeighting`
+(this project's design, tuned on a seed that is not reported: docs/reproductions.md). The uniform samplers share the seed, so
 in a round they draw the same clients (common random numbers across policies). A policy pays for
 the valuation it uses and only for it.
 """
@@ -104,7 +105,7 @@ def build_policy(name: str, config, seed: int, *, honest: Sequence[int], nodes: 
     if name == "greedyfed":
         return PolicyParts(fedavg_without_evaluation(), GreedyFedSampler(m, memory=config.greedy_memory, seed=seed),
                            None, ("ads",))
-    if name == "value-elimination":
+    if name == "value-ucb":
         sampler = ValueEliminationSampler(m, confidence=config.elimination_confidence,
                                           min_rounds=config.elimination_min_rounds,
                                           warm_start=bool(config.elimination_warm_start),
@@ -132,7 +133,7 @@ def _robust(name: str, config) -> Strategy:
 
 def ruled_out(parts: PolicyParts) -> frozenset | None:
     """The clients the policy treats as harmful now (its sampler's view), or None for a policy
-    without one: the value-elimination sampler's ruled-out clients, GreedyFed's clients with a
+    without one: the value-ucb sampler's ruled-out clients, GreedyFed's clients with a
     negative mean value."""
     sampler = parts.sampler
     if isinstance(sampler, ValueEliminationSampler):

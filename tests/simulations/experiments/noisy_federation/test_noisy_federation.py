@@ -83,7 +83,7 @@ def test_topk_accepts_the_k_best_by_its_score_and_value_weighting_books_the_rule
             assert (selected == 1.0).sum() == 2
             assert set(selected[selected == 1.0].index) == set(values.sort_values(ascending=False, kind="mergesort")
                                                                .index[:2])
-    for policy in ("value-weighted", "value-elimination"):
+    for policy in ("value-weighted", "value-ucb"):
         ledger = books(out, policy).ledger
         for _, rows in ledger.groupby("round"):
             ads = rows[rows["method"] == "ads"].set_index("client_id")["value"].to_dict()
@@ -95,13 +95,13 @@ def test_value_samplers_decide_as_their_rules_replayed_on_the_books(benchmark):
     out, _ = benchmark
     confidence = TINY.elimination_confidence
     for policy, make in (("greedyfed", lambda: GreedyFedSampler(4, seed=0)),
-                         ("value-elimination", lambda: ValueEliminationSampler(4, confidence=confidence, seed=0))):
+                         ("value-ucb", lambda: ValueEliminationSampler(4, confidence=confidence, selection="ucb", seed=0))):
         run, sampler = books(out, policy), make()
         decisions = pd.read_csv(cell(policy).directory(out) / "decisions.csv")
         for t in (1, 2, 3):
             assert trained(run, t) == sampler.sample(t, range(8)), (policy, t)
             sampler.observe(ledger_rows(run, t))
-            if policy == "value-elimination":
+            if policy == "value-ucb":
                 ruled_out = decisions[(decisions["round"] == t) & (decisions["decision"] == "ruled_out")]
                 assert set(ruled_out["client"]) == set(sampler.flagged)
 
@@ -130,7 +130,7 @@ def test_every_ledger_audits_intact(benchmark):
 def test_fedvalue_audit_calls_a_cell_intact(benchmark):
     out, _ = benchmark
     result = subprocess.run([sys.executable, "-m", "simulations.cli", "audit",
-                             str(cell("value-elimination").directory(out) / "run")],
+                             str(cell("value-ucb").directory(out) / "run")],
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.strip().endswith("intact")
