@@ -125,6 +125,19 @@ def cell_measures(curve: pd.DataFrame, decisions: pd.DataFrame, run_dir, *, bad:
     return measures
 
 
+def detection_by_round(decisions: pd.DataFrame, bad: Iterable, rounds: int) -> pd.DataFrame:
+    """Per round 1..``rounds``: precision and recall of the clients ruled out after it (NaN
+    precision while none is)."""
+    bad = {str(c) for c in bad}
+    rows, ruled = [], decisions[decisions["decision"] == "ruled_out"]
+    for t in range(1, rounds + 1):
+        out = set(ruled.loc[ruled["round"] == t, "client"].astype(str))
+        rows.append({"round": t, "ruled_out": len(out),
+                     "precision": len(out & bad) / len(out) if out else math.nan,
+                     "recall": len(out & bad) / len(bad) if bad else math.nan})
+    return pd.DataFrame(rows)
+
+
 def interval(values: Iterable[float]) -> tuple[float, float, int]:
     """(mean, half-width of the 95% t interval, n) of the finite values (half-width NaN for n < 2)."""
     values = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)

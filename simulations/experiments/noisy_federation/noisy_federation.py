@@ -11,8 +11,9 @@ of the clean federation's final test accuracy, final accuracy and its area under
 share of training given to bad clients, detection precision and recall, valuation seconds a
 round; over seeds with 95% intervals. Every run writes a ledger ``fedvalue audit`` recomputes.
 
-Outputs in ``--out``: the cells (:mod:`.cells`), ``per_cell.csv``, ``summary.csv``, ``curves.csv``
-and ``accuracy-<model>.png``. Running the same command again skips the done cells (the benchmark
+Outputs in ``--out``: the cells (:mod:`.cells`), ``per_cell.csv``, ``summary.csv``, ``curves.csv``,
+``detection.csv`` (per round: precision and recall of the clients a sampler has ruled out) and
+``accuracy-<model>.png``. Running the same command again skips the done cells (the benchmark
 resumes per cell) and rebuilds the tables from every done cell.
 """
 
@@ -43,7 +44,12 @@ from simulations.experiments.noisy_federation.cells import (
 from simulations.experiments.noisy_federation.config import HELP, POLICY_NAMES, NoisyFederationConfig, check_config
 from simulations.experiments.noisy_federation.data import client_data, data_settings, model_factory
 from simulations.experiments.noisy_federation.figures import accuracy_figures
-from simulations.experiments.noisy_federation.measures import cell_measures, final_accuracy, summary_table
+from simulations.experiments.noisy_federation.measures import (
+    cell_measures,
+    detection_by_round,
+    final_accuracy,
+    summary_table,
+)
 from simulations.experiments.noisy_federation.policies import CLEAN, build_policy, ruled_out
 from simulations.runner import Simulation, saved_config, torch_threads
 from strategies import NodeDirectory, PartitionSampler, replay_aggregator
@@ -95,9 +101,10 @@ def run_benchmark(config: NoisyFederationConfig, out: str | Path, *, overwrite: 
     return tables
 
 
-def collect(config: NoisyFederationConfig, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The done cells' measures (one row a cell) and curves."""
-    measures, curves = [], []
+def collect(config: NoisyFederationConfig, out: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The done cells' measures (one row a cell), curves and detection by round (policies whose
+    sampler rules clients out)."""
+    measures, curves, detection = [], [], []
     for cell in plan(config):
         if not cell.done(out):
             continue
@@ -112,13 +119,19 @@ def collect(config: NoisyFederationConfig, out: Path) -> tuple[pd.DataFrame, pd.
                             clean_final=float(clean_final), has_view=has_view, window=config.final_window)
         measures.append({"model": cell.model, "seed": cell.seed, "federation": cell.federation,
                          "policy": cell.policy, **row})
-    return pd.DataFrame(measures), (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame())
+        if has_view and not cell.clean:
+            detection.append(detection_by_round(decisions, fed.bad, config.rounds).assign(
+                model=cell.model, seed=cell.seed, federation=cell.federation, policy=cell.policy))
+    return (pd.DataFrame(measures), pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(),
+            pd.concat(detection, ignore_index=True) if detection else pd.DataFrame())
 
 
 def write_tables(config: NoisyFederationConfig, out: Path) -> dict:
-    per_cell, curves = collect(config, out)
+    per_cell, curves, detection = collect(config, out)
     if per_cell.empty:
         return {"per_cell": per_cell, "summary": per_cell, "curves": curves, "figures": []}
+    if not detection.empty:
+        detection.to_csv(out / "detection.csv", index=False)
     summary = summary_table(per_cell)
     per_cell.to_csv(out / "per_cell.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)

@@ -20,11 +20,11 @@ clean (reference)   m uniformly, every client honest       FedAvg               
 ==================  =====================================  ================================  ==========
 
 Power-of-Choice is [POC]'s pow-d, GreedyFed [GREEDYFED]'s rule, the trimmed mean and the median
-[ROBUSTSTATS]'s, Krum [KRUM]'s (Flower's implementations of the three); value elimination is
+[ROBUSTSTATS]'s, Krum [KRUM]'s (Flower's implementations of the three); value-ucb is
 :class:`strategies.ValueEliminationSampler` (UCB selection) with :class:`strategies.ValueWeighting`
-(this project's design, tuned on a seed that is not reported: docs/reproductions.md). The uniform samplers share the seed, so
-in a round they draw the same clients (common random numbers across policies). A policy pays for
-the valuation it uses and only for it.
+(this project's design, tuned on a seed that is not reported: docs/reproductions.md). The uniform
+samplers share the seed, so in a round they draw the same clients (common random numbers across
+policies). A policy pays for the valuation it uses and only for it.
 """
 
 from __future__ import annotations
