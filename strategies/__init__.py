@@ -24,7 +24,7 @@ from strategies.policies import (
     ValueWeightedSampler,
     ValueWeighting,
 )
-from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, train_config
+from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, SERVER_ROUND_KEY, train_config
 from strategies.records import arrays_to_numpy, initial_arrays
 from strategies.replay import replay_aggregator
 from strategies.valuing import ValuingStrategy
@@ -35,6 +35,7 @@ __all__ = [
     "SCHEDULES",
     "LOCAL_LOSS_KEY",
     "SEED_KEY",
+    "SERVER_ROUND_KEY",
     "Acceptance",
     "NodeDirectory",
     "arrays_to_numpy",

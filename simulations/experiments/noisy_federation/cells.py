@@ -54,6 +54,7 @@ from simulations.runner import (
 )
 from strategies import (
     LOCAL_LOSS_KEY,
+    SERVER_ROUND_KEY,
     BookSettings,
     IntakeSettings,
     NodeDirectory,
@@ -195,13 +196,19 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
 def warm_up(grid: Grid, config, cell: Cell, nodes: NodeDirectory) -> None:
     """Have every client load ``cell``'s federation before any cell of it is timed: a loss query
     carrying the seed's initial model and data key (a Ray worker prepares a seed's data once, tens
-    of seconds on a loaded machine, which no policy should be charged for)."""
+    of seconds on a loaded machine, which no policy should be charged for), then one training
+    round whose replies are discarded (without it the first timed round of a seed took 1-5 s more
+    than the others on the 2-core machine)."""
     arrays = initial_model_arrays(model_factory(cell.model, config.hidden, cell.seed), cell.seed)
     query = ConfigRecord({**cell_train_config(config, cell), LOCAL_LOSS_KEY: True})
+    node_ids = list(nodes.partition_map(grid, config.query_timeout).values())
     messages = [Message(RecordDict({"arrays": arrays, "config": query}), dst_node_id=node,
-                        message_type=MessageType.QUERY)
-                for node in nodes.partition_map(grid, config.query_timeout).values()]
+                        message_type=MessageType.QUERY) for node in node_ids]
     grid.send_and_receive(messages, timeout=config.round_timeout)
+    train = ConfigRecord({**cell_train_config(config, cell), SERVER_ROUND_KEY: 0})  # one untimed round, discarded
+    grid.send_and_receive([Message(RecordDict({"arrays": arrays, "config": train}), dst_node_id=node,
+                                   message_type=MessageType.TRAIN) for node in node_ids[:config.clients_per_round]],
+                          timeout=config.round_timeout)
 
 
 def engine_options(config) -> EngineOptions:
