@@ -328,7 +328,7 @@ class ValuingStrategy(Strategy):
                       replay: tuple | str | None, passed: list[int]):
         """The round record (:func:`strategies.intake.round_record`) with what this run notes:
         the settings, the aggregation, the fairness rule, what the live aggregation was given."""
-        meta = {"methods": list(self.methods), "valuation": self.valuation.ads.as_keywords(), "seed": self.seed,
+        meta = {"methods": list(self.methods), "valuation": self.valuation.ads.as_dict(), "seed": self.seed,
                 "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
                 "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                 "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,

@@ -62,7 +62,7 @@ from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_ST
 
 #: Weight key of strategies that weigh replies by their example counts.
 NUM_EXAMPLES_KEY = "num-examples"
-#: Runs written before run.json held ``valuation`` (``AdsSettings.as_keywords()``) named the
+#: Runs written before run.json held ``valuation`` (``AdsSettings.as_dict()``) named the
 #: estimator by the simulations' option names; read only to audit such a run.
 LEGACY_SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "delta",
                        "truncation_tolerance": "truncation_tolerance", "stderr_target": "stderr_target"}
@@ -159,7 +159,7 @@ def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], in
 
 def _run_settings(config: Mapping) -> dict:
     """The estimator settings run.json fixes, as the record writes them
-    (:meth:`fedvalue.valuation.ads.AdsSettings.as_keywords`); from the older option names for a run
+    (:meth:`fedvalue.valuation.ads.AdsSettings.as_dict`); from the older option names for a run
     written before (a zero ``stderr_target`` then meant none)."""
     written = config.get("valuation")
     if isinstance(written, Mapping):

@@ -14,13 +14,16 @@ Arrays are ``dict[str, np.ndarray]`` in a fixed key order (a model's state).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedvalue.valuation.ads import AdsSettings, ads, exact_num_coalitions
+from fedvalue.valuation.ads import AdsSettings, ads
+
+from fedvalue.valuation.plan import exact_num_coalitions
 from fedvalue.valuation.game import CoalitionGame, Progress
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.result import ValuationResult
@@ -291,10 +294,10 @@ def value_round(
     game.watch(progress)
     try:
         if Method.ADS in methods:
-            keywords = settings.as_keywords()
-            if settings.budget is not None:
-                keywords["budget"] = ads_share_of_budget(settings.budget, len(players), methods)
-            results[Method.ADS] = ads(game, [players], seed=seed, **keywords)
+            if settings.budget is not None:  # LOO's evaluations come out of the same budget
+                settings = dataclasses.replace(settings, budget=ads_share_of_budget(settings.budget, len(players),
+                                                                                    methods))
+            results[Method.ADS] = ads(game, [players], settings, seed=seed)
         if Method.LOO in methods:
             results[Method.LOO] = loo(game, players)
         before, after = game.values([0, game.full_mask])

@@ -286,7 +286,7 @@ def simulate(
     train_config.setdefault(SEED_KEY, seed)  # clients' training draws from the run's seed unless told otherwise
     config.setdefault("train_config", train_config)
     config.setdefault("methods", list(valuation.methods))
-    config.setdefault("valuation", valuation.ads.as_keywords())  # the estimator, as the round records write it
+    config.setdefault("valuation", valuation.ads.as_dict())  # the estimator, as the round records write it
     config["versions"] = package_versions()
     if engine.ray_address is not None:
         check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory

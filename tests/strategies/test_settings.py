@@ -73,7 +73,7 @@ def test_settings_are_taken_whole_and_normalized_once(utility):
 def mc_run(tmp_path, utility):
     run_dir = tmp_path / "run"
     ads = AdsSettings(method="mc", epsilon=0.5, stderr_target=0.05)
-    config = {"seed": 11, "methods": ["ads", "loo"], "valuation": ads.as_keywords()}
+    config = {"seed": 11, "methods": ["ads", "loo"], "valuation": ads.as_dict()}
     ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(run_dir), sampler=PartitionSampler(4, seed=0),
                     seed=11, valuation=ValuationSettings(ads=ads), run=RunSettings(run_config=config)).start(
         InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)
@@ -84,7 +84,7 @@ def test_run_json_holds_the_estimator_as_the_records_write_it_and_the_audit_comp
     config = json.loads((mc_run / "run.json").read_text())
     record = read_round_record(record_path(mc_run, 1))
     assert record.meta["valuation"] == config["valuation"] == AdsSettings(
-        method="mc", epsilon=0.5, stderr_target=0.05).as_keywords()
+        method="mc", epsilon=0.5, stderr_target=0.05).as_dict()
     assert settings_problems(record, config) == []
     assert audit_run(mc_run, utility=utility).intact
     changed = {**config, "valuation": {**config["valuation"], "epsilon": 0.1}}

@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_integer, check_non_negative, check_open_unit, check_positive, check_seed
-from fedvalue.valuation.ads import mc_num_permutations, sample_ordered_permutations
+from fedvalue.valuation.ads import sample_ordered_permutations
+from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.knn.exact import check_instance_groups
 from fedvalue.valuation.knn.utility import (
     DEFAULT_CHUNK_SIZE,
