@@ -137,9 +137,36 @@ def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashabl
 
 @dataclass(frozen=True)
 class AdsSettings:
-    """The ADS estimator's settings, checked once when made and passed whole (to
-    :func:`ads`, :func:`fedvalue.valuation.round_game.value_round`, the valuing strategy and the round
-    records the audit reads). See :func:`ads` for what each one means."""
+    """The ADS estimator's settings, checked once when made and passed whole (to :func:`ads`,
+    :func:`fedvalue.valuation.round_game.value_round`, the valuing strategy and the round records the
+    audit reads); :mod:`fedvalue.valuation.plan` turns them into what a call runs.
+
+    Parameters
+    ----------
+    method
+        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``, ``"antithetic"``,
+        ``"stratified"``, ``"kernelshap"`` (module docstring) or ``"auto"``: exact when
+        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the sampler a
+        pilot projects to be cheapest.
+    epsilon, delta, r
+        MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range of width r
+        (r = 1 for accuracy).
+    max_evaluations
+        Upper bound on real utility evaluations; a method whose worst case exceeds it raises
+        instead of running.
+    truncation_tolerance
+        ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a permutation's
+        group is truncated (module docstring); 0 never truncates.
+    stderr_target
+        Sampling methods: stop sampling once every standard error is ≤ this (None: always their
+        cap of samples).
+    budget
+        Most distinct coalition evaluations to spend (cached coalitions are free). ``"auto"``
+        then takes exact when its coalitions fit, else the sampler of
+        :data:`~fedvalue.valuation.plan.BUDGET_SAMPLERS` whose minimum fits; a sampling method
+        draws until the budget is spent, or until ``stderr_target`` is met, instead of stopping
+        at m*.
+    """
 
     method: Method = "auto"
     epsilon: float = 0.1
@@ -182,27 +209,21 @@ def ads(
     Parameters
     ----------
     utility
-        Callable taking a frozenset of player ids and returning a float, or a
-        :class:`~fedvalue.CoalitionGame` (its cache is shared with other calls).
+        Callable from a frozenset of player ids to a float, or a :class:`~fedvalue.CoalitionGame`
+        (its cache is shared with other calls).
     groups
-        σ = (D_1, ..., D_T): a sequence of non-empty sequences of player ids. One
-        group is classical Data Shapley; the within-round FL case is one group whose
-        utility is conditioned on the round's starting state.
+        σ = (D_1, ..., D_T), non-empty sequences of player ids. One group is Data Shapley; the
+        within-round FL case is one group whose utility is conditioned on the round's start.
     settings
-        The estimator (:class:`AdsSettings`: ``method``, MC accuracy ``epsilon``, ``delta``,
-        ``r``, ``max_evaluations``, ``truncation_tolerance``, ``stderr_target``, ``budget``;
-        each explained there). None: the defaults.
+        The estimator (:class:`AdsSettings`, each field explained there); None: the defaults.
+        Its fields may be given as keywords instead (``ads(u, groups, method="mc")``).
     seed
         Seed or Generator for the sampled permutations and coalitions.
-    **keywords
-        The settings' fields one by one instead of ``settings`` (``ads(u, groups,
-        method="mc")``), for interactive use.
 
     Returns
     -------
     ValuationResult
-        ``values`` indexed by player, ``stderr``, ``num_evaluations`` and the
-        per-group ``efficiency_gaps``.
+        ``values`` and ``stderr`` by player, ``num_evaluations``, per-group ``efficiency_gaps``.
     """
     settings = _settings_of(settings, keywords)
     groups = validate_groups(groups)
