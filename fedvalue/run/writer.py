@@ -96,9 +96,8 @@ class RunSettings:
     resume
         Continue the run from its last checkpoint, verified before anything is cut.
     sign_key
-        An Ed25519 private key (a PEM file from ``fedvalue keygen``, or a
-        :class:`fedvalue.run.seals.Signer`) signing each round's seal and the final manifest;
-        read here, once.
+        The :class:`fedvalue.run.seals.Signer` of each round's seal and the final manifest
+        (``Signer.from_file(pem)`` reads a key from ``fedvalue keygen``); settings read no file.
     on_round
         Called with each round's ``rounds.csv`` row after it is written.
     """
@@ -107,7 +106,7 @@ class RunSettings:
     save_records: bool = True
     checkpoint: bool = True
     resume: bool = False
-    sign_key: str | os.PathLike | Signer | None = None
+    sign_key: Signer | None = None
     on_round: Callable[[dict], None] | None = None
 
     def __post_init__(self) -> None:
@@ -122,7 +121,8 @@ class RunSettings:
             raise TypeError(f"on_round: expected a callable taking a rounds.csv row, or None; got "
                             f"{type(self.on_round).__name__}.")
         if self.sign_key is not None and not isinstance(self.sign_key, Signer):
-            object.__setattr__(self, "sign_key", Signer.from_file(self.sign_key))
+            raise TypeError(f"sign_key: expected a fedvalue.run.seals.Signer or None; got "
+                            f"{type(self.sign_key).__name__}. Read a key file with Signer.from_file(path).")
 
     @property
     def signer(self) -> Signer | None:

@@ -43,7 +43,7 @@ utility = _utility_fixture
     (lambda: RunSettings(checkpoint="yes"), TypeError, "checkpoint: expected True or False; got 'yes'"),
     (lambda: RunSettings(run_config=[("seed", 0)]), TypeError, "run_config: expected a mapping"),
     (lambda: RunSettings(on_round="print"), TypeError, "on_round: expected a callable"),
-    (lambda: RunSettings(sign_key="/nonexistent/key.pem"), ValueError, "sign_key"),
+    (lambda: RunSettings(sign_key="/nonexistent/key.pem"), TypeError, "sign_key"),
     (lambda: EngineOptions(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive integer"),
     (lambda: EngineOptions(ray_address=""), ValueError, "ray_address: expected a non-empty address string or None"),
 ])
