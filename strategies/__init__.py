@@ -24,7 +24,7 @@ from strategies.protocol import SEED_KEY, train_config
 from strategies.records import arrays_to_numpy, initial_arrays
 from strategies.replay import replay_aggregator
 from strategies.valuing import ValuingStrategy
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks
 
 __all__ = [
     "CLAIM_METHODS",
@@ -47,6 +47,7 @@ __all__ = [
     "PartitionSampler",
     "Replay",
     "ReplaySampler",
+    "RunCallbacks",
     "RunSettings",
     "TopK",
     "ValuationSettings",

@@ -55,7 +55,7 @@ from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
 from strategies.tracin import FlowQueries, outflows_if_all_aggregated
-from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
+from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks, settings_or_default
 
 class RunInterrupted(RuntimeError):
     """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
@@ -108,6 +108,7 @@ class ValuingStrategy(Strategy):
         books: BookSettings | None = None,
         intake: IntakeSettings | None = None,
         run: RunSettings | None = None,
+        callbacks: RunCallbacks | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -123,7 +124,9 @@ class ValuingStrategy(Strategy):
         self.intake = settings_or_default("intake", intake, IntakeSettings)
         self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings))
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review
-        self.on_round = self.run_state.settings.on_round  # an attribute: a caller may set it once built
+        callbacks = settings_or_default("callbacks", callbacks, RunCallbacks)
+        self.on_round = callbacks.on_round  # attributes: a caller may set them once built
+        self.on_progress = callbacks.on_progress
         self.nodes = NodeDirectory() if self.intake.nodes is None else self.intake.nodes
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
         self.acceptance = AcceptAll() if acceptance is None else acceptance
@@ -320,8 +323,7 @@ class ValuingStrategy(Strategy):
         FedAvg's family (``aggregator`` None) as the weighted mean, any other strategy by its own code."""
         game = round_game_for([r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
                               [r.weight for r in ok], self.utility, aggregator)
-        on_progress = self.valuation.on_progress
-        progress = None if on_progress is None else functools.partial(on_progress, server_round)
+        progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
         return value_round(game, self.methods, self.valuation.ads, seed=seed, progress=progress)
 
     def _round_record(self, server_round: int, intake: RoundIntake, accepted: set, pure: bool,

@@ -1,5 +1,6 @@
 """The valuing strategy's settings beside valuation and the run directory: which books a
-round keeps (:class:`BookSettings`) and how replies are taken in (:class:`IntakeSettings`).
+round keeps (:class:`BookSettings`) and how replies are taken in (:class:`IntakeSettings`);
+and, apart from the settings, what the run tells its caller as it goes (:class:`RunCallbacks`).
 
 Each is a frozen dataclass checked once when made (errors name the parameter); the
 strategy takes them whole, so an option is added in one place. The valuation's settings
@@ -9,7 +10,7 @@ are :class:`fedvalue.valuation.round_game.ValuationSettings`, the run directory'
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from flwr.serverapp.strategy import (
@@ -133,3 +134,26 @@ class IntakeSettings:
             raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got "
                             f"{type(self.nodes).__name__}.")
         object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))
+
+
+@dataclass
+class RunCallbacks:
+    """What a valued run tells its caller as it goes: displays and measurements that change
+    nothing booked. Kept apart from the settings, which are data.
+
+    Parameters
+    ----------
+    on_round
+        Called with each round's ``rounds.csv`` row after the round commits.
+    on_progress
+        Called with (round, coalitions evaluated, coalitions planned) while a round is valued.
+    """
+
+    on_round: Callable[[dict], None] | None = None
+    on_progress: Callable[[int, int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        for name, shape in (("on_round", "taking a rounds.csv row"), ("on_progress", "(round, evaluated, planned)")):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"{name}: expected a callable {shape}, or None; got {type(value).__name__}.")

@@ -98,8 +98,9 @@ class RunSettings:
     sign_key
         The :class:`fedvalue.run.seals.Signer` of each round's seal and the final manifest
         (``Signer.from_file(pem)`` reads a key from ``fedvalue keygen``); settings read no file.
-    on_round
-        Called with each round's ``rounds.csv`` row after it is written.
+
+    What the run tells its caller as it goes is a callback, not a setting
+    (:class:`strategies.valuing_settings.RunCallbacks`).
     """
 
     run_config: Mapping | None = None
@@ -107,7 +108,6 @@ class RunSettings:
     checkpoint: bool = True
     resume: bool = False
     sign_key: Signer | None = None
-    on_round: Callable[[dict], None] | None = None
 
     def __post_init__(self) -> None:
         if self.run_config is not None and not isinstance(self.run_config, Mapping):
@@ -117,9 +117,6 @@ class RunSettings:
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")
             object.__setattr__(self, name, bool(getattr(self, name)))
-        if self.on_round is not None and not callable(self.on_round):
-            raise TypeError(f"on_round: expected a callable taking a rounds.csv row, or None; got "
-                            f"{type(self.on_round).__name__}.")
         if self.sign_key is not None and not isinstance(self.sign_key, Signer):
             raise TypeError(f"sign_key: expected a fedvalue.run.seals.Signer or None; got "
                             f"{type(self.sign_key).__name__}. Read a key file with Signer.from_file(path).")

@@ -20,7 +20,7 @@ import os
 import platform
 import random
 import shutil
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,7 +52,7 @@ from strategies import (
     initial_arrays,
 )
 from strategies.counterfactual import RandomState
-from strategies.valuing_settings import settings_or_default
+from strategies.valuing_settings import RunCallbacks, settings_or_default
 
 
 def package_versions() -> dict[str, str]:
@@ -115,8 +115,8 @@ def check_inference_splits(load_client_data: Callable[[int], ClientData], num_cl
         shown = ", ".join(str(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
         raise ValueError(
             f"flows: TracIn flows need every client's inference split (ClientData's x_infer, y_infer); "
-            f"{len(missing)} of {num_clients} clients have none (partition {shown}). Give them one, or pass "
-            "flows=False."
+            f"{len(missing)} of {num_clients} clients have none (partition {shown}). Give them one, or book no "
+            "flows (BookSettings(flows=False))."
         )
 
 
@@ -176,162 +176,111 @@ def remove_unstarted_run(run_dir: Path) -> None:
 
 
 def simulate(
-    *,
-    strategy: Strategy,
-    model_factory: Callable[[], torch.nn.Module],
-    load_client_data: Callable[[int], ClientData],
-    num_clients: int,
-    num_rounds: int,
-    utility: ArraysUtility,
-    out: str | os.PathLike,
-    train_config: Mapping[str, int | float | str] | None = None,
-    sampler: PartitionSampler | None = None,
-    seed: int = 0,
-    flows: bool = False,
-    noisy_clients: Collection[int] | None = None,
-    acceptance: Acceptance | None = None,
-    valuation: ValuationSettings | None = None,
-    intake: IntakeSettings | None = None,
-    run: RunSettings | None = None,
-    engine: EngineOptions | None = None,
-    client_mods: Sequence[Mod] = (),
-    overwrite: bool = False,
-    round_timeout: float = 600.0,
+    *, strategy: Strategy, model_factory: Callable[[], torch.nn.Module], load_client_data: Callable[[int], ClientData],
+    num_clients: int, num_rounds: int, utility: ArraysUtility, out: str | os.PathLike,
+    train_config: Mapping[str, int | float | str] | None = None, sampler: PartitionSampler | None = None,
+    seed: int = 0, acceptance: Acceptance | None = None, valuation: ValuationSettings | None = None,
+    books: BookSettings | None = None, intake: IntakeSettings | None = None, run: RunSettings | None = None,
+    engine: EngineOptions | None = None, callbacks: RunCallbacks | None = None, client_mods: Sequence[Mod] = (),
+    overwrite: bool = False, round_timeout: float = 600.0,
 ) -> Run:
-    """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
+    """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped by
+    :class:`strategies.ValuingStrategy`, and return the run's books.
 
-    Parameters
-    ----------
-    strategy
-        Any Flower strategy; it is wrapped by :class:`strategies.ValuingStrategy`.
-    model_factory
-        Builds the global model (its initial state is the run's A_0). It is called with the
-        global generators seeded from ``seed`` (:func:`initial_model_arrays`), on the server
-        and in the clients, so a factory that does not seed torch itself still gives the
-        same run for the same seed; the caller's generators are left as they were.
-    load_client_data
-        partition id -> :class:`clients.ClientData`; must be picklable (it travels to
-        the Ray workers): a module-level function or a functools.partial of one.
-    utility
-        U(arrays) on held-out data, e.g. :class:`fedvalue.scoring.torch_utilities.TorchModelUtility`.
-    out
-        Run directory for the ledger (see :mod:`fedvalue.run.ledger_tables`).
-    train_config
-        Sent to clients every round ("lr", "local-epochs", "batch-size", "seed"; "seed"
-        defaults to the run's ``seed``).
-    sampler
-        Which partitions train each round (:class:`strategies.PartitionSampler`). None: a
-        seeded :class:`~strategies.PartitionSampler` of the size the inner strategy would
-        sample (:func:`default_sampler`); Flower's own sampling draws random node ids and
-        would not repeat.
-    seed
-        Seed of everything the run draws: A_0 (the factory), the sampler, MC-ADS
-        permutations, the server's global generators for the strategy's own draws (DP
-        noise), and each client's training (through the train config's "seed", which
-        defaults to this one). The same seed gives the same ledger, byte for byte.
-    flows
-        Book TracIn flows between clients (inflow, outflow, self per round; see
-        :class:`strategies.valuing_settings.BookSettings`). Every client needs an inference split
-        (``ClientData.x_infer``, ``y_infer``); a client without one is refused before the run
-        starts (:func:`check_inference_splits`).
-    noisy_clients
-        Client ids known to be noisy, marked in the ledger's ``noisy`` column.
-    acceptance
-        Which valid replies are aggregated (:mod:`strategies.policies.acceptance`: top-k selection or a
-        replayed plan).
-    valuation
-        The methods, the ADS estimator's settings and a progress callback
-        (:class:`fedvalue.valuation.round_game.ValuationSettings`; :class:`simulations.runner.progress.ValuationProgress`
-        shows the progress).
-    intake
-        Claim review, NaN/inf replies kept out, seconds to wait for partition ids and gradients
-        (:class:`strategies.valuing_settings.IntakeSettings`).
-    run
-        The run directory's settings (:class:`fedvalue.run.writer.RunSettings`): ``run_config``
-        (completed here with the seed, rounds, clients, strategy, training and valuation
-        settings and package versions, so the run can be read and audited from run.json
-        alone), records for ``fedvalue audit``, checkpoints, ``resume`` (continue the run in
-        ``out``; its run.json must equal this call's configuration), the signing key and the
-        per-round callback.
-    engine
-        CPUs and GPUs per client, parallelism, an existing Ray cluster
-        (:class:`simulations.runner.engine.EngineOptions`).
-    client_mods
-        Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
-        ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
+    ``model_factory`` builds the global model (A_0 is its state, built with the global generators
+    seeded from ``seed``: :func:`initial_model_arrays`); ``load_client_data`` maps a partition id
+    to a :class:`clients.ClientData` and travels to the Ray workers (a module-level function or a
+    functools.partial of one); ``utility`` is U(arrays) on held-out data; ``out`` the run directory
+    (``overwrite`` replaces a run there). ``train_config`` goes to the clients every round ("seed"
+    defaults to ``seed``). ``sampler`` picks the partitions that train (None: a seeded
+    :class:`~strategies.PartitionSampler` of the inner strategy's size, :func:`default_sampler`).
+    ``seed`` seeds everything the run draws: the same seed gives the same ledger, byte for byte.
+    The valuing strategy's options come whole: ``acceptance`` (what is aggregated),
+    ``valuation`` (methods, the ADS estimator), ``books`` (TracIn flows, which need every client's
+    inference split, :func:`check_inference_splits`; fairness; the clients known to be noisy),
+    ``intake``, ``run`` (run.json's configuration, completed here so that the run can be audited
+    from it alone; records, checkpoints, resume, signing) and ``callbacks``; ``engine`` says how Ray
+    runs the clients and ``client_mods`` wrap their training (picklable, like the loader).
 
-    Raises
-    ------
-    NoClientValued
-        When no client of any round gave a usable reply: the ledger holds every round,
-        each failed client with its reason, and the error names the reasons.
-
-    Returns
-    -------
-    Run
-        The ledger, rounds table and configuration as DataFrames.
+    Raises :class:`NoClientValued` when no client of any round gave a usable reply (the ledger
+    then holds every round and each failure's reason).
     """
     check_integer("num_rounds", num_rounds)
     check_integer("num_clients", num_clients)
     valuation = settings_or_default("valuation", valuation, ValuationSettings)
+    books = settings_or_default("books", books, BookSettings)
     run = settings_or_default("run", run, RunSettings)
     engine = settings_or_default("engine", engine, EngineOptions)
+    train_config = dict(train_config or {})
+    train_config.setdefault(SEED_KEY, seed)  # clients draw from the run's seed unless told otherwise
+    config = _run_config(run, strategy, valuation, train_config, seed, num_rounds, num_clients)
+    if engine.ray_address is not None:
+        check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
+    if books.flows:
+        check_inference_splits(load_client_data, num_clients)
+    sampler = default_sampler(strategy, num_clients, seed) if sampler is None else sampler
+    initial = initial_model_arrays(model_factory, seed)
+    run_dir = _open_run_dir(out, resume=run.resume, overwrite=overwrite)
+    with _removed_unless_committed(run_dir, run.resume):
+        valuing = ValuingStrategy(strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance,
+                                  seed=seed, valuation=valuation, books=books, intake=intake,
+                                  run=dataclasses.replace(run, run_config=config), callbacks=callbacks)
+        valuing.open_books()  # bad input surfaces here, before the engine starts
+        _serve(valuing, initial, ConfigRecord(train_config), num_rounds, round_timeout, seed,
+               make_client_app(load_client_data, model_factory, mods=client_mods), num_clients, engine)
+    if len(valuing.rounds) < num_rounds:
+        raise RuntimeError(f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger "
+                           f"in {run_dir} holds the completed rounds. See the engine's log above.")
+    return check_some_client_valued(load_run(run_dir), run_dir)
+
+
+def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettings, train_config: dict, seed: int,
+                num_rounds: int, num_clients: int) -> dict:
+    """run.json's configuration: the caller's, completed with what the audit needs to read the
+    run from run.json alone (seed, rounds, clients, strategy, training, the estimator, versions)."""
     config = dict(run.run_config or {})
     config.setdefault("seed", seed)
     config.setdefault("num_rounds", num_rounds)
     config.setdefault("num_clients", num_clients)
     config.setdefault("strategy", type(strategy).__name__)
-    # The full training settings, so that the run can be read (and audited) from run.json alone.
-    train_config = dict(train_config or {})
-    train_config.setdefault(SEED_KEY, seed)  # clients' training draws from the run's seed unless told otherwise
     config.setdefault("train_config", train_config)
     config.setdefault("methods", list(valuation.methods))
     config.setdefault("valuation", valuation.ads.as_dict())  # the estimator, as the round records write it
     config["versions"] = package_versions()
-    if engine.ray_address is not None:
-        check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
-    if flows:
-        check_inference_splits(load_client_data, num_clients)
-    if sampler is None:
-        sampler = default_sampler(strategy, num_clients, seed)
-    initial = initial_model_arrays(model_factory, seed)
-    if run.resume:
-        run_dir = rundir.resolve(out)
-        if not (run_dir / RUN_CONFIG_FILE).exists():
-            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
-                             "has none.")
-    else:
-        run_dir = prepare_run_dir(out, overwrite=overwrite)
+    return config
+
+
+def _open_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> Path:
+    """The run directory: an existing run's to continue, or a new (or replaced) one."""
+    if not resume:
+        return prepare_run_dir(out, overwrite=overwrite)
+    run_dir = rundir.resolve(out)
+    if not (run_dir / RUN_CONFIG_FILE).exists():
+        raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} has none.")
+    return run_dir
+
+
+@contextmanager
+def _removed_unless_committed(run_dir: Path, resume: bool) -> Iterator[None]:
+    """A new run refused before it committed a round leaves no half-made directory behind
+    (committed rounds stay: the run resumes from them)."""
     try:
-        valuing = ValuingStrategy(
-            strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
-            valuation=valuation, books=BookSettings(flows=flows, noisy_clients=noisy_clients), intake=intake,
-            run=dataclasses.replace(run, run_config=config),
-        )
-        valuing.open_books()  # bad input surfaces here, before the engine starts
+        yield
     except (TypeError, ValueError):
-        if not run.resume:  # a rejected option leaves no half-made run behind
+        if not resume:
             remove_unstarted_run(run_dir)
         raise
-    train_record = ConfigRecord(train_config)
+
+
+def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigRecord, num_rounds: int,
+           round_timeout: float, seed: int, client_app, num_clients: int, engine: EngineOptions) -> None:
+    """Run the rounds on the engine; Ctrl-C / SIGTERM stops after the round in flight commits."""
     def main(grid: Grid) -> None:
         with seeded_server_generators(seed):
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
-    try:
-        with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
-            serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
-                  num_supernodes=num_clients, engine=engine)
-    except (TypeError, ValueError):
-        if not run.resume:  # refused before any round committed: no half-made run (committed rounds stay)
-            remove_unstarted_run(run_dir)
-        raise
-    if len(valuing.rounds) < num_rounds:
-        raise RuntimeError(
-            f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
-            f"{run_dir} holds the completed rounds. See the engine's log above."
-        )
-    return check_some_client_valued(load_run(run_dir), run_dir)
+    with stop_on_signals(valuing.stop_requested):
+        serve(client_app, main, num_supernodes=num_clients, engine=engine)
 
 
 class NoClientValued(RuntimeError):

@@ -17,7 +17,7 @@ from fedvalue.audit.audit_recompute import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.writer import RunSettings
 from simulations.runner.engine import EngineOptions
-from strategies import PartitionSampler, ValuingStrategy
+from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.valuing_settings import BookSettings, IntakeSettings
 
@@ -32,7 +32,7 @@ utility = _utility_fixture
     (lambda: ValuationSettings(methods=("ads", "banzhaf")), ValueError, "methods: expected a subset"),
     (lambda: ValuationSettings(methods="ads"), TypeError, "methods: expected a sequence of names"),
     (lambda: ValuationSettings(ads={"method": "mc"}), TypeError, "ads: expected a fedvalue.valuation.ads.AdsSettings; got dict"),
-    (lambda: ValuationSettings(on_progress=3), TypeError, "on_progress: expected a callable"),
+    (lambda: RunCallbacks(on_progress=3), TypeError, "on_progress: expected a callable"),
     (lambda: BookSettings(flows=1), TypeError, "flows: expected True or False; got 1"),
     (lambda: BookSettings(fairness="dp"), TypeError, "fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness"),
     (lambda: BookSettings(fair_curvature=0.5), ValueError, "fair_curvature: fairness influence with curvature needs"),
@@ -42,7 +42,7 @@ utility = _utility_fixture
     (lambda: IntakeSettings(nodes={}), TypeError, "nodes: expected a strategies.nodes.NodeDirectory"),
     (lambda: RunSettings(checkpoint="yes"), TypeError, "checkpoint: expected True or False; got 'yes'"),
     (lambda: RunSettings(run_config=[("seed", 0)]), TypeError, "run_config: expected a mapping"),
-    (lambda: RunSettings(on_round="print"), TypeError, "on_round: expected a callable"),
+    (lambda: RunCallbacks(on_round="print"), TypeError, "on_round: expected a callable"),
     (lambda: RunSettings(sign_key="/nonexistent/key.pem"), TypeError, "sign_key"),
     (lambda: EngineOptions(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive integer"),
     (lambda: EngineOptions(ray_address=""), ValueError, "ray_address: expected a non-empty address string or None"),
