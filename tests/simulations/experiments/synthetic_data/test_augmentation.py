@@ -26,7 +26,7 @@ def test_cli_writes_tables_and_figure_and_is_deterministic(tmp_path, capsys):
     assert "seed 1: values by knn-ads, mc-ads, knn-ds, tmc-ds, loo, random" in out and "ADS beats DS and LOO" in out
     assert main(["run", "augmentation", "--out", str(second), "--quiet", *TINY]) == 0
     assert "seed 0 (1/2)" not in capsys.readouterr().out
-    for name in ("values.csv", "curves.csv", "summary.csv", "orderings.csv", "convergence.csv", "config.json"):
+    for name in ("values.csv", "curves.csv", "summary.csv", "orderings.csv", "convergence.csv", "run.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     assert (first / "figure2.png").stat().st_size > 10_000
     curves = pd.read_csv(first / "curves.csv")
