@@ -25,7 +25,6 @@ point only if i is among its K nearest, where the (K+1)-th nearest takes its pla
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,7 +41,7 @@ from fedvalue.valuation.knn.utility import (
     neighbour_orders,
     neighbour_ranks,
 )
-from fedvalue.valuation.result import ValuationResult
+from fedvalue.valuation.result import ValuationResult, result_from_marginals
 
 __all__ = ["KnnAccuracyPrefixes", "knn_loo", "knn_mc_ads"]
 
@@ -107,15 +106,7 @@ def knn_mc_ads(
     np.put_along_axis(matches_by_rank, ranks.astype(np.int64), (y_train[None, :] == y_test[:, None]), axis=1)
     scale = k * n_test
 
-    prefix_hits = [0]
-    prefix_states = [np.full((n_test, k), n_train, dtype=np.int64)]
-    for t in range(len(group_arrays)):
-        members = players[: columns[t + 1]]
-        nearest = np.sort(ranks[:, members], axis=1)[:, :k].astype(np.int64)
-        state = np.full((n_test, k), n_train, dtype=np.int64)
-        state[:, : nearest.shape[1]] = nearest
-        prefix_states.append(state)
-        prefix_hits.append(int(np.take_along_axis(matches_by_rank, state, axis=1).sum()))
+    prefix_states, prefix_hits = _prefix_states(players, columns, ranks, matches_by_rank, k)
 
     marginals = np.zeros((int(num_permutations), n_train), dtype=np.float64)
     ranks_by_instance = np.ascontiguousarray(ranks.T)  # one contiguous row per added instance
@@ -129,24 +120,23 @@ def knn_mc_ads(
                 prefix_hits[t], prefix_hits[t + 1], scale, truncation_tolerance, marginals[rows],
             )
 
-    mean = marginals.mean(axis=0)
-    stderr = marginals.std(axis=0, ddof=1) / math.sqrt(num_permutations) if num_permutations > 1 \
-        else np.full(n_train, np.nan)
-    prefix_utilities = np.array(prefix_hits) / scale
-    gaps = [float(mean[columns[t]: columns[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
-            for t in range(len(group_arrays))]
-    index = pd.Index(players.tolist(), dtype=object, name="player")
-    method = "ads-tmc" if truncation_tolerance > 0 else "ads-mc"
-    return ValuationResult(
-        method=method,
-        values=pd.Series(mean, index=index, name="ads"),
-        stderr=pd.Series(stderr, index=index, name="stderr"),
-        num_evaluations=steps,
-        groups=tuple(tuple(g.tolist()) for g in group_arrays),
-        prefix_utilities=tuple(float(u) for u in prefix_utilities),
-        efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(group_arrays), name="group"), name="gap"),
-        num_permutations=int(num_permutations),
-    )
+    return result_from_marginals(marginals, players, group_arrays, np.array(prefix_hits) / scale,
+                                 method="ads-tmc" if truncation_tolerance > 0 else "ads-mc", num_evaluations=steps)
+
+
+def _prefix_states(players: np.ndarray, columns: np.ndarray, ranks: np.ndarray, matches_by_rank: np.ndarray,
+                   k: int) -> tuple[list[np.ndarray], list[int]]:
+    """For ∅ and every prefix U_t = D_1 ∪ ... ∪ D_t: each test point's k nearest ranks among the
+    prefix (the empty slot n where fewer), and how many of them carry the test point's label."""
+    n_test, n_train = ranks.shape
+    states, hits = [np.full((n_test, k), n_train, dtype=np.int64)], [0]
+    for t in range(len(columns) - 1):
+        nearest = np.sort(ranks[:, players[: columns[t + 1]]], axis=1)[:, :k].astype(np.int64)
+        state = np.full((n_test, k), n_train, dtype=np.int64)
+        state[:, : nearest.shape[1]] = nearest
+        states.append(state)
+        hits.append(int(np.take_along_axis(matches_by_rank, state, axis=1).sum()))
+    return states, hits
 
 
 def _walk_group(
