@@ -108,6 +108,27 @@ def book_round(
     harms = rejected_harms(entries, set(record.accepted), start_arrays=start_arrays, replies=record.replies,
                            utility=utility, aggregate=aggregate)
     parts = {name: book for name, kind in ROUND_BOOKS.items() if (book := kind(context)) is not None}
+    round_row = _round_row(record, valuation, utility_before, utility_realized, aggregate, unaggregatable)
+
+    rows = []
+    for entry in entries:
+        ok = entry.status == STATUS_OK
+        for method in context.methods:
+            result = None if valuation is None else valuation.results[method]
+            value = float(result.values[entry.client_id]) if ok else harms.get(entry.client_id)
+            stderr = float(result.stderr[entry.client_id]) if ok else (0.0 if value is not None else None)
+            rows.append(context.entry_row(entry, method, value, stderr, entry.num_examples))
+        for book in parts.values():
+            rows += book.entry_rows(entry)
+    for book in parts.values():
+        rows += book.closing_rows()
+    return BookedRound(round_row, rows, parts)
+
+
+def _round_row(record: RoundRecord, valuation: RoundValuation | None, utility_before: float, utility_realized: float,
+               aggregate: CountingAggregator | None, unaggregatable: int | None) -> dict:
+    """The round's rounds.csv row (without its hash, which the writer chains)."""
+    entries = record.entries
     ads_result = None if valuation is None else valuation.results.get(Method.ADS)
     round_row = {
         "round": record.round,
@@ -126,17 +147,4 @@ def book_round(
         unaggregatable = len(aggregate.unaggregatable)
     if unaggregatable is not None:
         round_row["num_unaggregatable"] = int(unaggregatable)
-
-    rows = []
-    for entry in entries:
-        ok = entry.status == STATUS_OK
-        for method in context.methods:
-            result = None if valuation is None else valuation.results[method]
-            value = float(result.values[entry.client_id]) if ok else harms.get(entry.client_id)
-            stderr = float(result.stderr[entry.client_id]) if ok else (0.0 if value is not None else None)
-            rows.append(context.entry_row(entry, method, value, stderr, entry.num_examples))
-        for book in parts.values():
-            rows += book.entry_rows(entry)
-    for book in parts.values():
-        rows += book.closing_rows()
-    return BookedRound(round_row, rows, parts)
+    return round_row
