@@ -143,6 +143,7 @@ class ValuingStrategy(Strategy):
         self._num_rounds: int | None = None
         self._start_arrays: dict | None = None
         self._targets: list[int] = []
+        self._sent: list[Message] = []
         self._idle_gradients: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
@@ -236,6 +237,7 @@ class ValuingStrategy(Strategy):
         if self.sampler is not None and messages:
             messages = retarget(messages, self.sampler, server_round, self._partition_map(grid))
         self._targets = [int(m.metadata.dst_node_id) for m in messages]
+        self._sent = messages  # the grid gives them ids when it sends them: each reply answers one node
         if self.flows:
             self._idle_gradients = self._query_gradients(grid, arrays, set(self._targets))
         return messages
@@ -260,7 +262,7 @@ class ValuingStrategy(Strategy):
         server_round += self._round_offset
         intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
                          start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
-                         gradients=self._idle_gradients)
+                         gradients=self._idle_gradients, sent=self._sent)
         records, ok = intake.records, intake.ok
         pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
