@@ -54,6 +54,7 @@ from strategies.records import arrays_to_numpy
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
 from strategies.sampling import LearningSampler, Sampler, retarget
+from strategies.screening import value_screened
 from strategies.tracin import FlowQueries, outflows_if_all_aggregated
 from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
 
@@ -274,7 +275,10 @@ class ValuingStrategy(Strategy):
         replay = (None if pure or not self.run_state.save_records
                   else replay_state_or_reason(self.strategy, random_state, records))
         seed = functools.partial(round_rng, self.seed, server_round)
-        valuation = self._value(server_round, ok, aggregator, seed()) if ok else None
+        # A reply that makes a coalition score as no number is rejected here: the round is valued without it.
+        valuation = value_screened(lambda valid: self._value(server_round, valid, aggregator, seed()), records,
+                                   self.utility, self._start_arrays)
+        ok = intake.ok
         fair = None if self.fair is None else self.fair.value(ok, self._start_arrays, aggregator, self.valuation,
                                                               seed(), intake.loss_gradients, intake.fisher_diagonals)
         scores = None if fair is None or not ok else self.fair.scores(fair)

@@ -1,6 +1,7 @@
-"""The fast coalition path cannot be poisoned: a basis state whose products overflow leaves the
-coalitions without it as the plain path scores them, and the audit cross-checks a sample of
-coalitions on the plain path."""
+"""Numerics no reply can poison: a basis state whose products overflow leaves the fast path's
+coalitions without it as the plain path scores them, the audit cross-checks a sample of
+coalitions on the plain path, and a reply that makes the round's utility non-finite is
+rejected, the round valued without it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import ClientEntry
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.game import CoalitionGame
-from fedvalue.valuation.round_game import fedavg_round_game, weighted_mean
+from fedvalue.valuation.round_game import fedavg_round_game, round_game_for, value_round, weighted_mean
 from simulations.models import make_mlp
+from strategies.records import ClientReply
+from strategies.screening import value_screened
 
 CLIENTS, WEIGHTS = [0, 1, 2, 3], [10.0, 20.0, 30.0, 15.0]
 POISONED = 2
@@ -84,3 +87,19 @@ def test_the_audit_finds_a_coalition_the_fast_path_scored_wrongly():
     broken.values(list(range(2 ** len(CLIENTS))))
     problems = plain_path_problems(record, broken, CLIENTS, utility)
     assert len(problems) == 4 and all("on the plain path (U of its weighted mean)" in p for p in problems)
+
+
+def test_a_reply_whose_inclusion_makes_the_utility_non_finite_is_rejected_and_the_round_valued_without_it():
+    utility, start, replies = setup("neg_loss", fill=1e15)  # aggregable (its sum of squares holds); its logits overflow
+    records = [ClientReply(c, 100 + c, "ok", arrays=replies[c], weight=WEIGHTS[c]) for c in CLIENTS]
+
+    def value(ok):
+        game = round_game_for([r.client_id for r in ok], start, [r.arrays for r in ok], [r.weight for r in ok], utility)
+        return value_round(game, ("ads", "loo"), seed=0)
+
+    valuation = value_screened(value, records, utility, start)
+    assert [r.status for r in records] == ["ok", "ok", "rejected", "ok"]
+    assert records[POISONED].error.startswith("arrays: its inclusion makes the round's utility non-finite")
+    without = value([r for r in records if r.client_id != POISONED])
+    for method in ("ads", "loo"):
+        assert valuation.results[method].values.to_dict() == without.results[method].values.to_dict()
