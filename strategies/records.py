@@ -205,8 +205,7 @@ def read_curvature(record: ArrayRecord, model: Mapping[str, np.ndarray] | None) 
     arrays, problem = read_arrays(record, CURVATURE_KEY)
     if problem is not None:
         return problem
-    gradient = {k[len(CURVATURE_GRADIENT_PREFIX):]: v for k, v in arrays.items() if k.startswith(CURVATURE_GRADIENT_PREFIX)}
-    fisher = {k[len(CURVATURE_FISHER_PREFIX):]: v for k, v in arrays.items() if k.startswith(CURVATURE_FISHER_PREFIX)}
+    gradient, fisher = _unprefixed(arrays, CURVATURE_GRADIENT_PREFIX), _unprefixed(arrays, CURVATURE_FISHER_PREFIX)
     if not gradient or set(gradient) != set(fisher) or len(gradient) + len(fisher) != len(arrays):
         return (f"{CURVATURE_KEY}: expected '{CURVATURE_GRADIENT_PREFIX}KEY' and '{CURVATURE_FISHER_PREFIX}KEY' for "
                 f"the same keys; got {shown(list(arrays))}")
@@ -218,3 +217,8 @@ def read_curvature(record: ArrayRecord, model: Mapping[str, np.ndarray] | None) 
     if any((v < 0).any() for v in fisher.values()):
         return f"{CURVATURE_KEY} fisher: expected a Fisher diagonal >= 0; got negative entries"
     return CurvatureReply(gradient, fisher)
+
+
+def _unprefixed(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays whose keys start with ``prefix``, under the keys that follow it."""
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
