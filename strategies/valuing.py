@@ -54,6 +54,7 @@ from strategies.records import arrays_to_numpy
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
+from strategies.screening import value_screened
 from strategies.tracin import FlowQueries, outflows_if_all_aggregated
 from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks, settings_or_default
 
@@ -146,6 +147,7 @@ class ValuingStrategy(Strategy):
         self._num_rounds: int | None = None
         self._start_arrays: dict | None = None
         self._targets: list[int] = []
+        self._sent: list[Message] = []
         self._idle_gradients: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
@@ -239,6 +241,7 @@ class ValuingStrategy(Strategy):
         if self.sampler is not None and messages:
             messages = retarget(messages, self.sampler, server_round, self._partition_map(grid))
         self._targets = [int(m.metadata.dst_node_id) for m in messages]
+        self._sent = messages  # the grid gives them ids when it sends them: each reply answers one node
         if self.flows:
             self._idle_gradients = self._query_gradients(grid, arrays, set(self._targets))
         return messages
@@ -263,7 +266,7 @@ class ValuingStrategy(Strategy):
         server_round += self._round_offset
         intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
                          start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
-                         gradients=self._idle_gradients)
+                         gradients=self._idle_gradients, sent=self._sent)
         records, ok = intake.records, intake.ok
         pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
@@ -275,7 +278,10 @@ class ValuingStrategy(Strategy):
         replay = (None if pure or not self.run_state.save_records
                   else replay_state_or_reason(self.strategy, random_state, records))
         seed = functools.partial(round_rng, self.seed, server_round)
-        valuation = self._value(server_round, ok, aggregator, seed()) if ok else None
+        # A reply that makes a coalition score as no number is rejected here: the round is valued without it.
+        valuation = value_screened(lambda valid: self._value(server_round, valid, aggregator, seed()), records,
+                                   self.utility, self._start_arrays)
+        ok = intake.ok
         fair = None if self.fair is None else self.fair.value(ok, self._start_arrays, aggregator, self.valuation,
                                                               seed(), intake.loss_gradients, intake.fisher_diagonals)
         scores = None if fair is None or not ok else self.fair.scores(fair)
