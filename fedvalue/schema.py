@@ -239,6 +239,9 @@ CHECKPOINT_DIR = "checkpoint"
 #: (no manifest lists them); the audit accepts them as regular files only.
 REPORT_FILE = "report.html"
 FIGURES_DIR = "figures"
+#: The lock a writing process holds on its run directory (:mod:`fedvalue.run.writer_lock`):
+#: not part of the books (no manifest lists it); it holds the writer's PID.
+LOCK_FILE = "writer.lock"
 
 
 def record_name(server_round: int) -> str:

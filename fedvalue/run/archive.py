@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedvalue.run import rundir
+from fedvalue.run import kill_points, rundir
 from fedvalue.run.rundir import RunDir, open_run_dir
 from fedvalue.schema import (
     CHECKPOINT_DIR,
@@ -412,14 +412,29 @@ def write_checkpoint(run: RunDir, server_round: int, arrays: Mapping[str, np.nda
     """
     arrays_name, state_name = checkpoint_names(server_round)
     written = {"npz": write_npz(run, arrays_name, arrays)}
+    kill_points.reached("checkpoint_arrays", server_round)
     written["state"] = state_bytes(*state)
     run.write_bytes(state_name, written["state"])
+    kill_points.reached("checkpoint_state", server_round)
     if before_switch is not None:
         before_switch(written)
+    write_checkpoint_pointer(run, server_round, sizes)
+    kill_points.reached("checkpoint_switch", server_round)
+    prune_checkpoints(run, {arrays_name, state_name})
+    kill_points.reached("prune", server_round)
+    return {"npz": arrays_name, "state": state_name}
+
+
+def write_checkpoint_pointer(run: RunDir, server_round: int, sizes: Mapping[str, int]) -> None:
+    """``checkpoint.json``: round k and the tables' sizes at its commit, replaced atomically."""
     run.write_text(CHECKPOINT_FILE, json.dumps({"round": int(server_round), "files": dict(sizes)},
                                                sort_keys=True) + "\n")
-    prune_checkpoints(run, {arrays_name, state_name})
-    return {"npz": arrays_name, "state": state_name}
+
+
+def write_start_pointer(run: RunDir) -> None:
+    """The start's ``checkpoint.json`` (round 0, empty tables): the run checkpoints, and
+    nothing is committed yet. A resume of a writer killed in round 1 starts from it."""
+    write_checkpoint_pointer(run, 0, {})
 
 
 def prune_checkpoints(run: RunDir, keep: set[str]) -> None:
