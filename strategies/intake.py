@@ -29,7 +29,7 @@ from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Sta
 from strategies.nodes import reply_node, sent_nodes
 from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY
 from strategies.records import ClientReply, InferenceGradient, read_reply, take_record
-from strategies.reply_checks import metric_form, shown, weight_problem
+from strategies.reply_checks import metric_form, metric_problem, shown, weight_problem
 
 
 @dataclass
@@ -176,6 +176,42 @@ def _difference(form: tuple, common: tuple) -> str:
     key = next(k for k, a, b in zip(keys, shapes, common_shapes) if a != b)
     return (f"metrics[{key!r}]: {dict(zip(keys, shapes))[key]} where the round's replies hold "
             f"{dict(zip(common_keys, common_shapes))[key]}")
+
+
+def usable_evaluations(replies: Iterable[Message], weighted_by_key: str) -> list[Message]:
+    """The evaluate replies the inner strategy's ``aggregate_evaluate`` can take: error replies,
+    and replies with one MetricRecord of finite values whose name, keys and forms are the
+    round's most common and, when those keys hold ``weighted_by_key``, whose weight passes its
+    check. The others are left out and logged (federated evaluation books nothing; a
+    malformed reply must not stop the run)."""
+    replies = list(replies)
+    forms, dropped = {}, []
+    for reply in replies:
+        if reply.has_error():
+            continue
+        records = list(reply.content.metric_records.items())
+        metrics = dict(records[0][1]) if len(records) == 1 else {}
+        problem = ("expected one MetricRecord" if len(records) != 1
+                   else next((p for v in metrics.values() if (p := metric_problem(v))), None))
+        if problem is None:
+            keys = tuple(sorted(metrics))
+            forms[id(reply)] = (records[0][0], keys, tuple(metric_form(metrics[k]) for k in keys))
+        else:
+            dropped.append((reply, problem))
+    seen = list(forms.values())
+    common = max(dict.fromkeys(seen), key=seen.count) if seen else None
+    for reply in replies:
+        if id(reply) in forms and forms[id(reply)] != common:
+            dropped.append((reply, "its MetricRecord differs from the round's other replies"))
+        elif id(reply) in forms and weighted_by_key in common[1]:
+            weight = next(iter(reply.content.metric_records.values()))[weighted_by_key]
+            problem = weight_problem(weight, whole=weighted_by_key == NUM_EXAMPLES_KEY)
+            if problem is not None:
+                dropped.append((reply, f"{weighted_by_key}: {problem}"))
+    for reply, problem in dropped:
+        log(logging.WARNING, "an evaluate reply from node %s is left out: %s", reply.metadata.src_node_id, problem)
+    left_out = {id(reply) for reply, _ in dropped}
+    return [reply for reply in replies if id(reply) not in left_out]
 
 
 def _mark_duplicate_ids(records: list[ClientReply]) -> None:

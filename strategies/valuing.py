@@ -47,7 +47,7 @@ from fedvalue.schema import WEIGHED_STATUSES
 from strategies.policies.acceptance import AcceptAll, Acceptance
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
 from strategies.fairness_rounds import FairRounds, check_policy
-from strategies.intake import RoundIntake, log_problems, round_record, take_in
+from strategies.intake import RoundIntake, log_problems, round_record, take_in, usable_evaluations
 from strategies.nodes import NodeDirectory
 from strategies.protocol import GRADIENT_KEY
 from strategies.records import arrays_to_numpy
@@ -225,7 +225,9 @@ class ValuingStrategy(Strategy):
         return self.strategy.configure_evaluate(server_round + self._round_offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return self.strategy.aggregate_evaluate(server_round + self._round_offset, replies)
+        """The inner strategy's, on the evaluate replies it can take (:func:`strategies.intake.usable_evaluations`)."""
+        usable = usable_evaluations(replies, self.weighted_by_key)
+        return self.strategy.aggregate_evaluate(server_round + self._round_offset, usable)
 
     # -- training ---------------------------------------------------------------------------
 

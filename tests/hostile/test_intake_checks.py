@@ -241,3 +241,25 @@ def test_an_idle_clients_gradient_is_its_registered_nodes_and_well_formed():
                                              busy=set(), timeout=5)
     assert list(gradients) == [0]  # node 102 claimed 0 (left out), node 103's gradient is NaN (left out)
     assert float(gradients[0].gradient["w"].flat[0]) == 1.0
+
+
+# -- federated evaluation --------------------------------------------------------------------------------
+
+
+def test_malformed_evaluate_replies_are_left_out_and_the_others_averaged():
+    from flwr.serverapp.strategy import FedAvg
+
+    from strategies import ValuingStrategy
+
+    def evaluation(node: int, metrics: dict) -> Message:
+        instruction = Message(RecordDict(), dst_node_id=node, message_type=MessageType.EVALUATE)
+        return answer(instruction, RecordDict({"metrics": MetricRecord(metrics)}))
+
+    honest = [evaluation(101, {"num-examples": 10, "eval-loss": 1.0}), evaluation(102, {"num-examples": 30,
+                                                                                       "eval-loss": 2.0})]
+    hostile = [evaluation(103, {"num-examples": 10, "eval-loss": [1.0, 2.0]}),
+               evaluation(104, {"num-examples": float("inf"), "eval-loss": 1.0}),
+               evaluation(105, {"num-examples": 10, "eval-loss": float("nan")}),
+               evaluation(106, {"num-examples": 10, "other": 1.0})]
+    wrapped = ValuingStrategy(FedAvg(), lambda arrays: 0.0)
+    assert wrapped.aggregate_evaluate(1, honest + hostile) == FedAvg().aggregate_evaluate(1, honest)
