@@ -40,7 +40,10 @@ from fedvalue.valuation.round_game import ArraysUtility, ValuationSettings
 from fedvalue.run.run_books import RunSettings
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
 from fedvalue.run.seals import SEALS_FILE
+from fedvalue.run.writer_lock import WriterLock, lock_run_dir
+from fedvalue.schema import LOCK_FILE
 from simulations.engine import EngineOptions, check_ray_address, serve, stop_on_signals
+from simulations.engine_failures import engine_failure
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.acceptance import Acceptance
 from strategies.counterfactual import RandomState
@@ -135,14 +138,15 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
         found.restore()
 
 
-def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False, keep: str | None = None) -> Path:
     """Create ``out`` and return its resolved path (:func:`fedvalue.run.rundir.resolve`: ``~``
     expanded, absolute, links resolved); refuse a directory that already holds a run unless
-    ``overwrite``."""
+    ``overwrite``, which removes what it holds (but the entry named ``keep``)."""
     out = rundir.resolve(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a directory for the run; {out} is a file.")
-    if out.is_dir() and any(out.iterdir()):
+    held = [] if not out.is_dir() else [entry for entry in out.iterdir() if entry.name != keep]
+    if held:
         if not (out / LEDGER_FILE).exists() and not (out / RUN_CONFIG_FILE).exists():
             raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
         if not overwrite:
@@ -150,7 +154,11 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
                 f"out: {out} already holds a run; choose a new directory, continue that run with "
                 "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
             )
-        shutil.rmtree(out)
+        for entry in held:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".fedvalue-write-check"
@@ -162,11 +170,43 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     return out
 
 
-def remove_unstarted_run(run_dir: Path) -> None:
+def remove_unstarted_run(run_dir: Path) -> bool:
     """Remove a run directory this call made, after a failure, only while it holds no
-    committed round: a run that committed a round keeps every one (it resumes from them)."""
+    committed round: a run that committed a round keeps every one (it resumes from them).
+    Whether it was removed."""
     if not rundir.exists(run_dir, ROUNDS_FILE) and not rundir.exists(run_dir, SEALS_FILE):
         shutil.rmtree(run_dir, ignore_errors=True)
+        return True
+    return False
+
+
+def claim_run_dir(out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False) -> tuple[Path, WriterLock]:
+    """The run directory ``out`` (resolved) and this writer's lock on it
+    (:mod:`fedvalue.run.writer_lock`), taken before the directory is checked, cut or
+    replaced: a second writer (a second resume, a run into the same ``out``) is refused
+    with the holder's PID. A new run's directory is made as :func:`prepare_run_dir` makes
+    it (``overwrite`` removes the old run's files, not the lock file: the lock is never let
+    go); a directory that holds other files than a run's is refused before it is locked."""
+    run_dir = rundir.resolve(out)
+    if resume:
+        if not (run_dir / RUN_CONFIG_FILE).exists():
+            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
+                             "has none.")
+        return run_dir, lock_run_dir(rundir.RunDir(run_dir))
+    made = not run_dir.exists()
+    if not run_dir.is_dir() or not any(True for _ in run_dir.iterdir()):
+        prepare_run_dir(run_dir)  # new or empty: made (and checked writable) before it is locked
+    elif not any((run_dir / name).exists() for name in (LEDGER_FILE, RUN_CONFIG_FILE, LOCK_FILE)):
+        raise ValueError(f"out: expected an empty or new directory; {run_dir} holds other files.")
+    lock = lock_run_dir(rundir.RunDir(run_dir))
+    try:
+        prepare_run_dir(run_dir, overwrite=overwrite, keep=LOCK_FILE)
+    except BaseException:
+        lock.release()
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return run_dir, lock
 
 
 def simulate(
@@ -282,20 +322,15 @@ def simulate(
     config.setdefault("methods", list(valuation.methods))
     config.setdefault("valuation", valuation.ads.as_keywords())  # the estimator, as the round records write it
     config["versions"] = package_versions()
-    if engine.ray_address is not None:
+    if engine.ray_address is not None and not run.resume:
         check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
     if flows:
         check_inference_splits(load_client_data, num_clients)
     if sampler is None:
         sampler = default_sampler(strategy, num_clients, seed)
     initial = initial_model_arrays(model_factory, seed)
-    if run.resume:
-        run_dir = rundir.resolve(out)
-        if not (run_dir / RUN_CONFIG_FILE).exists():
-            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
-                             "has none.")
-    else:
-        run_dir = prepare_run_dir(out, overwrite=overwrite)
+    run_dir, lock = claim_run_dir(out, overwrite=overwrite, resume=run.resume)
+    valuing = None
     try:
         valuing = ValuingStrategy(
             strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
@@ -303,9 +338,10 @@ def simulate(
             run=dataclasses.replace(run, run_config=config),
         )
         valuing.open_books()  # bad input surfaces here, before the engine starts
+        if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
+            check_ray_address(engine.ray_address)
     except (TypeError, ValueError):
-        if not run.resume:  # a rejected option leaves no half-made run behind
-            remove_unstarted_run(run_dir)
+        _give_up(run_dir, lock, remove=not run.resume, books=valuing)  # a rejected option leaves no half-made run
         raise
     train_record = ConfigRecord(train_config)
     def main(grid: Grid) -> None:
@@ -317,15 +353,31 @@ def simulate(
             serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
                   num_supernodes=num_clients, engine=engine)
     except (TypeError, ValueError):
-        if not run.resume:  # refused before any round committed: no half-made run (committed rounds stay)
-            remove_unstarted_run(run_dir)
+        _give_up(run_dir, lock, remove=not run.resume, books=valuing)  # committed rounds stay
         raise
+    except Exception as error:  # an engine that did not start or crashed: one line, no half-made run
+        removed = _give_up(run_dir, lock, remove=not run.resume, books=valuing)
+        failure = engine_failure(error, run_dir=str(run_dir), committed=len(valuing.rounds), removed=removed)
+        if failure is None:
+            raise
+        raise failure from None
+    _give_up(run_dir, lock, remove=False, books=valuing)  # the run is over: its writer lock goes
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(
             f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
             f"{run_dir} holds the completed rounds. See the engine's log above."
         )
     return check_some_client_valued(load_run(run_dir), run_dir)
+
+
+def _give_up(run_dir: Path, lock: WriterLock, *, remove: bool, books: ValuingStrategy | None = None) -> bool:
+    """End this run's hold on ``run_dir``: its books' and ``lock``'s; with ``remove``, a
+    directory holding no committed round is removed first. Whether it was removed."""
+    removed = remove and remove_unstarted_run(run_dir)
+    if books is not None:
+        books.run_state.release()
+    lock.release()
+    return removed
 
 
 class NoClientValued(RuntimeError):

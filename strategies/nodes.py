@@ -16,6 +16,10 @@ from flwr.serverapp import Grid
 from strategies.records import partition_id_of
 
 
+class QueryTimedOut(RuntimeError):
+    """No node answered the partition query within its timeout (the run cannot sample)."""
+
+
 class NodeDirectory:
     """partition id <-> node id of one engine's nodes.
 
@@ -46,7 +50,7 @@ class NodeDirectory:
                     self.node_to_client[node_id] = client_id
                     self.client_to_node[client_id] = node_id
         if not self.client_to_node:
-            raise RuntimeError(
+            raise QueryTimedOut(
                 f"sampler: no client reported its partition id to the query within query_timeout={timeout:g} s; "
                 "the ClientApp needs an @app.query handler replying ConfigRecord 'client' with 'partition-id' "
                 "(clients.make_client_app has one). On a loaded machine raise --query-timeout."
