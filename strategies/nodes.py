@@ -81,6 +81,10 @@ def sender_identity(content: RecordDict, node_id: int, node_to_client: Mapping[i
     return claimed, None
 
 
+class QueryTimedOut(RuntimeError):
+    """No node answered the partition query within its timeout (the run cannot sample)."""
+
+
 class NodeDirectory:
     """partition id <-> node id of one engine's nodes.
 
@@ -107,7 +111,7 @@ class NodeDirectory:
             sent_to = sent_nodes(queries)
             self._register({reply_node(r, sent_to): r.content for r in replies if not r.has_error()})
         if not self.client_to_node:
-            raise RuntimeError(
+            raise QueryTimedOut(
                 f"sampler: no client reported its partition id to the query within query_timeout={timeout:g} s; "
                 "the ClientApp needs an @app.query handler replying ConfigRecord 'client' with 'partition-id' "
                 "(clients.make_client_app has one). On a loaded machine raise --query-timeout."

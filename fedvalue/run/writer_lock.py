@@ -11,12 +11,14 @@ and holds it while it lives; a second writer is refused at once, with the holder
 - The file is opened relative to the run directory's descriptor without following a link
   (``O_NOFOLLOW``), and close-on-exec: a child process (Ray's) cannot inherit the lock and
   keep it after the writer dies.
-- It stays in the directory after the run (removing it would let a third writer lock a
-  new file while a second still holds the old one); it holds the last holder's PID and is
+- The holder removes the file when it lets go (still holding the lock, so a run that
+  ended leaves none); a writer that took the lock on a file removed meanwhile (opened
+  just before) sees that the name no longer leads to its file and tries again, so two
+  writers never hold two files. A killed writer leaves the file (holding its PID); it is
   no part of the books (no manifest lists it).
 - Within one process the lock is re-entrant: the command line holds it from before it
   verifies a resume to the run's end, and the run's books take it again. Holds are counted
-  per directory (device, inode); the last release closes the descriptor.
+  per directory (device, inode); the last release removes the file and closes the descriptor.
 """
 
 from __future__ import annotations
@@ -37,11 +39,26 @@ class RunLocked(ValueError):
 
 
 class _Held:
-    """This process's lock on one directory: its descriptor and how many holds it has."""
+    """This process's lock on one directory: the lock file's descriptor, the directory's (to
+    remove the file when done) and how many holds it has."""
 
-    def __init__(self, descriptor: int) -> None:
+    def __init__(self, descriptor: int, directory: int) -> None:
         self.descriptor = descriptor
+        self.directory = directory
         self.count = 0
+
+    def close(self) -> None:
+        """Remove the lock file (while still holding it, when the name still leads to it), then
+        let go of it and of the directory."""
+        try:
+            mine, there = os.fstat(self.descriptor), os.stat(LOCK_FILE, dir_fd=self.directory, follow_symlinks=False)
+            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                os.unlink(LOCK_FILE, dir_fd=self.directory)
+        except OSError:
+            pass  # removed with its directory (a run that committed nothing), or never there
+        finally:
+            os.close(self.descriptor)  # the kernel drops the flock with its last descriptor
+            os.close(self.directory)
 
 
 _held: dict[tuple[int, int], _Held] = {}
@@ -57,7 +74,29 @@ def _holder_pid(descriptor: int) -> str:
     return text if text.isdigit() else "unknown"
 
 
+def _same_file(descriptor: int, run: RunDir) -> bool:
+    """Whether the name ``writer.lock`` still leads to the file ``descriptor`` holds."""
+    try:
+        there = os.stat(LOCK_FILE, dir_fd=run.fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(descriptor)
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+
 def _open_and_lock(run: RunDir) -> int:
+    """The lock file's descriptor, locked; a file its holder removed while it was being
+    locked is let go and the name opened again (module docstring)."""
+    for _ in range(100):
+        descriptor = _try_lock(run)
+        if _same_file(descriptor, run):
+            return descriptor
+        os.close(descriptor)
+    raise RunLocked(f"run_dir: {run.show()}: its writer lock file keeps being replaced; another process is "
+                    "taking and leaving it in a loop.")
+
+
+def _try_lock(run: RunDir) -> int:
     try:
         descriptor = os.open(LOCK_FILE, _FLAGS, 0o644, dir_fd=run.fd)
     except OSError as error:
@@ -100,7 +139,7 @@ class WriterLock:
         with _registry:
             held = _held.get(key)
             if held is None:
-                held = _Held(_open_and_lock(run))
+                held = _Held(_open_and_lock(run), os.dup(run.fd))
                 _held[key] = held
             held.count += 1
             self._key = key
@@ -119,7 +158,7 @@ class WriterLock:
             held.count -= 1
             if held.count <= 0:
                 del _held[key]
-                os.close(held.descriptor)  # the kernel drops the flock with its last descriptor
+                held.close()
 
     def __enter__(self) -> WriterLock:
         return self

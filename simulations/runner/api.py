@@ -37,9 +37,11 @@ from fedvalue._checks import check_integer
 from fedvalue.run import rundir
 from fedvalue.run.ledger_tables import Run, load_run
 from fedvalue.run.seals import SEALS_FILE
-from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.run.writer_lock import WriterLock, lock_run_dir
+from fedvalue.schema import LEDGER_FILE, LOCK_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility
 from simulations.runner.engine import EngineOptions, check_ray_address, serve, stop_on_signals
+from simulations.runner.engine_failures import engine_failure
 from strategies import (
     SEED_KEY,
     Acceptance,
@@ -141,14 +143,15 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
         found.restore()
 
 
-def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False, keep: str | None = None) -> Path:
     """Create ``out`` and return its resolved path (:func:`fedvalue.run.rundir.resolve`: ``~``
     expanded, absolute, links resolved); refuse a directory that already holds a run unless
-    ``overwrite``."""
+    ``overwrite``, which removes what it holds (but the entry named ``keep``)."""
     out = rundir.resolve(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a directory for the run; {out} is a file.")
-    if out.is_dir() and any(out.iterdir()):
+    held = [] if not out.is_dir() else [entry for entry in out.iterdir() if entry.name != keep]
+    if held:
         if not (out / LEDGER_FILE).exists() and not (out / RUN_CONFIG_FILE).exists():
             raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
         if not overwrite:
@@ -156,7 +159,11 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
                 f"out: {out} already holds a run; choose a new directory, continue that run with "
                 "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
             )
-        shutil.rmtree(out)
+        for entry in held:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".fedvalue-write-check"
@@ -168,11 +175,43 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     return out
 
 
-def remove_unstarted_run(run_dir: Path) -> None:
+def remove_unstarted_run(run_dir: Path) -> bool:
     """Remove a run directory this call made, after a failure, only while it holds no
-    committed round: a run that committed a round keeps every one (it resumes from them)."""
+    committed round: a run that committed a round keeps every one (it resumes from them).
+    Whether it was removed."""
     if not rundir.exists(run_dir, ROUNDS_FILE) and not rundir.exists(run_dir, SEALS_FILE):
         shutil.rmtree(run_dir, ignore_errors=True)
+        return True
+    return False
+
+
+def claim_run_dir(out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False) -> tuple[Path, WriterLock]:
+    """The run directory ``out`` (resolved) and this writer's lock on it
+    (:mod:`fedvalue.run.writer_lock`), taken before the directory is checked, cut or
+    replaced: a second writer (a second resume, a run into the same ``out``) is refused
+    with the holder's PID. A new run's directory is made as :func:`prepare_run_dir` makes
+    it (``overwrite`` removes the old run's files, not the lock file: the lock is never let
+    go); a directory that holds other files than a run's is refused before it is locked."""
+    run_dir = rundir.resolve(out)
+    if resume:
+        if not (run_dir / RUN_CONFIG_FILE).exists():
+            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
+                             "has none.")
+        return run_dir, lock_run_dir(rundir.RunDir(run_dir))
+    made = not run_dir.exists()
+    if not run_dir.is_dir() or not any(True for _ in run_dir.iterdir()):
+        prepare_run_dir(run_dir)  # new or empty: made (and checked writable) before it is locked
+    elif not any((run_dir / name).exists() for name in (LEDGER_FILE, RUN_CONFIG_FILE, LOCK_FILE)):
+        raise ValueError(f"out: expected an empty or new directory; {run_dir} holds other files.")
+    lock = lock_run_dir(rundir.RunDir(run_dir))
+    try:
+        prepare_run_dir(run_dir, overwrite=overwrite, keep=LOCK_FILE)
+    except BaseException:
+        lock.release()
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return run_dir, lock
 
 
 def simulate(
@@ -214,18 +253,21 @@ def simulate(
     train_config = dict(train_config or {})
     train_config.setdefault(SEED_KEY, seed)  # clients draw from the run's seed unless told otherwise
     config = _run_config(run, strategy, valuation, train_config, seed, num_rounds, num_clients)
-    if engine.ray_address is not None:
+    if engine.ray_address is not None and not run.resume:
         check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
     if books.flows:
         check_inference_splits(load_client_data, num_clients)
     sampler = default_sampler(strategy, num_clients, seed) if sampler is None else sampler
     initial = initial_model_arrays(model_factory, seed)
-    run_dir = _open_run_dir(out, resume=run.resume, overwrite=overwrite)
-    with _removed_unless_committed(run_dir, run.resume):
-        valuing = ValuingStrategy(strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance,
-                                  seed=seed, valuation=valuation, books=books, intake=intake,
-                                  run=dataclasses.replace(run, run_config=config), callbacks=callbacks)
+    run_dir, lock = claim_run_dir(out, overwrite=overwrite, resume=run.resume)  # one writer at a time
+    with _RunHold(run_dir, lock, resume=run.resume) as hold:
+        valuing = hold.books = ValuingStrategy(
+            strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
+            valuation=valuation, books=books, intake=intake, run=dataclasses.replace(run, run_config=config),
+            callbacks=callbacks)
         valuing.open_books()  # bad input surfaces here, before the engine starts
+        if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
+            check_ray_address(engine.ray_address)
         _serve(valuing, initial, ConfigRecord(train_config), num_rounds, round_timeout, seed,
                make_client_app(load_client_data, model_factory, mods=client_mods), num_clients, engine)
     if len(valuing.rounds) < num_rounds:
@@ -250,26 +292,30 @@ def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettin
     return config
 
 
-def _open_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> Path:
-    """The run directory: an existing run's to continue, or a new (or replaced) one."""
-    if not resume:
-        return prepare_run_dir(out, overwrite=overwrite)
-    run_dir = rundir.resolve(out)
-    if not (run_dir / RUN_CONFIG_FILE).exists():
-        raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} has none.")
-    return run_dir
+class _RunHold:
+    """This call's hold on its run directory, for the run's lifetime: at the end the books and
+    the writer lock are let go; a new run refused before it committed a round leaves no
+    half-made directory (committed rounds stay: the run resumes from them); an engine that did
+    not start or crashed is one :class:`~simulations.runner.engine_failures.EngineFailed` line."""
 
+    def __init__(self, run_dir: Path, lock: WriterLock, *, resume: bool) -> None:
+        self.run_dir, self.lock, self.resume = run_dir, lock, resume
+        self.books: ValuingStrategy | None = None
 
-@contextmanager
-def _removed_unless_committed(run_dir: Path, resume: bool) -> Iterator[None]:
-    """A new run refused before it committed a round leaves no half-made directory behind
-    (committed rounds stay: the run resumes from them)."""
-    try:
-        yield
-    except (TypeError, ValueError):
-        if not resume:
-            remove_unstarted_run(run_dir)
-        raise
+    def __enter__(self) -> _RunHold:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if kind is None:
+            _give_up(self.run_dir, self.lock, remove=False, books=self.books)  # the run is over
+            return False
+        removed = _give_up(self.run_dir, self.lock, remove=not self.resume, books=self.books)
+        if issubclass(kind, Exception) and not issubclass(kind, (TypeError, ValueError)):
+            committed = 0 if self.books is None else len(self.books.rounds)
+            failure = engine_failure(error, run_dir=str(self.run_dir), committed=committed, removed=removed)
+            if failure is not None:
+                raise failure from None
+        return False
 
 
 def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigRecord, num_rounds: int,
@@ -281,6 +327,16 @@ def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigR
 
     with stop_on_signals(valuing.stop_requested):
         serve(client_app, main, num_supernodes=num_clients, engine=engine)
+
+
+def _give_up(run_dir: Path, lock: WriterLock, *, remove: bool, books: ValuingStrategy | None = None) -> bool:
+    """End this run's hold on ``run_dir``: its books' and ``lock``'s; with ``remove``, a
+    directory holding no committed round is removed first. Whether it was removed."""
+    removed = remove and remove_unstarted_run(run_dir)
+    if books is not None:
+        books.run_state.release()
+    lock.release()
+    return removed
 
 
 class NoClientValued(RuntimeError):

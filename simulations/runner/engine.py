@@ -96,6 +96,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive
+from simulations.runner.engine_failures import FLOWER_CRASH_LOGS
 from strategies.counterfactual import RandomState
 from strategies.valuing_settings import settings_or_default
 
@@ -385,8 +386,13 @@ def _stoppable(
 
 
 class _DropRunSimulationDeprecation(logging.Filter):
+    """Drops run_simulation's deprecation notice, and Flower's tracebacks of an engine crash:
+    the caller says it in one line (:mod:`simulations.runner.engine_failures`)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         text = str(record.msg) + " ".join(str(arg) for arg in (record.args or ()))
+        if str(record.msg).startswith(FLOWER_CRASH_LOGS):
+            return False
         return not ("DEPRECATED FEATURE" in text and "run_simulation" in text)
 
 
