@@ -1,7 +1,7 @@
 """Two writers of one run: the second is refused with the holder's PID, changes nothing, and
 once the first is killed the run resumes to the uninterrupted ledger.
 
-Real processes: the first writer (:mod:`tests.hostile.kill_driver`) stops itself (SIGSTOP)
+Real processes: the first writer (:mod:`tests.hostile.crashes.driver`) stops itself (SIGSTOP)
 right after round 1's commit mark, holding the run directory's lock mid-commit; then this
 process, as a second writer, tries ``fedvalue run --resume DIR``, ``fedvalue run SIMULATION
 --out DIR`` (with and without ``--overwrite``) and a resume through the Python interface.
@@ -27,7 +27,7 @@ from fedvalue.run.writer_lock import RunLocked, lock_run_dir
 from fedvalue.schema import LOCK_FILE
 from simulations.cli.main import main
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def _environment(**extra: str) -> dict[str, str]:
@@ -39,7 +39,7 @@ def _environment(**extra: str) -> dict[str, str]:
 
 
 def _driver(run_dir: Path, key: Path, *options: str, **extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.hostile.kill_driver", str(run_dir), "--key", str(key),
+    return subprocess.Popen([sys.executable, "-m", "tests.hostile.crashes.driver", str(run_dir), "--key", str(key),
                              *options], cwd=PROJECT, env=_environment(**extra), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -1,7 +1,7 @@
 """The hostile-reply battery: every kind of malformed, spoofed, poisoned or slow reply, sent by
 real ClientApps through the real engine (Ray), against a run without the attackers.
 
-One engine serves three runs of the same hostile federation (:mod:`tests.hostile.hostile_app`):
+One engine serves three runs of the same hostile federation (:mod:`tests.hostile.replies.hostile_app`):
 ``attack`` (every hostile partition tampers with its reply, each its own way), ``reference``
 (they fail at once instead) and ``slow`` (as ``reference``, but the partition first in the
 engine's queue sleeps far past the round's timeout, with one client worker). Each attacker

@@ -1,6 +1,6 @@
 """A small real valued run, as its own process, for the kill-point and two-writer tests.
 
-    python -m tests.hostile.kill_driver RUN_DIR --key PEM [--resume]
+    python -m tests.hostile.crashes.driver RUN_DIR --key PEM [--resume]
 
 Three clients train a linear model with the real ClientApp and torch behind an in-process
 grid (no Ray: a process starts in seconds), two of them sampled per round (the third

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 TINY = ["--num-clients", "3", "--clients-per-round", "2", "--rounds", "1", "--local-epochs", "1", "--hidden", "8",
         "--quiet"]
 

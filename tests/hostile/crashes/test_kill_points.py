@@ -2,7 +2,7 @@
 uninterrupted run writes, round 1 included; and what each kill leaves audits as incomplete,
 never as NOT intact.
 
-Every case is real processes (:mod:`tests.hostile.kill_matrix` forks one per run and per
+Every case is real processes (:mod:`tests.hostile.crashes.matrix` forks one per run and per
 resume): the run is killed by a kill point (:mod:`fedvalue.run.kill_points`), the
 directory as the kill left it is copied and audited, then ``--resume`` runs it to the end.
 The reference is the same run uninterrupted. ledger.csv, first_order.csv, the records,
@@ -26,9 +26,8 @@ from fedvalue.run import kill_points
 from fedvalue.run.ledger_tables import read_rounds_csv
 from fedvalue.run.seals import Verifier, generate_keypair
 from simulations.cli.main import main
-from tests.hostile import kill_driver
-
-PROJECT = Path(__file__).resolve().parents[2]
+from tests.hostile.crashes import driver as kill_driver
+PROJECT = Path(__file__).resolve().parents[3]
 ROUNDS = kill_driver.ROUNDS
 #: Every step the driver's run passes, in order: its open, each round's commit, each
 #: round's first-order rows (written in the next round, the last after the last round).
@@ -47,7 +46,7 @@ def _matrix(work: Path, key: Path, cases: list[str]) -> dict[str, dict]:
     environment = {**os.environ, "PYTHONPATH": str(PROJECT), "FLWR_LOG_LEVEL": "WARNING"}
     for name in (kill_points.KILL_AT, kill_points.STOP_AT, kill_points.TRACE):
         environment.pop(name, None)
-    done = subprocess.run([sys.executable, "-m", "tests.hostile.kill_matrix", str(work), str(key), *cases],
+    done = subprocess.run([sys.executable, "-m", "tests.hostile.crashes.matrix", str(work), str(key), *cases],
                           cwd=PROJECT, env=environment, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

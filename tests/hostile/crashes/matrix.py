@@ -1,6 +1,6 @@
 """Kill a real run at each step of its commit sequence, then resume it: every case a process.
 
-    python -m tests.hostile.kill_matrix WORK KEY CASE [CASE ...]
+    python -m tests.hostile.crashes.matrix WORK KEY CASE [CASE ...]
 
 A case is ``STEP:ROUND`` (:mod:`fedvalue.run.kill_points`), or several joined by ``+``:
 the run is killed at the first, its resume at the next, and so on; then a last resume
@@ -8,7 +8,7 @@ runs to the end. Each run and resume is its own process, forked from this one af
 torch, Flower and fedvalue are imported and torch has run once (a fresh interpreter pays
 that for each of the dozens of processes: minutes on two cores instead of seconds). The
 parent runs no part of fedvalue's run: what a resumed child knows comes from the run
-directory. Each child is :mod:`tests.hostile.kill_driver`; an armed one dies by SIGKILL.
+directory. Each child is :mod:`tests.hostile.crashes.driver`; an armed one dies by SIGKILL.
 
 Writes, under WORK: ``reference/`` (the run uninterrupted) and ``trace.txt`` (the steps it
 passed), and per case ``CASE/run`` (resumed to its end) and ``CASE/killed-N`` (the
@@ -30,9 +30,7 @@ from pathlib import Path
 import torch
 
 from fedvalue.run import kill_points
-from tests.hostile import kill_driver
-
-
+from tests.hostile.crashes import driver as kill_driver
 def _warm_torch() -> None:
     """One tiny SGD step (an optimizer imports torch's compiler stack lazily, over a second),
     so that no child pays torch's first-call costs; then the heap is frozen, so that the
