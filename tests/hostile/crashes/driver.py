@@ -26,6 +26,7 @@ from flwr.serverapp.strategy import FedAdam
 from flwr.supercore.task_identity import TaskIdentity
 
 from clients.app import ClientData, make_client_app
+from fedvalue.run.seals import Signer
 from fedvalue.run.writer import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             sampler=PartitionSampler(2, schedule="random", seed=SEED), seed=SEED,
             valuation=ValuationSettings(methods=("ads", "loo")), books=BookSettings(flows=True),
             run=RunSettings(run_config={"experiment": "kill-points", "seed": SEED, "num_rounds": ROUNDS},
-                            resume=args.resume, sign_key=args.key),
+                            resume=args.resume, sign_key=Signer.from_file(args.key)),
         )
         with seeded_server_generators(SEED):
             strategy.start(ClientAppGrid(), numpy_to_arrays(start), num_rounds=ROUNDS, timeout=60,

@@ -71,7 +71,7 @@ def runs(tmp_path_factory):
                 FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(out / mode),
                 sampler=PartitionSampler(NUM_TRAINING, seed=0), seed=0,
                 valuation=ValuationSettings(methods=("ads", "loo")), books=BookSettings(flows=True),
-                intake=IntakeSettings(nodes=nodes, query_timeout=60.0), run=RunSettings(checkpoint=False))
+                intake=IntakeSettings(nodes=nodes, query_timeout=300.0), run=RunSettings(checkpoint=False))
             started = time.perf_counter()
             strategy.start(grid, initial_arrays(model_factory()), num_rounds=ROUNDS,
                            timeout=SLOW_TIMEOUT_S if mode == "slow" else 60.0,
