@@ -51,7 +51,11 @@ from fedvalue.run.ledger_tables import write_json
 from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.scoring.fairness import reweighting as fr
 from fedvalue.scoring.fairness.objectives import GAPS, gap_of_scores
-from fedvalue.scoring.influence_curvature import BinaryScoreModel, DiagonalSolver, WeightedRisk
+from fedvalue.scoring.influence_curvature import (
+    BinaryScoreModel,
+    DiagonalSolver,
+    WeightedRisk,
+)
 from simulations.datasets import adult_rows, read_adult_frame
 from simulations.experiments.fairness.tables import interval
 from simulations.runner import Simulation, prepare_run_dir
@@ -347,9 +351,9 @@ def format_summary(tables: dict[str, pd.DataFrame], config: FairnessAdultConfig)
     """The printed table: per selection and rule, test accuracy and gap, and the paired differences."""
     s, gap = tables["summary"], config.gap
     erm = tables["selected"][tables["selected"]["edit"] == "erm"]
-    lines = [f"[FAIRIJ] on Adult: {config.hidden}-unit SeLU MLP, {config.seeds} seeds; ERM test accuracy "
+    lines = [(f"[FAIRIJ] on Adult: {config.hidden}-unit SeLU MLP, {config.seeds} seeds; ERM test accuracy "
              f"{erm['test_accuracy'].mean():.4f}, {gap.upper()} {erm[f'test_{gap}_gap'].mean():.4f}, validation "
-             f"{erm[f'validation_{gap}_gap'].mean():.4f}; majority class {erm['majority'].mean():.4f}"]
+             f"{erm[f'validation_{gap}_gap'].mean():.4f}; majority class {erm['majority'].mean():.4f}")]
 
     def cell(row, column: str) -> str:
         if column not in row or pd.isna(row[column]):

@@ -4,14 +4,16 @@ minimizer of Eq. 10, and the pruning table built with it."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
 from fedvalue.scoring.fairness.ntk import fit_regularized, regularized_objective
 from fedvalue.scoring.influence_curvature import BinaryScoreModel
 from simulations.experiments.fairness.adam_fit import fit_regularized_adam
-from simulations.experiments.fairness.central import FairnessCentralConfig, run_fairness_central
+from simulations.experiments.fairness.central import (
+    FairnessCentralConfig,
+    run_fairness_central,
+)
 from simulations.experiments.fairness.data import toy_rows
 
 

@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from fedvalue.scoring.fairness import reweighting as fr
-from fedvalue.scoring.influence_curvature import BinaryScoreModel, DiagonalSolver, WeightedRisk
+from fedvalue.scoring.influence_curvature import (
+    BinaryScoreModel,
+    DiagonalSolver,
+    WeightedRisk,
+)
 from simulations.cli.main import main
 from simulations.datasets import adult_rows, read_adult_frame
 from simulations.experiments.fairness.adult_ij import (
@@ -57,7 +61,7 @@ def small_mlp():
 
 
 def test_influences_and_fisher_without_the_gradient_matrix_equal_the_dense_ones(small_mlp):
-    model, risk, theta, x, y, gap_gradient = small_mlp
+    _, risk, theta, _, _, gap_gradient = small_mlp
     dense = risk.per_example_gradients(theta)
     torch.testing.assert_close(fisher_diagonal(risk, theta, chunk=7), risk.fisher_diagonal(theta), rtol=1e-12,
                                atol=1e-12)

@@ -42,7 +42,7 @@ def test_half_loss_flows_are_half_the_plain_flows_at_half_the_step():
 
 
 def test_half_loss_changes_the_default_run_and_says_so():
-    common = dict(dataset="diabetes", repetitions=3, steps=20)
+    common = {"dataset": "diabetes", "repetitions": 3, "steps": 20}
     plain = run_centralized_reciprocity(ReciprocityConfig(**common))
     half = run_centralized_reciprocity(ReciprocityConfig(**common, squared_loss="half"))
     assert "1/2 (f - y)^2" in half.head() and "1/2" not in plain.head()
@@ -50,8 +50,8 @@ def test_half_loss_changes_the_default_run_and_says_so():
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    (dict(dataset="breast-cancer", squared_loss="half"), "squared_loss: 'half' applies to the diabetes"),
-    (dict(dataset="diabetes", squared_loss="quarter"), "squared_loss"),
+    ({"dataset": "breast-cancer", "squared_loss": "half"}, "squared_loss: 'half' applies to the diabetes"),
+    ({"dataset": "diabetes", "squared_loss": "quarter"}, "squared_loss"),
 ])
 def test_half_loss_is_refused_where_it_means_nothing(changes, message):
     with pytest.raises(ValueError, match=message):

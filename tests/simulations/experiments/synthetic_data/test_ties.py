@@ -18,7 +18,9 @@ from simulations.experiments.synthetic_data.augmentation import (
     tie_shares,
     value_synthetic,
 )
-from simulations.experiments.synthetic_data.synthetic_data import originals_and_synthetic
+from simulations.experiments.synthetic_data.synthetic_data import (
+    originals_and_synthetic,
+)
 
 
 def test_tie_shares_of_a_tiny_instance_by_hand():
@@ -69,7 +71,7 @@ def tiny():
 
 
 def test_unranked_ties_leave_split_tie_groups_unmeasured(tiny):
-    data, rng = tiny
+    data, _ = tiny
     config = AugmentationConfig(train_per_class=5, test_per_class=4, permutations=10, fraction_steps=5,
                                 max_fraction=1.0)
     values, _ = value_synthetic(data, config, np.random.default_rng(1))
