@@ -43,7 +43,7 @@ from fedvalue.valuation.knn.utility import (
 )
 from fedvalue.valuation.result import ValuationResult, result_from_marginals
 
-__all__ = ["KnnAccuracyPrefixes", "knn_loo", "knn_mc_ads"]
+__all__ = ["KnnAccuracyPrefixes", "KnnLikelihoodPrefixes", "knn_loo", "knn_mc_ads"]
 
 #: Entries of a block's state (permutations × test points × K) held at once.
 _BLOCK_ENTRIES = 1 << 22
@@ -294,3 +294,27 @@ class KnnAccuracyPrefixes:
             state["correct"][target, point] = votes[target, point].argmax(axis=1) == self.test_labels[point]
         state["size"][rows] += 1
         return state["correct"][rows].mean(axis=1)
+
+
+class KnnLikelihoodPrefixes(KnnAccuracyPrefixes):
+    """The K-NN likelihood of the right label as a :class:`fedvalue.valuation.prefix_mc.PrefixModel`.
+
+    v(S) = (1/(K·n_test)) Σ_j #{right-label members among test point j's min(K, |S|) nearest
+    in S}: the float :class:`fedvalue.valuation.knn.utility.KnnUtility` returns (the utility
+    exact KNN-ADS values, [ADS] Def. 5.2 with 1/K) and 0 for S = ∅. Where the majority vote's
+    accuracy moves only when an instance flips a vote (so most instances' marginals are exactly
+    0 and their values tie), the likelihood moves whenever an instance enters a test point's K
+    nearest: a utility with few ties beside the accuracy of [ADS] §6.1. Same state and steps as
+    :class:`KnnAccuracyPrefixes`; only the read-out differs.
+    """
+
+    def _likelihood(self, votes: np.ndarray) -> np.ndarray:
+        hits = np.take_along_axis(votes, self.test_labels[None, :, None], axis=2)[:, :, 0].sum(axis=1)
+        return hits / (self.k * self.num_test)
+
+    def utilities(self, state: dict) -> np.ndarray:
+        return self._likelihood(state["votes"])
+
+    def add(self, state: dict, rows: np.ndarray, instances: np.ndarray) -> np.ndarray:
+        super().add(state, rows, instances)
+        return self._likelihood(state["votes"][np.asarray(rows, dtype=np.int64)])

@@ -107,7 +107,7 @@ def test_augmentation_keeps_images_close_and_zero_range_is_identity():
 
 def test_curves_refit_the_right_sets():
     config = AugmentationConfig(train_per_class=5, test_per_class=4, permutations=10, fraction_steps=2,
-                                max_fraction=0.5)
+                                max_fraction=0.5, ties="random")
     rng = np.random.default_rng(3)
     data = originals_and_synthetic("digits", "", 5, 4, rng, rotation=30, shift=0.05, scale=0.1, imbalance=0.25,
                                    smote_neighbors=3)
