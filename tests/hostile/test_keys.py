@@ -36,7 +36,8 @@ def test_keygen_writes_the_private_key_with_mode_0600(tmp_path, capsys, umask):
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "k.pem").stat().st_mode) == 0o600
-    assert Signer.from_file(tmp_path / "k.pem").verifier().fingerprint == Verifier.from_file(tmp_path / "k.pub").fingerprint
+    signer, verifier = Signer.from_file(tmp_path / "k.pem"), Verifier.from_file(tmp_path / "k.pub")
+    assert signer.verifier().fingerprint == verifier.fingerprint
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o660])
