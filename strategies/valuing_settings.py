@@ -19,6 +19,7 @@ from flwr.serverapp.strategy import (
 )
 
 from fedvalue._checks import check_positive
+from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from strategies.policies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
@@ -57,12 +58,17 @@ class BookSettings:
         ``fairness``.
     noisy_clients
         Client ids known to be noisy (simulations know it), marked in the ledger.
+    defences
+        A :class:`fedvalue.rounds.defences.settings.DefenceSettings`: each round also books its
+        defended values (near-duplicate clusters as one player, free-riders at 0, arrivals by
+        size) beside the plain ones (:mod:`fedvalue.rounds.kinds.defences`). None (default): off.
     """
 
     flows: bool = False
     fairness: GroupFairness | None = None
     fair_curvature: float | None = None
     noisy_clients: Collection[int] | None = None
+    defences: DefenceSettings | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.flows, bool):
@@ -80,6 +86,9 @@ class BookSettings:
                 raise TypeError(f"noisy_clients: expected a collection of client ids or None; got "
                                 f"{self.noisy_clients!r}.")
             object.__setattr__(self, "noisy_clients", frozenset(self.noisy_clients))
+        if self.defences is not None and not isinstance(self.defences, DefenceSettings):
+            raise TypeError(f"defences: expected a fedvalue.rounds.defences.settings.DefenceSettings (or None); got "
+                            f"{type(self.defences).__name__}.")
 
     def check_strategy(self, strategy: Strategy) -> None:
         """ValueError when ``strategy`` would fail every reply these books ask for: flows and
