@@ -239,6 +239,8 @@ CHECKPOINT_DIR = "checkpoint"
 #: (no manifest lists them); the audit accepts them as regular files only.
 REPORT_FILE = "report.html"
 FIGURES_DIR = "figures"
+#: What ``fedvalue report --payout`` writes: each client's payment from the books.
+PAYOUT_FILE = "payout.csv"
 
 
 def record_name(server_round: int) -> str:

@@ -44,12 +44,14 @@ class FlowQueries:
 
     def __init__(self) -> None:
         self.pending: tuple[int, dict] | None = None
+        #: Entries every query's config carries besides the gradient request (a run's data-key).
+        self.config: dict = {}
 
     def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
                        timeout: float) -> dict:
         """Inference gradients at ``arrays`` of every client whose node is not in ``busy``."""
         queries = [
-            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({GRADIENT_KEY: True})}),
+            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**self.config, GRADIENT_KEY: True})}),
                     dst_node_id=node, message_type=MessageType.QUERY)
             for node in client_to_node.values() if node not in busy
         ]

@@ -50,7 +50,7 @@ from strategies.defence_rounds import DefenceRounds
 from strategies.fairness_rounds import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in
 from strategies.nodes import NodeDirectory
-from strategies.protocol import GRADIENT_KEY
+from strategies.protocol import DATA_KEY, GRADIENT_KEY
 from strategies.records import arrays_to_numpy
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
@@ -203,6 +203,8 @@ class ValuingStrategy(Strategy):
         """
         self.open_books()
         self._num_rounds = num_rounds
+        if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
+            self.flow_queries.config = {DATA_KEY: train_config[DATA_KEY]}
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))

@@ -125,12 +125,17 @@ class IntakeSettings:
     query_timeout
         Seconds to wait for clients to report their partition ids (and, with flows, their
         inference gradients); > 0.
+    query_data_key
+        Send the train config's ``data-key`` with every gradient query too, so a client of an
+        engine that serves several runs answers from the run's own data. False (default): the
+        queries carry none.
     """
 
     claims: ClaimReview | None = None
     reject_non_finite: bool = True
     nodes: NodeDirectory | None = None
     query_timeout: float = 120.0
+    query_data_key: bool = False
 
     def __post_init__(self) -> None:
         if self.claims is not None and not callable(getattr(self.claims, "review", None)):
@@ -142,3 +147,5 @@ class IntakeSettings:
             raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got "
                             f"{type(self.nodes).__name__}.")
         object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))
+        if not isinstance(self.query_data_key, bool):
+            raise TypeError(f"query_data_key: expected True or False; got {self.query_data_key!r}.")
