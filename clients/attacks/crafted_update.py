@@ -1,4 +1,4 @@
-"""A crafted update in the manner of ACE ([ACE] §4): the client shapes its update to raise its own
+"""A crafted update in the manner of ACE ([ACE]): the client shapes its update to raise its own
 within-round value while keeping close to what it trained, with nothing of the server's.
 
 The server values client a in round t by its Shapley value in v_t(S) = U(A_{t−1} + Agg(S))
@@ -14,9 +14,11 @@ so with j others beside it the state is A_{t−1} + (j D̂ + Δ)/(j + 1) and its
 
 It maximizes φ̂ by Adam from its honest update Δ_h, projecting after every step onto the ball
 ‖Δ − Δ_h‖ ≤ β ‖Δ_h‖ (the budget that keeps the global model's accuracy), and claims its true
-count. ACE attacks evaluators that score local models on the server's validation data; the
-round game here is the same kind of evaluator. The model is any torch module its factory
-builds (scored by ``torch.func.functional_call``); its data is remembered from training.
+count. ACE shapes a low-quality client's local model so that the server's contribution
+evaluation rates it high while the global model's accuracy is kept; here the evaluation is the
+within-round value and the attacker's model of it is fitted on its own data (an adaptation, not
+ACE's own objective). The model is any torch module its factory builds (scored by
+``torch.func.functional_call``); its data is remembered from training.
 """
 
 from __future__ import annotations

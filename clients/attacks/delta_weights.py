@@ -1,4 +1,4 @@
-"""The delta-weights free-rider ([FREERIDER] §3.2): it trains nothing and replays the last global
+"""The delta-weights free-rider ([FREERIDER]): it trains nothing and replays the last global
 step, A_{t−1} + λ (A_{t−1} − A_{t−2}), since the global model moves smoothly from round to round.
 
 Without an earlier global model (its first round) it returns A_{t−1} (plain free-riding). It

@@ -1,6 +1,6 @@
 """A free-rider test on updates that reproduce past global models.
 
-A free-rider sends something that costs no training. Three ways, after [FREERIDER] §3:
+A free-rider sends something that costs no training ([FREERIDER]). Three ways:
 
 * **zero update**: it returns the global model it was sent, or that model plus a little noise:
   ‖Δ_i‖ ≤ ε₀ · median_j ‖Δ_j‖ (the median over the round's valid replies);

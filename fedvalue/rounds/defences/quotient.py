@@ -14,7 +14,9 @@ From the round game v_t over the valid replies I_t ([ADS] Remark 4.1, Eq. 10):
    game then scores the clipped coalitions).
 4. v' is valued by each method of the round: ADS by uniform orders ([ADS] Eq. 10, the round's
    estimator settings and its seed) or, with ``size_weighted``, by arrivals in proportion to the
-   representatives' weights (:mod:`.random_order`); LOO as v'(R) − v'(R ∖ {r}).
+   representatives' weights (:mod:`.random_order`: exact when its 2^|R| coalitions cost no more
+   than the round's own valuation scored, else m* sampled orders within the round's budget);
+   LOO as v'(R) − v'(R ∖ {r}).
 5. A cluster's value is split equally among its members (near-duplicates are interchangeable);
    a free-rider gets 0.
 
@@ -115,17 +117,29 @@ def _clipped(arrays: Arrays, start: Mapping[str, np.ndarray], factor: float) -> 
             for k, v in arrays.items()}
 
 
+#: Coalitions the size-weighted values may score exactly even when the round's game holds fewer.
+EXACT_COALITIONS = 1024
+
+
+def _orders(game: CoalitionGame, players: list, settings: AdsSettings) -> int | None:
+    """None (exact) when the 2^n coalitions cost no more than the round's valuation scored (or
+    :data:`EXACT_COALITIONS`); else MC-ADS's m* orders, within the round's budget when it has one."""
+    if len(players) <= MAX_EXACT_PLAYERS and (1 << len(players)) <= max(EXACT_COALITIONS, game.num_cached):
+        return None
+    orders = mc_num_permutations(len(players), settings.epsilon, settings.delta, settings.r)
+    return orders if settings.budget is None else max(2, min(orders, settings.budget // len(players)))
+
+
 def _valued(game: CoalitionGame, players: list, weights: Mapping, methods: Sequence[str],
             settings: AdsSettings, size_weighted: bool, rng: np.random.Generator) -> tuple[dict, dict]:
     """Method -> player -> value and standard error in ``game`` restricted to ``players``."""
     values, stderr = {}, {}
     if Method.ADS in methods:
         if size_weighted:
-            rates = [weights[p] for p in players]
-            if len(players) <= MAX_EXACT_PLAYERS:
+            rates, orders = [weights[p] for p in players], _orders(game, players, settings)
+            if orders is None:
                 found, errors = exact_random_order_values(game, players, rates), np.zeros(len(players))
             else:
-                orders = mc_num_permutations(len(players), settings.epsilon, settings.delta, settings.r)
                 found, errors = sampled_random_order_values(game, players, rates, orders, rng)
         else:
             result = ads(game, [players], seed=rng, **settings.as_keywords())

@@ -241,8 +241,9 @@ def run_frames(done: list[tuple[StudyRun, object]]) -> tuple[pd.DataFrame, pd.Da
             totals.append({**common, "client_id": int(client), "role": role,
                            **{m: float(row.get(m, np.nan)) for m in TOTALS}})
         clusters = ledger[(ledger["method"] == "defence_cluster") & (pd.to_numeric(ledger["value"]) > 1)]
+        claims = books.ledger["method"].astype(str).str.startswith("claim_")
         runs.append({**common, "accuracy": float(books.rounds["utility_realized"].iloc[-1]),
                      "identities": " ".join(map(str, run.plan.identities)),
                      "seats": " ".join(map(str, run.plan.seats)),
-                     "clustered_rows": int(len(clusters))})
+                     "clustered_rows": int(len(clusters)), "claim_flags": int(claims.sum())})
     return pd.DataFrame(totals), pd.DataFrame(runs)
