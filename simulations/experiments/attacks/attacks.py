@@ -284,9 +284,12 @@ def check_study(config: AttacksConfig) -> None:
         raise ValueError(f"attacks: expected distinct names from {list(PLAIN_ATTACKS) + [GROUP_SPLIT]} or "
                          f"sybil-split-K / sybil-replica-K (K >= 2); got {list(config.attacks)} (the study reviews "
                          "every claim against the registered sizes: inflated-count is reviewed there).")
-    if not 0 <= config.attacker < config.num_clients or not 0 <= config.source < config.num_clients:
-        raise ValueError(f"attacker, source: expected client ids in [0, {config.num_clients}); got "
-                         f"{config.attacker!r}, {config.source!r}.")
+    if not 0 <= config.attacker < config.num_clients:
+        raise ValueError(f"attacker: expected a client id in [0, {config.num_clients}); got {config.attacker!r}.")
+    if "replicator" in config.attacks and not (0 <= config.source < config.num_clients
+                                               and config.source != config.attacker):
+        raise ValueError(f"source: expected a client id in [0, {config.num_clients}) other than the attacker for the "
+                         f"replicator; got {config.source!r}.")
     if config.colluders > config.num_clients or config.colluders < 2:
         raise ValueError(f"colluders: expected 2 to num_clients={config.num_clients} colluding clients; got "
                          f"{config.colluders}.")

@@ -156,7 +156,7 @@ def study_client_data(partition_id: int, data_key: str | None = None, *, config_
     plan = run.plan
     if plan.kind == "sybil-split" and partition_id in plan.identities:
         infer = infer[shard_indices(len(infer), plan.identities.index(partition_id), plan.size, seed=[run.seed, 1])]
-    source = splits[config.source][0]
+    source = splits[config.source if config.source < config.num_clients else config.attacker][0]  # replicator only
     settings = AttackSettings(run.seed, config.noise_std, config.inflation, config.boost, config.replica_noise,
                               config.colluder_spread, config.honest_rounds, config.craft_budget, config.craft_steps)
     behaviour = behaviour_of(plan, partition_id, settings, counts={c: len(splits[_owner(config, c)][0])
