@@ -64,7 +64,8 @@ def _write_payout(run, args: argparse.Namespace) -> None:
 
     table = payout_table(load_run(run).ledger, args.payout, method=args.method, rule=args.rule, floor=args.floor)
     run.write_text(PAYOUT_FILE, table.to_csv(index=False, lineterminator="\n"))
-    print(printable(table.to_string(index=False, float_format=lambda v: f"{v:.6g}"), 20_000))
+    for line in table.to_string(index=False, float_format=lambda v: f"{v:.6g}").splitlines():
+        print(printable(line, 2000))
     print(f"wrote {printable(run.path / PAYOUT_FILE)} ({args.rule}, floor {args.floor:g}, budget {args.payout:g}, "
           f"{args.method} totals)")
 

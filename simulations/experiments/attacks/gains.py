@@ -7,7 +7,10 @@ identities and J the honest seats they stand for (:mod:`.plan`):
     data and strategy),   gain = mean_s A_s / mean_s H_s,
 
 1.0 = what the participant earns honestly. The interval is a 95% percentile bootstrap over
-seeds (2000 resamples of the seeds, the same for every book; seeded). A defended book b' is
+seeds (2000 resamples of the seeds, the same for every book; seeded). A gain is only
+meaningful when the honest earnings are clearly positive: ``honest_positive`` says whether the
+bootstrap interval of mean_s H_s lies above 0 (LOO of interchangeable IID updates is about 0,
+and a ratio to it says nothing). A defended book b' is
 compared with the defended honest run (what the participant earns honestly with the defences
 on). Payment: the share of a budget of 1 paid to I under ``share-of-positive`` with floor 0
 (:mod:`fedvalue.analysis.payout`), against J's share in the ``none`` run. Accuracy change: the
@@ -84,7 +87,9 @@ def gains_table(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
                 for label, book in (("", plain), ("defended_", defended)):
                     seeds = _per_seed(part, group, attack, book)
                     gain, low, high = ratio_interval(seeds["attacked"].to_numpy(), seeds["honest"].to_numpy())
+                    honest_low = mean_interval(seeds["honest"].to_numpy())[1]
                     row |= {f"{label}gain": gain, f"{label}gain_low": low, f"{label}gain_high": high,
+                            f"{label}honest_positive": bool(seeds["honest"].mean() > 0 and not honest_low <= 0),
                             f"{label}paid": seeds["paid"].mean(), f"{label}paid_honest": seeds["paid_honest"].mean()}
                 row |= {"accuracy_change": change[0], "accuracy_change_low": change[1],
                         "accuracy_change_high": change[2]}
