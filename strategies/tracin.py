@@ -53,6 +53,8 @@ class FlowQueries:
 
     def __init__(self) -> None:
         self.pending: tuple[int, dict] | None = None
+        #: Entries every query's config carries besides the gradient request (a run's data-key).
+        self.config: dict = {}
 
     def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
                        timeout: float) -> dict:
@@ -62,7 +64,7 @@ class FlowQueries:
         out and logged (that client then receives no inflow this round)."""
         queried = {node: client for client, node in client_to_node.items() if node not in busy}
         queries = [
-            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({GRADIENT_KEY: True})}),
+            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**self.config, GRADIENT_KEY: True})}),
                     dst_node_id=node, message_type=MessageType.QUERY)
             for node in queried
         ]

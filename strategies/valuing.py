@@ -46,10 +46,11 @@ from fedvalue.run.writer import RunBooks, RunSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from strategies.policies.acceptance import AcceptAll, Acceptance
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
+from strategies.defence_rounds import DefenceRounds
 from strategies.fairness_rounds import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in, usable_evaluations
 from strategies.nodes import NodeDirectory
-from strategies.protocol import GRADIENT_KEY
+from strategies.protocol import DATA_KEY, GRADIENT_KEY
 from strategies.records import arrays_to_numpy
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
@@ -139,6 +140,8 @@ class ValuingStrategy(Strategy):
         fairness, damping = self.book_settings.fairness, self.book_settings.fair_curvature
         check_policy(self.acceptance, fairness, damping)
         self.fair = None if fairness is None else FairRounds(fairness, damping, self.acceptance)
+        defences = self.book_settings.defences
+        self.defences = None if defences is None else DefenceRounds(defences)
         self.flow_queries = FlowQueries()
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
@@ -188,6 +191,8 @@ class ValuingStrategy(Strategy):
             self.flow_queries.pending = taken.pending_first_order
         if self.run_state.resumed is not None:
             self.rounds = self.books.committed_rounds()
+            if self.defences is not None:
+                self.defences.resume_from(self.books.run_dir, len(self.rounds))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -203,6 +208,8 @@ class ValuingStrategy(Strategy):
         """
         self.open_books()
         self._num_rounds = num_rounds
+        if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
+            self.flow_queries.config = {DATA_KEY: train_config[DATA_KEY]}
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
@@ -235,6 +242,8 @@ class ValuingStrategy(Strategy):
         """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
         server_round += self._round_offset
         self._start_arrays = arrays_to_numpy(arrays)
+        if self.defences is not None:
+            self.defences.start_round(self._start_arrays)
         if self.flows:
             config = ConfigRecord({**dict(config), GRADIENT_KEY: True})
         if self.fair is not None:
@@ -304,6 +313,8 @@ class ValuingStrategy(Strategy):
         if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
             self.flow_queries.check_first_order(intake.gradients, self.ledger)
         record = self._round_record(server_round, intake, accepted, pure, replay, passed)
+        if self.defences is not None:
+            record = self.defences.note(record)
         books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator,
                            inputs={"fairness": fair}, noisy_clients=self.book_settings.noisy_clients,
                            unaggregatable=0 if aggregator is None else None)
@@ -343,6 +354,7 @@ class ValuingStrategy(Strategy):
                 "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                 "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
                 **({} if self.fair is None else self.fair.meta()),
+                **({} if self.defences is None else self.defences.meta()),
                 **({"replay_missing": replay} if isinstance(replay, str) else {}),
                 **({} if pure else {"passed": passed})}
         return round_record(server_round, intake, start_arrays=self._start_arrays, accepted=accepted,

@@ -20,6 +20,7 @@ from flwr.serverapp.strategy import (
 )
 
 from fedvalue._checks import check_positive
+from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from strategies.policies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
@@ -58,12 +59,17 @@ class BookSettings:
         ``fairness``.
     noisy_clients
         Client ids known to be noisy (simulations know it), marked in the ledger.
+    defences
+        A :class:`fedvalue.rounds.defences.settings.DefenceSettings`: each round also books its
+        defended values (near-duplicate clusters as one player, free-riders at 0, arrivals by
+        size) beside the plain ones (:mod:`fedvalue.rounds.kinds.defences`). None (default): off.
     """
 
     flows: bool = False
     fairness: GroupFairness | None = None
     fair_curvature: float | None = None
     noisy_clients: Collection[int] | None = None
+    defences: DefenceSettings | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.flows, bool):
@@ -81,6 +87,9 @@ class BookSettings:
                 raise TypeError(f"noisy_clients: expected a collection of client ids or None; got "
                                 f"{self.noisy_clients!r}.")
             object.__setattr__(self, "noisy_clients", frozenset(self.noisy_clients))
+        if self.defences is not None and not isinstance(self.defences, DefenceSettings):
+            raise TypeError(f"defences: expected a fedvalue.rounds.defences.settings.DefenceSettings (or None); got "
+                            f"{type(self.defences).__name__}.")
 
     def check_strategy(self, strategy: Strategy) -> None:
         """ValueError when ``strategy`` would fail every reply these books ask for: flows and
@@ -117,12 +126,17 @@ class IntakeSettings:
     query_timeout
         Seconds to wait for clients to report their partition ids (and, with flows, their
         inference gradients); > 0.
+    query_data_key
+        Send the train config's ``data-key`` with every gradient query too, so a client of an
+        engine that serves several runs answers from the run's own data. False (default): the
+        queries carry none.
     """
 
     claims: ClaimReview | None = None
     reject_non_finite: bool = True
     nodes: NodeDirectory | None = None
     query_timeout: float = 120.0
+    query_data_key: bool = False
 
     def __post_init__(self) -> None:
         if self.claims is not None and not callable(getattr(self.claims, "review", None)):
@@ -134,6 +148,8 @@ class IntakeSettings:
             raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got "
                             f"{type(self.nodes).__name__}.")
         object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))
+        if not isinstance(self.query_data_key, bool):
+            raise TypeError(f"query_data_key: expected True or False; got {self.query_data_key!r}.")
 
 
 @dataclass

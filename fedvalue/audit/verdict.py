@@ -79,6 +79,7 @@ from fedvalue.audit.audit_recompute import (
     settings_problems,
 )
 from fedvalue.audit.torn_tail import split_torn_tail, table_of
+from fedvalue.audit.references import reference_problems
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import chain_links, genesis_of, parse_run_config, read_ledger_csv, read_rounds_csv
 from fedvalue.valuation.round_game import ArraysUtility
@@ -550,7 +551,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
             continue
         files.budget.check(f"recomputing round {t}")
         record = record_of(t)
-        records.pop(t - 1, None)  # one round (and the next one's start) in memory at a time
+        previous = records.pop(t - 1, None)  # one round (and the next one's start) in memory at a time
         if isinstance(record, ValueError):
             report.unverifiable.append(f"values of round {t}: not recomputed, its record is unreadable ({record})")
             continue
@@ -567,6 +568,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
             continue
         problems = [f"round {t}'s record: {p}" for p in settings_problems(record, config)]
         problems += sample_problems(record, sampled)
+        problems += reference_problems(record, None if isinstance(previous, ValueError) else previous)
         if len(record.statuses) > cap or len(record.replies) > cap:
             problems.append(f"round {t}: its record holds {len(record.statuses)} clients; run.json samples at most "
                             f"{cap} per round")

@@ -138,7 +138,9 @@ def _round_row(record: RoundRecord, valuation: RoundValuation | None, utility_be
         "utility_before": utility_before,
         "utility_after": None if valuation is None else valuation.utility_after,
         "utility_realized": utility_realized,
-        "num_evaluations": 0 if valuation is None else valuation.num_evaluations,
+        # A book that scores coalitions of its own (a defended game of clipped updates) adds its count.
+        "num_evaluations": (0 if valuation is None else valuation.num_evaluations)
+                           + sum(getattr(book, "num_evaluations", 0) for book in parts.values()),
         "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
         "ads_method": None if ads_result is None else ads_result.method,
         "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,

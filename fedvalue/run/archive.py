@@ -208,6 +208,9 @@ class RoundRecord:
     #: False for a record of an older version (statuses and weights only: no order across
     #: replies and failures, no example counts or reasons of its own).
     lossless: bool = True
+    #: Name -> arrays the round's books compare replies with (the defences' free-rider test:
+    #: ``"previous-global"``, A_{t−2}); the audit checks each against the earlier record it names.
+    references: dict[str, Arrays] = field(default_factory=dict)
 
     @property
     def statuses(self) -> dict[Hashable, str]:
@@ -255,6 +258,8 @@ def record_bytes(record: RoundRecord) -> bytes:
         arrays.update({f"fisher/{index[client]}/{key}": value for key, value in diagonal.items()})
     if record.replay is not None:
         arrays.update({f"replay/{key}": value for key, value in record.replay[1].items()})
+    for name, reference in record.references.items():
+        arrays.update({f"reference/{name}/{key}": value for key, value in reference.items()})
     meta = {
         "round": int(record.round),
         "clients": [_json_id(c) for c in clients],
@@ -275,6 +280,8 @@ def record_bytes(record: RoundRecord) -> bytes:
     if record.loss_gradients or record.fisher_diagonals:  # absent otherwise: other records' bytes unchanged
         meta["loss_gradients"] = [index[c] for c in record.loss_gradients]
         meta["fisher_diagonals"] = [index[c] for c in record.fisher_diagonals]
+    if record.references:  # absent otherwise: other records' bytes unchanged
+        meta["references"] = list(record.references)
     return npz_bytes(arrays, meta)
 
 
@@ -364,7 +371,16 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
         loss_gradients={clients[k]: _split_prefix(arrays, f"loss-gradient/{k}/") for k in meta.get("loss_gradients", [])},
         fisher_diagonals={clients[k]: _split_prefix(arrays, f"fisher/{k}/") for k in meta.get("fisher_diagonals", [])},
         lossless=lossless,
+        references=_references(arrays, meta.get("references", [])),
     )
+
+
+def _references(arrays: Arrays, names: object) -> dict[str, Arrays]:
+    """The record's reference arrays by name (names: a list of distinct strings without '/')."""
+    if not isinstance(names, list) or len(set(map(str, names))) != len(names) or any(
+            not isinstance(n, str) or "/" in n or not n for n in names):
+        raise ValueError("'references' is not a list of distinct names")
+    return {name: _split_prefix(arrays, f"reference/{name}/") for name in names}
 
 
 def round_record_names(run_dir: str | os.PathLike | RunDir) -> dict[int, str]:

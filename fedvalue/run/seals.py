@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from fedvalue.run import rundir
 from fedvalue.run.key_files import read_key_file
 from fedvalue.run.rundir import RunDir, open_run_dir
-from fedvalue.schema import FIGURES_DIR, LOCK_FILE, MANIFEST_FILE, REPORT_FILE, SEALS_FILE
+from fedvalue.schema import FIGURES_DIR, LOCK_FILE, MANIFEST_FILE, PAYOUT_FILE, REPORT_FILE, SEALS_FILE
 
 #: The signature algorithm named in seals and manifests.
 ALGORITHM = "ed25519"
@@ -219,12 +219,12 @@ def cut_seals(run_dir: str | os.PathLike | RunDir, last_round: int) -> None:
 
 def is_report_output(name: str, kind: str) -> bool:
     """Whether ``name`` is what ``fedvalue report`` writes into a run directory after the run
-    (report.html, figures/ and its PNGs): regular files and a real directory only."""
+    (report.html, payout.csv, figures/ and its PNGs): regular files and a real directory only."""
     if kind == "a directory":
         return name == FIGURES_DIR
     parts = name.split("/")
-    return kind == "a regular file" and (name == REPORT_FILE or (len(parts) == 2 and parts[0] == FIGURES_DIR
-                                                                 and parts[1].endswith(".png")))
+    figure = len(parts) == 2 and parts[0] == FIGURES_DIR and parts[1].endswith(".png")
+    return kind == "a regular file" and (name in (REPORT_FILE, PAYOUT_FILE) or figure)
 
 
 def is_outside_books(name: str, kind: str) -> bool:
