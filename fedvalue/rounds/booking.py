@@ -108,7 +108,7 @@ def book_round(
     harms = rejected_harms(entries, set(record.accepted), start_arrays=start_arrays, replies=record.replies,
                            utility=utility, aggregate=aggregate)
     parts = {name: book for name, kind in ROUND_BOOKS.items() if (book := kind(context)) is not None}
-    round_row = _round_row(record, valuation, utility_before, utility_realized, aggregate, unaggregatable)
+    round_row = _round_row(record, valuation, utility_before, utility_realized, aggregate, unaggregatable, parts)
 
     rows = []
     for entry in entries:
@@ -126,7 +126,7 @@ def book_round(
 
 
 def _round_row(record: RoundRecord, valuation: RoundValuation | None, utility_before: float, utility_realized: float,
-               aggregate: CountingAggregator | None, unaggregatable: int | None) -> dict:
+               aggregate: CountingAggregator | None, unaggregatable: int | None, parts: Mapping[str, RoundBook]) -> dict:
     """The round's rounds.csv row (without its hash, which the writer chains)."""
     entries = record.entries
     ads_result = None if valuation is None else valuation.results.get(Method.ADS)

@@ -148,7 +148,7 @@ def _record(round_number: int, previous: dict | None, meta: dict) -> RoundRecord
                        references={} if previous is None else {PREVIOUS_GLOBAL: previous})
 
 
-META = {"methods": ["ads", "loo"], "valuation": AdsSettings().as_keywords(), "seed": 0, "flows": False,
+META = {"methods": ["ads", "loo"], "valuation": AdsSettings().as_dict(), "seed": 0, "flows": False,
         "defences": DefenceSettings().as_meta()}
 
 

@@ -47,7 +47,8 @@ from fedvalue.rounds.defences.random_order import (
     sampled_random_order_values,
 )
 from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.valuation.ads import AdsSettings, ads, mc_num_permutations
+from fedvalue.valuation.ads import AdsSettings, ads
+from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.round_game import Arrays, ArraysUtility, fedavg_round_game
@@ -142,7 +143,7 @@ def _valued(game: CoalitionGame, players: list, weights: Mapping, methods: Seque
             else:
                 found, errors = sampled_random_order_values(game, players, rates, orders, rng)
         else:
-            result = ads(game, [players], seed=rng, **settings.as_keywords())
+            result = ads(game, [players], seed=rng, **settings.as_dict())
             found, errors = result.values.to_numpy(), result.stderr.to_numpy()
         values[Method.ADS] = dict(zip(players, map(float, found)))
         stderr[Method.ADS] = dict(zip(players, map(float, errors)))
