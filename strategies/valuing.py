@@ -16,7 +16,7 @@ from the same random state.
 
 The wrapper is the Flower adapter: it takes the replies in (:mod:`strategies.intake`),
 asks the books (:func:`fedvalue.rounds.booking.book_round`) and hands back the aggregate; TracIn
-queries are :mod:`strategies.tracin`, the fairness hooks :mod:`strategies.fairness_rounds`, the
+queries are :mod:`strategies.hooks.flows`, the fairness hooks :mod:`strategies.hooks.fairness`, the
 run directory and server state :mod:`strategies.run_state`.
 """
 
@@ -46,8 +46,8 @@ from fedvalue.run.writer import RunBooks, RunSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from strategies.policies.acceptance import AcceptAll, Acceptance
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
-from strategies.defence_rounds import DefenceRounds
-from strategies.fairness_rounds import FairRounds, check_policy
+from strategies.hooks.defences import DefenceRounds
+from strategies.hooks.fairness import FairRounds, check_policy
 from strategies.intake import RoundIntake, log_problems, round_record, take_in, usable_evaluations
 from strategies.nodes import NodeDirectory
 from strategies.protocol import DATA_KEY, GRADIENT_KEY
@@ -56,7 +56,7 @@ from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
 from strategies.screening import value_screened
-from strategies.tracin import FlowQueries, outflows_if_all_aggregated
+from strategies.hooks.flows import FlowQueries, outflows_if_all_aggregated
 from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks, settings_or_default
 
 class RunInterrupted(RuntimeError):

@@ -48,11 +48,11 @@ class BookSettings:
         Book TracIn flows between clients ([RECIP]): sampled clients return their inference
         gradient at A_{t−1} with their update; every other client is asked for it with a
         query carrying A_{t−1} (one forward and backward pass, no training), so it receives
-        inflow too (:mod:`strategies.tracin`).
+        inflow too (:mod:`strategies.hooks.flows`).
     fairness
         A :class:`fedvalue.scoring.fairness.objectives.GroupFairness` objective on held-out data with a sensitive
         attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
-        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.fairness_rounds`).
+        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.hooks.fairness`).
     fair_curvature
         The damping δ > 0 of fairness influence with curvature (None: off); sampled clients
         then send their training loss gradient and Fisher diagonal at A_{t−1}. Needs

@@ -16,7 +16,7 @@ from strategies.intake import entry, take_in
 from strategies.nodes import NodeDirectory
 from strategies.records import ClientReply, numpy_to_arrays, read_reply
 from strategies.reply_checks import MAX_WEIGHT, array_problems, id_problem, loss_problem, weight_problem
-from strategies.tracin import FlowQueries
+from strategies.hooks.flows import FlowQueries
 
 MODEL = {"w": np.zeros((3, 2), dtype=np.float32), "b": np.zeros(2, dtype=np.float32),
          "count": np.zeros((), dtype=np.int64)}

@@ -16,7 +16,7 @@ import pytest
 
 from fedvalue.run import kill_points
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 TINY = ["--num-clients", "4", "--rounds", "3", "--clients-per-round", "2", "--local-epochs", "2", "--hidden", "8",
         "--seed", "5", "--quiet"]
 
