@@ -61,15 +61,22 @@ class RoundIntake:
 
 def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client: Mapping[int, int],
             start_arrays: Mapping[str, np.ndarray], targets: Sequence[int], claims=None,
-            gradients: Mapping[object, InferenceGradient] = (), sent: Sequence[Message] = ()) -> RoundIntake:
+            gradients: Mapping[object, InferenceGradient] = (), sent: Sequence[Message] = (),
+            model_dtypes: Mapping[str, np.dtype] | None = None) -> RoundIntake:
     """The round's intake (module docstring); ``gradients`` are those idle clients already sent,
-    ``sent`` the round's instructions (each reply is the node's it was sent to)."""
+    ``sent`` the round's instructions (each reply is the node's it was sent to), ``model_dtypes``
+    the model's own dtypes where they differ from the global state's (an integer buffer that an
+    aggregation turned into floats)."""
     replies = list(replies)
     # Out of every reply before anything reads it: the inner strategy must never see them.
     extras = [(take_record(m, GRADIENT_KEY), take_record(m, CURVATURE_KEY)) for m in replies]
     sent_to = sent_nodes(sent)
     client_to_node = {c: n for n, c in node_to_client.items()}
-    records = [read_reply(m, weighted_by_key, node_to_client, node_id=reply_node(m, sent_to), model=start_arrays,
+    model = start_arrays if not model_dtypes else {  # shapes from the state, dtypes the model's own
+        k: np.broadcast_to(np.zeros((), dtype=model_dtypes.get(k, np.asarray(v).dtype)), np.shape(v))
+        if np.asarray(v).dtype.kind == "f" and model_dtypes.get(k, np.asarray(v).dtype).kind in "iu" else v
+        for k, v in start_arrays.items()}
+    records = [read_reply(m, weighted_by_key, node_to_client, node_id=reply_node(m, sent_to), model=model,
                           client_to_node=client_to_node, extras=extra) for m, extra in zip(replies, extras)]
     _mark_duplicate_ids(records)
     _mark_inconsistent(records)

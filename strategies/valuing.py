@@ -149,6 +149,7 @@ class ValuingStrategy(Strategy):
         self.stop_requested = threading.Event()
         self._num_rounds: int | None = None
         self._start_arrays: dict | None = None
+        self._model_dtypes: dict | None = None
         self._targets: list[int] = []
         self._sent: list[Message] = []
         self._idle_gradients: dict = {}
@@ -242,6 +243,9 @@ class ValuingStrategy(Strategy):
         """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
         server_round += self._round_offset
         self._start_arrays = arrays_to_numpy(arrays)
+        # The model's own dtypes, from the first state seen: an aggregation may turn an integer
+        # buffer (a batch counter) into floats, while the clients' models keep it integer.
+        self._model_dtypes = self._model_dtypes or {k: v.dtype for k, v in self._start_arrays.items()}
         if self.defences is not None:
             self.defences.start_round(self._start_arrays)
         if self.flows:
@@ -276,7 +280,7 @@ class ValuingStrategy(Strategy):
         random_state = RandomState.capture()
         server_round += self._round_offset
         intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
-                         start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
+                         start_arrays=self._start_arrays, model_dtypes=self._model_dtypes, targets=self._targets, claims=self.claims,
                          gradients=self._idle_gradients, sent=self._sent)
         records, ok = intake.records, intake.ok
         pure = aggregates_by_weighted_mean(self.strategy)
