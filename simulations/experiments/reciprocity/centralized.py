@@ -1,6 +1,6 @@
 """Centralized reciprocity of [RECIP] §5: the healthcare models (§5.2) and MovieLens (§5.1).
 
-Reproduces "the diabetes model is (0.75, 0.36)-Marginal-reciprocal, and (0.75, 0.76)-TracIn-
+Runs the experiments behind "the diabetes model is (0.75, 0.36)-Marginal-reciprocal, and (0.75, 0.76)-TracIn-
 reciprocal. The breast cancer model is (0.75, 0.48)-Marginal-reciprocal and (0.75, 0.93)-
 TracIn-reciprocal" (§5.2), the longer-training result of the workshop version ("When the
 diabetes model is trained for 1000 steps ... the 75th percentile of reciprocity decreases
