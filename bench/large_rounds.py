@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         kind, n, held, method, budget, seed = args.one
         print(json.dumps(value(kind, int(n), int(held), method, int(budget), int(seed))))
         return 0
-    from fedvalue.valuation.ads import budget_method
+    from fedvalue.valuation.plan import budget_method
 
     print(f"real Fashion-MNIST rounds; held-out images: MLP {args.held_out[0]}, CNN {args.held_out[1]}; one torch "
           f"thread; load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)

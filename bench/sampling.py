@@ -30,7 +30,9 @@ import time
 
 import numpy as np
 
-from fedvalue.valuation.ads import ads, mc_num_permutations
+from fedvalue.valuation.ads import ads
+
+from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.shapley_sampling import SAMPLERS
 

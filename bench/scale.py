@@ -101,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from simulations.runner.api import simulate
     from simulations.datasets.loaders import load_dataset, sample_per_class
     from simulations.datasets.models import make_mlp
-    from strategies import PartitionSampler
-    from strategies.protocol import train_config
-    from strategies.valuing_settings import IntakeSettings
+    from strategies import BookSettings, IntakeSettings, PartitionSampler, RunCallbacks, train_config
 
     seed = 0
     test = load_dataset("fashion-mnist", split="test")
@@ -139,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         num_clients=args.clients, num_rounds=args.rounds, utility=utility, out=args.out, overwrite=True,
         train_config=train_config(learning_rate=0.05, local_epochs=5, batch_size=0, seed=seed),
         sampler=PartitionSampler(args.per_round, schedule="random", seed=seed), seed=seed,
-        valuation=ValuationSettings(ads=AdsSettings(budget=args.budget)), flows=not args.no_flows,
-        intake=IntakeSettings(query_timeout=600.0), run=RunSettings(on_round=on_round, save_records=not args.no_records),
+        valuation=ValuationSettings(ads=AdsSettings(budget=args.budget)), books=BookSettings(flows=not args.no_flows),
+        intake=IntakeSettings(query_timeout=600.0), run=RunSettings(save_records=not args.no_records),
+        callbacks=RunCallbacks(on_round=on_round),
         round_timeout=3600.0,
     )
     wall = time.perf_counter() - started

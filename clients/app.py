@@ -55,6 +55,7 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive, integer_wording
+from clients.attacks.memory import prepare_round
 from clients.behaviours import ClientBehaviour, HonestClient
 from clients.seeding import seeded_call
 from clients.training import (
@@ -338,6 +339,9 @@ def make_client_app(
         data = _load(load_client_data, partition_id, msg.content)
         config = _record(msg.content, CONFIG_KEY, "ConfigRecord")
         global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
+        # A behaviour that remembers (clients.attacks.memory) is told the round and its past global models.
+        prepare_round(data.behaviour, context.state, config.get(DATA_KEY),
+                      _config_int(config, SERVER_ROUND_KEY, 0, 0), global_arrays)
         arrays, num_examples, train_loss = train_client(
             data, model_factory, global_arrays,
             learning_rate=_learning_rate(config),

@@ -20,7 +20,7 @@ from flwr.serverapp.strategy import FedAvg
 from digits_clients import digits, load_client, make_model, noisy_clients  # your model and data (examples/digits_clients.py)
 from fedvalue.utilities import TorchModelUtility
 from simulations import simulate
-from strategies import PartitionSampler
+from strategies import BookSettings, PartitionSampler
 
 
 class DecayingLrFedAvg(FedAvg):
@@ -49,9 +49,9 @@ def run(out: str, *, num_clients: int = 10, clients_per_round: int = 5, rounds: 
         utility=TorchModelUtility(make_model(), x_test, y_test),        # U(arrays): held-out accuracy
         sampler=PartitionSampler(clients_per_round, seed=seed),         # seeded sampling by partition id
         train_config={"lr": 0.5, "local-epochs": local_epochs, "batch-size": 32},
-        flows=True,                                                     # TracIn inflow / outflow too
         seed=seed,
-        noisy_clients=noisy_clients(num_clients, num_noisy, seed),      # marked in the ledger's "noisy" column
+        books=BookSettings(flows=True,                                  # TracIn inflow / outflow too
+                           noisy_clients=noisy_clients(num_clients, num_noisy, seed)),  # the "noisy" column
         out=out,
         **options,
     )

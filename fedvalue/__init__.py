@@ -6,7 +6,9 @@ The accounting core: coalition games, Asymmetric Data Shapley (exact and Monte C
 docs/design.md, "The map".
 """
 
-from fedvalue.valuation.ads import MAX_EXACT_GROUP_SIZE, AdsSettings, ads, exact_num_coalitions, mc_num_permutations
+from fedvalue.valuation.ads import AdsSettings, ads
+
+from fedvalue.valuation.plan import MAX_EXACT_GROUP_SIZE, exact_num_coalitions, mc_num_permutations
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.knn.exact import KnnValuation, knn_ads, knn_shapley
 from fedvalue.valuation.knn.monte_carlo import knn_loo, knn_mc_ads

@@ -242,6 +242,11 @@ CHECKPOINT_DIR = "checkpoint"
 #: (no manifest lists them); the audit accepts them as regular files only.
 REPORT_FILE = "report.html"
 FIGURES_DIR = "figures"
+#: The lock a writing process holds on its run directory (:mod:`fedvalue.run.writer_lock`):
+#: not part of the books (no manifest lists it); it holds the writer's PID.
+LOCK_FILE = "writer.lock"
+#: What ``fedvalue report --payout`` writes: each client's payment from the books.
+PAYOUT_FILE = "payout.csv"
 
 
 def record_name(server_round: int) -> str:

@@ -28,7 +28,7 @@ from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, SERVER_ROUND_KEY, trai
 from strategies.records import arrays_to_numpy, initial_arrays
 from strategies.replay import replay_aggregator
 from strategies.valuing import ValuingStrategy
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks
 
 __all__ = [
     "CLAIM_METHODS",
@@ -55,6 +55,7 @@ __all__ = [
     "PowerOfChoice",
     "Replay",
     "ReplaySampler",
+    "RunCallbacks",
     "RunSettings",
     "TopK",
     "ValuationSettings",

@@ -2,16 +2,18 @@
 
 In order: curvature (training loss gradient and Fisher diagonal) and inference gradients
 (TracIn flows) are taken out of the replies, since the inner strategy must never see them;
-each reply becomes a :class:`~strategies.records.ClientReply`
-(``failed`` when Flower's aggregation would choke on it, ``rejected`` for NaN/inf arrays); a
-second reply under a client id already seen is failed; arrays whose keys or shapes differ
-from the global model's, and metric keys that differ from the round's most common set, are
-failed; the claim review caps claimed weights (so the books and the inner strategy see the
-same weight); and every sampled client whose reply never came is booked as failed.
+each reply becomes a :class:`~strategies.records.ClientReply` of the client its sender's node
+registered (:mod:`strategies.nodes`), every field checked (:mod:`strategies.reply_checks`):
+``failed`` when its id, weight, arrays (keys, shapes, dtypes), inference gradient, curvature
+or metrics fail their checks, ``rejected`` when its arrays are NaN/inf or too large to
+aggregate (booked with the harm they would have done); a second reply under a client id
+already seen is failed; record names, metric keys and metric forms that differ from the
+round's most common are failed; the claim review caps claimed weights (so the books and the
+inner strategy see the same weight); and every sampled client whose reply never came is
+booked as failed. Gradients and curvature are those of each client's one weighed reply.
 :func:`round_record` then writes the intake down once as the round's
 :class:`fedvalue.run.archive.RoundRecord`, the single input of the books.
 """
-
 from __future__ import annotations
 
 import logging
@@ -24,8 +26,10 @@ from flwr.supercore.logger import log
 
 from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Status
-from strategies.protocol import NUM_EXAMPLES_KEY
-from strategies.records import ClientReply, InferenceGradient, read_reply, take_curvature, take_inference_gradient
+from strategies.nodes import reply_node, sent_nodes
+from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY
+from strategies.records import ClientReply, InferenceGradient, read_reply, take_record
+from strategies.reply_checks import metric_form, metric_problem, shown, weight_problem
 
 
 @dataclass
@@ -57,19 +61,25 @@ class RoundIntake:
 
 def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client: Mapping[int, int],
             start_arrays: Mapping[str, np.ndarray], targets: Sequence[int], claims=None,
-            gradients: Mapping[object, InferenceGradient] = ()) -> RoundIntake:
-    """The round's intake (module docstring); ``gradients`` are those idle clients already sent."""
+            gradients: Mapping[object, InferenceGradient] = (), sent: Sequence[Message] = (),
+            model_dtypes: Mapping[str, np.dtype] | None = None) -> RoundIntake:
+    """The round's intake (module docstring); ``gradients`` are those idle clients already sent,
+    ``sent`` the round's instructions (each reply is the node's it was sent to), ``model_dtypes``
+    the model's own dtypes where they differ from the global state's (an integer buffer that an
+    aggregation turned into floats)."""
     replies = list(replies)
-    # Bound to the very reply that carried it: a client can only give curvature for the id it is booked under.
-    curvature_sent = {id(message): take_curvature(message) for message in replies}
-    gradients = dict(gradients)
-    for message in replies:  # out before anything reads the reply: the inner strategy must not see it
-        gradient = take_inference_gradient(message)
-        if gradient is not None:
-            gradients[gradient.client_id] = gradient
-    records = [read_reply(m, weighted_by_key, node_to_client) for m in replies]
+    # Out of every reply before anything reads it: the inner strategy must never see them.
+    extras = [(take_record(m, GRADIENT_KEY), take_record(m, CURVATURE_KEY)) for m in replies]
+    sent_to = sent_nodes(sent)
+    client_to_node = {c: n for n, c in node_to_client.items()}
+    model = start_arrays if not model_dtypes else {  # shapes from the state, dtypes the model's own
+        k: np.broadcast_to(np.zeros((), dtype=model_dtypes.get(k, np.asarray(v).dtype)), np.shape(v))
+        if np.asarray(v).dtype.kind == "f" and model_dtypes.get(k, np.asarray(v).dtype).kind in "iu" else v
+        for k, v in start_arrays.items()}
+    records = [read_reply(m, weighted_by_key, node_to_client, node_id=reply_node(m, sent_to), model=model,
+                          client_to_node=client_to_node, extras=extra) for m, extra in zip(replies, extras)]
     _mark_duplicate_ids(records)
-    _mark_inconsistent(records, start_arrays)
+    _mark_inconsistent(records)
     # Capped claims reach the books and the inner strategy alike, so v_t(I_t) stays U(A_t).
     claim_flags = [] if claims is None else claims.review(records, weighted_by_key)
     # A sampled client whose reply never came (timeout, lost worker) is booked, not forgotten.
@@ -79,20 +89,23 @@ def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client:
                     error="no reply within the round's timeout")
         for node in targets if node not in replied
     ]
-    curvature = {}  # the first weighed reply per client (intake fails the later ones)
-    for r in records:
-        if r.status in WEIGHED_STATUSES and curvature_sent.get(id(r.message)) is not None:
-            curvature.setdefault(r.client_id, curvature_sent[id(r.message)])
+    # Bound to the sender's one weighed reply (intake fails any later one under its id).
+    weighed = [r for r in records if r.status in WEIGHED_STATUSES]
+    gradients = dict(gradients)
+    gradients.update({r.client_id: r.gradient for r in weighed if r.gradient is not None})
+    curvature = {r.client_id: r.curvature for r in weighed if r.curvature is not None}
     return RoundIntake(records, gradients, claim_flags, {c: v.gradient for c, v in curvature.items()},
                        {c: v.fisher for c, v in curvature.items()})
 
 
 def entry(record: ClientReply, weighted_by_key: str) -> ClientEntry:
     """A reply as the books take it: its example count is its weight when the strategy
-    weighs by examples, else what it reported."""
-    ok = record.status == Status.OK
-    num_examples = (int(record.weight) if ok and weighted_by_key == NUM_EXAMPLES_KEY
-                    else record.metrics.get(NUM_EXAMPLES_KEY))
+    weighs by examples, else what it reported (when that is an example count at all)."""
+    if record.status == Status.OK and weighted_by_key == NUM_EXAMPLES_KEY:
+        num_examples = int(record.weight)
+    else:
+        reported = record.metrics.get(NUM_EXAMPLES_KEY)
+        num_examples = reported if weight_problem(reported, whole=True) is None else None
     return ClientEntry(record.client_id, record.status, record.weight, num_examples, reason(record))
 
 
@@ -136,20 +149,76 @@ def log_problems(server_round: int, records: list[ClientReply]) -> None:
             len(records), "; ".join(problems))
 
 
-def _mark_inconsistent(records: list[ClientReply], start: Mapping[str, np.ndarray]) -> None:
-    """Replies Flower's aggregation would choke on are failed, not fatal: arrays whose keys or
-    shapes differ from the global model's, or metric keys that differ from the most common set."""
-    shapes = {k: np.shape(v) for k, v in start.items()}
-    for record in records:
-        if record.status in WEIGHED_STATUSES and {k: np.shape(v) for k, v in record.arrays.items()} != shapes:
-            record.status, record.error = Status.FAILED, "arrays do not match the global model's keys and shapes"
+def _mark_inconsistent(records: list[ClientReply]) -> None:
+    """Replies Flower's aggregation would choke on are failed, not fatal: an ArrayRecord or
+    MetricRecord named otherwise, metric keys, or a metric's form (a number, a list of some
+    length) that differ from the round's most common (its first on ties). Keys, shapes and
+    dtypes of the arrays are checked against the global model when each reply is read."""
     candidates = [r for r in records if r.status in WEIGHED_STATUSES]
-    key_sets = [tuple(sorted(r.metrics)) for r in candidates]
-    if key_sets:
-        common = max(dict.fromkeys(key_sets), key=key_sets.count)  # most common; first seen on ties
-        for record, keys in zip(candidates, key_sets):
-            if keys != common:
-                record.status, record.error = Status.FAILED, f"metric keys {list(keys)} differ from {list(common)}"
+    forms = [_form(r) for r in candidates]
+    if not forms:
+        return
+    common = max(dict.fromkeys(forms), key=forms.count)
+    for record, form in zip(candidates, forms):
+        if form != common:
+            record.status, record.error = Status.FAILED, _difference(form, common)
+
+
+def _form(record: ClientReply) -> tuple:
+    """What must be equal across the replies one aggregation takes (:func:`_mark_inconsistent`)."""
+    content = record.message.content
+    return (next(iter(content.array_records)), next(iter(content.metric_records)), tuple(sorted(record.metrics)),
+            tuple(metric_form(record.metrics[k]) for k in sorted(record.metrics)))
+
+
+def _difference(form: tuple, common: tuple) -> str:
+    """Where a reply's :func:`_form` differs from the round's most common one, in words."""
+    (arrays, metrics, keys, shapes), (common_arrays, common_metrics, common_keys, common_shapes) = form, common
+    if arrays != common_arrays:
+        return f"ArrayRecord {shown(arrays)}: the round's replies name it {common_arrays!r}"
+    if metrics != common_metrics:
+        return f"MetricRecord {shown(metrics)}: the round's replies name it {common_metrics!r}"
+    if keys != common_keys:
+        return f"metric keys {list(keys)} differ from {list(common_keys)}"
+    key = next(k for k, a, b in zip(keys, shapes, common_shapes) if a != b)
+    return (f"metrics[{key!r}]: {dict(zip(keys, shapes))[key]} where the round's replies hold "
+            f"{dict(zip(common_keys, common_shapes))[key]}")
+
+
+def usable_evaluations(replies: Iterable[Message], weighted_by_key: str) -> list[Message]:
+    """The evaluate replies the inner strategy's ``aggregate_evaluate`` can take: error replies,
+    and replies with one MetricRecord of finite values whose name, keys and forms are the
+    round's most common and, when those keys hold ``weighted_by_key``, whose weight passes its
+    check. The others are left out and logged (federated evaluation books nothing; a
+    malformed reply must not stop the run)."""
+    replies = list(replies)
+    forms, dropped = {}, []
+    for reply in replies:
+        if reply.has_error():
+            continue
+        records = list(reply.content.metric_records.items())
+        metrics = dict(records[0][1]) if len(records) == 1 else {}
+        problem = ("expected one MetricRecord" if len(records) != 1
+                   else next((p for v in metrics.values() if (p := metric_problem(v))), None))
+        if problem is None:
+            keys = tuple(sorted(metrics))
+            forms[id(reply)] = (records[0][0], keys, tuple(metric_form(metrics[k]) for k in keys))
+        else:
+            dropped.append((reply, problem))
+    seen = list(forms.values())
+    common = max(dict.fromkeys(seen), key=seen.count) if seen else None
+    for reply in replies:
+        if id(reply) in forms and forms[id(reply)] != common:
+            dropped.append((reply, "its MetricRecord differs from the round's other replies"))
+        elif id(reply) in forms and weighted_by_key in common[1]:
+            weight = next(iter(reply.content.metric_records.values()))[weighted_by_key]
+            problem = weight_problem(weight, whole=weighted_by_key == NUM_EXAMPLES_KEY)
+            if problem is not None:
+                dropped.append((reply, f"{weighted_by_key}: {problem}"))
+    for reply, problem in dropped:
+        log(logging.WARNING, "an evaluate reply from node %s is left out: %s", reply.metadata.src_node_id, problem)
+    left_out = {id(reply) for reply, _ in dropped}
+    return [reply for reply in replies if id(reply) not in left_out]
 
 
 def _mark_duplicate_ids(records: list[ClientReply]) -> None:

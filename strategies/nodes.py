@@ -1,4 +1,4 @@
-"""Which node holds which partition: asked from the nodes once per engine, not once per run.
+"""Which node holds which partition, and so who sent a reply: asked from the nodes once per engine.
 
 Node ids are random per engine but fixed while it runs, and the ServerApp never sees
 partition ids unless clients reply them (``clients.app``'s query handler does). A
@@ -6,21 +6,91 @@ partition ids unless clients reply them (``clients.app``'s query handler does). 
 answers, so runs served one after another by the same engine (a study's seeds and
 retrains) share one directory and query the nodes once (on 2 cores a query of 30 nodes
 costs 0.2–0.3 s once the actors run; a study made eight a seed).
+
+Identity comes from the sender, not from what a reply claims. A reply answers the message
+the server sent to one node (:func:`reply_node`: the node its ``reply_to_message_id`` names;
+a SuperLink answering for a lost node signs its error reply with its own node id), and its
+client is the partition that node registered (:func:`sender_identity`). A reply that claims
+another id, or an id that is not an integer, is failed; it can never take another client's
+place in the books. A node is not registered (and is logged) when its query reply's id is not
+an integer, names a partition another node holds, or names one that another node reports in
+the same query: a partition two nodes claim is no one's.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Hashable, Iterable, Mapping
+
 from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.logger import log
 
-from strategies.records import partition_id_of
+from strategies.protocol import CLIENT_RECORD_KEY, PARTITION_ID_KEY
+from strategies.reply_checks import id_problem
+
+
+def claimed_partition(content: RecordDict) -> tuple[int | None, str | None]:
+    """The partition id a reply claims in its ConfigRecord ``"client"``, as (id, None); (None,
+    None) when it claims none; (None, why) when the claim is not an integer ≥ 0."""
+    record = content.config_records.get(CLIENT_RECORD_KEY)
+    if record is None or PARTITION_ID_KEY not in record:
+        return None, None
+    value = record[PARTITION_ID_KEY]
+    problem = id_problem(value)
+    return (None, f"{PARTITION_ID_KEY}: {problem}") if problem else (value, None)
+
+
+def sent_nodes(messages: Iterable[Message]) -> dict[str, int]:
+    """message id -> the node it was sent to, for the messages the grid gave ids (it sets them
+    when it pushes the messages); empty when ids are missing or repeat (an in-process grid)."""
+    pairs = [(str(m.metadata.message_id), int(m.metadata.dst_node_id)) for m in messages]
+    ids = [i for i, _ in pairs]
+    if not ids or "" in ids or len(set(ids)) != len(ids):
+        return {}
+    return dict(pairs)
+
+
+def reply_node(reply: Message, sent_to: Mapping[str, int]) -> int:
+    """The node ``reply`` answers for: the one its instruction was sent to, else its sender."""
+    node = sent_to.get(str(reply.metadata.reply_to_message_id))
+    return int(reply.metadata.src_node_id) if node is None else node
+
+
+def sender_identity(content: RecordDict, node_id: int, node_to_client: Mapping[int, Hashable],
+                    client_to_node: Mapping[Hashable, int]) -> tuple[Hashable, str | None]:
+    """The client a reply from ``node_id`` is booked under, and why the reply fails (or None).
+
+    A registered node's reply is its registered partition's; a claim that is not an integer,
+    or names another partition, fails it. An unregistered node (a run that never asked the
+    directory) is booked under its claim when that is an integer no registered node holds,
+    else under ``node-<id>``.
+    """
+    claimed, problem = claimed_partition(content)
+    registered = node_to_client.get(node_id)
+    if registered is not None:
+        if problem is None and claimed is not None and claimed != registered:
+            problem = (f"{PARTITION_ID_KEY}: the reply claims client {claimed}; its node {node_id} registered "
+                       f"partition {registered}")
+        return registered, problem
+    if problem is None and claimed is not None and claimed in client_to_node:
+        problem = (f"{PARTITION_ID_KEY}: the reply claims client {claimed}, which node {client_to_node[claimed]} "
+                   "registered")
+    if problem is not None or claimed is None:
+        return f"node-{node_id}", problem
+    return claimed, None
+
+
+class QueryTimedOut(RuntimeError):
+    """No node answered the partition query within its timeout (the run cannot sample)."""
 
 
 class NodeDirectory:
     """partition id <-> node id of one engine's nodes.
 
     Share one between strategies only while they run on the same engine (a new engine
-    draws new node ids); a node that did not answer is asked again next time.
+    draws new node ids); a node that did not answer, or answered with an id that is not
+    one, is asked again next time.
     """
 
     def __init__(self) -> None:
@@ -37,18 +107,32 @@ class NodeDirectory:
         if unknown:
             queries = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
             self.queries_sent += len(queries)
-            for reply in grid.send_and_receive(queries, timeout=timeout):
-                if reply.has_error():
-                    continue
-                client_id = partition_id_of(reply.content)
-                if client_id is not None:
-                    node_id = int(reply.metadata.src_node_id)
-                    self.node_to_client[node_id] = client_id
-                    self.client_to_node[client_id] = node_id
+            replies = list(grid.send_and_receive(queries, timeout=timeout))
+            sent_to = sent_nodes(queries)
+            self._register({reply_node(r, sent_to): r.content for r in replies if not r.has_error()})
         if not self.client_to_node:
-            raise RuntimeError(
+            raise QueryTimedOut(
                 f"sampler: no client reported its partition id to the query within query_timeout={timeout:g} s; "
                 "the ClientApp needs an @app.query handler replying ConfigRecord 'client' with 'partition-id' "
                 "(clients.make_client_app has one). On a loaded machine raise --query-timeout."
             )
         return dict(sorted(self.client_to_node.items()))
+
+    def _register(self, answers: Mapping[int, RecordDict]) -> None:
+        """Register the partition each answering node reports, unless the report is not an id,
+        another node holds that partition, or several nodes report it now: a partition two
+        nodes claim is no one's (both logged and left unknown, so neither can take the other's
+        place)."""
+        claims: dict[int, tuple[int | None, str | None]] = {n: claimed_partition(c) for n, c in answers.items()}
+        reported = [client for client, problem in claims.values() if problem is None and client is not None]
+        for node_id, (client_id, problem) in claims.items():
+            holder = self.client_to_node.get(client_id)
+            if problem is None and holder is not None and holder != node_id:
+                problem = f"{PARTITION_ID_KEY}: partition {client_id} is node {holder}'s"
+            elif problem is None and reported.count(client_id) > 1:
+                problem = f"{PARTITION_ID_KEY}: {reported.count(client_id)} nodes report partition {client_id}"
+            if problem is not None:
+                log(logging.WARNING, "node %s is not registered: its query reply's %s", node_id, problem)
+            elif client_id is not None:
+                self.node_to_client[node_id] = client_id
+                self.client_to_node[client_id] = node_id

@@ -10,15 +10,18 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 from fedvalue.schema import Status
+from strategies.nodes import sender_identity
 from strategies.protocol import (
+    ARRAYS_KEY,
     CLIENT_RECORD_KEY,
     CURVATURE_FISHER_PREFIX,
     CURVATURE_GRADIENT_PREFIX,
     CURVATURE_KEY,
     GRADIENT_KEY,
     INFERENCE_LOSS_KEY,
-    PARTITION_ID_KEY,
+    NUM_EXAMPLES_KEY,
 )
+from strategies.reply_checks import array_problems, loss_problem, metric_problem, shown, weight_problem
 
 
 
@@ -37,25 +40,38 @@ def initial_arrays(model) -> ArrayRecord:
 
 
 @dataclass
+class InferenceGradient:
+    """g_v = ∇ Σ_{z'} ℓ_{z'} at the state the client received, and that summed loss."""
+
+    client_id: int | str
+    gradient: dict[str, np.ndarray]
+    loss: float
+
+
+@dataclass
+class CurvatureReply:
+    """A client's training loss gradient G_u and Fisher diagonal d_u at the state it received."""
+
+    gradient: dict[str, np.ndarray]
+    fisher: dict[str, np.ndarray]
+
+
+@dataclass
 class ClientReply:
-    """One client's reply in a round, as the books need it."""
+    """One client's reply in a round, as the books need it: every field checked
+    (:mod:`strategies.reply_checks`), the client the sender's node registered."""
 
     client_id: int | str
     node_id: int
-    status: str  # "ok", "failed" (no usable reply) or "rejected" (non-finite arrays)
+    status: str  # "ok", "failed" (no usable reply) or "rejected" (arrays too large or not finite)
     arrays: dict[str, np.ndarray] | None = None
     weight: float | None = None
     metrics: dict = field(default_factory=dict)
     error: str = ""
     message: Message | None = None
-
-
-def partition_id_of(content: RecordDict) -> int | None:
-    """The partition id a client put in its reply's ConfigRecord, if any."""
-    record = content.config_records.get(CLIENT_RECORD_KEY)
-    if record is None or PARTITION_ID_KEY not in record:
-        return None
-    return int(record[PARTITION_ID_KEY])
+    #: The inference gradient and the curvature this very reply carried (None: none, or not checked).
+    gradient: InferenceGradient | None = None
+    curvature: CurvatureReply | None = None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -73,97 +89,133 @@ def concise_reason(text: str) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
 
-def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[int, int]) -> ClientReply:
-    """Turn a reply Message into a :class:`ClientReply`; malformed replies are 'failed'."""
-    node_id = int(message.metadata.src_node_id)
-    fallback_id = node_to_client.get(node_id, f"node-{node_id}")
+def read_arrays(record: ArrayRecord, field: str) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """A reply's ArrayRecord as numpy arrays, or why it cannot be read (its bytes are the sender's)."""
+    try:
+        return arrays_to_numpy(record), None
+    except Exception as error:  # noqa: BLE001 - any decoding failure of untrusted bytes is the reply's fault
+        return None, f"{field}: cannot be read as numpy arrays ({concise_reason(f'{type(error).__name__}: {error}')})"
+
+
+def take_record(message: Message, key: str) -> ArrayRecord | None:
+    """Remove the ArrayRecord ``key`` from a reply (in place) and return it, unread.
+
+    Inference gradients and curvature travel so; the inner strategy must never see them:
+    Flower averages every ArrayRecord key and rejects replies with a second ArrayRecord."""
+    if message.has_error() or key not in message.content.array_records:
+        return None
+    record = message.content.array_records[key]
+    del message.content[key]
+    return record
+
+
+def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[int, int], *,
+               node_id: int | None = None, model: Mapping[str, np.ndarray] | None = None,
+               client_to_node: Mapping[int, int] | None = None,
+               extras: tuple[ArrayRecord | None, ArrayRecord | None] = (None, None)) -> ClientReply:
+    """Turn a reply Message into a :class:`ClientReply`, every field checked.
+
+    ``node_id`` is the node the instruction was sent to (default: the reply's sender); the
+    reply is that node's registered client's (:func:`strategies.nodes.sender_identity`).
+    ``model`` (A_{t−1}) gives the keys, shapes and dtypes the arrays must have; ``extras`` are
+    the inference-gradient and curvature records taken out of this reply
+    (:func:`take_record`). A reply no aggregation can take, or whose id, weight, gradient,
+    curvature or metrics fail their checks, is ``failed``; one whose arrays are not finite
+    or too large to aggregate is ``rejected``; each with a reason naming the field.
+    """
+    node_id = int(message.metadata.src_node_id) if node_id is None else int(node_id)
     if message.has_error():
-        return ClientReply(fallback_id, node_id, Status.FAILED, error=concise_reason(message.error.reason), message=message)
-    content = message.content
-    client_id = partition_id_of(content)
-    client_id = fallback_id if client_id is None else client_id
+        return ClientReply(node_to_client.get(node_id, f"node-{node_id}"), node_id, Status.FAILED,
+                           error=concise_reason(message.error.reason), message=message)
+    client_to_node = {c: n for n, c in node_to_client.items()} if client_to_node is None else client_to_node
+    client_id, problem = sender_identity(message.content, node_id, node_to_client, client_to_node)
+    reply = ClientReply(client_id, node_id, Status.FAILED, message=message)
+    if problem is None:
+        problem = _read_update(reply, weighted_by_key, model)
+    if problem is None:
+        problem = _read_extras(reply, model, *extras)
+    if problem is None and reply.status == Status.OK:
+        problem = next((f"metrics[{k!r}]: {p}" for k, v in reply.metrics.items() if (p := metric_problem(v))), None)
+    if problem is not None:
+        reply.status, reply.error = Status.FAILED, problem
+    return reply
+
+
+def _read_update(reply: ClientReply, weighted_by_key: str, model: Mapping[str, np.ndarray] | None) -> str | None:
+    """Read the update's arrays and weight into ``reply`` (ok, or rejected when they are
+    numerically unusable); the reason it fails otherwise."""
+    content = reply.message.content
     array_records = list(content.array_records.values())
     metric_records = list(content.metric_records.values())
     if len(array_records) != 1 or len(metric_records) != 1:
-        return ClientReply(
-            client_id, node_id, Status.FAILED, message=message,
-            error=f"expected one ArrayRecord and one MetricRecord; got {len(array_records)} and {len(metric_records)}",
-        )
-    metrics = dict(metric_records[0])
-    weight = metrics.get(weighted_by_key)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-        return ClientReply(
-            client_id, node_id, Status.FAILED, message=message, metrics=metrics,
-            error=f"expected a positive '{weighted_by_key}' metric; got {weight!r}",
-        )
-    arrays = arrays_to_numpy(array_records[0])
-    bad = [key for key, value in arrays.items() if value.dtype.kind in "fc" and not np.isfinite(value).all()]
-    if bad:
-        return ClientReply(
-            client_id, node_id, Status.REJECTED, arrays=arrays, weight=float(weight), metrics=metrics, message=message,
-            error=f"non-finite values (NaN or inf) in {bad}",
-        )
-    return ClientReply(client_id, node_id, Status.OK, arrays=arrays, weight=float(weight), metrics=metrics, message=message)
+        return f"expected one ArrayRecord and one MetricRecord; got {len(array_records)} and {len(metric_records)}"
+    reply.metrics = dict(metric_records[0])
+    weight = reply.metrics.get(weighted_by_key)
+    problem = weight_problem(weight, whole=weighted_by_key == NUM_EXAMPLES_KEY)
+    if problem is not None:
+        return f"{weighted_by_key}: {problem}"
+    arrays, problem = read_arrays(array_records[0], ARRAYS_KEY)
+    if problem is not None:
+        return problem
+    fatal, numeric = array_problems(arrays, model, ARRAYS_KEY)
+    if fatal is not None:
+        return fatal
+    reply.arrays, reply.weight = arrays, float(weight)
+    reply.status, reply.error = (Status.OK, "") if numeric is None else (Status.REJECTED, numeric)
+    return None
 
 
-@dataclass
-class InferenceGradient:
-    """g_v = ∇ Σ_{z'} ℓ_{z'} at the state the client received, and that summed loss."""
-
-    client_id: int | str
-    gradient: dict[str, np.ndarray]
-    loss: float
-
-
-def take_inference_gradient(message: Message) -> InferenceGradient | None:
-    """Remove the inference-gradient record from a reply (in place) and return it.
-
-    The inner strategy must never see it: Flower averages every ArrayRecord key and
-    rejects replies with a second ArrayRecord. Replies without one give None; a
-    record without a partition id or a finite loss is dropped (the client then
-    receives no inflow that round).
-    """
-    if message.has_error() or GRADIENT_KEY not in message.content.array_records:
-        return None
-    record = message.content.array_records[GRADIENT_KEY]
-    del message.content[GRADIENT_KEY]
-    client_id = partition_id_of(message.content)
-    loss = message.content.config_records.get(CLIENT_RECORD_KEY, {}).get(INFERENCE_LOSS_KEY)
-    if client_id is None or isinstance(loss, bool) or not isinstance(loss, (int, float)) or not np.isfinite(loss):
-        return None
-    gradient = arrays_to_numpy(record)
-    if not all(np.isfinite(g).all() for g in gradient.values()):
-        return None
-    return InferenceGradient(client_id, gradient, float(loss))
+def _read_extras(reply: ClientReply, model: Mapping[str, np.ndarray] | None, gradient: ArrayRecord | None,
+                 curvature: ArrayRecord | None) -> str | None:
+    """Read the inference gradient and curvature this reply carried into it; the reason the
+    reply fails when either is malformed."""
+    if gradient is not None:
+        read = read_inference_gradient(gradient, reply.message.content, model)
+        if isinstance(read, str):
+            return read
+        reply.gradient = InferenceGradient(reply.client_id, *read)
+    if curvature is not None:
+        read = read_curvature(curvature, model)
+        if isinstance(read, str):
+            return read
+        reply.curvature = read
+    return None
 
 
-@dataclass
-class CurvatureReply:
-    """A client's training loss gradient G_u and Fisher diagonal d_u at the state it received."""
+def read_inference_gradient(record: ArrayRecord, content: RecordDict,
+                            model: Mapping[str, np.ndarray] | None) -> tuple[dict[str, np.ndarray], float] | str:
+    """(g, loss) from an inference-gradient record and the reply's ``"inference-loss"``, or why
+    they are malformed: g must have the model's keys and shapes, a real floating dtype,
+    finite values of a magnitude the flows' dot products can carry; the loss a finite number."""
+    gradient, problem = read_arrays(record, GRADIENT_KEY)
+    if problem is not None:
+        return problem
+    fatal, numeric = array_problems(gradient, model, GRADIENT_KEY)
+    if fatal is not None or numeric is not None:
+        return fatal or f"{GRADIENT_KEY}: {numeric}"
+    client = content.config_records.get(CLIENT_RECORD_KEY)
+    loss = None if client is None else client.get(INFERENCE_LOSS_KEY)
+    problem = loss_problem(loss)
+    return f"{INFERENCE_LOSS_KEY}: {problem}" if problem else (gradient, float(loss))
 
-    gradient: dict[str, np.ndarray]
-    fisher: dict[str, np.ndarray]
 
-
-def take_curvature(message: Message) -> CurvatureReply | None:
-    """Remove the fairness-curvature record from a reply (in place) and return it.
-
-    Like :func:`take_inference_gradient`: the inner strategy must never see it. The caller
-    books it under the id of the reply that carried it. A record with non-finite values, a
-    negative Fisher entry, or gradient and Fisher keys or shapes that differ, gives None
-    (the client then has no curvature influence)."""
-    if message.has_error() or CURVATURE_KEY not in message.content.array_records:
-        return None
-    record = arrays_to_numpy(message.content.array_records[CURVATURE_KEY])
-    del message.content[CURVATURE_KEY]
-    gradient = {k[len(CURVATURE_GRADIENT_PREFIX):]: v for k, v in record.items() if k.startswith(CURVATURE_GRADIENT_PREFIX)}
-    fisher = {k[len(CURVATURE_FISHER_PREFIX):]: v for k, v in record.items() if k.startswith(CURVATURE_FISHER_PREFIX)}
-    if not gradient or set(gradient) != set(fisher) or len(gradient) + len(fisher) != len(record):
-        return None
-    if not all(np.isfinite(v).all() for v in (*gradient.values(), *fisher.values())):
-        return None
-    if any((v < 0).any() for v in fisher.values()) or any(gradient[k].shape != fisher[k].shape for k in gradient):
-        return None
+def read_curvature(record: ArrayRecord, model: Mapping[str, np.ndarray] | None) -> CurvatureReply | str:
+    """G_u and d_u from a fairness-curvature record, or why it is malformed: both halves the
+    model's keys and shapes, real floating point, finite and of bounded magnitude, d_u ≥ 0."""
+    arrays, problem = read_arrays(record, CURVATURE_KEY)
+    if problem is not None:
+        return problem
+    gradient, fisher = _unprefixed(arrays, CURVATURE_GRADIENT_PREFIX), _unprefixed(arrays, CURVATURE_FISHER_PREFIX)
+    if not gradient or set(gradient) != set(fisher) or len(gradient) + len(fisher) != len(arrays):
+        return (f"{CURVATURE_KEY}: expected '{CURVATURE_GRADIENT_PREFIX}KEY' and '{CURVATURE_FISHER_PREFIX}KEY' for "
+                f"the same keys; got {shown(list(arrays))}")
+    for prefix, half in ((CURVATURE_GRADIENT_PREFIX, gradient), (CURVATURE_FISHER_PREFIX, fisher)):
+        field = f"{CURVATURE_KEY} {prefix.rstrip('/')}"
+        fatal, numeric = array_problems(half, model if model is not None else gradient, field)
+        if fatal is not None or numeric is not None:
+            return fatal or f"{field}: {numeric}"
+    if any((v < 0).any() for v in fisher.values()):
+        return f"{CURVATURE_KEY} fisher: expected a Fisher diagonal >= 0; got negative entries"
     return CurvatureReply(gradient, fisher)
 
 
@@ -177,3 +229,8 @@ def reweigh(records: Sequence[ClientReply], accepted: set, factors: Mapping[Hash
             for metrics in record.message.content.metric_records.values():
                 if weighted_by_key in metrics:
                     metrics[weighted_by_key] = used
+
+
+def _unprefixed(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays whose keys start with ``prefix``, under the keys that follow it."""
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}

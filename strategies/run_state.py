@@ -131,9 +131,11 @@ class RunState:
         """(rounds already committed, the arrays to start from) for a run of ``num_rounds``:
         (0, ``initial_arrays``) for a new run; resumed, round k's A_k, with the global random
         state put back as it was after round k (the draws Flower's strategies make continue as
-        in an uninterrupted run). ValueError when no round is left to run."""
+        in an uninterrupted run). k = ``num_rounds`` (a writer killed after its last commit,
+        before its manifest) leaves no round to run, only the run's close. ValueError when
+        the run holds more rounds than ``num_rounds``."""
         done = 0 if self.resumed is None else self.resumed.round
-        if done >= num_rounds:
+        if done > num_rounds:
             raise ValueError(f"num_rounds: the run in {self.books.run_dir} already completed {done} rounds; got "
                              f"num_rounds={num_rounds}, so there is nothing to resume.")
         if not done:
@@ -155,3 +157,8 @@ class RunState:
         if self.books is None or not rounds or rounds[-1]["round"] != num_rounds:
             return
         self.books.close(num_rounds)
+
+    def release(self) -> None:
+        """Let go of the run directory's writer lock (the run ended, finished or not)."""
+        if self.books is not None:
+            self.books.release()

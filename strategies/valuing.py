@@ -16,7 +16,7 @@ from the same random state.
 
 The wrapper is the Flower adapter: it takes the replies in (:mod:`strategies.intake`),
 asks the books (:func:`fedvalue.rounds.booking.book_round`) and hands back the aggregate; TracIn
-queries are :mod:`strategies.tracin`, the fairness hooks :mod:`strategies.fairness_rounds`, the
+queries are :mod:`strategies.hooks.flows`, the fairness hooks :mod:`strategies.hooks.fairness`, the
 run directory and server state :mod:`strategies.run_state`.
 """
 
@@ -47,16 +47,18 @@ from fedvalue.run.writer import RunBooks, RunSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from strategies.policies.acceptance import AcceptAll, Acceptance
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
-from strategies.fairness_rounds import FairRounds, check_policy
-from strategies.intake import RoundIntake, log_problems, round_record, take_in
+from strategies.hooks.defences import DefenceRounds
+from strategies.hooks.fairness import FairRounds, check_policy
+from strategies.intake import RoundIntake, log_problems, round_record, take_in, usable_evaluations
 from strategies.nodes import NodeDirectory
-from strategies.protocol import GRADIENT_KEY
+from strategies.protocol import DATA_KEY, GRADIENT_KEY
 from strategies.records import arrays_to_numpy, reweigh
 from strategies.replay import replay_state_or_reason
 from strategies.run_state import RunState, ServerParts
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
-from strategies.tracin import FlowQueries, outflows_if_all_aggregated
-from strategies.valuing_settings import BookSettings, IntakeSettings, settings_or_default
+from strategies.screening import value_screened
+from strategies.hooks.flows import FlowQueries, outflows_if_all_aggregated
+from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks, settings_or_default
 
 class RunInterrupted(RuntimeError):
     """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
@@ -109,6 +111,7 @@ class ValuingStrategy(Strategy):
         books: BookSettings | None = None,
         intake: IntakeSettings | None = None,
         run: RunSettings | None = None,
+        callbacks: RunCallbacks | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -124,7 +127,9 @@ class ValuingStrategy(Strategy):
         self.intake = settings_or_default("intake", intake, IntakeSettings)
         self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings))
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review
-        self.on_round = self.run_state.settings.on_round  # an attribute: a caller may set it once built
+        callbacks = settings_or_default("callbacks", callbacks, RunCallbacks)
+        self.on_round = callbacks.on_round  # attributes: a caller may set them once built
+        self.on_progress = callbacks.on_progress
         self.nodes = NodeDirectory() if self.intake.nodes is None else self.intake.nodes
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
         self.acceptance = AcceptAll() if acceptance is None else acceptance
@@ -137,6 +142,8 @@ class ValuingStrategy(Strategy):
         check_policy(self.acceptance, fairness, damping)
         self.fair = None if fairness is None else FairRounds(fairness, damping, self.acceptance)
         self.weighting = self._weighting_rule(strategy)
+        defences = self.book_settings.defences
+        self.defences = None if defences is None else DefenceRounds(defences)
         self.flow_queries = FlowQueries()
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
@@ -144,7 +151,9 @@ class ValuingStrategy(Strategy):
         self.stop_requested = threading.Event()
         self._num_rounds: int | None = None
         self._start_arrays: dict | None = None
+        self._model_dtypes: dict | None = None
         self._targets: list[int] = []
+        self._sent: list[Message] = []
         self._idle_gradients: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
@@ -201,6 +210,8 @@ class ValuingStrategy(Strategy):
             self.flow_queries.pending = taken.pending_first_order
         if self.run_state.resumed is not None:
             self.rounds = self.books.committed_rounds()
+            if self.defences is not None:
+                self.defences.resume_from(self.books.run_dir, len(self.rounds))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -216,6 +227,8 @@ class ValuingStrategy(Strategy):
         """
         self.open_books()
         self._num_rounds = num_rounds
+        if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
+            self.flow_queries.config = {DATA_KEY: train_config[DATA_KEY]}
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
@@ -238,7 +251,9 @@ class ValuingStrategy(Strategy):
         return self.strategy.configure_evaluate(server_round + self._round_offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return self.strategy.aggregate_evaluate(server_round + self._round_offset, replies)
+        """The inner strategy's, on the evaluate replies it can take (:func:`strategies.intake.usable_evaluations`)."""
+        usable = usable_evaluations(replies, self.weighted_by_key)
+        return self.strategy.aggregate_evaluate(server_round + self._round_offset, usable)
 
     # -- training ---------------------------------------------------------------------------
 
@@ -246,6 +261,11 @@ class ValuingStrategy(Strategy):
         """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
         server_round += self._round_offset
         self._start_arrays = arrays_to_numpy(arrays)
+        # The model's own dtypes, from the first state seen: an aggregation may turn an integer
+        # buffer (a batch counter) into floats, while the clients' models keep it integer.
+        self._model_dtypes = self._model_dtypes or {k: v.dtype for k, v in self._start_arrays.items()}
+        if self.defences is not None:
+            self.defences.start_round(self._start_arrays)
         if self.flows:
             config = ConfigRecord({**dict(config), GRADIENT_KEY: True})
         if self.fair is not None:
@@ -254,6 +274,7 @@ class ValuingStrategy(Strategy):
         if self.sampler is not None and messages:
             messages = retarget(messages, self.sampler, server_round, self._partition_map(grid))
         self._targets = [int(m.metadata.dst_node_id) for m in messages]
+        self._sent = messages  # the grid gives them ids when it sends them: each reply answers one node
         if self.flows:
             self._idle_gradients = self._query_gradients(grid, arrays, set(self._targets))
         return messages
@@ -277,8 +298,8 @@ class ValuingStrategy(Strategy):
         random_state = RandomState.capture()
         server_round += self._round_offset
         intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
-                         start_arrays=self._start_arrays, targets=self._targets, claims=self.claims,
-                         gradients=self._idle_gradients)
+                         start_arrays=self._start_arrays, model_dtypes=self._model_dtypes, targets=self._targets, claims=self.claims,
+                         gradients=self._idle_gradients, sent=self._sent)
         records, ok = intake.records, intake.ok
         pure = aggregates_by_weighted_mean(self.strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
@@ -290,7 +311,10 @@ class ValuingStrategy(Strategy):
         replay = (None if pure or not self.run_state.save_records
                   else replay_state_or_reason(self.strategy, random_state, records))
         seed = functools.partial(round_rng, self.seed, server_round)
-        valuation = self._value(server_round, ok, aggregator, seed()) if ok else None
+        # A reply that makes a coalition score as no number is rejected here: the round is valued without it.
+        valuation = value_screened(lambda valid: self._value(server_round, valid, aggregator, seed()), records,
+                                   self.utility, self._start_arrays)
+        ok = intake.ok
         fair = None if self.fair is None else self.fair.value(ok, self._start_arrays, aggregator, self.valuation,
                                                               seed(), intake.loss_gradients, intake.fisher_diagonals)
         scores = None if fair is None or not ok else self.fair.scores(fair)
@@ -315,6 +339,8 @@ class ValuingStrategy(Strategy):
         if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
             self.flow_queries.check_first_order(intake.gradients, self.ledger)
         record = self._round_record(server_round, intake, accepted, pure, replay, passed)
+        if self.defences is not None:
+            record = self.defences.note(record)
         books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator,
                            inputs={"fairness": fair}, noisy_clients=self.book_settings.noisy_clients,
                            unaggregatable=0 if aggregator is None else None)
@@ -342,20 +368,20 @@ class ValuingStrategy(Strategy):
         FedAvg's family (``aggregator`` None) as the weighted mean, any other strategy by its own code."""
         game = round_game_for([r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
                               [r.weight for r in ok], self.utility, aggregator)
-        on_progress = self.valuation.on_progress
-        progress = None if on_progress is None else functools.partial(on_progress, server_round)
+        progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
         return value_round(game, self.methods, self.valuation.ads, seed=seed, progress=progress)
 
     def _round_record(self, server_round: int, intake: RoundIntake, accepted: set, pure: bool,
                       replay: tuple | str | None, passed: list[int]):
         """The round record (:func:`strategies.intake.round_record`) with what this run notes:
         the settings, the aggregation, the fairness rule, what the live aggregation was given."""
-        meta = {"methods": list(self.methods), "valuation": self.valuation.ads.as_keywords(), "seed": self.seed,
+        meta = {"methods": list(self.methods), "valuation": self.valuation.ads.as_dict(), "seed": self.seed,
                 "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
                 "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                 "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
                 **({} if self.fair is None else self.fair.meta()),
                 **({} if self.weighting is None else {"weighting": self.weighting}),
+                **({} if self.defences is None else self.defences.meta()),
                 **({"replay_missing": replay} if isinstance(replay, str) else {}),
                 **({} if pure else {"passed": passed})}
         return round_record(server_round, intake, start_arrays=self._start_arrays, accepted=accepted,

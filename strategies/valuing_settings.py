@@ -1,5 +1,6 @@
 """The valuing strategy's settings beside valuation and the run directory: which books a
-round keeps (:class:`BookSettings`) and how replies are taken in (:class:`IntakeSettings`).
+round keeps (:class:`BookSettings`) and how replies are taken in (:class:`IntakeSettings`);
+and, apart from the settings, what the run tells its caller as it goes (:class:`RunCallbacks`).
 
 Each is a frozen dataclass checked once when made (errors name the parameter); the
 strategy takes them whole, so an option is added in one place. The valuation's settings
@@ -9,7 +10,7 @@ are :class:`fedvalue.valuation.round_game.ValuationSettings`, the run directory'
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from flwr.serverapp.strategy import (
@@ -19,6 +20,7 @@ from flwr.serverapp.strategy import (
 )
 
 from fedvalue._checks import check_positive
+from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from strategies.policies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
@@ -46,23 +48,28 @@ class BookSettings:
         Book TracIn flows between clients ([RECIP]): sampled clients return their inference
         gradient at A_{t−1} with their update; every other client is asked for it with a
         query carrying A_{t−1} (one forward and backward pass, no training), so it receives
-        inflow too (:mod:`strategies.tracin`).
+        inflow too (:mod:`strategies.hooks.flows`).
     fairness
         A :class:`fedvalue.scoring.fairness.objectives.GroupFairness` objective on held-out data with a sensitive
         attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
-        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.fairness_rounds`).
+        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.hooks.fairness`).
     fair_curvature
         The damping δ > 0 of fairness influence with curvature (None: off); sampled clients
         then send their training loss gradient and Fisher diagonal at A_{t−1}. Needs
         ``fairness``.
     noisy_clients
         Client ids known to be noisy (simulations know it), marked in the ledger.
+    defences
+        A :class:`fedvalue.rounds.defences.settings.DefenceSettings`: each round also books its
+        defended values (near-duplicate clusters as one player, free-riders at 0, arrivals by
+        size) beside the plain ones (:mod:`fedvalue.rounds.kinds.defences`). None (default): off.
     """
 
     flows: bool = False
     fairness: GroupFairness | None = None
     fair_curvature: float | None = None
     noisy_clients: Collection[int] | None = None
+    defences: DefenceSettings | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.flows, bool):
@@ -80,6 +87,9 @@ class BookSettings:
                 raise TypeError(f"noisy_clients: expected a collection of client ids or None; got "
                                 f"{self.noisy_clients!r}.")
             object.__setattr__(self, "noisy_clients", frozenset(self.noisy_clients))
+        if self.defences is not None and not isinstance(self.defences, DefenceSettings):
+            raise TypeError(f"defences: expected a fedvalue.rounds.defences.settings.DefenceSettings (or None); got "
+                            f"{type(self.defences).__name__}.")
 
     def check_strategy(self, strategy: Strategy) -> None:
         """ValueError when ``strategy`` would fail every reply these books ask for: flows and
@@ -116,12 +126,17 @@ class IntakeSettings:
     query_timeout
         Seconds to wait for clients to report their partition ids (and, with flows, their
         inference gradients); > 0.
+    query_data_key
+        Send the train config's ``data-key`` with every gradient query too, so a client of an
+        engine that serves several runs answers from the run's own data. False (default): the
+        queries carry none.
     """
 
     claims: ClaimReview | None = None
     reject_non_finite: bool = True
     nodes: NodeDirectory | None = None
     query_timeout: float = 120.0
+    query_data_key: bool = False
 
     def __post_init__(self) -> None:
         if self.claims is not None and not callable(getattr(self.claims, "review", None)):
@@ -133,3 +148,28 @@ class IntakeSettings:
             raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got "
                             f"{type(self.nodes).__name__}.")
         object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))
+        if not isinstance(self.query_data_key, bool):
+            raise TypeError(f"query_data_key: expected True or False; got {self.query_data_key!r}.")
+
+
+@dataclass
+class RunCallbacks:
+    """What a valued run tells its caller as it goes: displays and measurements that change
+    nothing booked. Kept apart from the settings, which are data.
+
+    Parameters
+    ----------
+    on_round
+        Called with each round's ``rounds.csv`` row after the round commits.
+    on_progress
+        Called with (round, coalitions evaluated, coalitions planned) while a round is valued.
+    """
+
+    on_round: Callable[[dict], None] | None = None
+    on_progress: Callable[[int, int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        for name, shape in (("on_round", "taking a rounds.csv row"), ("on_progress", "(round, evaluated, planned)")):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"{name}: expected a callable {shape}, or None; got {type(value).__name__}.")

@@ -157,3 +157,12 @@ def test_no_module_imports_more_than_12_project_modules():
         if len(imported) > MAX_PROJECT_IMPORTS:
             heavy[name] = len(imported)
     assert not heavy, heavy
+
+
+def test_readme_is_a_front_door_of_at_most_180_lines_whose_links_resolve():
+    """The set-up, what the main job shows, the ways in and links; the rest lives in docs/."""
+    readme = ROOT / "README.md"
+    assert len(readme.read_text().splitlines()) <= 180
+    for page in [readme, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to a missing {target}"

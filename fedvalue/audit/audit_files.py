@@ -43,7 +43,7 @@ from fedvalue.schema import (
     record_name,
     record_round,
 )
-from fedvalue.run.seals import Verifier, is_report_output, parse_manifest, parse_seals
+from fedvalue.run.seals import Verifier, is_outside_books, parse_manifest, parse_seals
 
 #: Files of a run directory's top level.
 TOP_FILES = (RUN_CONFIG_FILE, LEDGER_FILE, LEDGER_PARQUET_FILE, ROUNDS_FILE, FIRST_ORDER_FILE, SEALS_FILE,
@@ -92,7 +92,7 @@ def layout_problem(name: str, kind: str, *, tmp_allowed: bool) -> str | None:
     ``tmp_allowed``: a run killed mid-write may leave a known file's ``.tmp`` beside it."""
     if kind == "a symbolic link":
         return f"{printable(name)}: a symbolic link (a run directory holds regular files only)"
-    if is_report_output(name, kind) or _known(name, kind):
+    if is_outside_books(name, kind) or _known(name, kind):
         return None
     if tmp_allowed and name.endswith(".tmp") and _known(name[: -len(".tmp")], kind):
         return None
@@ -139,8 +139,14 @@ class RunFiles:
             raise rundir.UnsafeRunFile(f"{printable(name)}: expected UTF-8 text ({error.reason})") from None
 
     def digest(self, name: str) -> str:
+        """SHA-256 of ``name``; a file larger than :data:`KEEP_BYTES` is hashed as it streams
+        (never whole in memory), and a later read of it must give the same digest."""
         if name not in self._digests:
-            self.bytes(name)
+            if self.run.size(name) <= KEEP_BYTES:
+                self.bytes(name)
+            else:
+                self.budget.check(f"hashing {printable(name, 80)}")
+                self._digests[name] = self.run.sha256(name)
         return self._digests[name]
 
 
@@ -207,7 +213,7 @@ def check_manifest_files(files: RunFiles, manifest: dict, report, *, stop_at_fir
             break
     if not (stop_at_first and found):
         for name, kind in files.inventory.items():
-            if kind == _REGULAR and name not in listed and name != MANIFEST_FILE and not is_report_output(name, kind):
+            if kind == _REGULAR and name not in listed and name != MANIFEST_FILE and not is_outside_books(name, kind):
                 found.append(f"{printable(name)}: not in the manifest")
                 if stop_at_first:
                     break

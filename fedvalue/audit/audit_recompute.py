@@ -11,7 +11,9 @@ ledger row of the round must then equal the recomputed one in ``value``, ``stder
 ``noisy`` (when the run's noisy clients are known), the round must book exactly the
 recomputed rows, and its ``rounds.csv`` row must equal the recomputed one in
 ``clients``, ``num_clients``, ``num_failed``, the utilities, ``num_evaluations``,
-``ads_method``, ``efficiency_gap`` and ``num_unaggregatable``. The record's valuation
+``ads_method``, ``efficiency_gap`` and ``num_unaggregatable``. A seeded sample of the
+round's coalitions is scored again on the plain path (:func:`plain_path_problems`), so a
+fast-path error the recomputation repeats cannot hide. The record's valuation
 settings, methods and seed must equal run.json's where run.json names them, and its
 sampled clients the sampler's choice where the caller knows the sampler.
 
@@ -67,7 +69,7 @@ from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_ST
 
 #: Weight key of strategies that weigh replies by their example counts.
 NUM_EXAMPLES_KEY = "num-examples"
-#: Runs written before run.json held ``valuation`` (``AdsSettings.as_keywords()``) named the
+#: Runs written before run.json held ``valuation`` (``AdsSettings.as_dict()``) named the
 #: estimator by the simulations' option names; read only to audit such a run.
 LEGACY_SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "delta",
                        "truncation_tolerance": "truncation_tolerance", "stderr_target": "stderr_target"}
@@ -105,6 +107,11 @@ class CappedUtility:
 
     def __call__(self, arrays):
         self.count(1)
+        return self.utility(arrays)
+
+    def plain(self, arrays):
+        """U on the plain path for the audit's own cross-check, outside the round's limit."""
+        self.budget.check("cross-checking coalitions on the plain path")
         return self.utility(arrays)
 
     @property
@@ -164,7 +171,7 @@ def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], in
 
 def _run_settings(config: Mapping) -> dict:
     """The estimator settings run.json fixes, as the record writes them
-    (:meth:`fedvalue.valuation.ads.AdsSettings.as_keywords`); from the older option names for a run
+    (:meth:`fedvalue.valuation.ads.AdsSettings.as_dict`); from the older option names for a run
     written before (a zero ``stderr_target`` then meant none)."""
     written = config.get("valuation")
     if isinstance(written, Mapping):
@@ -286,7 +293,41 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
                        inputs={"fairness": fair}, noisy_clients=noisy_clients,
                        unaggregatable=0 if aggregator is None else None)
     problems += entry_problems(record, by_examples)
+    if aggregator is None and valuation is not None:
+        problems += plain_path_problems(record, valuation.game, ok, utility)
     return books, realized, by_examples, problems
+
+
+#: Coalitions of each FedAvg-family round the audit scores again on the plain path.
+PLAIN_PATH_SAMPLE = 4
+#: Relative difference allowed between a coalition's fast and plain scores: float32 rounding of
+#: summed losses (accuracies are equal, near ties being re-scored on the plain path).
+PLAIN_PATH_TOLERANCE = 1e-5
+
+
+def plain_path_problems(record: RoundRecord, game, ok: Sequence[Hashable], utility: ArraysUtility) -> list[str]:
+    """Where a seeded sample of the round's coalitions, scored by the recomputation (the fast
+    path of :func:`fedvalue.valuation.round_game.fedavg_round_game` when the utility has one),
+    differs from U(weighted mean of the coalition's replies) on the plain path, so an error
+    of the fast path cannot hide behind a recomputation that repeats it. The sample is drawn
+    from ``[seed, round, 2]`` among the coalitions other than ∅ and I_t (always scored plainly)."""
+    position, values = {c: k for k, c in enumerate(ok)}, game.cached_values()
+    coalitions = sorted((sorted(c, key=position.__getitem__) for c in values if 0 < len(c) < len(ok)),
+                        key=lambda c: [position[m] for m in c])
+    if not coalitions:
+        return []
+    rng = np.random.default_rng([int(record.meta["seed"]), int(record.round), 2])
+    picked = rng.choice(len(coalitions), size=min(PLAIN_PATH_SAMPLE, len(coalitions)), replace=False)
+    score, problems = getattr(utility, "plain", utility), []
+    for k in sorted(picked.tolist()):
+        members = coalitions[k]
+        with np.errstate(all="ignore"):
+            plain = score(weighted_mean([record.replies[c] for c in members], [record.weights[c] for c in members]))
+        fast = values[frozenset(members)]
+        if not close(fast, plain, PLAIN_PATH_TOLERANCE):
+            problems.append(f"round {record.round}: coalition {members[:6]} scores {fast!r} as the books value it and "
+                            f"{plain!r} on the plain path (U of its weighted mean)")
+    return problems
 
 
 def entry_problems(record: RoundRecord, by_examples: bool) -> list[str]:

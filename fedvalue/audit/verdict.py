@@ -78,6 +78,8 @@ from fedvalue.audit.audit_recompute import (
     sample_problems,
     settings_problems,
 )
+from fedvalue.audit.torn_tail import split_torn_tail, table_of
+from fedvalue.audit.references import reference_problems
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import chain_links, genesis_of, parse_run_config, read_ledger_csv, read_rounds_csv
 from fedvalue.valuation.round_game import ArraysUtility
@@ -235,9 +237,10 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     except (FileNotFoundError, UnsafeRunFile):
         raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(run_dir)} is not a "
                                 "directory.") from None
-    if not run.exists(LEDGER_FILE) and not run.exists(ROUNDS_FILE):
+    if not run.exists(LEDGER_FILE) and not run.exists(ROUNDS_FILE) and not run.exists(RUN_CONFIG_FILE):
         raise FileNotFoundError(
-            f"run_dir: expected a fedvalue run directory holding ledger.csv and rounds.csv; {run.show()} has neither."
+            f"run_dir: expected a fedvalue run directory holding run.json, ledger.csv and rounds.csv; {run.show()} has "
+            "none of them."
         )
     report = AuditReport(str(run.path))
     options = dict(tolerance=tolerance, utility=utility, recompute_tolerance=recompute_tolerance, verifier=verifier,
@@ -257,16 +260,28 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     return report
 
 
-def _table_lines(files: RunFiles, name: str, report: AuditReport) -> tuple[str, list[str]] | None:
-    if not files.exists(name):
-        report.problems.append(f"{name}: missing from the run directory")
-        return None
-    try:
-        lines = files.text(name).splitlines(keepends=True)
-    except (ValueError, OSError) as error:
-        report.problems.append(f"{name}: {printable(error)}")
-        return None
-    return (lines[0].rstrip("\n") if lines else ""), lines[1:]
+def _read_tables(files: RunFiles, report: AuditReport, *,
+                 complete: bool) -> tuple[tuple[str, list[str]], tuple[str, list[str]]] | None:
+    """(header, data lines) of ledger.csv and rounds.csv; in a run without its manifest,
+    without the torn tail of a round it never committed (:mod:`fedvalue.audit.torn_tail`:
+    reported as incomplete, not as a finding). None when a table cannot be read."""
+    tables = []
+    for name, columns in ((LEDGER_FILE, LEDGER_COLUMNS), (ROUNDS_FILE, ROUND_COLUMNS)):
+        if not files.exists(name) and complete:
+            report.problems.append(f"{name}: missing from the run directory")
+            return None
+        try:
+            text = files.text(name) if files.exists(name) else None
+        except (ValueError, OSError) as error:
+            report.problems.append(f"{name}: {printable(error)}")
+            return None
+        tables.append(table_of(text, columns, complete=complete))
+    ledger, rounds = tables
+    if not complete:
+        ledger, rounds, tail = split_torn_tail(ledger, rounds, record_exists=lambda t: files.exists(record_name(t)))
+        if tail is not None:
+            report.unverifiable.append(tail.finding())
+    return (ledger.header, ledger.lines), (rounds.header, rounds.lines)
 
 
 def _read_config(files: RunFiles, report: AuditReport) -> dict:
@@ -294,10 +309,10 @@ def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recomput
     pinned = verifier is not None or expect_head is not None
     if manifest is not None and pinned and not check_manifest_files(files, manifest, report, stop_at_first=True):
         return
-    ledger_table, rounds_table = _table_lines(files, LEDGER_FILE, report), _table_lines(files, ROUNDS_FILE, report)
-    if ledger_table is None or rounds_table is None:
+    tables = _read_tables(files, report, complete=manifest is not None)
+    if tables is None:
         return
-    (ledger_header, ledger_lines), (rounds_header, round_lines) = ledger_table, rounds_table
+    (ledger_header, ledger_lines), (rounds_header, round_lines) = tables
     headers_ok = True
     for name, header, columns in ((LEDGER_FILE, ledger_header, LEDGER_COLUMNS), (ROUNDS_FILE, rounds_header,
                                                                                  ROUND_COLUMNS)):
@@ -536,7 +551,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
             continue
         files.budget.check(f"recomputing round {t}")
         record = record_of(t)
-        records.pop(t - 1, None)  # one round (and the next one's start) in memory at a time
+        previous = records.pop(t - 1, None)  # one round (and the next one's start) in memory at a time
         if isinstance(record, ValueError):
             report.unverifiable.append(f"values of round {t}: not recomputed, its record is unreadable ({record})")
             continue
@@ -553,6 +568,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
             continue
         problems = [f"round {t}'s record: {p}" for p in settings_problems(record, config)]
         problems += sample_problems(record, sampled)
+        problems += reference_problems(record, None if isinstance(previous, ValueError) else previous)
         if len(record.statuses) > cap or len(record.replies) > cap:
             problems.append(f"round {t}: its record holds {len(record.statuses)} clients; run.json samples at most "
                             f"{cap} per round")

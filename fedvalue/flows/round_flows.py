@@ -405,10 +405,21 @@ def tracin_round_flows(
         raise ValueError(
             f"inference_gradients: expected {x.shape[1]} columns, like train_gradients; got {y.shape[1]}."
         )
+    clients, s, g, idx = _shares_by_owner(x, y, float(step_size), train_owners, inference_owners)
+    if projection is not None:
+        s = _project(projection, s, "train_gradients")
+        g = _project(projection, g, "inference_gradients")
+    return _round(clients, s, g, idx)
+
+
+
+def _shares_by_owner(x: np.ndarray, y: np.ndarray, step_size: float, train_owners, inference_owners):
+    """(individuals, their step shares s_u = −η_t Σ ∇ℓ_z, their inference sums g_v, the rows of
+    s among the individuals) from per-example gradients and their owners."""
     m, k = len(x), len(y)
     if train_owners is None and inference_owners is None:  # every row its own individual
         clients: tuple = tuple(range(m + k))
-        s = -float(step_size) * x
+        s = -step_size * x
         g = np.zeros((m + k, x.shape[1]))
         g[m:] = y
         idx = np.arange(m)
@@ -425,17 +436,14 @@ def tracin_round_flows(
             s[ca] = x
         else:
             np.add.at(s, ca, x)
-        s *= -float(step_size)
+        s *= -step_size
         g = np.zeros((len(clients), x.shape[1]))
         if len(np.unique(cb)) == k:
             g[cb] = y
         else:
             np.add.at(g, cb, y)
         idx = np.arange(n_train)
-    if projection is not None:
-        s = _project(projection, s, "train_gradients")
-        g = _project(projection, g, "inference_gradients")
-    return _round(clients, s, g, idx)
+    return clients, s, g, idx
 
 
 def flow_matrix(

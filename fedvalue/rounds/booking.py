@@ -108,24 +108,7 @@ def book_round(
     harms = rejected_harms(entries, set(record.accepted), start_arrays=start_arrays, replies=record.replies,
                            utility=utility, aggregate=aggregate)
     parts = {name: book for name, kind in ROUND_BOOKS.items() if (book := kind(context)) is not None}
-    ads_result = None if valuation is None else valuation.results.get(Method.ADS)
-    round_row = {
-        "round": record.round,
-        "clients": " ".join(str(e.client_id) for e in entries),
-        "num_clients": len(entries),
-        "num_failed": sum(e.status != STATUS_OK for e in entries),
-        "utility_before": utility_before,
-        "utility_after": None if valuation is None else valuation.utility_after,
-        "utility_realized": utility_realized,
-        "num_evaluations": 0 if valuation is None else valuation.num_evaluations,
-        "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
-        "ads_method": None if ads_result is None else ads_result.method,
-        "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
-    }
-    if unaggregatable is None and aggregate is not None:
-        unaggregatable = len(aggregate.unaggregatable)
-    if unaggregatable is not None:
-        round_row["num_unaggregatable"] = int(unaggregatable)
+    round_row = _round_row(record, valuation, utility_before, utility_realized, aggregate, unaggregatable, parts)
 
     rows = []
     for entry in entries:
@@ -140,3 +123,30 @@ def book_round(
     for book in parts.values():
         rows += book.closing_rows()
     return BookedRound(round_row, rows, parts)
+
+
+def _round_row(record: RoundRecord, valuation: RoundValuation | None, utility_before: float, utility_realized: float,
+               aggregate: CountingAggregator | None, unaggregatable: int | None, parts: Mapping[str, RoundBook]) -> dict:
+    """The round's rounds.csv row (without its hash, which the writer chains)."""
+    entries = record.entries
+    ads_result = None if valuation is None else valuation.results.get(Method.ADS)
+    round_row = {
+        "round": record.round,
+        "clients": " ".join(str(e.client_id) for e in entries),
+        "num_clients": len(entries),
+        "num_failed": sum(e.status != STATUS_OK for e in entries),
+        "utility_before": utility_before,
+        "utility_after": None if valuation is None else valuation.utility_after,
+        "utility_realized": utility_realized,
+        # A book that scores coalitions of its own (a defended game of clipped updates) adds its count.
+        "num_evaluations": (0 if valuation is None else valuation.num_evaluations)
+                           + sum(getattr(book, "num_evaluations", 0) for book in parts.values()),
+        "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
+        "ads_method": None if ads_result is None else ads_result.method,
+        "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
+    }
+    if unaggregatable is None and aggregate is not None:
+        unaggregatable = len(aggregate.unaggregatable)
+    if unaggregatable is not None:
+        round_row["num_unaggregatable"] = int(unaggregatable)
+    return round_row

@@ -1,8 +1,10 @@
 """The run directory on disk: the directory guard (RunDir), round records and checkpoints, the
 state codec, the ledger tables and their hash chain (fedvalue.ledger re-exports them), seals and
-manifests, and the commit order of a round (RunBooks).
+manifests and the key files that sign them, the commit order of a round (RunBooks) with its
+named kill points, the one-writer lock, and what a resume verifies before it acts.
 
-Modules: archive, ledger_tables, rundir, seals, state_codec, writer.
+Modules: archive, key_files, kill_points, ledger_tables, resume_check, rundir, seals, state_codec,
+writer, writer_lock.
 
 May import: fedvalue.flows (and fedvalue._checks, fedvalue.schema). Nothing here imports a
 subpackage above it or a public face (fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/

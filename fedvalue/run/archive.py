@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedvalue.run import rundir
+from fedvalue.run import kill_points, rundir
 from fedvalue.run.rundir import RunDir, open_run_dir
 from fedvalue.schema import (
     CHECKPOINT_DIR,
@@ -208,6 +208,9 @@ class RoundRecord:
     #: False for a record of an older version (statuses and weights only: no order across
     #: replies and failures, no example counts or reasons of its own).
     lossless: bool = True
+    #: Name -> arrays the round's books compare replies with (the defences' free-rider test:
+    #: ``"previous-global"``, A_{t−2}); the audit checks each against the earlier record it names.
+    references: dict[str, Arrays] = field(default_factory=dict)
 
     @property
     def statuses(self) -> dict[Hashable, str]:
@@ -255,6 +258,8 @@ def record_bytes(record: RoundRecord) -> bytes:
         arrays.update({f"fisher/{index[client]}/{key}": value for key, value in diagonal.items()})
     if record.replay is not None:
         arrays.update({f"replay/{key}": value for key, value in record.replay[1].items()})
+    for name, reference in record.references.items():
+        arrays.update({f"reference/{name}/{key}": value for key, value in reference.items()})
     meta = {
         "round": int(record.round),
         "clients": [_json_id(c) for c in clients],
@@ -275,6 +280,8 @@ def record_bytes(record: RoundRecord) -> bytes:
     if record.loss_gradients or record.fisher_diagonals:  # absent otherwise: other records' bytes unchanged
         meta["loss_gradients"] = [index[c] for c in record.loss_gradients]
         meta["fisher_diagonals"] = [index[c] for c in record.fisher_diagonals]
+    if record.references:  # absent otherwise: other records' bytes unchanged
+        meta["references"] = list(record.references)
     return npz_bytes(arrays, meta)
 
 
@@ -364,7 +371,16 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
         loss_gradients={clients[k]: _split_prefix(arrays, f"loss-gradient/{k}/") for k in meta.get("loss_gradients", [])},
         fisher_diagonals={clients[k]: _split_prefix(arrays, f"fisher/{k}/") for k in meta.get("fisher_diagonals", [])},
         lossless=lossless,
+        references=_references(arrays, meta.get("references", [])),
     )
+
+
+def _references(arrays: Arrays, names: object) -> dict[str, Arrays]:
+    """The record's reference arrays by name (names: a list of distinct strings without '/')."""
+    if not isinstance(names, list) or len(set(map(str, names))) != len(names) or any(
+            not isinstance(n, str) or "/" in n or not n for n in names):
+        raise ValueError("'references' is not a list of distinct names")
+    return {name: _split_prefix(arrays, f"reference/{name}/") for name in names}
 
 
 def round_record_names(run_dir: str | os.PathLike | RunDir) -> dict[int, str]:
@@ -412,14 +428,29 @@ def write_checkpoint(run: RunDir, server_round: int, arrays: Mapping[str, np.nda
     """
     arrays_name, state_name = checkpoint_names(server_round)
     written = {"npz": write_npz(run, arrays_name, arrays)}
+    kill_points.reached("checkpoint_arrays", server_round)
     written["state"] = state_bytes(*state)
     run.write_bytes(state_name, written["state"])
+    kill_points.reached("checkpoint_state", server_round)
     if before_switch is not None:
         before_switch(written)
+    write_checkpoint_pointer(run, server_round, sizes)
+    kill_points.reached("checkpoint_switch", server_round)
+    prune_checkpoints(run, {arrays_name, state_name})
+    kill_points.reached("prune", server_round)
+    return {"npz": arrays_name, "state": state_name}
+
+
+def write_checkpoint_pointer(run: RunDir, server_round: int, sizes: Mapping[str, int]) -> None:
+    """``checkpoint.json``: round k and the tables' sizes at its commit, replaced atomically."""
     run.write_text(CHECKPOINT_FILE, json.dumps({"round": int(server_round), "files": dict(sizes)},
                                                sort_keys=True) + "\n")
-    prune_checkpoints(run, {arrays_name, state_name})
-    return {"npz": arrays_name, "state": state_name}
+
+
+def write_start_pointer(run: RunDir) -> None:
+    """The start's ``checkpoint.json`` (round 0, empty tables): the run checkpoints, and
+    nothing is committed yet. A resume of a writer killed in round 1 starts from it."""
+    write_checkpoint_pointer(run, 0, {})
 
 
 def prune_checkpoints(run: RunDir, keep: set[str]) -> None:

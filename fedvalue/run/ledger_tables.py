@@ -48,10 +48,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue.run import rundir
+from fedvalue.run import kill_points, rundir
 from fedvalue.run.archive import APPEND_ONLY_FILES
 from fedvalue.run.rundir import RunDir, open_run_dir
 from fedvalue.run.seals import Signer, write_manifest
+from fedvalue.run.writer_lock import lock_run_dir
 from fedvalue.flows.reciprocity_measures import DEFAULT_P, reciprocity, reciprocity_ratio
 from fedvalue.schema import (
     CLAIM_PREFIX,
@@ -107,11 +108,19 @@ def spreadsheet_safe(text: object) -> str:
     return "'" + shown if shown[:1] in ("=", "+", "-", "@") else shown
 
 
-def _append_lines(run: RunDir, name: str, columns: Iterable[str], lines: list[str]) -> None:
+def _append_lines(run: RunDir, name: str, columns: Iterable[str], lines: list[str],
+                  torn_step: tuple[str, int] | None = None) -> None:
     """Append ``lines`` (a header first when the table is new) and fsync, through the run
-    directory's descriptor (never through a link of a received directory)."""
+    directory's descriptor (never through a link of a received directory). ``torn_step``:
+    the kill point (:mod:`fedvalue.run.kill_points`) of a write torn in its middle."""
     header = "" if run.exists(name) else ",".join(columns) + "\n"
-    run.append(name, (header + "".join(lines)).encode("utf-8"))
+    data = (header + "".join(lines)).encode("utf-8")
+    if torn_step is not None:
+        if kill_points.armed(*torn_step):
+            run.append(name, data[: len(data) // 2])
+            data = data[len(data) // 2:]
+        kill_points.reached(*torn_step)
+    run.append(name, data)
 
 
 def chain_hash(previous: str, ledger_lines: Iterable[str], round_line_without_hash: str) -> str:
@@ -208,10 +217,16 @@ class LedgerWriter:
                 raise ValueError(f"resume: expected a run directory holding run.json; {rundir.resolve(run_dir)} "
                                  "does not exist.") from None
             self.run_dir = self.run.path
-            self._check_same_config(config)
+            self.lock = lock_run_dir(self.run)
+            try:
+                self._check_same_config(config)
+            except BaseException:
+                self.lock.release()  # a refused writer does not keep the directory locked
+                raise
             return
         self.run = open_run_dir(run_dir, create=True)
         self.run_dir = self.run.path
+        self.lock = lock_run_dir(self.run)  # before anything is written: one writer at a time
         if config is not None:
             self.run.write_text(RUN_CONFIG_FILE, config_json(config))
 
@@ -251,9 +266,14 @@ class LedgerWriter:
         previous = _last_hash(self.run) or genesis_hash(self.run)
         round_line = csv_lines(ROUND_COLUMNS[:-1], [round_row])[0]
         round_row = {**round_row, "hash": chain_hash(previous, ledger_lines, round_line)}
-        _append_lines(self.run, LEDGER_FILE, LEDGER_COLUMNS, ledger_lines)
-        _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [round_row]))
+        server_round = int(round_row["round"])
+        _append_lines(self.run, LEDGER_FILE, LEDGER_COLUMNS, ledger_lines, ("ledger_torn", server_round))
+        kill_points.reached("ledger", server_round)
+        _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [round_row]),
+                      ("rounds_torn", server_round))
+        kill_points.reached("rounds", server_round)  # the commit mark
         self.write_parquet()
+        kill_points.reached("parquet", server_round)
         return round_row["hash"]
 
     def write_parquet(self) -> None:
@@ -277,14 +297,18 @@ class LedgerWriter:
         """Write the run's final manifest (:mod:`fedvalue.run.seals`): its rounds, its chain head and
         the digest of every file. Called once the run has done all ``planned_rounds``."""
         heads = chain_heads(self.run)
-        return write_manifest(self.run, rounds=len(heads), planned_rounds=planned_rounds,
-                              head=heads[-1] if heads else None, sealed=sealed, signer=signer)
+        manifest = write_manifest(self.run, rounds=len(heads), planned_rounds=planned_rounds,
+                                  head=heads[-1] if heads else None, sealed=sealed, signer=signer)
+        self.lock.release()  # the writer's work on the directory is done
+        return manifest
 
     def append_table(self, name: str, columns: Iterable[str], rows: list[Mapping[str, object]]) -> None:
         """Append rows to a side table of the run (written before the round's commit mark)."""
         if rows:
             columns = list(columns)
             _append_lines(self.run, name, columns, csv_lines(columns, rows))
+            if name == FIRST_ORDER_FILE:
+                kill_points.reached(kill_points.FIRST_ORDER_STEP, max(int(row["round"]) for row in rows))
 
 
 def parquet_bytes(ledger_text: str) -> bytes:

@@ -22,6 +22,7 @@ Anything else raises :class:`UnsafeRunFile` (a ``ValueError``) naming the entry.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -283,6 +284,22 @@ class RunDir:
                 raise UnsafeRunFile(f"{self.show(name)}: expected at most {max_bytes} bytes; it holds {size}.")
             return _read_all(descriptor, max_bytes, self.show(name))
 
+    def sha256(self, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+        """SHA-256 of the regular file ``name`` (at most ``max_bytes``), hashed as it streams:
+        a chunk in memory at a time, never the file."""
+        with self._open(name, _READ) as descriptor:
+            size = os.fstat(descriptor).st_size
+            if size > max_bytes:
+                raise UnsafeRunFile(f"{self.show(name)}: expected at most {max_bytes} bytes; it holds {size}.")
+            digest, total = hashlib.sha256(), 0
+            while chunk := os.read(descriptor, min(1 << 24, max_bytes + 1 - total)):
+                total += len(chunk)
+                if total > max_bytes:
+                    raise UnsafeRunFile(f"{self.show(name)}: expected at most {max_bytes} bytes; it grew while "
+                                        "being read.")
+                digest.update(chunk)
+            return digest.hexdigest()
+
     def read_text(self, name: str, *, max_bytes: int = MAX_FILE_BYTES) -> str:
         """The UTF-8 text file ``name`` (see :meth:`read_bytes`)."""
         data = self.read_bytes(name, max_bytes=max_bytes)
@@ -389,16 +406,19 @@ class RunDir:
 
 
 def _read_all(descriptor: int, max_bytes: int, shown: str) -> bytes:
-    chunks, total = [], 0
-    while True:
-        chunk = os.read(descriptor, min(1 << 24, max_bytes + 1 - total))
-        if not chunk:
-            break
-        chunks.append(chunk)
+    """The file's bytes, at most ``max_bytes``, holding one copy of them: one read into one
+    buffer of the size ``fstat`` gave, returned as it is. Only a file that changed while it
+    was read (a short read, or bytes past that size: read on, up to ``max_bytes``) costs a
+    second copy, when its parts are joined."""
+    size = min(os.fstat(descriptor).st_size, max_bytes)
+    parts = [os.read(descriptor, size) if size else b""]
+    total = len(parts[0])
+    while chunk := os.read(descriptor, min(1 << 24, max_bytes + 1 - total)):
+        parts.append(chunk)
         total += len(chunk)
         if total > max_bytes:
             raise UnsafeRunFile(f"{shown}: expected at most {max_bytes} bytes; it grew while being read.")
-    return b"".join(chunks)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _write_all(descriptor: int, data: bytes) -> None:

@@ -30,18 +30,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Mapping
-from pathlib import Path
 
 from fedvalue.run import rundir
+from fedvalue.run.key_files import read_key_file
 from fedvalue.run.rundir import RunDir, open_run_dir
-from fedvalue.schema import FIGURES_DIR, MANIFEST_FILE, REPORT_FILE, SEALS_FILE
+from fedvalue.schema import FIGURES_DIR, LOCK_FILE, MANIFEST_FILE, PAYOUT_FILE, REPORT_FILE, SEALS_FILE
 
 #: The signature algorithm named in seals and manifests.
 ALGORITHM = "ed25519"
-#: Largest key file read (a PEM key is a few hundred bytes).
-MAX_KEY_BYTES = 65536
 #: Largest seal line read.
 MAX_SEAL_LINE = 1 << 16
 
@@ -52,8 +49,8 @@ def canonical(fields: Mapping) -> bytes:
 
 
 def sha256_of(run_dir: str | os.PathLike | RunDir, relative: str) -> str:
-    """SHA-256 of a regular file of the run directory."""
-    return hashlib.sha256(open_run_dir(run_dir).read_bytes(relative)).hexdigest()
+    """SHA-256 of a regular file of the run directory, hashed as it streams."""
+    return open_run_dir(run_dir).sha256(relative)
 
 
 # --------------------------------------------------------------------------- keys
@@ -70,8 +67,9 @@ def _crypto():
 
 
 def generate_keypair(private_path: str | os.PathLike, public_path: str | os.PathLike) -> str:
-    """Write a new Ed25519 key pair as PEM files (the private one readable by its owner
-    only) and return the public key's fingerprint. Refuses to overwrite either file."""
+    """Write a new Ed25519 key pair as PEM files (the private one with mode 0600: readable
+    by its owner only, as :func:`fedvalue.run.key_files.read_key_file` requires) and return
+    the public key's fingerprint. Refuses to overwrite either file."""
     _, serialization, private_cls, _ = _crypto()
     private_path, public_path = rundir.resolve(private_path), rundir.resolve(public_path)
     if private_path == public_path:
@@ -84,10 +82,11 @@ def generate_keypair(private_path: str | os.PathLike, public_path: str | os.Path
     key = private_cls.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())
-    descriptor = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    descriptor = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.fchmod(descriptor, 0o600)  # exactly: owner read and write, whatever the umask
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(private_pem)
-    descriptor = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    descriptor = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                    serialization.PublicFormat.SubjectPublicKeyInfo))
@@ -101,26 +100,6 @@ def fingerprint(public_key) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def _read_key_file(path: str | os.PathLike, what: str) -> bytes:
-    """A key file's bytes: a regular file (never a FIFO or device) of at most
-    :data:`MAX_KEY_BYTES`, refused by its size before it is read."""
-    path = Path(path).expanduser()
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise ValueError(f"{what}: expected a PEM key file written by `fedvalue keygen`; {path} cannot be opened "
-                         f"({error.strerror}).") from None
-    with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{what}: expected a PEM key file written by `fedvalue keygen`; {path} is "
-                             f"{rundir.kind_of(info.st_mode)}.")
-        if info.st_size > MAX_KEY_BYTES:
-            raise ValueError(f"{what}: expected a PEM key file of at most {MAX_KEY_BYTES} bytes; {path} holds "
-                             f"{info.st_size}.")
-        return handle.read(MAX_KEY_BYTES)
-
-
 class Signer:
     """Signs with an Ed25519 private key (a PEM file from :func:`generate_keypair`)."""
 
@@ -132,8 +111,9 @@ class Signer:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Signer:
         _, serialization, private_cls, _ = _crypto()
+        data = read_key_file(path, "sign_key", private=True)  # its own message: mode, blocks, trailing data
         try:
-            key = serialization.load_pem_private_key(_read_key_file(path, "sign_key"), password=None)
+            key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as error:
             raise ValueError(f"sign_key: expected an unencrypted Ed25519 private key in PEM; {path} is not one "
                              f"({error}).") from None
@@ -160,8 +140,9 @@ class Verifier:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Verifier:
         _, serialization, _, public_cls = _crypto()
+        data = read_key_file(path, "public_key", private=False)
         try:
-            key = serialization.load_pem_public_key(_read_key_file(path, "public_key"))
+            key = serialization.load_pem_public_key(data)
         except (ValueError, TypeError) as error:
             raise ValueError(f"public_key: expected an Ed25519 public key in PEM; {path} is not one ({error}).") \
                 from None
@@ -238,21 +219,28 @@ def cut_seals(run_dir: str | os.PathLike | RunDir, last_round: int) -> None:
 
 def is_report_output(name: str, kind: str) -> bool:
     """Whether ``name`` is what ``fedvalue report`` writes into a run directory after the run
-    (report.html, figures/ and its PNGs): regular files and a real directory only."""
+    (report.html, payout.csv, figures/ and its PNGs): regular files and a real directory only."""
     if kind == "a directory":
         return name == FIGURES_DIR
     parts = name.split("/")
-    return kind == "a regular file" and (name == REPORT_FILE or (len(parts) == 2 and parts[0] == FIGURES_DIR
-                                                                 and parts[1].endswith(".png")))
+    figure = len(parts) == 2 and parts[0] == FIGURES_DIR and parts[1].endswith(".png")
+    return kind == "a regular file" and (name in (REPORT_FILE, PAYOUT_FILE) or figure)
+
+
+def is_outside_books(name: str, kind: str) -> bool:
+    """Whether ``name`` is no part of the books: the report's outputs (:func:`is_report_output`)
+    or the writer's lock file (:mod:`fedvalue.run.writer_lock`), a regular file."""
+    return is_report_output(name, kind) or (name == LOCK_FILE and kind == "a regular file")
 
 
 def manifest_files(run_dir: str | os.PathLike | RunDir) -> list[str]:
     """Every file a manifest covers: every regular file of the run directory at every level,
-    except the manifest itself, temporary files and the report's outputs (relative, sorted)."""
+    except the manifest itself, temporary files, the report's outputs and the writer's lock
+    file (relative, sorted)."""
     run = open_run_dir(run_dir)
     return sorted(name for name, kind in run.walk().items()
                   if kind == "a regular file" and name != MANIFEST_FILE and not name.endswith(".tmp")
-                  and not is_report_output(name, kind))
+                  and not is_outside_books(name, kind))
 
 
 def write_manifest(run_dir: str | os.PathLike | RunDir, *, rounds: int, planned_rounds: int, head: str | None,

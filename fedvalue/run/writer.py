@@ -2,9 +2,14 @@
 each round in a crash-safe order, close it with its manifest.
 
 The strategy that values rounds (``strategies.ValuingStrategy``) only calls these; the
-order of the files on disk is written down here once:
+order of the files on disk is written down here once (each step is named in
+:mod:`fedvalue.run.kill_points`, and a writer killed after any of them resumes to the ledger
+of an uninterrupted run):
 
-1. **open** a new run: the directory (created) and its ``run.json``;
+0. **lock**: the writer holds the run directory's lock for its lifetime
+   (:mod:`fedvalue.run.writer_lock`): a second writer is refused with the holder's PID;
+1. **open** a new run: the directory (created), its ``run.json`` and, with checkpoints,
+   the start's ``checkpoint.json`` (round 0: the run checkpoints; nothing committed yet);
 2. **commit** round t: its record (``records/``), its ledger rows, its ``rounds.csv`` row
    (the commit mark) and the Parquet copy; then its checkpoint files (A_t and the
    server's state as data), its seal (the chain head, the digests of the record and the
@@ -12,15 +17,14 @@ order of the files on disk is written down here once:
    ``checkpoint.json``, switched atomically (:mod:`fedvalue.run.archive`, :mod:`fedvalue.run.seals`);
 3. **close**: the final manifest once every planned round committed.
 
-**Resume** first verifies and only then acts. It reads ``checkpoint.json`` and round k's
-seal, and checks, changing nothing: the seal's signature (with the signer's key), that
-the sizes ``checkpoint.json`` names are the sealed ones and no longer than the tables,
-that the hash chain over the tables cut to those sizes has k rounds and ends at the
-seal's head, that the checkpoint files' digests are the sealed ones, and that they parse
-as data (arrays and a JSON state; nothing is unpickled, so nothing runs). A checkpoint of
-round 0 (or none) is accepted only when no round was committed. Then it acts: the tables
-are cut to the sealed sizes, later records and seals removed, the Parquet copy rewritten.
-A refused resume leaves every file as it was.
+**Resume** first verifies and only then acts (:mod:`fedvalue.run.resume_check`): the seal of
+the checkpoint's round and its signature, the table sizes, the hash chain from run.json's
+genesis to the sealed head, the checkpoint files' digests, all before any setting of
+run.json is read (then the configuration is compared with it). A checkpoint of round 0 is
+accepted while no round, or only round 1, was committed: a writer killed after round 1's
+commit mark and before its checkpoint starts again from round 0. Then it acts: the tables
+are cut to the sealed sizes, later records and seals and half-written files removed, the
+Parquet copy rewritten. A refused resume leaves every file of the books as it was.
 """
 
 from __future__ import annotations
@@ -32,51 +36,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedvalue.run import rundir
+from fedvalue.run import kill_points, rundir
 from fedvalue.run.archive import (
     APPEND_ONLY_FILES,
     RoundRecord,
-    npz_from_bytes,
     prune_checkpoints,
-    read_checkpoint_pointer,
     record_bytes,
     round_record_names,
-    state_from_bytes,
     write_checkpoint,
+    write_start_pointer,
 )
-from fedvalue.run.ledger_tables import LedgerWriter, chain_from_lines, genesis_hash, table_lines
+from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.run.resume_check import ResumePlan, Restored, check_restorable, verify_resume
 from fedvalue.run.rundir import RunDir
-from fedvalue.schema import (
-    CHECKPOINT_FILE,
-    LEDGER_FILE,
-    MANIFEST_FILE,
-    ROUNDS_FILE,
-    SEALS_FILE,
-    checkpoint_names,
-    record_name,
-)
-from fedvalue.run.seals import Signer, append_seal, cut_seals, read_seals, seal_fields
+from fedvalue.run.seals import Signer, append_seal, cut_seals, seal_fields
+from fedvalue.run.writer_lock import lock_run_dir
+from fedvalue.schema import CHECKPOINT_DIR, CHECKPOINT_FILE, RECORDS_DIR, SEALS_FILE, checkpoint_names, record_name
 
 Arrays = dict[str, np.ndarray]
-
-
-@dataclass
-class Restored:
-    """What a resumed run continues from: round ``round`` (0: from the start), A_k and the
-    server's state as data (:mod:`fedvalue.run.state_codec`: a JSON tree and its arrays)."""
-
-    round: int
-    arrays: Arrays | None
-    state: tuple[object, Arrays] | None
+__all__ = ["Restored", "RunBooks", "RunSettings"]
 
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _committed(rounds_text: str) -> int:
-    """Rounds whose rounds.csv line is whole (a torn last line is not committed)."""
-    return sum(1 for line in table_lines(rounds_text) if line.endswith("\n"))
 
 
 @dataclass(frozen=True)
@@ -96,19 +78,18 @@ class RunSettings:
     resume
         Continue the run from its last checkpoint, verified before anything is cut.
     sign_key
-        An Ed25519 private key (a PEM file from ``fedvalue keygen``, or a
-        :class:`fedvalue.run.seals.Signer`) signing each round's seal and the final manifest;
-        read here, once.
-    on_round
-        Called with each round's ``rounds.csv`` row after it is written.
+        The :class:`fedvalue.run.seals.Signer` of each round's seal and the final manifest
+        (``Signer.from_file(pem)`` reads a key from ``fedvalue keygen``); settings read no file.
+
+    What the run tells its caller as it goes is a callback, not a setting
+    (:class:`strategies.valuing_settings.RunCallbacks`).
     """
 
     run_config: Mapping | None = None
     save_records: bool = True
     checkpoint: bool = True
     resume: bool = False
-    sign_key: str | os.PathLike | Signer | None = None
-    on_round: Callable[[dict], None] | None = None
+    sign_key: Signer | None = None
 
     def __post_init__(self) -> None:
         if self.run_config is not None and not isinstance(self.run_config, Mapping):
@@ -118,11 +99,9 @@ class RunSettings:
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")
             object.__setattr__(self, name, bool(getattr(self, name)))
-        if self.on_round is not None and not callable(self.on_round):
-            raise TypeError(f"on_round: expected a callable taking a rounds.csv row, or None; got "
-                            f"{type(self.on_round).__name__}.")
         if self.sign_key is not None and not isinstance(self.sign_key, Signer):
-            object.__setattr__(self, "sign_key", Signer.from_file(self.sign_key))
+            raise TypeError(f"sign_key: expected a fedvalue.run.seals.Signer or None; got "
+                            f"{type(self.sign_key).__name__}. Read a key file with Signer.from_file(path).")
 
     @property
     def signer(self) -> Signer | None:
@@ -137,7 +116,8 @@ class RunBooks:
     run_dir
         The run directory (resolved once, :func:`fedvalue.run.rundir.resolve`).
     config
-        The run's configuration: written to run.json, or, resuming, compared with it.
+        The run's configuration: written to run.json, or, resuming, compared with it (once
+        the directory is verified).
     resume
         Verify the run's last checkpoint, then cut the directory back to it
         (:attr:`restored` is where the run continues from).
@@ -148,6 +128,11 @@ class RunBooks:
     check_state
         Called with the verified state before anything is cut; raises ValueError when the
         resumed run cannot take it (another strategy than the one saved).
+
+    Raises
+    ------
+    fedvalue.run.writer_lock.RunLocked
+        Another process is writing the run directory (a ValueError naming its PID).
     """
 
     def __init__(self, run_dir: str | os.PathLike | RunDir, *, config: Mapping | None = None, resume: bool = False,
@@ -156,86 +141,49 @@ class RunBooks:
         self.signer = signer
         self.save_records = bool(save_records)
         self.checkpoint = bool(checkpoint)
-        self.ledger = LedgerWriter(run_dir, config=config, resume=resume)
-        self.run: RunDir = self.ledger.run
-        self.run_dir = self.run.path
         self.restored: Restored | None = None
-        if resume:
-            plan = self._verify(check_state)
+        self.ledger: LedgerWriter | None = None
+        try:
+            run = rundir.open_run_dir(run_dir, create=not resume)
+        except FileNotFoundError:
+            raise ValueError(f"resume: expected a run directory holding run.json; {rundir.resolve(run_dir)} "
+                             "does not exist.") from None
+        self.run, self.run_dir = run, run.path
+        self.lock = lock_run_dir(run)  # before anything is read: one writer at a time
+        try:
+            self._open(config, resume, check_state)
+        except BaseException:
+            self.release()  # a refused writer does not keep the directory locked
+            raise
+
+    def _open(self, config: Mapping | None, resume: bool, check_state) -> None:
+        if resume:  # verify (reading no setting of run.json), then compare the configuration, then act
+            plan = verify_resume(self.run, self.signer)
+            self.ledger = LedgerWriter(self.run, config=config, resume=True)
+            check_restorable(self.run, plan, check_state)
             self._rewind(plan)
-            self.restored = plan["restored"]
+            self.restored = plan.restored
+            return
+        self.ledger = LedgerWriter(self.run, config=config)
+        kill_points.reached("run_json", 0)
+        if self.checkpoint:
+            write_start_pointer(self.run)
+            kill_points.reached("start_pointer", 0)
 
-    # -- resume: verify, then act -----------------------------------------------------------
+    def release(self) -> None:
+        """End this writer's holds on the directory's lock (:meth:`close` does it too)."""
+        if getattr(self, "ledger", None) is not None:
+            self.ledger.lock.release()
+        self.lock.release()
 
-    def _refuse(self, why: str) -> ValueError:
-        return ValueError(f"resume: the run in {self.run.show()} {why}; not resumed (nothing was changed).")
+    # -- resume: verify (fedvalue.run.resume_check), then act -------------------------------
 
-    def _verify(self, check_state) -> dict:
-        """Everything resume checks, reading only (module docstring); the cut it implies."""
-        run = self.run
-        tables = {name: run.read_bytes(name) for name in APPEND_ONLY_FILES if run.exists(name)}
-        rounds_text = tables.get(ROUNDS_FILE, b"").decode("utf-8", "replace")
-        committed = _committed(rounds_text)
-        if run.exists(MANIFEST_FILE):
-            raise ValueError(f"resume: the run in {run.show()} already completed {committed} rounds (it holds its "
-                             "final manifest); there is nothing to resume.")
-        try:
-            pointer = read_checkpoint_pointer(run)
-            seals = read_seals(run)
-        except ValueError as error:
-            raise self._refuse(f"holds a checkpoint or seals that are not fedvalue's ({error})") from None
-        if pointer is None or pointer[0] == 0:
-            if committed or seals:
-                raise self._refuse(f"holds {committed} committed rounds and {len(seals)} seals but no checkpoint "
-                                   "of a committed round")
-            return {"restored": Restored(0, None, None), "sizes": {}, "round": 0}
-        k, sizes = pointer
-        mine = [s for s in seals if s["round"] == k]
-        if len(mine) != 1:
-            raise self._refuse(f"holds {len(mine)} seals of its checkpoint's round {k} in {SEALS_FILE}, not one")
-        seal = mine[0]
-        if self.signer is not None and (problem := self.signer.verifier().problem(seal)) is not None:
-            raise self._refuse(f"has a round {k} seal not signed by the given key ({problem})")
-        if seal.get("sizes") != sizes:
-            raise self._refuse(f"names table sizes in {CHECKPOINT_FILE} that round {k}'s seal did not commit to"
-                               + ("" if "sizes" in seal else " (its seals were written by an older version)"))
-        for name, size in sizes.items():
-            if len(tables.get(name, b"")) < size:
-                raise self._refuse(f"has a {name} shorter than at the checkpoint of round {k}")
-        prefix = {name: tables.get(name, b"")[:sizes.get(name, 0)].decode("utf-8", "replace")
-                  for name in (LEDGER_FILE, ROUNDS_FILE)}
-        try:
-            heads = chain_from_lines(genesis_hash(run), table_lines(prefix[LEDGER_FILE]),
-                                     table_lines(prefix[ROUNDS_FILE]))
-        except ValueError as error:
-            raise self._refuse(f"does not chain up to its checkpoint ({error})") from None
-        if len(heads) != k or heads[-1] != seal.get("head"):
-            raise self._refuse(f"ends its chain at round {len(heads)} elsewhere than round {k}'s seal")
-        digests = seal.get("checkpoint") or {}
-        arrays_name, state_name = checkpoint_names(k)
-        data = {}
-        for key, name in (("npz", arrays_name), ("state", state_name)):
-            try:
-                data[key] = run.read_bytes(name)
-            except (FileNotFoundError, rundir.UnsafeRunFile) as error:
-                raise self._refuse(f"lacks its checkpoint file {name} ({error})") from None
-            if digests.get(key) != _digest(data[key]):
-                raise self._refuse(f"has a checkpoint file {name} that differs from the one round {k}'s seal "
-                                   "committed to")
-        try:
-            arrays, _ = npz_from_bytes(data["npz"], run.show(arrays_name))
-            state = state_from_bytes(data["state"], run.show(state_name))
-            if check_state is not None:
-                check_state(state)
-        except ValueError as error:
-            raise self._refuse(f"has a checkpoint of round {k} that does not restore ({error})") from None
-        return {"restored": Restored(k, arrays, state), "sizes": sizes, "round": k}
-
-    def _rewind(self, plan: Mapping) -> None:
+    def _rewind(self, plan: ResumePlan) -> None:
         """Cut the directory back to the verified checkpoint: what a later, unfinished round
         wrote goes (tables cut to their sealed sizes, later records, seals and checkpoint
-        files removed) and the Parquet copy is rewritten."""
-        run, k, sizes = self.run, plan["round"], plan["sizes"]
+        files removed, files a killed write left half-made) and the Parquet copy is
+        rewritten. Each step leaves a directory the same resume accepts again."""
+        run, k, sizes = self.run, plan.round, plan.sizes
         for name in APPEND_ONLY_FILES:
             if not run.exists(name):
                 continue
@@ -246,10 +194,17 @@ class RunBooks:
         for server_round, name in round_record_names(run).items():
             if server_round > k:
                 run.unlink(name)
+        for directory in (".", RECORDS_DIR, CHECKPOINT_DIR):
+            for entry in run.listdir(directory):
+                if entry.endswith(".tmp"):
+                    run.unlink(entry if directory == "." else f"{directory}/{entry}")
         prune_checkpoints(run, set(checkpoint_names(k)) if k else set())
         if k == 0:
-            run.unlink(CHECKPOINT_FILE)
             run.unlink(SEALS_FILE)
+            if self.checkpoint:
+                write_start_pointer(run)
+            else:
+                run.unlink(CHECKPOINT_FILE)
         else:
             cut_seals(run, k)
         self.ledger.write_parquet()
@@ -269,12 +224,14 @@ class RunBooks:
             data = record_bytes(record)
             self.run.write_bytes(record_name(server_round), data)
             record_digest = _digest(data)
+            kill_points.reached("record", server_round)
         head = self.ledger.write_round(round_row, list(ledger_rows))
         sizes = self.ledger.table_sizes()
 
         def seal(written: Mapping[str, bytes] | None) -> None:
             digests = None if written is None else {key: _digest(data) for key, data in written.items()}
             append_seal(self.run, seal_fields(server_round, head, record_digest, digests, sizes), self.signer)
+            kill_points.reached("seal", server_round)
 
         if self.checkpoint:
             write_checkpoint(self.run, server_round, realized, state, sizes, before_switch=seal)
@@ -290,6 +247,9 @@ class RunBooks:
         return self.ledger.committed_rounds()
 
     def close(self, planned_rounds: int) -> dict:
-        """The final manifest (:mod:`fedvalue.run.seals`), once every planned round committed."""
-        return self.ledger.close(planned_rounds, sealed=True, signer=self.signer)
+        """The final manifest (:mod:`fedvalue.run.seals`), once every planned round committed;
+        the writer's hold on the directory's lock ends with it."""
+        manifest = self.ledger.close(planned_rounds, sealed=True, signer=self.signer)
+        self.release()
+        return manifest
 

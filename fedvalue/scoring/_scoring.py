@@ -39,8 +39,13 @@ RECHECK_ROWS = 64
 
 
 class FastScores:
-    """Fast-path sums per (state, held-out batch) and the near-tie rows to re-score."""
+    """Fast-path sums per (state, held-out batch), the near-tie rows to re-score, and the
+    (state, batch) pairs whose fast outputs or sums were not finite: those are scored
+    whole on the plain path. A fast path combines every basis state, so one state's
+    overflow (an inf times a zero coefficient is NaN) must not reach a coalition without
+    it; the plain path materializes the coalition's own state instead."""
 
     def __init__(self, num_states: int, num_batches: int) -> None:
         self.sums = np.zeros((num_states, num_batches))
         self.near: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+        self.plain: set[tuple[int, int]] = set()

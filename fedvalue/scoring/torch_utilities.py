@@ -19,7 +19,9 @@ Accuracy is a count of argmax hits, so any reordering of float sums could flip a
 example whose two largest logits nearly tie. Rows where the fast path sees a top-2
 margin within ``tie_tolerance`` × |largest logit| are re-scored on the plain path (for
 ``linear``, on the state the caller materializes exactly as the aggregation rule does),
-so accuracies equal the plain path's; losses agree to float rounding.
+so accuracies equal the plain path's; losses agree to float rounding. A state whose fast
+outputs or sums are not finite (a basis state that overflows spoils every combination,
+even one that gives it a zero coefficient) is scored whole on the plain path.
 
 Every path scores with denormal floats flushed to zero (:mod:`fedvalue.scoring._scoring`).
 """
@@ -197,6 +199,7 @@ class TorchModelUtility:
         ``overwrite``: ``out`` is the caller's scratch and the top-2 pass may write into it
         (no copy of the outputs)."""
         count = out.shape[0]
+        finite = torch.isfinite(out).reshape(count, -1).all(dim=1)  # before the top-2 pass writes -inf into out
         if self.metric != "accuracy" or out.shape[-1] < 2:
             sums = torch.stack([self._summed_metric(out[j], y) for j in range(count)])
         else:
@@ -210,9 +213,12 @@ class TorchModelUtility:
                 near_rows = near[j].nonzero().flatten()
                 scores.near[(int(states[j]), b)] = (near_rows.cpu().numpy(), float(hit[j, near_rows].sum()))
         scores.sums[np.asarray(states), b] = sums.cpu().numpy()
+        unusable = (~finite).cpu().numpy() | ~np.isfinite(scores.sums[np.asarray(states), b])
+        scores.plain.update((int(states[j]), b) for j in np.flatnonzero(unusable))
 
     def resolve_near_ties(self, scores: FastScores, state_of: Callable[[int], Mapping[str, torch.Tensor]]) -> np.ndarray:
-        """Per-state utilities: near-tie rows re-scored on the plain path.
+        """Per-state utilities: near-tie rows re-scored on the plain path, and every batch
+        whose fast outputs were not finite scored whole on it (:class:`FastScores`).
 
         The rows go through the plain forward pass in a block of at least
         ``RECHECK_ROWS`` rows of their batch (matmul kernels for a handful of rows may
@@ -220,7 +226,13 @@ class TorchModelUtility:
         """
         sums = scores.sums.copy()
         cached: dict[int, Mapping[str, torch.Tensor]] = {}
+        for c, b in sorted(scores.plain):  # fast outputs that were not numbers: the whole batch, plainly
+            if c not in cached:
+                cached[c] = state_of(c)
+            sums[c, b] = self._plain_sum(cached[c], b)
         for (c, b), (rows, fast_hits) in sorted(scores.near.items()):
+            if (c, b) in scores.plain:
+                continue
             if c not in cached:
                 cached[c] = state_of(c)
             batch = self.batch_rows(b)

@@ -83,11 +83,12 @@ from fedvalue._checks import (
     check_seed,
 )
 from fedvalue.valuation.game import CoalitionGame, Utility, as_game
+from fedvalue.valuation.plan import (
+    AdsPlan,
+    plan_ads,
+)
 from fedvalue.valuation.result import ValuationResult
 from fedvalue.valuation.shapley_sampling import SAMPLERS, choose_sampler
-
-#: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
-MAX_EXACT_GROUP_SIZE = 25
 
 Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap"]
 #: Every ``method`` :func:`ads` takes.
@@ -134,70 +135,38 @@ def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashabl
     return tuple(checked)
 
 
-def mc_num_permutations(num_players: int, epsilon: float, delta: float, r: float = 1.0) -> int:
-    """m* = ⌈r²/(2ε²) · log(2n/δ)⌉ ([ADS], §5.1 and Alg. 1, line 2)."""
-    return math.ceil(r * r / (2.0 * epsilon * epsilon) * math.log(2.0 * num_players / delta))
-
-
-def exact_num_coalitions(groups: Sequence[Sequence[Hashable]]) -> int:
-    """Distinct coalitions exact ADS evaluates: v(∅) plus 2^{|D_t|} − 1 per group."""
-    return 1 + sum((1 << len(group)) - 1 for group in groups)
-
-
-#: Samplers ``auto`` considers under a budget, in order: the first whose minimum fits is
-#: taken (stratified only when its minimum is at most half the budget, so that it gets more
-#: than its two samples). Measured on real FL rounds (``bench/large_rounds.py``).
-BUDGET_SAMPLERS = ("stratified", "kernelshap", "mc")
-
-
-def minimum_budget(method: str, size: int) -> int:
-    """Distinct coalitions ``method`` needs for a group of ``size`` players, from an empty
-    cache, to value every player with a standard error (two samples; KernelSHAP: 4·size
-    pairs, below which its residuals, hence its errors, vanish)."""
-    if method in ("mc", "tmc"):
-        return 2 * size + 1
-    if method == "antithetic":
-        return 4 * size + 1
-    if method == "stratified":
-        return 2 * size * size + 2 * size + 2 + (4 * size * size if size > 4 else 0)
-    if method == "kernelshap":
-        return 8 * size + 2 if size > 1 else 2
-    raise ValueError(f"method: expected a sampling method; got {method!r}.")
-
-
-def budget_method(method: str, sizes: Sequence[int], budget: int, exact_cost: int | None,
-                  max_evaluations: int | None = None) -> str:
-    """The method a ``budget`` of distinct evaluations runs: ``"auto"`` takes exact when its
-    ``exact_cost`` fits, else the first of :data:`BUDGET_SAMPLERS` that fits; an explicit
-    method is checked to fit. ValueError naming ``budget`` when nothing fits."""
-    if max_evaluations is not None and budget > max_evaluations:
-        raise ValueError(f"budget: {budget} evaluations asked for, more than max_evaluations={max_evaluations}.")
-    if method == "auto":
-        if exact_cost is not None and exact_cost <= budget:
-            return "exact"
-        for candidate in BUDGET_SAMPLERS:
-            need = sum(minimum_budget(candidate, size) for size in sizes)
-            if need <= (budget // 2 if candidate == "stratified" else budget):
-                return candidate
-        method = BUDGET_SAMPLERS[-1]
-    if method == "exact":
-        if exact_cost is None or exact_cost > budget:
-            raise ValueError(f"budget: exact ADS over groups of sizes {list(sizes)} needs "
-                             f"{exact_cost or f'more than 2^{MAX_EXACT_GROUP_SIZE}'} evaluations; the budget is {budget}. Raise it or use "
-                             "a sampling method (or 'auto').")
-        return method
-    need = sum(minimum_budget(method, size) for size in sizes)
-    if need > budget:
-        raise ValueError(f"budget: {method} needs at least {need} evaluations for groups of sizes {list(sizes)} "
-                         f"(two samples, for a standard error); the budget is {budget}. Raise it.")
-    return method
-
-
 @dataclass(frozen=True)
 class AdsSettings:
-    """The ADS estimator's settings, checked once when made and passed whole (to
-    :func:`ads`, :func:`fedvalue.valuation.round_game.value_round`, the valuing strategy and the round
-    records the audit reads). See :func:`ads` for what each one means."""
+    """The ADS estimator's settings, checked once when made and passed whole (to :func:`ads`,
+    :func:`fedvalue.valuation.round_game.value_round`, the valuing strategy and the round records the
+    audit reads); :mod:`fedvalue.valuation.plan` turns them into what a call runs.
+
+    Parameters
+    ----------
+    method
+        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``, ``"antithetic"``,
+        ``"stratified"``, ``"kernelshap"`` (module docstring) or ``"auto"``: exact when
+        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the sampler a
+        pilot projects to be cheapest.
+    epsilon, delta, r
+        MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range of width r
+        (r = 1 for accuracy).
+    max_evaluations
+        Upper bound on real utility evaluations; a method whose worst case exceeds it raises
+        instead of running.
+    truncation_tolerance
+        ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a permutation's
+        group is truncated (module docstring); 0 never truncates.
+    stderr_target
+        Sampling methods: stop sampling once every standard error is ≤ this (None: always their
+        cap of samples).
+    budget
+        Most distinct coalition evaluations to spend (cached coalitions are free). ``"auto"``
+        then takes exact when its coalitions fit, else the sampler of
+        :data:`~fedvalue.valuation.plan.BUDGET_SAMPLERS` whose minimum fits; a sampling method
+        draws until the budget is spent, or until ``stderr_target`` is met, instead of stopping
+        at m*.
+    """
 
     method: Method = "auto"
     epsilon: float = 0.1
@@ -222,169 +191,59 @@ class AdsSettings:
         check_integer("max_evaluations", self.max_evaluations, none_ok=True)
         check_integer("budget", self.budget, none_ok=True)
 
-    def as_keywords(self) -> dict:
-        """The settings as :func:`ads` takes them."""
+    def as_dict(self) -> dict:
+        """The settings as the round records and run.json write them (JSON: names to numbers)."""
         return dataclasses.asdict(self)
 
 
 def ads(
     utility: Utility | CoalitionGame,
     groups: Sequence[Sequence[Hashable]],
+    settings: AdsSettings | None = None,
     *,
-    method: Method = "auto",
-    epsilon: float = 0.1,
-    delta: float = 0.05,
-    r: float = 1.0,
     seed: int | np.random.Generator | None = None,
-    max_evaluations: int | None = None,
-    truncation_tolerance: float = 1e-3,
-    stderr_target: float | None = None,
-    budget: int | None = None,
+    **keywords,
 ) -> ValuationResult:
     """Asymmetric Data Shapley of every player over ordered groups ([ADS]).
 
     Parameters
     ----------
     utility
-        Callable taking a frozenset of player ids and returning a float, or a
-        :class:`~fedvalue.CoalitionGame` (its cache is shared with other calls).
+        Callable from a frozenset of player ids to a float, or a :class:`~fedvalue.CoalitionGame`
+        (its cache is shared with other calls).
     groups
-        σ = (D_1, ..., D_T): a sequence of non-empty sequences of player ids. One
-        group is classical Data Shapley; the within-round FL case is one group whose
-        utility is conditioned on the round's starting state.
-    method
-        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``,
-        ``"antithetic"``, ``"stratified"``, ``"kernelshap"`` (module docstring) or ``"auto"``: exact when
-        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the
-        sampler a pilot projects to be cheapest.
-    epsilon, delta, r
-        MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range
-        of width r (r = 1 for accuracy).
+        σ = (D_1, ..., D_T), non-empty sequences of player ids. One group is Data Shapley; the
+        within-round FL case is one group whose utility is conditioned on the round's start.
+    settings
+        The estimator (:class:`AdsSettings`, each field explained there); None: the defaults.
+        Its fields may be given as keywords instead (``ads(u, groups, method="mc")``).
     seed
-        Seed or Generator for the MC permutations.
-    max_evaluations
-        Upper bound on real utility evaluations; a method whose worst case exceeds it
-        raises instead of running.
-    truncation_tolerance
-        ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a
-        permutation's group is truncated (module docstring); 0 never truncates.
-    stderr_target
-        Sampling methods: stop sampling once every standard error is ≤ this (None:
-        always their cap of samples).
-    budget
-        Most distinct coalition evaluations to spend (from this call on; cached coalitions
-        are free). ``"auto"`` then takes exact when its coalitions fit, else the sampler of
-        :data:`BUDGET_SAMPLERS` whose minimum fits (:func:`budget_method`); a sampling
-        method draws until the budget is spent (blocks shrink so that their worst case
-        fits), or until ``stderr_target`` is met, instead of stopping at m*.
+        Seed or Generator for the sampled permutations and coalitions.
 
     Returns
     -------
     ValuationResult
-        ``values`` indexed by player, ``stderr``, ``num_evaluations`` and the
-        per-group ``efficiency_gaps``.
+        ``values`` and ``stderr`` by player, ``num_evaluations``, per-group ``efficiency_gaps``.
     """
+    settings = _settings_of(settings, keywords)
     groups = validate_groups(groups)
-    AdsSettings(method=method, epsilon=epsilon, delta=delta, r=r, max_evaluations=max_evaluations,  # the checks
-                truncation_tolerance=truncation_tolerance, stderr_target=stderr_target, budget=budget)
     rng = check_seed(seed)
+    plan = plan_ads(groups, settings)  # fails here, before any evaluation, when the call cannot fit
 
     players = [p for group in groups for p in group]
-    n = len(players)
-    largest = max(len(g) for g in groups)
-    exact_cost = exact_num_coalitions(groups) if largest <= MAX_EXACT_GROUP_SIZE else None
-    m_star = mc_num_permutations(n, epsilon, delta, r)
-    # With the cache, MC never needs more distinct coalitions than exact would.
-    mc_cost = m_star * n + 1 if exact_cost is None else min(m_star * n + 1, exact_cost)
-
-    sampler_caps = {"mc": m_star, "antithetic": -(-m_star // 2),
-                    "stratified": max(2, m_star // (2 * largest))}
-    sampler_costs = {  # worst case from an empty cache, never above exact's
-        "antithetic": sum(2 * sampler_caps["antithetic"] * max(len(g) - 1, 0) + 2 for g in groups),
-        "stratified": sum(2 * len(g) ** 2 + 2 * len(g) + 2
-                          + 2 * sampler_caps["stratified"] * len(g) ** 2 for g in groups),
-        "kernelshap": sum(2 * -(-m_star * len(g) // 2) + 2 for g in groups),
-    }
-    if exact_cost is not None:
-        sampler_costs = {k: min(v, exact_cost) for k, v in sampler_costs.items()}
-    piloted = False
-    if budget is not None:
-        method = budget_method(method, [len(g) for g in groups], budget, exact_cost, max_evaluations)
-        planned = exact_cost if method == "exact" else budget
-    else:
-        if method == "auto":
-            method = "exact" if exact_cost is not None and exact_cost <= m_star * n else "mc"
-            if method == "exact" and max_evaluations is not None and exact_cost > max_evaluations:
-                method = "mc"
-            piloted = method == "mc" and stderr_target is not None
-        if method == "exact":
-            if exact_cost is None:
-                raise ValueError(
-                    f"method: 'exact' enumerates 2^|D_t| coalitions per group, at most "
-                    f"{MAX_EXACT_GROUP_SIZE} players per group; a group has {largest}. Use "
-                    "method='mc' or 'auto'."
-                )
-            if max_evaluations is not None and exact_cost > max_evaluations:
-                raise ValueError(
-                    f"max_evaluations: exact ADS over groups of sizes {[len(g) for g in groups]} "
-                    f"needs {exact_cost} utility evaluations, more than max_evaluations="
-                    f"{max_evaluations}. Raise max_evaluations or use method='mc'."
-                )
-        elif method in sampler_costs or piloted:
-            # Piloted: every candidate's pilot plus the chosen one's rest, bounded by the sum.
-            worst = min(exact_cost or math.inf, mc_cost + sum(sampler_costs.values())) if piloted \
-                else sampler_costs[method]
-            if max_evaluations is not None and worst > max_evaluations:
-                raise ValueError(
-                    f"max_evaluations: ADS by {'a piloted sampler' if piloted else method} with epsilon="
-                    f"{epsilon}, delta={delta}, r={r} may need {worst} utility evaluations, more than "
-                    f"max_evaluations={max_evaluations}. Raise max_evaluations or epsilon."
-                )
-        elif max_evaluations is not None and mc_cost > max_evaluations:  # mc and tmc: tmc never costs more
-            raise ValueError(
-                f"max_evaluations: MC-ADS with epsilon={epsilon}, delta={delta}, r={r} samples "
-                f"m*={m_star} permutations of {n} players and may need {mc_cost} utility "
-                f"evaluations, more than max_evaluations={max_evaluations}. Raise "
-                "max_evaluations or epsilon."
-            )
-        planned = (exact_cost if method == "exact" else worst if method in sampler_costs or piloted
-                   else mc_cost)
-
     game = as_game(utility, players)
-    game.expect(planned)
+    game.expect(plan.planned)
     evaluations_before = game.num_evaluations
     group_positions = [np.array([game.index_of(p) for p in g], dtype=np.int64) for g in groups]
     prefix_masks = [0]
     for positions in group_positions:
         prefix_masks.append(prefix_masks[-1] | _mask(positions))
-
-    if budget is not None and method in SAMPLERS:
-        method, values, stderr, num_permutations = _by_sampler(
-            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, False, budget=budget)
-    elif piloted or method in sampler_costs:
-        method, values, stderr, num_permutations = _by_sampler(
-            game, prefix_masks, group_positions, method, sampler_caps, rng, stderr_target, piloted)
-    elif method == "exact":
-        values = np.concatenate(
-            [_exact_group(game, base, pos) for base, pos in zip(prefix_masks, group_positions)]
-        )
-        stderr = np.zeros(n)
-        num_permutations = None
-    elif method == "mc" and stderr_target is None:
-        values, stderr = _monte_carlo(game, group_positions, m_star, rng)
-        num_permutations = m_star
-    else:
-        tolerance = truncation_tolerance if method == "tmc" else 0.0
-        values, stderr, num_permutations = _blockwise_monte_carlo(
-            game, group_positions, prefix_masks, m_star if budget is None else budget, rng, tolerance,
-            stderr_target, budget=budget, cached_cap=m_star)
+    method, values, stderr, num_permutations = _estimate(game, plan, settings, prefix_masks, group_positions, rng)
 
     prefix_utilities = game.values(prefix_masks)
     bounds = np.cumsum([0] + [len(g) for g in groups])
-    gaps = [
-        float(values[bounds[t] : bounds[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
-        for t in range(len(groups))
-    ]
+    gaps = [float(values[bounds[t]: bounds[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
+            for t in range(len(groups))]
     index = pd.Index(players, dtype=object, name="player")
     return ValuationResult(
         method=f"ads-{method}",
@@ -396,6 +255,41 @@ def ads(
         efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(groups), name="group"), name="gap"),
         num_permutations=num_permutations,
     )
+
+
+def _settings_of(settings: AdsSettings | None, keywords: dict) -> AdsSettings:
+    """``settings``, or the settings the keywords name (never both)."""
+    if settings is not None and not isinstance(settings, AdsSettings):
+        raise TypeError(f"settings: expected AdsSettings or None; got {type(settings).__name__}.")
+    unknown = sorted(set(keywords) - {f.name for f in dataclasses.fields(AdsSettings)})
+    if unknown:
+        raise TypeError(f"ads: unexpected keyword {unknown[0]!r}; the estimator's settings are the fields of "
+                        "AdsSettings.")
+    if settings is not None and keywords:
+        raise TypeError(f"ads: give the estimator's settings as settings=AdsSettings(...) or as keywords, not "
+                        f"both; got settings and {sorted(keywords)}.")
+    return settings if settings is not None else AdsSettings(**keywords)
+
+
+def _estimate(game: CoalitionGame, plan: AdsPlan, settings: AdsSettings, prefix_masks: list[int],
+              group_positions: list[np.ndarray], rng: np.random.Generator):
+    """Run the planned estimator; returns (method, values, stderr, permutations or None)."""
+    method, budget, target = plan.method, settings.budget, settings.stderr_target
+    if budget is not None and method in SAMPLERS:
+        return _by_sampler(game, prefix_masks, group_positions, method, plan.caps, rng, target, False, budget=budget)
+    if plan.piloted or method in ("antithetic", "stratified", "kernelshap"):
+        return _by_sampler(game, prefix_masks, group_positions, method, plan.caps, rng, target, plan.piloted)
+    if method == "exact":
+        values = np.concatenate([_exact_group(game, base, pos) for base, pos in zip(prefix_masks, group_positions)])
+        return method, values, np.zeros(len(values)), None
+    if method == "mc" and target is None:
+        values, stderr = _monte_carlo(game, group_positions, plan.m_star, rng)
+        return method, values, stderr, plan.m_star
+    tolerance = settings.truncation_tolerance if method == "tmc" else 0.0
+    values, stderr, num_permutations = _blockwise_monte_carlo(
+        game, group_positions, prefix_masks, plan.m_star if budget is None else budget, rng, tolerance,
+        target, budget=budget, cached_cap=plan.m_star)
+    return method, values, stderr, num_permutations
 
 
 def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted, budget=None):

@@ -30,6 +30,14 @@ BatchUtility = Callable[[Sequence[frozenset]], Sequence[float]]
 Progress = Callable[[int, int], None]
 
 
+class NonFiniteValue(ValueError):
+    """A utility gave a coalition a value that is not a finite number (``coalition`` says which)."""
+
+    def __init__(self, message: str, coalition: frozenset) -> None:
+        super().__init__(message)
+        self.coalition = coalition
+
+
 def _as_finite_float(value: Any, coalition: frozenset, source: str) -> float:
     """Return ``value`` as a finite float, or raise naming the utility and coalition."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
@@ -40,10 +48,10 @@ def _as_finite_float(value: Any, coalition: frozenset, source: str) -> float:
         )
     value = float(value)
     if not math.isfinite(value):
-        raise ValueError(
+        raise NonFiniteValue(
             f"{source} must return a finite number for every coalition; for coalition "
             f"{sorted(coalition, key=repr)} it returned {value}. Check the model or data "
-            "behind the utility (a diverged aggregate gives NaN)."
+            "behind the utility (a diverged aggregate gives NaN).", coalition
         )
     return value
 

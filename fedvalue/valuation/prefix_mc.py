@@ -20,7 +20,6 @@ tolerance and its remaining marginals in that group are 0.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,7 +29,7 @@ import pandas as pd
 from fedvalue._checks import check_integer, check_non_negative, check_seed
 from fedvalue.valuation.ads import sample_ordered_permutations
 from fedvalue.valuation.knn.exact import check_instance_groups
-from fedvalue.valuation.result import ValuationResult
+from fedvalue.valuation.result import ValuationResult, result_from_marginals
 
 __all__ = ["PrefixModel", "prefix_loo", "prefix_mc_ads", "prefix_values"]
 
@@ -147,38 +146,39 @@ def prefix_mc_ads(
     for start in range(0, num_permutations, block_size):
         rows = np.arange(start, min(start + block_size, num_permutations))
         for t in sorted(walked):
-            full, begin = prefix_utilities[t + 1], prefix_utilities[t]
-            state = model.start(np.repeat(prefix_masks[t][None, :], len(rows), axis=0))
-            previous = np.full(len(rows), begin)
-            active = np.full(len(rows), truncation_tolerance == 0 or abs(full - begin) >= truncation_tolerance)
-            block_marginals = np.zeros((len(rows), sizes[t]))
-            added = players[order[rows, columns[t]:columns[t + 1]]]
-            for j in range(sizes[t]):
-                live = np.flatnonzero(active)
-                if live.size == 0:
-                    break
-                current = model.add(state, live, added[live, j])
-                steps += live.size
-                block_marginals[live, j] = current - previous[live]
-                previous[live] = current
-                if truncation_tolerance > 0:
-                    active[live] = np.abs(full - current) >= truncation_tolerance
-            # Back from "j-th added" to the instance's column.
             local = order[rows, columns[t]:columns[t + 1]] - columns[t]
+            block_marginals, block_steps = _walk_block(model, prefix_masks[t], players[local + columns[t]],
+                                                       prefix_utilities[t], prefix_utilities[t + 1],
+                                                       truncation_tolerance)
+            steps += block_steps
+            # Back from "j-th added" to the instance's column.
             placed = np.empty_like(block_marginals)
             np.put_along_axis(placed, local, block_marginals, axis=1)
             marginals[np.ix_(rows, np.arange(columns[t], columns[t + 1]))] = placed
-    mean = marginals.mean(axis=0)
-    stderr = (marginals.std(axis=0, ddof=1) / math.sqrt(num_permutations) if num_permutations > 1
-              else np.full(n, np.nan))
-    gaps = [float(mean[columns[t]:columns[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
-            if t in walked else float("nan") for t in range(len(groups))]
-    index = pd.Index(players.tolist(), dtype=object, name="player")
-    return ValuationResult(
-        method="ads-tmc" if truncation_tolerance > 0 else "ads-mc",
-        values=pd.Series(mean, index=index, name="ads"), stderr=pd.Series(stderr, index=index, name="stderr"),
-        num_evaluations=steps, groups=tuple(tuple(g.tolist()) for g in group_arrays),
-        prefix_utilities=tuple(float(u) for u in prefix_utilities),
-        efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(groups), name="group"), name="gap"),
-        num_permutations=int(num_permutations),
-    )
+    return result_from_marginals(marginals, players, group_arrays, prefix_utilities, walked=walked,
+                                 method="ads-tmc" if truncation_tolerance > 0 else "ads-mc", num_evaluations=steps)
+
+
+def _walk_block(model: PrefixModel, prefix_mask: np.ndarray, added: np.ndarray, begin: float, full: float,
+                truncation_tolerance: float) -> tuple[np.ndarray, int]:
+    """One block of permutations of one group, walked left to right on top of U_{t−1}
+    (``prefix_mask``, utility ``begin``; the whole group gives ``full``): row s adds
+    ``added[s, j]`` at step j. Returns the marginals in step order and the refits made; a
+    permutation stops once within ``truncation_tolerance`` of ``full`` (its rest stays 0)."""
+    rows, size = added.shape
+    state = model.start(np.repeat(prefix_mask[None, :], rows, axis=0))
+    previous = np.full(rows, begin)
+    active = np.full(rows, truncation_tolerance == 0 or abs(full - begin) >= truncation_tolerance)
+    marginals = np.zeros((rows, size))
+    steps = 0
+    for j in range(size):
+        live = np.flatnonzero(active)
+        if live.size == 0:
+            break
+        current = model.add(state, live, added[live, j])
+        steps += live.size
+        marginals[live, j] = current - previous[live]
+        previous[live] = current
+        if truncation_tolerance > 0:
+            active[live] = np.abs(full - current) >= truncation_tolerance
+    return marginals, steps

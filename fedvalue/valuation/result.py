@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import math
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,3 +78,31 @@ class ValuationResult:
         frame["method"] = self.method
         frame.index.name = "player"
         return frame
+
+
+def result_from_marginals(marginals: np.ndarray, players: np.ndarray, groups: Sequence[np.ndarray],
+                          prefix_utilities: Sequence[float], *, method: str, num_evaluations: int,
+                          walked: Collection[int] | None = None) -> ValuationResult:
+    """The result of a permutation sampler from its marginals (one row a permutation, one
+    column a player in group order): φ̂ the column means ([ADS] Alg. 1, line 11), their standard
+    errors, and each group's efficiency gap Σ_{z∈D_t} φ̂(z) − (v(U_t) − v(U_{t−1})) (NaN for a
+    group not ``walked``)."""
+    num_permutations, n = marginals.shape
+    mean = marginals.mean(axis=0)
+    stderr = marginals.std(axis=0, ddof=1) / math.sqrt(num_permutations) if num_permutations > 1 \
+        else np.full(n, np.nan)
+    columns = np.cumsum([0, *[len(g) for g in groups]])
+    walked = range(len(groups)) if walked is None else walked
+    gaps = [float(mean[columns[t]: columns[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
+            if t in walked else float("nan") for t in range(len(groups))]
+    index = pd.Index(players.tolist(), dtype=object, name="player")
+    return ValuationResult(
+        method=method,
+        values=pd.Series(mean, index=index, name="ads"),
+        stderr=pd.Series(stderr, index=index, name="stderr"),
+        num_evaluations=num_evaluations,
+        groups=tuple(tuple(g.tolist()) for g in groups),
+        prefix_utilities=tuple(float(u) for u in prefix_utilities),
+        efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(groups), name="group"), name="gap"),
+        num_permutations=int(num_permutations),
+    )

@@ -14,13 +14,16 @@ Arrays are ``dict[str, np.ndarray]`` in a fixed key order (a model's state).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedvalue.valuation.ads import AdsSettings, ads, exact_num_coalitions
+from fedvalue.valuation.ads import AdsSettings, ads
+
+from fedvalue.valuation.plan import exact_num_coalitions
 from fedvalue.valuation.game import CoalitionGame, Progress
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.result import ValuationResult
@@ -230,14 +233,13 @@ class ValuationSettings:
     ads
         The ADS estimator's settings (:class:`fedvalue.valuation.ads.AdsSettings`; its ``budget``
         bounds the round's distinct coalition evaluations, ADS and LOO together).
-    on_progress
-        Called with (round, coalitions evaluated, coalitions planned) while a round is
-        valued (a display; it changes nothing that is booked).
+
+    A display of the valuation's progress is a callback of the run, not a setting
+    (:class:`strategies.valuing_settings.RunCallbacks`).
     """
 
     methods: tuple[str, ...] = tuple(VALUATION_METHODS)
     ads: AdsSettings = field(default_factory=AdsSettings)
-    on_progress: Callable[[int, int, int], None] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str) or not isinstance(self.methods, Sequence | frozenset | set):
@@ -249,9 +251,6 @@ class ValuationSettings:
         object.__setattr__(self, "methods", tuple(self.methods))
         if not isinstance(self.ads, AdsSettings):
             raise TypeError(f"ads: expected a fedvalue.valuation.ads.AdsSettings; got {type(self.ads).__name__}.")
-        if self.on_progress is not None and not callable(self.on_progress):
-            raise TypeError(f"on_progress: expected a callable (round, evaluated, planned) or None; got "
-                            f"{type(self.on_progress).__name__}.")
 
 
 def round_rng(seed: int, server_round: int) -> np.random.Generator:
@@ -291,10 +290,10 @@ def value_round(
     game.watch(progress)
     try:
         if Method.ADS in methods:
-            keywords = settings.as_keywords()
-            if settings.budget is not None:
-                keywords["budget"] = ads_share_of_budget(settings.budget, len(players), methods)
-            results[Method.ADS] = ads(game, [players], seed=seed, **keywords)
+            if settings.budget is not None:  # LOO's evaluations come out of the same budget
+                settings = dataclasses.replace(settings, budget=ads_share_of_budget(settings.budget, len(players),
+                                                                                    methods))
+            results[Method.ADS] = ads(game, [players], settings, seed=seed)
         if Method.LOO in methods:
             results[Method.LOO] = loo(game, players)
         before, after = game.values([0, game.full_mask])

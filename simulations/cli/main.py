@@ -10,6 +10,7 @@ from simulations.cli import audit, keygen, report, run
 from simulations.cli.options import command_line_options, in_cli_words
 from simulations.runner.api import NoClientValued
 from simulations.runner.engine import INTERRUPTED_EXIT_CODE
+from simulations.runner.engine_failures import EngineFailed
 from strategies.valuing import RunInterrupted
 
 #: Sub-command name -> (adds its parser, runs it).
@@ -43,6 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except NoClientValued as error:
         print(f"fedvalue: run failed: {error}", file=sys.stderr)
+        return 1
+    except EngineFailed as error:  # one line: the cause and the option to change
+        from fedvalue.run.rundir import printable
+
+        print(f"fedvalue: error: {printable(in_cli_words(str(error), command_line_options(parser)), 4000)}",
+              file=sys.stderr)
         return 1
     except (RunInterrupted, KeyboardInterrupt) as error:
         print(f"fedvalue: interrupted: {run.interrupted(error, args)}", file=sys.stderr)

@@ -8,6 +8,7 @@ record named ``SIMULATION``) and one line here. This is the only importer of ``e
 from __future__ import annotations
 
 from simulations.experiments.attacks import attacks
+from simulations.experiments.fairness import adult_ij as fairness_adult
 from simulations.experiments.fairness import central as fairness_central
 from simulations.experiments.fairness import federated as fairness
 from simulations.experiments.noisy_clients import noisy_clients, study
@@ -30,4 +31,5 @@ SIMULATIONS: dict[str, Simulation] = {simulation.name: simulation for simulation
     replication_market.SIMULATION,
     fairness.SIMULATION,
     fairness_central.SIMULATION,
+    fairness_adult.SIMULATION,
 )}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from simulations.cli.options import subcommand
+from simulations.cli.options import finite_non_negative, subcommand
 from simulations.runner.console import print_run_summary
 
 
@@ -15,6 +15,17 @@ def add_parser(commands) -> None:
                         help="write PNG figures to DIR/figures/ (cumulative value, value heat map, flows, utility)")
     report.add_argument("--html", action="store_true",
                         help="write DIR/report.html: tables and figures in one self-contained page")
+    report.add_argument("--payout", metavar="BUDGET", type=finite_non_negative("payout"),
+                        help="write DIR/payout.csv: BUDGET shared among the clients by --rule from their --method "
+                             "totals (the rule, floor and budget are stated on every row)")
+    report.add_argument("--rule", choices=("share-of-positive", "equal"), default="share-of-positive",
+                        help="payout rule: share-of-positive (in proportion to total value above the floor) or "
+                             "equal (the same to every client above it) (default: share-of-positive)")
+    report.add_argument("--method", default="ads",
+                        help="the ledger method whose totals are paid, e.g. ads, loo, tracin_outflow, ads_defended "
+                             "(default: ads)")
+    report.add_argument("--floor", type=finite_non_negative("floor"), default=0.0,
+                        help="a client is paid only when its total is above this (default: 0)")
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -39,7 +50,24 @@ def report_command(args: argparse.Namespace) -> int:
                 print("wrote " + ", ".join(printable(path) for path in write_figures(books)))
         if args.html:
             print(f"wrote {printable(html_report(run))}")
+        if args.payout is not None:
+            _write_payout(run, args)
     return 0
+
+
+def _write_payout(run, args: argparse.Namespace) -> None:
+    """DIR/payout.csv from the run's ledger (:func:`fedvalue.analysis.payout.payout_table`), and its table printed."""
+    from fedvalue.analysis.payout import payout_table
+    from fedvalue.run.ledger_tables import load_run
+    from fedvalue.run.rundir import printable
+    from fedvalue.schema import PAYOUT_FILE
+
+    table = payout_table(load_run(run).ledger, args.payout, method=args.method, rule=args.rule, floor=args.floor)
+    run.write_text(PAYOUT_FILE, table.to_csv(index=False, lineterminator="\n"))
+    for line in table.to_string(index=False, float_format=lambda v: f"{v:.6g}").splitlines():
+        print(printable(line, 2000))
+    print(f"wrote {printable(run.path / PAYOUT_FILE)} ({args.rule}, floor {args.floor:g}, budget {args.payout:g}, "
+          f"{args.method} totals)")
 
 
 def _print_books(run_dir) -> None:

@@ -62,6 +62,40 @@ def add_parser(commands) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    lock = _lock_and_verify_resume(args)  # before any setting of the run is read
+    try:
+        return _run_simulation(args)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _lock_and_verify_resume(args: argparse.Namespace):
+    """``--resume DIR``: lock DIR (one writer at a time) and verify it (genesis, hash chain,
+    the seal's signature with ``--sign-key``; :func:`fedvalue.run.resume_check.verify_resume`)
+    before any setting of its run.json is read, validated or probed. The lock, held to the
+    run's end (None when not resuming, or DIR holds no run.json: that is refused later)."""
+    from fedvalue.run.resume_check import verify_resume
+    from fedvalue.run.rundir import RunDir, resolve
+    from fedvalue.run.seals import Signer
+    from fedvalue.run.writer_lock import lock_run_dir
+
+    directory = args.resume_alone or getattr(args, "resume", None)
+    if directory is None or not (resolve(directory) / RUN_CONFIG_FILE).is_file():
+        return None
+    key = getattr(args, "sign_key", None) or args.sign_key_alone
+    signer = Signer.from_file(key) if key else None  # a bad key is refused before anything is read
+    with RunDir(directory) as run:
+        lock = lock_run_dir(run)
+        try:
+            verify_resume(run, signer)
+        except BaseException:
+            lock.release()
+            raise
+    return lock
+
+
+def _run_simulation(args: argparse.Namespace) -> int:
     if args.resume_alone is not None:
         _resume_alone(args)
     elif args.simulation is None:

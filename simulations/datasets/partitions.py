@@ -109,32 +109,8 @@ def partition(
         the setting).
     """
     labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.size == 0:
-        raise ValueError(f"labels: expected a non-empty 1-D array; got shape {labels.shape}.")
-    if scheme not in PARTITION_SCHEMES:
-        raise ValueError(f"scheme: expected one of {list(PARTITION_SCHEMES)}; got {scheme!r}.")
-    if scheme != "iid" and not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels: the {scheme!r} scheme splits by class and needs integer class labels; got "
-                         f"dtype {labels.dtype} (use scheme='iid' for regression targets).")
-    num_partitions = check_integer("num_partitions", num_partitions)
-    if num_partitions > labels.size:
-        raise ValueError(f"num_partitions: expected at most {labels.size}, the number of rows (every partition "
-                         f"non-empty); got {num_partitions}.")
-    min_partition_size = check_integer("min_partition_size", min_partition_size)
-    classes_per_partition = check_integer("classes_per_partition", classes_per_partition)
-    shards_per_partition = check_integer("shards_per_partition", shards_per_partition)
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not np.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"alpha: expected a finite number > 0; got {alpha!r}.")
-    num_classes = len(np.unique(labels))
-    if scheme == "pathological" and classes_per_partition > num_classes:
-        raise ValueError(f"classes_per_partition: expected at most the {num_classes} classes present; "
-                         f"got {classes_per_partition}.")
-    if scheme == "dirichlet" and num_partitions * min_partition_size > labels.size:
-        raise ValueError(f"min_partition_size: {num_partitions} partitions of at least {min_partition_size} need "
-                         f"{num_partitions * min_partition_size} rows; there are {labels.size}.")
-    if scheme == "shard" and num_partitions * shards_per_partition > labels.size:
-        raise ValueError(f"shards_per_partition: {num_partitions} partitions of {shards_per_partition} shards need "
-                         f"at least {num_partitions * shards_per_partition} rows; there are {labels.size}.")
+    num_partitions, min_partition_size, classes_per_partition, shards_per_partition = _check_partition(
+        labels, num_partitions, scheme, alpha, min_partition_size, classes_per_partition, shards_per_partition)
 
     rng = as_generator(seed)
     dataset = _in_memory(labels)
@@ -161,6 +137,39 @@ def partition(
                          f"partitions empty (e.g. {empty[0]}); every client needs data: use fewer partitions or "
                          "change the setting.")
     return parts
+
+
+def _check_partition(labels: np.ndarray, num_partitions: int, scheme: str, alpha: float, min_partition_size: int,
+                     classes_per_partition: int, shards_per_partition: int) -> tuple[int, int, int, int]:
+    """ValueError naming the setting when :func:`partition`'s input cannot be partitioned;
+    returns the four counts checked (as ints)."""
+    if labels.ndim != 1 or labels.size == 0:
+        raise ValueError(f"labels: expected a non-empty 1-D array; got shape {labels.shape}.")
+    if scheme not in PARTITION_SCHEMES:
+        raise ValueError(f"scheme: expected one of {list(PARTITION_SCHEMES)}; got {scheme!r}.")
+    if scheme != "iid" and not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels: the {scheme!r} scheme splits by class and needs integer class labels; got "
+                         f"dtype {labels.dtype} (use scheme='iid' for regression targets).")
+    num_partitions = check_integer("num_partitions", num_partitions)
+    if num_partitions > labels.size:
+        raise ValueError(f"num_partitions: expected at most {labels.size}, the number of rows (every partition "
+                         f"non-empty); got {num_partitions}.")
+    min_partition_size = check_integer("min_partition_size", min_partition_size)
+    classes_per_partition = check_integer("classes_per_partition", classes_per_partition)
+    shards_per_partition = check_integer("shards_per_partition", shards_per_partition)
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not np.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"alpha: expected a finite number > 0; got {alpha!r}.")
+    num_classes = len(np.unique(labels))
+    if scheme == "pathological" and classes_per_partition > num_classes:
+        raise ValueError(f"classes_per_partition: expected at most the {num_classes} classes present; "
+                         f"got {classes_per_partition}.")
+    if scheme == "dirichlet" and num_partitions * min_partition_size > labels.size:
+        raise ValueError(f"min_partition_size: {num_partitions} partitions of at least {min_partition_size} need "
+                         f"{num_partitions * min_partition_size} rows; there are {labels.size}.")
+    if scheme == "shard" and num_partitions * shards_per_partition > labels.size:
+        raise ValueError(f"shards_per_partition: {num_partitions} partitions of {shards_per_partition} shards need "
+                         f"at least {num_partitions * shards_per_partition} rows; there are {labels.size}.")
+    return num_partitions, min_partition_size, classes_per_partition, shards_per_partition
 
 
 def _setting(scheme: str) -> str:

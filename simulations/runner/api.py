@@ -20,7 +20,7 @@ import os
 import platform
 import random
 import shutil
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,9 +37,11 @@ from fedvalue._checks import check_integer
 from fedvalue.run import rundir
 from fedvalue.run.ledger_tables import Run, load_run
 from fedvalue.run.seals import SEALS_FILE
-from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.run.writer_lock import WriterLock, lock_run_dir
+from fedvalue.schema import LEDGER_FILE, LOCK_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility
 from simulations.runner.engine import EngineOptions, check_ray_address, serve, stop_on_signals
+from simulations.runner.engine_failures import engine_failure
 from strategies import (
     SEED_KEY,
     Acceptance,
@@ -52,7 +54,7 @@ from strategies import (
     initial_arrays,
 )
 from strategies.counterfactual import RandomState
-from strategies.valuing_settings import settings_or_default
+from strategies.valuing_settings import RunCallbacks, settings_or_default
 
 
 def package_versions() -> dict[str, str]:
@@ -115,8 +117,8 @@ def check_inference_splits(load_client_data: Callable[[int], ClientData], num_cl
         shown = ", ".join(str(c) for c in missing[:10]) + (", ..." if len(missing) > 10 else "")
         raise ValueError(
             f"flows: TracIn flows need every client's inference split (ClientData's x_infer, y_infer); "
-            f"{len(missing)} of {num_clients} clients have none (partition {shown}). Give them one, or pass "
-            "flows=False."
+            f"{len(missing)} of {num_clients} clients have none (partition {shown}). Give them one, or book no "
+            "flows (BookSettings(flows=False))."
         )
 
 
@@ -141,14 +143,15 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
         found.restore()
 
 
-def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False, keep: str | None = None) -> Path:
     """Create ``out`` and return its resolved path (:func:`fedvalue.run.rundir.resolve`: ``~``
     expanded, absolute, links resolved); refuse a directory that already holds a run unless
-    ``overwrite``."""
+    ``overwrite``, which removes what it holds (but the entry named ``keep``)."""
     out = rundir.resolve(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a directory for the run; {out} is a file.")
-    if out.is_dir() and any(out.iterdir()):
+    held = [] if not out.is_dir() else [entry for entry in out.iterdir() if entry.name != keep]
+    if held:
         if not (out / LEDGER_FILE).exists() and not (out / RUN_CONFIG_FILE).exists():
             raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
         if not overwrite:
@@ -156,7 +159,11 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
                 f"out: {out} already holds a run; choose a new directory, continue that run with "
                 "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
             )
-        shutil.rmtree(out)
+        for entry in held:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".fedvalue-write-check"
@@ -168,170 +175,168 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     return out
 
 
-def remove_unstarted_run(run_dir: Path) -> None:
+def remove_unstarted_run(run_dir: Path) -> bool:
     """Remove a run directory this call made, after a failure, only while it holds no
-    committed round: a run that committed a round keeps every one (it resumes from them)."""
+    committed round: a run that committed a round keeps every one (it resumes from them).
+    Whether it was removed."""
     if not rundir.exists(run_dir, ROUNDS_FILE) and not rundir.exists(run_dir, SEALS_FILE):
         shutil.rmtree(run_dir, ignore_errors=True)
+        return True
+    return False
+
+
+def claim_run_dir(out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False) -> tuple[Path, WriterLock]:
+    """The run directory ``out`` (resolved) and this writer's lock on it
+    (:mod:`fedvalue.run.writer_lock`), taken before the directory is checked, cut or
+    replaced: a second writer (a second resume, a run into the same ``out``) is refused
+    with the holder's PID. A new run's directory is made as :func:`prepare_run_dir` makes
+    it (``overwrite`` removes the old run's files, not the lock file: the lock is never let
+    go); a directory that holds other files than a run's is refused before it is locked."""
+    run_dir = rundir.resolve(out)
+    if resume:
+        if not (run_dir / RUN_CONFIG_FILE).exists():
+            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
+                             "has none.")
+        return run_dir, lock_run_dir(rundir.RunDir(run_dir))
+    made = not run_dir.exists()
+    if not run_dir.is_dir() or not any(True for _ in run_dir.iterdir()):
+        prepare_run_dir(run_dir)  # new or empty: made (and checked writable) before it is locked
+    elif not any((run_dir / name).exists() for name in (LEDGER_FILE, RUN_CONFIG_FILE, LOCK_FILE)):
+        raise ValueError(f"out: expected an empty or new directory; {run_dir} holds other files.")
+    lock = lock_run_dir(rundir.RunDir(run_dir))
+    try:
+        prepare_run_dir(run_dir, overwrite=overwrite, keep=LOCK_FILE)
+    except BaseException:
+        lock.release()
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return run_dir, lock
 
 
 def simulate(
-    *,
-    strategy: Strategy,
-    model_factory: Callable[[], torch.nn.Module],
-    load_client_data: Callable[[int], ClientData],
-    num_clients: int,
-    num_rounds: int,
-    utility: ArraysUtility,
-    out: str | os.PathLike,
-    train_config: Mapping[str, int | float | str] | None = None,
-    sampler: PartitionSampler | None = None,
-    seed: int = 0,
-    flows: bool = False,
-    noisy_clients: Collection[int] | None = None,
-    acceptance: Acceptance | None = None,
-    valuation: ValuationSettings | None = None,
-    intake: IntakeSettings | None = None,
-    run: RunSettings | None = None,
-    engine: EngineOptions | None = None,
-    client_mods: Sequence[Mod] = (),
-    overwrite: bool = False,
-    round_timeout: float = 600.0,
+    *, strategy: Strategy, model_factory: Callable[[], torch.nn.Module], load_client_data: Callable[[int], ClientData],
+    num_clients: int, num_rounds: int, utility: ArraysUtility, out: str | os.PathLike,
+    train_config: Mapping[str, int | float | str] | None = None, sampler: PartitionSampler | None = None,
+    seed: int = 0, acceptance: Acceptance | None = None, valuation: ValuationSettings | None = None,
+    books: BookSettings | None = None, intake: IntakeSettings | None = None, run: RunSettings | None = None,
+    engine: EngineOptions | None = None, callbacks: RunCallbacks | None = None, client_mods: Sequence[Mod] = (),
+    overwrite: bool = False, round_timeout: float = 600.0,
 ) -> Run:
-    """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped for valuation.
+    """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped by
+    :class:`strategies.ValuingStrategy`, and return the run's books.
 
-    Parameters
-    ----------
-    strategy
-        Any Flower strategy; it is wrapped by :class:`strategies.ValuingStrategy`.
-    model_factory
-        Builds the global model (its initial state is the run's A_0). It is called with the
-        global generators seeded from ``seed`` (:func:`initial_model_arrays`), on the server
-        and in the clients, so a factory that does not seed torch itself still gives the
-        same run for the same seed; the caller's generators are left as they were.
-    load_client_data
-        partition id -> :class:`clients.ClientData`; must be picklable (it travels to
-        the Ray workers): a module-level function or a functools.partial of one.
-    utility
-        U(arrays) on held-out data, e.g. :class:`fedvalue.scoring.torch_utilities.TorchModelUtility`.
-    out
-        Run directory for the ledger (see :mod:`fedvalue.run.ledger_tables`).
-    train_config
-        Sent to clients every round ("lr", "local-epochs", "batch-size", "seed"; "seed"
-        defaults to the run's ``seed``).
-    sampler
-        Which partitions train each round (:class:`strategies.PartitionSampler`). None: a
-        seeded :class:`~strategies.PartitionSampler` of the size the inner strategy would
-        sample (:func:`default_sampler`); Flower's own sampling draws random node ids and
-        would not repeat.
-    seed
-        Seed of everything the run draws: A_0 (the factory), the sampler, MC-ADS
-        permutations, the server's global generators for the strategy's own draws (DP
-        noise), and each client's training (through the train config's "seed", which
-        defaults to this one). The same seed gives the same ledger, byte for byte.
-    flows
-        Book TracIn flows between clients (inflow, outflow, self per round; see
-        :class:`strategies.valuing_settings.BookSettings`). Every client needs an inference split
-        (``ClientData.x_infer``, ``y_infer``); a client without one is refused before the run
-        starts (:func:`check_inference_splits`).
-    noisy_clients
-        Client ids known to be noisy, marked in the ledger's ``noisy`` column.
-    acceptance
-        Which valid replies are aggregated (:mod:`strategies.policies.acceptance`: top-k selection or a
-        replayed plan).
-    valuation
-        The methods, the ADS estimator's settings and a progress callback
-        (:class:`fedvalue.valuation.round_game.ValuationSettings`; :class:`simulations.runner.progress.ValuationProgress`
-        shows the progress).
-    intake
-        Claim review, NaN/inf replies kept out, seconds to wait for partition ids and gradients
-        (:class:`strategies.valuing_settings.IntakeSettings`).
-    run
-        The run directory's settings (:class:`fedvalue.run.writer.RunSettings`): ``run_config``
-        (completed here with the seed, rounds, clients, strategy, training and valuation
-        settings and package versions, so the run can be read and audited from run.json
-        alone), records for ``fedvalue audit``, checkpoints, ``resume`` (continue the run in
-        ``out``; its run.json must equal this call's configuration), the signing key and the
-        per-round callback.
-    engine
-        CPUs and GPUs per client, parallelism, an existing Ray cluster
-        (:class:`simulations.runner.engine.EngineOptions`).
-    client_mods
-        Flower client mods around the clients' training (e.g. ``fixedclipping_mod`` with
-        ``DifferentialPrivacyClientSideFixedClipping``); picklable, like the loader.
+    ``model_factory`` builds the global model (A_0 is its state, built with the global generators
+    seeded from ``seed``: :func:`initial_model_arrays`); ``load_client_data`` maps a partition id
+    to a :class:`clients.ClientData` and travels to the Ray workers (a module-level function or a
+    functools.partial of one); ``utility`` is U(arrays) on held-out data; ``out`` the run directory
+    (``overwrite`` replaces a run there). ``train_config`` goes to the clients every round ("seed"
+    defaults to ``seed``). ``sampler`` picks the partitions that train (None: a seeded
+    :class:`~strategies.PartitionSampler` of the inner strategy's size, :func:`default_sampler`).
+    ``seed`` seeds everything the run draws: the same seed gives the same ledger, byte for byte.
+    The valuing strategy's options come whole: ``acceptance`` (what is aggregated),
+    ``valuation`` (methods, the ADS estimator), ``books`` (TracIn flows, which need every client's
+    inference split, :func:`check_inference_splits`; fairness; the clients known to be noisy),
+    ``intake``, ``run`` (run.json's configuration, completed here so that the run can be audited
+    from it alone; records, checkpoints, resume, signing) and ``callbacks``; ``engine`` says how Ray
+    runs the clients and ``client_mods`` wrap their training (picklable, like the loader).
 
-    Raises
-    ------
-    NoClientValued
-        When no client of any round gave a usable reply: the ledger holds every round,
-        each failed client with its reason, and the error names the reasons.
-
-    Returns
-    -------
-    Run
-        The ledger, rounds table and configuration as DataFrames.
+    Raises :class:`NoClientValued` when no client of any round gave a usable reply (the ledger
+    then holds every round and each failure's reason).
     """
     check_integer("num_rounds", num_rounds)
     check_integer("num_clients", num_clients)
     valuation = settings_or_default("valuation", valuation, ValuationSettings)
+    books = settings_or_default("books", books, BookSettings)
     run = settings_or_default("run", run, RunSettings)
     engine = settings_or_default("engine", engine, EngineOptions)
+    train_config = dict(train_config or {})
+    train_config.setdefault(SEED_KEY, seed)  # clients draw from the run's seed unless told otherwise
+    config = _run_config(run, strategy, valuation, train_config, seed, num_rounds, num_clients)
+    if engine.ray_address is not None and not run.resume:
+        check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
+    if books.flows:
+        check_inference_splits(load_client_data, num_clients)
+    sampler = default_sampler(strategy, num_clients, seed) if sampler is None else sampler
+    initial = initial_model_arrays(model_factory, seed)
+    run_dir, lock = claim_run_dir(out, overwrite=overwrite, resume=run.resume)  # one writer at a time
+    with _RunHold(run_dir, lock, resume=run.resume) as hold:
+        valuing = hold.books = ValuingStrategy(
+            strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
+            valuation=valuation, books=books, intake=intake, run=dataclasses.replace(run, run_config=config),
+            callbacks=callbacks)
+        valuing.open_books()  # bad input surfaces here, before the engine starts
+        if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
+            check_ray_address(engine.ray_address)
+        _serve(valuing, initial, ConfigRecord(train_config), num_rounds, round_timeout, seed,
+               make_client_app(load_client_data, model_factory, mods=client_mods), num_clients, engine)
+    if len(valuing.rounds) < num_rounds:
+        raise RuntimeError(f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger "
+                           f"in {run_dir} holds the completed rounds. See the engine's log above.")
+    return check_some_client_valued(load_run(run_dir), run_dir)
+
+
+def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettings, train_config: dict, seed: int,
+                num_rounds: int, num_clients: int) -> dict:
+    """run.json's configuration: the caller's, completed with what the audit needs to read the
+    run from run.json alone (seed, rounds, clients, strategy, training, the estimator, versions)."""
     config = dict(run.run_config or {})
     config.setdefault("seed", seed)
     config.setdefault("num_rounds", num_rounds)
     config.setdefault("num_clients", num_clients)
     config.setdefault("strategy", type(strategy).__name__)
-    # The full training settings, so that the run can be read (and audited) from run.json alone.
-    train_config = dict(train_config or {})
-    train_config.setdefault(SEED_KEY, seed)  # clients' training draws from the run's seed unless told otherwise
     config.setdefault("train_config", train_config)
     config.setdefault("methods", list(valuation.methods))
-    config.setdefault("valuation", valuation.ads.as_keywords())  # the estimator, as the round records write it
+    config.setdefault("valuation", valuation.ads.as_dict())  # the estimator, as the round records write it
     config["versions"] = package_versions()
-    if engine.ray_address is not None:
-        check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
-    if flows:
-        check_inference_splits(load_client_data, num_clients)
-    if sampler is None:
-        sampler = default_sampler(strategy, num_clients, seed)
-    initial = initial_model_arrays(model_factory, seed)
-    if run.resume:
-        run_dir = rundir.resolve(out)
-        if not (run_dir / RUN_CONFIG_FILE).exists():
-            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
-                             "has none.")
-    else:
-        run_dir = prepare_run_dir(out, overwrite=overwrite)
-    try:
-        valuing = ValuingStrategy(
-            strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
-            valuation=valuation, books=BookSettings(flows=flows, noisy_clients=noisy_clients), intake=intake,
-            run=dataclasses.replace(run, run_config=config),
-        )
-        valuing.open_books()  # bad input surfaces here, before the engine starts
-    except (TypeError, ValueError):
-        if not run.resume:  # a rejected option leaves no half-made run behind
-            remove_unstarted_run(run_dir)
-        raise
-    train_record = ConfigRecord(train_config)
+    return config
+
+
+class _RunHold:
+    """This call's hold on its run directory, for the run's lifetime: at the end the books and
+    the writer lock are let go; a new run refused before it committed a round leaves no
+    half-made directory (committed rounds stay: the run resumes from them); an engine that did
+    not start or crashed is one :class:`~simulations.runner.engine_failures.EngineFailed` line."""
+
+    def __init__(self, run_dir: Path, lock: WriterLock, *, resume: bool) -> None:
+        self.run_dir, self.lock, self.resume = run_dir, lock, resume
+        self.books: ValuingStrategy | None = None
+
+    def __enter__(self) -> _RunHold:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if kind is None:
+            _give_up(self.run_dir, self.lock, remove=False, books=self.books)  # the run is over
+            return False
+        removed = _give_up(self.run_dir, self.lock, remove=not self.resume, books=self.books)
+        if issubclass(kind, Exception) and not issubclass(kind, (TypeError, ValueError)):
+            committed = 0 if self.books is None else len(self.books.rounds)
+            failure = engine_failure(error, run_dir=str(self.run_dir), committed=committed, removed=removed)
+            if failure is not None:
+                raise failure from None
+        return False
+
+
+def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigRecord, num_rounds: int,
+           round_timeout: float, seed: int, client_app, num_clients: int, engine: EngineOptions) -> None:
+    """Run the rounds on the engine; Ctrl-C / SIGTERM stops after the round in flight commits."""
     def main(grid: Grid) -> None:
         with seeded_server_generators(seed):
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
-    try:
-        with stop_on_signals(valuing.stop_requested):  # Ctrl-C / SIGTERM: stop after the round in flight commits
-            serve(make_client_app(load_client_data, model_factory, mods=client_mods), main,
-                  num_supernodes=num_clients, engine=engine)
-    except (TypeError, ValueError):
-        if not run.resume:  # refused before any round committed: no half-made run (committed rounds stay)
-            remove_unstarted_run(run_dir)
-        raise
-    if len(valuing.rounds) < num_rounds:
-        raise RuntimeError(
-            f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger in "
-            f"{run_dir} holds the completed rounds. See the engine's log above."
-        )
-    return check_some_client_valued(load_run(run_dir), run_dir)
+    with stop_on_signals(valuing.stop_requested):
+        serve(client_app, main, num_supernodes=num_clients, engine=engine)
+
+
+def _give_up(run_dir: Path, lock: WriterLock, *, remove: bool, books: ValuingStrategy | None = None) -> bool:
+    """End this run's hold on ``run_dir``: its books' and ``lock``'s; with ``remove``, a
+    directory holding no committed round is removed first. Whether it was removed."""
+    removed = remove and remove_unstarted_run(run_dir)
+    if books is not None:
+        books.run_state.release()
+    lock.release()
+    return removed
 
 
 class NoClientValued(RuntimeError):

@@ -48,7 +48,7 @@ def check_budget(evaluations: int, ads_method: str, clients_per_round: int, meth
     """ValueError naming ``valuation_budget`` when a round of ``clients_per_round`` clients
     cannot be valued by ``ads_method`` within ``evaluations`` (LOO's n + 1 reserved as
     :func:`fedvalue.valuation.round_game.value_round` reserves them), before the run starts."""
-    from fedvalue.valuation.ads import MAX_EXACT_GROUP_SIZE, budget_method, exact_num_coalitions
+    from fedvalue.valuation.plan import MAX_EXACT_GROUP_SIZE, budget_method, exact_num_coalitions
     from fedvalue.valuation.round_game import ads_share_of_budget
 
     exact = exact_num_coalitions([range(clients_per_round)]) if clients_per_round <= MAX_EXACT_GROUP_SIZE else None

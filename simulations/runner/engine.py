@@ -38,6 +38,13 @@ measured on the 2-core CPU machine):
   so the last bits of FedAvg's weighted mean, changed between runs of the same seed
   (observed). The grid handed to the ServerApp here returns replies in the order the
   messages were sent.
+- Messages wait in one queue for the actors (FIFO, in node registration order), and a
+  running actor task cannot be preempted: with one actor (the default on 2 cores) a client
+  slower than the round's timeout used to make every client queued behind it miss the
+  round, and the next round too. Here each client gets the timeout of its own, counted
+  from when its actor starts it (:class:`TimedClientApp`, a real-time signal in the actor's
+  main thread: a client stuck inside one long C call is stopped only when it returns), and
+  a batch waits as long as replies keep coming.
 - A ClientApp that raises gives the ServerApp an error reply at once
   (``RayTaskError(ClientAppException)`` with the message in ``error.reason``); other
   clients are unaffected. A worker process that dies (OOM, segfault, ``os._exit``)
@@ -89,6 +96,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive
+from simulations.runner.engine_failures import FLOWER_CRASH_LOGS
 from strategies.counterfactual import RandomState
 from strategies.valuing_settings import settings_or_default
 
@@ -182,6 +190,58 @@ class EngineStoppedError(RuntimeError):
     """The simulation engine stopped while the ServerApp was waiting for replies."""
 
 
+#: Seconds a batch of messages waits past its timeout for a client stopped at its own limit:
+#: its clock starts only once a worker picks its message up (queue hand-off, dispatch).
+CLIENT_LIMIT_GRACE_S = 2.0
+
+
+class ClientTimeLimit(TimeoutError):
+    """A client ran past the time limit of the message it was handling."""
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`ClientTimeLimit` in the block once it has run ``seconds`` (a real-time
+    timer; in a process's main thread only, where a Ray actor runs its tasks; elsewhere,
+    and for ``None``, no limit)."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame) -> None:
+        raise ClientTimeLimit(f"the client ran past its time limit of {seconds:g} s (the round's timeout, counted "
+                              "from when it started) and was stopped")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class TimedClientApp(ClientApp):
+    """``client_app`` with a time limit per message, counted from when its worker starts it.
+
+    With fewer workers than clients, messages queue; a client slower than the round's
+    timeout would otherwise hold its worker while the clients queued behind it run out of
+    time. Stopped at its own limit, it fails alone (an error reply naming the limit) and
+    frees the worker. The grid sets :attr:`seconds` to each batch's timeout before it sends
+    the batch; the app travels to the workers pickled with every message, this value with it.
+    """
+
+    def __init__(self, client_app: ClientApp) -> None:
+        super().__init__()
+        self.client_app = client_app
+        #: The time limit of the messages sent next (None: none).
+        self.seconds: float | None = None
+
+    def __call__(self, message: Message, context: Context) -> Message:
+        with time_limit(self.seconds):
+            return self.client_app(message, context)
+
+
 def default_max_parallel_clients(num_supernodes: int, num_cpus_per_client: float = 1, *,
                                  server_core: bool = True) -> int:
     """Clients training at once by default: the usable cores minus one for the ServerApp
@@ -208,10 +268,12 @@ class _StoppableGrid(Grid):
         clients' work plus the engine's messaging), for timing reports.
     """
 
-    def __init__(self, grid: Grid, stopped: threading.Event, expected_nodes: int = 0) -> None:
+    def __init__(self, grid: Grid, stopped: threading.Event, expected_nodes: int = 0,
+                 client_app: TimedClientApp | None = None) -> None:
         self._grid = grid
         self._stopped = stopped
         self._expected_nodes = expected_nodes
+        self._client_app = client_app
         self._all_registered = expected_nodes == 0
         self.messages_sent: dict[str, int] = {}
         self.wait_seconds: dict[str, float] = {}
@@ -259,21 +321,32 @@ class _StoppableGrid(Grid):
         """Flower's loop plus the stop check (it would otherwise sleep to ``timeout``);
         replies come back in the order of ``messages``, not of arrival, so that a
         strategy's float sums (FedAvg's weighted mean) do not depend on which actor
-        finished first."""
+        finished first.
+
+        With a :class:`TimedClientApp` each client has ``timeout`` seconds of its own, counted
+        from when a worker starts it: the batch waits as long as replies keep coming and gives
+        up on the rest once ``timeout`` (plus :data:`CLIENT_LIMIT_GRACE_S`) passes without one,
+        so a slow client costs only its own reply, not those queued behind it."""
         messages = list(messages)
         if not messages:
             return []
         started = time.perf_counter()
         kind = str(getattr(getattr(messages[0], "metadata", None), "message_type", "")).split(".", 1)[0]
+        timed = self._client_app is not None and timeout is not None
+        if self._client_app is not None:
+            self._client_app.seconds = timeout
         message_ids = list(self.push_messages(messages))
         position = {message_id: index for index, message_id in enumerate(message_ids)}
         pending = set(message_ids)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        patience = None if timeout is None else timeout + (CLIENT_LIMIT_GRACE_S if timed else 0.0)
+        deadline = None if timeout is None else time.monotonic() + patience
         replies: list[Message] = []
         while pending:
             received = list(self.pull_messages(pending))
             replies.extend(received)
             pending.difference_update(m.metadata.reply_to_message_id for m in received)
+            if received and timed:  # the queue moves: the clients behind have their own time
+                deadline = time.monotonic() + patience
             if not pending or (deadline is not None and time.monotonic() >= deadline):
                 break
             if self._stopped.wait(PULL_INTERVAL_S):
@@ -297,6 +370,7 @@ def _stoppable(
     stopped: threading.Event,
     started: threading.Event,
     finished: threading.Event,
+    client_app: TimedClientApp | None = None,
 ) -> ServerApp:
     wrapper = ServerApp()
 
@@ -304,7 +378,7 @@ def _stoppable(
     def main(grid: Grid, context: Context) -> None:
         started.set()
         try:
-            server_app(grid=_StoppableGrid(grid, stopped, num_supernodes), context=context)
+            server_app(grid=_StoppableGrid(grid, stopped, num_supernodes, client_app), context=context)
         finally:
             finished.set()
 
@@ -312,8 +386,13 @@ def _stoppable(
 
 
 class _DropRunSimulationDeprecation(logging.Filter):
+    """Drops run_simulation's deprecation notice, and Flower's tracebacks of an engine crash:
+    the caller says it in one line (:mod:`simulations.runner.engine_failures`)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         text = str(record.msg) + " ".join(str(arg) for arg in (record.args or ()))
+        if str(record.msg).startswith(FLOWER_CRASH_LOGS):
+            return False
         return not ("DEPRECATED FEATURE" in text and "run_simulation" in text)
 
 
@@ -440,11 +519,12 @@ def run_flower_simulation(
     from flwr.simulation import run_simulation  # imports ray: only when a run starts
 
     stopped, started, finished = threading.Event(), threading.Event(), threading.Event()
+    timed = TimedClientApp(client_app)  # each client's time limit counts from its own start
     with _quiet_flower(quiet):
         try:
             run_simulation(
-                server_app=_stoppable(server_app, num_supernodes, stopped, started, finished),
-                client_app=client_app,
+                server_app=_stoppable(server_app, num_supernodes, stopped, started, finished, timed),
+                client_app=timed,
                 num_supernodes=num_supernodes,
                 backend_config=backend_config,
             )

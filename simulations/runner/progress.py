@@ -2,7 +2,7 @@
 
 A round's valuation can take minutes (exact ADS at 14 clients: 16,384 coalitions; a
 sampler at 50–100 clients: its budget). :class:`ValuationProgress` is a callback for
-``fedvalue.valuation.round_game.ValuationSettings(on_progress=...)``, called with (round, evaluated, planned)
+``strategies.RunCallbacks(on_progress=...)``, called with (round, evaluated, planned)
 (:meth:`fedvalue.valuation.game.CoalitionGame.watch`): on a terminal it shows a ``rich`` bar,
 elsewhere (a log file, CI) one line every ``interval`` seconds; valuations shorter than
 ``delay`` seconds show nothing. ``planned`` is the estimator's upper bound: a sampler that

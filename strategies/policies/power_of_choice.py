@@ -30,9 +30,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue._checks import check_integer, check_positive
-from strategies.nodes import NodeDirectory
+from strategies.nodes import NodeDirectory, claimed_partition, reply_node, sent_nodes
 from strategies.protocol import ARRAYS_KEY, CLIENT_RECORD_KEY, CONFIG_KEY, LOCAL_LOSS_KEY, SERVER_ROUND_KEY
-from strategies.records import partition_id_of
 
 #: Entropy tail of the candidate draws (its own stream beside other seeded draws of the run).
 CANDIDATE_STREAM = 0x90C
@@ -112,12 +111,14 @@ class PowerOfChoice(FedAvg):
                             message_type=MessageType.QUERY) for node in candidates.values()]
         sent_to = {node: client for client, node in candidates.items()}
         losses = {}
-        for reply in grid.send_and_receive(messages, timeout=self.query_timeout):
+        replies = list(grid.send_and_receive(messages, timeout=self.query_timeout))
+        message_nodes = sent_nodes(messages)
+        for reply in replies:
             if reply.has_error():
                 continue
-            client = partition_id_of(reply.content)
+            client, _ = claimed_partition(reply.content)
             loss = reply.content.config_records.get(CLIENT_RECORD_KEY, {}).get(LOCAL_LOSS_KEY)
-            node = int(reply.metadata.src_node_id)
+            node = reply_node(reply, message_nodes)
             # Keyed by the node the query was sent to: a reply cannot speak for another client.
             if sent_to.get(node) != client or isinstance(loss, bool) or not isinstance(loss, (int, float)):
                 continue

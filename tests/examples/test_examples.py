@@ -127,10 +127,11 @@ def test_a_serverapp_wrapping_fedadam_books_its_clients(tmp_path):
 
 
 def test_readme_snippets_are_taken_from_the_examples():
-    """Every README Python block headed ``# examples/NAME.py`` is that file's lines, in order
-    ("..." elides), so what README shows is what the tests run."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n# (examples/\S+\.py)\n(.*?)```", readme, flags=re.S)
+    """Every Python block of README and docs/python-api.md headed ``# examples/NAME.py`` is that
+    file's lines, in order ("..." elides), so what they show is what the tests run."""
+    pages = [(ROOT / name).read_text(encoding="utf-8") for name in ("README.md", "docs/python-api.md")]
+    blocks = [block for page in pages for block in re.findall(r"```python\n# (examples/\S+\.py)\n(.*?)```", page,
+                                                                flags=re.S)]
     assert {name for name, _ in blocks} == {"examples/digits_clients.py", "examples/simulate_own_model.py",
                                             "examples/value_a_serverapp.py", "examples/read_ledger.py"}
     for name, block in blocks:

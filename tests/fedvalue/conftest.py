@@ -7,6 +7,7 @@ import pytest
 from simulations.cli.main import main
 
 TINY = ["--num-clients", "6", "--rounds", "3", "--clients-per-round", "2", "--local-epochs", "2", "--hidden", "8",
+        "--query-timeout", "600",  # a wait, not a duration: Ray actors start slowly on a loaded machine
         "--quiet"]
 
 

@@ -21,7 +21,7 @@ from fedvalue.run.archive import read_checkpoint_pointer, read_round_record, rou
 from fedvalue.run.rundir import RunDir
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
-from strategies import ValueWeightedSampler, ValuingStrategy
+from strategies import RunCallbacks, ValueWeightedSampler, ValuingStrategy
 from strategies.valuing import RunInterrupted
 from strategies.records import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
@@ -47,7 +47,7 @@ def make_strategy(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy
         FedAdam(fraction_evaluate=0.0, eta=0.05), utility(), run_dir=str(run_dir),
         sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5,
         valuation=ValuationSettings(methods=("ads", "loo")), books=BookSettings(flows=True),
-        run=RunSettings(run_config={"experiment": "resume"}, on_round=on_round, resume=resume)
+        run=RunSettings(run_config={"experiment": "resume"}, resume=resume), callbacks=RunCallbacks(on_round=on_round),
     )
 
 
@@ -193,7 +193,7 @@ def test_a_dp_strategy_drawing_from_the_global_generator_resumes_to_the_uninterr
         return ValuingStrategy(
             inner, utility(), run_dir=str(run_dir), sampler=PartitionSampler(3, seed=4), seed=5,
             valuation=ValuationSettings(methods=("ads",)),
-            run=RunSettings(run_config={"experiment": "dp"}, on_round=on_round, resume=resume)
+            run=RunSettings(run_config={"experiment": "dp"}, resume=resume), callbacks=RunCallbacks(on_round=on_round),
         )
 
     with seeded_server_generators(5):

@@ -17,7 +17,7 @@ from fedvalue.audit.audit_recompute import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.writer import RunSettings
 from simulations.runner.engine import EngineOptions
-from strategies import PartitionSampler, ValuingStrategy
+from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.valuing_settings import BookSettings, IntakeSettings
 
@@ -32,7 +32,7 @@ utility = _utility_fixture
     (lambda: ValuationSettings(methods=("ads", "banzhaf")), ValueError, "methods: expected a subset"),
     (lambda: ValuationSettings(methods="ads"), TypeError, "methods: expected a sequence of names"),
     (lambda: ValuationSettings(ads={"method": "mc"}), TypeError, "ads: expected a fedvalue.valuation.ads.AdsSettings; got dict"),
-    (lambda: ValuationSettings(on_progress=3), TypeError, "on_progress: expected a callable"),
+    (lambda: RunCallbacks(on_progress=3), TypeError, "on_progress: expected a callable"),
     (lambda: BookSettings(flows=1), TypeError, "flows: expected True or False; got 1"),
     (lambda: BookSettings(fairness="dp"), TypeError, "fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness"),
     (lambda: BookSettings(fair_curvature=0.5), ValueError, "fair_curvature: fairness influence with curvature needs"),
@@ -42,8 +42,8 @@ utility = _utility_fixture
     (lambda: IntakeSettings(nodes={}), TypeError, "nodes: expected a strategies.nodes.NodeDirectory"),
     (lambda: RunSettings(checkpoint="yes"), TypeError, "checkpoint: expected True or False; got 'yes'"),
     (lambda: RunSettings(run_config=[("seed", 0)]), TypeError, "run_config: expected a mapping"),
-    (lambda: RunSettings(on_round="print"), TypeError, "on_round: expected a callable"),
-    (lambda: RunSettings(sign_key="/nonexistent/key.pem"), ValueError, "sign_key"),
+    (lambda: RunCallbacks(on_round="print"), TypeError, "on_round: expected a callable"),
+    (lambda: RunSettings(sign_key="/nonexistent/key.pem"), TypeError, "sign_key"),
     (lambda: EngineOptions(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive integer"),
     (lambda: EngineOptions(ray_address=""), ValueError, "ray_address: expected a non-empty address string or None"),
 ])
@@ -73,7 +73,7 @@ def test_settings_are_taken_whole_and_normalized_once(utility):
 def mc_run(tmp_path, utility):
     run_dir = tmp_path / "run"
     ads = AdsSettings(method="mc", epsilon=0.5, stderr_target=0.05)
-    config = {"seed": 11, "methods": ["ads", "loo"], "valuation": ads.as_keywords()}
+    config = {"seed": 11, "methods": ["ads", "loo"], "valuation": ads.as_dict()}
     ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(run_dir), sampler=PartitionSampler(4, seed=0),
                     seed=11, valuation=ValuationSettings(ads=ads), run=RunSettings(run_config=config)).start(
         InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)
@@ -84,7 +84,7 @@ def test_run_json_holds_the_estimator_as_the_records_write_it_and_the_audit_comp
     config = json.loads((mc_run / "run.json").read_text())
     record = read_round_record(record_path(mc_run, 1))
     assert record.meta["valuation"] == config["valuation"] == AdsSettings(
-        method="mc", epsilon=0.5, stderr_target=0.05).as_keywords()
+        method="mc", epsilon=0.5, stderr_target=0.05).as_dict()
     assert settings_problems(record, config) == []
     assert audit_run(mc_run, utility=utility).intact
     changed = {**config, "valuation": {**config["valuation"], "epsilon": 0.1}}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fedvalue.rounds.kinds.claims import claims_book
+from fedvalue.rounds.kinds.defences import defences_book
 from fedvalue.rounds.kinds.fairness_curvature import fair_curvature_book
 from fedvalue.rounds.kinds.fairness import fairness_book
 from fedvalue.rounds.kinds.flows import flows_book
@@ -20,5 +21,6 @@ ROUND_BOOKS: dict[str, Callable[[RoundContext], RoundBook | None]] = {
     "flows": flows_book,
     "fairness": fairness_book,
     "fair_curvature": fair_curvature_book,
+    "defences": defences_book,
     "claims": claims_book,
 }

@@ -25,14 +25,14 @@ point only if i is among its K nearest, where the (K+1)-th nearest takes its pla
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_integer, check_non_negative, check_open_unit, check_positive, check_seed
-from fedvalue.valuation.ads import mc_num_permutations, sample_ordered_permutations
+from fedvalue.valuation.ads import sample_ordered_permutations
+from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.knn.exact import check_instance_groups
 from fedvalue.valuation.knn.utility import (
     DEFAULT_CHUNK_SIZE,
@@ -41,9 +41,9 @@ from fedvalue.valuation.knn.utility import (
     neighbour_orders,
     neighbour_ranks,
 )
-from fedvalue.valuation.result import ValuationResult
+from fedvalue.valuation.result import ValuationResult, result_from_marginals
 
-__all__ = ["KnnAccuracyPrefixes", "knn_loo", "knn_mc_ads"]
+__all__ = ["KnnAccuracyPrefixes", "KnnLikelihoodPrefixes", "knn_loo", "knn_mc_ads"]
 
 #: Entries of a block's state (permutations × test points × K) held at once.
 _BLOCK_ENTRIES = 1 << 22
@@ -106,15 +106,7 @@ def knn_mc_ads(
     np.put_along_axis(matches_by_rank, ranks.astype(np.int64), (y_train[None, :] == y_test[:, None]), axis=1)
     scale = k * n_test
 
-    prefix_hits = [0]
-    prefix_states = [np.full((n_test, k), n_train, dtype=np.int64)]
-    for t in range(len(group_arrays)):
-        members = players[: columns[t + 1]]
-        nearest = np.sort(ranks[:, members], axis=1)[:, :k].astype(np.int64)
-        state = np.full((n_test, k), n_train, dtype=np.int64)
-        state[:, : nearest.shape[1]] = nearest
-        prefix_states.append(state)
-        prefix_hits.append(int(np.take_along_axis(matches_by_rank, state, axis=1).sum()))
+    prefix_states, prefix_hits = _prefix_states(players, columns, ranks, matches_by_rank, k)
 
     marginals = np.zeros((int(num_permutations), n_train), dtype=np.float64)
     ranks_by_instance = np.ascontiguousarray(ranks.T)  # one contiguous row per added instance
@@ -128,24 +120,23 @@ def knn_mc_ads(
                 prefix_hits[t], prefix_hits[t + 1], scale, truncation_tolerance, marginals[rows],
             )
 
-    mean = marginals.mean(axis=0)
-    stderr = marginals.std(axis=0, ddof=1) / math.sqrt(num_permutations) if num_permutations > 1 \
-        else np.full(n_train, np.nan)
-    prefix_utilities = np.array(prefix_hits) / scale
-    gaps = [float(mean[columns[t]: columns[t + 1]].sum() - (prefix_utilities[t + 1] - prefix_utilities[t]))
-            for t in range(len(group_arrays))]
-    index = pd.Index(players.tolist(), dtype=object, name="player")
-    method = "ads-tmc" if truncation_tolerance > 0 else "ads-mc"
-    return ValuationResult(
-        method=method,
-        values=pd.Series(mean, index=index, name="ads"),
-        stderr=pd.Series(stderr, index=index, name="stderr"),
-        num_evaluations=steps,
-        groups=tuple(tuple(g.tolist()) for g in group_arrays),
-        prefix_utilities=tuple(float(u) for u in prefix_utilities),
-        efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(group_arrays), name="group"), name="gap"),
-        num_permutations=int(num_permutations),
-    )
+    return result_from_marginals(marginals, players, group_arrays, np.array(prefix_hits) / scale,
+                                 method="ads-tmc" if truncation_tolerance > 0 else "ads-mc", num_evaluations=steps)
+
+
+def _prefix_states(players: np.ndarray, columns: np.ndarray, ranks: np.ndarray, matches_by_rank: np.ndarray,
+                   k: int) -> tuple[list[np.ndarray], list[int]]:
+    """For ∅ and every prefix U_t = D_1 ∪ ... ∪ D_t: each test point's k nearest ranks among the
+    prefix (the empty slot n where fewer), and how many of them carry the test point's label."""
+    n_test, n_train = ranks.shape
+    states, hits = [np.full((n_test, k), n_train, dtype=np.int64)], [0]
+    for t in range(len(columns) - 1):
+        nearest = np.sort(ranks[:, players[: columns[t + 1]]], axis=1)[:, :k].astype(np.int64)
+        state = np.full((n_test, k), n_train, dtype=np.int64)
+        state[:, : nearest.shape[1]] = nearest
+        states.append(state)
+        hits.append(int(np.take_along_axis(matches_by_rank, state, axis=1).sum()))
+    return states, hits
 
 
 def _walk_group(
@@ -303,3 +294,27 @@ class KnnAccuracyPrefixes:
             state["correct"][target, point] = votes[target, point].argmax(axis=1) == self.test_labels[point]
         state["size"][rows] += 1
         return state["correct"][rows].mean(axis=1)
+
+
+class KnnLikelihoodPrefixes(KnnAccuracyPrefixes):
+    """The K-NN likelihood of the right label as a :class:`fedvalue.valuation.prefix_mc.PrefixModel`.
+
+    v(S) = (1/(K·n_test)) Σ_j #{right-label members among test point j's min(K, |S|) nearest
+    in S}: the float :class:`fedvalue.valuation.knn.utility.KnnUtility` returns (the utility
+    exact KNN-ADS values, [ADS] Def. 5.2 with 1/K) and 0 for S = ∅. Where the majority vote's
+    accuracy moves only when an instance flips a vote (so most instances' marginals are exactly
+    0 and their values tie), the likelihood moves whenever an instance enters a test point's K
+    nearest: a utility with few ties beside the accuracy of [ADS] §6.1. Same state and steps as
+    :class:`KnnAccuracyPrefixes`; only the read-out differs.
+    """
+
+    def _likelihood(self, votes: np.ndarray) -> np.ndarray:
+        hits = np.take_along_axis(votes, self.test_labels[None, :, None], axis=2)[:, :, 0].sum(axis=1)
+        return hits / (self.k * self.num_test)
+
+    def utilities(self, state: dict) -> np.ndarray:
+        return self._likelihood(state["votes"])
+
+    def add(self, state: dict, rows: np.ndarray, instances: np.ndarray) -> np.ndarray:
+        super().add(state, rows, instances)
+        return self._likelihood(state["votes"][np.asarray(rows, dtype=np.int64)])

@@ -25,6 +25,13 @@ accuracy and its change against ``none``, and the claim flags booked.
 
 One engine serves every run (as in :mod:`simulations.experiments.noisy_clients.study`; :func:`simulations.runner.api.simulate`
 starts one per call), the clients reading the attack from the ``data-key`` of the train config.
+
+The attacks on identities, free-riders that replay and crafted updates (:mod:`.plan`:
+``sybil-split-K``, ``sybil-replica-K``, ``colluding-free-riders``, ``delta-weights``,
+``dynamic-free-rider``, ``crafted-update``, and ``group-split`` for the KNN-ADS market,
+:mod:`.shell_groups`) and every option beyond the ones above (seeds, Dirichlet data,
+Fashion-MNIST, robust strategies, the defences' books) run the study of :mod:`.study` instead,
+whose gains are :mod:`.gains`; the runs above stay as they were.
 """
 
 from __future__ import annotations
@@ -53,6 +60,18 @@ from clients.behaviours import (
     SignFlip,
 )
 from fedvalue.run.ledger_tables import load_run, write_json
+from simulations.experiments.attacks.gains import gains_table, honest_cost
+from simulations.experiments.attacks.plan import PLAIN_ATTACKS, is_study_attack, plan_of
+from simulations.experiments.attacks.shell_groups import shell_groups_table
+from simulations.experiments.attacks.study import (
+    PARTITIONS,
+    STRATEGIES,
+    StudyRun,
+    run_frames,
+    run_group,
+    study_runs,
+    utility_of,
+)
 from fedvalue.schema import RUN_CONFIG_FILE, Status
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
@@ -83,6 +102,8 @@ from strategies import (
 
 ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated-count-reviewed", "replicator",
            "sign-flip", "boost")
+#: The KNN-ADS market's broker splitting into shell groups (no federated run: :mod:`.shell_groups`).
+GROUP_SPLIT = "group-split"
 UTILITIES = ("accuracy", "neg_loss")
 #: Ledger methods summed per client, and their column names in the table.
 BOOKS = {"ads": "ads", "loo": "loo", "tracin_outflow": "outflow", "tracin_inflow": "inflow"}
@@ -111,13 +132,50 @@ class AttacksConfig:
     max_parallel_clients: int | None = None
     ray_address: str | None = None
     round_timeout: float = 600.0
+    # The study (:mod:`.study`): any of these away from its default, or an attack of .plan, runs it.
+    dataset: str = "digits"
+    train_examples: int = 0
+    holdout_examples: int = 0
+    partitions: tuple[str, ...] = ("iid",)
+    dirichlet_alpha: float = 0.5
+    seeds: int = 1
+    strategies: tuple[str, ...] = ("fedavg",)
+    defences: int = 0
+    norm_cap: float = 0.0
+    valuation_budget: int | None = None
+    replica_noise: float = 0.0
+    colluders: int = 3
+    colluder_spread: float = 0.3
+    honest_rounds: int = 1
+    craft_budget: float = 0.5
+    craft_steps: int = 50
+    shells: tuple[int, ...] = (1, 2, 4, 8)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def classic_dict(self) -> dict:
+        """The settings of the single-seed measurement alone, as its run.json has always held them."""
+        return {name: value for name, value in self.as_dict().items() if name in CLASSIC_FIELDS}
+
+    @property
+    def is_study(self) -> bool:
+        """Whether this asks for the study (:mod:`.study`) rather than the single-seed measurement."""
+        defaults = AttacksConfig()
+        moved = [name for name in STUDY_FIELDS if getattr(self, name) != getattr(defaults, name)]
+        return bool(moved) or any(attack not in ATTACKS for attack in self.attacks)
+
+
+CLASSIC_FIELDS = ("seed", "num_clients", "rounds", "local_epochs", "learning_rate", "holdout_fraction", "utility",
+                  "attacks", "attacker", "source", "noise_std", "inflation", "boost", "median_multiple",
+                  "jump_factor", "num_cpus_per_client", "max_parallel_clients", "ray_address", "round_timeout")
+STUDY_FIELDS = tuple(f.name for f in dataclasses.fields(AttacksConfig) if f.name not in CLASSIC_FIELDS)
+
 
 def check(config: AttacksConfig) -> None:
     """Every setting, before Ray starts; errors name the parameter, the expectation and the value."""
+    if config.is_study:
+        return check_study(config)
     check_integers(config, ("num_clients", "rounds", "local_epochs"))
     check_integers(config, ("seed",), minimum=0)
     EngineOptions.of(config)
@@ -200,7 +258,51 @@ def claim_review(config: AttacksConfig) -> ClaimReview:
 
 
 def _config_from_json(config_json: str) -> AttacksConfig:
-    return saved_config(AttacksConfig, json.loads(config_json))
+    return saved_config(AttacksConfig, json.loads(config_json), strict=False)
+
+
+config_from_json = _config_from_json
+
+
+def check_study(config: AttacksConfig) -> None:
+    """The study's settings (:mod:`.study`); errors name the parameter, the expectation and the value."""
+    check_integers(config, ("num_clients", "rounds", "local_epochs", "seeds", "colluders", "craft_steps"))
+    check_integers(config, ("seed", "train_examples", "holdout_examples", "honest_rounds"), minimum=0)
+    EngineOptions.of(config)
+    check_numbers(config, ("learning_rate", "num_cpus_per_client", "round_timeout", "dirichlet_alpha"))
+    check_numbers(config, ("replica_noise", "colluder_spread", "craft_budget", "norm_cap"), zero_ok=True)
+    choices = {"dataset": ("digits", "fashion-mnist"), "utility": UTILITIES}
+    for name, allowed in choices.items():
+        if getattr(config, name) not in allowed:
+            raise ValueError(f"{name}: expected one of {list(allowed)}; got {getattr(config, name)!r}.")
+    for name, allowed in (("partitions", PARTITIONS), ("strategies", tuple(STRATEGIES))):
+        values = getattr(config, name)
+        if not values or any(v not in allowed for v in values) or len(set(values)) != len(values):
+            raise ValueError(f"{name}: expected distinct names from {list(allowed)}; got {list(values)}.")
+    unknown = [a for a in config.attacks if not (is_study_attack(a) or a == GROUP_SPLIT)]
+    if not config.attacks or unknown or len(set(config.attacks)) != len(config.attacks):
+        raise ValueError(f"attacks: expected distinct names from {list(PLAIN_ATTACKS) + [GROUP_SPLIT]} or "
+                         f"sybil-split-K / sybil-replica-K (K >= 2); got {list(config.attacks)} (the study reviews "
+                         "every claim against the registered sizes: inflated-count is reviewed there).")
+    if not 0 <= config.attacker < config.num_clients:
+        raise ValueError(f"attacker: expected a client id in [0, {config.num_clients}); got {config.attacker!r}.")
+    if "replicator" in config.attacks and not (0 <= config.source < config.num_clients
+                                               and config.source != config.attacker):
+        raise ValueError(f"source: expected a client id in [0, {config.num_clients}) other than the attacker for the "
+                         f"replicator; got {config.source!r}.")
+    if config.colluders > config.num_clients or config.colluders < 2:
+        raise ValueError(f"colluders: expected 2 to num_clients={config.num_clients} colluding clients; got "
+                         f"{config.colluders}.")
+    if config.defences not in (0, 1):
+        raise ValueError(f"defences: expected 1 (book the defences beside the plain books) or 0; got "
+                         f"{config.defences!r}.")
+    if not 0 < config.holdout_fraction < 1:
+        raise ValueError(f"holdout_fraction: expected a number in (0, 1); got {config.holdout_fraction!r}.")
+    if config.valuation_budget is not None:
+        check_integers(config, ("valuation_budget",))
+    if not config.shells or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in config.shells):
+        raise ValueError(f"shells: expected numbers of shell groups >= 1; got {list(config.shells)}.")
+    FreeRider(config.noise_std), InflatedExampleCount(config.inflation), BoostedUpdate(config.boost)
 
 
 def summarize(ledger: pd.DataFrame, rounds: pd.DataFrame, attack: str, attacker: int,
@@ -251,10 +353,12 @@ def run_attacks(
     if out is None:
         with tempfile.TemporaryDirectory(prefix="fedvalue-attacks-") as scratch:
             return run_attacks(config, scratch, on_run=on_run, overwrite=True)
-    run_config = {"simulation": "attacks", **config.as_dict(), "versions": package_versions()}
+    if config.is_study:
+        return run_study(config, out, on_run=on_run, overwrite=overwrite)
+    run_config = {"simulation": "attacks", **config.classic_dict(), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
     write_json(out_dir / RUN_CONFIG_FILE, run_config)
-    config_json = json.dumps(config.as_dict(), sort_keys=True)
+    config_json = json.dumps(config.classic_dict(), sort_keys=True)
     train, holdout, _ = _prepared(config.seed, config.num_clients, config.holdout_fraction)
     model_factory = functools.partial(make_linear_model, train.x.shape[1], train.num_classes, seed=config.seed)
     utility = TorchModelUtility(model_factory(), holdout.x, holdout.y, metric=config.utility)
@@ -271,7 +375,7 @@ def run_attacks(
                 books=BookSettings(flows=True, noisy_clients=set() if attack == "none" else {config.attacker}),
                 intake=IntakeSettings(claims=claim_review(config) if attack == "inflated-count-reviewed" else None),
                 run=RunSettings(run_config={"attack": attack, "behaviour": repr(attacker_behaviour(attack, config)),
-                                            **config.as_dict()}),
+                                            **config.classic_dict()}),
             )
             with seeded_server_generators(config.seed):  # the checkpoint's saved global state is the seed's too
                 strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
@@ -299,13 +403,96 @@ def format_table(table: pd.DataFrame) -> str:
     return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
+def run_study(config: AttacksConfig, out, *, on_run=None, overwrite: bool = False) -> pd.DataFrame:
+    """The study (:mod:`.study`): every run, then totals.csv, runs.csv, gains.csv, honest_cost.csv
+    and (with ``group-split``) shells.csv in ``out``; returns the gains table."""
+    out_dir = prepare_run_dir(out, overwrite=overwrite)
+    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "attacks", **config.as_dict(), "versions": package_versions()})
+    attacks = [a for a in config.attacks if a != GROUP_SPLIT]
+    if attacks and "none" not in attacks:  # every gain is against the honest run
+        config = dataclasses.replace(config, attacks=("none", *config.attacks))
+    by_size: dict[int, list] = {}
+    for run in study_runs(config):
+        by_size.setdefault(len(run.plan.participants), []).append(run)
+    done = [finished for runs in by_size.values() for finished in run_group(config, runs, out_dir, on_run)]
+    table = pd.DataFrame()
+    if done:
+        totals, runs = run_frames(done)
+        table = gains_table(totals, runs)
+        totals.to_csv(out_dir / "totals.csv", index=False)
+        runs.to_csv(out_dir / "runs.csv", index=False)
+        table.to_csv(out_dir / "gains.csv", index=False)
+        honest_cost(totals).to_csv(out_dir / "honest_cost.csv", index=False)
+    if GROUP_SPLIT in config.attacks:
+        shells = pd.concat([shell_groups_table(config.dataset, seed, config.shells)
+                            for seed in range(config.seed, config.seed + config.seeds)], ignore_index=True)
+        shells.to_csv(out_dir / "shells.csv", index=False)
+        if on_run is not None:
+            on_run(f"group-split: {len(config.shells)} splits of the broker over {config.seeds} seeds")
+    return table
+
+
+def format_study(table: pd.DataFrame) -> str:
+    """The gains table as printed: per attack and book, the gain without and with the defences."""
+    if table.empty:
+        return "(no federated attack run; see shells.csv)"
+    shown = table[["partition", "strategy", "attack", "book", "gain", "defended_gain", "paid", "defended_paid",
+                   "accuracy_change"]]
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+
 def cli_main(config: AttacksConfig, options) -> int:
     """``fedvalue run attacks``: one run per attack and the table of what each got."""
     table = run_attacks(config, options.out, overwrite=options.overwrite, on_run=options.say())
-    print(format_table(table))
+    print(format_study(table) if config.is_study else format_table(table))
     print(f"done in {options.elapsed():.1f}s" + (f"; ledgers in {options.out}" if options.out else ""))
     return 0
 
 
+def audit_from_run(saved: dict) -> dict:
+    """What the audit rebuilds of one study run from its run.json: the utility (the seed's
+    held-out sample), the inner strategy's aggregation for a robust rule (replayed from the
+    record) and each round's participants (every identity, every round)."""
+    from strategies import replay_aggregator
+
+    study = saved.get("study")
+    if not isinstance(study, dict):
+        raise ValueError("run.json: not a run of the attack study (no 'study' settings); the single-seed "
+                         "measurement's runs are audited without their utility")
+    config = dataclasses.replace(saved_config(AttacksConfig, saved, strict=False), ray_address=None)
+    check_study(config)
+    run = StudyRun(str(study["partition"]), str(study["strategy"]), int(study["seed"]),
+                   plan_of(str(study["attack"]), config.num_clients, config.attacker, config.colluders))
+    if run.strategy not in STRATEGIES or run.scheme not in PARTITIONS:
+        raise ValueError(f"run.json: unknown strategy or partition {run.strategy!r}, {run.scheme!r}")
+    rebuilt = {"utility": utility_of(config, run), "sampled": lambda t: list(run.plan.participants)}
+    if run.strategy != "fedavg":
+        rebuilt["replay"] = replay_aggregator(STRATEGIES[run.strategy])
+    return rebuilt
+
+
+HELP = {
+    "dataset": "study: digits (embedded) or fashion-mnist (Debian's dataset-fashion-mnist)",
+    "train_examples": "study, fashion-mnist: class-balanced training images shared by the clients (0 = all 60,000)",
+    "holdout_examples": "study, fashion-mnist: class-balanced test images of the server's utility (0 = all 10,000)",
+    "partitions": "study: client data, comma-separated: iid, dirichlet",
+    "dirichlet_alpha": "study: concentration of the Dirichlet label skew",
+    "seeds": "study: seeds run (seed, seed+1, ...)",
+    "strategies": "study: inner strategies, comma-separated: fedavg, fedmedian, fedtrimmedavg",
+    "defences": "study: 1 books the defences (ads_defended, loo_defended, tracin_outflow_defended, flags) beside "
+                "the plain books; 0 does not",
+    "norm_cap": "study, defences: clip updates to this multiple of the round's median norm in the defended game "
+                "(0 = off)",
+    "valuation_budget": "study: coalition evaluations per round for ADS and LOO together (unset = no budget)",
+    "replica_noise": "sybil-replica-K: noise each identity adds to every entry (0 = exact copies)",
+    "colluders": "colluding-free-riders: clients in the ring (the attacker and the next ones)",
+    "colluder_spread": "colluding-free-riders: size of each member's perturbation relative to the replayed step",
+    "honest_rounds": "dynamic-free-rider: rounds it trains honestly before free-riding",
+    "craft_budget": "crafted-update: the crafted update stays within this multiple of its honest update's norm",
+    "craft_steps": "crafted-update: Adam steps of the crafting",
+    "shells": "group-split: numbers of shell groups the broker splits into, comma-separated",
+}
+
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("attacks", AttacksConfig, cli_main, out_optional=True)
+SIMULATION = Simulation("attacks", AttacksConfig, cli_main, out_optional=True, audit_from_run=audit_from_run,
+                        help=HELP)

@@ -202,7 +202,7 @@ def main(grid: Grid, context: Context) -> None:
               config.num_clients, config.clients_per_round, out, same_ledger_command(config, out))
     run_dir = prepare_run_dir(out)
     run_config = {"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy),
-                  "num_rounds": config.rounds, "valuation": valuation.ads.as_keywords(),
+                  "num_rounds": config.rounds, "valuation": valuation.ads.as_dict(),
                   "versions": package_versions()}  # as `fedvalue run` writes it
     strategy = ValuingStrategy(
         build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir),

@@ -64,8 +64,10 @@ from simulations.runner import (
 from strategies import (
     SCHEDULES,
     AdsSettings,
+    BookSettings,
     IntakeSettings,
     PartitionSampler,
+    RunCallbacks,
     RunSettings,
     ValuationSettings,
     train_config,
@@ -138,8 +140,7 @@ class NoisyClientsConfig:
         return dataclasses.asdict(self)
 
 
-def valuation_settings(config: NoisyClientsConfig, utility=None,
-                       on_progress: Callable[[int, int, int], None] | None = None) -> ValuationSettings:
+def valuation_settings(config: NoisyClientsConfig, utility=None) -> ValuationSettings:
     """The config's methods and ADS estimator settings, checked once; a ``valuation_budget`` in
     seconds is turned into coalition evaluations per round by timing ``utility``
     (:func:`simulations.runner.budget.evaluations_for`)."""
@@ -150,7 +151,7 @@ def valuation_settings(config: NoisyClientsConfig, utility=None,
     ads = AdsSettings(method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
                       truncation_tolerance=config.truncation_tolerance, stderr_target=config.stderr_target,
                       budget=evaluations)
-    return ValuationSettings(methods=config.methods, ads=ads, on_progress=on_progress)
+    return ValuationSettings(methods=config.methods, ads=ads)
 
 
 def _check(config: NoisyClientsConfig) -> None:
@@ -314,11 +315,12 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
                                   batch_size=config.batch_size, seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         seed=config.seed,
-        noisy_clients=noisy,
-        valuation=valuation_settings(config, utility, on_valuation_progress),
+        books=BookSettings(noisy_clients=noisy),
+        valuation=valuation_settings(config, utility),
         intake=IntakeSettings(query_timeout=config.query_timeout),
         run=RunSettings(run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},
-                        resume=resume, sign_key=sign_key, on_round=on_round),
+                        resume=resume, sign_key=sign_key),
+        callbacks=RunCallbacks(on_round=on_round, on_progress=on_valuation_progress),
         engine=EngineOptions.of(config),
         overwrite=overwrite,
         round_timeout=config.round_timeout,

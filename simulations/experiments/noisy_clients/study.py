@@ -210,76 +210,18 @@ def run_study(
     study_config = {"simulation": "noisy-clients-study", **dataclasses.asdict(config), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
     write_json(out_dir / RUN_CONFIG_FILE, study_config)
-    timings = {"valuation": 0.0, "rounds": 0.0, "runs": 0}
-    accuracy_rows: list[dict] = []
-    def timed_start(strategy, grid, initial, train_record):
-        marks = [time.perf_counter()]
-        strategy.on_round = lambda row: marks.append(time.perf_counter())
-        strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout,
-                       train_config=train_record)
-        timings["rounds"] += marks[-1] - marks[0]
-        timings["valuation"] += sum(r["valuation_seconds"] for r in strategy.rounds)
-        timings["runs"] += 1
-        return strategy
+    runs = _StudyRuns(config, out_dir)
 
     def main(grid: Grid) -> None:
         nodes = NodeDirectory()  # one engine, one set of node ids: each node is asked its partition once
         for seed in seeds:
-            base = _base(config, seed)
-            _, model_factory, utility, noisy = build(base)
-            # A budget in seconds: timed once, for both runs.
-            valuation = dataclasses.replace(valuation_settings(config, utility), methods=("ads", "loo"))
-            intake = IntakeSettings(nodes=nodes, query_timeout=config.query_timeout)
-            initial = initial_model_arrays(model_factory, seed)
-
-            def config_record(clean: bool = False) -> ConfigRecord:
-                return ConfigRecord(train_config(learning_rate=config.learning_rate,
-                                                 local_epochs=config.local_epochs, batch_size=config.batch_size,
-                                                 seed=seed, data_key=data_key(seed, clean=clean)))
-
-            seed_dir = out_dir / f"seed-{seed}"
-
-            def scored_run(name: str, noisy_clients: frozenset, run_config: dict, clean: bool = False):
-                """One run scored with ADS and LOO on the paper's schedule (the clean one: no label noise)."""
-                return timed_start(
-                    ValuingStrategy(fedavg_without_evaluation(), utility, run_dir=str(seed_dir / name),
-                                    sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule,
-                                                             seed=seed),
-                                    seed=seed, valuation=valuation, books=BookSettings(noisy_clients=noisy_clients),
-                                    intake=intake, run=RunSettings(run_config=run_config, checkpoint=False)),
-                    grid, initial, config_record(clean=clean))
-
-            if config.clean_runs:  # same data, model, schedule and utility; no label noise
-                clean = scored_run("clean", frozenset(), {"seed": seed, "noisy_fraction": 0.0}, clean=True)
-                accuracy_rows.extend({"seed": seed, "method": "clean", "k": config.clients_per_round,
-                                      "round": r["round"], "accuracy": r["utility_realized"]}
-                                     for r in clean.rounds)
-            scored = scored_run("scored", noisy, {"seed": seed})
-            accuracy_rows.extend({"seed": seed, "method": "all", "k": config.clients_per_round,
-                                  "round": r["round"], "accuracy": r["utility_realized"]} for r in scored.rounds)
-            ledger = load_run(seed_dir / "scored").ledger
-            for k in config.ks:
-                for ranking in RANKINGS:
-                    sampled, accepted = retrain_plan(ledger, "ads" if ranking == "random" else ranking, k)
-                    if ranking == "random":
-                        accepted = _random_acceptance(sampled, k, seed)
-                    retrained = timed_start(
-                        ValuingStrategy(fedavg_without_evaluation(), utility, acceptance=Replay(accepted),
-                                        sampler=ReplaySampler(sampled), seed=seed,
-                                        run_dir=str(seed_dir / f"top{k}-{ranking}"),
-                                        valuation=ValuationSettings(methods=()),
-                                        books=BookSettings(noisy_clients=noisy), intake=intake,
-                                        run=RunSettings(run_config={"seed": seed, "k": k, "ranking": ranking},
-                                                        checkpoint=False)),
-                        grid, initial, config_record())
-                    accuracy_rows.extend({"seed": seed, "method": ranking, "k": k, "round": r["round"],
-                                          "accuracy": r["utility_realized"]} for r in retrained.rounds)
+            runs.seed(grid, nodes, seed)
             if on_run is not None:
                 on_run(f"seed {seed}: {'clean + ' if config.clean_runs else ''}scored + "
                        f"{len(config.ks) * len(RANKINGS)} retrained runs")
         # per message type: messages sent and seconds waiting for their replies (the engine's grid counts)
-        timings["messages"] = dict(getattr(grid, "messages_sent", {}))
-        timings["waiting"] = dict(getattr(grid, "wait_seconds", {}))
+        runs.timings["messages"] = dict(getattr(grid, "messages_sent", {}))
+        runs.timings["waiting"] = dict(getattr(grid, "wait_seconds", {}))
 
     started = time.perf_counter()
     base = _base(config, seeds[0])
@@ -288,8 +230,70 @@ def run_study(
     with torch_threads(SERVER_TORCH_THREADS):  # the valuation's forward passes, in this process
         serve(make_client_app(loader, model_factory, mods=client_mods), main, num_supernodes=config.num_clients,
               engine=dataclasses.replace(EngineOptions.of(config), max_parallel_clients=_parallel_clients(config)))
-    timings["total"] = time.perf_counter() - started
-    return write_outputs(out_dir, seeds, pd.DataFrame(accuracy_rows), timings)
+    runs.timings["total"] = time.perf_counter() - started
+    return write_outputs(out_dir, seeds, pd.DataFrame(runs.accuracy_rows), runs.timings)
+
+
+class _StudyRuns:
+    """The study's runs on one engine: per seed, the clean run, the scored run and every
+    retrained top-k run, each timed; their accuracy per round."""
+
+    def __init__(self, config: NoisyClientsStudyConfig, out_dir: Path) -> None:
+        self.config, self.out_dir = config, out_dir
+        self.timings = {"valuation": 0.0, "rounds": 0.0, "runs": 0}
+        self.accuracy_rows: list[dict] = []
+
+    def seed(self, grid: Grid, nodes: NodeDirectory, seed: int) -> None:
+        config = self.config
+        _, model_factory, utility, noisy = build(_base(config, seed))
+        # A budget in seconds: timed once, for both runs.
+        valuation = dataclasses.replace(valuation_settings(config, utility), methods=("ads", "loo"))
+        intake = IntakeSettings(nodes=nodes, query_timeout=config.query_timeout)
+        initial, seed_dir = initial_model_arrays(model_factory, seed), self.out_dir / f"seed-{seed}"
+
+        def scored_run(name: str, noisy_clients: frozenset, run_config: dict, clean: bool = False):
+            """One run scored with ADS and LOO on the paper's schedule (the clean one: no label noise)."""
+            sampler = PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=seed)
+            return self.start(ValuingStrategy(
+                fedavg_without_evaluation(), utility, run_dir=str(seed_dir / name), sampler=sampler, seed=seed,
+                valuation=valuation, books=BookSettings(noisy_clients=noisy_clients), intake=intake,
+                run=RunSettings(run_config=run_config, checkpoint=False)), grid, initial, seed, clean=clean)
+
+        if config.clean_runs:  # same data, model, schedule and utility; no label noise
+            self.record(seed, "clean", config.clients_per_round,
+                        scored_run("clean", frozenset(), {"seed": seed, "noisy_fraction": 0.0}, clean=True))
+        self.record(seed, "all", config.clients_per_round, scored_run("scored", noisy, {"seed": seed}))
+        ledger = load_run(seed_dir / "scored").ledger
+        for k in config.ks:
+            for ranking in RANKINGS:
+                sampled, accepted = retrain_plan(ledger, "ads" if ranking == "random" else ranking, k)
+                if ranking == "random":
+                    accepted = _random_acceptance(sampled, k, seed)
+                retrained = self.start(ValuingStrategy(
+                    fedavg_without_evaluation(), utility, acceptance=Replay(accepted), sampler=ReplaySampler(sampled),
+                    seed=seed, run_dir=str(seed_dir / f"top{k}-{ranking}"), valuation=ValuationSettings(methods=()),
+                    books=BookSettings(noisy_clients=noisy), intake=intake,
+                    run=RunSettings(run_config={"seed": seed, "k": k, "ranking": ranking}, checkpoint=False)),
+                    grid, initial, seed)
+                self.record(seed, ranking, k, retrained)
+
+    def start(self, strategy: ValuingStrategy, grid: Grid, initial, seed: int, clean: bool = False):
+        """Run ``strategy`` on ``grid``, adding its rounds' and valuation's seconds to the timings."""
+        config = self.config
+        train_record = ConfigRecord(train_config(learning_rate=config.learning_rate, local_epochs=config.local_epochs,
+                                                 batch_size=config.batch_size, seed=seed,
+                                                 data_key=data_key(seed, clean=clean)))
+        marks = [time.perf_counter()]
+        strategy.on_round = lambda row: marks.append(time.perf_counter())
+        strategy.start(grid, initial, num_rounds=config.rounds, timeout=config.round_timeout, train_config=train_record)
+        self.timings["rounds"] += marks[-1] - marks[0]
+        self.timings["valuation"] += sum(r["valuation_seconds"] for r in strategy.rounds)
+        self.timings["runs"] += 1
+        return strategy
+
+    def record(self, seed: int, method: str, k: int, strategy: ValuingStrategy) -> None:
+        self.accuracy_rows.extend({"seed": seed, "method": method, "k": k, "round": r["round"],
+                                   "accuracy": r["utility_realized"]} for r in strategy.rounds)
 
 
 def write_outputs(out_dir: Path, seeds: list[int], accuracy: pd.DataFrame, timings: dict) -> dict:

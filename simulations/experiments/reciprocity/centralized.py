@@ -1,6 +1,6 @@
 """Centralized reciprocity of [RECIP] §5: the healthcare models (§5.2) and MovieLens (§5.1).
 
-Reproduces "the diabetes model is (0.75, 0.36)-Marginal-reciprocal, and (0.75, 0.76)-TracIn-
+Runs the experiments behind "the diabetes model is (0.75, 0.36)-Marginal-reciprocal, and (0.75, 0.76)-TracIn-
 reciprocal. The breast cancer model is (0.75, 0.48)-Marginal-reciprocal and (0.75, 0.93)-
 TracIn-reciprocal" (§5.2), the longer-training result of the workshop version ("When the
 diabetes model is trained for 1000 steps ... the 75th percentile of reciprocity decreases
@@ -174,7 +174,9 @@ class CentralizedReciprocityResult:
 
     def head(self) -> str:
         c = self.config
-        return (f"{c.dataset}: {PAPER[c.dataset]['model']} regression, T={c.steps_used}, eta={c.learning_rate_used:g}, "
+        loss = ", loss 1/2 (f - y)^2" if c.model == "linear-half" else ""
+        return (f"{c.dataset}: {PAPER[c.dataset]['model']} regression{loss}, T={c.steps_used}, "
+                f"eta={c.learning_rate_used:g}, "
                 f"{c.repetitions_used} splits, start {c.initialization_used}, influence {c.influence}, seed {c.seed}, "
                 f"{self.seconds:.1f}s")
 
@@ -284,7 +286,7 @@ def run_centralized_reciprocity(config: ReciprocityConfig | None = None) -> Cent
         raise ValueError(f"dataset: expected one of {list(HEALTHCARE)} (movielens runs through "
                          f"simulations.experiments.reciprocity.movielens.run_movielens_reciprocity); got {config.dataset!r}.")
     started = time.perf_counter()
-    model = PAPER[config.dataset]["model"]
+    model = config.model
     x, y = _load(config.dataset, config.target)
     n, repetitions, steps = len(y), config.repetitions_used, config.steps_used
     rng = np.random.default_rng(np.random.SeedSequence([int(config.seed), DATASETS.index(config.dataset)]))
@@ -382,8 +384,13 @@ def cli_main(config: ReciprocityConfig, options) -> int:
         raise ValueError(f"out: {out} already holds files; pass --overwrite to replace them or choose another "
                          "directory.")
     say = options.say() if hasattr(options, "say") else None
-    results = [run_movielens_reciprocity(c, on_run=say) if c.dataset == "movielens" else run_centralized_reciprocity(c)
-               for c in configs]
+    on_split = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        # A long MovieLens run keeps the splits it finished, should it be stopped.
+        on_split = lambda flows: np.savez(out / "movielens-splits.npz", **flows)  # noqa: E731
+    results = [run_movielens_reciprocity(c, on_run=say, on_split=on_split) if c.dataset == "movielens"
+               else run_centralized_reciprocity(c) for c in configs]
     print(format_table(*results))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,8 @@ HEALTHCARE = ("breast-cancer", "diabetes")
 DATASETS = (*HEALTHCARE, "movielens")
 AVERAGINGS = ("conditional", "all-splits")
 TARGETS = ("raw", "standardized")
+#: The diabetes loss: (f − y)² (the default, "squared error" of §5.2) or ½(f − y)² (App. A's form).
+SQUARED_LOSSES = ("plain", "half")
 INFLUENCES = ("tracin", "marginal", "both")
 
 #: [RECIP] §5.2 and footnote 4 (model, T, η, 100 splits; α reported for TracIn and Marginal),
@@ -51,6 +53,8 @@ RECIPROCITY_HELP = {
                       "splits are half/half)",
     "marginal_users": "movielens Marginal: users sampled (all their ratings), one retraining per user",
     "checkpoint_every": "keep the cumulative flows every this many steps for alpha along training (0 = T/100)",
+    "squared_loss": "diabetes: plain (loss (f - y)^2, the default) or half (1/2 (f - y)^2, as [RECIP] App. A writes "
+                    "its loss; halves every gradient at the same learning rate)",
     "local_steps": "movielens: 0 = centralized gradient descent (the paper); E >= 1 = federated per user: --steps "
                    "rounds, each user a client keeping its own embedding and taking E local steps",
 }
@@ -83,6 +87,7 @@ class ReciprocityConfig:
     marginal_users: int = 100
     checkpoint_every: int = 0
     local_steps: int = 0
+    squared_loss: str = "plain"
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -105,6 +110,12 @@ class ReciprocityConfig:
     @property
     def initialization_used(self) -> str:
         return self.initialization or ("random" if self.dataset == "movielens" else "average-label")
+
+    @property
+    def model(self) -> str:
+        """The healthcare model of :mod:`simulations.experiments.reciprocity.training`: logistic, linear or linear-half."""
+        model = self._paper().get("model", "")
+        return "linear-half" if model == "linear" and self.squared_loss == "half" else model
 
     @property
     def influences(self) -> tuple[str, ...]:
@@ -151,6 +162,10 @@ def check(config: ReciprocityConfig) -> None:
                          f"{config.train_fraction!r}.")
     check_integer("marginal_users", config.marginal_users, 2)
     check_integer("checkpoint_every", config.checkpoint_every, 0, why="0 = T/100")
+    check_choice("squared_loss", config.squared_loss, SQUARED_LOSSES)
+    if config.squared_loss != "plain" and config.dataset != "diabetes":
+        raise ValueError(f"squared_loss: {config.squared_loss!r} applies to the diabetes regression only; expected "
+                         f"'plain' for dataset {config.dataset!r}.")
     check_integer("local_steps", config.local_steps, 0, why="0 = centralized")
     if config.local_steps and config.dataset != "movielens":
         raise ValueError(f"local_steps: federated training per user is the movielens extension; expected 0 for "

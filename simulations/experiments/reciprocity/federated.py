@@ -34,7 +34,7 @@ from simulations.runner import (
     saved_config,
     simulate,
 )
-from strategies import PartitionSampler, RunSettings, ValuationSettings, train_config
+from strategies import BookSettings, PartitionSampler, RunCallbacks, RunSettings, ValuationSettings, train_config
 
 #: [RECIP] §5.2: logistic regression at η = 0.1, linear regression at η = 0.01.
 PAPER_LEARNING_RATES = {"breast-cancer": 0.1, "diabetes": 0.01}
@@ -145,13 +145,14 @@ def run_federated_reciprocity(
         train_config=train_config(learning_rate=config.step_size, local_epochs=config.local_epochs,
                                   seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule="random", seed=config.seed),
-        flows=True,
+        books=BookSettings(flows=True),
         seed=config.seed,
         valuation=ValuationSettings(methods=()),
         run=RunSettings(run_config={"simulation": "reciprocity-federated", **config.as_dict(),
                                     "learning_rate_used": config.step_size,
                                     "splits": "per client: random half train, half inference"},
-                        resume=resume, sign_key=sign_key, on_round=on_round),
+                        resume=resume, sign_key=sign_key),
+        callbacks=RunCallbacks(on_round=on_round),
         engine=EngineOptions.of(config),
         overwrite=overwrite,
         round_timeout=config.round_timeout,

@@ -276,8 +276,14 @@ def _marginal_subsample(data: MovieLensData, config, rng_sequence: np.random.See
     return result
 
 
-def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = None) -> MovieLensResult:
-    """[RECIP] §5.1 (module docstring); ``config`` is a :class:`simulations.experiments.reciprocity.centralized.ReciprocityConfig`."""
+def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = None,
+                              on_split: Callable[[dict], None] | None = None) -> MovieLensResult:
+    """[RECIP] §5.1 (module docstring); ``config`` is a :class:`simulations.experiments.reciprocity.centralized.ReciprocityConfig`.
+
+    ``on_split``, when given, receives after every split the per-split mean flows so far
+    (``inflow`` and ``outflow``: splits × users; ``user_id``; ``inference_rmse`` per run), so
+    that a run stopped before its last split still leaves the splits it finished.
+    """
     check(config)
     say = on_run or (lambda line: None)
     started = time.perf_counter()
@@ -307,6 +313,9 @@ def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = Non
                 f"{run.inference_rmse:.4f} ({time.perf_counter() - run_started:.1f}s)")
         per_split_in.append(np.mean(runs_in, axis=0))
         per_split_out.append(np.mean(runs_out, axis=0))
+        if on_split is not None:
+            on_split({"inflow": np.array(per_split_in), "outflow": np.array(per_split_out),
+                      "user_id": data.user_ids, "inference_rmse": np.array(rmse)})
         cumulative.append((np.mean([c[0] for c in runs_cumulative], axis=0),
                            np.mean([c[1] for c in runs_cumulative], axis=0)))
         checkpoints = run.checkpoints

@@ -7,7 +7,12 @@ gradient-descent steps on the mean training loss, w ← w − (η/|Z|) Σ_{z∈Z
 losses, with x̃ = (x, 1):
 
     ℓ_z = −y log σ(x̃·w) − (1−y) log(1−σ(x̃·w)),   ∇ℓ_z = (σ(x̃·w) − y) x̃,
-    ℓ_z = (x̃·w − y)²,                               ∇ℓ_z = 2(x̃·w − y) x̃.
+    ℓ_z = (x̃·w − y)²,                               ∇ℓ_z = 2(x̃·w − y) x̃         (``linear``),
+    ℓ_z = ½(x̃·w − y)²,                              ∇ℓ_z = (x̃·w − y) x̃           (``linear-half``).
+
+§5.2 says "squared error" without a factor; App. A writes the ½ on its matrix-factorization
+loss. The ½ halves every gradient, so at the same η the model moves half as far per step and
+both the flows and their signs over training change (``linear-half`` is the option).
 
 **Initialization.** ``average-label`` (the default of the simulation): the workshop version
 says "we initialize the model parameters in such a way that it predicts the average
@@ -63,17 +68,17 @@ def initial_weights(model: str, y_train: np.ndarray, num_columns: int, initializ
 
 
 def residual(model: str, scores: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """dℓ/d(x̃·w) per example: σ(x̃·w) − y (logistic) or 2(x̃·w − y) (squared error)."""
+    """dℓ/d(x̃·w) per example: σ(x̃·w) − y (logistic), 2(x̃·w − y) (squared error) or x̃·w − y (half of it)."""
     if model == "logistic":
         return 0.5 * (1.0 + np.tanh(0.5 * scores)) - y  # σ, overflow-free
-    return 2.0 * (scores - y)
+    return (scores - y) if model == "linear-half" else 2.0 * (scores - y)
 
 
 def example_losses(model: str, scores: np.ndarray, y: np.ndarray) -> np.ndarray:
     """ℓ per example (the losses the flows are reductions of)."""
     if model == "logistic":
         return np.logaddexp(0.0, scores) - y * scores
-    return (scores - y) ** 2
+    return (0.5 if model == "linear-half" else 1.0) * (scores - y) ** 2
 
 
 def quality(model: str, scores: np.ndarray, y: np.ndarray) -> float:

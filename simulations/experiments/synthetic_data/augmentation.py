@@ -27,8 +27,20 @@ binary breast-cancer data with Borderline-SMOTE rows), both in
 is 3,000, and ``convergence.csv`` states, per seed and method, the largest standard error of
 a synthetic value against the spread of the values.
 
-Ties in value (common: far instances are worth exactly 0) are broken at random. Then, for
-fractions 0 … ``max_fraction`` of the synthetic instances, the four panels of Figure 2:
+``utility`` scores the retrained model for MC-ADS, TMC-DS and LOO: the paper's test accuracy,
+or (K-NN) the K-NN likelihood of the right label (the surrogate, which moves whenever an
+instance enters a test point's K nearest; accuracy moves only when it flips a vote, so most
+marginals are exactly 0). ``ties.csv`` gives, per seed and method, the share of synthetic
+values equal to another synthetic value, the share exactly 0 and the number of distinct
+values (:func:`tie_shares`).
+
+**Ties** (``ties``). ``unranked`` (the default): tied values are not ordered; a fraction whose
+chosen set would split a group of tied values is not measured (NaN in ``curves.csv``, left out
+of the means; ``decided`` in ``orderings.csv`` is the share of (seed, fraction) cells that
+were), so every plotted point is ordered by the values alone. ``random``: ties broken in a
+seeded random order (this simulation's earlier rule; the curves then continue through the
+tied block, in random order). Then, for fractions 0 … ``max_fraction`` of the synthetic
+instances, the four panels of Figure 2:
 (a) remove the lowest valued from the full set, (b) remove the highest, (c) add the lowest
 to the originals, (d) add the highest. The model is retrained on each set and its test
 accuracy divided by the baseline's: the full set for (a)/(b), the originals for (c)/(d).
@@ -56,7 +68,7 @@ from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.valuation.knn.exact import knn_ads
 from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
-from simulations.experiments.synthetic_data.models import MODELS, prefix_model
+from simulations.experiments.synthetic_data.models import MODELS, UTILITIES, prefix_model
 from simulations.experiments.synthetic_data.synthetic_data import (
     DATASETS,
     OriginalsAndSynthetic,
@@ -87,7 +99,13 @@ AUGMENTATION_HELP = {
     "permutations": "permutations of MC-ADS and TMC-DS per seed ([ADS] App. C.1: 2,000-5,000)",
     "truncation_tolerance": "TMC-DS: a permutation stops once the prefix's accuracy is within this of the full "
                             "set's (0 = plain MC-DS)",
+    "utility": "what MC-ADS, TMC-DS and LOO score the retrained model by: accuracy (the paper's) or likelihood "
+               "(knn: the K-NN likelihood of the right label, few ties)",
+    "ties": "ordering of tied values in the interventions: unranked (a fraction that would split tied values is not "
+            "measured) or random (ties in seeded random order)",
 }
+#: How tied values are ordered in the interventions (module docstring).
+TIE_RULES = ("unranked", "random")
 
 
 @dataclass(frozen=True)
@@ -109,6 +127,8 @@ class AugmentationConfig:
     fraction_steps: int = 6
     model: str = "knn"
     truncation_tolerance: float = 0.01
+    utility: str = "accuracy"
+    ties: str = "unranked"
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -135,6 +155,11 @@ class AugmentationConfig:
                              f"{self.imbalance!r}.")
         if self.model not in MODELS:
             raise ValueError(f"model: expected one of {list(MODELS)}; got {self.model!r}.")
+        if self.utility not in UTILITIES or (self.utility == "likelihood" and self.model != "knn"):
+            raise ValueError(f"utility: expected one of {list(UTILITIES)} ('likelihood' with the knn model only); "
+                             f"got {self.utility!r} with model {self.model!r}.")
+        if self.ties not in TIE_RULES:
+            raise ValueError(f"ties: expected one of {list(TIE_RULES)}; got {self.ties!r}.")
         if self.model == "logistic" and self.dataset != "breast-cancer":
             raise ValueError(f"model: 'logistic' is the binary logistic regression; expected dataset 'breast-cancer' "
                              f"(two classes); got {self.dataset!r}.")
@@ -147,7 +172,7 @@ def value_synthetic(data: OriginalsAndSynthetic, config: AugmentationConfig,
     x, y, x_test, y_test = data.x_train, data.y_train, data.x_test, data.y_test
     n, n_original = len(y), data.num_original
     sigma = [np.arange(n_original), np.arange(n_original, n)]
-    model = prefix_model(config.model, x, y, x_test, y_test, config.k)
+    model = prefix_model(config.model, x, y, x_test, y_test, config.k, config.utility)
     mc_seeds = rng.spawn(2)
     results = {}
     if config.model == "knn":
@@ -185,17 +210,20 @@ def intervention_curves(data: OriginalsAndSynthetic, values: pd.DataFrame, confi
     tie_breaker = rng.random(len(synthetic))
     rows, masks = [], []
     for method in config.methods:
-        # Ascending by value, ties in random order.
-        ranked = synthetic[np.lexsort((tie_breaker, values[method].to_numpy()[synthetic]))]
+        # Ascending by value, ties in random order (used only where ``ties`` is random).
+        order = np.lexsort((tie_breaker, values[method].to_numpy()[synthetic]))
+        ranked, sorted_values = synthetic[order], values[method].to_numpy()[synthetic][order]
         for panel, (action, end) in PANELS.items():
             for fraction in fractions:
                 count = int(round(fraction * len(synthetic)))
-                chosen = ranked[:count] if end == "lowest" else ranked[len(ranked) - count:]
+                cut = count if end == "lowest" else len(ranked) - count
+                chosen = ranked[:count] if end == "lowest" else ranked[cut:]
                 mask = np.ones(n, dtype=bool) if action == "remove" else np.arange(n) < n_original
                 mask[chosen] = action == "add"
                 masks.append(mask)
                 rows.append({"method": method, "panel": panel, "action": action, "which": end,
-                             "fraction": float(fraction), "count": count})
+                             "fraction": float(fraction), "count": count,
+                             "decided": config.ties == "random" or splits_no_tie(sorted_values, cut)})
     baselines = {"remove": np.ones(n, dtype=bool), "add": np.arange(n) < n_original}
     masks = np.array([*masks, baselines["remove"], baselines["add"]])
     accuracy = prefix_values(prefix_model(config.model, x, y, data.x_test, data.y_test, config.k), masks)
@@ -206,8 +234,30 @@ def intervention_curves(data: OriginalsAndSynthetic, values: pd.DataFrame, confi
     base = {"remove": (accuracy[-2], surrogate[-2]), "add": (accuracy[-1], surrogate[-1])}
     for row, acc, knn_utility in zip(rows, accuracy, surrogate):
         base_accuracy, base_utility = base[row["action"]]
-        row.update(accuracy=float(acc), relative_accuracy=float(acc / base_accuracy), knn_utility=float(knn_utility),
-                   relative_utility=float(knn_utility / base_utility))
+        decided = row["decided"]
+        row.update(accuracy=float(acc) if decided else np.nan,
+                   relative_accuracy=float(acc / base_accuracy) if decided else np.nan,
+                   knn_utility=float(knn_utility) if decided else np.nan,
+                   relative_utility=float(knn_utility / base_utility) if decided else np.nan)
+    return pd.DataFrame(rows)
+
+
+def splits_no_tie(sorted_values: np.ndarray, cut: int) -> bool:
+    """Whether cutting the ascending ``sorted_values`` before position ``cut`` leaves every group
+    of equal values on one side (the chosen set is then decided by the values alone)."""
+    return cut <= 0 or cut >= len(sorted_values) or bool(sorted_values[cut - 1] != sorted_values[cut])
+
+
+def tie_shares(values: pd.DataFrame, methods) -> pd.DataFrame:
+    """Per method, over the synthetic instances: the share whose value equals another's (``tied``),
+    the share exactly 0 (``zero``) and the number of distinct values."""
+    synthetic = values[values["group"] == "synthetic"]
+    rows = []
+    for method in methods:
+        v = synthetic[method].to_numpy(float)
+        _, inverse, counts = np.unique(v, return_inverse=True, return_counts=True)
+        rows.append({"method": method, "instances": len(v), "tied": float(np.mean(counts[inverse] > 1)),
+                     "zero": float(np.mean(v == 0.0)), "distinct": int(len(counts))})
     return pd.DataFrame(rows)
 
 
@@ -224,19 +274,30 @@ def summarize(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def orderings(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per panel: each method's mean relative accuracy over fractions > 0, and whether each ADS
-    method beats its symmetric counterpart and LOO in the panel's better direction."""
+    """Per panel: each method's mean relative accuracy over the measured fractions > 0, the share
+    of (seed, fraction) cells it was measured at (``{method}_decided``), and whether each ADS
+    method beats its symmetric counterpart and LOO in the panel's better direction, over the
+    cells where all three were measured (NaN where there are none)."""
     methods = list(dict.fromkeys(curves["method"]))
     later = curves[curves["fraction"] > 0]
     table = later.groupby(["panel", "method"])["relative_accuracy"].mean().unstack("method")[methods]
+    cells = later.pivot_table(index=["panel", "seed", "fraction"], columns="method", values="relative_accuracy",
+                              dropna=False)
     verdicts = []
-    for panel, row in table.iterrows():
-        verdict = {"panel": panel, "better": BETTER[panel]}
+    for panel in table.index:
+        here = cells.loc[panel]
+        verdict = {"panel": panel, "better": BETTER[panel],
+                   **{f"{method}_decided": float(here[method].notna().mean()) for method in methods}}
         for ads, ds in PAIRS:
-            if ads in row and ds in row:
-                rivals = (row[ds], row["loo"])
-                verdict[f"{ads}_beats_{ds}_and_loo"] = bool(row[ads] > max(rivals) if BETTER[panel] == "higher"
-                                                            else row[ads] < min(rivals))
+            if ads not in here or ds not in here:
+                continue
+            common = here[[ads, ds, "loo"]].dropna().mean()
+            if common.isna().any():
+                verdict[f"{ads}_beats_{ds}_and_loo"] = np.nan
+                continue
+            rivals = (common[ds], common["loo"])
+            verdict[f"{ads}_beats_{ds}_and_loo"] = bool(common[ads] > max(rivals) if BETTER[panel] == "higher"
+                                                        else common[ads] < min(rivals))
         verdicts.append(verdict)
     return table.reset_index().merge(pd.DataFrame(verdicts), on="panel")
 
@@ -268,13 +329,13 @@ def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
 def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: bool = False,
                      on_stage: Callable[[str], None] | None = None) -> str:
     """Run every seed, write values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv,
-    figure2.png and run.json to ``out``; return the orderings table as text."""
+    ties.csv, figure2.png and run.json to ``out``; return the orderings table as text."""
     from fedvalue.run.ledger_tables import write_json
 
     config.check()
     out = prepare_run_dir(out, overwrite=overwrite)
     say = on_stage or (lambda line: None)
-    all_values, all_curves, all_convergence = [], [], []
+    all_values, all_curves, all_convergence, all_ties = [], [], [], []
     with threadpool_limits(1, user_api="blas"):  # small products: extra BLAS threads only spin-wait
         for run in range(config.seeds):
             seed = config.seed + run
@@ -293,6 +354,7 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
             started = time.perf_counter()
             curves = intervention_curves(data, values, config, curve_rng)
             say(f"seed {seed}: interventions, {len(curves)} refits ({time.perf_counter() - started:.1f}s)")
+            all_ties.append(tie_shares(values, config.methods).assign(seed=seed))
             all_values.append(values.reset_index().assign(seed=seed))
             all_curves.append(curves.assign(seed=seed))
             all_convergence.append(convergence.assign(seed=seed))
@@ -304,11 +366,13 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
     summary.to_csv(out / "summary.csv", index=False)
     table.to_csv(out / "orderings.csv", index=False)
     pd.concat(all_convergence, ignore_index=True).to_csv(out / "convergence.csv", index=False)
+    ties = pd.concat(all_ties, ignore_index=True)
+    ties.to_csv(out / "ties.csv", index=False)
     write_json(out / RUN_CONFIG_FILE, {"simulation": "augmentation", **dataclasses.asdict(config)})
     model = f"{config.k}-NN" if config.model == "knn" else "logistic regression"
     plot(summary, out / "figure2.png", f"{config.dataset}, {model}: relative accuracy, mean of {config.seeds} seed(s)")
-    say(f"wrote values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv, figure2.png to {out}")
-    return format_orderings(table)
+    say(f"wrote values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv, ties.csv, figure2.png to {out}")
+    return format_orderings(table) + "\n" + format_ties(ties)
 
 
 def format_orderings(table: pd.DataFrame) -> str:
@@ -317,9 +381,25 @@ def format_orderings(table: pd.DataFrame) -> str:
     lines = ["mean relative accuracy over fractions > 0 (better: (a), (d) higher; (b), (c) lower)",
              f"{'panel':<6}" + "".join(f"{m:>9}" for m in methods) + "   ADS beats DS and LOO ("
              + " / ".join(a for a, _ in pairs) + ")"]
+    def verdict(value) -> str:
+        return "n/a" if pd.isna(value) else "yes" if value else "no"
+
     for _, row in table.iterrows():
         lines.append(f"{row['panel']:<6}" + "".join(f"{row[m]:>9.4f}" for m in methods) + "   "
-                     + " / ".join("yes" if row[f"{a}_beats_{d}_and_loo"] else "no" for a, d in pairs))
+                     + " / ".join(verdict(row[f"{a}_beats_{d}_and_loo"]) for a, d in pairs))
+    if any(f"{m}_decided" in table for m in methods):
+        lines.append("share of (seed, fraction) cells decided by the values alone (ties unranked)")
+        for _, row in table.iterrows():
+            lines.append(f"{row['panel']:<6}" + "".join(f"{row.get(f'{m}_decided', np.nan):>9.2f}" for m in methods))
+    return "\n".join(lines)
+
+
+def format_ties(ties: pd.DataFrame) -> str:
+    """Mean over seeds of each method's tie shares (:func:`tie_shares`)."""
+    mean = ties.groupby("method", sort=False)[["tied", "zero", "distinct"]].mean()
+    lines = ["synthetic values, mean over seeds: share tied with another value, share exactly 0, distinct values",
+             f"{'method':<9}{'tied':>8}{'zero':>8}{'distinct':>10}"]
+    lines += [f"{method:<9}{row['tied']:>8.3f}{row['zero']:>8.3f}{row['distinct']:>10.1f}" for method, row in mean.iterrows()]
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LogisticPrefixes", "MODELS", "prefix_model"]
+__all__ = ["LogisticPrefixes", "MODELS", "UTILITIES", "prefix_model"]
 
 MODELS = ("knn", "logistic")
 
@@ -96,13 +96,23 @@ class LogisticPrefixes:
         return self._accuracy(state["weights"][rows])
 
 
-def prefix_model(model: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                 k: int):
-    """The PrefixModel of ``model`` (``knn`` with K = ``k``, or ``logistic``) on these data."""
-    from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes
+#: Utilities a retrained model is scored by: the paper's test accuracy, or (K-NN only) the K-NN
+#: likelihood of the right label (:class:`fedvalue.valuation.knn.monte_carlo.KnnLikelihoodPrefixes`).
+UTILITIES = ("accuracy", "likelihood")
 
+
+def prefix_model(model: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                 k: int, utility: str = "accuracy"):
+    """The PrefixModel of ``model`` (``knn`` with K = ``k``, or ``logistic``) on these data, scored by
+    ``utility`` (``likelihood``: K-NN only)."""
+    from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes, KnnLikelihoodPrefixes
+
+    if utility not in UTILITIES or (utility == "likelihood" and model != "knn"):
+        raise ValueError(f"utility: expected 'accuracy', or 'likelihood' with the knn model; got {utility!r} with "
+                         f"model {model!r}.")
     if model == "knn":
-        return KnnAccuracyPrefixes(x_train, y_train, x_test, y_test, k)
+        return (KnnLikelihoodPrefixes if utility == "likelihood" else KnnAccuracyPrefixes)(x_train, y_train, x_test,
+                                                                                           y_test, k)
     if model == "logistic":
         return LogisticPrefixes(x_train, y_train, x_test, y_test)
     raise ValueError(f"model: expected one of {list(MODELS)}; got {model!r}.")

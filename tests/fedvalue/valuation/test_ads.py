@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import fedvalue
 from fedvalue import CoalitionGame
-from fedvalue.valuation.ads import mc_num_permutations
+from fedvalue.valuation.plan import mc_num_permutations
 
 from tests.fedvalue.reference_games import (
     CountingUtility,
@@ -545,5 +545,5 @@ def test_ads_settings_are_checked_once_when_made_and_cannot_change():
     settings = AdsSettings(method="mc", epsilon=0.2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.epsilon = 0.5
-    assert AdsSettings(**settings.as_keywords()) == settings  # the round record's round trip
+    assert AdsSettings(**settings.as_dict()) == settings  # the round record's round trip
 

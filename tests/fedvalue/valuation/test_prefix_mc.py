@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fedvalue
-from fedvalue.valuation.ads import mc_num_permutations
+from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes
 from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values

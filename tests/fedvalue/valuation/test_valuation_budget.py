@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedvalue.valuation.ads import AdsSettings, ads, budget_method, minimum_budget
+from fedvalue.valuation.ads import AdsSettings, ads
+
+from fedvalue.valuation.plan import budget_method, minimum_budget
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import fedavg_round_game, value_round
 from fedvalue.scoring.torch_utilities import TorchModelUtility

@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from simulations import cli
-from simulations.cli.main import build_parser, command_line_options, in_cli_words, main
+from simulations.cli.main import build_parser, main
+from simulations.cli.options import command_line_options, in_cli_words
 from simulations.cli.registry import SIMULATIONS
+from simulations.runner.engine import INTERRUPTED_EXIT_CODE
 
 
 def parsers(parser: argparse.ArgumentParser, path=("fedvalue",)):
@@ -141,7 +142,7 @@ def test_a_second_ctrl_c_says_why_the_run_stopped_and_where_its_rounds_are(tmp_p
     monkeypatch.setitem(SIMULATIONS, "noisy-clients", dataclasses.replace(SIMULATIONS["noisy-clients"],
                                                                           main=stopped_at_once))
     out = tmp_path / "run"
-    assert main(["run", "noisy-clients", "--out", str(out)]) == cli.INTERRUPTED_EXIT_CODE
+    assert main(["run", "noisy-clients", "--out", str(out)]) == INTERRUPTED_EXIT_CODE
     err = capsys.readouterr().err
     assert err.startswith("fedvalue: interrupted: stopped at once by a second Ctrl-C")
     assert f"continue with fedvalue run --resume {out}" in err

@@ -18,6 +18,7 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations import simulate
 from simulations.runner.api import default_sampler, initial_model_arrays
 from strategies.counterfactual import RandomState
+from strategies import BookSettings
 from strategies.records import arrays_to_numpy
 
 
@@ -78,10 +79,10 @@ def test_flows_without_inference_splits_are_refused_before_anything_starts(tmp_p
     utility = TorchModelUtility(unseeded_model(), np.zeros((2, 4), np.float32), np.zeros(2, np.int64))
     with pytest.raises(ValueError, match=r"flows: TracIn flows need every client's inference split \(ClientData's "
                                          r"x_infer, y_infer\); 2 of 3 clients have none \(partition 0, 2\)\. .*"
-                                         r"flows=False"):
+                                         r"BookSettings\(flows=False\)"):
         simulate(strategy=FedAvg(fraction_evaluate=0.0), model_factory=unseeded_model,
                  load_client_data=no_inference_split, num_clients=3, num_rounds=1, utility=utility,
-                 out=tmp_path / "run", flows=True, train_config={"lr": 0.1, "local-epochs": 1})
+                 out=tmp_path / "run", books=BookSettings(flows=True), train_config={"lr": 0.1, "local-epochs": 1})
     assert not (tmp_path / "run").exists()
 
 

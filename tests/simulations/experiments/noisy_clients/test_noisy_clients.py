@@ -81,6 +81,9 @@ def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, cap
     assert main(["audit", str(second)]) == 1  # nothing failed, but an incomplete run is not verifiable
     out = capsys.readouterr().out
     assert "FAILED" not in out and "is incomplete" in out
+    # A resumed run keeps its settings (checked once the directory verified).
+    assert main(["run", "noisy-clients", "--resume", str(second), "--rounds", "6"]) == 2
+    assert "rounds: the run in" in capsys.readouterr().err
     assert main(["run", "--resume", str(second), "--quiet"]) == 0  # the simulation and settings from run.json
     # Same seed, same books, byte for byte, interrupted or not.
     assert (booked_run / "ledger.csv").read_bytes() == (second / "ledger.csv").read_bytes()
@@ -88,11 +91,11 @@ def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, cap
                                   check_dtype=False)  # the Parquet copy caught up too
     assert main(["audit", str(second)]) == 0
     capsys.readouterr()
-    # A finished run has nothing to resume; a resumed run keeps its settings.
+    # A finished run has nothing to resume, whatever the settings given (the directory is verified first).
     assert main(["run", "noisy-clients", "--resume", str(second), "--quiet"]) == 2
     assert "already completed 4 rounds" in capsys.readouterr().err
     assert main(["run", "noisy-clients", "--resume", str(second), "--rounds", "6"]) == 2
-    assert "rounds: the run in" in capsys.readouterr().err
+    assert "already completed 4 rounds" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ def test_cli_writes_tables_and_figure_and_is_deterministic(tmp_path, capsys):
     assert "seed 1: values by knn-ads, mc-ads, knn-ds, tmc-ds, loo, random" in out and "ADS beats DS and LOO" in out
     assert main(["run", "augmentation", "--out", str(second), "--quiet", *TINY]) == 0
     assert "seed 0 (1/2)" not in capsys.readouterr().out
-    for name in ("values.csv", "curves.csv", "summary.csv", "orderings.csv", "convergence.csv", "config.json"):
+    for name in ("values.csv", "curves.csv", "summary.csv", "orderings.csv", "convergence.csv", "run.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     assert (first / "figure2.png").stat().st_size > 10_000
     curves = pd.read_csv(first / "curves.csv")
@@ -107,7 +107,7 @@ def test_augmentation_keeps_images_close_and_zero_range_is_identity():
 
 def test_curves_refit_the_right_sets():
     config = AugmentationConfig(train_per_class=5, test_per_class=4, permutations=10, fraction_steps=2,
-                                max_fraction=0.5)
+                                max_fraction=0.5, ties="random")
     rng = np.random.default_rng(3)
     data = originals_and_synthetic("digits", "", 5, 4, rng, rotation=30, shift=0.05, scale=0.1, imbalance=0.25,
                                    smote_neighbors=3)

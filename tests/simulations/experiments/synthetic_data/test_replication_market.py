@@ -22,7 +22,7 @@ def test_cli_totals_follow_group_efficiency_and_symmetry(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("data: 80 originals owned by 4 contributors") and "copied 2x" in out
     assert main(["run", "replication-market", "--out", str(second), "--quiet", *TINY]) == 0
-    for name in ("totals.csv", "contributors.csv", "config.json"):
+    for name in ("totals.csv", "contributors.csv", "run.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     assert (first / "figure3.png").stat().st_size > 10_000
 

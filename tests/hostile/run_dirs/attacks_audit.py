@@ -1,4 +1,4 @@
-"""The second half of ``tests/hostile/run_dir_attacks.py``'s attacks: duplicate rows, tracebacks,
+"""The second half of ``tests/hostile/run_dirs/attacks.py``'s attacks: duplicate rows, tracebacks,
 races, control characters, holes in the command line and rewrites without the key (see
 that module for what an attack is)."""
 
@@ -10,7 +10,7 @@ import io
 import json
 import os
 
-from tests.hostile.run_dir_attacks import NO_KEY, WITH_KEY, Action, Case, _arrays_file, _config, _forge_tables, _lines, \
+from tests.hostile.run_dirs.attacks import NO_KEY, WITH_KEY, Action, Case, _arrays_file, _config, _forge_tables, _lines, \
     _resumable, _resume, _seal_checkpoint_digests, _write_config, attack
 from tests.fedvalue.forgery import rechain, reseal
 

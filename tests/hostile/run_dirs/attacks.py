@@ -1,4 +1,4 @@
-"""The attacks of ``tests/hostile/attack_battery.py``: what a hostile sender does to a run directory.
+"""The attacks of ``tests/hostile/run_dirs/battery.py``: what a hostile sender does to a run directory.
 
 Each attack is a function ``attack(case) -> list[Action]`` registered with :func:`attack`:
 it rewrites ``case.run`` (a fresh copy of a real signed ``noisy-clients`` run, or of a
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 from tests.fedvalue.forgery import rechain, reseal  # the forger's own tools
 

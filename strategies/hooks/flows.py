@@ -11,17 +11,26 @@ report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.cs
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.logger import log
 
 from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
+from strategies.nodes import reply_node, sender_identity, sent_nodes
 from strategies.protocol import GRADIENT_KEY
-from strategies.records import ClientReply, InferenceGradient, take_inference_gradient
+from strategies.records import (
+    ClientReply,
+    InferenceGradient,
+    arrays_to_numpy,
+    read_inference_gradient,
+    take_record,
+)
 
 
 def outflows_if_all_aggregated(start_arrays: Mapping[str, np.ndarray], ok: list[ClientReply],
@@ -44,20 +53,36 @@ class FlowQueries:
 
     def __init__(self) -> None:
         self.pending: tuple[int, dict] | None = None
+        #: Entries every query's config carries besides the gradient request (a run's data-key).
+        self.config: dict = {}
 
     def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
                        timeout: float) -> dict:
-        """Inference gradients at ``arrays`` of every client whose node is not in ``busy``."""
+        """Inference gradients at ``arrays`` of every client whose node is not in ``busy``, each
+        the queried node's registered client's; a reply claiming another id, or whose gradient
+        or loss fails its checks (:func:`strategies.records.read_inference_gradient`), is left
+        out and logged (that client then receives no inflow this round)."""
+        queried = {node: client for client, node in client_to_node.items() if node not in busy}
         queries = [
-            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({GRADIENT_KEY: True})}),
+            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**self.config, GRADIENT_KEY: True})}),
                     dst_node_id=node, message_type=MessageType.QUERY)
-            for node in client_to_node.values() if node not in busy
+            for node in queried
         ]
-        gradients = {}
-        for reply in grid.send_and_receive(queries, timeout=timeout) if queries else []:
-            gradient = take_inference_gradient(reply)
-            if gradient is not None:
-                gradients[gradient.client_id] = gradient
+        if not queries:
+            return {}
+        replies = list(grid.send_and_receive(queries, timeout=timeout))
+        model, sent_to, gradients = arrays_to_numpy(arrays), sent_nodes(queries), {}
+        for reply in replies:
+            record, node = take_record(reply, GRADIENT_KEY), reply_node(reply, sent_to)
+            client = queried.get(node)
+            if record is None or client is None or client in gradients:
+                continue
+            _, problem = sender_identity(reply.content, node, {node: client}, {})
+            read = problem or read_inference_gradient(record, reply.content, model)
+            if isinstance(read, str):
+                log(logging.WARNING, "client %s's inference gradient is left out: %s", client, read)
+                continue
+            gradients[client] = InferenceGradient(client, *read)
         return gradients
 
     def expect(self, server_round: int, flows: RoundFlows, gradients: Mapping[object, InferenceGradient]) -> None:

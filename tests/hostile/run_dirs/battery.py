@@ -1,12 +1,12 @@
 """Attack battery: a run directory from a hostile sender, and what reading it costs the reader.
 
-    python -m tests.hostile.attack_battery                   # every attack (about 15 minutes on 2 shared cores)
-    python -m tests.hostile.attack_battery --only resume,report   # attacks whose names contain either
-    python -m tests.hostile.attack_battery --json out.json   # every measurement, for comparing two versions
+    python -m tests.hostile.run_dirs.battery                   # every attack (about 15 minutes on 2 shared cores)
+    python -m tests.hostile.run_dirs.battery --only resume,report   # attacks whose names contain either
+    python -m tests.hostile.run_dirs.battery --json out.json   # every measurement, for comparing two versions
 
 Makes one small real signed ``fedvalue run noisy-clients`` run (6 clients, 3 rounds, 2 per
 round) and one procurement study (a folder of tables with a run below it), then, for each
-attack of ``tests/hostile/run_dir_attacks.py`` (and ``run_dir_attacks_audit.py``), rewrites a fresh copy as a forger without the key
+attack of ``tests/hostile/run_dirs/attacks.py`` (and ``run_dir_attacks_audit.py``), rewrites a fresh copy as a forger without the key
 would and runs what a reader runs on it (``fedvalue audit`` without and with the signer's
 public key, ``fedvalue report``, ``--resume``), each command a child process under a time
 limit (default 60 s: a hang is measured, not suffered) whose memory is sampled from /proc
@@ -42,12 +42,12 @@ import threading
 import time
 from pathlib import Path
 
-from tests.hostile import run_dir_attacks as attacks
+from tests.hostile.run_dirs import attacks
 from bench.load import tree_rss
 from tests.hostile import run_dir_attacks_audit  # noqa: F401  (registers the second half of the attacks)
-from tests.hostile.run_dir_attacks import ATTACKS, SECRET, Case
+from tests.hostile.run_dirs.attacks import ATTACKS, SECRET, Case
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ["--num-clients", "6", "--rounds", "3", "--clients-per-round", "2", "--local-epochs", "2", "--hidden", "8",
         "--quiet"]
 CLI = "import sys; from simulations.cli.main import main; sys.exit(main(sys.argv[1:]))"

@@ -1,0 +1,28 @@
+"""Attacks on the books as client behaviours, one module an attack: Sybil split
+(:mod:`.sybil_split`) and replication (:mod:`.sybil_replication`), the delta-weights free-rider
+(:mod:`.delta_weights`), the dynamic free-rider (:mod:`.dynamic_free_rider`), colluding free-riders
+(:mod:`.colluding_free_riders`) and the ACE-style crafted update (:mod:`.crafted_update`); the
+free-riders and the crafter remember the global models they received (:mod:`.memory`).
+
+The simpler manipulations (free-rider, inflated count, replicator, sign-flip, boost) are
+:mod:`clients.behaviours`."""
+
+from clients.attacks.colluding_free_riders import ColludingFreeRider
+from clients.attacks.crafted_update import CraftedUpdate
+from clients.attacks.delta_weights import DeltaWeightsFreeRider
+from clients.attacks.dynamic_free_rider import DynamicFreeRider
+from clients.attacks.memory import RoundAware, prepare_round
+from clients.attacks.sybil_replication import SybilReplica
+from clients.attacks.sybil_split import SybilShard, shard_indices
+
+__all__ = [
+    "ColludingFreeRider",
+    "CraftedUpdate",
+    "DeltaWeightsFreeRider",
+    "DynamicFreeRider",
+    "RoundAware",
+    "SybilReplica",
+    "SybilShard",
+    "prepare_round",
+    "shard_indices",
+]

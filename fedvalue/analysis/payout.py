@@ -1,0 +1,70 @@
+"""Payments from the books: a budget shared among the clients by a fixed rule, so that "what a
+client is paid" is a number a data market would use.
+
+A client's total Φ_i is the sum of its booked values of one method over the rounds (``ok`` rows).
+With floor f ≥ 0, the clients with Φ_i > f are eligible, and budget B is shared among them:
+
+``share-of-positive``  p_i = B · Φ_i / Σ_{j eligible} Φ_j   (in proportion to value; f = 0 pays
+                       every client of positive value, in proportion to it)
+``equal``              p_i = B / |eligible|                 (a flat payment for clearing the floor)
+
+Everyone else is paid 0. When no client clears the floor the budget is not spent (every p_i = 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fedvalue._checks import check_choice, check_number
+from fedvalue.schema import Status, client_sort_key
+
+RULES = ("share-of-positive", "equal")
+#: The columns of a payout table (rule, floor, budget and method stated on every row).
+PAYOUT_COLUMNS = ("client_id", "method", "total_value", "eligible", "payment", "rule", "floor", "budget")
+
+
+def payments(totals: pd.Series, budget: float, *, rule: str = "share-of-positive", floor: float = 0.0) -> pd.Series:
+    """Client -> payment from client -> Φ (module docstring); NaN totals are not eligible."""
+    budget = check_number("budget", budget, low=0.0)
+    floor = check_number("floor", floor, low=0.0)
+    check_choice("rule", rule, RULES)
+    values = pd.to_numeric(totals, errors="coerce").astype(float)
+    eligible = values > floor
+    paid = pd.Series(0.0, index=values.index)
+    if eligible.any():
+        share = values[eligible] / float(values[eligible].sum()) if rule == "share-of-positive" \
+            else pd.Series(1.0 / int(eligible.sum()), index=values[eligible].index)
+        paid[eligible] = budget * share
+    return paid
+
+
+def client_totals(ledger: pd.DataFrame, method: str) -> pd.Series:
+    """Client -> Σ of its ``ok`` rows of ``method`` (clients sorted as ids); KeyError-free: an
+    unknown method gives an empty series."""
+    booked = ledger[(ledger["status"] == Status.OK) & (ledger["method"] == method)]
+    totals = pd.to_numeric(booked["value"], errors="coerce").groupby(booked["client_id"].astype(str)).sum()
+    return totals.reindex(sorted(totals.index, key=client_sort_key))
+
+
+def payout_table(ledger: pd.DataFrame, budget: float, *, method: str = "ads", rule: str = "share-of-positive",
+                 floor: float = 0.0) -> pd.DataFrame:
+    """One row per client with a booked ``method`` row: its total, eligibility and payment, with the
+    rule, floor, budget and method stated on every row (:data:`PAYOUT_COLUMNS`)."""
+    totals = client_totals(ledger, method)
+    if totals.empty:
+        methods = sorted(set(ledger["method"].astype(str)))
+        raise ValueError(f"method: expected a method the ledger books for its clients; got {method!r}, the ledger "
+                         f"books {methods[:12]}.")
+    paid = payments(totals, budget, rule=rule, floor=floor)
+    table = pd.DataFrame({"client_id": totals.index, "method": method, "total_value": totals.to_numpy(),
+                          "eligible": (totals > floor).to_numpy(), "payment": paid.to_numpy(), "rule": rule,
+                          "floor": float(floor), "budget": float(budget)})
+    return table[list(PAYOUT_COLUMNS)]
+
+
+def paid_share(totals: pd.Series, members, *, rule: str = "share-of-positive", floor: float = 0.0) -> float:
+    """The share of a budget of 1 paid to ``members`` (ids compared as text)."""
+    paid = payments(totals, 1.0, rule=rule, floor=floor)
+    chosen = {str(m) for m in members}
+    return float(np.sum([v for c, v in paid.items() if str(c) in chosen]))

@@ -1,0 +1,48 @@
+"""The audit's check of what a round record keeps to compare replies with (its ``references``):
+the defences' free-rider test reads A_{t−2} from the record (:mod:`fedvalue.rounds.kinds.defences`),
+so a record could flag an honest client, or spare a free-rider, by keeping a made-up "previous"
+model. A_{t−2} must be the state round t−1 started from, bit for bit, and a round after the
+first whose defences run the replay test must keep it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fedvalue.rounds.defences.settings import DefenceSettings
+from fedvalue.rounds.kinds.defences import PREVIOUS_GLOBAL
+from fedvalue.run.archive import RoundRecord
+
+
+def _same(left: Mapping[str, np.ndarray], right: Mapping[str, np.ndarray]) -> bool:
+    return list(left) == list(right) and all(
+        np.shape(left[k]) == np.shape(right[k]) and np.array_equal(left[k], right[k]) for k in left)
+
+
+def reference_problems(record: RoundRecord, previous: RoundRecord | None) -> list[str]:
+    """Where round t's references disagree with the run; ``previous`` is round t−1's record
+    (None when there is none, or it was not read: only a first round is then judged)."""
+    t, problems = record.round, []
+    unknown = sorted(set(record.references) - {PREVIOUS_GLOBAL})
+    if unknown:
+        problems.append(f"round {t}: its record keeps references no book reads: {unknown[:4]}")
+    kept = record.references.get(PREVIOUS_GLOBAL)
+    meta = record.meta.get("defences")
+    if kept is not None and t == 1:
+        problems.append(f"round {t}: its record keeps a previous global model, but no round came before it")
+    elif kept is not None and previous is not None and not _same(kept, previous.start_arrays):
+        problems.append(f"round {t}: the previous global model its record keeps is not the state round {t - 1} "
+                        "started from")
+    elif kept is None and t > 1 and meta is not None and _needs_history(meta):
+        problems.append(f"round {t}: its defences test replies against the previous global model, but its record "
+                        "keeps none")
+    return problems
+
+
+def _needs_history(meta: object) -> bool:
+    """Whether recorded defence settings run the replay test (unreadable settings are the books' finding)."""
+    try:
+        return DefenceSettings.from_meta(meta).needs_history
+    except (TypeError, ValueError):
+        return False

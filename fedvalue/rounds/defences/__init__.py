@@ -1,0 +1,8 @@
+"""Defences of a round's books against manipulation by identity: near-duplicate updates valued as
+one player and split within their cluster (:mod:`.clusters`, :mod:`.quotient`), a free-rider test on
+updates that reproduce past global models (:mod:`.free_riders`), arrival in proportion to the
+examples claimed, so that splitting one's data across identities buys no extra arrivals
+(:mod:`.random_order`), and a cap on the size of an update (:mod:`.quotient`). Their settings, as a
+round record keeps them, are :mod:`.settings`; the round book that books them is
+:mod:`fedvalue.rounds.kinds.defences`. Pure numpy; the audit recomputes every number from the record.
+"""

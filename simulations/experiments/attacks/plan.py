@@ -1,0 +1,137 @@
+"""Who plays what in one run of the attack study: the participants, the identities of the
+attacking participant and the data and behaviour of every identity.
+
+The base federation is ``num_clients`` clients (partition ids 0..N−1); each keeps a random half
+of its partition for training and the other half as its inference split (TracIn flows). An
+attack may add identities (ids N, N+1, ...), each a node of its own:
+
+``none``                   every client honest (the baseline of every gain)
+``sybil-split-K``          the attacker's data split over K identities (its own seat and K−1 more)
+``sybil-replica-K``        the attacker's one update under K identities (K copies of its data)
+``colluding-free-riders``  the attacker and the next ``colluders`` − 1 clients free-ride together
+``delta-weights``          the attacker replays the last global step
+``dynamic-free-rider``     the attacker is honest for ``honest_rounds`` rounds, then replays
+``crafted-update``         the attacker crafts its update (ACE-style)
+``free-rider``, ``free-rider-noise``, ``inflated-count``, ``replicator``, ``sign-flip``, ``boost``
+                           the single-client manipulations of :mod:`clients.behaviours`
+
+``seats`` are the clients the attacking identities stand for: a gain divides what the
+identities earned by what those seats earned in the ``none`` run of the same seed, data and
+strategy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from clients.attacks import (
+    ColludingFreeRider,
+    CraftedUpdate,
+    DeltaWeightsFreeRider,
+    DynamicFreeRider,
+    SybilReplica,
+    SybilShard,
+)
+from clients.behaviours import (
+    BoostedUpdate,
+    ClientBehaviour,
+    FreeRider,
+    HonestClient,
+    InflatedExampleCount,
+    Replicator,
+    SignFlip,
+)
+
+#: Attacks of the study without a size in their name.
+PLAIN_ATTACKS = ("none", "colluding-free-riders", "delta-weights", "dynamic-free-rider", "crafted-update",
+                 "free-rider", "free-rider-noise", "inflated-count", "replicator", "sign-flip", "boost")
+SIZED = re.compile(r"(sybil-split|sybil-replica)-([0-9]+)")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One attack's run: participants (partition ids, each a node), the attacker's identities
+    and the honest seats they stand for."""
+
+    attack: str
+    participants: tuple[int, ...]
+    identities: tuple[int, ...]
+    seats: tuple[int, ...]
+
+    @property
+    def kind(self) -> str:
+        match = SIZED.fullmatch(self.attack)
+        return match.group(1) if match else self.attack
+
+    @property
+    def size(self) -> int:
+        """K of a Sybil attack, the ring of colluders' size, else 1."""
+        return len(self.identities)
+
+
+def is_study_attack(name: str) -> bool:
+    """Whether ``name`` is an attack of the study (a sized Sybil attack needs K ≥ 2)."""
+    match = SIZED.fullmatch(name)
+    return name in PLAIN_ATTACKS or (match is not None and int(match.group(2)) >= 2)
+
+
+def plan_of(attack: str, num_clients: int, attacker: int, colluders: int) -> RunPlan:
+    """The plan of ``attack`` in a federation of ``num_clients`` with seat ``attacker``."""
+    base = tuple(range(num_clients))
+    match = SIZED.fullmatch(attack)
+    if match:
+        extra = tuple(range(num_clients, num_clients + int(match.group(2)) - 1))
+        return RunPlan(attack, base + extra, (attacker,) + extra, (attacker,))
+    if attack == "colluding-free-riders":
+        ring = tuple((attacker + k) % num_clients for k in range(colluders))
+        return RunPlan(attack, base, ring, ring)
+    if attack not in PLAIN_ATTACKS:
+        raise ValueError(f"attack: expected one of {list(PLAIN_ATTACKS)} or sybil-split-K / sybil-replica-K with "
+                         f"K >= 2; got {attack!r}.")
+    return RunPlan(attack, base, () if attack == "none" else (attacker,), (attacker,))
+
+
+@dataclass(frozen=True)
+class AttackSettings:
+    """The attacks' own numbers (the study's config passes them on)."""
+
+    seed: int
+    noise_std: float
+    inflation: float
+    boost: float
+    replica_noise: float
+    colluder_spread: float
+    honest_rounds: int
+    craft_budget: float
+    craft_steps: int
+
+
+def behaviour_of(plan: RunPlan, identity: int, settings: AttackSettings, *, counts: dict[int, int],
+                 model_factory, source_data=None) -> ClientBehaviour:
+    """What ``identity`` does in ``plan``'s run (honest unless it is one of the attacker's)."""
+    if identity not in plan.identities:
+        return HonestClient()
+    position = plan.identities.index(identity)
+    kind = plan.kind
+    if kind == "sybil-split":
+        return SybilShard(position, plan.size, seed=settings.seed)
+    if kind == "sybil-replica":
+        return SybilReplica(settings.replica_noise)
+    if kind == "colluding-free-riders":
+        return ColludingFreeRider(position, [counts[c] for c in plan.identities], spread=settings.colluder_spread,
+                                  secret=settings.seed)
+    single = {
+        "delta-weights": lambda: DeltaWeightsFreeRider(),
+        "dynamic-free-rider": lambda: DynamicFreeRider(settings.honest_rounds),
+        "crafted-update": lambda: CraftedUpdate(model_factory, others=len(plan.participants) - 1,
+                                                budget=settings.craft_budget, steps=settings.craft_steps),
+        "free-rider": lambda: FreeRider(),
+        "free-rider-noise": lambda: FreeRider(settings.noise_std),
+        "inflated-count": lambda: InflatedExampleCount(settings.inflation),
+        "sign-flip": lambda: SignFlip(),
+        "boost": lambda: BoostedUpdate(settings.boost),
+    }
+    if kind == "replicator":  # its data is the source's, which the caller holds
+        return Replicator(*source_data)
+    return single[kind]()

@@ -1,0 +1,5 @@
+"""The strategy's half of the books that need more than the replies: what a round asks of the
+clients and records for them, each kind one object the valuing strategy calls at fixed points of
+a round. TracIn flows (:mod:`.flows`: idle clients' gradients, the first-order check), fairness
+(:mod:`.fairness`: the fairness game, influences and policies) and defences (:mod:`.defences`: the
+previous global model the free-rider test compares with)."""

@@ -1,0 +1,48 @@
+"""An engine that does not start, or clients that do not answer in time, end a run with one
+``fedvalue: error:`` line naming the cause and the option, and leave no half-made run
+directory. Real engine failures in a real ``fedvalue run`` process: Ray refusing to start
+(``RAY_ADDRESS`` names a cluster, so ``ray.init(num_cpus=...)`` refuses) and a partition
+query no client can answer within ``--query-timeout``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[3]
+TINY = ["--num-clients", "3", "--clients-per-round", "2", "--rounds", "1", "--local-epochs", "1", "--hidden", "8",
+        "--quiet"]
+
+
+def _run(out: Path, *options: str, **environment: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT), **environment}
+    if "RAY_ADDRESS" not in environment:
+        env.pop("RAY_ADDRESS", None)
+    return subprocess.run([sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(out),
+                           *TINY, *options], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _one_error_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedvalue: error: engine: "), done.stderr[-3000:]
+    return lines[0]
+
+
+def test_a_query_timeout_is_one_line_naming_the_option_and_leaves_no_directory(tmp_path):
+    out = tmp_path / "run"
+    line = _one_error_line(_run(out, "--query-timeout", "0.0001"))
+    assert "no client reported its partition id to the query within --query-timeout 0.0001 s" in line
+    assert "raise --query-timeout" in line and f"No round was committed, so {out} was removed" in line
+    assert not out.exists()
+
+
+def test_ray_refusing_to_start_is_one_line_naming_the_cause_and_leaves_no_directory(tmp_path):
+    out = tmp_path / "run"
+    line = _one_error_line(_run(out, RAY_ADDRESS="127.0.0.1:1"))
+    assert "Ray did not start (ValueError: When connecting to an existing cluster, num_cpus and num_gpus must not " \
+           "be provided.)" in line
+    assert "RAY_ADDRESS=127.0.0.1:1 is set in the environment" in line and "--ray-address" in line
+    assert not out.exists()
