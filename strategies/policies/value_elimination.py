@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedvalue._checks import check_integer, check_number, check_positive
+from fedvalue._checks import check_integer, check_positive
 from fedvalue.analysis.flagging import FlaggingRule
 from fedvalue.schema import Status
 

@@ -82,9 +82,9 @@ def federation(settings: str) -> Federation:
         test = test.subset(sample_per_class(test.y, s["test_examples"], seed=draws[1], name="test_examples"))
     partitions = partition(pool.y, s["num_clients"], scheme=s["partition"], seed=draws[2], alpha=s["dirichlet_alpha"])
     clients = np.arange(s["num_clients"])
-    noisy = draws[3].choice(clients, int(round(s["noisy_fraction"] * s["num_clients"])), replace=False)
+    noisy = draws[3].choice(clients, round(s["noisy_fraction"] * s["num_clients"]), replace=False)
     others = np.setdiff1d(clients, noisy)
-    extra = draws[4].choice(others, int(round(s["extra_bad_fraction"] * s["num_clients"])), replace=False)
+    extra = draws[4].choice(others, round(s["extra_bad_fraction"] * s["num_clients"]), replace=False)
     return Federation(pool, train.subset(validation_rows), test, tuple(partitions),
                       frozenset(int(c) for c in noisy), frozenset(int(c) for c in extra))
 

@@ -61,7 +61,8 @@ class HonestOnlySampler(PartitionSampler):
         self.honest = sorted(int(c) for c in honest)
 
     def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
-        available = [c for c in self.honest if c in set(int(p) for p in partition_ids)]
+        connected = {int(p) for p in partition_ids}
+        available = [c for c in self.honest if c in connected]
         if self.clients_per_round > len(available):
             raise ValueError(f"clients_per_round: the oracle samples among the {len(available)} honest clients "
                              f"connected; got {self.clients_per_round}.")

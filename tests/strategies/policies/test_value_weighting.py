@@ -90,7 +90,7 @@ def test_the_live_aggregate_is_the_mean_weighted_by_examples_times_factors(tmp_p
 
 
 def test_an_aggregate_made_with_other_factors_than_the_rule_fails_the_audit(tmp_path, utility, monkeypatch):
-    import strategies.valuing as valuing
+    from strategies import valuing
 
     def skewed(rule, values):
         accepted, factors = value_weight_outcome(rule, values)

@@ -131,7 +131,7 @@ def test_fedvalue_audit_calls_a_cell_intact(benchmark):
     out, _ = benchmark
     result = subprocess.run([sys.executable, "-m", "simulations.cli", "audit",
                              str(cell("value-ucb").directory(out) / "run")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+                            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.strip().endswith("intact")
 
