@@ -3,12 +3,12 @@
 The defaults are the **quick configuration**: the 784-64-10 MLP, 30 rounds, both flip
 probabilities (p = 1.0 and 0.5), every policy, a validation split of 1,000 images and 100
 coalition evaluations a round (MC-ADS). One seed is 23 cells (the clean federation and 11
-policies under each p) and takes 6 to 9 minutes on the shared 2-core machine the table in
+policies under each p) and takes 6 to 10 minutes on the shared 2-core machine the table in
 docs/reproductions.md was measured on, so under 20 minutes a seed; ``--seeds 5`` under an hour.
 At 30 rounds random sampling is still rising at p = 1.0.
 
 The **full configuration** (``--rounds 100 --final-window 10 --models mlp,cnn
---validation-examples 2000 --valuation-budget 200``) lets random sampling plateau and adds the
+--validation-examples 2000 --valuation-budget 200``) is meant to let random sampling plateau and adds the
 LeNet-5-style CNN; about 25 minutes a seed for the MLP alone on that machine, more for the CNN.
 
 Tuning: the learning rate 0.1 was picked on a pilot of seed 0's clean, random and oracle runs;
