@@ -5,7 +5,7 @@ probabilities (p = 1.0 and 0.5), every policy, a validation split of 1,000 image
 coalition evaluations a round (MC-ADS). One seed is 23 cells (the clean federation and 11
 policies under each p) and takes 6 to 10 minutes on the shared 2-core machine the table in
 docs/reproductions.md was measured on, so under 20 minutes a seed; ``--seeds 5`` under an hour.
-At 30 rounds random sampling is still rising at p = 1.0.
+At 30 rounds every policy, random sampling included, is still rising slowly.
 
 The **full configuration** (``--rounds 100 --final-window 10 --models mlp,cnn
 --validation-examples 2000 --valuation-budget 200``) is meant to let random sampling plateau and adds the
