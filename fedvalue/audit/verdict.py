@@ -209,7 +209,8 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     retrain
         (round, client, A_{t−1}) -> the arrays the client's local training gives (a
         simulation replays it from the run's settings and seed): each saved reply must
-        equal them (to 1e-5 relative).
+        equal them (to 1e-5 relative, or within what float rounding does to that training
+        on this machine: :mod:`fedvalue.audit.audit_replay`).
     replay
         record -> Agg_t, the round's aggregation by the run's inner strategy as it was when
         the replies arrived (:func:`strategies.replay.replay_aggregator` builds it from the
