@@ -117,8 +117,8 @@ def reply_problem(server_round: int, client: Hashable, reply: Arrays, start: Arr
     """None when ``reply`` is what ``client``'s training from ``start`` gives (module
     docstring), counted in ``tally``; else the finding."""
     replay = retrain(server_round, client, start)
-    failed = f"round {server_round} client {client}: its saved reply is not what local training from the " \
-             "round's start, run.json's training settings and seed give"
+    failed = (f"round {server_round} client {client}: its saved reply is not what local training from the "
+              "round's start, run.json's training settings and seed give")
     if not _same_layout(reply, replay):
         return failed + " (other array names or shapes)"
     if all(np.array_equal(reply[k], replay[k]) for k in replay):
