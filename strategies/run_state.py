@@ -23,6 +23,7 @@ from flwr.app import ArrayRecord
 
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.writer import Restored, RunBooks, RunSettings
+from fedvalue.scoring.kernels import kernel_platform
 from strategies import server_state
 from strategies.counterfactual import RandomState
 from strategies.records import numpy_to_arrays
@@ -114,6 +115,8 @@ class RunState:
         config = self.settings.run_config
         if parts.claims is not None:  # the audit allows claim rows only in a run whose run.json names a review
             config = {**(config or {}), "claim_review": repr(parts.claims)}
+        if config is not None:  # where the run started: an auditor elsewhere learns why training replays differ
+            config = {**config, "platform": kernel_platform()}
         check = (lambda state: take_state(state, parts, into_copies=True)) if self.resume else None
         self.books = RunBooks(self.run_dir, config=config, resume=self.resume, signer=self.settings.signer,
                               save_records=self.save_records, checkpoint=self.checkpoint, check_state=check)

@@ -69,6 +69,7 @@ from fedvalue.audit.audit_files import (
     check_signatures,
     read_commitments,
 )
+from fedvalue.audit.training_replay import ReplayTally, platform_note
 from fedvalue.audit.audit_recompute import (
     CappedUtility,
     ReplayedRound,
@@ -210,7 +211,8 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     retrain
         (round, client, A_{t−1}) -> the arrays the client's local training gives (a
         simulation replays it from the run's settings and seed): each saved reply must
-        equal them (to 1e-5 relative).
+        equal them (to 1e-5 relative, or within what float rounding does to that training
+        on this machine: :mod:`fedvalue.audit.training_replay`).
     replay
         record -> Agg_t, the round's aggregation by the run's inner strategy as it was when
         the replies arrived (:func:`strategies.replay.replay_aggregator` builds it from the
@@ -536,6 +538,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
     skipped_by: set[str] = set()
     unfair: list[int] = []  # rounds with fairness books, audited without the fairness objective
     records: dict[int, object] = {}
+    tally = ReplayTally()
 
     def record_of(t: int):
         if t not in records:
@@ -580,7 +583,7 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
         if problems:  # the record disagrees with run.json: its estimator is not taken on
             report.problems += [f"recompute: {p}" for p in problems]
             continue
-        problems += replay_problems(record, example_counts, retrain)
+        problems += replay_problems(record, example_counts, retrain, tally)
         next_start = _next_start(files, report, committed, position, names, record_of)
         noisy = None if noisy_clients is None else _noisy_ids(record, noisy_clients)
         capped = CappedUtility(utility, int(booked_evaluations) + 2 * len(record.replies) + 8, files.budget)
@@ -608,6 +611,10 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
         report.checks.append(f"recomputed every value of {recomputed_rounds} rounds from the saved arrays "
                              f"(largest difference {worst:.1e})"
                              + (", each reply's weight and arrays from the run's seed" if retrain is not None else ""))
+    if tally.replies:
+        report.checks.append(tally.summary())
+    if retrain is not None:
+        report.notes.append(platform_note(config.get("platform")))
     if skipped:
         report.unverifiable.append(
             f"values: rounds {skipped[:10]} aggregate through {', '.join(sorted(skipped_by))}'s own code: their "
