@@ -15,9 +15,7 @@ ServerApp is a thread of this process, so the wrapped strategy and its books sta
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
-import platform
 import random
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +34,7 @@ from clients.seeding import seeded_call
 from fedvalue._checks import check_integer
 from fedvalue.run import rundir
 from fedvalue.run.ledger_tables import Run, load_run
+from fedvalue.run.run_info import package_versions
 from fedvalue.run.seals import SEALS_FILE
 from fedvalue.schema import LEDGER_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility
@@ -53,16 +52,6 @@ from strategies import (
 )
 from strategies.counterfactual import RandomState
 from strategies.valuing_settings import RunCallbacks, settings_or_default
-
-
-def package_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in ("fedvalue", "flwr", "ray", "torch", "numpy", "pandas"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
 
 
 #: Entropy tail of the initial model's seed ([run seed, this]): its own stream, apart from

@@ -390,7 +390,9 @@ def audit_from_run(saved: dict) -> dict:
         return arrays
 
     return {"utility": utility, "noisy_clients": noisy,
-            "sampled": lambda t: sampler.sample(t, range(config.num_clients)),
+            # A deployment that lost nodes samples from those left (the record lists them).
+            "sampled": lambda t, available=None: sampler.sample(t, range(config.num_clients) if available is None
+                                                               else available),
             "example_counts": example_counts, "retrain": retrain,
             "replay": replay_aggregator(lambda: build_strategy(config, config.clients_per_round))}
 
