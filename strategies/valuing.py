@@ -98,6 +98,10 @@ class ValuingStrategy(Strategy):
         callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
         (the inner strategy, sampler and claim review take the saved state); the same
         seed gives the same ledger as an uninterrupted run.
+    federated_evaluation
+        False: no client-side evaluation rounds (the books value every round on the server's
+        held-out data; the inner strategy's ``configure_evaluate`` is not called). Unlike
+        ``fraction_evaluate=0.0`` on the inner strategy, Flower does not warn about it.
     """
 
     def __init__(
@@ -114,12 +118,16 @@ class ValuingStrategy(Strategy):
         intake: IntakeSettings | None = None,
         run: RunSettings | None = None,
         callbacks: RunCallbacks | None = None,
+        federated_evaluation: bool = True,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
                 f"strategy: expected a flwr.serverapp.strategy.Strategy; got {type(strategy).__name__}."
             )
         self.strategy = strategy
+        if not isinstance(federated_evaluation, bool):
+            raise TypeError(f"federated_evaluation: expected True or False; got {federated_evaluation!r}.")
+        self.federated_evaluation = federated_evaluation
         #: The ``module:callable`` that built U (None: U was given as an object).
         self.utility_reference = utility if isinstance(utility, str) else None
         self.utility = load_utility(utility) if isinstance(utility, str) else utility
@@ -151,8 +159,10 @@ class ValuingStrategy(Strategy):
         self.flow_queries = FlowQueries()
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
-        #: Set (by a signal handler) to stop after the round in flight commits: RunInterrupted.
+        #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
         self.stop_requested = threading.Event()
+        #: Why the run was asked to stop (None: on request, a signal).
+        self.stop_reason: str | None = None
         self._num_rounds: int | None = None
         self._start_arrays: dict | None = None
         self._targets: list[int] = []
@@ -201,6 +211,13 @@ class ValuingStrategy(Strategy):
         if self.run_state.resumed is not None:
             self.rounds = self.books.committed_rounds()
 
+    def request_stop(self, reason: str) -> None:
+        """Stop after the round in flight commits (:class:`RunInterrupted` names ``reason``, e.g.
+        "because a Ray worker died"); the run stays resumable. Safe from any thread."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop_requested.set()
+
     # -- the loop ---------------------------------------------------------------------------
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
@@ -237,10 +254,14 @@ class ValuingStrategy(Strategy):
         self.strategy.summary()
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        if not self.federated_evaluation:
+            return []
         return self.strategy.configure_evaluate(server_round + self._round_offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The inner strategy's, on the evaluate replies it can take (:func:`strategies.intake.usable_evaluations`)."""
+        if not self.federated_evaluation:
+            return None
         usable = usable_evaluations(replies, self.weighted_by_key)
         return self.strategy.aggregate_evaluate(server_round + self._round_offset, usable)
 
@@ -344,7 +365,8 @@ class ValuingStrategy(Strategy):
             self.on_round(round_row)
         if self.stop_requested.is_set() and server_round != self._num_rounds:  # the last round closes the books
             where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
-            raise RunInterrupted(f"stopped on request after round {server_round} committed{where}")
+            raise RunInterrupted(f"stopped {self.stop_reason or 'on request'} after round {server_round} committed"
+                                 f"{where}")
         return live_arrays, live_metrics
 
     def _value(self, server_round: int, ok: list, aggregator: CounterfactualAggregator | None,

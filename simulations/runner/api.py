@@ -2,7 +2,7 @@
 
     from flwr.serverapp.strategy import FedAdam
     run = simulations.simulate(
-        strategy=FedAdam(fraction_evaluate=0.0), model_factory=my_model,
+        strategy=FedAdam(), model_factory=my_model,
         load_client_data=my_loader, num_clients=20, num_rounds=10,
         utility=TorchModelUtility(my_model(), x_test, y_test), out="runs/mine",
     )
@@ -191,6 +191,9 @@ def simulate(
     from it alone; records, checkpoints, resume, signing) and ``callbacks``; ``engine`` says how Ray
     runs the clients and ``client_mods`` wrap their training (picklable, like the loader).
 
+    The clients are not asked to evaluate (no federated evaluation rounds, whatever the inner
+    strategy's ``fraction_evaluate``): the books value every round on ``utility``.
+
     Raises :class:`NoClientValued` when no client of any round gave a usable reply (the ledger
     then holds every round and each failure's reason).
     """
@@ -213,7 +216,8 @@ def simulate(
     with _removed_unless_committed(run_dir, run.resume):
         valuing = ValuingStrategy(strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance,
                                   seed=seed, valuation=valuation, books=books, intake=intake,
-                                  run=dataclasses.replace(run, run_config=config), callbacks=callbacks)
+                                  run=dataclasses.replace(run, run_config=config), callbacks=callbacks,
+                                  federated_evaluation=False)
         valuing.open_books()  # bad input surfaces here, before the engine starts
         _serve(valuing, initial, ConfigRecord(train_config), num_rounds, round_timeout, seed,
                make_client_app(load_client_data, model_factory, mods=client_mods), num_clients, engine)
@@ -251,11 +255,12 @@ def _open_run_dir(out: str | os.PathLike, *, resume: bool, overwrite: bool) -> P
 
 @contextmanager
 def _removed_unless_committed(run_dir: Path, resume: bool) -> Iterator[None]:
-    """A new run refused before it committed a round leaves no half-made directory behind
-    (committed rounds stay: the run resumes from them)."""
+    """A new run refused, or stopped by its engine, before it committed a round leaves no
+    half-made directory behind to block the next ``--out`` (committed rounds stay: the run
+    resumes from them)."""
     try:
         yield
-    except (TypeError, ValueError):
+    except Exception:
         if not resume:
             remove_unstarted_run(run_dir)
         raise
@@ -269,7 +274,7 @@ def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigR
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
     with stop_on_signals(valuing.stop_requested):
-        serve(client_app, main, num_supernodes=num_clients, engine=engine)
+        serve(client_app, main, num_supernodes=num_clients, engine=engine, on_worker_lost=valuing.request_stop)
 
 
 class NoClientValued(RuntimeError):
