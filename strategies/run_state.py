@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from flwr.app import ArrayRecord
 
@@ -71,7 +70,10 @@ def take_state(state: tuple[object, dict], parts: ServerParts, *, into_copies: b
         numpy_state, python_state, torch_state = saved["random"]
         np.random.RandomState().set_state(numpy_state)  # each part checked on a generator of its own
         random_module.Random().setstate(python_state)
-        torch.Generator().set_state(torch_state)
+        if torch_state is not None:  # saved once torch was loaded (RandomState)
+            import torch
+
+            torch.Generator().set_state(torch_state)
     except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
         raise ValueError(f"the saved server state does not fit this run ({error})") from None
     return ServerParts(*taken, saved.get("pending_first_order"),
