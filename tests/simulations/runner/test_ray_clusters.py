@@ -5,9 +5,12 @@ uninterrupted run with the same failure books; ``--valuation-workers`` says when
 from __future__ import annotations
 
 import logging
+import functools
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -129,11 +132,11 @@ def test_an_exported_ray_address_leaves_a_local_run_local(monkeypatch, caplog):
     assert ray_init_args(EngineOptions(max_parallel_clients=1), 4)["address"] == "local"  # the same without it
 
 
-def fedvalue_run(out: Path, **env: str) -> subprocess.CompletedProcess:
+def fedvalue_run(out: Path, *options: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "simulations.cli", "run", "noisy-clients", "--out", str(out),
                            "--num-clients", "3", "--clients-per-round", "2", "--rounds", "2", "--local-epochs", "2",
-                           "--hidden", "8", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, **env})
+                           "--hidden", "8", "--quiet", *options], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, **env})
 
 
 @pytest.mark.slow
@@ -149,3 +152,72 @@ def test_ray_address_in_the_environment_changes_nothing_a_local_cli_run_books(tm
             assert plain_lines == exported_lines
         else:  # the wall-time column and the hashes covering it differ run to run
             assert [line.split(",")[:4] for line in plain_lines] == [line.split(",")[:4] for line in exported_lines]
+
+
+@pytest.mark.slow
+def test_the_docs_two_node_cluster_books_the_local_ledger_and_stops_by_pid(tmp_path):
+    """docs/flower.md's recipe: a head and a worker node on this machine (`ray start --block`, one
+    CPU each), a run joined to them, both stopped by PID; nothing they started is left, and the
+    ledger is a local run's."""
+    from tests.simulations.experiments.noisy_clients.flower_processes import alive, descendants, free_port
+
+    ray_bin, port = Path(sys.executable).parent / "ray", free_port()
+    temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay short
+    logs = [open(tmp_path / f"{name}.log", "w") for name in ("head", "worker")]  # noqa: SIM115 (closed below)
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--port", str(port), "--num-cpus", "1", "--temp-dir",
+                             str(temp), "--block"], stdout=logs[0], stderr=subprocess.STDOUT)
+    started, tree = [head], set()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "now block forever" not in (tmp_path / "head.log").read_text():
+            time.sleep(1)
+        worker = subprocess.Popen([str(ray_bin), "start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1",
+                                   "--block"], stdout=logs[1], stderr=subprocess.STDOUT)
+        started.append(worker)
+        while time.monotonic() < deadline + 120 and "now block forever" not in (tmp_path / "worker.log").read_text():
+            time.sleep(1)
+        cluster = fedvalue_run(tmp_path / "cluster", "--ray-address", f"127.0.0.1:{port}")
+        tree = set().union(*(descendants(p.pid) for p in started))
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(timeout=60)
+        for log in logs:
+            log.close()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert tree and not [pid for pid in tree if alive(pid)]
+    assert cluster.returncode == 0, cluster.stderr[-3000:]
+    plain = fedvalue_run(tmp_path / "plain")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert (tmp_path / "cluster" / "ledger.csv").read_bytes() == (tmp_path / "plain" / "ledger.csv").read_bytes()
+
+
+def dying_client(partition_id: int, *, marker: str):
+    """Partition 1's worker process dies the first time it is asked (as an OOM kill or a lost Ray
+    node ends it); ``marker`` records that it did, so a resumed run's workers live."""
+    if partition_id == 1 and not os.path.exists(marker):
+        open(marker, "w").close()  # noqa: SIM115
+        os._exit(1)
+    return load_client(partition_id)
+
+
+@pytest.mark.slow
+def test_a_ray_worker_that_dies_stops_the_run_after_the_round_and_the_resume_finishes(tmp_path):
+    from simulations.runner.api import simulate
+    from strategies import RunSettings as Settings
+
+    sampler = PartitionSampler(2, seed=1)
+    first = next(t for t in range(1, 10) if 1 in sampler.sample(t, range(4)))
+    options = dict(strategy=FedAvg(), model_factory=make_model, num_clients=4, num_rounds=first + 1,
+                   load_client_data=functools.partial(dying_client, marker=str(tmp_path / "died")), utility=utility(),
+                   sampler=sampler, train_config={"lr": 0.05, "local-epochs": 2}, seed=1, out=tmp_path / "run")
+    with pytest.raises(RunInterrupted, match=rf"stopped because a Ray worker died \(ActorDiedError: Flower keeps "
+                                             rf"routing clients to it\) after round {first} committed in .*run; "
+                                             "continue it with --resume"):
+        simulate(**options)
+    run = simulate(**options, run=Settings(resume=True))
+    assert list(run.rounds["round"]) == list(range(1, first + 2))
+    died = run.ledger[run.ledger["status"] == "failed"]
+    assert set(died["round"]) == {first} and died["reason"].str.contains("ActorDiedError").all()
