@@ -103,7 +103,9 @@ class RayParallelUtility:
 
         if self._workers_list is None:
             if not ray.is_initialized():
-                options = {"address": self.address} if self.address else {"num_cpus": self.num_workers}
+                # "local": a Ray of its own even where RAY_ADDRESS is exported (it would join that cluster).
+                options = {"address": self.address} if self.address else {"address": "local",
+                                                                            "num_cpus": self.num_workers}
                 ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **options)
                 self._started_ray = True
             actor = ray.remote(num_cpus=self.num_cpus_per_worker)(_Scorer)
