@@ -421,7 +421,7 @@ def round_line(server_round: int, ledger_rows: list, methods: tuple[str, ...], r
     """The round's one log line: clients valued, where the books are, the largest and smallest value."""
     method = methods[0] if methods else None
     valued = [r for r in ledger_rows if r.method == method and r.status == "ok" and r.value is not None]
-    sampled = {r.client_id for r in ledger_rows}
+    sampled = {r.client_id for r in ledger_rows if r.method == method and r.status != "idle"}
     where = "in memory" if run_dir is None else f"into {run_dir}"
     if not valued:
         return f"fedvalue: round {server_round}: 0 of {len(sampled)} sampled clients valued, {where}"
