@@ -13,7 +13,7 @@ from simulations.runner.simulation import Simulation
 
 def add_parser(commands) -> None:
     audit = subcommand(commands, "audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
-    audit.add_argument("run_dir", help="a run directory written by fedvalue run")
+    audit.add_argument("run_dir", help="a run directory written by fedvalue run or by a ValuingStrategy in your own app")
     audit.add_argument("--tolerance", type=finite_non_negative("tolerance"), default=1e-6,
                        help="allowed group-efficiency gap (a finite number >= 0)")
     audit.add_argument("--no-recompute", action="store_true",
