@@ -48,7 +48,7 @@ def app_run(tmp_path_factory) -> Path:
         from fedvalue_app.server_app import app as server_app
 
         set_server_identity()
-        run_config = {**APP_CONFIG, "run-dir": str(run_dir)}
+        run_config = {**APP_CONFIG, "run-dir": str(run_dir), "local-epochs": 1}  # the cheapest round
         grid = EngineLikeGrid(client_app, {701 + 13 * k: k for k in range(NUM_NODES)}, run_config)
         server_app(grid, Context(run_id=5, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     return run_dir
