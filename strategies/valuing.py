@@ -33,6 +33,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.rounds.booking import book_round
+from fedvalue.run.run_info import load_utility
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.valuation.round_game import (
     ArraysUtility,
@@ -53,7 +54,7 @@ from strategies.nodes import NodeDirectory
 from strategies.protocol import DATA_KEY, GRADIENT_KEY
 from strategies.records import arrays_to_numpy
 from strategies.replay import replay_state_or_reason
-from strategies.run_state import RunState, ServerParts
+from strategies.run_state import RunState, ServerParts, run_json
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
 from strategies.screening import value_screened
 from strategies.hooks.flows import FlowQueries, outflows_if_all_aggregated
@@ -72,7 +73,10 @@ class ValuingStrategy(Strategy):
         Any ``flwr.serverapp.strategy.Strategy``.
     utility
         U(arrays) -> float on held-out data (e.g. :class:`fedvalue.scoring.torch_utilities.TorchModelUtility`);
-        may have a ``batch`` method taking a list of arrays dicts.
+        may have a ``batch`` method taking a list of arrays dicts. Or the importable
+        ``"module:callable"`` (no arguments) that builds U: run.json then names it, with the
+        digest of the held-out data U scores, and ``fedvalue audit DIR --utility module:callable``
+        recomputes every value from the command line.
     run_dir
         Where the ledger goes (``None``: keep the books in memory only).
     sampler
@@ -95,6 +99,10 @@ class ValuingStrategy(Strategy):
         callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
         (the inner strategy, sampler and claim review take the saved state); the same
         seed gives the same ledger as an uninterrupted run.
+    federated_evaluation
+        False: no client-side evaluation rounds (the books value every round on the server's
+        held-out data; the inner strategy's ``configure_evaluate`` is not called). Unlike
+        ``fraction_evaluate=0.0`` on the inner strategy, Flower does not warn about it.
     """
 
     def __init__(
@@ -111,13 +119,22 @@ class ValuingStrategy(Strategy):
         intake: IntakeSettings | None = None,
         run: RunSettings | None = None,
         callbacks: RunCallbacks | None = None,
+        federated_evaluation: bool = True,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
                 f"strategy: expected a flwr.serverapp.strategy.Strategy; got {type(strategy).__name__}."
             )
         self.strategy = strategy
-        self.utility = utility
+        if not isinstance(federated_evaluation, bool):
+            raise TypeError(f"federated_evaluation: expected True or False; got {federated_evaluation!r}.")
+        self.federated_evaluation = federated_evaluation
+        #: The ``module:callable`` that built U (None: U was given as an object).
+        self.utility_reference = utility if isinstance(utility, str) else None
+        self.utility = load_utility(utility) if isinstance(utility, str) else utility
+        if not callable(self.utility):
+            raise TypeError(f"utility: expected U(arrays) -> float or an importable 'module:callable' building it; got "
+                            f"{type(utility).__name__}.")
         self.sampler = sampler
         self.seed = int(seed)
         self.valuation = settings_or_default("valuation", valuation, ValuationSettings)
@@ -145,13 +162,18 @@ class ValuingStrategy(Strategy):
         self.flow_queries = FlowQueries()
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
-        #: Set (by a signal handler) to stop after the round in flight commits: RunInterrupted.
+        #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
         self.stop_requested = threading.Event()
+        #: Why the run was asked to stop (None: on request, a signal).
+        self.stop_reason: str | None = None
         self._num_rounds: int | None = None
         self._start_arrays: dict | None = None
         self._model_dtypes: dict | None = None
         self._targets: list[int] = []
         self._sent: list[Message] = []
+        #: The partitions the sampler chose from, when some registered nodes are gone (round record meta).
+        self._available: list[int] | None = None
+        self._warned_anonymous = False
         self._idle_gradients: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
@@ -186,7 +208,7 @@ class ValuingStrategy(Strategy):
         """
         if self.run_state.opened:
             return
-        taken = self.run_state.open(self._parts())
+        taken = self.run_state.open(self._parts(), run_json(self, self._num_rounds))
         if taken is not None:
             self.strategy, self.sampler, self.claims = taken.strategy, taken.sampler, taken.claims
             self.flow_queries.pending = taken.pending_first_order
@@ -194,6 +216,13 @@ class ValuingStrategy(Strategy):
             self.rounds = self.books.committed_rounds()
             if self.defences is not None:
                 self.defences.resume_from(self.books.run_dir, len(self.rounds))
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the round in flight commits (:class:`RunInterrupted` names ``reason``, e.g.
+        "because a Ray worker died"); the run stays resumable. Safe from any thread."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop_requested.set()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -207,10 +236,13 @@ class ValuingStrategy(Strategy):
         one more gradient query at the final state gives the last round's first-order
         check its actual loss change.
         """
-        self.open_books()
         self._num_rounds = num_rounds
         if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
             self.flow_queries.config = {DATA_KEY: train_config[DATA_KEY]}
+        self.open_books()
+        if self.books is not None:
+            log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s", type(self.strategy).__name__,
+                list(self.methods), self.books.run_dir)
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
@@ -230,10 +262,14 @@ class ValuingStrategy(Strategy):
         self.strategy.summary()
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        if not self.federated_evaluation:
+            return []
         return self.strategy.configure_evaluate(server_round + self._round_offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The inner strategy's, on the evaluate replies it can take (:func:`strategies.intake.usable_evaluations`)."""
+        if not self.federated_evaluation:
+            return None
         usable = usable_evaluations(replies, self.weighted_by_key)
         return self.strategy.aggregate_evaluate(server_round + self._round_offset, usable)
 
@@ -254,7 +290,11 @@ class ValuingStrategy(Strategy):
             config = self.fair.train_config(config)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         if self.sampler is not None and messages:
-            messages = retarget(messages, self.sampler, server_round, self._partition_map(grid))
+            partitions = self._partition_map(grid)
+            # Nodes that are gone are not chosen; the record notes what the sampler chose from.
+            self._available = None if len(partitions) == len(self.nodes.client_to_node) else sorted(partitions)
+            check_enough_nodes(self.sampler, partitions, self.nodes.client_to_node, server_round)
+            messages = retarget(messages, self.sampler, server_round, partitions)
         self._targets = [int(m.metadata.dst_node_id) for m in messages]
         self._sent = messages  # the grid gives them ids when it sends them: each reply answers one node
         if self.flows:
@@ -264,7 +304,7 @@ class ValuingStrategy(Strategy):
     def _query_gradients(self, grid: Grid, arrays: ArrayRecord, busy: set[int]) -> dict:
         """Inference gradients at ``arrays`` of every client not training this round."""
         return self.flow_queries.idle_gradients(grid, arrays, self._partition_map(grid), busy,
-                                                self.intake.query_timeout)
+                                                self.intake.query_timeout, self.nodes.query_type)
 
     def _partition_map(self, grid: Grid) -> dict[int, int]:
         """partition id -> node id (:class:`strategies.nodes.NodeDirectory`: each node asked once)."""
@@ -326,6 +366,7 @@ class ValuingStrategy(Strategy):
             self.flow_queries.expect(server_round, books.flows, intake.gradients)
         round_row, ledger_rows = books.round_row, books.ledger_rows
         log_problems(server_round, records)
+        self._warn_anonymous(records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
         # record, rows, commit mark, checkpoint, seal: fedvalue.run.writer
@@ -333,11 +374,14 @@ class ValuingStrategy(Strategy):
                               self._start_arrays if realized is None else realized, self._parts())
         self.rounds.append(round_row)
         self.last_valuation = valuation
+        log(logging.INFO, "%s", round_line(server_round, ledger_rows, self.methods,
+                                           None if self.ledger is None else self.ledger.run_dir))
         if self.on_round is not None:
             self.on_round(round_row)
         if self.stop_requested.is_set() and server_round != self._num_rounds:  # the last round closes the books
             where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
-            raise RunInterrupted(f"stopped on request after round {server_round} committed{where}")
+            raise RunInterrupted(f"stopped {self.stop_reason or 'on request'} after round {server_round} committed"
+                                 f"{where}")
         return live_arrays, live_metrics
 
     def _value(self, server_round: int, ok: list, aggregator: CounterfactualAggregator | None,
@@ -360,7 +404,45 @@ class ValuingStrategy(Strategy):
                 **({} if self.fair is None else self.fair.meta()),
                 **({} if self.defences is None else self.defences.meta()),
                 **({"replay_missing": replay} if isinstance(replay, str) else {}),
+                **({} if self._available is None else {"available": self._available}),
                 **({} if pure else {"passed": passed})}
         return round_record(server_round, intake, start_arrays=self._start_arrays, accepted=accepted,
                             weighted_by_key=self.weighted_by_key, flows=self.flows, meta=meta,
                             replay=replay if isinstance(replay, tuple) else None)
+
+    def _warn_anonymous(self, records: list) -> None:
+        """Warn once, loudly, when replies say no partition id: they are booked under node ids
+        that change every run, which no one can pay or rank."""
+        anonymous = sorted({r.node_id for r in records if isinstance(r.client_id, str) and r.client_id.startswith("node-")
+                            and r.message is not None and not r.message.has_error()})
+        if anonymous and not self._warned_anonymous:
+            self._warned_anonymous = True
+            log(logging.WARNING, "fedvalue: replies from nodes %s say no partition id, so they are booked under "
+                "node ids ('node-N') that change every run. Add the valuation mod to the ClientApp: "
+                "ClientApp(mods=[clients.valuation_mod()]) (it reads the node config's 'partition-id').", anonymous)
+
+
+def check_enough_nodes(sampler: Sampler, partitions: dict[int, int], registered: dict[int, int],
+                       server_round: int) -> None:
+    """RuntimeError when fewer partitions have a connected node than ``sampler`` takes a round."""
+    wanted = getattr(sampler, "clients_per_round", None)
+    if isinstance(wanted, int) and len(partitions) < wanted:
+        gone = sorted(set(registered) - set(partitions))
+        raise RuntimeError(f"sampler: round {server_round} needs {wanted} clients, but only {len(partitions)} of the "
+                           f"{len(registered)} registered partitions have a connected node (gone: {gone}); the run "
+                           "stops here with every earlier round committed: resume it once the nodes are back.")
+
+
+def round_line(server_round: int, ledger_rows: list, methods: tuple[str, ...], run_dir) -> str:
+    """The round's one log line: clients valued, where the books are, the largest and smallest value."""
+    method = methods[0] if methods else None
+    valued = [r for r in ledger_rows if r.method == method and r.status == "ok" and r.value is not None]
+    sampled = {r.client_id for r in ledger_rows if r.method == method and r.status != "idle"}
+    where = "in memory" if run_dir is None else f"into {run_dir}"
+    if not valued:
+        return f"fedvalue: round {server_round}: 0 of {len(sampled)} sampled clients valued, {where}"
+    high = max(valued, key=lambda r: r.value)
+    low = min(valued, key=lambda r: r.value)
+    return (f"fedvalue: round {server_round}: {len(valued)} of {len(sampled)} sampled clients valued, {where}; "
+            f"{method} largest {high.value:.4g} (client {high.client_id}), smallest {low.value:.4g} "
+            f"(client {low.client_id})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideAdaptiveClipping,
@@ -21,9 +22,11 @@ from flwr.serverapp.strategy import (
 
 from fedvalue._checks import check_positive
 from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.scoring.fairness.objectives import GroupFairness
 from strategies.policies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
+
+if TYPE_CHECKING:  # a torch module: loaded by whoever builds a fairness objective
+    from fedvalue.scoring.fairness.objectives import GroupFairness
 
 #: Flower's strategies that clip on the clients (their mods allow one ArrayRecord a reply).
 CLIENT_SIDE_DP = (DifferentialPrivacyClientSideFixedClipping, DifferentialPrivacyClientSideAdaptiveClipping)

@@ -403,11 +403,21 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
     return problems, worst
 
 
-def sample_problems(record: RoundRecord, sampled: Callable[[int], Sequence] | None) -> list[str]:
-    """Where the record's sampled clients are not the sampler's choice for its round."""
+def sample_problems(record: RoundRecord, sampled: Callable[..., Sequence] | None) -> list[str]:
+    """Where the record's sampled clients are not the sampler's choice for its round: from every
+    partition, or, when the record notes that some nodes were gone (meta ``"available"``), from
+    the partitions it lists (``sampled(round, available)``)."""
     if sampled is None:
         return []
-    expected = [str(c) for c in sampled(record.round)]
+    available = (record.meta or {}).get("available")
+    if available is not None and (not isinstance(available, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in available)):
+        return [f"round {record.round}: its record's 'available' is not a list of partition ids ({available!r:.80})"]
+    try:
+        expected = [str(c) for c in (sampled(record.round) if available is None else sampled(record.round, available))]
+    except (TypeError, ValueError) as error:
+        return [f"round {record.round}: the run's sampler cannot choose from the partitions its record lists as "
+                f"available {available} ({error})"]
     got = [str(c) for c in record.statuses]
     if sorted(got) != sorted(expected):
         return [f"round {record.round}: clients {sorted(got)} were booked; the run's sampler chose {sorted(expected)}"]

@@ -18,7 +18,6 @@ import platform as _stdlib_platform
 import re
 
 import numpy as np
-import torch
 
 #: Environment variables that change which kernels run or how many threads share a product.
 KERNEL_ENVIRONMENT = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_NUM_THREADS",
@@ -39,6 +38,8 @@ def _cpu_model() -> str:
 
 def _torch_blas() -> str:
     """torch's BLAS and, for MKL, its version, from torch's build configuration."""
+    import torch  # here, not at the top: importing strategies loads no torch
+
     shown = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=(\w+)", shown)
     mkl = re.search(r"Math Kernel Library Version ([^\n]+?)(?:-Product| for |\n|$)", shown)
@@ -75,6 +76,8 @@ def kernel_platform() -> dict:
         :data:`KERNEL_ENVIRONMENT` that are set). Nothing volatile: two runs on one
         machine and environment record the same description.
     """
+    import torch  # here, not at the top: importing strategies loads no torch
+
     return {
         "cpu": _cpu_model(),
         "machine": _stdlib_platform.machine(),

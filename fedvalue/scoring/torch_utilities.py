@@ -31,6 +31,7 @@ Every path scores with denormal floats flushed to zero (:mod:`fedvalue.scoring._
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -127,6 +128,16 @@ class TorchModelUtility:
                 value = value.copy()
             tensors[k] = torch.as_tensor(value).to(device=self.device, dtype=self.dtypes[k])
         return tensors
+
+    def held_out_digest(self) -> str:
+        """SHA-256 of what this utility scores: the metric and the held-out inputs and labels
+        (dtype, shape and bytes of each), so an audit can tell a rebuilt U scores the same data."""
+        digest = hashlib.sha256(f"metric={self.metric}".encode())
+        for tensor in (self.x, self.y):
+            array = np.ascontiguousarray(tensor.detach().cpu().numpy())
+            digest.update(f"|{array.dtype.str}{array.shape}|".encode())
+            digest.update(array.tobytes())
+        return "sha256:" + digest.hexdigest()
 
     @property
     def num_batches(self) -> int:

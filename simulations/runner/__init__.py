@@ -33,7 +33,7 @@ from simulations.runner.inner_strategies import (
     client_mods,
     fedavg_without_evaluation,
 )
-from simulations.runner.parallel import RayParallelUtility
+from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
 from simulations.runner.simulation import Simulation
 
@@ -57,6 +57,7 @@ __all__ = [
     "print_federated_run",
     "progress_bar",
     "RayParallelUtility",
+    "valuation_workers_advice",
     "replies_in_send_order",
     "round_progress",
     "saved_config",

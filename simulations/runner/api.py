@@ -2,7 +2,7 @@
 
     from flwr.serverapp.strategy import FedAdam
     run = simulations.simulate(
-        strategy=FedAdam(fraction_evaluate=0.0), model_factory=my_model,
+        strategy=FedAdam(), model_factory=my_model,
         load_client_data=my_loader, num_clients=20, num_rounds=10,
         utility=TorchModelUtility(my_model(), x_test, y_test), out="runs/mine",
     )
@@ -15,9 +15,7 @@ ServerApp is a thread of this process, so the wrapped strategy and its books sta
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
-import platform
 import random
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +34,7 @@ from clients.seeding import seeded_call
 from fedvalue._checks import check_integer
 from fedvalue.run import rundir
 from fedvalue.run.ledger_tables import Run, load_run
+from fedvalue.run.run_info import package_versions
 from fedvalue.run.seals import SEALS_FILE
 from fedvalue.run.writer_lock import WriterLock, lock_run_dir
 from fedvalue.schema import LEDGER_FILE, LOCK_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
@@ -55,16 +54,6 @@ from strategies import (
 )
 from strategies.counterfactual import RandomState
 from strategies.valuing_settings import RunCallbacks, settings_or_default
-
-
-def package_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in ("fedvalue", "flwr", "ray", "torch", "numpy", "pandas"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
 
 
 #: Entropy tail of the initial model's seed ([run seed, this]): its own stream, apart from
@@ -241,6 +230,9 @@ def simulate(
     from it alone; records, checkpoints, resume, signing) and ``callbacks``; ``engine`` says how Ray
     runs the clients and ``client_mods`` wrap their training (picklable, like the loader).
 
+    The clients are not asked to evaluate (no federated evaluation rounds, whatever the inner
+    strategy's ``fraction_evaluate``): the books value every round on ``utility``.
+
     Raises :class:`NoClientValued` when no client of any round gave a usable reply (the ledger
     then holds every round and each failure's reason).
     """
@@ -264,7 +256,7 @@ def simulate(
         valuing = hold.books = ValuingStrategy(
             strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
             valuation=valuation, books=books, intake=intake, run=dataclasses.replace(run, run_config=config),
-            callbacks=callbacks)
+            callbacks=callbacks, federated_evaluation=False)
         valuing.open_books()  # bad input surfaces here, before the engine starts
         if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
             check_ray_address(engine.ray_address)
@@ -326,7 +318,7 @@ def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigR
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
     with stop_on_signals(valuing.stop_requested):
-        serve(client_app, main, num_supernodes=num_clients, engine=engine)
+        serve(client_app, main, num_supernodes=num_clients, engine=engine, on_worker_lost=valuing.request_stop)
 
 
 def _give_up(run_dir: Path, lock: WriterLock, *, remove: bool, books: ValuingStrategy | None = None) -> bool:
