@@ -6,7 +6,11 @@ without the defences, over seeds, IID and Dirichlet data, FedAvg and FedMedian.
     python -m bench.attack_study --out DIR --tables   # only combine what the parts wrote
 
 Each (partition, strategy) is one ``fedvalue run attacks`` child process writing DIR/<partition>-<strategy>/
-(the KNN-ADS group split one more, DIR/group-split/); a part that already wrote its gains.csv is
+(FedAvg over 20 seeds, FedMedian over 5 in the quick configuration; the KNN-ADS group split one
+more, DIR/group-split/; the norm cap on crafted updates two more, DIR/<partition>-fedavg-norm-cap/,
+tabled apart in DIR/norm-cap-table.md; the defence that also aggregates only one update per
+near-duplicate cluster and no free-rider's, ``--defences 2``, four more, DIR/<partition>-<strategy>-aggregation/,
+tabled in DIR/aggregation-table.md); a part that already wrote its gains.csv is
 skipped, and a part whose Ray engine fails to start (a loaded machine) is tried again, so the
 command can be run again until every part is done. Then the parts' totals.csv and runs.csv are
 combined into DIR/gains.csv, DIR/honest_cost.csv, DIR/shells.csv and DIR/table.md (the docs'
@@ -28,11 +32,18 @@ from simulations.experiments.attacks.gains import gains_table, honest_cost
 ATTACKS = ("none,sybil-split-2,sybil-split-4,sybil-split-8,sybil-replica-2,sybil-replica-4,sybil-replica-8,"
            "colluding-free-riders,delta-weights,dynamic-free-rider,crafted-update")
 QUICK = ["--dataset", "fashion-mnist", "--num-clients", "6", "--train-examples", "3000", "--holdout-examples", "1000",
-         "--rounds", "3", "--local-epochs", "2", "--learning-rate", "0.1", "--seeds", "5", "--defences", "1",
+         "--rounds", "3", "--local-epochs", "2", "--learning-rate", "0.1", "--defences", "1",
          "--valuation-budget", "1000", "--craft-steps", "30"]
 FULL = ["--dataset", "fashion-mnist", "--num-clients", "10", "--train-examples", "20000", "--holdout-examples",
-        "2000", "--rounds", "5", "--local-epochs", "5", "--learning-rate", "0.1", "--seeds", "10", "--defences", "1"]
+        "2000", "--rounds", "5", "--local-epochs", "5", "--learning-rate", "0.1", "--defences", "1"]
+#: Seeds per inner strategy: FedAvg's runs take seconds once the engine is up, FedMedian's a minute
+#: (every coalition aggregated by its own code), so FedAvg gets more (tighter intervals on non-IID data).
+SEEDS = {"quick": {"fedavg": 20, "fedmedian": 5}, "full": {"fedavg": 20, "fedmedian": 10}}
 PARTS = [(p, s) for p in ("iid", "dirichlet") for s in ("fedavg", "fedmedian")]
+#: The defence that also changes the aggregation (--defences 2: one update per near-duplicate cluster,
+#: no free-rider's), for the attacks it can drop anything of; the others' runs would be the books-only ones.
+AGGREGATION = ("none,sybil-replica-2,sybil-replica-4,sybil-replica-8,colluding-free-riders,delta-weights,"
+               "dynamic-free-rider")
 #: The norm cap (crafted updates), FedAvg only (the cap clips in weighted-mean rounds): its own parts.
 CAPPED = ("none,crafted-update", ["--norm-cap", "1.25"])
 TRIES = 3
@@ -116,21 +127,26 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the full configuration instead of the quick one")
     parser.add_argument("--tables", action="store_true", help="only combine the parts already written")
     args = parser.parse_args()
-    options = FULL if args.full else QUICK
+    options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{p}-{s}" for p, s in PARTS]
     capped = [f"{p}-fedavg-norm-cap" for p in ("iid", "dirichlet")]
+    aggregated = [f"{name}-aggregation" for name in names]
     if not args.tables:
         for (partition, strategy), name in zip(PARTS, names):
             run_part(args.out, name, ["--attacks", ATTACKS, *options, "--partitions", partition,
-                                      "--strategies", strategy])
+                                      "--strategies", strategy, "--seeds", str(seeds[strategy])])
         run_part(args.out, "group-split", ["--attacks", "group-split", "--dataset", "fashion-mnist",
-                                           "--seeds", options[options.index("--seeds") + 1], "--quiet"])
+                                           "--seeds", str(seeds["fedmedian"]), "--quiet"])
         for partition, name in zip(("iid", "dirichlet"), capped):
             run_part(args.out, name, ["--attacks", CAPPED[0], *options, *CAPPED[1], "--partitions", partition,
-                                      "--strategies", "fedavg"])
+                                      "--strategies", "fedavg", "--seeds", str(seeds["fedavg"])])
+        for (partition, strategy), name in zip(PARTS, aggregated):
+            run_part(args.out, name, ["--attacks", AGGREGATION, *options, "--defences", "2", "--partitions",
+                                      partition, "--strategies", strategy, "--seeds", str(seeds[strategy])])
     combine(args.out, names)
     combine(args.out, capped, prefix="norm-cap-")
+    combine(args.out, aggregated, prefix="aggregation-")
     print((args.out / "table.md").read_text() if (args.out / "table.md").exists() else "no part finished")
 
 

@@ -51,6 +51,7 @@ from strategies import (
     IntakeSettings,
     NodeDirectory,
     PartitionSampler,
+    RepresentativesOnly,
     RunSettings,
     ValuationSettings,
     ValuingStrategy,
@@ -184,6 +185,7 @@ def _strategy(config, run: StudyRun, out_dir, utility, nodes: NodeDirectory, run
     return ValuingStrategy(
         STRATEGIES[run.strategy](), utility, run_dir=str(out_dir / run.directory),
         sampler=PartitionSampler(len(plan.participants), seed=run.seed), seed=run.seed,
+        acceptance=RepresentativesOnly(defences) if config.defences == 2 else None,
         valuation=ValuationSettings(methods=("ads", "loo"), ads=AdsSettings(budget=config.valuation_budget)),
         books=BookSettings(flows=True, noisy_clients=set(plan.identities), defences=defences),
         intake=IntakeSettings(claims=ClaimReview(registered=registered_sizes(config, run)), nodes=nodes,
