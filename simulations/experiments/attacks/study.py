@@ -43,6 +43,7 @@ from simulations.runner import (
     initial_model_arrays,
     seeded_server_generators,
     serve,
+    skipped_evaluation_unannounced,
 )
 from strategies import (
     AdsSettings,
@@ -58,11 +59,19 @@ from strategies import (
     train_config,
 )
 
+def _quietly(build: Callable) -> Callable:
+    """``build`` without Flower's notice that federated evaluation is off (the server's utility is the evaluation)."""
+    def built():
+        with skipped_evaluation_unannounced():
+            return build()
+    return built
+
+
 #: Inner strategies of the study: FedAvg and robust rules (valued by their own aggregation).
 STRATEGIES: dict[str, Callable] = {
     "fedavg": fedavg_without_evaluation,
-    "fedmedian": lambda: FedMedian(fraction_evaluate=0.0),
-    "fedtrimmedavg": lambda: FedTrimmedAvg(fraction_evaluate=0.0, beta=0.2),
+    "fedmedian": _quietly(lambda: FedMedian(fraction_evaluate=0.0)),
+    "fedtrimmedavg": _quietly(lambda: FedTrimmedAvg(fraction_evaluate=0.0, beta=0.2)),
 }
 PARTITIONS = ("iid", "dirichlet")
 #: Ledger methods summed per client into totals.csv.
