@@ -115,7 +115,8 @@ def markdown(gains: pd.DataFrame, aggregation: pd.DataFrame | None = None) -> st
     each book without defences, with the defences' books (--defences 1) and with the aggregation
     defence too (--defences 2; "—" where the attack's run would be the books-only one)."""
     ads = ["| data | strategy | attack | ADS | ADS, books | ADS, books + aggregation | paid | paid, books | "
-           "paid, books + aggregation | paid honestly | accuracy change | accuracy change, books + aggregation |",
+           "paid, books + aggregation | paid honestly (plain / books) | accuracy change | accuracy change, books + "
+           "aggregation |",
            "|" + "---|" * 12]
     flows = ["| data | strategy | attack | outflow | outflow, books | outflow, books + aggregation | LOO | "
              "LOO, books | LOO, books + aggregation |", "|" + "---|" * 9]
@@ -125,7 +126,8 @@ def markdown(gains: pd.DataFrame, aggregation: pd.DataFrame | None = None) -> st
         change_agg = "—" if agg is None else f"{agg['accuracy_change']:+.3f}"
         ads.append(f"| {' | '.join(key)} | {_interval(plain, '')} | {_interval(plain, 'defended_')} | "
                    f"{_interval(agg, 'defended_')} | {plain['paid']:.3f} | {plain['defended_paid']:.3f} | {paid_agg} | "
-                   f"{plain['paid_honest']:.3f} | {plain['accuracy_change']:+.3f} [{plain['accuracy_change_low']:+.3f}, "
+                   f"{plain['paid_honest']:.3f} / {plain['defended_paid_honest']:.3f} | "
+                   f"{plain['accuracy_change']:+.3f} [{plain['accuracy_change_low']:+.3f}, "
                    f"{plain['accuracy_change_high']:+.3f}] | {change_agg} |")
         cells = []
         for book in ("tracin_outflow", "loo"):

@@ -25,7 +25,15 @@ from strategies import PartitionSampler, RepresentativesOnly, ValuingStrategy
 from strategies.records import numpy_to_arrays
 from strategies.valuing_settings import BookSettings
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
-from tests.strategies.test_flow_books import NODE_OF, NUM_CLIENTS, PID_OF, initial_state, load_client, make_model, utility
+from tests.strategies.test_flow_books import (
+    NODE_OF,
+    NUM_CLIENTS,
+    PID_OF,
+    initial_state,
+    load_client,
+    make_model,
+    utility,
+)
 
 ROUNDS = 4
 
@@ -66,7 +74,8 @@ def run(run_dir, states: dict, *, resume=False, crash_after=None, acceptance=Non
         books=BookSettings(flows=True, defences=DefenceSettings()),
         run=RunSettings(run_config={"experiment": "defences"}, on_round=on_round, resume=resume))
     config = ConfigRecord({"lr": 0.5, "local-epochs": 2, "batch-size": 0, "seed": 0})
-    return strategy.start(grid(states), numpy_to_arrays(initial_state()), num_rounds=ROUNDS, timeout=10, train_config=config)
+    return strategy.start(grid(states), numpy_to_arrays(initial_state()), num_rounds=ROUNDS, timeout=10,
+                          train_config=config)
 
 
 @pytest.fixture(scope="module")
