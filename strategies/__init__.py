@@ -17,6 +17,7 @@ from strategies.policies import (
     PartitionSampler,
     Replay,
     ReplaySampler,
+    RepresentativesOnly,
     TopK,
     ValueWeightedSampler,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "PartitionSampler",
     "Replay",
     "ReplaySampler",
+    "RepresentativesOnly",
     "RunCallbacks",
     "RunSettings",
     "TopK",

@@ -159,6 +159,9 @@ class ValuingStrategy(Strategy):
         self.fair = None if fairness is None else FairRounds(fairness, damping, self.acceptance)
         defences = self.book_settings.defences
         self.defences = None if defences is None else DefenceRounds(defences)
+        if getattr(self.acceptance, "needs_replies", False) and self.defences is None:
+            raise ValueError(f"acceptance: {self.acceptance!r} reads the defences' previous global model; book them "
+                             "too: books=BookSettings(defences=DefenceSettings()).")
         self.flow_queries = FlowQueries()
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
@@ -343,6 +346,9 @@ class ValuingStrategy(Strategy):
         accepted = self.acceptance.accept(
             server_round, [r.client_id for r in ok], valuation, seed=self.seed,
             outflows=lambda: outflows_if_all_aggregated(self._start_arrays, ok, intake.gradients),
+            # Only for a policy that reads the replies (strategies.policies.representatives).
+            **({"replies": lambda: self.defences.round_replies(self._start_arrays, ok)}
+               if getattr(self.acceptance, "needs_replies", False) else {}),
             # Only with fairness books: a policy written before them takes no such keyword.
             **({} if fair is None else {"fairness": scores})
         ) if ok else set()
@@ -403,6 +409,7 @@ class ValuingStrategy(Strategy):
                 "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
                 **({} if self.fair is None else self.fair.meta()),
                 **({} if self.defences is None else self.defences.meta()),
+                **(self.acceptance.record_meta() if hasattr(self.acceptance, "record_meta") else {}),
                 **({"replay_missing": replay} if isinstance(replay, str) else {}),
                 **({} if self._available is None else {"available": self._available}),
                 **({} if pure else {"passed": passed})}

@@ -32,6 +32,7 @@ from simulations.runner.inner_strategies import (
     check_strategy,
     client_mods,
     fedavg_without_evaluation,
+    skipped_evaluation_unannounced,
 )
 from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
@@ -64,6 +65,7 @@ __all__ = [
     "seeded_server_generators",
     "serve",
     "simulate",
+    "skipped_evaluation_unannounced",
     "Simulation",
     "STRATEGY_PARAMETERS",
     "torch_threads",

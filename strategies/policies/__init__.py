@@ -4,6 +4,7 @@ weights clients claim (:mod:`.claims`). Each takes the books' values or replies;
 
 from strategies.policies.acceptance import AcceptAll, Acceptance, FairDropK, FairReweight, Replay, TopK
 from strategies.policies.claims import CLAIM_METHODS, ClaimFlag, ClaimReview
+from strategies.policies.representatives import RepresentativesOnly
 from strategies.policies.sampling import SCHEDULES, PartitionSampler, ValueWeightedSampler
 from strategies.policies.selection import ReplaySampler
 
@@ -19,6 +20,7 @@ __all__ = [
     "PartitionSampler",
     "Replay",
     "ReplaySampler",
+    "RepresentativesOnly",
     "TopK",
     "ValueWeightedSampler",
 ]
