@@ -214,8 +214,11 @@ def check_model_signature(files: RunFiles, verifier: Verifier, manifest: dict | 
                                "after its manifest (verify: model_signing verify key RUN_DIR --signature "
                                "RUN_DIR/model.sig --public_key KEY.pub)")
         return False
+    if present != _REGULAR:
+        report.problems.append(f"{MODEL_SIGNATURE_FILE}: not checked; it is {present}, not a regular file")
+        return False
     odd = sorted(name for name, kind in files.inventory.items() if kind not in (_REGULAR, _DIRECTORY))
-    if present != _REGULAR or odd:
+    if odd:
         report.problems.append(f"{MODEL_SIGNATURE_FILE}: not checked; model-signing reads the directory itself, and "
                                f"it holds entries that are neither regular files nor directories "
                                f"({', '.join(printable(n, 80) for n in odd[:5])})")

@@ -57,6 +57,11 @@ def _model_signing():
     return model_signing
 
 
+def model_signing_available() -> None:
+    """Raise ValueError with the install command when model-signing cannot be imported."""
+    _model_signing()
+
+
 def hashing_config():
     """model-signing's hashing for a run directory: a SHA-256 per file (as the manifest's),
     no symbolic link followed, :data:`IGNORED_PATHS` left out."""

@@ -52,7 +52,7 @@ from fedvalue.run.archive import (
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.resume_check import ResumePlan, Restored, check_restorable, verify_resume
 from fedvalue.run.rundir import RunDir
-from fedvalue.run.model_signature import sign_run
+from fedvalue.run.model_signature import model_signing_available, sign_run
 from fedvalue.run.seals import Signer, append_seal, cut_seals, seal_fields
 from fedvalue.run.writer_lock import lock_run_dir
 from fedvalue.schema import (
@@ -90,7 +90,8 @@ class RunSettings:
     resume
         Continue the run from its last checkpoint, verified before anything is cut.
     sign_key
-        The :class:`fedvalue.run.seals.Signer` of each round's seal and the final manifest
+        The :class:`fedvalue.run.seals.Signer` of each round's seal, the final manifest and,
+        with an EC key, the closed run's ``model.sig`` (:mod:`fedvalue.run.model_signature`)
         (``Signer.from_file(pem)`` reads a key from ``fedvalue keygen``); settings read no file.
 
     What the run tells its caller as it goes is a callback, not a setting
@@ -134,7 +135,8 @@ class RunBooks:
         Verify the run's last checkpoint, then cut the directory back to it
         (:attr:`restored` is where the run continues from).
     signer
-        Signs each seal and the manifest; resuming, round k's seal must carry its signature.
+        Signs each seal and the manifest, and with an EC key writes ``model.sig`` at the
+        close; resuming, round k's seal must carry its signature.
     save_records, checkpoint
         Write each round's record; checkpoint each round (A_t, the server's state).
     check_state
@@ -155,6 +157,8 @@ class RunBooks:
         self.checkpoint = bool(checkpoint)
         self.restored: Restored | None = None
         self.ledger: LedgerWriter | None = None
+        if signer is not None and signer.signs_model:
+            model_signing_available()  # a missing package is said now, not after the last round
         try:
             run = rundir.open_run_dir(run_dir, create=not resume)
         except FileNotFoundError:

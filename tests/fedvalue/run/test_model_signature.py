@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -170,7 +171,19 @@ def test_a_linked_model_sig_is_not_handed_to_model_signing(signed_run, copy, cap
     (copy / MODEL_SIGNATURE_FILE).symlink_to(target)
     code, out = audit(copy, public, capsys)
     assert code == 1 and "model.sig: a symbolic link" in out
-    assert "model.sig: not checked; model-signing reads the directory itself" in out
+    assert "model.sig: not checked; it is a symbolic link, not a regular file" in out
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_in_the_run_is_never_handed_to_model_signing(signed_run, copy, capsys):
+    """model-signing opens every file it finds and would block on a FIFO: the audit stops first."""
+    _, _, public = signed_run
+    record = min((copy / "records").iterdir())
+    record.unlink()
+    os.mkfifo(record)
+    code, out = audit(copy, public, capsys)
+    assert code == 1 and "model.sig: not checked; model-signing reads the directory itself" in out
+    assert f"records/{record.name}" in out
 
 
 def test_a_resumed_run_drops_the_old_signature_and_signs_at_its_own_close(tmp_path):
