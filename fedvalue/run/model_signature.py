@@ -20,7 +20,9 @@ changed after the close fails its verification.
 
 **Resume**: a run is resumed only before its close (a run holding its manifest is refused),
 and the resume removes any ``model.sig`` it finds; the resumed run signs at its own close.
-An old signature never covers a changed run: the statement lists every file's digest.
+An old signature never covers a changed run: the statement lists every file's digest. A
+writer stopped between the manifest and ``model.sig`` leaves a complete run without one:
+:func:`sign_closed_run` writes it once the manifest's signature and every digest verify.
 
 ``model.sig`` is the one file of a signed run that is not the same byte for byte from the
 same seed: model-signing's ECDSA draws a random nonce. Seals and manifest are signed with
@@ -102,6 +104,32 @@ def sign_run(run_dir: str | os.PathLike | RunDir, signer) -> bytes:
         data = target.read_bytes()
     run.write_bytes(MODEL_SIGNATURE_FILE, data)
     return data
+
+
+def sign_closed_run(run_dir: str | os.PathLike | RunDir, signer) -> bytes:
+    """Write ``model.sig`` for a run that holds its manifest but none (its writer was stopped
+    between the two at its close), once nothing has changed since: the manifest must carry
+    ``signer``'s own valid signature and list exactly the directory's files with their
+    digests. ValueError naming what differs otherwise; nothing is written then."""
+    from fedvalue.run.seals import manifest_files, read_manifest, sha256_of
+
+    run = open_run_dir(run_dir)
+    if run.exists(MODEL_SIGNATURE_FILE):
+        raise ValueError(f"run_dir: expected a closed run without {MODEL_SIGNATURE_FILE}; {run.show()} has one.")
+    manifest = read_manifest(run)
+    if manifest is None:
+        raise ValueError(f"run_dir: expected a closed run (holding manifest.json); {run.show()} has no manifest: "
+                         "resume it instead, and its close signs it.")
+    problem = signer.verifier().problem(manifest)
+    if problem is not None:
+        raise ValueError(f"sign_key: the run's manifest.json does not carry this key's signature ({problem}); only the "
+                         "key that signed the run signs its model.sig.")
+    listed, found = manifest["files"], manifest_files(run)
+    changed = sorted(set(listed) ^ set(found)) or [name for name in found if sha256_of(run, name) != listed[name]]
+    if changed:
+        raise ValueError(f"run_dir: {printable(changed[0], 80)} is not as the signed manifest lists it (and "
+                         f"{len(changed) - 1} more); a changed run is not signed.")
+    return sign_run(run, signer)
 
 
 def verify_run(run_dir: str | os.PathLike, verifier) -> str | None:

@@ -20,7 +20,12 @@ from pathlib import Path
 import model_signing
 import pytest
 
-from fedvalue.run.model_signature import IGNORED_PATHS, sign_run, verify_run
+from fedvalue.run.model_signature import (
+    IGNORED_PATHS,
+    sign_closed_run,
+    sign_run,
+    verify_run,
+)
 from fedvalue.run.seals import (
     Signer,
     Verifier,
@@ -206,6 +211,31 @@ def test_a_resumed_run_drops_the_old_signature_and_signs_at_its_own_close(tmp_pa
     (run_dir / MODEL_SIGNATURE_FILE).write_bytes(old)
     with pytest.raises(ValueError, match="Signature mismatch"):
         model_signing_verify(run_dir, public)
+
+
+def test_a_run_stopped_between_manifest_and_model_sig_is_signed_only_unchanged(signed_run, copy, capsys):
+    _, private, public = signed_run
+    signer = Signer.from_file(private)
+    (copy / MODEL_SIGNATURE_FILE).unlink()  # as a writer stopped at its close leaves it
+    assert main(["run", "noisy-clients", "--resume", str(copy), "--quiet", "--sign-key", str(private)]) == 2
+    assert "model.sig is missing (stopped at its close): fedvalue.run.model_signature.sign_closed_run" in \
+        capsys.readouterr().err
+    data = (copy / "ledger.csv").read_bytes()
+    (copy / "ledger.csv").write_bytes(data + b"\n")
+    with pytest.raises(ValueError, match=r"run_dir: ledger.csv is not as the signed manifest lists it"):
+        sign_closed_run(copy, signer)
+    (copy / "ledger.csv").write_bytes(data)
+    with pytest.raises(ValueError, match="sign_key: the run's manifest.json does not carry this key's signature"):
+        other = copy.parent / "o.pem"
+        generate_keypair(other, copy.parent / "o.pub")
+        sign_closed_run(copy, Signer.from_file(other))
+    assert not (copy / MODEL_SIGNATURE_FILE).exists()
+    sign_closed_run(copy, signer)
+    model_signing_verify(copy, public)
+    code, out = audit(copy, public, capsys)
+    assert code == 0 and out.rstrip().endswith(": intact")
+    with pytest.raises(ValueError, match="run_dir: expected a closed run without model.sig"):
+        sign_closed_run(copy, signer)
 
 
 def test_an_ed25519_key_signs_seals_and_manifest_but_writes_no_model_sig(tmp_path, capsys):
