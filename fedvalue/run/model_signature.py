@@ -46,22 +46,23 @@ MAX_SIGNATURE_BYTES = 64 * 1024**2
 MODEL_SIGNING_VERSION = "1.1.1"
 
 
-def _model_signing():
+def _model_signing(what: str = MODEL_SIGNATURE_FILE):
     try:
         import model_signing
         import model_signing.hashing
         import model_signing.signing
         import model_signing.verifying
     except ImportError as error:
-        raise ValueError(f"model.sig: signing and checking it needs the 'model-signing' package "
+        raise ValueError(f"{what}: signing and checking {MODEL_SIGNATURE_FILE} needs the 'model-signing' package "
                          f"({type(error).__name__}: {error}); install it with: pip install "
                          f"'model-signing=={MODEL_SIGNING_VERSION}' pyopenssl") from None
     return model_signing
 
 
 def model_signing_available() -> None:
-    """Raise ValueError with the install command when model-signing cannot be imported."""
-    _model_signing()
+    """Raise ValueError (naming ``sign_key``, an EC key that writes model.sig at the close)
+    with the install command when model-signing cannot be imported."""
+    _model_signing("sign_key")
 
 
 def hashing_config():
@@ -73,17 +74,17 @@ def hashing_config():
             .set_ignored_paths(paths=list(IGNORED_PATHS), ignore_git_paths=True))
 
 
-class _LoadedKeySigner:
-    """model-signing's EC-key signer over a key already loaded (and checked) by fedvalue:
-    the key file is read once, when the run starts, never again at its close."""
+def _loaded_key_signer(private_key):
+    """model-signing's EC-key signer over a key already loaded (and checked) by fedvalue: the
+    key file is read once, when the run starts, never again at its close. Its constructor
+    only reads a PEM file into ``_private_key`` and checks the curve; this does the same
+    with the loaded key (model-signing is pinned to the release this was written against)."""
+    from model_signing._signing import sign_ec_key
 
-    def __new__(cls, private_key):
-        from model_signing._signing import sign_ec_key
-
-        signer = sign_ec_key.Signer.__new__(sign_ec_key.Signer)
-        signer._private_key = private_key  # what its __init__ sets after reading a file
-        sign_ec_key._check_supported_ec_key(private_key.public_key())
-        return signer
+    sign_ec_key._check_supported_ec_key(private_key.public_key())
+    signer = sign_ec_key.Signer.__new__(sign_ec_key.Signer)
+    signer._private_key = private_key
+    return signer
 
 
 def sign_run(run_dir: str | os.PathLike | RunDir, signer) -> bytes:
@@ -97,7 +98,7 @@ def sign_run(run_dir: str | os.PathLike | RunDir, signer) -> bytes:
     model_signing = _model_signing()
     run = open_run_dir(run_dir)
     config = model_signing.signing.Config().set_hashing_config(hashing_config())
-    config._signer = _LoadedKeySigner(signer._key)  # see _LoadedKeySigner
+    config._signer = _loaded_key_signer(signer._key)  # the public API takes a key file's path only
     with tempfile.TemporaryDirectory(prefix="fedvalue-model-sig-") as scratch:
         target = Path(scratch) / MODEL_SIGNATURE_FILE
         config.sign(run.path, target)
