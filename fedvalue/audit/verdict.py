@@ -21,7 +21,8 @@ the files alone it re-derives
    seal names its chain head and its record's digest. A run without a manifest is
    incomplete (not verifiable);
 6. with a ``verifier`` (the signer's public key) every seal and the manifest carry its
-   valid signature, and with ``expect_head`` the chain ends at that published hash; with
+   valid signature, and, for an EC key, ``model.sig`` verifies with model-signing's own
+   verifier (:mod:`fedvalue.run.model_signature`); and with ``expect_head`` the chain ends at that published hash; with
    either, signatures and digests are checked before anything is parsed, and the audit
    stops at the first failure;
 7. with a ``utility``, every recomputable field of every round from its saved record
@@ -33,7 +34,8 @@ the files alone it re-derives
    for a run that booked fairness, without its fairness objective) are *not verifiable*.
 
 The audit reads the run directory only, through :mod:`fedvalue.run.rundir` (no link followed,
-reads capped), opens no network connection, and stops within ``budget_seconds`` (what it
+reads capped; model-signing's verifier reads it itself, and only once every entry is known
+to be a regular file or a directory), opens no network connection, and stops within ``budget_seconds`` (what it
 did not reach is then not verifiable). Any content of any file gives a finding, never an
 exception; every message is printable (control characters escaped). The report names the
 run's chain head, its seed and the key its commitments name, so an auditor can tell one
@@ -66,6 +68,7 @@ from fedvalue.audit.audit_files import (
     check_commitments,
     check_layout,
     check_manifest_files,
+    check_model_signature,
     check_signatures,
     read_commitments,
 )
@@ -92,6 +95,7 @@ from fedvalue.schema import (
     LEDGER_COLUMNS,
     LEDGER_FILE,
     LEDGER_PARQUET_FILE,
+    MODEL_SIGNATURE_FILE,
     ROUNDS_FILE,
     ROUND_COLUMNS,
     RUN_CONFIG_FILE,
@@ -308,6 +312,11 @@ def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recomput
         if not check_signatures(verifier, seals, manifest, report):
             return
         report.key_verified = True
+        if not check_model_signature(files, verifier, manifest, report):
+            return
+    elif files.exists(MODEL_SIGNATURE_FILE):
+        report.notes.append(f"{MODEL_SIGNATURE_FILE}: not checked without the signer's public key (--public-key PEM); "
+                            "model_signing verify key checks it too")
     pinned = verifier is not None or expect_head is not None
     if manifest is not None and pinned and not check_manifest_files(files, manifest, report, stop_at_first=True):
         return

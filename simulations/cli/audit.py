@@ -19,7 +19,8 @@ def add_parser(commands) -> None:
     audit.add_argument("--no-recompute", action="store_true",
                        help="skip recomputing every value from the saved round records")
     audit.add_argument("--public-key", metavar="PEM",
-                       help="the signer's Ed25519 public key: every seal and the manifest must carry its signature")
+                       help="the signer's public key (PEM, from fedvalue keygen): every seal and the manifest must carry its "
+                            "signature; an EC key also checks model.sig with model-signing's own verifier")
     audit.add_argument("--expect-head", metavar="HASH",
                        help="a chain head published elsewhere (64 hex digits): the run must end at it")
     audit.add_argument("--utility", metavar="MODULE:CALLABLE",
