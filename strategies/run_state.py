@@ -22,6 +22,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from fedvalue.run.archive import RoundRecord
+from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
 from fedvalue.run.writer import Restored, RunBooks, RunSettings
 from fedvalue.scoring.kernels import kernel_platform
@@ -105,6 +106,11 @@ class RunState:
     @property
     def resume(self) -> bool:
         return self.settings.resume
+
+    @property
+    def ledger(self) -> LedgerWriter | None:
+        """The open run directory's ledger (None before :meth:`open` or without a run directory)."""
+        return None if self.books is None else self.books.ledger
 
     def open(self, parts: ServerParts, config: Mapping | None = None) -> ServerParts | None:
         """Open the directory with ``config`` as run.json (default: the settings' run_config);

@@ -14,10 +14,13 @@ on a copy of itself at round start and under the round's random state
 (:mod:`strategies.counterfactual`), and the live aggregation gets the original replies
 from the same random state.
 
-The wrapper is the Flower adapter: it takes the replies in (:mod:`strategies.intake`),
-asks the books (:func:`fedvalue.rounds.booking.book_round`) and hands back the aggregate; TracIn
-queries are :mod:`strategies.hooks.flows`, the fairness hooks :mod:`strategies.hooks.fairness`, the
-run directory and server state :mod:`strategies.run_state`.
+The wrapper is the Flower adapter. Its ``aggregate_train`` reads intake → value → accept →
+delegate → record → books → commit: one round from its replies to its books is a
+:class:`strategies.train_round.TrainRound` (the intake, :mod:`strategies.intake`; the round
+game; the live aggregation; the record and :func:`fedvalue.rounds.booking.book_round`), the
+acceptance step and the books beyond the replies (TracIn flows, fairness, defences) are
+:class:`strategies.hooks.round_hooks.RoundHooks`, and the run directory and server state
+:mod:`strategies.run_state`.
 """
 
 from __future__ import annotations
@@ -32,33 +35,22 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
-from fedvalue.rounds.booking import book_round
-from fedvalue.run.run_info import load_utility
-from fedvalue.run.ledger_tables import LedgerWriter
-from fedvalue.valuation.round_game import (
-    ArraysUtility,
-    RoundValuation,
-    ValuationSettings,
-    round_game_for,
-    round_rng,
-    value_round,
-)
 from fedvalue.run.writer import RunBooks, RunSettings
-from fedvalue.schema import WEIGHED_STATUSES
+from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, ValuationSettings
+from strategies.hooks.round_hooks import RoundHooks
+from strategies.intake import log_problems, usable_evaluations
 from strategies.policies.acceptance import AcceptAll, Acceptance
-from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
-from strategies.hooks.defences import DefenceRounds
-from strategies.hooks.fairness import FairRounds, check_policy
-from strategies.intake import RoundIntake, log_problems, round_record, take_in, usable_evaluations
-from strategies.nodes import NodeDirectory
-from strategies.protocol import DATA_KEY, GRADIENT_KEY
-from strategies.records import arrays_to_numpy
-from strategies.replay import replay_state_or_reason
-from strategies.run_state import RunState, ServerParts, run_json
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
-from strategies.screening import value_screened
-from strategies.hooks.flows import FlowQueries, outflows_if_all_aggregated
-from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks, settings_or_default
+from strategies.run_state import RunState, ServerParts, run_json
+from strategies.train_round import RoundStart, TrainRound
+from strategies.valuing_settings import (
+    BookSettings,
+    IntakeSettings,
+    RunCallbacks,
+    settings_or_default,
+    utility_of,
+)
+
 
 class RunInterrupted(RuntimeError):
     """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
@@ -129,12 +121,8 @@ class ValuingStrategy(Strategy):
         if not isinstance(federated_evaluation, bool):
             raise TypeError(f"federated_evaluation: expected True or False; got {federated_evaluation!r}.")
         self.federated_evaluation = federated_evaluation
-        #: The ``module:callable`` that built U (None: U was given as an object).
-        self.utility_reference = utility if isinstance(utility, str) else None
-        self.utility = load_utility(utility) if isinstance(utility, str) else utility
-        if not callable(self.utility):
-            raise TypeError(f"utility: expected U(arrays) -> float or an importable 'module:callable' building it; got "
-                            f"{type(utility).__name__}.")
+        #: U, and the ``module:callable`` that built it (None: U was given as an object).
+        self.utility, self.utility_reference = utility_of(utility)
         self.sampler = sampler
         self.seed = int(seed)
         self.valuation = settings_or_default("valuation", valuation, ValuationSettings)
@@ -146,7 +134,7 @@ class ValuingStrategy(Strategy):
         callbacks = settings_or_default("callbacks", callbacks, RunCallbacks)
         self.on_round = callbacks.on_round  # attributes: a caller may set them once built
         self.on_progress = callbacks.on_progress
-        self.nodes = NodeDirectory() if self.intake.nodes is None else self.intake.nodes
+        self.nodes = self.intake.node_directory()
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
         self.acceptance = AcceptAll() if acceptance is None else acceptance
         if not callable(getattr(self.acceptance, "accept", None)):
@@ -154,15 +142,8 @@ class ValuingStrategy(Strategy):
                             f"{type(acceptance).__name__}.")
         self.acceptance.check(methods=self.methods, flows=self.flows,
                               clients_per_round=getattr(sampler, "clients_per_round", None))
-        fairness, damping = self.book_settings.fairness, self.book_settings.fair_curvature
-        check_policy(self.acceptance, fairness, damping)
-        self.fair = None if fairness is None else FairRounds(fairness, damping, self.acceptance)
-        defences = self.book_settings.defences
-        self.defences = None if defences is None else DefenceRounds(defences)
-        if getattr(self.acceptance, "needs_replies", False) and self.defences is None:
-            raise ValueError(f"acceptance: {self.acceptance!r} reads the defences' previous global model; book them "
-                             "too: books=BookSettings(defences=DefenceSettings()).")
-        self.flow_queries = FlowQueries()
+        #: The flows, fairness and defences hooks (:mod:`strategies.hooks.round_hooks`).
+        self.hooks = RoundHooks(self.book_settings, self.acceptance)
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
         #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
@@ -170,8 +151,7 @@ class ValuingStrategy(Strategy):
         #: Why the run was asked to stop (None: on request, a signal).
         self.stop_reason: str | None = None
         self._num_rounds: int | None = None
-        self._start_arrays: dict | None = None
-        self._model_dtypes: dict | None = None
+        self._start: RoundStart | None = None
         self._targets: list[int] = []
         self._sent: list[Message] = []
         #: The partitions the sampler chose from, when some registered nodes are gone (round record meta).
@@ -196,8 +176,15 @@ class ValuingStrategy(Strategy):
         return self.run_state.books
 
     @property
-    def ledger(self) -> LedgerWriter | None:
-        return None if self.books is None else self.books.ledger
+    def ledger(self):
+        """The open run directory's ledger (:class:`fedvalue.run.ledger_tables.LedgerWriter`; None
+        before :meth:`open_books` or without ``run_dir``)."""
+        return self.run_state.ledger
+
+    @property
+    def flow_queries(self):
+        """The TracIn flows' gradient queries (:class:`strategies.hooks.flows.FlowQueries`)."""
+        return self.hooks.flow_queries
 
     def _parts(self) -> ServerParts:
         return ServerParts(self.strategy, self.sampler, self.claims, self.flow_queries.pending)
@@ -217,8 +204,7 @@ class ValuingStrategy(Strategy):
             self.flow_queries.pending = taken.pending_first_order
         if self.run_state.resumed is not None:
             self.rounds = self.books.committed_rounds()
-            if self.defences is not None:
-                self.defences.resume_from(self.books.run_dir, len(self.rounds))
+            self.hooks.resume_from(self.books.run_dir, len(self.rounds))
 
     def request_stop(self, reason: str) -> None:
         """Stop after the round in flight commits (:class:`RunInterrupted` names ``reason``, e.g.
@@ -240,8 +226,8 @@ class ValuingStrategy(Strategy):
         check its actual loss change.
         """
         self._num_rounds = num_rounds
-        if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
-            self.flow_queries.config = {DATA_KEY: train_config[DATA_KEY]}
+        if self.intake.query_data_key:
+            self.flow_queries.carry_data_key(train_config)
         self.open_books()
         if self.books is not None:
             log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s", type(self.strategy).__name__,
@@ -281,16 +267,9 @@ class ValuingStrategy(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
         server_round += self._round_offset
-        self._start_arrays = arrays_to_numpy(arrays)
-        # The model's own dtypes, from the first state seen: an aggregation may turn an integer
-        # buffer (a batch counter) into floats, while the clients' models keep it integer.
-        self._model_dtypes = self._model_dtypes or {k: v.dtype for k, v in self._start_arrays.items()}
-        if self.defences is not None:
-            self.defences.start_round(self._start_arrays)
-        if self.flows:
-            config = ConfigRecord({**dict(config), GRADIENT_KEY: True})
-        if self.fair is not None:
-            config = self.fair.train_config(config)
+        self._start = RoundStart.of(arrays, self._start)
+        self.hooks.start_round(self._start.arrays)
+        config = self.hooks.train_config(config)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         if self.sampler is not None and messages:
             partitions = self._partition_map(grid)
@@ -314,70 +293,53 @@ class ValuingStrategy(Strategy):
         return self.nodes.partition_map(grid, self.intake.query_timeout)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Value the round, aggregate with the inner strategy (live), write the round's books.
-
-        Counterfactual coalitions aggregate copies of the replies from the random state
-        captured here, and the live aggregation starts from it too
-        (:mod:`strategies.counterfactual`): the live run is the bare run's, bit for bit.
-        """
-        random_state = RandomState.capture()
+        """Take the replies in, value the round, accept, aggregate with the inner strategy (live),
+        write the round's record and books, commit (:mod:`strategies.train_round`)."""
         server_round += self._round_offset
-        intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
-                         start_arrays=self._start_arrays, model_dtypes=self._model_dtypes, targets=self._targets, claims=self.claims,
-                         gradients=self._idle_gradients, sent=self._sent)
-        records, ok = intake.records, intake.ok
-        pure = aggregates_by_weighted_mean(self.strategy)
-        # Made before the live aggregation, which may consume or rewrite the replies it is given.
-        aggregator = None if pure else CounterfactualAggregator(
-            self.strategy, server_round,
-            {r.client_id: r.message for r in records if r.status in WEIGHED_STATUSES},
-            self._start_arrays, random_state)
-        # Only a saved record is ever replayed (by the audit): capture nothing for one that is not saved.
-        replay = (None if pure or not self.run_state.save_records
-                  else replay_state_or_reason(self.strategy, random_state, records))
-        seed = functools.partial(round_rng, self.seed, server_round)
-        # A reply that makes a coalition score as no number is rejected here: the round is valued without it.
-        valuation = value_screened(lambda valid: self._value(server_round, valid, aggregator, seed()), records,
-                                   self.utility, self._start_arrays)
-        ok = intake.ok
-        fair = None if self.fair is None else self.fair.value(ok, self._start_arrays, aggregator, self.valuation,
-                                                              seed(), intake.loss_gradients, intake.fisher_diagonals)
-        scores = None if fair is None or not ok else self.fair.scores(fair)
-        accepted = self.acceptance.accept(
-            server_round, [r.client_id for r in ok], valuation, seed=self.seed,
-            outflows=lambda: outflows_if_all_aggregated(self._start_arrays, ok, intake.gradients),
-            # Only for a policy that reads the replies (strategies.policies.representatives).
-            **({"replies": lambda: self.defences.round_replies(self._start_arrays, ok)}
-               if getattr(self.acceptance, "needs_replies", False) else {}),
-            # Only with fairness books: a policy written before them takes no such keyword.
-            **({} if fair is None else {"fairness": scores})
-        ) if ok else set()
-        if fair is not None and ok:
-            fair = self.fair.reweigh(fair, ok, accepted, scores, self.weighted_by_key)
-        passed = intake.passed(accepted, self.intake.reject_non_finite)
-        random_state.restore()
-        live_arrays, live_metrics = self.strategy.aggregate_train(server_round, [records[k].message for k in passed])
+        round_ = TrainRound.take_in(
+            server_round, replies, self._start, self.strategy, seed=self.seed,
+            save_records=self.run_state.save_records, weighted_by_key=self.weighted_by_key,
+            node_to_client=self.nodes.node_to_client, targets=self._targets, claims=self.claims,
+            gradients=self._idle_gradients, sent=self._sent)
+        progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
+        valuation = round_.value(self.utility, self.methods, self.valuation.ads, progress)
+        accepted, fairness = self.hooks.accept(round_, valuation, settings=self.valuation, seed=self.seed,
+                                               weighted_by_key=self.weighted_by_key)
+        live_arrays, live_metrics = round_.delegate(self.strategy, accepted, self.intake.reject_non_finite)
+        self.hooks.check_first_order(round_.intake.gradients, self.ledger)
+        record = self.hooks.note(round_.record(accepted, weighted_by_key=self.weighted_by_key, flows=self.flows,
+                                               meta=self._round_meta(round_)))
+        books = round_.book(record, valuation, self.utility, fairness=fairness,
+                            noisy_clients=self.book_settings.noisy_clients)
+        self._commit(round_, record, books, valuation)
+        return live_arrays, live_metrics
 
-        # A round where nothing was aggregated keeps the global state.
-        realized = arrays_to_numpy(live_arrays) if live_arrays is not None else None
-        if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
-            self.flow_queries.check_first_order(intake.gradients, self.ledger)
-        record = self._round_record(server_round, intake, accepted, pure, replay, passed)
-        if self.defences is not None:
-            record = self.defences.note(record)
-        books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator,
-                           inputs={"fairness": fair}, noisy_clients=self.book_settings.noisy_clients,
-                           unaggregatable=0 if aggregator is None else None)
+    def _round_meta(self, round_: TrainRound) -> dict:
+        """What the round record notes of this run: the settings, the aggregation, the fairness
+        rule and defences, what the live aggregation was given."""
+        return {"methods": list(self.methods), "valuation": self.valuation.ads.as_dict(), "seed": self.seed,
+                "strategy": type(self.strategy).__name__,
+                "aggregation": "weighted-mean" if round_.pure else "strategy",
+                "weighted_by_key": self.weighted_by_key, "flows": self.flows,
+                "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
+                **self.hooks.meta(),
+                **(self.acceptance.record_meta() if hasattr(self.acceptance, "record_meta") else {}),
+                **({"replay_missing": round_.replay} if isinstance(round_.replay, str) else {}),
+                **({} if self._available is None else {"available": self._available}),
+                **({} if round_.pure else {"passed": round_.passed})}
+
+    def _commit(self, round_: TrainRound, record, books, valuation: RoundValuation) -> None:
+        """Round ``round_``'s record, rows, commit mark and checkpoint (:mod:`fedvalue.run.writer`);
+        then its log line, the caller's callback, and a requested stop."""
+        server_round, records = round_.server_round, round_.intake.records
         if books.flows is not None:
-            self.flow_queries.expect(server_round, books.flows, intake.gradients)
+            self.flow_queries.expect(server_round, books.flows, round_.intake.gradients)
         round_row, ledger_rows = books.round_row, books.ledger_rows
         log_problems(server_round, records)
         self._warn_anonymous(records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
-        # record, rows, commit mark, checkpoint, seal: fedvalue.run.writer
-        self.run_state.commit(server_round, round_row, ledger_rows, record,
-                              self._start_arrays if realized is None else realized, self._parts())
+        self.run_state.commit(server_round, round_row, ledger_rows, record, round_.end_arrays(), self._parts())
         self.rounds.append(round_row)
         self.last_valuation = valuation
         log(logging.INFO, "%s", round_line(server_round, ledger_rows, self.methods,
@@ -388,34 +350,6 @@ class ValuingStrategy(Strategy):
             where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
             raise RunInterrupted(f"stopped {self.stop_reason or 'on request'} after round {server_round} committed"
                                  f"{where}")
-        return live_arrays, live_metrics
-
-    def _value(self, server_round: int, ok: list, aggregator: CounterfactualAggregator | None,
-               seed) -> RoundValuation:
-        """The round game over the clients that replied, valued by the valuation settings;
-        FedAvg's family (``aggregator`` None) as the weighted mean, any other strategy by its own code."""
-        game = round_game_for([r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
-                              [r.weight for r in ok], self.utility, aggregator)
-        progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
-        return value_round(game, self.methods, self.valuation.ads, seed=seed, progress=progress)
-
-    def _round_record(self, server_round: int, intake: RoundIntake, accepted: set, pure: bool,
-                      replay: tuple | str | None, passed: list[int]):
-        """The round record (:func:`strategies.intake.round_record`) with what this run notes:
-        the settings, the aggregation, the fairness rule, what the live aggregation was given."""
-        meta = {"methods": list(self.methods), "valuation": self.valuation.ads.as_dict(), "seed": self.seed,
-                "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
-                "weighted_by_key": self.weighted_by_key, "flows": self.flows,
-                "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
-                **({} if self.fair is None else self.fair.meta()),
-                **({} if self.defences is None else self.defences.meta()),
-                **(self.acceptance.record_meta() if hasattr(self.acceptance, "record_meta") else {}),
-                **({"replay_missing": replay} if isinstance(replay, str) else {}),
-                **({} if self._available is None else {"available": self._available}),
-                **({} if pure else {"passed": passed})}
-        return round_record(server_round, intake, start_arrays=self._start_arrays, accepted=accepted,
-                            weighted_by_key=self.weighted_by_key, flows=self.flows, meta=meta,
-                            replay=replay if isinstance(replay, tuple) else None)
 
     def _warn_anonymous(self, records: list) -> None:
         """Warn once, loudly, when replies say no partition id: they are booked under node ids

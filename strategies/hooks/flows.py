@@ -23,7 +23,7 @@ from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from strategies.nodes import query_message, reply_node, sender_identity, sent_nodes
-from strategies.protocol import GRADIENT_KEY, GRADIENT_QUERY
+from strategies.protocol import DATA_KEY, GRADIENT_KEY, GRADIENT_QUERY
 from strategies.records import (
     ClientReply,
     InferenceGradient,
@@ -55,6 +55,12 @@ class FlowQueries:
         self.pending: tuple[int, dict] | None = None
         #: Entries every query's config carries besides the gradient request (a run's data-key).
         self.config: dict = {}
+
+    def carry_data_key(self, train_config: Mapping | None) -> None:
+        """Let every query carry the train config's ``data-key`` (when it has one), so that a client
+        of an engine serving several runs answers from this run's data."""
+        if train_config is not None and DATA_KEY in train_config:
+            self.config = {DATA_KEY: train_config[DATA_KEY]}
 
     def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
                        timeout: float, query_type: Callable[[int], str] = lambda node: MessageType.QUERY) -> dict:
