@@ -4,7 +4,6 @@ uninterrupted run with the same failure books; ``--valuation-workers`` says when
 
 from __future__ import annotations
 
-import logging
 import functools
 import os
 import subprocess
@@ -110,25 +109,35 @@ def test_valuation_workers_say_when_they_cost_more_than_they_save():
     assert valuation_workers_advice(digits_utility, workers=4, clients_per_round=6, rounds=10**9, cores=16) is None
 
 
-def test_an_exported_ray_address_leaves_a_local_run_local(monkeypatch, caplog):
+LOCAL_RAY = """
+import logging, ray
+from simulations.runner.engine import EngineOptions, ray_init_args
+class Said(logging.Handler):
+    def emit(self, record):
+        print(record.getMessage())
+logging.getLogger("flwr").addHandler(Said())
+init_args = ray_init_args(EngineOptions(max_parallel_clients=1), 4)
+assert init_args["address"] == "local" and init_args["num_cpus"] == 1, init_args
+ray.init(**init_args, logging_level="ERROR")
+try:
+    assert ray.cluster_resources()["CPU"] == 1, ray.cluster_resources()  # the CPUs asked for, on a Ray of its own
+finally:
+    ray.shutdown()
+"""
+
+
+def test_an_exported_ray_address_leaves_a_local_run_local(monkeypatch):
     """On a cluster RAY_ADDRESS is exported; a local run (no --ray-address) starts its own Ray with
     the CPUs it asks for, instead of joining that cluster (where ``num_cpus`` is refused), and
-    says so once: Ray started here as the engine starts it."""
-    import ray
-
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing listens there
-    caplog.set_level(logging.WARNING, logger="flwr")
-    init_args = ray_init_args(EngineOptions(max_parallel_clients=1), 4)
-    assert init_args["address"] == "local" and init_args["num_cpus"] == 1
-    try:
-        ray.init(**init_args, logging_level="ERROR")
-        assert ray.cluster_resources()["CPU"] == 1  # a local instance of the CPUs asked for
-    finally:
-        ray.shutdown()
-    said = [r.getMessage() for r in caplog.records if "RAY_ADDRESS" in r.getMessage()]
-    assert said == ["fedvalue: RAY_ADDRESS=127.0.0.1:1 is set; this run starts a local Ray of its own (to run on that "
-                    "cluster, pass --ray-address 127.0.0.1:1)"]
-    monkeypatch.delenv("RAY_ADDRESS")
+    says so once. Ray starts as the engine starts it, in a process of its own (in this one, a Ray
+    another test left running would be joined instead)."""
+    done = subprocess.run([sys.executable, "-c", LOCAL_RAY], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "127.0.0.1:1"})  # no one there
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line for line in done.stdout.splitlines() if "RAY_ADDRESS" in line] == [
+        "fedvalue: RAY_ADDRESS=127.0.0.1:1 is set; this run starts a local Ray of its own (to run on that cluster, "
+        "pass --ray-address 127.0.0.1:1)"]
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert ray_init_args(EngineOptions(max_parallel_clients=1), 4)["address"] == "local"  # the same without it
 
 
