@@ -6,7 +6,11 @@ without the defences, over seeds, IID and Dirichlet data, FedAvg and FedMedian.
     python -m bench.attack_study --out DIR --tables   # only combine what the parts wrote
 
 Each (partition, strategy) is one ``fedvalue run attacks`` child process writing DIR/<partition>-<strategy>/
-(the KNN-ADS group split one more, DIR/group-split/); a part that already wrote its gains.csv is
+(FedAvg over 20 seeds, FedMedian over 5 in the quick configuration; the KNN-ADS group split one
+more, DIR/group-split/; the norm cap on crafted updates two more, DIR/<partition>-fedavg-norm-cap/,
+tabled apart in DIR/norm-cap-table.md; the defence that also aggregates only one update per
+near-duplicate cluster and no free-rider's, ``--defences 2``, four more, DIR/<partition>-<strategy>-aggregation/,
+tabled in DIR/aggregation-table.md); a part that already wrote its gains.csv is
 skipped, and a part whose Ray engine fails to start (a loaded machine) is tried again, so the
 command can be run again until every part is done. Then the parts' totals.csv and runs.csv are
 combined into DIR/gains.csv, DIR/honest_cost.csv, DIR/shells.csv and DIR/table.md (the docs'
@@ -28,11 +32,18 @@ from simulations.experiments.attacks.gains import gains_table, honest_cost
 ATTACKS = ("none,sybil-split-2,sybil-split-4,sybil-split-8,sybil-replica-2,sybil-replica-4,sybil-replica-8,"
            "colluding-free-riders,delta-weights,dynamic-free-rider,crafted-update")
 QUICK = ["--dataset", "fashion-mnist", "--num-clients", "6", "--train-examples", "3000", "--holdout-examples", "1000",
-         "--rounds", "3", "--local-epochs", "2", "--learning-rate", "0.1", "--seeds", "5", "--defences", "1",
+         "--rounds", "3", "--local-epochs", "2", "--learning-rate", "0.1", "--defences", "1",
          "--valuation-budget", "1000", "--craft-steps", "30"]
 FULL = ["--dataset", "fashion-mnist", "--num-clients", "10", "--train-examples", "20000", "--holdout-examples",
-        "2000", "--rounds", "5", "--local-epochs", "5", "--learning-rate", "0.1", "--seeds", "10", "--defences", "1"]
+        "2000", "--rounds", "5", "--local-epochs", "5", "--learning-rate", "0.1", "--defences", "1"]
+#: Seeds per inner strategy: FedAvg's runs take seconds once the engine is up, FedMedian's a minute
+#: (every coalition aggregated by its own code), so FedAvg gets more (tighter intervals on non-IID data).
+SEEDS = {"quick": {"fedavg": 20, "fedmedian": 5}, "full": {"fedavg": 20, "fedmedian": 10}}
 PARTS = [(p, s) for p in ("iid", "dirichlet") for s in ("fedavg", "fedmedian")]
+#: The defence that also changes the aggregation (--defences 2: one update per near-duplicate cluster,
+#: no free-rider's), for the attacks it can drop anything of; the others' runs would be the books-only ones.
+AGGREGATION = ("none,sybil-replica-2,sybil-replica-4,sybil-replica-8,colluding-free-riders,delta-weights,"
+               "dynamic-free-rider")
 #: The norm cap (crafted updates), FedAvg only (the cap clips in weighted-mean rounds): its own parts.
 CAPPED = ("none,crafted-update", ["--norm-cap", "1.25"])
 TRIES = 3
@@ -54,46 +65,82 @@ def run_part(out: Path, name: str, options: list[str]) -> bool:
     return (target / done_file).exists()
 
 
-def combine(out: Path, names: list[str], prefix: str = "") -> None:
-    """DIR/<prefix>gains.csv, honest_cost.csv and table.md from the parts that finished."""
+def combine(out: Path, names: list[str], prefix: str = "") -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """DIR/<prefix>gains.csv and <prefix>honest_cost.csv from the parts that finished; (gains, runs)."""
     parts = [out / n for n in names if (out / n / "totals.csv").exists()]
-    if parts:
-        totals = pd.concat([pd.read_csv(p / "totals.csv") for p in parts], ignore_index=True)
-        runs = pd.concat([pd.read_csv(p / "runs.csv") for p in parts], ignore_index=True)
-        gains, cost = gains_table(totals, runs), honest_cost(totals)
-        gains.to_csv(out / f"{prefix}gains.csv", index=False)
-        cost.to_csv(out / f"{prefix}honest_cost.csv", index=False)
-        (out / f"{prefix}table.md").write_text(markdown(gains, cost, runs))
-    if not prefix and (out / "group-split" / "shells.csv").exists():
+    if not parts:
+        return None
+    totals = pd.concat([pd.read_csv(p / "totals.csv") for p in parts], ignore_index=True)
+    runs = pd.concat([pd.read_csv(p / "runs.csv") for p in parts], ignore_index=True)
+    gains, cost = gains_table(totals, runs), honest_cost(totals)
+    gains.to_csv(out / f"{prefix}gains.csv", index=False)
+    cost.to_csv(out / f"{prefix}honest_cost.csv", index=False)
+    (out / f"{prefix}cost.md").write_text(cost_markdown(cost, runs))
+    return gains, runs
+
+
+def write_tables(out: Path, names: list[str], capped: list[str], aggregated: list[str]) -> None:
+    """DIR/table.md (the gains), norm-cap-table.md, cost.md files and shells.md from the parts' tables."""
+    main, capped_gains, aggregation = (combine(out, names), combine(out, capped, prefix="norm-cap-"),
+                                       combine(out, aggregated, prefix="aggregation-"))
+    if main is not None:
+        (out / "table.md").write_text(markdown(main[0], None if aggregation is None else aggregation[0]))
+    if capped_gains is not None:
+        (out / "norm-cap-table.md").write_text(markdown(capped_gains[0]))
+    if (out / "group-split" / "shells.csv").exists():
         shells = pd.read_csv(out / "group-split" / "shells.csv")
         shells.to_csv(out / "shells.csv", index=False)
-        with open(out / "table.md", "a") as handle:
-            handle.write("\n" + shells_markdown(shells))
+        (out / "shells.md").write_text(shells_markdown(shells))
 
 
-def _interval(row: pd.Series, prefix: str) -> str:
+def _interval(row: pd.Series | None, prefix: str) -> str:
+    if row is None:
+        return "—"
     gain, low, high = row[f"{prefix}gain"], row[f"{prefix}gain_low"], row[f"{prefix}gain_high"]
     if not np.isfinite(gain) or not row[f"{prefix}honest_positive"]:
-        return "n/a (honest ≈ 0)"
+        return "n/a"
     return f"{gain:.2f} [{low:.2f}, {high:.2f}]" + (" ✗" if gain > GOAL else "")
 
 
-def markdown(gains: pd.DataFrame, cost: pd.DataFrame, runs: pd.DataFrame) -> str:
-    """The gains table (one line per partition, strategy, attack; a column pair per book) and the cost table."""
-    lines = ["| data | strategy | attack | ADS | ADS defended | LOO | LOO defended | outflow | outflow defended "
-             "| paid (ADS) | paid defended | accuracy change |", "|" + "---|" * 12]
-    for (scheme, strategy, attack), group in gains.groupby(["partition", "strategy", "attack"], sort=False):
-        by_book = group.set_index("book")
-        ads = by_book.loc["ads"]
-        cells = [scheme, strategy, attack]
-        for book in ("ads", "loo", "tracin_outflow"):
-            cells += [_interval(by_book.loc[book], ""), _interval(by_book.loc[book], "defended_")]
-        cells += [f"{ads['paid']:.3f} ({ads['paid_honest']:.3f})",
-                  f"{ads['defended_paid']:.3f} ({ads['defended_paid_honest']:.3f})",
-                  f"{ads['accuracy_change']:+.3f} [{ads['accuracy_change_low']:+.3f}, {ads['accuracy_change_high']:+.3f}]"]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| data | strategy | book | mean change of an honest client's paid share | largest | free-rider "
-              "flags | clustered rows |", "|---|---|---|---|---|---|---|"]
+def _row(gains: pd.DataFrame | None, key: tuple, book: str) -> pd.Series | None:
+    if gains is None:
+        return None
+    found = gains[(gains["partition"] == key[0]) & (gains["strategy"] == key[1]) & (gains["attack"] == key[2])
+                  & (gains["book"] == book)]
+    return None if found.empty else found.iloc[0]
+
+
+def markdown(gains: pd.DataFrame, aggregation: pd.DataFrame | None = None) -> str:
+    """The docs' two gain tables: ADS with paid shares and accuracy, then TracIn outflow and LOO;
+    each book without defences, with the defences' books (--defences 1) and with the aggregation
+    defence too (--defences 2; "—" where the attack's run would be the books-only one)."""
+    ads = ["| data | strategy | attack | ADS | ADS, books | ADS, books + aggregation | paid | paid, books | "
+           "paid, books + aggregation | paid honestly (plain / books) | accuracy change | accuracy change, books + "
+           "aggregation |",
+           "|" + "---|" * 12]
+    flows = ["| data | strategy | attack | outflow | outflow, books | outflow, books + aggregation | LOO | "
+             "LOO, books | LOO, books + aggregation |", "|" + "---|" * 9]
+    for key in dict.fromkeys(zip(gains["partition"], gains["strategy"], gains["attack"])):
+        plain, agg = _row(gains, key, "ads"), _row(aggregation, key, "ads")
+        paid_agg = "—" if agg is None else f"{agg['defended_paid']:.3f}"
+        change_agg = "—" if agg is None else f"{agg['accuracy_change']:+.3f}"
+        ads.append(f"| {' | '.join(key)} | {_interval(plain, '')} | {_interval(plain, 'defended_')} | "
+                   f"{_interval(agg, 'defended_')} | {plain['paid']:.3f} | {plain['defended_paid']:.3f} | {paid_agg} | "
+                   f"{plain['paid_honest']:.3f} / {plain['defended_paid_honest']:.3f} | "
+                   f"{plain['accuracy_change']:+.3f} [{plain['accuracy_change_low']:+.3f}, "
+                   f"{plain['accuracy_change_high']:+.3f}] | {change_agg} |")
+        cells = []
+        for book in ("tracin_outflow", "loo"):
+            row, agg_row = _row(gains, key, book), _row(aggregation, key, book)
+            cells += [_interval(row, ""), _interval(row, "defended_"), _interval(agg_row, "defended_")]
+        flows.append(f"| {' | '.join(key)} | " + " | ".join(cells) + " |")
+    return "\n".join(ads) + "\n\n" + "\n".join(flows) + "\n"
+
+
+def cost_markdown(cost: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """The defences' cost to honest clients in the attack-free runs."""
+    lines = ["| data | strategy | book | mean change of an honest client's paid share | largest | free-rider "
+             "flags | clustered rows |", "|---|---|---|---|---|---|---|"]
     clean = runs[runs["attack"] == "none"].groupby(["partition", "strategy"])["clustered_rows"].sum()
     for _, row in cost.iterrows():
         lines.append(f"| {row['partition']} | {row['strategy']} | {row['book']} | {row['mean_share_change']:.4f} | "
@@ -116,21 +163,24 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the full configuration instead of the quick one")
     parser.add_argument("--tables", action="store_true", help="only combine the parts already written")
     args = parser.parse_args()
-    options = FULL if args.full else QUICK
+    options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{p}-{s}" for p, s in PARTS]
     capped = [f"{p}-fedavg-norm-cap" for p in ("iid", "dirichlet")]
+    aggregated = [f"{name}-aggregation" for name in names]
     if not args.tables:
         for (partition, strategy), name in zip(PARTS, names):
             run_part(args.out, name, ["--attacks", ATTACKS, *options, "--partitions", partition,
-                                      "--strategies", strategy])
+                                      "--strategies", strategy, "--seeds", str(seeds[strategy])])
         run_part(args.out, "group-split", ["--attacks", "group-split", "--dataset", "fashion-mnist",
-                                           "--seeds", options[options.index("--seeds") + 1], "--quiet"])
+                                           "--seeds", str(seeds["fedmedian"]), "--quiet"])
         for partition, name in zip(("iid", "dirichlet"), capped):
             run_part(args.out, name, ["--attacks", CAPPED[0], *options, *CAPPED[1], "--partitions", partition,
-                                      "--strategies", "fedavg"])
-    combine(args.out, names)
-    combine(args.out, capped, prefix="norm-cap-")
+                                      "--strategies", "fedavg", "--seeds", str(seeds["fedavg"])])
+        for (partition, strategy), name in zip(PARTS, aggregated):
+            run_part(args.out, name, ["--attacks", AGGREGATION, *options, "--defences", "2", "--partitions",
+                                      partition, "--strategies", strategy, "--seeds", str(seeds[strategy])])
+    write_tables(args.out, names, capped, aggregated)
     print((args.out / "table.md").read_text() if (args.out / "table.md").exists() else "no part finished")
 
 

@@ -16,6 +16,7 @@ from clients.behaviours import (
     SignFlip,
     flip_labels,
 )
+from clients.mods import TorchInferenceGradient, ValuationMod, valuation_mod
 from clients.training import evaluate_model, get_model_arrays, set_model_arrays, train_locally
 
 __all__ = [
@@ -35,4 +36,7 @@ __all__ = [
     "make_client_app",
     "set_model_arrays",
     "train_locally",
+    "TorchInferenceGradient",
+    "ValuationMod",
+    "valuation_mod",
 ]

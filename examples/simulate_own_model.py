@@ -41,7 +41,7 @@ def run(out: str, *, num_clients: int = 10, clients_per_round: int = 5, rounds: 
     _, _, x_test, y_test = digits(seed)
     loader = functools.partial(load_client, num_clients=num_clients, seed=seed, num_noisy=num_noisy)
     return simulate(
-        strategy=DecayingLrFedAvg(decay=0.8, fraction_evaluate=0.0),  # the server evaluates through the utility
+        strategy=DecayingLrFedAvg(decay=0.8),                           # the server evaluates through the utility
         model_factory=make_model,                                       # () -> torch.nn.Module
         load_client_data=loader,                                        # partition id -> ClientData
         num_clients=num_clients,

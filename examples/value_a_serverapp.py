@@ -40,12 +40,13 @@ def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int)
     def main(grid: Grid, context: Context) -> None:
         _, _, x_test, y_test = digits(seed)
         strategy = ValuingStrategy(
-            FedAdam(fraction_evaluate=0.0, eta=0.05),                 # any Flower strategy
+            FedAdam(eta=0.05),                                        # any Flower strategy
             TorchModelUtility(make_model(), x_test, y_test),          # U(arrays) on held-out data
             run_dir=out,
             sampler=PartitionSampler(clients_per_round, seed=seed),   # seeded sampling by partition id
             seed=seed,                                                 # MC permutations, if any
             valuation=ValuationSettings(("ads", "loo"), AdsSettings(method="auto")),  # the defaults, shown
+            federated_evaluation=False,                                # U is the evaluation: no client rounds
         )
         strategy.start(grid, initial_model_arrays(make_model, seed), num_rounds=rounds,
                        train_config=ConfigRecord({"lr": 0.5, "local-epochs": 5, "batch-size": 32, "seed": seed}))

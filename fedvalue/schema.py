@@ -235,6 +235,9 @@ def client_sort_key(client_id: Hashable) -> tuple:
 #: and checkpoints (:mod:`fedvalue.run.archive`). Every name a run writes is one of these.
 SEALS_FILE = "seals.jsonl"
 MANIFEST_FILE = "manifest.json"
+#: The run's signature in the OpenSSF Model Signing format (model-signing's default name),
+#: written after the manifest with an EC key (:mod:`fedvalue.run.model_signature`).
+MODEL_SIGNATURE_FILE = "model.sig"
 RECORDS_DIR = "records"
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_DIR = "checkpoint"

@@ -15,6 +15,14 @@ another id, or an id that is not an integer, is failed; it can never take anothe
 place in the books. A node is not registered (and is logged) when its query reply's id is not
 an integer, names a partition another node holds, or names one that another node reports in
 the same query: a partition two nodes claim is no one's.
+
+A node is asked with a ``query`` message; one that answers it with an error (a ClientApp
+with no ``@app.query`` handler, as Flower's app template makes) is asked again with an
+``evaluate`` message carrying the marker ``"fedvalue-query"``, which ``clients.valuation_mod``
+answers before the app's evaluate handler; later queries to that node (TracIn's) go the same
+way. The partitions offered to a sampler are those of the nodes the grid lists now: a node
+that is gone (a SuperNode that stopped; the SuperLink no longer lists it) is not chosen, and
+a node that joins later may take over the partition of a node that is gone.
 """
 
 from __future__ import annotations
@@ -22,11 +30,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Iterable, Mapping
 
-from flwr.app import Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
-from strategies.protocol import CLIENT_RECORD_KEY, PARTITION_ID_KEY
+from strategies.protocol import CLIENT_RECORD_KEY, CONFIG_KEY, DIRECTORY_QUERY, PARTITION_ID_KEY, QUERY_KEY
 from strategies.reply_checks import id_problem
 
 
@@ -85,6 +93,15 @@ class QueryTimedOut(RuntimeError):
     """No node answered the partition query within its timeout (the run cannot sample)."""
 
 
+def query_message(content: RecordDict, node_id: int, message_type: str, query: str) -> Message:
+    """The server's own query ``query`` to ``node_id`` as a message of ``message_type``: its
+    ``"config"`` carries the marker ``"fedvalue-query"`` (``content`` is not changed)."""
+    records = dict(content.items())
+    config = dict(records.get(CONFIG_KEY, {}))
+    records[CONFIG_KEY] = ConfigRecord({**config, QUERY_KEY: query})
+    return Message(RecordDict(records), dst_node_id=node_id, message_type=message_type)
+
+
 class NodeDirectory:
     """partition id <-> node id of one engine's nodes.
 
@@ -96,43 +113,68 @@ class NodeDirectory:
     def __init__(self) -> None:
         self.node_to_client: dict[int, int] = {}
         self.client_to_node: dict[int, int] = {}
+        #: The message type each registered node answers the server's queries with.
+        self.query_types: dict[int, str] = {}
         #: Query messages sent so far (the cost this directory saves when shared).
         self.queries_sent = 0
 
     def partition_map(self, grid: Grid, timeout: float) -> dict[int, int]:
-        """partition id -> node id (sorted by partition id), querying the nodes not yet known,
-        waiting at most ``timeout`` seconds for their replies."""
-        node_ids = sorted(int(n) for n in grid.get_node_ids())
-        unknown = [n for n in node_ids if n not in self.node_to_client]
+        """partition id -> node id of the nodes the grid lists now (sorted by partition id),
+        querying the nodes not yet known, waiting at most ``timeout`` seconds for their replies."""
+        live = sorted(int(n) for n in grid.get_node_ids())
+        unknown = [n for n in live if n not in self.node_to_client]
         if unknown:
-            queries = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown]
-            self.queries_sent += len(queries)
-            replies = list(grid.send_and_receive(queries, timeout=timeout))
-            sent_to = sent_nodes(queries)
-            self._register({reply_node(r, sent_to): r.content for r in replies if not r.has_error()})
+            answers, refused = self._ask(grid, unknown, MessageType.QUERY, timeout)
+            if refused:  # no query handler: ask as evaluate, which clients.valuation_mod answers
+                answers.update(self._ask(grid, refused, MessageType.EVALUATE, timeout)[0])
+            self._register(answers, set(live))
         if not self.client_to_node:
             raise QueryTimedOut(
                 f"sampler: no client reported its partition id to the query within query_timeout={timeout:g} s; "
-                "the ClientApp needs an @app.query handler replying ConfigRecord 'client' with 'partition-id' "
-                "(clients.make_client_app has one). On a loaded machine raise --query-timeout."
+                "add clients.valuation_mod to the ClientApp (ClientApp(mods=[valuation_mod()])), or give it an "
+                "@app.query handler replying ConfigRecord 'client' with 'partition-id' (clients.make_client_app "
+                "has one). On a loaded machine raise --query-timeout."
             )
-        return dict(sorted(self.client_to_node.items()))
+        return {client: node for client, node in sorted(self.client_to_node.items()) if node in set(live)}
 
-    def _register(self, answers: Mapping[int, RecordDict]) -> None:
+    def query_type(self, node_id: int) -> str:
+        """The message type the server's queries to ``node_id`` go as (``query`` unless it
+        answered only the ``evaluate`` form)."""
+        return self.query_types.get(node_id, MessageType.QUERY)
+
+    def _ask(self, grid: Grid, nodes: list[int], message_type: str, timeout: float
+             ) -> tuple[dict[int, tuple[RecordDict, str]], list[int]]:
+        """The directory query to ``nodes`` as ``message_type``: (node -> (answer, type)) for
+        the nodes that answered, and the nodes that answered with an error."""
+        queries = [query_message(RecordDict(), n, message_type, DIRECTORY_QUERY) for n in nodes]
+        self.queries_sent += len(queries)
+        replies = list(grid.send_and_receive(queries, timeout=timeout))
+        sent_to = sent_nodes(queries)
+        answers = {reply_node(r, sent_to): (r.content, message_type) for r in replies if not r.has_error()}
+        refused = [node for node in (reply_node(r, sent_to) for r in replies if r.has_error())
+                   if node in nodes and node not in answers]
+        return answers, sorted(set(refused))
+
+    def _register(self, answers: Mapping[int, tuple[RecordDict, str]], live: set[int]) -> None:
         """Register the partition each answering node reports, unless the report is not an id,
-        another node holds that partition, or several nodes report it now: a partition two
-        nodes claim is no one's (both logged and left unknown, so neither can take the other's
-        place)."""
-        claims: dict[int, tuple[int | None, str | None]] = {n: claimed_partition(c) for n, c in answers.items()}
+        another node that is still listed holds that partition, or several nodes report it now:
+        a partition two nodes claim is no one's (both logged and left unknown, so neither can
+        take the other's place). A partition whose node is gone goes to the node reporting it."""
+        claims = {n: claimed_partition(content) for n, (content, _) in answers.items()}
         reported = [client for client, problem in claims.values() if problem is None and client is not None]
         for node_id, (client_id, problem) in claims.items():
             holder = self.client_to_node.get(client_id)
-            if problem is None and holder is not None and holder != node_id:
+            if problem is None and holder is not None and holder != node_id and holder in live:
                 problem = f"{PARTITION_ID_KEY}: partition {client_id} is node {holder}'s"
             elif problem is None and reported.count(client_id) > 1:
                 problem = f"{PARTITION_ID_KEY}: {reported.count(client_id)} nodes report partition {client_id}"
             if problem is not None:
                 log(logging.WARNING, "node %s is not registered: its query reply's %s", node_id, problem)
             elif client_id is not None:
+                if holder is not None and holder != node_id:  # its old node is gone
+                    log(logging.WARNING, "partition %s moves from node %s, which is gone, to node %s", client_id,
+                        holder, node_id)
+                    del self.node_to_client[holder]
                 self.node_to_client[node_id] = client_id
                 self.client_to_node[client_id] = node_id
+                self.query_types[node_id] = answers[node_id][1]

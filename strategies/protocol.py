@@ -35,6 +35,13 @@ CURVATURE_FISHER_PREFIX = "fisher/"
 #: Config flag of a query asking for the client's mean training loss at the query's arrays (Power-of-Choice
 #: selection), and the ``"client"`` ConfigRecord entry answering it.
 LOCAL_LOSS_KEY = "local-loss"
+#: Config key marking the server's own queries (the directory's, and TracIn's gradient query):
+#: ``"directory"`` or ``"inference-gradient"``. A ClientApp without an ``@app.query`` handler
+#: gets them as ``evaluate`` messages carrying this key, which ``clients.valuation_mod``
+#: answers before the app's own evaluate handler is reached.
+QUERY_KEY = "fedvalue-query"
+DIRECTORY_QUERY = "directory"
+GRADIENT_QUERY = "inference-gradient"
 #: Which run's data a client loads when one engine serves several runs (a study's seeds).
 DATA_KEY = "data-key"
 #: FedProx's configure_train puts its μ here.

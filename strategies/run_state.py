@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import copy
 import random as random_module
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from flwr.app import ArrayRecord
 
 from fedvalue.run.archive import RoundRecord
+from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
 from fedvalue.run.writer import Restored, RunBooks, RunSettings
+from fedvalue.scoring.kernels import kernel_platform
 from strategies import server_state
 from strategies.counterfactual import RandomState
 from strategies.records import numpy_to_arrays
@@ -69,7 +72,10 @@ def take_state(state: tuple[object, dict], parts: ServerParts, *, into_copies: b
         numpy_state, python_state, torch_state = saved["random"]
         np.random.RandomState().set_state(numpy_state)  # each part checked on a generator of its own
         random_module.Random().setstate(python_state)
-        torch.Generator().set_state(torch_state)
+        if torch_state is not None:  # saved once torch was loaded (RandomState)
+            import torch
+
+            torch.Generator().set_state(torch_state)
     except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
         raise ValueError(f"the saved server state does not fit this run ({error})") from None
     return ServerParts(*taken, saved.get("pending_first_order"),
@@ -101,9 +107,15 @@ class RunState:
     def resume(self) -> bool:
         return self.settings.resume
 
-    def open(self, parts: ServerParts) -> ServerParts | None:
-        """Open the directory; resuming, the server's parts taken from its verified checkpoint
-        (None when it holds no state, or for a new run). Runs once."""
+    @property
+    def ledger(self) -> LedgerWriter | None:
+        """The open run directory's ledger (None before :meth:`open` or without a run directory)."""
+        return None if self.books is None else self.books.ledger
+
+    def open(self, parts: ServerParts, config: Mapping | None = None) -> ServerParts | None:
+        """Open the directory with ``config`` as run.json (default: the settings' run_config);
+        resuming, the server's parts taken from its verified checkpoint (None when it holds no
+        state, or for a new run). Runs once."""
         if self.opened:
             return None
         self.opened = True
@@ -111,9 +123,11 @@ class RunState:
             return None
         if self.checkpoint:
             capture_state(parts)  # a state that is not data is refused before anything is written
-        config = self.settings.run_config
+        config = self.settings.run_config if config is None else config
         if parts.claims is not None:  # the audit allows claim rows only in a run whose run.json names a review
             config = {**(config or {}), "claim_review": repr(parts.claims)}
+        if config is not None:  # where the run started: an auditor elsewhere learns why training replays differ
+            config = {**config, "platform": kernel_platform()}
         check = (lambda state: take_state(state, parts, into_copies=True)) if self.resume else None
         self.books = RunBooks(self.run_dir, config=config, resume=self.resume, signer=self.settings.signer,
                               save_records=self.save_records, checkpoint=self.checkpoint, check_state=check)
@@ -162,3 +176,47 @@ class RunState:
         """Let go of the run directory's writer lock (the run ended, finished or not)."""
         if self.books is not None:
             self.books.release()
+
+
+def run_json(valuing, num_rounds: int | None) -> dict | None:
+    """run.json of a :class:`strategies.ValuingStrategy` run (None: no run directory).
+
+    The caller's ``RunSettings.run_config`` when given (the simulations write their own), with the
+    utility's reference added when U was given as one. Otherwise what the wrapper knows, so that
+    a run of anyone's own ServerApp can be read and audited from its directory: the inner
+    strategy, seed, methods and estimator, sampler and acceptance, planned rounds, the utility
+    (its ``module:callable`` when given as one, its type, the digest of its held-out data), the
+    package versions (and, added when the books open, the platform).
+    """
+    if valuing.run_state.run_dir is None:
+        return None
+    utility = utility_entry(valuing.utility, valuing.utility_reference)
+    given = valuing.run_state.settings.run_config
+    if given is not None:
+        if valuing.utility_reference is None or UTILITY_REFERENCE_KEY in given:
+            return dict(given)
+        return {**given, UTILITY_REFERENCE_KEY: utility}
+    sampler = valuing.sampler
+    config = {
+        "written_by": "strategies.ValuingStrategy",
+        "strategy": type(valuing.strategy).__name__,
+        "seed": valuing.seed,
+        "num_rounds": num_rounds,
+        "methods": list(valuing.methods),
+        "valuation": valuing.valuation.ads.as_dict(),
+        "sampler": None if sampler is None else described(sampler),
+        "clients_per_round": getattr(sampler, "clients_per_round", None),
+        "acceptance": described(valuing.acceptance),
+        "flows": valuing.flows,
+        UTILITY_REFERENCE_KEY: utility,
+        "versions": package_versions(),
+    }
+    return {key: value for key, value in config.items() if value is not None}
+
+
+def described(policy: object) -> dict:
+    """A policy object as run.json holds it: its type and its plain settings (no memory address,
+    so the same settings write the same bytes)."""
+    plain = {key: value for key, value in sorted(vars(policy).items())
+             if not key.startswith("_") and isinstance(value, bool | int | float | str)}
+    return {"type": type(policy).__name__, **plain}

@@ -34,8 +34,9 @@ import random
 import types
 from collections.abc import Mapping
 
+import sys
+
 import numpy as np
-import torch
 from flwr.app import Array, ArrayRecord
 
 from fedvalue.run.state_codec import Extension, ObjectState, decode, encode
@@ -60,16 +61,25 @@ def _from_array_record(data: object) -> ArrayRecord:
     return ArrayRecord({str(key): Array(np.ascontiguousarray(value)) for key, value in data.items()})
 
 
-def _from_tensor(data: object) -> torch.Tensor:
+def _from_tensor(data: object):
+    import torch
+
     if not isinstance(data, np.ndarray):
         raise ValueError("a tensor is not an array.")
     return torch.from_numpy(np.array(data))
 
 
-EXTENSIONS = (
-    Extension(ArrayRecord, "flwr.ArrayRecord", _array_record, _from_array_record),
-    Extension(torch.Tensor, "torch.Tensor", lambda t: t.detach().cpu().numpy().copy(), _from_tensor),
-)
+def _extensions(*, decoding: bool = False) -> tuple[Extension, ...]:
+    """flwr's ArrayRecord and torch's Tensor as data. Torch's only once torch is loaded (no
+    tensor exists before), or to decode a saved state (which may hold tensors)."""
+    if decoding:
+        import torch  # noqa: F401 - a saved state may hold tensors
+    torch = sys.modules.get("torch")
+    records = (Extension(ArrayRecord, "flwr.ArrayRecord", _array_record, _from_array_record),)
+    if torch is None:
+        return records
+    return (*records,
+            Extension(torch.Tensor, "torch.Tensor", lambda t: t.detach().cpu().numpy().copy(), _from_tensor))
 
 
 def _type_name(value: object) -> str:
@@ -77,8 +87,9 @@ def _type_name(value: object) -> str:
 
 
 def _is_data(value: object) -> bool:
+    torch = sys.modules.get("torch")
     return value is None or isinstance(value, (bool, int, float, str, bytes, np.ndarray, np.generic, ArrayRecord,
-                                               torch.Tensor))
+                                               *(() if torch is None else (torch.Tensor,))))
 
 
 def _state_of(value: object, where: str, depth: int):
@@ -119,7 +130,7 @@ def capture(parts: Mapping[str, object]) -> tuple[object, dict[str, np.ndarray]]
     """
     state = {name: _state_of(value, name, 0) for name, value in parts.items()}
     try:
-        return encode(state, extensions=EXTENSIONS)
+        return encode(state, extensions=_extensions())
     except TypeError as error:
         raise StateNotCaptured(f"{error} Give its class state_dict() and load_state_dict(state), or run with "
                                "checkpoint=False.") from None
@@ -127,7 +138,7 @@ def capture(parts: Mapping[str, object]) -> tuple[object, dict[str, np.ndarray]]
 
 def load(tree: object, arrays: Mapping[str, np.ndarray]) -> dict:
     """The saved parts (plain values and ObjectStates); ValueError for anything else."""
-    state = decode(tree, arrays, extensions=EXTENSIONS)
+    state = decode(tree, arrays, extensions=_extensions(decoding=True))
     if not isinstance(state, dict):
         raise ValueError("the saved server state is not a mapping of its parts.")
     return state

@@ -14,10 +14,13 @@ on a copy of itself at round start and under the round's random state
 (:mod:`strategies.counterfactual`), and the live aggregation gets the original replies
 from the same random state.
 
-The wrapper is the Flower adapter: it takes the replies in (:mod:`strategies.intake`),
-asks the books (:func:`fedvalue.rounds.booking.book_round`) and hands back the aggregate; TracIn
-queries are :mod:`strategies.hooks.flows`, the fairness hooks :mod:`strategies.hooks.fairness`, the
-run directory and server state :mod:`strategies.run_state`.
+The wrapper is the Flower adapter. Its ``aggregate_train`` reads intake → value → accept →
+delegate → record → books → commit: one round from its replies to its books is a
+:class:`strategies.train_round.TrainRound` (the intake, :mod:`strategies.intake`; the round
+game; the live aggregation; the record and :func:`fedvalue.rounds.booking.book_round`), the
+acceptance step and the books beyond the replies (TracIn flows, fairness, defences) are
+:class:`strategies.hooks.round_hooks.RoundHooks`, and the run directory and server state
+:mod:`strategies.run_state`.
 """
 
 from __future__ import annotations
@@ -32,33 +35,22 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
-from fedvalue.rounds.booking import book_round
-from fedvalue.rounds.kinds.value_weights import value_weight_outcome
-from fedvalue.run.ledger_tables import LedgerWriter
-from fedvalue.valuation.round_game import (
-    ArraysUtility,
-    RoundValuation,
-    ValuationSettings,
-    round_game_for,
-    round_rng,
-    value_round,
-)
 from fedvalue.run.writer import RunBooks, RunSettings
-from fedvalue.schema import WEIGHED_STATUSES
+from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, ValuationSettings
+from strategies.hooks.round_hooks import RoundHooks
+from strategies.intake import log_problems, usable_evaluations
 from strategies.policies.acceptance import AcceptAll, Acceptance
-from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
-from strategies.hooks.defences import DefenceRounds
-from strategies.hooks.fairness import FairRounds, check_policy
-from strategies.intake import RoundIntake, log_problems, round_record, take_in, usable_evaluations
-from strategies.nodes import NodeDirectory
-from strategies.protocol import DATA_KEY, GRADIENT_KEY
-from strategies.records import arrays_to_numpy, reweigh
-from strategies.replay import replay_state_or_reason
-from strategies.run_state import RunState, ServerParts
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
-from strategies.screening import value_screened
-from strategies.hooks.flows import FlowQueries, outflows_if_all_aggregated
-from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks, settings_or_default
+from strategies.run_state import RunState, ServerParts, run_json
+from strategies.train_round import RoundStart, TrainRound
+from strategies.valuing_settings import (
+    BookSettings,
+    IntakeSettings,
+    RunCallbacks,
+    settings_or_default,
+    utility_of,
+)
+
 
 class RunInterrupted(RuntimeError):
     """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
@@ -73,7 +65,10 @@ class ValuingStrategy(Strategy):
         Any ``flwr.serverapp.strategy.Strategy``.
     utility
         U(arrays) -> float on held-out data (e.g. :class:`fedvalue.scoring.torch_utilities.TorchModelUtility`);
-        may have a ``batch`` method taking a list of arrays dicts.
+        may have a ``batch`` method taking a list of arrays dicts. Or the importable
+        ``"module:callable"`` (no arguments) that builds U: run.json then names it, with the
+        digest of the held-out data U scores, and ``fedvalue audit DIR --utility module:callable``
+        recomputes every value from the command line.
     run_dir
         Where the ledger goes (``None``: keep the books in memory only).
     sampler
@@ -96,6 +91,10 @@ class ValuingStrategy(Strategy):
         callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
         (the inner strategy, sampler and claim review take the saved state); the same
         seed gives the same ledger as an uninterrupted run.
+    federated_evaluation
+        False: no client-side evaluation rounds (the books value every round on the server's
+        held-out data; the inner strategy's ``configure_evaluate`` is not called). Unlike
+        ``fraction_evaluate=0.0`` on the inner strategy, Flower does not warn about it.
     """
 
     def __init__(
@@ -112,13 +111,18 @@ class ValuingStrategy(Strategy):
         intake: IntakeSettings | None = None,
         run: RunSettings | None = None,
         callbacks: RunCallbacks | None = None,
+        federated_evaluation: bool = True,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
                 f"strategy: expected a flwr.serverapp.strategy.Strategy; got {type(strategy).__name__}."
             )
         self.strategy = strategy
-        self.utility = utility
+        if not isinstance(federated_evaluation, bool):
+            raise TypeError(f"federated_evaluation: expected True or False; got {federated_evaluation!r}.")
+        self.federated_evaluation = federated_evaluation
+        #: U, and the ``module:callable`` that built it (None: U was given as an object).
+        self.utility, self.utility_reference = utility_of(utility)
         self.sampler = sampler
         self.seed = int(seed)
         self.valuation = settings_or_default("valuation", valuation, ValuationSettings)
@@ -130,7 +134,7 @@ class ValuingStrategy(Strategy):
         callbacks = settings_or_default("callbacks", callbacks, RunCallbacks)
         self.on_round = callbacks.on_round  # attributes: a caller may set them once built
         self.on_progress = callbacks.on_progress
-        self.nodes = NodeDirectory() if self.intake.nodes is None else self.intake.nodes
+        self.nodes = self.intake.node_directory()
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
         self.acceptance = AcceptAll() if acceptance is None else acceptance
         if not callable(getattr(self.acceptance, "accept", None)):
@@ -138,41 +142,24 @@ class ValuingStrategy(Strategy):
                             f"{type(acceptance).__name__}.")
         self.acceptance.check(methods=self.methods, flows=self.flows,
                               clients_per_round=getattr(sampler, "clients_per_round", None))
-        fairness, damping = self.book_settings.fairness, self.book_settings.fair_curvature
-        check_policy(self.acceptance, fairness, damping)
-        self.fair = None if fairness is None else FairRounds(fairness, damping, self.acceptance)
-        self.weighting = self._weighting_rule(strategy)
-        defences = self.book_settings.defences
-        self.defences = None if defences is None else DefenceRounds(defences)
-        self.flow_queries = FlowQueries()
+        #: The flows, fairness and defences hooks (:mod:`strategies.hooks.round_hooks`).
+        self.hooks = RoundHooks(self.book_settings, self.acceptance, strategy)
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
-        #: Set (by a signal handler) to stop after the round in flight commits: RunInterrupted.
+        #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
         self.stop_requested = threading.Event()
+        #: Why the run was asked to stop (None: on request, a signal).
+        self.stop_reason: str | None = None
         self._num_rounds: int | None = None
-        self._start_arrays: dict | None = None
-        self._model_dtypes: dict | None = None
+        self._start: RoundStart | None = None
         self._targets: list[int] = []
         self._sent: list[Message] = []
+        #: The partitions the sampler chose from, when some registered nodes are gone (round record meta).
+        self._available: list[int] | None = None
+        self._warned_anonymous = False
         self._idle_gradients: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
-
-    def _weighting_rule(self, strategy: Strategy) -> dict | None:
-        """The acceptance policy's value-weighting rule (:mod:`fedvalue.rounds.kinds.value_weights`),
-        refused where the books could not follow it: factors multiply FedAvg's weights, so the
-        inner strategy must aggregate by the weighted mean, and a run keeps one reweighing rule."""
-        rule = getattr(self.acceptance, "weighting", None)
-        if rule is None:
-            return None
-        if not aggregates_by_weighted_mean(strategy):
-            raise ValueError(f"acceptance: {self.acceptance!r} multiplies FedAvg's weights by value factors; the inner "
-                             f"strategy must aggregate by the weighted mean (FedAvg, FedProx); got "
-                             f"{type(strategy).__name__}.")
-        if self.fair is not None:
-            raise ValueError("acceptance: value weighting and fairness books cannot share a run (one reweighing "
-                             "rule a round); drop fairness or use another acceptance policy.")
-        return dict(rule)
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -189,8 +176,15 @@ class ValuingStrategy(Strategy):
         return self.run_state.books
 
     @property
-    def ledger(self) -> LedgerWriter | None:
-        return None if self.books is None else self.books.ledger
+    def ledger(self):
+        """The open run directory's ledger (:class:`fedvalue.run.ledger_tables.LedgerWriter`; None
+        before :meth:`open_books` or without ``run_dir``)."""
+        return self.run_state.ledger
+
+    @property
+    def flow_queries(self):
+        """The TracIn flows' gradient queries (:class:`strategies.hooks.flows.FlowQueries`)."""
+        return self.hooks.flow_queries
 
     def _parts(self) -> ServerParts:
         return ServerParts(self.strategy, self.sampler, self.claims, self.flow_queries.pending)
@@ -204,14 +198,20 @@ class ValuingStrategy(Strategy):
         """
         if self.run_state.opened:
             return
-        taken = self.run_state.open(self._parts())
+        taken = self.run_state.open(self._parts(), run_json(self, self._num_rounds))
         if taken is not None:
             self.strategy, self.sampler, self.claims = taken.strategy, taken.sampler, taken.claims
             self.flow_queries.pending = taken.pending_first_order
         if self.run_state.resumed is not None:
             self.rounds = self.books.committed_rounds()
-            if self.defences is not None:
-                self.defences.resume_from(self.books.run_dir, len(self.rounds))
+            self.hooks.resume_from(self.books.run_dir, len(self.rounds))
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the round in flight commits (:class:`RunInterrupted` names ``reason``, e.g.
+        "because a Ray worker died"); the run stays resumable. Safe from any thread."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop_requested.set()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -225,10 +225,13 @@ class ValuingStrategy(Strategy):
         one more gradient query at the final state gives the last round's first-order
         check its actual loss change.
         """
-        self.open_books()
         self._num_rounds = num_rounds
-        if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
-            self.flow_queries.config = {DATA_KEY: train_config[DATA_KEY]}
+        if self.intake.query_data_key:
+            self.flow_queries.carry_data_key(train_config)
+        self.open_books()
+        if self.books is not None:
+            log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s", type(self.strategy).__name__,
+                list(self.methods), self.books.run_dir)
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
@@ -248,10 +251,14 @@ class ValuingStrategy(Strategy):
         self.strategy.summary()
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        if not self.federated_evaluation:
+            return []
         return self.strategy.configure_evaluate(server_round + self._round_offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The inner strategy's, on the evaluate replies it can take (:func:`strategies.intake.usable_evaluations`)."""
+        if not self.federated_evaluation:
+            return None
         usable = usable_evaluations(replies, self.weighted_by_key)
         return self.strategy.aggregate_evaluate(server_round + self._round_offset, usable)
 
@@ -260,19 +267,16 @@ class ValuingStrategy(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
         server_round += self._round_offset
-        self._start_arrays = arrays_to_numpy(arrays)
-        # The model's own dtypes, from the first state seen: an aggregation may turn an integer
-        # buffer (a batch counter) into floats, while the clients' models keep it integer.
-        self._model_dtypes = self._model_dtypes or {k: v.dtype for k, v in self._start_arrays.items()}
-        if self.defences is not None:
-            self.defences.start_round(self._start_arrays)
-        if self.flows:
-            config = ConfigRecord({**dict(config), GRADIENT_KEY: True})
-        if self.fair is not None:
-            config = self.fair.train_config(config)
+        self._start = RoundStart.of(arrays, self._start)
+        self.hooks.start_round(self._start.arrays)
+        config = self.hooks.train_config(config)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         if self.sampler is not None and messages:
-            messages = retarget(messages, self.sampler, server_round, self._partition_map(grid))
+            partitions = self._partition_map(grid)
+            # Nodes that are gone are not chosen; the record notes what the sampler chose from.
+            self._available = None if len(partitions) == len(self.nodes.client_to_node) else sorted(partitions)
+            check_enough_nodes(self.sampler, partitions, self.nodes.client_to_node, server_round)
+            messages = retarget(messages, self.sampler, server_round, partitions)
         self._targets = [int(m.metadata.dst_node_id) for m in messages]
         self._sent = messages  # the grid gives them ids when it sends them: each reply answers one node
         if self.flows:
@@ -282,108 +286,104 @@ class ValuingStrategy(Strategy):
     def _query_gradients(self, grid: Grid, arrays: ArrayRecord, busy: set[int]) -> dict:
         """Inference gradients at ``arrays`` of every client not training this round."""
         return self.flow_queries.idle_gradients(grid, arrays, self._partition_map(grid), busy,
-                                                self.intake.query_timeout)
+                                                self.intake.query_timeout, self.nodes.query_type)
 
     def _partition_map(self, grid: Grid) -> dict[int, int]:
         """partition id -> node id (:class:`strategies.nodes.NodeDirectory`: each node asked once)."""
         return self.nodes.partition_map(grid, self.intake.query_timeout)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Value the round, aggregate with the inner strategy (live), write the round's books.
-
-        Counterfactual coalitions aggregate copies of the replies from the random state
-        captured here, and the live aggregation starts from it too
-        (:mod:`strategies.counterfactual`): the live run is the bare run's, bit for bit.
-        """
-        random_state = RandomState.capture()
+        """Take the replies in, value the round, accept, aggregate with the inner strategy (live),
+        write the round's record and books, commit (:mod:`strategies.train_round`)."""
         server_round += self._round_offset
-        intake = take_in(replies, weighted_by_key=self.weighted_by_key, node_to_client=self.nodes.node_to_client,
-                         start_arrays=self._start_arrays, model_dtypes=self._model_dtypes, targets=self._targets, claims=self.claims,
-                         gradients=self._idle_gradients, sent=self._sent)
-        records, ok = intake.records, intake.ok
-        pure = aggregates_by_weighted_mean(self.strategy)
-        # Made before the live aggregation, which may consume or rewrite the replies it is given.
-        aggregator = None if pure else CounterfactualAggregator(
-            self.strategy, server_round,
-            {r.client_id: r.message for r in records if r.status in WEIGHED_STATUSES},
-            self._start_arrays, random_state)
-        # Only a saved record is ever replayed (by the audit): capture nothing for one that is not saved.
-        replay = (None if pure or not self.run_state.save_records
-                  else replay_state_or_reason(self.strategy, random_state, records))
-        seed = functools.partial(round_rng, self.seed, server_round)
-        # A reply that makes a coalition score as no number is rejected here: the round is valued without it.
-        valuation = value_screened(lambda valid: self._value(server_round, valid, aggregator, seed()), records,
-                                   self.utility, self._start_arrays)
-        ok = intake.ok
-        fair = None if self.fair is None else self.fair.value(ok, self._start_arrays, aggregator, self.valuation,
-                                                              seed(), intake.loss_gradients, intake.fisher_diagonals)
-        scores = None if fair is None or not ok else self.fair.scores(fair)
-        accepted = self.acceptance.accept(
-            server_round, [r.client_id for r in ok], valuation, seed=self.seed,
-            outflows=lambda: outflows_if_all_aggregated(self._start_arrays, ok, intake.gradients),
-            # Only with fairness books: a policy written before them takes no such keyword.
-            **({} if fair is None else {"fairness": scores})
-        ) if ok else set()
-        if fair is not None and ok:
-            fair = self.fair.reweigh(fair, ok, accepted, scores, self.weighted_by_key)
-        if self.weighting is not None and ok:  # value-weighted aggregation: n_u w_u from the round's values
-            values = valuation.results[self.weighting["score"]].values
-            _, factors = value_weight_outcome(self.weighting, {r.client_id: float(values[r.client_id]) for r in ok})
-            reweigh(ok, accepted, factors, self.weighted_by_key)
-        passed = intake.passed(accepted, self.intake.reject_non_finite)
-        random_state.restore()
-        live_arrays, live_metrics = self.strategy.aggregate_train(server_round, [records[k].message for k in passed])
+        round_ = TrainRound.take_in(
+            server_round, replies, self._start, self.strategy, seed=self.seed,
+            save_records=self.run_state.save_records, weighted_by_key=self.weighted_by_key,
+            node_to_client=self.nodes.node_to_client, targets=self._targets, claims=self.claims,
+            gradients=self._idle_gradients, sent=self._sent)
+        progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
+        valuation = round_.value(self.utility, self.methods, self.valuation.ads, progress)
+        accepted, fairness = self.hooks.accept(round_, valuation, settings=self.valuation, seed=self.seed,
+                                               weighted_by_key=self.weighted_by_key)
+        live_arrays, live_metrics = round_.delegate(self.strategy, accepted, self.intake.reject_non_finite)
+        self.hooks.check_first_order(round_.intake.gradients, self.ledger)
+        record = self.hooks.note(round_.record(accepted, weighted_by_key=self.weighted_by_key, flows=self.flows,
+                                               meta=self._round_meta(round_)))
+        books = round_.book(record, valuation, self.utility, fairness=fairness,
+                            noisy_clients=self.book_settings.noisy_clients)
+        self._commit(round_, record, books, valuation)
+        return live_arrays, live_metrics
 
-        # A round where nothing was aggregated keeps the global state.
-        realized = arrays_to_numpy(live_arrays) if live_arrays is not None else None
-        if self.flows:  # last round's predicted loss changes meet the losses reported now, at A_{t−1}
-            self.flow_queries.check_first_order(intake.gradients, self.ledger)
-        record = self._round_record(server_round, intake, accepted, pure, replay, passed)
-        if self.defences is not None:
-            record = self.defences.note(record)
-        books = book_round(record, valuation, self.utility, realized=realized, aggregate=aggregator,
-                           inputs={"fairness": fair}, noisy_clients=self.book_settings.noisy_clients,
-                           unaggregatable=0 if aggregator is None else None)
+    def _round_meta(self, round_: TrainRound) -> dict:
+        """What the round record notes of this run: the settings, the aggregation, the fairness
+        rule and defences, what the live aggregation was given."""
+        return {"methods": list(self.methods), "valuation": self.valuation.ads.as_dict(), "seed": self.seed,
+                "strategy": type(self.strategy).__name__,
+                "aggregation": "weighted-mean" if round_.pure else "strategy",
+                "weighted_by_key": self.weighted_by_key, "flows": self.flows,
+                "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
+                **self.hooks.meta(),
+                **(self.acceptance.record_meta() if hasattr(self.acceptance, "record_meta") else {}),
+                **({"replay_missing": round_.replay} if isinstance(round_.replay, str) else {}),
+                **({} if self._available is None else {"available": self._available}),
+                **({} if round_.pure else {"passed": round_.passed})}
+
+    def _commit(self, round_: TrainRound, record, books, valuation: RoundValuation) -> None:
+        """Round ``round_``'s record, rows, commit mark and checkpoint (:mod:`fedvalue.run.writer`);
+        then its log line, the caller's callback, and a requested stop."""
+        server_round, records = round_.server_round, round_.intake.records
         if books.flows is not None:
-            self.flow_queries.expect(server_round, books.flows, intake.gradients)
+            self.flow_queries.expect(server_round, books.flows, round_.intake.gradients)
         round_row, ledger_rows = books.round_row, books.ledger_rows
         log_problems(server_round, records)
+        self._warn_anonymous(records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
-        # record, rows, commit mark, checkpoint, seal: fedvalue.run.writer
-        self.run_state.commit(server_round, round_row, ledger_rows, record,
-                              self._start_arrays if realized is None else realized, self._parts())
+        self.run_state.commit(server_round, round_row, ledger_rows, record, round_.end_arrays(), self._parts())
         self.rounds.append(round_row)
         self.last_valuation = valuation
+        log(logging.INFO, "%s", round_line(server_round, ledger_rows, self.methods,
+                                           None if self.ledger is None else self.ledger.run_dir))
         if self.on_round is not None:
             self.on_round(round_row)
         if self.stop_requested.is_set() and server_round != self._num_rounds:  # the last round closes the books
             where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
-            raise RunInterrupted(f"stopped on request after round {server_round} committed{where}")
-        return live_arrays, live_metrics
+            raise RunInterrupted(f"stopped {self.stop_reason or 'on request'} after round {server_round} committed"
+                                 f"{where}")
 
-    def _value(self, server_round: int, ok: list, aggregator: CounterfactualAggregator | None,
-               seed) -> RoundValuation:
-        """The round game over the clients that replied, valued by the valuation settings;
-        FedAvg's family (``aggregator`` None) as the weighted mean, any other strategy by its own code."""
-        game = round_game_for([r.client_id for r in ok], self._start_arrays, [r.arrays for r in ok],
-                              [r.weight for r in ok], self.utility, aggregator)
-        progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
-        return value_round(game, self.methods, self.valuation.ads, seed=seed, progress=progress)
+    def _warn_anonymous(self, records: list) -> None:
+        """Warn once, loudly, when replies say no partition id: they are booked under node ids
+        that change every run, which no one can pay or rank."""
+        anonymous = sorted({r.node_id for r in records if isinstance(r.client_id, str) and r.client_id.startswith("node-")
+                            and r.message is not None and not r.message.has_error()})
+        if anonymous and not self._warned_anonymous:
+            self._warned_anonymous = True
+            log(logging.WARNING, "fedvalue: replies from nodes %s say no partition id, so they are booked under "
+                "node ids ('node-N') that change every run. Add the valuation mod to the ClientApp: "
+                "ClientApp(mods=[clients.valuation_mod()]) (it reads the node config's 'partition-id').", anonymous)
 
-    def _round_record(self, server_round: int, intake: RoundIntake, accepted: set, pure: bool,
-                      replay: tuple | str | None, passed: list[int]):
-        """The round record (:func:`strategies.intake.round_record`) with what this run notes:
-        the settings, the aggregation, the fairness rule, what the live aggregation was given."""
-        meta = {"methods": list(self.methods), "valuation": self.valuation.ads.as_dict(), "seed": self.seed,
-                "strategy": type(self.strategy).__name__, "aggregation": "weighted-mean" if pure else "strategy",
-                "weighted_by_key": self.weighted_by_key, "flows": self.flows,
-                "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
-                **({} if self.fair is None else self.fair.meta()),
-                **({} if self.weighting is None else {"weighting": self.weighting}),
-                **({} if self.defences is None else self.defences.meta()),
-                **({"replay_missing": replay} if isinstance(replay, str) else {}),
-                **({} if pure else {"passed": passed})}
-        return round_record(server_round, intake, start_arrays=self._start_arrays, accepted=accepted,
-                            weighted_by_key=self.weighted_by_key, flows=self.flows, meta=meta,
-                            replay=replay if isinstance(replay, tuple) else None)
+
+def check_enough_nodes(sampler: Sampler, partitions: dict[int, int], registered: dict[int, int],
+                       server_round: int) -> None:
+    """RuntimeError when fewer partitions have a connected node than ``sampler`` takes a round."""
+    wanted = getattr(sampler, "clients_per_round", None)
+    if isinstance(wanted, int) and len(partitions) < wanted:
+        gone = sorted(set(registered) - set(partitions))
+        raise RuntimeError(f"sampler: round {server_round} needs {wanted} clients, but only {len(partitions)} of the "
+                           f"{len(registered)} registered partitions have a connected node (gone: {gone}); the run "
+                           "stops here with every earlier round committed: resume it once the nodes are back.")
+
+
+def round_line(server_round: int, ledger_rows: list, methods: tuple[str, ...], run_dir) -> str:
+    """The round's one log line: clients valued, where the books are, the largest and smallest value."""
+    method = methods[0] if methods else None
+    valued = [r for r in ledger_rows if r.method == method and r.status == "ok" and r.value is not None]
+    sampled = {r.client_id for r in ledger_rows if r.method == method and r.status != "idle"}
+    where = "in memory" if run_dir is None else f"into {run_dir}"
+    if not valued:
+        return f"fedvalue: round {server_round}: 0 of {len(sampled)} sampled clients valued, {where}"
+    high = max(valued, key=lambda r: r.value)
+    low = min(valued, key=lambda r: r.value)
+    return (f"fedvalue: round {server_round}: {len(valued)} of {len(sampled)} sampled clients valued, {where}; "
+            f"{method} largest {high.value:.4g} (client {high.client_id}), smallest {low.value:.4g} "
+            f"(client {low.client_id})")

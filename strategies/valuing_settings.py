@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideAdaptiveClipping,
@@ -21,9 +22,13 @@ from flwr.serverapp.strategy import (
 
 from fedvalue._checks import check_positive
 from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.scoring.fairness.objectives import GroupFairness
+from fedvalue.run.run_info import load_utility
+from fedvalue.valuation.round_game import ArraysUtility
 from strategies.policies.claims import ClaimReview
 from strategies.nodes import NodeDirectory
+
+if TYPE_CHECKING:  # a torch module: loaded by whoever builds a fairness objective
+    from fedvalue.scoring.fairness.objectives import GroupFairness
 
 #: Flower's strategies that clip on the clients (their mods allow one ArrayRecord a reply).
 CLIENT_SIDE_DP = (DifferentialPrivacyClientSideFixedClipping, DifferentialPrivacyClientSideAdaptiveClipping)
@@ -36,6 +41,18 @@ def settings_or_default(name: str, value: object, kind: type) -> object:
     if not isinstance(value, kind):
         raise TypeError(f"{name}: expected a {kind.__module__}.{kind.__name__} (or None); got {type(value).__name__}.")
     return value
+
+
+def utility_of(utility: ArraysUtility | str) -> tuple[ArraysUtility, str | None]:
+    """(U, the ``module:callable`` that built it or None) of the valuing strategy's ``utility``:
+    U itself, or the importable ``"module:callable"`` (no arguments) that builds it. TypeError
+    for anything that is neither."""
+    reference = utility if isinstance(utility, str) else None
+    built = load_utility(utility) if reference is not None else utility
+    if not callable(built):
+        raise TypeError(f"utility: expected U(arrays) -> float or an importable 'module:callable' building it; got "
+                        f"{type(utility).__name__}.")
+    return built, reference
 
 
 @dataclass(frozen=True)
@@ -137,6 +154,10 @@ class IntakeSettings:
     nodes: NodeDirectory | None = None
     query_timeout: float = 120.0
     query_data_key: bool = False
+
+    def node_directory(self) -> NodeDirectory:
+        """The node directory given, or (None) a new one for the run."""
+        return NodeDirectory() if self.nodes is None else self.nodes
 
     def __post_init__(self) -> None:
         if self.claims is not None and not callable(getattr(self.claims, "review", None)):

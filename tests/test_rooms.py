@@ -10,7 +10,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedvalue", "strategies", "clients", "simulations")
@@ -137,7 +136,6 @@ def _function_lengths() -> list[tuple[str, str, int]]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="ads, simulate, recompute_run and ten more are still over 80 lines")
 def test_few_long_functions_and_the_named_ones_short():
     lengths = _function_lengths()
     long = sorted((n, f"{where} {name}") for where, name, n in lengths if n > LONG_FUNCTION)
@@ -146,7 +144,6 @@ def test_few_long_functions_and_the_named_ones_short():
     assert not over_cap, over_cap
 
 
-@pytest.mark.xfail(strict=True, reason="the experiments and the valuing strategy import more than 12 modules")
 def test_no_module_imports_more_than_12_project_modules():
     modules = _project_modules()
     heavy = {}

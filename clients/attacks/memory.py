@@ -67,7 +67,8 @@ def prepare_round(behaviour: ClientBehaviour, state: RecordDict, run_key: str | 
     held = _records(state, run_key)
     earlier = sorted((t for t in held if t < server_round), reverse=True)[: behaviour.history_length]
     behaviour.begin_round(server_round, [{k: a.numpy() for k, a in state[held[t]].items()} for t in earlier])
-    state[f"{PREFIX}|{run_key}|{server_round}"] = ArrayRecord({k: Array(np.asarray(v)) for k, v in global_arrays.items()})
+    received = ArrayRecord({k: Array(np.asarray(v)) for k, v in global_arrays.items()})
+    state[f"{PREFIX}|{run_key}|{server_round}"] = received
     for t in held:  # keep only what the next round can ask for
         if t < server_round and t not in earlier[: max(behaviour.history_length - 1, 0)]:
             del state[held[t]]

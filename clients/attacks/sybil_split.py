@@ -1,4 +1,4 @@
-"""Sybil split: one participant's data spread over k identities ([ADS] Lemma 3.1 on splitting).
+"""Sybil split: one participant's data spread over k identities.
 
 Each identity trains honestly on its shard and claims the shard's size, so the claims sum to
 the participant's size and a claim review sees nothing wrong. Under uniform orders of arrival

@@ -2,21 +2,17 @@
 and schema checks, and the recomputation of every round from its record. This package is the
 face fedvalue.audit: it re-exports the audit's public names.
 
-Modules: audit_files, audit_recompute, torn_tail, verdict.
+Modules: audit_files, audit_recompute, recomputation (check 7's loop over the rounds), references,
+report, torn_tail, training_replay, verdict.
 
 May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds
 (and fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public
 face (fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/ never imports flwr or ray.
 """
 
-from fedvalue.audit.verdict import (  # noqa: F401
-    AuditReport,
-    DEFAULT_BUDGET_SECONDS,
-    MAX_PLAYERS,
-    MAX_ROUND_EVALUATIONS,
-    audit_run,
-    recompute_run,
-)
+from fedvalue.audit.recomputation import MAX_PLAYERS, MAX_ROUND_EVALUATIONS, recompute_run
+from fedvalue.audit.report import AuditReport
+from fedvalue.audit.verdict import DEFAULT_BUDGET_SECONDS, audit_run
 
 __all__ = [
     "AuditReport",

@@ -14,7 +14,9 @@ The checks here (the audit's checks 5 and 6, :mod:`fedvalue.audit.verdict`):
   ``fedvalue report`` writes after the run (report.html, figures/*.png), and is a regular
   file or a real directory; links, FIFOs, devices and any other name are findings;
 - **signatures first** (with the signer's public key): the manifest's and every seal's
-  signature, before anything else is read; the audit stops at the first failure;
+  signature, before anything else is read; with an EC key, then ``model.sig`` through
+  model-signing's own verifier (:mod:`fedvalue.run.model_signature`), once every entry is
+  known to be a regular file or a directory; the audit stops at the first failure;
 - **the manifest**: it lists exactly the run's files, by their exact names (no other
   spelling, no file twice), each hashed once and equal to its digest; it names as many
   rounds as rounds.csv holds and run.json planned, and the chain's head;
@@ -36,6 +38,7 @@ from fedvalue.schema import (
     LEDGER_FILE,
     LEDGER_PARQUET_FILE,
     MANIFEST_FILE,
+    MODEL_SIGNATURE_FILE,
     RECORDS_DIR,
     ROUNDS_FILE,
     RUN_CONFIG_FILE,
@@ -43,11 +46,12 @@ from fedvalue.schema import (
     record_name,
     record_round,
 )
+from fedvalue.run.model_signature import MAX_SIGNATURE_BYTES, verify_run
 from fedvalue.run.seals import Verifier, is_outside_books, parse_manifest, parse_seals
 
 #: Files of a run directory's top level.
 TOP_FILES = (RUN_CONFIG_FILE, LEDGER_FILE, LEDGER_PARQUET_FILE, ROUNDS_FILE, FIRST_ORDER_FILE, SEALS_FILE,
-             MANIFEST_FILE, CHECKPOINT_FILE)
+             MANIFEST_FILE, MODEL_SIGNATURE_FILE, CHECKPOINT_FILE)
 #: Files read whole and kept while the audit runs (larger ones are read again when parsed).
 KEEP_BYTES = 8 * 1024**2
 _REGULAR, _DIRECTORY = "a regular file", "a directory"
@@ -193,6 +197,46 @@ def check_signatures(verifier: Verifier, seals: list[dict], manifest: dict | Non
     return True
 
 
+def check_model_signature(files: RunFiles, verifier: Verifier, manifest: dict | None, report) -> bool:
+    """With an EC key, after the seals' and manifest's signatures: ``model.sig`` verifies with
+    model-signing's own verifier. A complete run must have one; an incomplete run signs at its
+    close (a ``model.sig`` it holds is checked all the same). False at a failure."""
+    present = files.kind(MODEL_SIGNATURE_FILE)
+    if not verifier.checks_model:
+        if present is not None:
+            report.notes.append(f"{MODEL_SIGNATURE_FILE}: not checked; the given key is Ed25519, and model-signing "
+                                "verifies EC keys only (a run signed with one writes no model.sig)")
+        return True
+    if present is None:
+        if manifest is None:
+            return True
+        report.problems.append(f"{MODEL_SIGNATURE_FILE}: missing; a run signed with an EC key writes it at its close, "
+                               "after its manifest (verify: model_signing verify key RUN_DIR --signature "
+                               "RUN_DIR/model.sig --public_key KEY.pub)")
+        return False
+    if present != _REGULAR:
+        report.problems.append(f"{MODEL_SIGNATURE_FILE}: not checked; it is {present}, not a regular file")
+        return False
+    odd = sorted(name for name, kind in files.inventory.items() if kind not in (_REGULAR, _DIRECTORY))
+    if odd:
+        report.problems.append(f"{MODEL_SIGNATURE_FILE}: not checked; model-signing reads the directory itself, and "
+                               f"it holds entries that are neither regular files nor directories "
+                               f"({', '.join(printable(n, 80) for n in odd[:5])})")
+        return False
+    if files.run.size(MODEL_SIGNATURE_FILE) > MAX_SIGNATURE_BYTES:
+        report.problems.append(f"{MODEL_SIGNATURE_FILE}: larger than {MAX_SIGNATURE_BYTES} bytes, far more than a "
+                               "signature of a run's files")
+        return False
+    files.budget.check(f"verifying {MODEL_SIGNATURE_FILE} with model-signing")
+    problem = verify_run(files.run.path, verifier)
+    if problem is not None:
+        report.problems.append(problem)
+        return False
+    report.checks.append(f"{MODEL_SIGNATURE_FILE} verifies with model-signing's own verifier and the given key: "
+                         "every file of the run is as signed at its close")
+    return True
+
+
 def check_manifest_files(files: RunFiles, manifest: dict, report, *, stop_at_first: bool) -> bool:
     """The manifest lists exactly the run's files by their exact names, and each file's digest
     (each read and hashed once). False when something differs."""
@@ -213,7 +257,8 @@ def check_manifest_files(files: RunFiles, manifest: dict, report, *, stop_at_fir
             break
     if not (stop_at_first and found):
         for name, kind in files.inventory.items():
-            if kind == _REGULAR and name not in listed and name != MANIFEST_FILE and not is_outside_books(name, kind):
+            if kind == _REGULAR and name not in listed and name not in (MANIFEST_FILE, MODEL_SIGNATURE_FILE) \
+                    and not is_outside_books(name, kind):
                 found.append(f"{printable(name)}: not in the manifest")
                 if stop_at_first:
                     break

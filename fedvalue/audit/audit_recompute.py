@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.valuation.ads import AdsSettings
+from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import CountingAggregator, book_round
 from fedvalue.rounds.fairness_round import RoundFairness, fairness_round, policy_outcome
@@ -144,10 +145,12 @@ class CappedUtility:
 
 
 def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], int] | None,
-                    retrain: Callable[[int, Hashable, Mapping], Mapping] | None) -> list[str]:
+                    retrain: Callable[[int, Hashable, Mapping], Mapping] | None,
+                    tally: ReplayTally | None = None) -> list[str]:
     """Where a reply's weight is not its client's example count, or its arrays are not what
     its local training gives from the round's start, the run's settings and seed (both
-    rebuilt by the simulation that made the run)."""
+    rebuilt by the simulation that made the run), to within float rounding on this machine
+    (:mod:`fedvalue.audit.training_replay`; ``tally`` counts how each reply matched)."""
     problems, t = [], record.round
     for client, arrays in record.replies.items():
         if example_counts is not None:
@@ -160,12 +163,9 @@ def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], in
                 problems.append(f"round {t} client {client}: its weight is {record.weights.get(client)!r}; its data, "
                                 f"drawn from the run's seed, hold {expected} examples")
         if retrain is not None and record.statuses.get(client) == STATUS_OK:
-            expected = retrain(t, client, record.start_arrays)
-            if set(expected) != set(arrays) or not all(
-                    np.shape(arrays[k]) == np.shape(expected[k])
-                    and np.allclose(arrays[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected):
-                problems.append(f"round {t} client {client}: its saved reply is not what local training from the "
-                                "round's start, run.json's training settings and seed give")
+            problem = reply_problem(t, client, arrays, record.start_arrays, retrain, tally)
+            if problem is not None:
+                problems.append(problem)
     return problems
 
 
@@ -423,11 +423,21 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
     return problems, worst
 
 
-def sample_problems(record: RoundRecord, sampled: Callable[[int], Sequence] | None) -> list[str]:
-    """Where the record's sampled clients are not the sampler's choice for its round."""
+def sample_problems(record: RoundRecord, sampled: Callable[..., Sequence] | None) -> list[str]:
+    """Where the record's sampled clients are not the sampler's choice for its round: from every
+    partition, or, when the record notes that some nodes were gone (meta ``"available"``), from
+    the partitions it lists (``sampled(round, available)``)."""
     if sampled is None:
         return []
-    expected = [str(c) for c in sampled(record.round)]
+    available = (record.meta or {}).get("available")
+    if available is not None and (not isinstance(available, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in available)):
+        return [f"round {record.round}: its record's 'available' is not a list of partition ids ({available!r:.80})"]
+    try:
+        expected = [str(c) for c in (sampled(record.round) if available is None else sampled(record.round, available))]
+    except (TypeError, ValueError) as error:
+        return [f"round {record.round}: the run's sampler cannot choose from the partitions its record lists as "
+                f"available {available} ({error})"]
     got = [str(c) for c in record.statuses]
     if sorted(got) != sorted(expected):
         return [f"round {record.round}: clients {sorted(got)} were booked; the run's sampler chose {sorted(expected)}"]

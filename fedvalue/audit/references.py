@@ -2,7 +2,9 @@
 the defences' free-rider test reads A_{t−2} from the record (:mod:`fedvalue.rounds.kinds.defences`),
 so a record could flag an honest client, or spare a free-rider, by keeping a made-up "previous"
 model. A_{t−2} must be the state round t−1 started from, bit for bit, and a round after the
-first whose defences run the replay test must keep it."""
+first whose defences run the replay test must keep it. A round whose inner strategy aggregated
+only the defences' representatives (``meta["acceptance"]``, :mod:`strategies.policies.representatives`)
+must have accepted exactly the representatives the record's replies give."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from fedvalue.rounds.defences.quotient import REPRESENTATIVES, accepted_representatives
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.rounds.kinds.defences import PREVIOUS_GLOBAL
 from fedvalue.run.archive import RoundRecord
@@ -37,7 +40,27 @@ def reference_problems(record: RoundRecord, previous: RoundRecord | None) -> lis
     elif kept is None and t > 1 and meta is not None and _needs_history(meta):
         problems.append(f"round {t}: its defences test replies against the previous global model, but its record "
                         "keeps none")
-    return problems
+    return problems + acceptance_problems(record)
+
+
+def acceptance_problems(record: RoundRecord) -> list[str]:
+    """Where a round that aggregated the representatives only accepted others than its replies give."""
+    if record.meta.get("acceptance") != REPRESENTATIVES:
+        return []
+    try:
+        settings = DefenceSettings.from_meta(record.meta.get("defences"))
+    except (TypeError, ValueError) as error:
+        return [f"round {record.round}: it aggregated the defences' representatives, but its defence settings do "
+                f"not read ({error})"]
+    ok = [e.client_id for e in record.entries if e.status == "ok" and e.client_id in record.replies]
+    weights = record.weights
+    expected = accepted_representatives(record.start_arrays, {c: record.replies[c] for c in ok},
+                                        {c: weights[c] for c in ok}, record.references.get(PREVIOUS_GLOBAL),
+                                        settings) if ok else set()
+    if expected != set(record.accepted):
+        return [f"round {record.round}: the defences' representatives are {sorted(expected, key=str)}; the record "
+                f"accepted {sorted(record.accepted, key=str)}"]
+    return []
 
 
 def _needs_history(meta: object) -> bool:

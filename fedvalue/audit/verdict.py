@@ -21,7 +21,8 @@ the files alone it re-derives
    seal names its chain head and its record's digest. A run without a manifest is
    incomplete (not verifiable);
 6. with a ``verifier`` (the signer's public key) every seal and the manifest carry its
-   valid signature, and with ``expect_head`` the chain ends at that published hash; with
+   valid signature, and, for an EC key, ``model.sig`` verifies with model-signing's own
+   verifier (:mod:`fedvalue.run.model_signature`); and with ``expect_head`` the chain ends at that published hash; with
    either, signatures and digests are checked before anything is parsed, and the audit
    stops at the first failure;
 7. with a ``utility``, every recomputable field of every round from its saved record
@@ -33,7 +34,8 @@ the files alone it re-derives
    for a run that booked fairness, without its fairness objective) are *not verifiable*.
 
 The audit reads the run directory only, through :mod:`fedvalue.run.rundir` (no link followed,
-reads capped), opens no network connection, and stops within ``budget_seconds`` (what it
+reads capped; model-signing's verifier reads it itself, and only once every entry is known
+to be a regular file or a directory), opens no network connection, and stops within ``budget_seconds`` (what it
 did not reach is then not verifiable). Any content of any file gives a finding, never an
 exception; every message is printable (control characters escaped). The report names the
 run's chain head, its seed and the key its commitments name, so an auditor can tell one
@@ -46,19 +48,12 @@ import io
 import math
 import os
 import re
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_number
-from fedvalue.run.archive import (
-    RoundRecord,
-    npz_from_bytes,
-    parse_checkpoint_pointer,
-    round_record_from_bytes,
-)
 from fedvalue.audit.audit_files import (
     Budget,
     BudgetExceeded,
@@ -66,111 +61,45 @@ from fedvalue.audit.audit_files import (
     check_commitments,
     check_layout,
     check_manifest_files,
+    check_model_signature,
     check_signatures,
     read_commitments,
 )
-from fedvalue.audit.audit_recompute import (
-    CappedUtility,
-    ReplayedRound,
-    ReplayUnavailable,
-    replay_problems,
-    round_problems,
-    sample_problems,
-    settings_problems,
-)
+from fedvalue.audit.recomputation import ExampleCounts, Replay, Retrain, recompute_run
+from fedvalue.audit.report import AuditReport
 from fedvalue.audit.torn_tail import split_torn_tail, table_of
-from fedvalue.audit.references import reference_problems
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import chain_links, genesis_of, parse_run_config, read_ledger_csv, read_rounds_csv
 from fedvalue.valuation.round_game import ArraysUtility
 from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir, UnsafeRunFile, printable
 from fedvalue.schema import (
-    CHECKPOINT_FILE,
     CLAIM_PREFIX,
     CLIENT_STATUSES,
     LEDGER_COLUMNS,
     LEDGER_FILE,
     LEDGER_PARQUET_FILE,
+    MODEL_SIGNATURE_FILE,
     ROUNDS_FILE,
     ROUND_COLUMNS,
     RUN_CONFIG_FILE,
     Method,
     Status,
-    checkpoint_names,
     record_name,
 )
 from fedvalue.run.seals import Verifier
 
-VERIFIED, FAILED, NOT_VERIFIABLE = "verified", "failed", "not verifiable"
 #: Seconds an audit may take before what it has not reached is reported not verifiable (a
 #: two-round CNN run's audit took 819 s on a loaded 2-core machine: docs/benchmarks.md).
 DEFAULT_BUDGET_SECONDS = 3600.0
-#: Most clients in a round the recompute takes on when run.json does not say how many.
-MAX_PLAYERS = 64
-#: Most coalition evaluations of one round the recompute takes on.
-MAX_ROUND_EVALUATIONS = 2**20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass
-class AuditReport:
-    """What an audit found. ``checks`` were verified, ``problems`` failed, ``unverifiable``
-    could not be checked; ``notes`` say what no audit of these files can check.
-
-    ``ok`` is True when no check failed; ``intact`` (the verdict ``fedvalue audit`` exits 0
-    on) when, besides, nothing went unverified. ``head`` (the chain's last hash), ``seed``
-    (run.json's) and ``signed_by`` (the key fingerprint the manifest or seals name;
-    ``key_verified`` when their signatures were checked against a given key) say WHICH run
-    this is.
-    """
-
-    run_dir: str
-    rounds: int = 0
-    ledger_rows: int = 0
-    problems: list[str] = field(default_factory=list)
-    checks: list[str] = field(default_factory=list)
-    unverifiable: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    head: str | None = None
-    seed: object = None
-    signed_by: str | None = None
-    key_verified: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def intact(self) -> bool:
-        return not self.problems and not self.unverifiable
-
-    @property
-    def verdict(self) -> str:
-        if self.problems:
-            return "NOT intact"
-        return "NOT verifiable" if self.unverifiable else "intact"
-
-    def verdicts(self) -> list[tuple[str, str]]:
-        """(status, what) for every check, in the order verified, failed, not verifiable."""
-        return ([(VERIFIED, c) for c in self.checks] + [(FAILED, p) for p in self.problems]
-                + [(NOT_VERIFIABLE, u) for u in self.unverifiable])
-
-    def identity(self) -> str:
-        """Which run this is: its chain head, seed and signing key."""
-        key = ("unsigned" if self.signed_by is None else
-               f"signed by key {self.signed_by} ("
-               + ("verified with the given public key" if self.key_verified else "not verified: no public key given")
-               + ")")
-        return f"head {self.head or 'none'}, seed {printable(self.seed, 40)}, {key}"
 
 
 def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: ArraysUtility | None = None,
               recompute_tolerance: float = 1e-9, verifier: Verifier | None = None, expect_head: str | None = None,
               noisy_clients: Collection | None = None, sampled: Callable[[int], Sequence] | None = None,
               recompute: bool = True, fairness: GroupFairness | None = None,
-              example_counts: Callable[[Hashable], int] | None = None,
-              retrain: Callable[[int, Hashable, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None,
-              replay: Callable[[RoundRecord], ReplayedRound] | None = None,
+              example_counts: ExampleCounts | None = None, retrain: Retrain | None = None,
+              replay: Replay | None = None,
               budget_seconds: float = DEFAULT_BUDGET_SECONDS) -> AuditReport:
     """Check a run directory (module docstring).
 
@@ -210,7 +139,8 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     retrain
         (round, client, A_{t−1}) -> the arrays the client's local training gives (a
         simulation replays it from the run's settings and seed): each saved reply must
-        equal them (to 1e-5 relative).
+        equal them (to 1e-5 relative, or within what float rounding does to that training
+        on this machine: :mod:`fedvalue.audit.training_replay`).
     replay
         record -> Agg_t, the round's aggregation by the run's inner strategy as it was when
         the replies arrived (:func:`strategies.replay.replay_aggregator` builds it from the
@@ -306,6 +236,11 @@ def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recomput
         if not check_signatures(verifier, seals, manifest, report):
             return
         report.key_verified = True
+        if not check_model_signature(files, verifier, manifest, report):
+            return
+    elif files.exists(MODEL_SIGNATURE_FILE):
+        report.notes.append(f"{MODEL_SIGNATURE_FILE}: not checked without the signer's public key (--public-key PEM); "
+                            "model_signing verify key checks it too")
     pinned = verifier is not None or expect_head is not None
     if manifest is not None and pinned and not check_manifest_files(files, manifest, report, stop_at_first=True):
         return
@@ -498,157 +433,3 @@ def _check_parquet(files: RunFiles, ledger: pd.DataFrame, ledger_chars: int, com
 def _planned_rounds(config: dict) -> int | None:
     planned = config.get("num_rounds")
     return planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0 else None
-
-
-def _players_cap(config: dict) -> int:
-    per_round = config.get("clients_per_round")
-    if isinstance(per_round, int) and not isinstance(per_round, bool) and 0 < per_round <= MAX_PLAYERS:
-        return per_round
-    return MAX_PLAYERS
-
-
-def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame, rounds: pd.DataFrame,
-                  report: AuditReport, tolerance: float = 1e-9, *, config: dict | None = None,
-                  noisy_clients: Collection | None = None, sampled: Callable[[int], Sequence] | None = None,
-                  fairness: GroupFairness | None = None, example_counts=None, retrain=None,
-                  replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> None:
-    """Check 7 of the module docstring; findings go to ``report``."""
-    config = {} if config is None else config
-    names = {t: record_name(t) for t in range(1, len(rounds) + 1) if files.exists(record_name(t))}
-    committed = [int(r) for r in rounds["round"]]
-    saved_noisy = config.get("noisy_clients")
-    if noisy_clients is not None and isinstance(saved_noisy, list) and \
-            sorted(map(str, saved_noisy)) != sorted(map(str, noisy_clients)):
-        report.problems.append(f"run.json: noisy_clients {saved_noisy[:10]} are not the ones the run's settings and "
-                               f"seed draw, {sorted(noisy_clients)[:10]}")
-    if noisy_clients is None and isinstance(saved_noisy, list):
-        noisy_clients = {c for c in saved_noisy if isinstance(c, (int, str)) and not isinstance(c, bool)}
-    if noisy_clients is not None:
-        noisy_clients = {str(c) for c in noisy_clients}
-    missing = [t for t in committed if t not in names]
-    if missing:
-        report.unverifiable.append(f"values: rounds {missing[:10]} have no readable round record, so their books "
-                                   "were not recomputed")
-    by_round_rows = dict(tuple(ledger.groupby("round"))) if len(ledger) else {}
-    round_rows = rounds.set_index("round")
-    cap = _players_cap(config)
-    recomputed_rounds, skipped, worst = 0, [], 0.0
-    skipped_by: set[str] = set()
-    unfair: list[int] = []  # rounds with fairness books, audited without the fairness objective
-    records: dict[int, object] = {}
-
-    def record_of(t: int):
-        if t not in records:
-            try:
-                records[t] = round_record_from_bytes(files.bytes(names[t]), names[t])
-            except (ValueError, OSError) as error:
-                records[t] = ValueError(printable(error))
-            files.release(names[t])  # parsed: one round (and the next one's start) in memory at a time
-        return records[t]
-
-    for position, t in enumerate(committed):
-        if t not in names:
-            continue
-        files.budget.check(f"recomputing round {t}")
-        record = record_of(t)
-        previous = records.pop(t - 1, None)  # one round (and the next one's start) in memory at a time
-        if isinstance(record, ValueError):
-            report.unverifiable.append(f"values of round {t}: not recomputed, its record is unreadable ({record})")
-            continue
-        if record.round != t:
-            report.problems.append(f"records: the record of round {t} says it is round {record.round}")
-            continue
-        by_strategy = record.meta.get("aggregation") != "weighted-mean"
-        if by_strategy and (replay is None or "fairness" in record.meta):
-            skipped.append(t)
-            skipped_by.add(printable(record.meta.get("strategy", "an unknown strategy"), 80))
-            continue
-        if "fairness" in record.meta and fairness is None:
-            unfair.append(t)
-            continue
-        problems = [f"round {t}'s record: {p}" for p in settings_problems(record, config)]
-        problems += sample_problems(record, sampled)
-        problems += reference_problems(record, None if isinstance(previous, ValueError) else previous)
-        if len(record.statuses) > cap or len(record.replies) > cap:
-            problems.append(f"round {t}: its record holds {len(record.statuses)} clients; run.json samples at most "
-                            f"{cap} per round")
-        booked_evaluations = pd.to_numeric(round_rows.loc[t].get("num_evaluations"), errors="coerce")
-        if not (booked_evaluations <= MAX_ROUND_EVALUATIONS):
-            report.unverifiable.append(f"values of round {t}: not recomputed, it books {booked_evaluations} "
-                                       f"evaluations (the audit recomputes at most {MAX_ROUND_EVALUATIONS})")
-            continue
-        if problems:  # the record disagrees with run.json: its estimator is not taken on
-            report.problems += [f"recompute: {p}" for p in problems]
-            continue
-        problems += replay_problems(record, example_counts, retrain)
-        next_start = _next_start(files, report, committed, position, names, record_of)
-        noisy = None if noisy_clients is None else _noisy_ids(record, noisy_clients)
-        capped = CappedUtility(utility, int(booked_evaluations) + 2 * len(record.replies) + 8, files.budget)
-        try:
-            found, difference = round_problems(record, capped, by_round_rows.get(t, ledger.iloc[:0]),
-                                               round_rows.loc[t].to_dict(), tolerance, noisy_clients=noisy,
-                                               next_start=next_start, fairness=fairness,
-                                               replay=replay if by_strategy else None)
-        except ReplayUnavailable as error:
-            report.unverifiable.append(f"values of round {t}: not recomputed, {printable(error)}")
-            continue
-        except CappedUtility.Exceeded as error:
-            report.problems.append(f"recompute: round {t}: {error}")
-            continue
-        except (KeyError, TypeError, ValueError, IndexError, ArithmeticError) as error:
-            report.problems.append(f"recompute: round {t}'s record cannot be replayed ({type(error).__name__}: "
-                                   f"{printable(error)})")
-            continue
-        problems += found
-        report.problems += [f"recompute: {p}" for p in problems]
-        if not problems:
-            recomputed_rounds += 1
-            worst = max(worst, difference)
-    if recomputed_rounds:
-        report.checks.append(f"recomputed every value of {recomputed_rounds} rounds from the saved arrays "
-                             f"(largest difference {worst:.1e})"
-                             + (", each reply's weight and arrays from the run's seed" if retrain is not None else ""))
-    if skipped:
-        report.unverifiable.append(
-            f"values: rounds {skipped[:10]} aggregate through {', '.join(sorted(skipped_by))}'s own code: their "
-            "values were NOT recomputed (" + ("rounds that also booked fairness are recomputed for the FedAvg family "
-                                              "only)" if replay is not None else
-                                              "the audit was given no way to rebuild that strategy: "
-                                              "audit_run(DIR, utility=U, replay=strategies.replay_aggregator(build)) "
-                                              "replays it)"))
-    if unfair:
-        report.unverifiable.append(
-            f"values: rounds {unfair[:10]} booked fairness: they were NOT recomputed without the run's fairness "
-            "objective (audit_run(DIR, utility=U, fairness=F))")
-    report.notes.append("not recomputable from the files: valuation_seconds; and what a record says a client "
-                        "reported (its reason, its claim), which only a signature or a published head protects")
-
-
-def _next_start(files: RunFiles, report: AuditReport, committed: list[int], position: int, names: Mapping,
-                record_of) -> Mapping | None:
-    """A_t as the next round's record (or, after the last round, the checkpoint) holds it."""
-    t = committed[position]
-    if position + 1 < len(committed):
-        following = committed[position + 1]
-        if following not in names:
-            return None
-        record = record_of(following)
-        return None if isinstance(record, ValueError) else record.start_arrays
-    try:
-        # Through the audit's own reads: hashed once, the same bytes the manifest check saw.
-        if not files.exists(CHECKPOINT_FILE):
-            return None
-        pointer = parse_checkpoint_pointer(files.text(CHECKPOINT_FILE, max_bytes=1 << 20), CHECKPOINT_FILE)
-        if pointer[0] != t:
-            return None
-        name = checkpoint_names(t)[0]
-        return npz_from_bytes(files.bytes(name), name)[0]
-    except (ValueError, OSError, FileNotFoundError) as error:
-        report.problems.append(f"checkpoint: {printable(error)}")
-        return None
-
-
-def _noisy_ids(record, noisy_clients: set[str]) -> set:
-    """The record's client ids (in their own types) that are noisy."""
-    ids = [*record.statuses, *record.replies, *record.gradients]
-    return {c for c in ids if str(c) in noisy_clients}

@@ -25,14 +25,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedvalue.valuation.ads import AdsSettings
-from fedvalue.scoring.fairness.curvature import curvature_influences, drop_scores
-from fedvalue.scoring.fairness.objectives import GroupFairness, client_fairness_influences, drop_k, ijack_factors
 from fedvalue.valuation.round_game import Aggregator, RoundValuation, round_game_for, value_round
 from fedvalue.schema import Method
+
+if TYPE_CHECKING:
+    from fedvalue.scoring.fairness.objectives import GroupFairness
+# The scoring modules run on torch: imported where a round is scored, so that the books (and the
+# Flower adapter above them) load without torch until fairness is booked.
 
 #: The fairness-aware aggregation rules a run can record (see :func:`policy_outcome`).
 FAIR_RULES = ("drop-k", "ijack")
@@ -67,6 +71,8 @@ class RoundFairness:
 
     def scores(self, score: str = "first-order") -> dict[Hashable, float]:
         """Client -> how much it raises the gap by ``score`` (:func:`fedvalue.scoring.fairness.curvature.drop_scores`)."""
+        from fedvalue.scoring.fairness.curvature import drop_scores
+
         loo = None
         if self.valuation is not None and Method.LOO in self.valuation.results:
             values = self.valuation.results[Method.LOO].values
@@ -101,6 +107,9 @@ def fairness_round(
     give the curvature influences of the valid replies that sent both
     (:mod:`fedvalue.scoring.fairness.curvature`; D sums theirs).
     """
+    from fedvalue.scoring.fairness.curvature import curvature_influences
+    from fedvalue.scoring.fairness.objectives import client_fairness_influences
+
     if not client_ids:
         return RoundFairness(None, {}, objective, curvature=None if damping is None else {})
     game = round_game_for(client_ids, start_arrays, client_arrays, weights, objective, aggregate)
@@ -123,6 +132,8 @@ def policy_outcome(rule: Mapping, influences: Mapping[Hashable, float]) -> tuple
     "lam": λ}`` (Prop. 3.2; clients whose factor is 0 are not aggregated); ``influences``
     the scores it acts on (:meth:`RoundFairness.rule_scores`: ``rule["score"]``, if any).
     """
+    from fedvalue.scoring.fairness.objectives import drop_k, ijack_factors
+
     name = rule.get("rule")
     if name == "drop-k":
         return set(influences) - drop_k(influences, int(rule["k"])), None

@@ -70,6 +70,9 @@ from fedvalue.schema import (
 
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
 GENESIS_HASH = "0" * 64
+#: run.json entries that say where a run started, not how it is set: a resume (on this machine
+#: or another) keeps them as written and does not compare them.
+STARTED_ON_KEYS = ("platform",)
 
 
 def _cell(value: object) -> str:
@@ -205,7 +208,8 @@ class LedgerWriter:
     resume
         Continue a run already in ``run_dir``: ``run.json`` is kept and must equal
         ``config`` when one is given (a changed configuration would break the chain and
-        the promise of the same ledger as an uninterrupted run).
+        the promise of the same ledger as an uninterrupted run), but for the entries of
+        :data:`STARTED_ON_KEYS`.
     """
 
     def __init__(self, run_dir: str | os.PathLike | RunDir, *, config: Mapping | None = None,
@@ -237,7 +241,7 @@ class LedgerWriter:
             return
         saved = read_run_config(self.run)
         given = json.loads(json.dumps(config, sort_keys=True, default=str))
-        changed = sorted(k for k in set(saved) | set(given) if saved.get(k) != given.get(k))
+        changed = sorted(k for k in (set(saved) | set(given)) - set(STARTED_ON_KEYS) if saved.get(k) != given.get(k))
         if changed:
             key = changed[0]
             raise ValueError(

@@ -34,8 +34,16 @@ from fedvalue.run.archive import APPEND_ONLY_FILES, npz_from_bytes, read_checkpo
 from fedvalue.run.ledger_tables import chain_from_lines, genesis_hash, table_lines
 from fedvalue.run.rundir import RunDir
 from fedvalue.run.seals import Signer, read_seals
-from fedvalue.schema import CHECKPOINT_FILE, LEDGER_FILE, MANIFEST_FILE, ROUNDS_FILE, RUN_CONFIG_FILE, \
-    SEALS_FILE, checkpoint_names
+from fedvalue.schema import (
+    CHECKPOINT_FILE,
+    LEDGER_FILE,
+    MANIFEST_FILE,
+    MODEL_SIGNATURE_FILE,
+    ROUNDS_FILE,
+    RUN_CONFIG_FILE,
+    SEALS_FILE,
+    checkpoint_names,
+)
 
 Arrays = dict[str, np.ndarray]
 
@@ -83,8 +91,12 @@ def verify_resume(run: RunDir, signer: Signer | None = None) -> ResumePlan:
     tables = {name: run.read_bytes(name) for name in APPEND_ONLY_FILES if run.exists(name)}
     committed = committed_rounds(tables.get(ROUNDS_FILE, b"").decode("utf-8", "replace"))
     if run.exists(MANIFEST_FILE):
+        unsigned = signer is not None and signer.signs_model and not run.exists(MODEL_SIGNATURE_FILE)
         raise ValueError(f"resume: the run in {run.show()} already completed {committed} rounds (it holds its "
-                         "final manifest); there is nothing to resume.")
+                         "final manifest); there is nothing to resume."
+                         + (f" Its {MODEL_SIGNATURE_FILE} is missing (stopped at its close): "
+                            "fedvalue.run.model_signature.sign_closed_run(DIR, Signer.from_file(KEY)) writes it once "
+                            "the manifest verifies." if unsigned else ""))
     try:
         pointer = read_checkpoint_pointer(run)
         seals = read_seals(run)

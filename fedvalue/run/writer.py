@@ -15,7 +15,9 @@ of an uninterrupted run):
    server's state as data), its seal (the chain head, the digests of the record and the
    checkpoint files, the tables' sizes; signed with a key) and only then
    ``checkpoint.json``, switched atomically (:mod:`fedvalue.run.archive`, :mod:`fedvalue.run.seals`);
-3. **close**: the final manifest once every planned round committed.
+3. **close**: the final manifest once every planned round committed; then, with an EC
+   key, ``model.sig`` over every file of the closed run, manifest included, in the format
+   the ``model-signing`` tool verifies (:mod:`fedvalue.run.model_signature`).
 
 **Resume** first verifies and only then acts (:mod:`fedvalue.run.resume_check`): the seal of
 the checkpoint's round and its signature, the table sizes, the hash chain from run.json's
@@ -24,7 +26,8 @@ run.json is read (then the configuration is compared with it). A checkpoint of r
 accepted while no round, or only round 1, was committed: a writer killed after round 1's
 commit mark and before its checkpoint starts again from round 0. Then it acts: the tables
 are cut to the sealed sizes, later records and seals and half-written files removed, the
-Parquet copy rewritten. A refused resume leaves every file of the books as it was.
+Parquet copy rewritten, and any ``model.sig`` removed (the resumed run signs at its own
+close). A refused resume leaves every file of the books as it was.
 """
 
 from __future__ import annotations
@@ -49,9 +52,18 @@ from fedvalue.run.archive import (
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.resume_check import ResumePlan, Restored, check_restorable, verify_resume
 from fedvalue.run.rundir import RunDir
+from fedvalue.run.model_signature import model_signing_available, sign_run
 from fedvalue.run.seals import Signer, append_seal, cut_seals, seal_fields
 from fedvalue.run.writer_lock import lock_run_dir
-from fedvalue.schema import CHECKPOINT_DIR, CHECKPOINT_FILE, RECORDS_DIR, SEALS_FILE, checkpoint_names, record_name
+from fedvalue.schema import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    MODEL_SIGNATURE_FILE,
+    RECORDS_DIR,
+    SEALS_FILE,
+    checkpoint_names,
+    record_name,
+)
 
 Arrays = dict[str, np.ndarray]
 __all__ = ["Restored", "RunBooks", "RunSettings"]
@@ -78,7 +90,8 @@ class RunSettings:
     resume
         Continue the run from its last checkpoint, verified before anything is cut.
     sign_key
-        The :class:`fedvalue.run.seals.Signer` of each round's seal and the final manifest
+        The :class:`fedvalue.run.seals.Signer` of each round's seal, the final manifest and,
+        with an EC key, the closed run's ``model.sig`` (:mod:`fedvalue.run.model_signature`)
         (``Signer.from_file(pem)`` reads a key from ``fedvalue keygen``); settings read no file.
 
     What the run tells its caller as it goes is a callback, not a setting
@@ -122,7 +135,8 @@ class RunBooks:
         Verify the run's last checkpoint, then cut the directory back to it
         (:attr:`restored` is where the run continues from).
     signer
-        Signs each seal and the manifest; resuming, round k's seal must carry its signature.
+        Signs each seal and the manifest, and with an EC key writes ``model.sig`` at the
+        close; resuming, round k's seal must carry its signature.
     save_records, checkpoint
         Write each round's record; checkpoint each round (A_t, the server's state).
     check_state
@@ -143,6 +157,8 @@ class RunBooks:
         self.checkpoint = bool(checkpoint)
         self.restored: Restored | None = None
         self.ledger: LedgerWriter | None = None
+        if signer is not None and signer.signs_model:
+            model_signing_available()  # a missing package is said now, not after the last round
         try:
             run = rundir.open_run_dir(run_dir, create=not resume)
         except FileNotFoundError:
@@ -199,6 +215,7 @@ class RunBooks:
                 if entry.endswith(".tmp"):
                     run.unlink(entry if directory == "." else f"{directory}/{entry}")
         prune_checkpoints(run, set(checkpoint_names(k)) if k else set())
+        run.unlink(MODEL_SIGNATURE_FILE)  # only a close signs; never an old signature beside new rounds
         if k == 0:
             run.unlink(SEALS_FILE)
             if self.checkpoint:
@@ -247,9 +264,14 @@ class RunBooks:
         return self.ledger.committed_rounds()
 
     def close(self, planned_rounds: int) -> dict:
-        """The final manifest (:mod:`fedvalue.run.seals`), once every planned round committed;
-        the writer's hold on the directory's lock ends with it."""
-        manifest = self.ledger.close(planned_rounds, sealed=True, signer=self.signer)
-        self.release()
+        """The final manifest (:mod:`fedvalue.run.seals`), once every planned round committed,
+        then, with an EC key, ``model.sig`` (:mod:`fedvalue.run.model_signature`); the
+        writer's hold on the directory's lock ends with it."""
+        try:
+            manifest = self.ledger.close(planned_rounds, sealed=True, signer=self.signer)
+            if self.signer is not None and self.signer.signs_model:
+                sign_run(self.run, self.signer)
+        finally:
+            self.release()
         return manifest
 

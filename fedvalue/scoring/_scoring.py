@@ -1,5 +1,5 @@
 """What every scoring path shares: no autograd with denormals flushed, per-batch sums and
-the near-tie rows that are re-scored on the plain path.
+the near-tie rows that are decided as on the plain path (in float64).
 
 Every path scores with denormal floats flushed to zero (the caller's setting is put back
 after). Averaged and trained weights drive some activations into the subnormal range,
@@ -34,7 +34,8 @@ def scoring() -> Iterator[None]:
             torch.set_flush_denormal(False)
 
 
-#: Near-tie rows are re-scored in a block of at least this many rows.
+#: Near-tie rows get their float32 logits (what decides them where float64 cannot) in a block of
+#: at least this many rows.
 RECHECK_ROWS = 64
 
 

@@ -16,18 +16,22 @@ Three ways to score states, all equal to the plain one-state-at-a-time path:
   are computed once per round and basis state (:mod:`fedvalue.scoring.linear`).
 
 Accuracy is a count of argmax hits, so any reordering of float sums could flip an
-example whose two largest logits nearly tie. Rows where the fast path sees a top-2
-margin within ``tie_tolerance`` × |largest logit| are re-scored on the plain path (for
-``linear``, on the state the caller materializes exactly as the aggregation rule does),
-so accuracies equal the plain path's; losses agree to float rounding. A state whose fast
-outputs or sums are not finite (a basis state that overflows spoils every combination,
-even one that gives it a zero coefficient) is scored whole on the plain path.
+example whose two largest logits nearly tie: another path, or another machine's kernels.
+Every path, the plain one included, decides a row whose top-2 margin is within
+``tie_tolerance`` × its largest |logit| (the scale of its float32 rounding, even where the
+top two logits are near zero) by a float64 forward pass of that row (for ``linear``,
+on the state the caller materializes exactly as the aggregation rule does), so accuracies
+equal the plain path's and an auditor's machine counts the same hits as the run's; losses
+agree to float rounding. A state whose fast outputs or sums are not finite (a basis state
+that overflows spoils every combination, even one that gives it a zero coefficient) is
+scored whole on the plain path.
 
 Every path scores with denormal floats flushed to zero (:mod:`fedvalue.scoring._scoring`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -64,9 +68,10 @@ class TorchModelUtility:
         Where the held-out data lives and every forward pass runs (``"cuda"`` when
         one is present); ``None`` is the CPU.
     tie_tolerance
-        Relative top-2 logit margin (margin ≤ tie_tolerance × |largest logit|) under
-        which a fast-path row is re-scored on the plain path (accuracy only). Fast and
-        plain logits differ by a few 1e-6 of the largest logit in float32.
+        Relative top-2 logit margin (margin ≤ tie_tolerance × the row's largest |logit|)
+        under which a row's prediction is decided in float64 (accuracy only). Fast and plain
+        logits differ by a few 1e-6 of the largest |logit| in float32, and so do one
+        machine's plain logits and another's.
     """
 
     def __init__(
@@ -124,6 +129,16 @@ class TorchModelUtility:
             tensors[k] = torch.as_tensor(value).to(device=self.device, dtype=self.dtypes[k])
         return tensors
 
+    def held_out_digest(self) -> str:
+        """SHA-256 of what this utility scores: the metric and the held-out inputs and labels
+        (dtype, shape and bytes of each), so an audit can tell a rebuilt U scores the same data."""
+        digest = hashlib.sha256(f"metric={self.metric}".encode())
+        for tensor in (self.x, self.y):
+            array = np.ascontiguousarray(tensor.detach().cpu().numpy())
+            digest.update(f"|{array.dtype.str}{array.shape}|".encode())
+            digest.update(array.tobytes())
+        return "sha256:" + digest.hexdigest()
+
     @property
     def num_batches(self) -> int:
         return -(-len(self.x) // self.batch_size)
@@ -135,7 +150,35 @@ class TorchModelUtility:
         """Summed metric of batch ``b`` on the plain path (the reference every path equals)."""
         rows = self.batch_rows(b)
         out = torch.func.functional_call(self.model, dict(state), (self.x[rows],))
+        if self.metric == "accuracy" and out.shape[-1] >= 2:
+            return self._settled_hits(state, out, self.x[rows], self.y[rows])
         return float(self._summed_metric(out, self.y[rows]))
+
+    def _settled_hits(self, state: Mapping[str, torch.Tensor], out: torch.Tensor, x: torch.Tensor,
+                      y: torch.Tensor) -> float:
+        """Argmax hits of a plain-path batch, its near-tie rows (top-2 margin ≤
+        ``tie_tolerance`` × the row's largest |logit|) decided by :meth:`_exact_predictions`."""
+        hits = out.argmax(dim=-1) == y
+        top2 = out.topk(2, dim=-1).values
+        near = (top2[:, 0] - top2[:, 1] <= self.tie_tolerance * out.abs().amax(dim=-1)).nonzero().flatten()
+        if len(near):
+            hits[near] = self._exact_predictions(state, x[near], out[near]) == y[near]
+        return float(hits.sum(dtype=torch.float64))
+
+    def _exact_predictions(self, state: Mapping[str, torch.Tensor], x: torch.Tensor,
+                          out: torch.Tensor) -> torch.Tensor:
+        """The predicted classes of rows ``x`` from a float64 forward pass (``out``: their
+        logits in the model's dtype, whose argmax stands where float64 is not possible).
+
+        Float32 logits differ across machines by up to ~1e-6 of the largest |logit| (another
+        BLAS code path, measured: docs/faults-and-audit.md), which can flip a near tie; the
+        float64 pass moves only by ~1e-15, so an auditor on any machine counts the same hits."""
+        wide = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
+        try:
+            return torch.func.functional_call(self.model, wide, (x.double() if x.is_floating_point() else x,)
+                                              ).argmax(dim=-1)
+        except (RuntimeError, TypeError):  # a model holding tensors of its own that cannot widen
+            return out.argmax(dim=-1)
 
     @scoring()
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> float:
@@ -204,11 +247,12 @@ class TorchModelUtility:
             sums = torch.stack([self._summed_metric(out[j], y) for j in range(count)])
         else:
             top, index = out.max(dim=-1)
+            scale = out.abs().amax(dim=-1)  # before the top-2 pass may overwrite ``out``
             hit = index == y
             sums = hit.sum(dim=1, dtype=torch.float64)
             masked = out.scatter_ if overwrite else out.scatter
             second = masked(2, index[..., None], float("-inf")).max(dim=-1).values
-            near = top - second <= self.tie_tolerance * top.abs()
+            near = top - second <= self.tie_tolerance * scale
             for j in near.any(dim=1).nonzero().flatten().tolist():
                 near_rows = near[j].nonzero().flatten()
                 scores.near[(int(states[j]), b)] = (near_rows.cpu().numpy(), float(hit[j, near_rows].sum()))
@@ -217,13 +261,10 @@ class TorchModelUtility:
         scores.plain.update((int(states[j]), b) for j in np.flatnonzero(unusable))
 
     def resolve_near_ties(self, scores: FastScores, state_of: Callable[[int], Mapping[str, torch.Tensor]]) -> np.ndarray:
-        """Per-state utilities: near-tie rows re-scored on the plain path, and every batch
-        whose fast outputs were not finite scored whole on it (:class:`FastScores`).
-
-        The rows go through the plain forward pass in a block of at least
-        ``RECHECK_ROWS`` rows of their batch (matmul kernels for a handful of rows may
-        sum in another order than for a full batch).
-        """
+        """Per-state utilities: near-tie rows decided as the plain path decides them, by
+        :meth:`_exact_predictions` (a row the plain path finds no near tie is decided the same
+        by its float32 argmax: its margin exceeds float32's error many times), and every batch
+        whose fast outputs were not finite scored whole on the plain path (:class:`FastScores`)."""
         sums = scores.sums.copy()
         cached: dict[int, Mapping[str, torch.Tensor]] = {}
         for c, b in sorted(scores.plain):  # fast outputs that were not numbers: the whole batch, plainly
@@ -237,9 +278,12 @@ class TorchModelUtility:
                 cached[c] = state_of(c)
             batch = self.batch_rows(b)
             x, y = self.x[batch], self.y[batch]
+            # The float32 logits of a block of at least RECHECK_ROWS rows (matmul kernels for a
+            # handful of rows may sum in another order): the plain path's, where float64 fails.
             filler = np.setdiff1d(np.arange(min(RECHECK_ROWS, len(x))), rows)[: max(0, RECHECK_ROWS - len(rows))]
             block = torch.as_tensor(np.concatenate([rows, filler]), device=self.device)
             out = torch.func.functional_call(self.model, dict(cached[c]), (x[block],))[: len(rows)]
-            plain_hits = float((out.argmax(dim=-1) == y[block[: len(rows)]]).sum())
+            index = block[: len(rows)]
+            plain_hits = float((self._exact_predictions(cached[c], x[index], out) == y[index]).sum())
             sums[c, b] += plain_hits - fast_hits
         return sums.sum(axis=1) / len(self.x)

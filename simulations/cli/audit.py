@@ -13,31 +13,72 @@ from simulations.runner.simulation import Simulation
 
 def add_parser(commands) -> None:
     audit = subcommand(commands, "audit", help="verify a run's hash chain, schema and group efficiency (exit 1 if not)")
-    audit.add_argument("run_dir", help="a run directory written by fedvalue run")
+    audit.add_argument("run_dir", help="a run directory written by fedvalue run or by a ValuingStrategy in your own app")
     audit.add_argument("--tolerance", type=finite_non_negative("tolerance"), default=1e-6,
                        help="allowed group-efficiency gap (a finite number >= 0)")
     audit.add_argument("--no-recompute", action="store_true",
                        help="skip recomputing every value from the saved round records")
     audit.add_argument("--public-key", metavar="PEM",
-                       help="the signer's Ed25519 public key: every seal and the manifest must carry its signature")
+                       help="the signer's public key (PEM, from fedvalue keygen): every seal and the manifest must carry its "
+                            "signature; an EC key also checks model.sig with model-signing's own verifier")
     audit.add_argument("--expect-head", metavar="HASH",
                        help="a chain head published elsewhere (64 hex digits): the run must end at it")
+    audit.add_argument("--utility", metavar="MODULE:CALLABLE",
+                       help="the importable callable (no arguments) that rebuilds the run's utility U, e.g. "
+                            "'my_app.task:held_out_utility', imported from the working directory; it replaces what "
+                            "run.json names. Importing runs that module's code: name only code you trust")
+    audit.add_argument("--trust-run-utility", action="store_true",
+                       help="import the utility run.json names (module:callable) to recompute the values; a run "
+                            "directory is untrusted input, so the audit imports nothing it names unless told so")
     audit.add_argument("--budget", metavar="SECONDS", type=finite_positive("budget"), default=3600.0,
                        help="seconds the audit may take; what it has not checked by then is not verifiable "
                             "(default: 3600)")
 
 
-def _audit_context(run_dir: str) -> tuple[Simulation | None, dict, str | None]:
+def _audit_context(run_dir: str, utility: str | None = None, trust_run_utility: bool = False
+                   ) -> tuple[Simulation | None, dict, str | None]:
     """The simulation that made ``run_dir`` and what the audit rebuilds from its run.json
-    (:func:`fedvalue.audit.verdict.audit_run` keywords), or why nothing could be rebuilt."""
+    (:func:`fedvalue.audit.verdict.audit_run` keywords), or why nothing could be rebuilt.
+    ``utility`` (``--utility``) replaces the utility a simulation or run.json names."""
     try:
         saved = saved_run_config(run_dir) or {}
     except (ValueError, OSError) as error:
         return None, {}, str(error)
     name = saved.get("simulation")
     simulation = SIMULATIONS.get(name) if isinstance(name, str) else None
-    if simulation is None:
-        return None, {}, "run.json names no fedvalue simulation"
+    if simulation is None or utility is not None:
+        own, why_not = _own_utility(saved, utility, trust_run_utility)
+        if simulation is None or own is None:
+            return None, ({} if own is None else {"utility": own}), why_not
+        rebuilt, why_not = _simulation_context(simulation, saved)[1:]
+        return simulation, {**rebuilt, "utility": own}, why_not
+    return _simulation_context(simulation, saved)
+
+
+def _own_utility(saved: dict, utility: str | None, trust_run_utility: bool):
+    """(U, None) rebuilt from ``--utility`` or, with ``--trust-run-utility``, the reference run.json
+    names, its held-out data's digest checked against run.json's; else (None, why not)."""
+    from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, load_utility, utility_mismatch
+
+    entry = saved.get(UTILITY_REFERENCE_KEY)
+    entry = entry if isinstance(entry, dict) else {}
+    named = entry.get("reference")
+    if utility is None and not isinstance(named, str):
+        return None, ("run.json names neither a fedvalue simulation nor the utility U the run scored with; give it: "
+                      "--utility module:callable")
+    if utility is None and not trust_run_utility:
+        return None, (f"run.json names the utility {named!r}; importing it runs code the run directory names, so the "
+                      f"audit does not do it unasked: give --utility {named} (or --trust-run-utility)")
+    try:
+        rebuilt = load_utility(named if utility is None else utility)
+    except ValueError as error:
+        return None, str(error)
+    mismatch = utility_mismatch(rebuilt, entry)
+    return (None, mismatch) if mismatch else (rebuilt, None)
+
+
+def _simulation_context(simulation: Simulation, saved: dict) -> tuple[Simulation, dict, str | None]:
+    """What ``simulation`` rebuilds from run.json's settings ``saved``, or why it cannot."""
     outside = sorted(key for key, value in saved.items() if key.endswith("_path") and value not in ("", None))
     if outside:  # the audit reads the run directory only
         return simulation, {}, (f"run.json names data outside the run directory ({', '.join(outside)}); the audit "
@@ -69,7 +110,8 @@ def audit_command(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(args.run_dir)} is not a "
                                 "directory.")
     started = time.monotonic()
-    simulation, rebuilt, why_not = (None, {}, None) if args.no_recompute else _audit_context(args.run_dir)
+    simulation, rebuilt, why_not = ((None, {}, None) if args.no_recompute
+                                    else _audit_context(args.run_dir, args.utility, args.trust_run_utility))
     replayed = simulation is not None and simulation.replay_check is not None
     report = audit_run(args.run_dir, tolerance=args.tolerance, verifier=verifier, expect_head=args.expect_head,
                        recompute=not (args.no_recompute or replayed), budget_seconds=args.budget, **rebuilt)

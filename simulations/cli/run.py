@@ -39,7 +39,8 @@ def add_parser(commands) -> None:
                           "DIR/run.json)")
     run.add_argument("--quiet", dest="quiet_alone", action="store_true", help="no per-round progress")
     run.add_argument("--sign-key", dest="sign_key_alone", metavar="PEM",
-                     help="Ed25519 private key (fedvalue keygen) signing the run's seals and its manifest")
+                     help="private key (fedvalue keygen) signing the run's seals, its manifest and, with an EC key, "
+                          "its model.sig")
     simulations = run.add_subparsers(dest="simulation", required=False, metavar="SIMULATION")
     for name, simulation in SIMULATIONS.items():
         config_cls = simulation.config
@@ -54,8 +55,10 @@ def add_parser(commands) -> None:
                                   "read from DIR/run.json)")
         if simulation.resumable:
             sim.add_argument("--sign-key", metavar="PEM",
-                             help="Ed25519 private key (fedvalue keygen) signing each round's seal and the final "
-                                  "manifest, so `fedvalue audit --public-key` fails any rewrite of the run")
+                             help="private key (fedvalue keygen) signing each round's seal and the final manifest, so "
+                                  "`fedvalue audit --public-key` fails any rewrite of the run; an EC key (keygen's "
+                                  "default) also writes model.sig at the close, which `model_signing verify key` "
+                                  "checks")
         sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
         sim.add_argument("--quiet", action="store_true", help="no per-round progress")
         add_config_options(sim, config_cls, simulation.help)

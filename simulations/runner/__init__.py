@@ -1,6 +1,6 @@
-"""What every experiment runs on: :func:`~simulations.runner.api.simulate` and the run directory
-(:mod:`.api`), the Flower engine on Ray (:mod:`.engine`), the inner strategies of ``--strategy``
-(:mod:`.inner_strategies`), parallel valuation (:mod:`.parallel`), the valuation budget
+"""What every experiment runs on: :func:`~simulations.runner.api.simulate` (:mod:`.api`) and the
+run directory (:mod:`.run_dir`), the Flower engine on Ray (:mod:`.engine`), the inner strategies of
+``--strategy`` (:mod:`.inner_strategies`), parallel valuation (:mod:`.parallel`), the valuation budget
 (:mod:`.budget`), progress and console output, config checks, and the
 :class:`~simulations.runner.simulation.Simulation` record. Imports no experiment and no CLI.
 
@@ -11,7 +11,6 @@ from simulations.runner.api import (
     check_some_client_valued,
     initial_model_arrays,
     package_versions,
-    prepare_run_dir,
     seeded_server_generators,
     simulate,
 )
@@ -34,8 +33,9 @@ from simulations.runner.inner_strategies import (
     fedavg_without_evaluation,
     skipped_evaluation_unannounced,
 )
-from simulations.runner.parallel import RayParallelUtility
+from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
+from simulations.runner.run_dir import prepare_run_dir
 from simulations.runner.simulation import Simulation
 
 __all__ = [
@@ -58,12 +58,14 @@ __all__ = [
     "print_federated_run",
     "progress_bar",
     "RayParallelUtility",
+    "valuation_workers_advice",
     "replies_in_send_order",
     "round_progress",
     "saved_config",
     "seeded_server_generators",
     "serve",
     "simulate",
+    "skipped_evaluation_unannounced",
     "Simulation",
     "skipped_evaluation_unannounced",
     "STRATEGY_PARAMETERS",

@@ -2,7 +2,7 @@
 
     from flwr.serverapp.strategy import FedAdam
     run = simulations.simulate(
-        strategy=FedAdam(fraction_evaluate=0.0), model_factory=my_model,
+        strategy=FedAdam(), model_factory=my_model,
         load_client_data=my_loader, num_clients=20, num_rounds=10,
         utility=TorchModelUtility(my_model(), x_test, y_test), out="runs/mine",
     )
@@ -15,14 +15,10 @@ ServerApp is a thread of this process, so the wrapped strategy and its books sta
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
-import platform
 import random
-import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,14 +30,12 @@ from flwr.serverapp.strategy import Strategy
 from clients.app import ClientData, make_client_app
 from clients.seeding import seeded_call
 from fedvalue._checks import check_integer
-from fedvalue.run import rundir
 from fedvalue.run.ledger_tables import Run, load_run
-from fedvalue.run.seals import SEALS_FILE
-from fedvalue.run.writer_lock import WriterLock, lock_run_dir
-from fedvalue.schema import LEDGER_FILE, LOCK_FILE, PROBLEM_STATUSES, ROUNDS_FILE, RUN_CONFIG_FILE, STATUS_OK
+from fedvalue.run.run_info import package_versions
+from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility
 from simulations.runner.engine import EngineOptions, check_ray_address, serve, stop_on_signals
-from simulations.runner.engine_failures import engine_failure
+from simulations.runner.run_dir import RunHold, claim_run_dir
 from strategies import (
     SEED_KEY,
     Acceptance,
@@ -55,16 +49,6 @@ from strategies import (
 )
 from strategies.counterfactual import RandomState
 from strategies.valuing_settings import RunCallbacks, settings_or_default
-
-
-def package_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in ("fedvalue", "flwr", "ray", "torch", "numpy", "pandas"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
 
 
 #: Entropy tail of the initial model's seed ([run seed, this]): its own stream, apart from
@@ -143,77 +127,6 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
         found.restore()
 
 
-def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False, keep: str | None = None) -> Path:
-    """Create ``out`` and return its resolved path (:func:`fedvalue.run.rundir.resolve`: ``~``
-    expanded, absolute, links resolved); refuse a directory that already holds a run unless
-    ``overwrite``, which removes what it holds (but the entry named ``keep``)."""
-    out = rundir.resolve(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out: expected a directory for the run; {out} is a file.")
-    held = [] if not out.is_dir() else [entry for entry in out.iterdir() if entry.name != keep]
-    if held:
-        if not (out / LEDGER_FILE).exists() and not (out / RUN_CONFIG_FILE).exists():
-            raise ValueError(f"out: expected an empty or new directory; {out} holds other files.")
-        if not overwrite:
-            raise ValueError(
-                f"out: {out} already holds a run; choose a new directory, continue that run with "
-                "resume=True (--resume DIR), or pass overwrite=True (--overwrite) to replace it."
-            )
-        for entry in held:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".fedvalue-write-check"
-        probe.touch()
-        probe.unlink()
-    except OSError as error:
-        raise ValueError(f"out: expected a directory fedvalue can create and write; {out} cannot be "
-                         f"({error.strerror or error}).") from None
-    return out
-
-
-def remove_unstarted_run(run_dir: Path) -> bool:
-    """Remove a run directory this call made, after a failure, only while it holds no
-    committed round: a run that committed a round keeps every one (it resumes from them).
-    Whether it was removed."""
-    if not rundir.exists(run_dir, ROUNDS_FILE) and not rundir.exists(run_dir, SEALS_FILE):
-        shutil.rmtree(run_dir, ignore_errors=True)
-        return True
-    return False
-
-
-def claim_run_dir(out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False) -> tuple[Path, WriterLock]:
-    """The run directory ``out`` (resolved) and this writer's lock on it
-    (:mod:`fedvalue.run.writer_lock`), taken before the directory is checked, cut or
-    replaced: a second writer (a second resume, a run into the same ``out``) is refused
-    with the holder's PID. A new run's directory is made as :func:`prepare_run_dir` makes
-    it (``overwrite`` removes the old run's files, not the lock file: the lock is never let
-    go); a directory that holds other files than a run's is refused before it is locked."""
-    run_dir = rundir.resolve(out)
-    if resume:
-        if not (run_dir / RUN_CONFIG_FILE).exists():
-            raise ValueError(f"resume: expected the directory of a run to continue, holding run.json; {run_dir} "
-                             "has none.")
-        return run_dir, lock_run_dir(rundir.RunDir(run_dir))
-    made = not run_dir.exists()
-    if not run_dir.is_dir() or not any(True for _ in run_dir.iterdir()):
-        prepare_run_dir(run_dir)  # new or empty: made (and checked writable) before it is locked
-    elif not any((run_dir / name).exists() for name in (LEDGER_FILE, RUN_CONFIG_FILE, LOCK_FILE)):
-        raise ValueError(f"out: expected an empty or new directory; {run_dir} holds other files.")
-    lock = lock_run_dir(rundir.RunDir(run_dir))
-    try:
-        prepare_run_dir(run_dir, overwrite=overwrite, keep=LOCK_FILE)
-    except BaseException:
-        lock.release()
-        if made:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    return run_dir, lock
-
-
 def simulate(
     *, strategy: Strategy, model_factory: Callable[[], torch.nn.Module], load_client_data: Callable[[int], ClientData],
     num_clients: int, num_rounds: int, utility: ArraysUtility, out: str | os.PathLike,
@@ -241,30 +154,27 @@ def simulate(
     from it alone; records, checkpoints, resume, signing) and ``callbacks``; ``engine`` says how Ray
     runs the clients and ``client_mods`` wrap their training (picklable, like the loader).
 
+    The clients are not asked to evaluate (no federated evaluation rounds, whatever the inner
+    strategy's ``fraction_evaluate``): the books value every round on ``utility``.
+
     Raises :class:`NoClientValued` when no client of any round gave a usable reply (the ledger
     then holds every round and each failure's reason).
     """
     check_integer("num_rounds", num_rounds)
     check_integer("num_clients", num_clients)
-    valuation = settings_or_default("valuation", valuation, ValuationSettings)
-    books = settings_or_default("books", books, BookSettings)
-    run = settings_or_default("run", run, RunSettings)
-    engine = settings_or_default("engine", engine, EngineOptions)
+    valuation, books, run, engine = _settings_or_defaults(valuation, books, run, engine)
     train_config = dict(train_config or {})
     train_config.setdefault(SEED_KEY, seed)  # clients draw from the run's seed unless told otherwise
     config = _run_config(run, strategy, valuation, train_config, seed, num_rounds, num_clients)
-    if engine.ray_address is not None and not run.resume:
-        check_ray_address(engine.ray_address)  # before anything is written: a refusal leaves no run directory
-    if books.flows:
-        check_inference_splits(load_client_data, num_clients)
+    _check_before_writing(engine, run, books, load_client_data, num_clients)
     sampler = default_sampler(strategy, num_clients, seed) if sampler is None else sampler
     initial = initial_model_arrays(model_factory, seed)
     run_dir, lock = claim_run_dir(out, overwrite=overwrite, resume=run.resume)  # one writer at a time
-    with _RunHold(run_dir, lock, resume=run.resume) as hold:
+    with RunHold(run_dir, lock, resume=run.resume) as hold:
         valuing = hold.books = ValuingStrategy(
             strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
             valuation=valuation, books=books, intake=intake, run=dataclasses.replace(run, run_config=config),
-            callbacks=callbacks)
+            callbacks=callbacks, federated_evaluation=False)
         valuing.open_books()  # bad input surfaces here, before the engine starts
         if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
             check_ray_address(engine.ray_address)
@@ -274,6 +184,26 @@ def simulate(
         raise RuntimeError(f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger "
                            f"in {run_dir} holds the completed rounds. See the engine's log above.")
     return check_some_client_valued(load_run(run_dir), run_dir)
+
+
+def _settings_or_defaults(valuation: ValuationSettings | None, books: BookSettings | None, run: RunSettings | None,
+                          engine: EngineOptions | None) -> tuple[ValuationSettings, BookSettings, RunSettings,
+                                                                 EngineOptions]:
+    """Each settings object as given (a wrong type is refused, named) or, None, its defaults."""
+    return (settings_or_default("valuation", valuation, ValuationSettings),
+            settings_or_default("books", books, BookSettings), settings_or_default("run", run, RunSettings),
+            settings_or_default("engine", engine, EngineOptions))
+
+
+def _check_before_writing(engine: EngineOptions, run: RunSettings, books: BookSettings,
+                          load_client_data: Callable[[int], ClientData], num_clients: int) -> None:
+    """What is refused before anything is written (a refusal leaves no run directory): a new
+    run's unreachable Ray cluster (a resumed run's is probed once its directory is verified as
+    the run's) and, with flows, a client without an inference split."""
+    if engine.ray_address is not None and not run.resume:
+        check_ray_address(engine.ray_address)
+    if books.flows:
+        check_inference_splits(load_client_data, num_clients)
 
 
 def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettings, train_config: dict, seed: int,
@@ -292,32 +222,6 @@ def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettin
     return config
 
 
-class _RunHold:
-    """This call's hold on its run directory, for the run's lifetime: at the end the books and
-    the writer lock are let go; a new run refused before it committed a round leaves no
-    half-made directory (committed rounds stay: the run resumes from them); an engine that did
-    not start or crashed is one :class:`~simulations.runner.engine_failures.EngineFailed` line."""
-
-    def __init__(self, run_dir: Path, lock: WriterLock, *, resume: bool) -> None:
-        self.run_dir, self.lock, self.resume = run_dir, lock, resume
-        self.books: ValuingStrategy | None = None
-
-    def __enter__(self) -> _RunHold:
-        return self
-
-    def __exit__(self, kind, error, traceback) -> bool:
-        if kind is None:
-            _give_up(self.run_dir, self.lock, remove=False, books=self.books)  # the run is over
-            return False
-        removed = _give_up(self.run_dir, self.lock, remove=not self.resume, books=self.books)
-        if issubclass(kind, Exception) and not issubclass(kind, (TypeError, ValueError)):
-            committed = 0 if self.books is None else len(self.books.rounds)
-            failure = engine_failure(error, run_dir=str(self.run_dir), committed=committed, removed=removed)
-            if failure is not None:
-                raise failure from None
-        return False
-
-
 def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigRecord, num_rounds: int,
            round_timeout: float, seed: int, client_app, num_clients: int, engine: EngineOptions) -> None:
     """Run the rounds on the engine; Ctrl-C / SIGTERM stops after the round in flight commits."""
@@ -326,17 +230,7 @@ def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigR
             valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
 
     with stop_on_signals(valuing.stop_requested):
-        serve(client_app, main, num_supernodes=num_clients, engine=engine)
-
-
-def _give_up(run_dir: Path, lock: WriterLock, *, remove: bool, books: ValuingStrategy | None = None) -> bool:
-    """End this run's hold on ``run_dir``: its books' and ``lock``'s; with ``remove``, a
-    directory holding no committed round is removed first. Whether it was removed."""
-    removed = remove and remove_unstarted_run(run_dir)
-    if books is not None:
-        books.run_state.release()
-    lock.release()
-    return removed
+        serve(client_app, main, num_supernodes=num_clients, engine=engine, on_worker_lost=valuing.request_stop)
 
 
 class NoClientValued(RuntimeError):

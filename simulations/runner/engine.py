@@ -47,9 +47,11 @@ measured on the 2-core CPU machine):
   a batch waits as long as replies keep coming.
 - A ClientApp that raises gives the ServerApp an error reply at once
   (``RayTaskError(ClientAppException)`` with the message in ``error.reason``); other
-  clients are unaffected. A worker process that dies (OOM, segfault, ``os._exit``)
-  turns into ``ActorDiedError`` replies, also at once, but Flower keeps the dead actor
-  in its pool: later messages routed to it fail too.
+  clients are unaffected. A worker process that dies (OOM, segfault, ``os._exit``, a Ray
+  node lost) turns into ``ActorDiedError`` replies, also at once, but Flower keeps the dead
+  actor in its pool: later messages routed to it fail too, round after round. The grid here
+  tells ``on_worker_lost`` (the valuing strategy stops after the round commits, resumable on
+  a fresh Ray) as soon as a reply names a dead worker.
 - If the engine itself crashes (e.g. no actor fits the resources) ``run_simulation``
   raises, but Flower neither stops nor joins the ServerApp thread: it keeps waiting in
   ``grid.send_and_receive`` for the strategy's ``timeout`` (``Strategy.start`` default
@@ -68,6 +70,10 @@ measured on the 2-core CPU machine):
   the first round about 6 s more (actor processes start and import torch and flwr),
   later rounds 0.2 s; shutdown 1-2 s; about 13 s in all. One or two actors make no
   difference at this size; each actor holds about 0.55 GB (RSS, torch loaded).
+- ``RAY_ADDRESS`` exported (usual on clusters) makes ``ray.init()`` join that cluster, and then
+  refuse ``num_cpus`` ("num_cpus and num_gpus must not be provided"): a local run passes
+  ``address="local"`` (Ray's own word for "start a new local instance, whatever RAY_ADDRESS
+  says") and says once that it does; ``ray_address`` joins a cluster.
 - ``ray_address`` pointing at no cluster is not an error soon: ``ray.init`` retries
   its connection for minutes (over 5 min observed). :func:`check_ray_address` tries a
   plain TCP connection first, bounded by ``RAY_CONNECT_TIMEOUT_S``.
@@ -79,6 +85,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -269,8 +276,10 @@ class _StoppableGrid(Grid):
     """
 
     def __init__(self, grid: Grid, stopped: threading.Event, expected_nodes: int = 0,
-                 client_app: TimedClientApp | None = None) -> None:
+                 client_app: TimedClientApp | None = None,
+                 on_worker_lost: Callable[[str], None] | None = None) -> None:
         self._grid = grid
+        self._on_worker_lost = on_worker_lost
         self._stopped = stopped
         self._expected_nodes = expected_nodes
         self._client_app = client_app
@@ -351,9 +360,25 @@ class _StoppableGrid(Grid):
                 break
             if self._stopped.wait(PULL_INTERVAL_S):
                 self._check()
+        lost = next((worker_lost(m.error.reason) for m in replies if m.has_error() and worker_lost(m.error.reason)),
+                    None)
+        if lost is not None and self._on_worker_lost is not None:
+            self._on_worker_lost(f"because a Ray worker died ({lost}: Flower keeps routing clients to it)")
         self.messages_sent[kind] = self.messages_sent.get(kind, 0) + len(messages)
         self.wait_seconds[kind] = self.wait_seconds.get(kind, 0.0) + time.perf_counter() - started
         return sorted(replies, key=lambda m: position.get(m.metadata.reply_to_message_id, len(position)))
+
+
+#: Ray's exceptions for a worker process or node that is gone (the error reply's reason starts
+#: with the exception's type, as Flower writes it: ``<class 'ray.exceptions.X'>:<'...'>``).
+_WORKER_LOST = re.compile(r"<class 'ray\.exceptions\.(ActorDiedError|RayActorError|ActorUnavailableError|"
+                          r"WorkerCrashedError|NodeDiedError|OwnerDiedError)'>")
+
+
+def worker_lost(reason: object) -> str | None:
+    """The Ray exception's name when an error reply's ``reason`` says its worker died, else None."""
+    match = _WORKER_LOST.match(str(reason))
+    return None if match is None else match.group(1)
 
 
 def replies_in_send_order(grid: Grid) -> Grid:
@@ -371,6 +396,7 @@ def _stoppable(
     started: threading.Event,
     finished: threading.Event,
     client_app: TimedClientApp | None = None,
+    on_worker_lost: Callable[[str], None] | None = None,
 ) -> ServerApp:
     wrapper = ServerApp()
 
@@ -378,7 +404,7 @@ def _stoppable(
     def main(grid: Grid, context: Context) -> None:
         started.set()
         try:
-            server_app(grid=_StoppableGrid(grid, stopped, num_supernodes, client_app), context=context)
+            server_app(grid=_StoppableGrid(grid, stopped, num_supernodes, client_app, on_worker_lost), context=context)
         finally:
             finished.set()
 
@@ -461,6 +487,27 @@ class EngineOptions:
         return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)})
 
 
+def ray_init_args(engine: EngineOptions, num_supernodes: int, *, quiet: bool = True) -> dict[str, object]:
+    """What ``ray.init`` is given for a run: ``engine.ray_address`` joins that cluster (checked to
+    answer first); otherwise a local Ray of ``max_parallel_clients`` clients' CPUs, started as
+    ``address="local"`` so that an exported ``RAY_ADDRESS`` (usual on clusters) is not joined
+    instead (it is said once, with the option that would join it)."""
+    init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}
+    if engine.ray_address is not None:
+        check_ray_address(engine.ray_address)  # fail in seconds, not after Ray's minutes of retries
+        init_args["address"] = engine.ray_address
+        return init_args
+    init_args["address"] = "local"
+    if os.environ.get("RAY_ADDRESS"):
+        logging.getLogger("flwr").warning(
+            "fedvalue: RAY_ADDRESS=%s is set; this run starts a local Ray of its own (to run on that cluster, "
+            "pass --ray-address %s)", os.environ["RAY_ADDRESS"], os.environ["RAY_ADDRESS"])
+    parallel = engine.max_parallel_clients or default_max_parallel_clients(num_supernodes, engine.num_cpus_per_client)
+    # Ray's CPUs are logical: this caps the actor pool, whatever the machine has.
+    init_args["num_cpus"] = max(1, math.ceil(parallel * engine.num_cpus_per_client - 1e-9))
+    return init_args
+
+
 def run_flower_simulation(
     server_app: ServerApp,
     client_app: ClientApp,
@@ -468,6 +515,7 @@ def run_flower_simulation(
     num_supernodes: int,
     engine: EngineOptions | None = None,
     quiet: bool = True,
+    on_worker_lost: Callable[[str], None] | None = None,
 ) -> None:
     """Run ``server_app`` against ``num_supernodes`` simulated nodes running ``client_app``.
 
@@ -485,6 +533,9 @@ def run_flower_simulation(
         (:class:`EngineOptions`; None: its defaults).
     quiet
         Only warnings and errors from Flower, no deprecation notice, no worker output.
+    on_worker_lost
+        Told (with a reason) when a reply says its Ray worker died: Flower keeps the dead
+        worker and routes later clients to it, so a run should stop after the round in flight.
 
     Raises
     ------
@@ -501,16 +552,8 @@ def run_flower_simulation(
         raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
     check_integer("num_supernodes", num_supernodes)
     engine = settings_or_default("engine", engine, EngineOptions)
-    num_cpus_per_client, ray_address = engine.num_cpus_per_client, engine.ray_address
-
-    init_args: dict[str, object] = {"include_dashboard": False, "log_to_driver": not quiet}
-    if ray_address is not None:
-        check_ray_address(ray_address)  # fail in seconds, not after Ray's minutes of retries
-        init_args["address"] = ray_address
-    else:
-        parallel = engine.max_parallel_clients or default_max_parallel_clients(num_supernodes, num_cpus_per_client)
-        # Ray's CPUs are logical: this caps the actor pool, whatever the machine has.
-        init_args["num_cpus"] = max(1, math.ceil(parallel * num_cpus_per_client - 1e-9))
+    num_cpus_per_client = engine.num_cpus_per_client
+    init_args = ray_init_args(engine, num_supernodes, quiet=quiet)
     backend_config = {
         "client_resources": {"num_cpus": float(num_cpus_per_client), "num_gpus": float(engine.num_gpus_per_client)},
         "init_args": init_args,
@@ -523,7 +566,7 @@ def run_flower_simulation(
     with _quiet_flower(quiet):
         try:
             run_simulation(
-                server_app=_stoppable(server_app, num_supernodes, stopped, started, finished, timed),
+                server_app=_stoppable(server_app, num_supernodes, stopped, started, finished, timed, on_worker_lost),
                 client_app=timed,
                 num_supernodes=num_supernodes,
                 backend_config=backend_config,
@@ -536,13 +579,13 @@ def run_flower_simulation(
 
 
 def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int,
-          engine: EngineOptions | None = None) -> T | None:
+          engine: EngineOptions | None = None, on_worker_lost: Callable[[str], None] | None = None) -> T | None:
     """Run ``main(grid)`` as the ServerApp of one engine against ``client_app`` and return what
     it returned (None when the engine stopped it first: the caller checks what it got done);
     whatever ``main`` raised is raised here once the engine has stopped.
 
     Every simulation goes through this one entry (one run, or many runs on one engine like a
-    study's seeds); ``engine`` as :func:`run_flower_simulation` takes it.
+    study's seeds); ``engine`` and ``on_worker_lost`` as :func:`run_flower_simulation` takes them.
     """
     server_app = ServerApp()
     outcome: dict[str, object] = {}
@@ -558,7 +601,8 @@ def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: i
     # Ray's init and shutdown draw from Python's global ``random`` in this thread (its spill
     # directory choice): put the caller's generators back, as they were before the run.
     with RandomState.capture().replayed():
-        run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes, engine=engine)
+        run_flower_simulation(server_app, client_app, num_supernodes=num_supernodes, engine=engine,
+                              on_worker_lost=on_worker_lost)
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("result")

@@ -3,8 +3,9 @@
 Flower reports an engine that did not start, or crashed, as ``RuntimeError("An error was
 encountered. Ending simulation.")``, chained to ``RuntimeError("Simulation Runtime
 crashed.")``, chained to the real cause (``ray.init``'s error: a raylet that missed Ray's
-30 s start-up window on a loaded machine, a ``RAY_ADDRESS`` in the environment that makes
-``ray.init(num_cpus=...)`` refuse, ...), and logs each link's traceback. A ServerApp whose
+30 s start-up window on a loaded machine, a session directory that cannot be made, ...), and
+logs each link's traceback (an exported ``RAY_ADDRESS`` is none: a local run starts a Ray of
+its own, :func:`simulations.runner.engine.ray_init_args`). A ServerApp whose
 nodes do not report their partition ids in time raises
 :class:`strategies.nodes.QueryTimedOut`. :func:`engine_failure` turns these into one
 :class:`EngineFailed` naming the cause and the option to change; anything else is not an
@@ -50,9 +51,6 @@ def _ray_start_hint(root: BaseException) -> str:
     if "timed out during startup" in text:
         return ("its raylet missed Ray's 30 s start-up window, as on a loaded machine: run again when the machine "
                 "is less loaded, or start a cluster (`ray start --head`) and attach to it with --ray-address")
-    if "must not be provided" in text and os.environ.get("RAY_ADDRESS"):
-        return (f"RAY_ADDRESS={printable(os.environ['RAY_ADDRESS'], 80)} is set in the environment, so Ray attaches "
-                "to that cluster: unset RAY_ADDRESS for a local Ray, or attach with --ray-address")
     return "see Ray's logs (/tmp/ray/session_latest/logs); with --ray-address, check that the cluster is up"
 
 

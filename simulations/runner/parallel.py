@@ -17,6 +17,7 @@ instead (``threads_per_worker``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -102,7 +103,9 @@ class RayParallelUtility:
 
         if self._workers_list is None:
             if not ray.is_initialized():
-                options = {"address": self.address} if self.address else {"num_cpus": self.num_workers}
+                # "local": a Ray of its own even where RAY_ADDRESS is exported (it would join that cluster).
+                options = {"address": self.address} if self.address else {"address": "local",
+                                                                            "num_cpus": self.num_workers}
                 ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **options)
                 self._started_ray = True
             actor = ray.remote(num_cpus=self.num_cpus_per_worker)(_Scorer)
@@ -185,3 +188,47 @@ class _ParallelLinearStates:
             for (c, b), near in partial.near.items():
                 scores.near[(int(part[c]), b)] = near
         return self.local.resolve(coefficients, scores, materialize)
+
+
+#: Seconds Ray actors take to start and load torch before they score anything (measured on the
+#: 2-core machine: the first simulated round costs about 6 s more than later ones for that reason;
+#: chosen, not tuned).
+ACTOR_START_S = 5.0
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def valuation_workers_advice(utility: TorchModelUtility, *, workers: int, clients_per_round: int, rounds: int,
+                             cores: int | None = None) -> str | None:
+    """Why ``workers`` Ray actors scoring coalitions would likely cost more than they save, or None.
+
+    The round's coalitions (2^n for exact ADS, n ≤ 25) are timed here on a synthetic round
+    (:func:`simulations.runner.budget.seconds_per_evaluation`): T seconds a round in this process.
+    The actors can save at most rounds × T × (1 − 1/w) with w = min(workers, cores − 1) actors
+    beside the server process, and cost :data:`ACTOR_START_S` to start: when that start-up is
+    larger than the most they can save, or no core is free for them (w < 2), they lose.
+    """
+    from fedvalue.valuation.plan import MAX_EXACT_GROUP_SIZE
+    from simulations.runner.budget import seconds_per_evaluation
+
+    cores = usable_cores() if cores is None else cores
+    parallel = min(workers, cores - 1)
+    if parallel < 2:
+        return (f"valuation_workers: {workers} Ray actors will cost more than they save on this machine's {cores} "
+                "usable cores (the server process and the actors would share them); leave it at 0")
+    if clients_per_round > MAX_EXACT_GROUP_SIZE:
+        return None  # sampled estimators: their count is the budget's, not 2^n
+    states = 2 ** clients_per_round + clients_per_round + 1
+    fixed, per_state = seconds_per_evaluation(utility, clients_per_round)
+    in_process = fixed + per_state * states
+    saved = rounds * in_process * (1 - 1 / parallel)
+    if saved >= ACTOR_START_S:
+        return None
+    return (f"valuation_workers: {workers} Ray actors will likely cost more than they save: a round's {states} "
+            f"coalition states score in about {in_process:.2g} s in this process (timed now), so {rounds} rounds "
+            f"save at most {saved:.2g} s, and the actors take about {ACTOR_START_S:g} s to start; leave it at 0")

@@ -46,6 +46,12 @@ class DefenceRounds:
         """A round starts from ``start_arrays`` (A_{t−1}); the last round's start becomes A_{t−2}."""
         self._previous, self._current = self._current, start_arrays
 
+    def round_replies(self, start_arrays: Mapping[str, np.ndarray], ok) -> tuple:
+        """(A_{t−1}, client -> arrays, client -> weight, A_{t−2} or None) of the round's valid replies,
+        for an acceptance policy that reads them (:mod:`strategies.policies.representatives`)."""
+        previous = self._previous if self.settings.needs_history else None
+        return start_arrays, {r.client_id: r.arrays for r in ok}, {r.client_id: r.weight for r in ok}, previous
+
     def note(self, record: RoundRecord) -> RoundRecord:
         """``record`` with A_{t−2} among its references (when the tests need it and there was a round before)."""
         if self.settings.needs_history and self._previous is not None:

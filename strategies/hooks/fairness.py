@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ConfigRecord
 
 from fedvalue.rounds.fairness_round import RoundFairness, fairness_round
-from fedvalue.scoring.fairness.curvature import CURVATURE_SCORES
-from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.policies.acceptance import Acceptance
 from strategies.protocol import CURVATURE_KEY
 from strategies.records import ClientReply, reweigh
+
+if TYPE_CHECKING:  # torch modules: loaded when a run books fairness
+    from fedvalue.scoring.fairness.objectives import GroupFairness
 
 
 def check_policy(acceptance: Acceptance, fairness: GroupFairness | None, fair_curvature: float | None) -> None:
@@ -34,9 +36,16 @@ def check_policy(acceptance: Acceptance, fairness: GroupFairness | None, fair_cu
     if getattr(acceptance, "needs_fairness", False) and fairness is None:
         raise ValueError(f"fairness: the acceptance policy {acceptance!r} acts on fairness influences; "
                          "pass fairness=GroupFairness(...) (held-out data with a sensitive attribute).")
-    if fair_curvature is None and dict(getattr(acceptance, "rule", {}) or {}).get("score") in CURVATURE_SCORES:
+    score = dict(getattr(acceptance, "rule", {}) or {}).get("score")
+    if fair_curvature is None and score is not None and score in _curvature_scores():
         raise ValueError(f"fair_curvature: the acceptance policy {acceptance!r} acts on curvature "
                          "influences; pass fair_curvature=DAMPING (> 0).")
+
+
+def _curvature_scores() -> tuple[str, ...]:
+    from fedvalue.scoring.fairness.curvature import CURVATURE_SCORES
+
+    return CURVATURE_SCORES
 
 
 class FairRounds:

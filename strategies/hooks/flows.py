@@ -12,18 +12,18 @@ report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.cs
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
 from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
-from strategies.nodes import reply_node, sender_identity, sent_nodes
-from strategies.protocol import GRADIENT_KEY
+from strategies.nodes import query_message, reply_node, sender_identity, sent_nodes
+from strategies.protocol import DATA_KEY, GRADIENT_KEY, GRADIENT_QUERY
 from strategies.records import (
     ClientReply,
     InferenceGradient,
@@ -56,16 +56,23 @@ class FlowQueries:
         #: Entries every query's config carries besides the gradient request (a run's data-key).
         self.config: dict = {}
 
+    def carry_data_key(self, train_config: Mapping | None) -> None:
+        """Let every query carry the train config's ``data-key`` (when it has one), so that a client
+        of an engine serving several runs answers from this run's data."""
+        if train_config is not None and DATA_KEY in train_config:
+            self.config = {DATA_KEY: train_config[DATA_KEY]}
+
     def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
-                       timeout: float) -> dict:
+                       timeout: float, query_type: Callable[[int], str] = lambda node: MessageType.QUERY) -> dict:
         """Inference gradients at ``arrays`` of every client whose node is not in ``busy``, each
-        the queried node's registered client's; a reply claiming another id, or whose gradient
-        or loss fails its checks (:func:`strategies.records.read_inference_gradient`), is left
-        out and logged (that client then receives no inflow this round)."""
+        the queried node's registered client's, asked with a message of ``query_type(node)``
+        (:meth:`strategies.nodes.NodeDirectory.query_type`); a reply claiming another id, or
+        whose gradient or loss fails its checks (:func:`strategies.records.read_inference_gradient`),
+        is left out and logged (that client then receives no inflow this round)."""
         queried = {node: client for client, node in client_to_node.items() if node not in busy}
         queries = [
-            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**self.config, GRADIENT_KEY: True})}),
-                    dst_node_id=node, message_type=MessageType.QUERY)
+            query_message(RecordDict({"arrays": arrays, "config": ConfigRecord({**self.config, GRADIENT_KEY: True})}),
+                          node, query_type(node), GRADIENT_QUERY)
             for node in queried
         ]
         if not queries:

@@ -8,6 +8,7 @@ from strategies.policies.acceptance import AcceptAll, Acceptance, FairDropK, Fai
 from strategies.policies.claims import CLAIM_METHODS, ClaimFlag, ClaimReview
 from strategies.policies.greedy_fed import GreedyFedSampler
 from strategies.policies.power_of_choice import PowerOfChoice
+from strategies.policies.representatives import RepresentativesOnly
 from strategies.policies.sampling import SCHEDULES, PartitionSampler, ValueWeightedSampler
 from strategies.policies.selection import ReplaySampler
 from strategies.policies.value_elimination import ValueEliminationSampler
@@ -27,6 +28,7 @@ __all__ = [
     "PowerOfChoice",
     "Replay",
     "ReplaySampler",
+    "RepresentativesOnly",
     "TopK",
     "ValueEliminationSampler",
     "ValueWeightedSampler",

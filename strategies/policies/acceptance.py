@@ -35,7 +35,6 @@ import numpy as np
 
 from fedvalue._checks import check_choice, check_integer, check_number
 from fedvalue.rounds.fairness_round import policy_outcome
-from fedvalue.scoring.fairness.curvature import SCORES as FAIR_SCORES
 from fedvalue.valuation.round_game import RoundValuation
 from fedvalue.analysis.top_k_selection import top_k
 
@@ -148,6 +147,8 @@ class FairDropK(_FairPolicy):
 
     def __init__(self, k: int, score: str = "first-order") -> None:
         self.k = check_integer("k", k, 0)
+        from fedvalue.scoring.fairness.curvature import SCORES as FAIR_SCORES  # torch: only for fairness policies
+
         self.score = str(check_choice("score", score, FAIR_SCORES))
         # The first-order rule is recorded as before (no "score" key): older records read the same.
         self.rule = {"rule": "drop-k", "k": self.k, **({} if self.score == "first-order" else {"score": self.score})}

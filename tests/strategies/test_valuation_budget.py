@@ -18,10 +18,10 @@ from tests.strategies.harness.inprocess import InProcessGrid
 from tests.strategies.test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa: F401 - the fixture
 
 
-def _run(tmp_path, utility, **options):
+def _run(tmp_path, held_out_utility, **options):
     progress: list[tuple[int, int, int]] = []
     valuation = ValuationSettings(ads=AdsSettings(**options))
-    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(tmp_path),
+    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), held_out_utility, run_dir=str(tmp_path),
                                sampler=PartitionSampler(6, seed=3), seed=0, valuation=valuation,
                                callbacks=RunCallbacks(on_progress=lambda *call: progress.append(call)))
     strategy.start(InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)

@@ -57,7 +57,8 @@ def off_line_share(update: np.ndarray, step: np.ndarray) -> float:
 
 def free_rider_flags(updates: Mapping[Hashable, np.ndarray], weights: Mapping[Hashable, float],
                      previous_step: np.ndarray | None, *, zero_tolerance: float | None,
-                     replay_tolerance: float | None, collusion_tolerance: float | None) -> dict[Hashable, FreeRiderFlag]:
+                     replay_tolerance: float | None,
+                     collusion_tolerance: float | None) -> dict[Hashable, FreeRiderFlag]:
     """The flagged clients of a round (module docstring), in reply order.
 
     Parameters

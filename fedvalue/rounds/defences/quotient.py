@@ -104,6 +104,21 @@ def screen(updates: Mapping[Hashable, Vector], weights: Mapping[Hashable, float]
     return flags, near_duplicate_clusters(kept, settings.duplicate_tolerance)
 
 
+#: The round record's ``meta["acceptance"]`` when the inner strategy aggregated only the representatives.
+REPRESENTATIVES = "representatives"
+
+
+def accepted_representatives(start: Mapping[str, np.ndarray], replies: Mapping[Hashable, Arrays],
+                             weights: Mapping[Hashable, float], previous: Mapping[str, np.ndarray] | None,
+                             settings: DefenceSettings) -> set:
+    """The clusters' representatives among the replies, free-riders left out: what
+    :class:`strategies.policies.representatives.RepresentativesOnly` aggregates, and the audit re-derives."""
+    updates = {c: flat_update(a, start) for c, a in replies.items()}
+    step = None if previous is None else flat_update(start, previous)
+    _, clusters = screen(updates, weights, step, settings)
+    return set(representatives(clusters))
+
+
 def _clip_factors(updates: Mapping[Hashable, Vector], players: Sequence[Hashable], cap: float | None) -> dict:
     if cap is None or not updates:
         return {}

@@ -293,9 +293,9 @@ def check_study(config: AttacksConfig) -> None:
     if config.colluders > config.num_clients or config.colluders < 2:
         raise ValueError(f"colluders: expected 2 to num_clients={config.num_clients} colluding clients; got "
                          f"{config.colluders}.")
-    if config.defences not in (0, 1):
-        raise ValueError(f"defences: expected 1 (book the defences beside the plain books) or 0; got "
-                         f"{config.defences!r}.")
+    if config.defences not in (0, 1, 2):
+        raise ValueError(f"defences: expected 0 (none), 1 (book them beside the plain books) or 2 (also aggregate "
+                         f"only the clusters' representatives, no free-rider); got {config.defences!r}.")
     if not 0 < config.holdout_fraction < 1:
         raise ValueError(f"holdout_fraction: expected a number in (0, 1); got {config.holdout_fraction!r}.")
     if config.valuation_budget is not None:
@@ -480,7 +480,8 @@ HELP = {
     "seeds": "study: seeds run (seed, seed+1, ...)",
     "strategies": "study: inner strategies, comma-separated: fedavg, fedmedian, fedtrimmedavg",
     "defences": "study: 1 books the defences (ads_defended, loo_defended, tracin_outflow_defended, flags) beside "
-                "the plain books; 0 does not",
+                "the plain books; 2 also aggregates only the near-duplicate clusters' representatives and no "
+                "flagged free-rider; 0: none",
     "norm_cap": "study, defences: clip updates to this multiple of the round's median norm in the defended game "
                 "(0 = off)",
     "valuation_budget": "study: coalition evaluations per round for ADS and LOO together (unset = no budget)",

@@ -33,7 +33,11 @@ KEYS = ["partition", "strategy"]
 
 
 def _members(text) -> list[int]:
-    return [int(part) for part in str(text).split()]
+    """Client ids from runs.csv's space-separated list (a CSV reader may have made one id a float,
+    and an empty list NaN)."""
+    if isinstance(text, float) and text != text:
+        return []
+    return [int(float(part)) for part in str(text).split()]
 
 
 def ratio_interval(attacked: np.ndarray, honest: np.ndarray, seed: int = 0) -> tuple[float, float, float]:

@@ -43,6 +43,7 @@ from simulations.runner import (
     initial_model_arrays,
     seeded_server_generators,
     serve,
+    skipped_evaluation_unannounced,
 )
 from strategies import (
     AdsSettings,
@@ -51,17 +52,26 @@ from strategies import (
     IntakeSettings,
     NodeDirectory,
     PartitionSampler,
+    RepresentativesOnly,
     RunSettings,
     ValuationSettings,
     ValuingStrategy,
     train_config,
 )
 
+def _quietly(build: Callable) -> Callable:
+    """``build`` without Flower's notice that federated evaluation is off (the server's utility is the evaluation)."""
+    def built():
+        with skipped_evaluation_unannounced():
+            return build()
+    return built
+
+
 #: Inner strategies of the study: FedAvg and robust rules (valued by their own aggregation).
 STRATEGIES: dict[str, Callable] = {
     "fedavg": fedavg_without_evaluation,
-    "fedmedian": lambda: FedMedian(fraction_evaluate=0.0),
-    "fedtrimmedavg": lambda: FedTrimmedAvg(fraction_evaluate=0.0, beta=0.2),
+    "fedmedian": _quietly(lambda: FedMedian(fraction_evaluate=0.0)),
+    "fedtrimmedavg": _quietly(lambda: FedTrimmedAvg(fraction_evaluate=0.0, beta=0.2)),
 }
 PARTITIONS = ("iid", "dirichlet")
 #: Ledger methods summed per client into totals.csv.
@@ -184,6 +194,7 @@ def _strategy(config, run: StudyRun, out_dir, utility, nodes: NodeDirectory, run
     return ValuingStrategy(
         STRATEGIES[run.strategy](), utility, run_dir=str(out_dir / run.directory),
         sampler=PartitionSampler(len(plan.participants), seed=run.seed), seed=run.seed,
+        acceptance=RepresentativesOnly(defences) if config.defences == 2 else None,
         valuation=ValuationSettings(methods=("ads", "loo"), ads=AdsSettings(budget=config.valuation_budget)),
         books=BookSettings(flows=True, noisy_clients=set(plan.identities), defences=defences),
         intake=IntakeSettings(claims=ClaimReview(registered=registered_sizes(config, run)), nodes=nodes,

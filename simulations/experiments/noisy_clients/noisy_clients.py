@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,6 +61,7 @@ from simulations.runner import (
     saved_config,
     simulate,
     torch_threads,
+    valuation_workers_advice,
 )
 from strategies import (
     SCHEDULES,
@@ -291,6 +293,10 @@ def run_noisy_clients(
     evaluated, planned) during each round's valuation (:mod:`simulations.runner.progress`)."""
     loader, model_factory, utility, noisy = build(config)
     if config.valuation_workers:
+        advice = valuation_workers_advice(utility, workers=config.valuation_workers,
+                                          clients_per_round=config.clients_per_round, rounds=config.rounds)
+        if advice is not None:
+            logging.getLogger("flwr").warning("fedvalue: %s", advice)
         utility = RayParallelUtility(utility, num_workers=config.valuation_workers)
     try:
         return _simulate(config, loader, model_factory, utility, noisy, out, on_round, overwrite, resume, sign_key,
@@ -390,7 +396,9 @@ def audit_from_run(saved: dict) -> dict:
         return arrays
 
     return {"utility": utility, "noisy_clients": noisy,
-            "sampled": lambda t: sampler.sample(t, range(config.num_clients)),
+            # A deployment that lost nodes samples from those left (the record lists them).
+            "sampled": lambda t, available=None: sampler.sample(t, range(config.num_clients) if available is None
+                                                               else available),
             "example_counts": example_counts, "retrain": retrain,
             "replay": replay_aggregator(lambda: build_strategy(config, config.clients_per_round))}
 

@@ -22,6 +22,7 @@ import pytest
 
 from fedvalue.run.archive import load_npz, read_round_record, round_record_paths, save_npz, write_round_record
 from fedvalue.run.seals import SEALS_FILE
+from fedvalue.schema import MODEL_SIGNATURE_FILE
 from simulations.cli.main import main
 from tests.fedvalue.forgery import rechain, reseal
 
@@ -174,6 +175,12 @@ def manifest_deleted(run_dir: Path) -> None:
     (run_dir / "manifest.json").unlink()
 
 
+def manifest_and_model_signature_deleted(run_dir: Path) -> None:
+    """Every trace of the close removed: the run reads as one killed before its end."""
+    (run_dir / "manifest.json").unlink()
+    (run_dir / MODEL_SIGNATURE_FILE).unlink()
+
+
 def seals_and_manifest_deleted(run_dir: Path) -> None:
     (run_dir / "manifest.json").unlink()
     (run_dir / SEALS_FILE).unlink()
@@ -220,7 +227,10 @@ ATTACKS = [
     (fifo_parquet, NOT_INTACT, NOT_INTACT),
     (dev_zero_record, NOT_INTACT, NOT_INTACT),
     (ledger_symlinked_outside, NOT_INTACT, NOT_INTACT),
-    (manifest_deleted, NOT_VERIFIABLE, NOT_VERIFIABLE),
+    # With the key, the run's model.sig (signed at the close, over manifest.json too) shows
+    # the manifest was removed; without model.sig the run is only incomplete.
+    (manifest_deleted, NOT_VERIFIABLE, NOT_INTACT),
+    (manifest_and_model_signature_deleted, NOT_VERIFIABLE, NOT_VERIFIABLE),
     (seals_and_manifest_deleted, NOT_VERIFIABLE, NOT_INTACT),
     (resealed_record, NOT_INTACT, NOT_INTACT),
     (run_json_seed_changed, NOT_INTACT, NOT_INTACT),

@@ -1,4 +1,5 @@
-"""Ed25519 signatures of seals and manifests (the cryptography library) and the manifest's digests."""
+"""Signatures of seals and manifests (the cryptography library), with every key algorithm
+``fedvalue keygen`` writes (ECDSA on P-256, P-384, P-521; Ed25519), and the manifest's digests."""
 
 from __future__ import annotations
 
@@ -7,12 +8,20 @@ import json
 
 import pytest
 
-from fedvalue.run.seals import Signer, Verifier, generate_keypair, read_manifest, seal_fields, write_manifest
+from fedvalue.run.seals import (
+    KEY_ALGORITHMS,
+    Signer,
+    Verifier,
+    generate_keypair,
+    read_manifest,
+    seal_fields,
+    write_manifest,
+)
 
 
-@pytest.fixture
-def keys(tmp_path):
-    generate_keypair(tmp_path / "k.pem", tmp_path / "k.pub")
+@pytest.fixture(params=KEY_ALGORITHMS)
+def keys(tmp_path, request):
+    generate_keypair(tmp_path / "k.pem", tmp_path / "k.pub", algorithm=request.param)
     return Signer.from_file(tmp_path / "k.pem"), Verifier.from_file(tmp_path / "k.pub")
 
 
@@ -55,3 +64,10 @@ def test_bad_key_files_are_bad_input(tmp_path, keys):
         Verifier.from_file(tmp_path / "k.pem")
     with pytest.raises(ValueError, match="private key: expected a new file"):
         generate_keypair(tmp_path / "k.pem", tmp_path / "new.pub")
+
+
+def test_signatures_are_deterministic_so_a_signed_run_is_reproducible(keys):
+    signer, verifier = keys
+    fields = seal_fields(1, "ab" * 32, None, None, {"ledger.csv": 10})
+    assert signer.sign(fields) == signer.sign(fields)  # RFC 6979 ECDSA, like Ed25519: no random nonce
+    assert verifier.problem({**signer.sign(fields), "algorithm": "ed448"}) is not None

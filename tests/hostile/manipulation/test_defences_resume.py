@@ -14,17 +14,26 @@ from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
 from clients.attacks import DeltaWeightsFreeRider
+from clients.behaviours import Replicator
 from fedvalue.audit.verdict import audit_run
 from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.run.archive import read_round_record, record_path
+from fedvalue.run.archive import read_round_record, record_path, write_round_record
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.run.writer import RunSettings
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
+from strategies import PartitionSampler, RepresentativesOnly, RunCallbacks, ValuingStrategy
 from strategies.records import numpy_to_arrays
 from strategies.valuing_settings import BookSettings
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
-from tests.strategies.test_flow_books import NODE_OF, NUM_CLIENTS, PID_OF, initial_state, load_client, make_model, utility
+from tests.strategies.test_flow_books import (
+    NODE_OF,
+    NUM_CLIENTS,
+    PID_OF,
+    initial_state,
+    load_client,
+    make_model,
+    utility,
+)
 
 ROUNDS = 4
 
@@ -37,6 +46,9 @@ def load(pid: int) -> ClientData:
     data = load_client(pid)
     if pid == 0:
         data.behaviour = DeltaWeightsFreeRider()
+    if pid == 5:  # trains on client 4's data: the same update under another identity
+        source = load_client(4)
+        data.behaviour = Replicator(source.x_train, source.y_train, source_id=4)
     return data
 
 
@@ -51,18 +63,19 @@ def grid(states: dict) -> InProcessGrid:
     return InProcessGrid(list(NODE_OF.values()), handler)
 
 
-def run(run_dir, states: dict, *, resume=False, crash_after=None):
+def run(run_dir, states: dict, *, resume=False, crash_after=None, acceptance=None):
     def on_round(row):
         if crash_after is not None and row["round"] == crash_after:
             raise Crash(f"killed after round {crash_after}")
 
     strategy = ValuingStrategy(
         FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir), sampler=PartitionSampler(NUM_CLIENTS, seed=1),
-        seed=3, valuation=ValuationSettings(methods=("ads", "loo")),
+        seed=3, valuation=ValuationSettings(methods=("ads", "loo")), acceptance=acceptance,
         books=BookSettings(flows=True, defences=DefenceSettings()),
         run=RunSettings(run_config={"experiment": "defences"}, resume=resume), callbacks=RunCallbacks(on_round=on_round))
     config = ConfigRecord({"lr": 0.5, "local-epochs": 2, "batch-size": 0, "seed": 0})
-    return strategy.start(grid(states), numpy_to_arrays(initial_state()), num_rounds=ROUNDS, timeout=10, train_config=config)
+    return strategy.start(grid(states), numpy_to_arrays(initial_state()), num_rounds=ROUNDS, timeout=10,
+                          train_config=config)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +91,8 @@ def test_the_free_rider_is_flagged_and_the_audit_recomputes_the_defences(uninter
     flags = ledger[ledger["method"] == "defence_free_rider"].set_index(["round", "client_id"])["value"]
     assert all(flags[(t, "0")] == 1.0 for t in range(1, ROUNDS + 1))  # round 1: zero update, then replays
     assert flags.drop(index="0", level="client_id").eq(0).all()
+    clusters = ledger[ledger["method"] == "defence_cluster"].set_index(["round", "client_id"])["value"]
+    assert all(clusters[(t, c)] == 2.0 for t in range(1, ROUNDS + 1) for c in ("4", "5"))
     defended = ledger[(ledger["method"] == "ads_defended") & (ledger["client_id"] == "0")]["value"]
     assert (defended == 0).all()
     assert "previous-global" not in read_round_record(record_path(uninterrupted, 1)).references
@@ -98,3 +113,22 @@ def test_a_resumed_run_writes_the_uninterrupted_ledger(tmp_path, uninterrupted, 
     rounds = [load_run(d).rounds.drop(columns=["valuation_seconds", "hash"]) for d in (tmp_path, uninterrupted)]
     pd.testing.assert_frame_equal(*rounds)
     assert audit_run(tmp_path, utility=utility()).intact
+
+
+def test_aggregating_only_representatives_is_recorded_and_the_audit_derives_it_again(tmp_path):
+    run(tmp_path, {}, acceptance=RepresentativesOnly())
+    books = load_run(tmp_path)
+    for t in range(1, ROUNDS + 1):
+        record = read_round_record(record_path(tmp_path, t))
+        assert sorted(record.accepted) == [1, 2, 3, 4]  # no free-rider, one of the twins
+        ads = books.ledger[(books.ledger["round"] == t) & (books.ledger["method"] == "ads_defended")]["value"]
+        row = books.rounds.set_index("round").loc[t]
+        # The defended game's grand coalition is now the realized step: group efficiency again.
+        assert ads.sum() == pytest.approx(row["utility_realized"] - row["utility_before"], abs=1e-12)
+    assert audit_run(tmp_path, utility=utility()).intact
+    record = read_round_record(record_path(tmp_path, 2))
+    record.accepted = [1, 2, 3, 4, 5]
+    write_round_record(tmp_path, record)
+    problems = audit_run(tmp_path, utility=utility()).problems
+    assert any("the defences' representatives are [1, 2, 3, 4]; the record accepted [1, 2, 3, 4, 5]" in p
+               for p in problems)

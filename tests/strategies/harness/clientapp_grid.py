@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from flwr.app import Context, RecordDict
+from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from tests.strategies.harness.inprocess import InProcessGrid
@@ -32,4 +32,27 @@ class ClientAppGrid(InProcessGrid):
         for message in messages:
             self.sent.append(message)
             replies.append(self.client_app(message, self.contexts[int(message.metadata.dst_node_id)]))
+        return replies
+
+
+class EngineLikeGrid(ClientAppGrid):
+    """:class:`ClientAppGrid` whose nodes also hold ``num-partitions`` and whose ClientApp's
+    exceptions come back as error replies, as the simulation engine and a SuperNode send them
+    (a ClientApp with no handler for a message type raises); ``run_config`` reaches every node."""
+
+    def __init__(self, client_app: ClientApp, partitions: Mapping[int, int], run_config: Mapping | None = None) -> None:
+        super().__init__(client_app, partitions)
+        for context in self.contexts.values():
+            context.node_config["num-partitions"] = len(partitions)
+            context.run_config.update(run_config or {})
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for message in messages:
+            self.sent.append(message)
+            try:
+                replies.append(self.client_app(message, self.contexts[int(message.metadata.dst_node_id)]))
+            except Exception as error:  # noqa: BLE001 - the engine turns it into an error reply
+                replies.append(Message(error=Error(code=0, reason=f"{type(error).__name__}: {error}"),
+                                       reply_to=message))
         return replies

@@ -15,6 +15,7 @@ from fedvalue.valuation.round_game import ValuationSettings
 from simulations.datasets.models import make_mlp
 from strategies import PowerOfChoice, RunSettings, ValuingStrategy
 from strategies.nodes import NodeDirectory
+from strategies.protocol import LOCAL_LOSS_KEY
 from strategies.records import arrays_to_numpy, numpy_to_arrays
 from strategies.valuing_settings import IntakeSettings
 
@@ -60,8 +61,8 @@ def test_each_round_trains_the_highest_loss_candidates_the_clients_report(tmp_pa
     grid, poc = run(tmp_path)
     rounds = load_run(tmp_path).rounds
     train = [m for m in grid.sent if m.metadata.message_type == MessageType.TRAIN]
-    loss_queries = [m for m in grid.sent if m.metadata.message_type == MessageType.QUERY
-                    and "config" in m.content.config_records]
+    loss_queries = [m for m in grid.sent if m.metadata.message_type == MessageType.QUERY  # not the directory's
+                    and m.content.config_records.get("config", {}).get(LOCAL_LOSS_KEY)]
     assert len(loss_queries) == 3 * 5 and len(train) == 3 * 3
     for t in (1, 2, 3):
         losses = poc.losses[t]

@@ -90,14 +90,14 @@ def test_the_live_aggregate_is_the_mean_weighted_by_examples_times_factors(tmp_p
 
 
 def test_an_aggregate_made_with_other_factors_than_the_rule_fails_the_audit(tmp_path, utility, monkeypatch):
-    from strategies import valuing
+    from strategies.hooks import value_weights
 
     def skewed(rule, values):
         accepted, factors = value_weight_outcome(rule, values)
         first = min(accepted, key=str)
         return accepted, {c: (3.0 * f if c == first else f) for c, f in factors.items()}
 
-    monkeypatch.setattr(valuing, "value_weight_outcome", skewed)  # the live aggregation only; the books keep the rule
+    monkeypatch.setattr(value_weights, "value_weight_outcome", skewed)  # the live aggregation only; the books keep the rule
     run(tmp_path, utility, rounds=2)
     report = audit_run(tmp_path, utility=utility)
     assert not report.intact

@@ -1,0 +1,1 @@
+"""fedvalue-app: Flower's PyTorch app template with contributor books."""

@@ -1,0 +1,125 @@
+"""What run.json says about the run's environment and its utility, so a third party can audit
+a run made by anyone's own app.
+
+The round games are v_t(S) = U(Agg_t(A_{t−1}; S)) ([ADS] Remark 4.1, Eq. 10): an audit can
+recompute them only with the same U. run.json therefore names U as an importable
+``"module:callable"`` (a callable of no arguments returning U), with a digest of the held-out
+data U scores (:func:`held_out_digest`), beside the package versions (the platform is
+:mod:`fedvalue.scoring.kernels`'s).
+
+A run directory is untrusted input: importing a module it names runs that module's code. The
+audit imports a utility only when the auditor names it (``fedvalue audit --utility``) or says
+so (``--trust-run-utility``); :func:`load_utility` is the one place that imports one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import platform
+import re
+import sys
+from collections.abc import Callable, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+#: run.json's key naming the utility: {"reference", "type", "held_out_digest"}.
+UTILITY_REFERENCE_KEY = "utility_reference"
+#: Packages whose versions run.json records (as ``fedvalue run`` records them).
+VERSIONED_PACKAGES = ("fedvalue", "flwr", "ray", "torch", "numpy", "pandas")
+_REFERENCE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+
+
+def package_versions() -> dict[str, str]:
+    """Python's and :data:`VERSIONED_PACKAGES`' versions (read from the installed metadata,
+    nothing imported)."""
+    versions = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def check_reference(reference: object, name: str = "utility") -> str:
+    """``reference`` if it reads ``module:callable`` (dotted names), else a ValueError naming ``name``."""
+    if not isinstance(reference, str) or not _REFERENCE.fullmatch(reference):
+        raise ValueError(f"{name}: expected an importable 'module:callable' (e.g. 'my_app.task:held_out_utility', "
+                         f"a function of no arguments returning U); got {reference!r}.")
+    return reference
+
+
+def held_out_digest(utility: object) -> str | None:
+    """The digest of the held-out data ``utility`` scores (its ``held_out_digest()``, e.g.
+    :meth:`fedvalue.scoring.torch_utilities.TorchModelUtility.held_out_digest`); None when it
+    offers none."""
+    method = getattr(utility, "held_out_digest", None)
+    if not callable(method):
+        return None
+    digest = method()
+    return digest if isinstance(digest, str) else None
+
+
+def utility_entry(utility: object, reference: str | None) -> dict:
+    """run.json's :data:`UTILITY_REFERENCE_KEY` entry for ``utility`` built by ``reference``."""
+    kind = type(utility)
+    return {"reference": reference, "type": f"{kind.__module__}.{kind.__qualname__}",
+            "held_out_digest": held_out_digest(utility)}
+
+
+@contextmanager
+def _importable_from(directory: Path):
+    """``directory`` first on ``sys.path`` for the block (as ``python -m`` puts the working
+    directory), restored after."""
+    entry = str(directory)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)
+
+
+def load_utility(reference: str, *, search_path: str | Path | None = None) -> Callable:
+    """U rebuilt by calling the ``module:callable`` ``reference`` names, importing the module with
+    ``search_path`` (default: the working directory) first on ``sys.path``.
+
+    This runs the named module's code: call it only on a reference the caller chose to trust.
+
+    Raises
+    ------
+    ValueError
+        Naming the reference and what went wrong (not a reference, the import failed, no such
+        callable, it raised, or it returned something that is not a utility).
+    """
+    module_name, _, attribute = check_reference(reference).partition(":")
+    try:
+        with _importable_from(Path.cwd() if search_path is None else Path(search_path)):
+            target = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception as error:  # noqa: BLE001 - whatever the import does is reported, not raised through
+        raise ValueError(f"utility {reference!r}: cannot import it ({type(error).__name__}: {error}); run the audit "
+                         "where the module is importable (its project directory, or installed).") from None
+    if not callable(target):
+        raise ValueError(f"utility {reference!r}: expected a callable returning U; got a {type(target).__name__}.")
+    try:
+        utility = target()
+    except Exception as error:  # noqa: BLE001
+        raise ValueError(f"utility {reference!r}: calling it raised {type(error).__name__}: {error}") from None
+    if not callable(utility):
+        raise ValueError(f"utility {reference!r}: expected it to return a utility U(arrays) -> float; got a "
+                         f"{type(utility).__name__}.")
+    return utility
+
+
+def utility_mismatch(utility: object, saved: Mapping | None) -> str | None:
+    """Why ``utility`` is not the one the run scored with (its held-out data's digest differs
+    from the one run.json records), or None (same digest, or nothing to compare)."""
+    recorded = (saved or {}).get("held_out_digest")
+    rebuilt = held_out_digest(utility)
+    if not isinstance(recorded, str) or rebuilt is None or rebuilt == recorded:
+        return None
+    return (f"the utility scores held-out data with digest {rebuilt[:19]}…; the run scored data with digest "
+            f"{recorded[:19]}… (another data set, split or metric)")

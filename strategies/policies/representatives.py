@@ -1,0 +1,58 @@
+"""An acceptance policy from the defences: aggregate one update per near-duplicate cluster and no
+free-rider's, so the trajectory is not bought either.
+
+The defences' book (:mod:`fedvalue.rounds.kinds.defences`) values a cluster of near-duplicates as
+one player and free-riders at 0, but the realized step still weighs every copy (k copies move
+FedAvg's mean k times; under FedMedian they can be its majority) and lets free-riders dilute it,
+so the next rounds start where the attacker pushed them. With :class:`RepresentativesOnly` the
+inner strategy aggregates only the clusters' representatives (each cluster's first member), the
+free-riders left out: A_t = Agg(R), which is the defended game's grand coalition, so the defended
+values add up to U(A_t) − U(A_{t−1}) again. The round record notes the policy
+(``meta["acceptance"]``); the audit derives the accepted clients again from the record
+(:mod:`fedvalue.audit.references`). Every valid reply is still valued and booked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+
+import numpy as np
+
+from fedvalue.rounds.defences.quotient import REPRESENTATIVES, accepted_representatives
+from fedvalue.rounds.defences.settings import DefenceSettings
+
+#: What the strategy hands the policy: (A_{t−1}, client -> arrays, client -> weight, A_{t−2} or None).
+RoundReplies = tuple[Mapping[str, np.ndarray], Mapping[Hashable, Mapping], Mapping[Hashable, float],
+                     Mapping[str, np.ndarray] | None]
+
+
+class RepresentativesOnly:
+    """Aggregate the near-duplicate clusters' representatives only, free-riders left out (module docstring).
+
+    The strategy must book the same defences (``BookSettings(defences=settings)``): the policy
+    reads the previous global model the defences keep.
+    """
+
+    books_selection = True
+    needs_replies = True
+
+    def __init__(self, settings: DefenceSettings | None = None) -> None:
+        settings = DefenceSettings() if settings is None else settings
+        if not isinstance(settings, DefenceSettings):
+            raise TypeError(f"settings: expected a fedvalue.rounds.defences.settings.DefenceSettings; got "
+                            f"{type(settings).__name__}.")
+        self.settings = settings
+
+    def check(self, *, methods, flows, clients_per_round) -> None:
+        return None
+
+    def record_meta(self) -> dict:
+        return {"acceptance": REPRESENTATIVES}
+
+    def accept(self, server_round, clients, valuation, *, seed, outflows, replies: Callable[[], RoundReplies],
+               fairness=None) -> set:
+        start, arrays, weights, previous = replies()
+        return accepted_representatives(start, {c: arrays[c] for c in clients}, weights, previous, self.settings)
+
+    def __repr__(self) -> str:
+        return f"RepresentativesOnly({self.settings!r})"

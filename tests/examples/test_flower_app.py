@@ -1,0 +1,127 @@
+"""examples/flower_app: Flower's PyTorch app template with fedvalue added through the mod and the
+wrapper. In the default suite its ServerApp and ClientApp run in this process (an in-process grid
+that answers as the engine does, real torch training) and ``fedvalue audit`` (the CLI's own entry)
+says intact with ``--utility``, not verifiable without it or with another utility; ``-m slow``
+runs it as a user does, ``flwr run .`` on Flower's default federation, then ``fedvalue audit``
+in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+import pytest
+from flwr.app import Context, RecordDict
+
+from fedvalue.run.ledger_tables import load_run
+from simulations.cli.main import main as fedvalue_cli
+from tests.simulations.experiments.noisy_clients.flower_processes import (
+    BIN,
+    flower_env,
+    free_port,
+    processes_with_home,
+    stop_processes_with_home,
+)
+from tests.strategies.harness.clientapp_grid import EngineLikeGrid
+from tests.strategies.harness.inprocess import set_server_identity
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "examples" / "flower_app"
+UTILITY = "fedvalue_app.task:held_out_utility"
+APP_CONFIG = tomllib.loads((APP / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+NUM_NODES = 3
+
+
+@pytest.fixture(scope="module")
+def app_run(tmp_path_factory) -> Path:
+    """The template app's two apps once, in this process: 3 nodes, 2 rounds, 2 clients a round."""
+    run_dir = tmp_path_factory.mktemp("flower-app") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(APP))
+        from fedvalue_app.client_app import app as client_app
+        from fedvalue_app.server_app import app as server_app
+
+        set_server_identity()
+        run_config = {**APP_CONFIG, "run-dir": str(run_dir), "local-epochs": 1}  # the cheapest round
+        grid = EngineLikeGrid(client_app, {701 + 13 * k: k for k in range(NUM_NODES)}, run_config)
+        server_app(grid, Context(run_id=5, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
+    return run_dir
+
+
+def audit(run_dir: Path, *options: str, capsys, monkeypatch) -> tuple[int, str]:
+    """``fedvalue audit`` through the CLI's entry, from the app's directory (where a user types it)."""
+    monkeypatch.chdir(APP)
+    code = fedvalue_cli(["audit", str(run_dir), *options])
+    printed = capsys.readouterr()
+    return code, printed.out + printed.err
+
+
+def test_the_template_app_books_every_sampled_client_by_partition(app_run):
+    run = load_run(app_run)
+    assert list(run.rounds["round"]) == [1, 2]
+    ads = run.ledger[run.ledger["method"] == "ads"]
+    assert (ads.groupby("round").size() == APP_CONFIG["clients-per-round"]).all() and set(ads["status"]) == {"ok"}
+    assert set(ads["client_id"].astype(int)) <= set(range(NUM_NODES))
+    assert run.config["written_by"] == "strategies.ValuingStrategy" and run.config["seed"] == 0
+    assert run.config["utility_reference"]["reference"] == UTILITY
+    assert run.config["utility_reference"]["held_out_digest"].startswith("sha256:")
+    assert {"flwr", "torch", "python"} <= set(run.config["versions"]) and run.config["platform"]
+
+
+def test_the_cli_audit_says_intact_given_the_utility(app_run, capsys, monkeypatch):
+    code, printed = audit(app_run, "--utility", UTILITY, capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 0 and printed.rstrip().endswith("intact"), printed
+    assert "NOT VERIFIABLE" not in printed
+
+
+def test_the_cli_imports_nothing_a_run_names_unless_told(app_run, capsys, monkeypatch):
+    code, printed = audit(app_run, capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 1 and f"NOT VERIFIABLE: values: not recomputed (run.json names the utility '{UTILITY}'" in printed
+    assert f"give --utility {UTILITY} (or --trust-run-utility)" in printed
+    code, printed = audit(app_run, "--trust-run-utility", capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 0 and printed.rstrip().endswith("intact"), printed
+
+
+def test_a_missing_or_mismatched_utility_is_not_verifiable_with_the_reason(app_run, capsys, monkeypatch, tmp_path):
+    (tmp_path / "other_data.py").write_text(
+        "from fedvalue_app.task import HELD_OUT, Net, _digits\n"
+        "from fedvalue.utilities import TorchModelUtility\n"
+        "def utility():\n"
+        "    images, labels = _digits()\n"
+        "    return TorchModelUtility(Net(), images[:HELD_OUT], labels[:HELD_OUT])  # the clients' images\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, printed = audit(app_run, "--utility", "other_data:utility", capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 1 and "NOT VERIFIABLE: values: not recomputed (the utility scores held-out data with digest" in printed
+    code, printed = audit(app_run, "--utility", "no_such_module:utility", capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 1 and "utility 'no_such_module:utility': cannot import it (ModuleNotFoundError" in printed
+    code, printed = audit(app_run, "--utility", "not a reference", capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 1 and "utility: expected an importable 'module:callable'" in printed
+    assert "Traceback" not in printed
+
+
+@pytest.mark.slow
+def test_flwr_run_of_the_template_app_then_the_cli_audit_says_intact(tmp_path):
+    """As a user runs it: ``flwr run .`` in the app's directory on Flower's default federation
+    (a local SuperLink Flower starts itself, 2 simulated SuperNodes), every process it leaves
+    stopped by PID; then ``fedvalue audit`` in a fresh interpreter."""
+    env = {**flower_env(tmp_path), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port())}
+    run_dir = tmp_path / "books"
+    try:
+        result = subprocess.run([str(BIN / "flwr"), "run", ".", "--stream", "--run-config", f"run-dir='{run_dir}'"],
+                                cwd=APP, env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        killed = stop_processes_with_home(env["FLWR_HOME"])
+    printed = result.stdout + result.stderr
+    assert (run_dir / "rounds.csv").exists(), printed[-3000:]
+    assert f"fedvalue: round 2: 2 of 2 sampled clients valued, into {run_dir}" in printed, printed[-3000:]
+    assert "fraction_evaluate" not in printed  # the template's settings make Flower warn about nothing
+    assert not killed and not processes_with_home(env["FLWR_HOME"])
+    audited = subprocess.run([sys.executable, "-m", "simulations.cli", "audit", str(run_dir), "--utility", UTILITY],
+                             cwd=APP, capture_output=True, text=True, timeout=600)
+    assert audited.returncode == 0 and audited.stdout.rstrip().endswith("intact"), audited.stdout + audited.stderr
