@@ -387,9 +387,10 @@ def _check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: flo
 
 def _check_parquet(files: RunFiles, ledger: pd.DataFrame, ledger_chars: int, complete: bool,
                    report: AuditReport) -> None:
-    """Check 4. The copy is rewritten just after each round's commit, so a run killed in
-    between leaves it whole rounds behind (a resume rewrites it); a run with its manifest
-    has every row. Rows and size are read from the metadata before the data."""
+    """Check 4. The copy is written at the close and at each resume, so a run without its
+    manifest holds none or a copy whole rounds behind (of the round a resume started from); a
+    run with its manifest has every row. Rows and size are read from the metadata before
+    the data."""
     import pyarrow.parquet as pq
 
     try:
@@ -424,8 +425,8 @@ def _check_parquet(files: RunFiles, ledger: pd.DataFrame, ledger_chars: int, com
         return
     if rows < len(ledger):
         last = int(ledger["round"].iloc[rows - 1]) if rows else 0
-        report.checks.append(f"ledger.parquet equals ledger.csv up to round {last} (the run stopped before "
-                             "mirroring the rounds after it; a resume rewrites the copy)")
+        report.checks.append(f"ledger.parquet equals ledger.csv up to round {last} (the copy is written at the "
+                             "close and at a resume; the rounds after it came since)")
     else:
         report.checks.append("ledger.parquet equals ledger.csv, exactly")
 

@@ -28,14 +28,16 @@ TRACE = "FEDVALUE_KILL_POINTS_TRACE"
 #: Opening a new run (round 0): run.json written, then the start's checkpoint pointer.
 OPEN_STEPS = ("run_json", "start_pointer")
 #: Committing round t, in order: its record; half of its ledger rows (a write torn by the
-#: kill), all of them; half of its rounds.csv row, all of it (the commit mark); the Parquet
-#: copy; the checkpoint's arrays and server state; the seal; checkpoint.json switched; older
+#: kill), all of them; half of its rounds.csv row, all of it (the commit mark); the
+#: checkpoint's arrays and server state; the seal; checkpoint.json switched; older
 #: checkpoint files pruned.
-ROUND_STEPS = ("record", "ledger_torn", "ledger", "rounds_torn", "rounds", "parquet", "checkpoint_arrays",
+ROUND_STEPS = ("record", "ledger_torn", "ledger", "rounds_torn", "rounds", "checkpoint_arrays",
                "checkpoint_state", "seal", "checkpoint_switch", "prune")
 #: first_order.csv rows of round t (TracIn flows): appended during round t + 1, before its
 #: commit mark, or after the last round, before the manifest.
 FIRST_ORDER_STEP = "first_order"
+#: Closing the run (round: the last committed): the Parquet copy written, before the manifest.
+CLOSE_STEP = "parquet"
 #: The steps whose kill leaves a torn line: the writer writes only half of the step's bytes.
 TORN_STEPS = ("ledger_torn", "rounds_torn")
 

@@ -276,12 +276,12 @@ class LedgerWriter:
         _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [round_row]),
                       ("rounds_torn", server_round))
         kill_points.reached("rounds", server_round)  # the commit mark
-        self.write_parquet()
-        kill_points.reached("parquet", server_round)
         return round_row["hash"]
 
     def write_parquet(self) -> None:
-        """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file."""
+        """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file:
+        at the close and at a resume, not each round (rewriting the whole copy every round
+        would cost O(rounds²) over a run)."""
         if not self.run.exists(LEDGER_FILE):
             self.run.unlink(LEDGER_PARQUET_FILE)
             return
@@ -298,9 +298,12 @@ class LedgerWriter:
         return read_rounds_csv(io.StringIO(self.run.read_text(ROUNDS_FILE), newline="")).to_dict("records")
 
     def close(self, planned_rounds: int, *, sealed: bool = False, signer: Signer | None = None) -> dict:
-        """Write the run's final manifest (:mod:`fedvalue.run.seals`): its rounds, its chain head and
-        the digest of every file. Called once the run has done all ``planned_rounds``."""
+        """Write the Parquet copy, then the run's final manifest (:mod:`fedvalue.run.seals`):
+        its rounds, its chain head and the digest of every file. Called once the run has done
+        all ``planned_rounds``."""
         heads = chain_heads(self.run)
+        self.write_parquet()
+        kill_points.reached(kill_points.CLOSE_STEP, len(heads))
         manifest = write_manifest(self.run, rounds=len(heads), planned_rounds=planned_rounds,
                                   head=heads[-1] if heads else None, sealed=sealed, signer=signer)
         self.lock.release()  # the writer's work on the directory is done

@@ -10,12 +10,13 @@ of an uninterrupted run):
    (:mod:`fedvalue.run.writer_lock`): a second writer is refused with the holder's PID;
 1. **open** a new run: the directory (created), its ``run.json`` and, with checkpoints,
    the start's ``checkpoint.json`` (round 0: the run checkpoints; nothing committed yet);
-2. **commit** round t: its record (``records/``), its ledger rows, its ``rounds.csv`` row
-   (the commit mark) and the Parquet copy; then its checkpoint files (A_t and the
+2. **commit** round t: its record (``records/``), its ledger rows and its ``rounds.csv`` row
+   (the commit mark); then its checkpoint files (A_t and the
    server's state as data), its seal (the chain head, the digests of the record and the
    checkpoint files, the tables' sizes; signed with a key) and only then
    ``checkpoint.json``, switched atomically (:mod:`fedvalue.run.archive`, :mod:`fedvalue.run.seals`);
-3. **close**: the final manifest once every planned round committed; then, with an EC
+3. **close**: the Parquet copy of the ledger (written at the close and at a resume only),
+   then the final manifest once every planned round committed; then, with an EC
    key, ``model.sig`` over every file of the closed run, manifest included, in the format
    the ``model-signing`` tool verifies (:mod:`fedvalue.run.model_signature`).
 

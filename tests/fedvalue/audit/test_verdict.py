@@ -100,8 +100,9 @@ def test_fedvalue_audit_exit_codes(tmp_path, capsys):
 
 
 def test_a_parquet_copy_a_round_behind_is_stale_not_tampered(tmp_path):
-    """A kill between a round's commit and the Parquet rewrite leaves the copy rounds
-    behind: that passes with a note; a copy cut inside a round or with a changed value fails."""
+    """A run resumed from round 2 and not yet closed holds the copy of rounds 1-2 (the copy is
+    written at the close and at a resume): that passes with a note; a copy cut inside a round
+    or with a changed value fails."""
     run_dir = write_run(tmp_path)
     (run_dir / "manifest.json").unlink()  # a killed run has no final manifest
     ledger = pd.read_parquet(run_dir / "ledger.parquet")

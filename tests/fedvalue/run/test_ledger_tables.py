@@ -103,7 +103,9 @@ def test_resume_keeps_the_chain_and_refuses_a_changed_configuration(tmp_path):
 
 
 def test_the_parquet_mirror_and_the_run_read_back_equal_the_csv(tmp_path):
-    write_two_rounds(tmp_path)
+    writer = write_two_rounds(tmp_path)
+    assert not (tmp_path / LEDGER_PARQUET_FILE).exists()  # written at the close (and at a resume), not each round
+    writer.close(2)
     run = load_run(tmp_path)
     assert list(run.ledger.columns) == list(LEDGER_COLUMNS)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / LEDGER_PARQUET_FILE), run.ledger)

@@ -30,10 +30,12 @@ from tests.hostile.crashes import driver as kill_driver
 PROJECT = Path(__file__).resolve().parents[3]
 ROUNDS = kill_driver.ROUNDS
 #: Every step the driver's run passes, in order: its open, each round's commit, each
-#: round's first-order rows (written in the next round, the last after the last round).
+#: round's first-order rows (written in the next round, the last after the last round), its
+#: close (the Parquet copy, before the manifest).
 STEPS = ([f"{step}:0" for step in kill_points.OPEN_STEPS]
          + [f"{step}:{t}" for t in range(1, ROUNDS + 1)
-            for step in (*kill_points.ROUND_STEPS, kill_points.FIRST_ORDER_STEP)])
+            for step in (*kill_points.ROUND_STEPS, kill_points.FIRST_ORDER_STEP)]
+         + [f"{kill_points.CLOSE_STEP}:{ROUNDS}"])
 #: Resumes killed too: a kill after round 1's commit mark, its resume killed mid-round 2; a
 #: torn round 1, its resume killed after round 2's seal, that resume before the manifest.
 CHAINED = ["rounds:1+checkpoint_state:2", "ledger_torn:1+seal:2+first_order:2"]
