@@ -42,13 +42,14 @@ def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int,
         _, _, x_held_out, y_held_out = digits(seed)
         sampler = ValueEliminationSampler(clients_per_round, confidence=0.5, selection="ucb", seed=seed)
         strategy = ValuingStrategy(
-            FedAvg(fraction_evaluate=0.0),                                               # any FedAvg-family strategy
+            FedAvg(),                                                                    # any FedAvg-family strategy
             TorchModelUtility(make_model(), x_held_out, y_held_out, metric="neg_loss"),  # U on held-out data
             run_dir=out,
             sampler=sampler,
             acceptance=ValueWeighting("ads"),                                            # n_i × max(φ_i, 0)
             seed=seed,
             valuation=ValuationSettings(("ads",), AdsSettings(method="mc", budget=100)),  # a budget per round
+            federated_evaluation=False,                                                  # U is the evaluation
         )
         strategy.on_round = lambda row: ruled_out.append(sorted(sampler.flagged))
         strategy.start(grid, initial_model_arrays(make_model, seed), num_rounds=rounds,

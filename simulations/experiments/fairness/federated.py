@@ -61,7 +61,6 @@ import pandas as pd
 import torch
 from flwr.app import ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
 from fedvalue._checks import check_choice
@@ -75,6 +74,7 @@ from simulations.experiments.fairness.data import DATASETS, FairFederation, buil
 from simulations.runner import (
     EngineOptions,
     Simulation,
+    fedavg_without_evaluation,
     check_integers,
     check_numbers,
     package_versions,
@@ -301,7 +301,7 @@ def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir
                     return MetricRecord({k: float(v) for k, v in metrics.items()})
 
                 strategy = ValuingStrategy(
-                    FedAvg(fraction_evaluate=0.0), utility, run_dir=str(out_dir / dataset / f"seed-{seed}" / name),
+                    fedavg_without_evaluation(), utility, run_dir=str(out_dir / dataset / f"seed-{seed}" / name),
                     sampler=PartitionSampler(config.clients_per_round, seed=seed), acceptance=acceptance, seed=seed,
                     valuation=ValuationSettings(methods=("ads", "loo")),
                     books=BookSettings(fairness=objective, fair_curvature=config.damping),
