@@ -116,11 +116,11 @@ def config_from_run_config(run_config: typing.Mapping) -> tuple[NoisyClientsConf
             raise ValueError(f"{key}: expected a {kind.__name__}; got {value!r}.")
         values[f.name] = value
     config = NoisyClientsConfig(**nest_settings(NoisyClientsConfig, values))
+    settings, defaults = config.as_dict(), NoisyClientsConfig().as_dict()
     for name, where in ENGINE_OPTIONS.items():
-        if getattr(config.engine, name) != getattr(NoisyClientsConfig.engine, name):
+        if settings[name] != defaults[name]:
             raise ValueError(f"{run_config_key(name)}: a fedvalue run engine option, set by {where} under flwr "
-                             f"run; expected the default {getattr(NoisyClientsConfig.engine, name)!r}, got "
-                             f"{getattr(config.engine, name)!r}.")
+                             f"run; expected the default {defaults[name]!r}, got {settings[name]!r}.")
     out = str(run_config.get(OUT_KEY, DEFAULT_OUT))
     # Runs land outside the project directory (which holds the code only); "~" is the user's home.
     return config, os.path.expanduser(out)
