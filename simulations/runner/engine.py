@@ -91,11 +91,11 @@ import socket
 import sys
 import threading
 import time
+import typing
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-import typing
 from typing import NamedTuple, TypeVar
 
 import torch
