@@ -26,7 +26,6 @@ have none).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import os
@@ -139,7 +138,7 @@ def _finished_study(study_dir: Path, config: NoisyClientsStudyConfig) -> tuple[f
     """Timings and accuracies of a study run with ``config``'s settings (its engine wall time
     is ``timings.json``'s total: engine start to stop, without the output tables and figure)."""
     saved = json.loads((study_dir / "run.json").read_text())
-    for name, value in dataclasses.asdict(config).items():
+    for name, value in config.as_dict().items():  # as run.json has them, the engine settings flat
         if json.loads(json.dumps(value)) != saved.get(name):
             raise ValueError(f"study_dir: expected a study with {name}={value!r} (the default settings and "
                              f"--seeds {config.seeds}); {study_dir} has {saved.get(name)!r}.")

@@ -4,12 +4,12 @@ errors of the Python interface in the command line's words."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import types
 import typing
 from collections.abc import Mapping
 
+from simulations.runner.engine import flat_fields
 from simulations.runner.inner_strategies import STRATEGIES, STRATEGY_PARAMETERS
 
 PARAMETER_HELP = {
@@ -123,12 +123,13 @@ def subcommand(commands, name: str, **options) -> argparse.ArgumentParser:
 
 
 def add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
-    """One ``--option`` per field of ``config_cls``; its help from ``own_help`` (the simulation's
+    """One ``--option`` per field of ``config_cls``, its engine options flat (``--num-cpus-per-client``,
+    not one option for the nested :class:`~simulations.runner.engine.EngineOptions`: see
+    :func:`~simulations.runner.engine.flat_fields`); its help from ``own_help`` (the simulation's
     own texts), else :data:`PARAMETER_HELP`."""
     own_help = own_help or {}
-    hints = typing.get_type_hints(config_cls)
-    for f in dataclasses.fields(config_cls):
-        hint = hints[f.name]
+    for f in flat_fields(config_cls):
+        hint = f.hint
         default = f.default
         if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None: None unless given
             (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -13,13 +12,14 @@ from simulations.cli.options import add_config_options, subcommand
 from simulations.cli.registry import SIMULATIONS
 from simulations.runner.config_checks import saved_config, saved_run_config
 from simulations.runner.console import RunOptions
+from simulations.runner.engine import flat_fields, flat_settings, nest_settings
 
 
 def _simulations_epilog() -> str:
     lines = ["simulations and their parameters (fedvalue run SIMULATION --help for details):"]
     for name, simulation in SIMULATIONS.items():
         lines.append(f"  {name}")
-        for f in dataclasses.fields(simulation.config):
+        for f in flat_fields(simulation.config):
             lines.append(f"      --{f.name.replace('_', '-')} (default {f.default})")
     return "\n".join(lines)
 
@@ -114,7 +114,8 @@ def _run_simulation(args: argparse.Namespace) -> int:
         if simulation.resumable and args.out is None:
             raise ValueError("--out: expected the directory for the run's ledger (or --resume DIR to continue a "
                              "run).")
-        config = simulation.config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(simulation.config)})
+        flat = {f.name: getattr(args, f.name) for f in flat_fields(simulation.config)}
+        config = simulation.config(**nest_settings(simulation.config, flat))
     sign_key = None
     if getattr(args, "sign_key", None):
         from fedvalue.run.seals import Signer
@@ -156,7 +157,7 @@ def _resume_alone(args: argparse.Namespace) -> None:
         raise ValueError(f"--resume: {directory}/run.json names the simulation {name!r}; only {resumable} runs "
                          "can be resumed.")
     args.simulation = name
-    for f in dataclasses.fields(SIMULATIONS[name].config):
+    for f in flat_fields(SIMULATIONS[name].config):
         setattr(args, f.name, f.default)
     args.out, args.resume, args.overwrite = None, directory, False
     args.quiet, args.sign_key = args.quiet_alone, args.sign_key_alone
@@ -176,8 +177,9 @@ def _config_for_resume(config_cls, args: argparse.Namespace):
         raise ValueError(f"resume: {args.resume} holds a {saved.get('simulation')!r} run; got simulation "
                          f"{args.simulation!r}.")
     config = saved_config(config_cls, saved, source=str(Path(args.resume) / RUN_CONFIG_FILE))
-    for f in dataclasses.fields(config_cls):
-        value, given = getattr(config, f.name), getattr(args, f.name)
+    settings = flat_settings(config)
+    for f in flat_fields(config_cls):
+        value, given = settings[f.name], getattr(args, f.name)
         if given != f.default and given != value:
             raise ValueError(f"{f.name}: the run in {args.resume} was started with {value!r}; got {given!r}. "
                              "A resumed run keeps its settings.")

@@ -7,7 +7,6 @@ a run's ``run.json`` comes back as the same dataclass (JSON lists become tuples 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 
 from fedvalue._checks import check_integer, check_number
@@ -50,9 +49,12 @@ def check_devices(device: object, num_gpus_per_client: float, *, ray_address: st
 def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, source: str = "the saved settings"):
     """``config_cls`` rebuilt from a saved mapping (``run.json``, named ``source`` in errors):
     tuple fields from JSON lists; a field missing from ``saved`` is an error when
-    ``strict``, else its default."""
+    ``strict``, else its default. The engine settings are read flat, as run.json has them
+    (:func:`~simulations.runner.engine.flat_fields`)."""
+    from simulations.runner.engine import flat_fields, nest_settings
+
     values = {}
-    for field in dataclasses.fields(config_cls):
+    for field in flat_fields(config_cls):
         if field.name not in saved:
             if strict:
                 raise ValueError(f"resume: {source} lacks the setting {field.name!r}; it was not written by this "
@@ -62,7 +64,7 @@ def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, sourc
         if field.default is None and (value == "" or value == 0) and not isinstance(value, bool):
             value = None  # a run written when an empty string or zero stood for "none"
         values[field.name] = tuple(value) if isinstance(field.default, tuple) else value
-    return config_cls(**values)
+    return config_cls(**nest_settings(config_cls, values))
 
 
 def saved_run_config(run_dir: str) -> dict | None:

@@ -91,11 +91,12 @@ import socket
 import sys
 import threading
 import time
+import typing
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import torch
 from flwr.app import Context, Message
@@ -481,10 +482,85 @@ class EngineOptions:
                 "number of actors); set num_cpus_per_client instead."
             )
 
-    @classmethod
-    def of(cls, config: object) -> EngineOptions:
-        """The engine options a simulation's config names (its fields of the same names)."""
-        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)})
+
+class FlatField(NamedTuple):
+    """One setting as the command line and run.json name it: a config's own field, or one field of
+    its :class:`EngineOptions` (``default``: the config's default for it; ``hint``: its type)."""
+
+    name: str
+    default: object
+    hint: object
+
+
+def engine_field(config_cls: type) -> dataclasses.Field | None:
+    """The field of a config dataclass holding its :class:`EngineOptions` (None: it has none)."""
+    return next((f for f in dataclasses.fields(config_cls) if isinstance(f.default, EngineOptions)), None)
+
+
+def flat_fields(config_cls: type) -> tuple[FlatField, ...]:
+    """A config's settings flat, as its command-line options and its run.json have them: its
+    :class:`EngineOptions` field replaced, where it stands, by the engine settings the config names
+    in ``ENGINE_KEYS`` (all of them when it names none). A config's own field listed in
+    ``ENGINE_KEYS`` is placed there (noisy-clients' ``device`` sits among the engine settings in
+    its run.json, whose bytes start a run's hash chain and so cannot move)."""
+    hints = {**typing.get_type_hints(EngineOptions), **typing.get_type_hints(config_cls)}
+    nested = engine_field(config_cls)
+    own = {f.name: FlatField(f.name, f.default, hints[f.name]) for f in dataclasses.fields(config_cls)}
+    if nested is None:
+        return tuple(own.values())
+    keys = engine_keys(config_cls)
+    engine = {f.name: FlatField(f.name, getattr(nested.default, f.name), hints[f.name])
+              for f in dataclasses.fields(EngineOptions)}
+    flat: list[FlatField] = []
+    for name, field in own.items():
+        if name == nested.name:
+            flat.extend(engine.get(key) or own[key] for key in keys)
+        elif name not in keys:
+            flat.append(field)
+    return tuple(flat)
+
+
+def engine_keys(config_cls: type) -> tuple[str, ...]:
+    """The flat names a config writes its engine settings under (its ``ENGINE_KEYS``)."""
+    return getattr(config_cls, "ENGINE_KEYS", tuple(f.name for f in dataclasses.fields(EngineOptions)))
+
+
+def flat_settings(config) -> dict:
+    """A config as run.json writes it (:func:`flat_fields`' names and order): ``dataclasses.asdict``
+    with the engine settings flat where the engine field stands."""
+    settings = dataclasses.asdict(config)
+    nested = engine_field(type(config))
+    if nested is None:
+        return settings
+    engine = settings.pop(nested.name)
+    return {f.name: engine[f.name] if f.name in engine else settings[f.name] for f in flat_fields(type(config))}
+
+
+def nest_settings(config_cls: type, flat: Mapping[str, object]) -> dict[str, object]:
+    """The keywords of ``config_cls`` from flat settings (names of :func:`flat_fields`): the engine
+    settings gathered into its :class:`EngineOptions` (the config's default for one absent), checked
+    as that makes them."""
+    nested = engine_field(config_cls)
+    if nested is None:
+        return dict(flat)
+    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    keywords = {name: value for name, value in flat.items() if name not in names}
+    keywords[nested.name] = dataclasses.replace(nested.default, **{n: v for n, v in flat.items() if n in names})
+    return keywords
+
+
+def check_engine_keys(config) -> None:
+    """A config's engine settings that its run.json does not record (not in its ``ENGINE_KEYS``)
+    must keep the config's default: a resumed or audited run could not know them."""
+    nested = engine_field(type(config))
+    if nested is None:
+        return
+    keys = engine_keys(type(config))
+    for f in dataclasses.fields(EngineOptions):
+        value, default = getattr(getattr(config, nested.name), f.name), getattr(nested.default, f.name)
+        if f.name not in keys and value != default:
+            raise ValueError(f"{f.name}: this simulation does not take it (its run.json does not record it); "
+                             f"expected {default!r}, got {value!r}.")
 
 
 def ray_init_args(engine: EngineOptions, num_supernodes: int, *, quiet: bool = True) -> dict[str, object]:

@@ -43,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -78,9 +79,12 @@ from simulations.datasets import load_dataset, make_linear_model, partition_iid,
 from simulations.runner import (
     EngineOptions,
     Simulation,
+    check_engine_keys,
     check_integers,
     check_numbers,
     fedavg_without_evaluation,
+    flat_fields,
+    flat_settings,
     initial_model_arrays,
     package_versions,
     prepare_run_dir,
@@ -128,9 +132,7 @@ class AttacksConfig:
     boost: float = 5.0
     median_multiple: float = 3.0
     jump_factor: float = 2.0
-    num_cpus_per_client: float = 1.0
-    max_parallel_clients: int | None = None
-    ray_address: str | None = None
+    engine: EngineOptions = EngineOptions()
     round_timeout: float = 600.0
     # The study (:mod:`.study`): any of these away from its default, or an attack of .plan, runs it.
     dataset: str = "digits"
@@ -151,8 +153,11 @@ class AttacksConfig:
     craft_steps: int = 50
     shells: tuple[int, ...] = (1, 2, 4, 8)
 
+    #: The engine settings this job takes (CPUs only), flat in run.json and on the command line.
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "max_parallel_clients", "ray_address")
+
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return flat_settings(self)
 
     def classic_dict(self) -> dict:
         """The settings of the single-seed measurement alone, as its run.json has always held them."""
@@ -161,15 +166,15 @@ class AttacksConfig:
     @property
     def is_study(self) -> bool:
         """Whether this asks for the study (:mod:`.study`) rather than the single-seed measurement."""
-        defaults = AttacksConfig()
-        moved = [name for name in STUDY_FIELDS if getattr(self, name) != getattr(defaults, name)]
+        settings, defaults = self.as_dict(), AttacksConfig().as_dict()
+        moved = [name for name in STUDY_FIELDS if settings[name] != defaults[name]]
         return bool(moved) or any(attack not in ATTACKS for attack in self.attacks)
 
 
 CLASSIC_FIELDS = ("seed", "num_clients", "rounds", "local_epochs", "learning_rate", "holdout_fraction", "utility",
                   "attacks", "attacker", "source", "noise_std", "inflation", "boost", "median_multiple",
                   "jump_factor", "num_cpus_per_client", "max_parallel_clients", "ray_address", "round_timeout")
-STUDY_FIELDS = tuple(f.name for f in dataclasses.fields(AttacksConfig) if f.name not in CLASSIC_FIELDS)
+STUDY_FIELDS = tuple(f.name for f in flat_fields(AttacksConfig) if f.name not in CLASSIC_FIELDS)
 
 
 def check(config: AttacksConfig) -> None:
@@ -178,8 +183,8 @@ def check(config: AttacksConfig) -> None:
         return check_study(config)
     check_integers(config, ("num_clients", "rounds", "local_epochs"))
     check_integers(config, ("seed",), minimum=0)
-    EngineOptions.of(config)
-    check_numbers(config, ("learning_rate", "num_cpus_per_client", "round_timeout"))
+    check_engine_keys(config)
+    check_numbers(config, ("learning_rate", "round_timeout"))
     if config.num_clients < 3:
         raise ValueError(f"num_clients: expected at least 3 (an attacker, a source and an honest client); "
                          f"got {config.num_clients}.")
@@ -268,8 +273,8 @@ def check_study(config: AttacksConfig) -> None:
     """The study's settings (:mod:`.study`); errors name the parameter, the expectation and the value."""
     check_integers(config, ("num_clients", "rounds", "local_epochs", "seeds", "colluders", "craft_steps"))
     check_integers(config, ("seed", "train_examples", "holdout_examples", "honest_rounds"), minimum=0)
-    EngineOptions.of(config)
-    check_numbers(config, ("learning_rate", "num_cpus_per_client", "round_timeout", "dirichlet_alpha"))
+    check_engine_keys(config)
+    check_numbers(config, ("learning_rate", "round_timeout", "dirichlet_alpha"))
     check_numbers(config, ("replica_noise", "colluder_spread", "craft_budget", "norm_cap"), zero_ok=True)
     choices = {"dataset": ("digits", "fashion-mnist"), "utility": UTILITIES}
     for name, allowed in choices.items():
@@ -389,7 +394,7 @@ def run_attacks(
 
     loader = functools.partial(attack_client_data, config_json=config_json)
     serve(make_client_app(loader, model_factory), main, num_supernodes=config.num_clients,
-          engine=EngineOptions.of(config))
+          engine=config.engine)
     table = pd.DataFrame(rows)
     baseline = table.loc[table["attack"] == "none", "accuracy"]
     table.insert(table.columns.get_loc("accuracy") + 1, "accuracy_change",
@@ -459,7 +464,8 @@ def audit_from_run(saved: dict) -> dict:
     if not isinstance(study, dict):
         raise ValueError("run.json: not a run of the attack study (no 'study' settings); the single-seed "
                          "measurement's runs are audited without their utility")
-    config = dataclasses.replace(saved_config(AttacksConfig, saved, strict=False), ray_address=None)
+    config = saved_config(AttacksConfig, saved, strict=False)
+    config = dataclasses.replace(config, engine=dataclasses.replace(config.engine, ray_address=None))
     check_study(config)
     run = StudyRun(str(study["partition"]), str(study["strategy"]), int(study["seed"]),
                    plan_of(str(study["attack"]), config.num_clients, config.attacker, config.colluders))

@@ -38,7 +38,6 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition, sample_per_class, split_holdout
 from simulations.experiments.attacks.plan import AttackSettings, RunPlan, behaviour_of, plan_of
 from simulations.runner import (
-    EngineOptions,
     fedavg_without_evaluation,
     initial_model_arrays,
     seeded_server_generators,
@@ -235,7 +234,7 @@ def run_group(config, runs: list[StudyRun], out_dir, on_run) -> list[tuple[Study
 
     loader = functools.partial(study_client_data, config_json=config_json)
     serve(make_client_app(loader, factory), main, num_supernodes=len(runs[0].plan.participants),
-          engine=EngineOptions.of(config))
+          engine=config.engine)
     return done
 
 

@@ -49,11 +49,11 @@ records the audit recomputes from are kept).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
@@ -74,9 +74,11 @@ from simulations.experiments.fairness.data import DATASETS, FairFederation, buil
 from simulations.runner import (
     EngineOptions,
     Simulation,
-    fedavg_without_evaluation,
+    check_engine_keys,
     check_integers,
     check_numbers,
+    fedavg_without_evaluation,
+    flat_settings,
     package_versions,
     prepare_run_dir,
     serve,
@@ -127,16 +129,18 @@ class FairnessConfig:
     damping: float = 1.0
     confidence: float = 0.95
     round_timeout: float = 600.0
-    num_cpus_per_client: float = 1
-    max_parallel_clients: int | None = None
-    ray_address: str | None = None
+    # num_cpus_per_client 1, not 1.0: run.json has always written the int, and its bytes start the hash chain.
+    engine: EngineOptions = EngineOptions(num_cpus_per_client=1)
+
+    #: The engine settings this job takes (CPUs only), flat in run.json and on the command line.
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "max_parallel_clients", "ray_address")
 
     def check(self) -> None:
         check_integers(self, ("seeds", "num_clients", "clients_per_round", "rounds", "local_epochs",
                               "examples_per_client", "tail"))
         check_integers(self, ("seed",), minimum=0)
-        EngineOptions.of(self)
-        check_numbers(self, ("learning_rate", "concentration", "round_timeout", "num_cpus_per_client", "damping"))
+        check_engine_keys(self)
+        check_numbers(self, ("learning_rate", "concentration", "round_timeout", "damping"))
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence: expected a number in the open interval (0, 1); got {self.confidence!r}.")
         if (not self.policies or "fedavg" not in self.policies or any(p not in POLICIES for p in self.policies)
@@ -261,7 +265,7 @@ def run_fairness(config: FairnessConfig, out: str | Path, *, overwrite: bool = F
                  say: Callable[[str], None] | None = None) -> dict[str, pd.DataFrame]:
     """Every run of every data set on one engine; writes and returns the tables (module docstring)."""
     config.check()
-    settings = dataclasses.asdict(config)
+    settings = flat_settings(config)
     for dataset in config.datasets:  # bad data surfaces before the engine starts
         _federation_of(settings, dataset)
     out_dir = prepare_run_dir(out, overwrite=overwrite)
@@ -317,7 +321,7 @@ def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir
     loader = functools.partial(fair_client_data, dataset=dataset, config_json=json.dumps(settings, sort_keys=True))
     # Every seed's model has the same shape (the inputs' width does not depend on the seed).
     serve(make_client_app(loader, functools.partial(model_factory, width, config.seed)), main,
-          num_supernodes=config.num_clients, engine=EngineOptions.of(config))
+          num_supernodes=config.num_clients, engine=config.engine)
 
 
 # -------------------------------------------------------------------------- outputs
@@ -326,7 +330,7 @@ def _serve_dataset(config: FairnessConfig, settings: dict, dataset: str, out_dir
 def client_table(out_dir: Path, config: FairnessConfig) -> pd.DataFrame:
     """The first seed's FedAvg run: per-client totals beside each client's group and label mix."""
     frames = []
-    settings = dataclasses.asdict(config)
+    settings = flat_settings(config)
     for dataset in config.datasets:
         summary = load_run(out_dir / dataset / f"seed-{config.seed}" / "fedavg").summary().reset_index()
         summary["client"] = summary["client_id"].astype(int)

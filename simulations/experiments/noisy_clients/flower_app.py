@@ -45,7 +45,9 @@ from simulations.runner import (
     build_strategy,
     check_some_client_valued,
     client_mods,
+    flat_fields,
     initial_model_arrays,
+    nest_settings,
     package_versions,
     prepare_run_dir,
     replies_in_send_order,
@@ -91,14 +93,13 @@ def config_from_run_config(run_config: typing.Mapping) -> tuple[NoisyClientsConf
         A key of the wrong type (naming the key, what was expected and what was got), or an
         engine option changed from its default (:data:`ENGINE_OPTIONS`).
     """
-    hints = typing.get_type_hints(NoisyClientsConfig)
     values = {}
-    for f in dataclasses.fields(NoisyClientsConfig):
+    for f in flat_fields(NoisyClientsConfig):
         key = run_config_key(f.name)
         if key not in run_config:
             continue
         value = run_config[key]
-        kind = hints[f.name]
+        kind = f.hint
         if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None: TOML has no null
             (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
             if value == "":
@@ -114,12 +115,12 @@ def config_from_run_config(run_config: typing.Mapping) -> tuple[NoisyClientsConf
         elif not isinstance(value, kind) or isinstance(value, bool):
             raise ValueError(f"{key}: expected a {kind.__name__}; got {value!r}.")
         values[f.name] = value
-    config = NoisyClientsConfig(**values)
+    config = NoisyClientsConfig(**nest_settings(NoisyClientsConfig, values))
+    settings, defaults = config.as_dict(), NoisyClientsConfig().as_dict()
     for name, where in ENGINE_OPTIONS.items():
-        if getattr(config, name) != getattr(NoisyClientsConfig, name):
+        if settings[name] != defaults[name]:
             raise ValueError(f"{run_config_key(name)}: a fedvalue run engine option, set by {where} under flwr "
-                             f"run; expected the default {getattr(NoisyClientsConfig, name)!r}, got "
-                             f"{getattr(config, name)!r}.")
+                             f"run; expected the default {defaults[name]!r}, got {settings[name]!r}.")
     out = str(run_config.get(OUT_KEY, DEFAULT_OUT))
     # Runs land outside the project directory (which holds the code only); "~" is the user's home.
     return config, os.path.expanduser(out)
@@ -167,13 +168,12 @@ def federation_size(grid: Grid, num_clients: int, *, wait_s: float = NODE_WAIT_S
 
 def same_ledger_command(config: NoisyClientsConfig, out: str) -> str:
     """The ``fedvalue run noisy-clients`` command that books the same ledger as ``config``."""
-    defaults = NoisyClientsConfig()
+    settings, defaults = config.as_dict(), NoisyClientsConfig().as_dict()
     options = []
-    for f in dataclasses.fields(NoisyClientsConfig):
-        value = getattr(config, f.name)
-        if value != getattr(defaults, f.name):
+    for name, value in settings.items():
+        if value != defaults[name]:
             shown = ",".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
-            options.append(f"--{run_config_key(f.name)} {shown}")
+            options.append(f"--{run_config_key(name)} {shown}")
     return " ".join(["fedvalue run noisy-clients --out DIR", *options])
 
 

@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -57,6 +58,7 @@ from simulations.runner import (
     check_ray_address,
     check_strategy,
     client_mods,
+    flat_settings,
     parse_budget,
     saved_config,
     simulate,
@@ -125,11 +127,8 @@ class NoisyClientsConfig:
     truncation_tolerance: float = 1e-3
     stderr_target: float | None = None
     utility: str = "accuracy"
-    num_cpus_per_client: float = 1.0
-    num_gpus_per_client: float = 0.0
+    engine: EngineOptions = EngineOptions()
     device: str = "cpu"
-    max_parallel_clients: int | None = None
-    ray_address: str | None = None
     round_timeout: float = 600.0
     query_timeout: float = 120.0
     valuation_workers: int = 0
@@ -138,8 +137,13 @@ class NoisyClientsConfig:
     holdout_examples: int = 0
     valuation_budget: str | None = None
 
+    #: run.json and the command line have the engine's settings flat, ``device`` among them where
+    #: it always stood (:func:`simulations.runner.engine.flat_fields`).
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "num_gpus_per_client", "device",
+                                              "max_parallel_clients", "ray_address")
+
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return flat_settings(self)
 
 
 def valuation_settings(config: NoisyClientsConfig, utility=None) -> ValuationSettings:
@@ -160,8 +164,7 @@ def _check(config: NoisyClientsConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
     check_integers(config, ("num_clients", "rounds", "clients_per_round", "local_epochs"))
     check_integers(config, ("valuation_workers", "batch_size", "seed"), minimum=0)
-    check_numbers(config, ("learning_rate", "epsilon", "num_cpus_per_client", "round_timeout", "query_timeout",
-                           "dirichlet_alpha"))
+    check_numbers(config, ("learning_rate", "epsilon", "round_timeout", "query_timeout", "dirichlet_alpha"))
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
@@ -174,10 +177,10 @@ def _check(config: NoisyClientsConfig) -> None:
             raise ValueError(f"{name}: expected a number in {bounds}; got {value!r}.")
     if not 0 < config.delta < 1:
         raise ValueError(f"delta: expected a number in (0, 1); got {config.delta!r}.")
-    check_numbers(config, ("truncation_tolerance", "num_gpus_per_client"), zero_ok=True)
+    check_numbers(config, ("truncation_tolerance",), zero_ok=True)
     check_number("stderr_target", config.stderr_target, low=0.0, low_open=True, none_ok=True)
-    EngineOptions.of(config)  # CPUs, GPUs, parallelism and cluster address, checked as the engine takes them
-    check_devices(config.device, config.num_gpus_per_client, ray_address=config.ray_address)
+    # CPUs, GPUs, parallelism and cluster address were checked as config.engine was made.
+    check_devices(config.device, config.engine.num_gpus_per_client, ray_address=config.engine.ray_address)
     check_strategy(config, config.clients_per_round)
     if config.dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {list(DATASETS)}; got {config.dataset!r}.")
@@ -215,8 +218,8 @@ def _check(config: NoisyClientsConfig) -> None:
     if config.valuation_workers > MAX_VALUATION_WORKERS:
         raise ValueError(f"valuation_workers: expected at most {MAX_VALUATION_WORKERS} Ray actors; got "
                          f"{config.valuation_workers}.")
-    if config.ray_address:
-        check_ray_address(config.ray_address)
+    if config.engine.ray_address:
+        check_ray_address(config.engine.ray_address)
 
 
 @functools.lru_cache(maxsize=2)
@@ -327,7 +330,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
         run=RunSettings(run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},
                         resume=resume, sign_key=sign_key),
         callbacks=RunCallbacks(on_round=on_round, on_progress=on_valuation_progress),
-        engine=EngineOptions.of(config),
+        engine=config.engine,
         overwrite=overwrite,
         round_timeout=config.round_timeout,
     )
@@ -361,7 +364,8 @@ def audited_config(saved: dict) -> NoisyClientsConfig:
         raise ValueError("data_path: the run's data lie outside the run directory "
                          f"({str(config.data_path)[:80]!r}); the audit opens no file outside it, so it does not "
                          "rebuild the run's utility")
-    return dataclasses.replace(config, ray_address=None, valuation_workers=0)
+    return dataclasses.replace(config, engine=dataclasses.replace(config.engine, ray_address=None),
+                               valuation_workers=0)
 
 
 def utility_from_run(saved: dict):
@@ -388,7 +392,7 @@ def audit_from_run(saved: dict) -> dict:
     def retrain(server_round: int, client, start_arrays) -> dict:
         # As many torch threads as the client's Ray worker had: reductions then add in its order
         # (with another thread count 50 epochs can drift by 1e-4).
-        with torch_threads(max(1, int(config.num_cpus_per_client))):
+        with torch_threads(max(1, int(config.engine.num_cpus_per_client))):
             arrays, _, _ = train_client(loader(int(client)), model_factory, dict(start_arrays),
                                         learning_rate=config.learning_rate, local_epochs=config.local_epochs,
                                         batch_size=config.batch_size, seed=config.seed, server_round=server_round,

@@ -61,7 +61,6 @@ from simulations.experiments.noisy_clients.noisy_clients import (
     valuation_settings,
 )
 from simulations.runner import (
-    EngineOptions,
     Simulation,
     check_integers,
     default_max_parallel_clients,
@@ -174,9 +173,10 @@ def _parallel_clients(config: NoisyClientsStudyConfig) -> int | None:
     Unlike a single run's default no core is kept for the server: it values a round after its
     last reply, so it idles while clients train (on 2 cores two actors cut the wait for
     training replies by ~20%: 18.8 and 22.1 s against 24.7 and 26.4 s a seed, runs side by side)."""
-    if config.max_parallel_clients is not None or config.ray_address is not None:
-        return config.max_parallel_clients
-    return default_max_parallel_clients(config.clients_per_round, config.num_cpus_per_client, server_core=False)
+    engine = config.engine
+    if engine.max_parallel_clients is not None or engine.ray_address is not None:
+        return engine.max_parallel_clients
+    return default_max_parallel_clients(config.clients_per_round, engine.num_cpus_per_client, server_core=False)
 
 
 def _random_acceptance(sampled: dict[int, list[str]], k: int, seed: int) -> dict[int, list[str]]:
@@ -207,7 +207,7 @@ def run_study(
     seeds = list(range(config.seed, config.seed + config.seeds))
     for seed in seeds:
         build(_base(config, seed))  # every seed's input is checked before Ray starts
-    study_config = {"simulation": "noisy-clients-study", **dataclasses.asdict(config), "versions": package_versions()}
+    study_config = {"simulation": "noisy-clients-study", **config.as_dict(), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
     write_json(out_dir / RUN_CONFIG_FILE, study_config)
     runs = _StudyRuns(config, out_dir)
@@ -225,11 +225,11 @@ def run_study(
 
     started = time.perf_counter()
     base = _base(config, seeds[0])
-    loader = functools.partial(study_client_data, config_json=json.dumps(dataclasses.asdict(base), sort_keys=True))
+    loader = functools.partial(study_client_data, config_json=json.dumps(base.as_dict(), sort_keys=True))
     _, model_factory, _, _ = build(base)
     with torch_threads(SERVER_TORCH_THREADS):  # the valuation's forward passes, in this process
         serve(make_client_app(loader, model_factory, mods=client_mods), main, num_supernodes=config.num_clients,
-              engine=dataclasses.replace(EngineOptions.of(config), max_parallel_clients=_parallel_clients(config)))
+              engine=dataclasses.replace(config.engine, max_parallel_clients=_parallel_clients(config)))
     runs.timings["total"] = time.perf_counter() - started
     return write_outputs(out_dir, seeds, pd.DataFrame(runs.accuracy_rows), runs.timings)
 

@@ -215,9 +215,9 @@ def warm_up(grid: Grid, config, cell: Cell, nodes: NodeDirectory) -> None:
 def engine_options(config) -> EngineOptions:
     """The config's engine; by default every usable core trains clients (the server values a round
     only after its last reply, so it idles while they train)."""
-    parallel = config.max_parallel_clients or default_max_parallel_clients(
-        config.clients_per_round, config.num_cpus_per_client, server_core=False)
-    return dataclasses.replace(EngineOptions.of(config), max_parallel_clients=parallel)
+    parallel = config.engine.max_parallel_clients or default_max_parallel_clients(
+        config.clients_per_round, config.engine.num_cpus_per_client, server_core=False)
+    return dataclasses.replace(config.engine, max_parallel_clients=parallel)
 
 
 def run_cells(config, out: Path, cells: list[Cell], *, on_cell: Callable[[Cell], None] | None = None) -> None:

@@ -18,12 +18,19 @@ the value-driven policy's options (``elimination_*``, ``weighting_*``), GreedyFe
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fedvalue._checks import check_number
 from simulations.datasets import MODELS, check_hidden
-from simulations.runner import EngineOptions, check_devices, check_integers, check_numbers
+from simulations.runner import (
+    EngineOptions,
+    check_devices,
+    check_engine_keys,
+    check_integers,
+    check_numbers,
+    flat_settings,
+)
 
 #: Every policy the benchmark knows (:mod:`.policies` builds them), in the order tables list them.
 POLICY_NAMES = ("random", "power-of-choice", "greedyfed", "value-ucb", "topk-ads", "topk-loo",
@@ -78,15 +85,16 @@ class NoisyFederationConfig:
     weighting_temperature: float | None = None
     trimmed_beta: float = 0.2
     krum_malicious: int = 1
-    num_cpus_per_client: float = 1.0
-    num_gpus_per_client: float = 0.0
-    max_parallel_clients: int | None = None
+    engine: EngineOptions = EngineOptions()
     device: str = "cpu"
     round_timeout: float = 600.0
     query_timeout: float = 120.0
 
+    #: The engine settings the benchmark takes (a local Ray only), flat in run.json and on the command line.
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "num_gpus_per_client", "max_parallel_clients")
+
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return flat_settings(self)
 
 
 #: Help of the options (``fedvalue run noisy-federation --help``).
@@ -164,9 +172,8 @@ def check_config(config: NoisyFederationConfig) -> None:
                             "final_window", "validation_examples", "valuation_budget", "topk", "poc_candidates",
                             "elimination_min_rounds"))
     check_integers(config, ("seed", "test_examples", "krum_malicious"), minimum=0)
-    check_numbers(config, ("learning_rate", "dirichlet_alpha", "elimination_confidence", "num_cpus_per_client",
-                           "round_timeout", "query_timeout"))
-    check_numbers(config, ("num_gpus_per_client",), zero_ok=True)
+    check_numbers(config, ("learning_rate", "dirichlet_alpha", "elimination_confidence", "round_timeout",
+                           "query_timeout"))
     _check_choices(config)
     _check_fractions(config)
     check_hidden(config.hidden)
@@ -192,5 +199,5 @@ def check_config(config: NoisyFederationConfig) -> None:
     if (config.weighting_kind == "softmax") != (config.weighting_temperature is not None):
         raise ValueError(f"weighting_temperature: the softmax weighting needs one and the positive one none; got "
                          f"{config.weighting_temperature!r} with weighting_kind={config.weighting_kind!r}.")
-    EngineOptions.of(config)
-    check_devices(config.device, config.num_gpus_per_client)
+    check_engine_keys(config)
+    check_devices(config.device, config.engine.num_gpus_per_client)

@@ -51,7 +51,7 @@ from simulations.experiments.noisy_federation.measures import (
     summary_table,
 )
 from simulations.experiments.noisy_federation.policies import CLEAN, build_policy, ruled_out
-from simulations.runner import Simulation, saved_config, torch_threads
+from simulations.runner import Simulation, flat_fields, saved_config, torch_threads
 from strategies import NodeDirectory, PartitionSampler, replay_aggregator
 
 BENCHMARK_FILE = "benchmark.json"
@@ -75,9 +75,10 @@ def open_benchmark(config: NoisyFederationConfig, out: str | Path, *, overwrite:
         else:
             saved = json.loads(saved_file.read_text())
             # A setting the saved run predates had its default there.
-            changed = [f.name for f in dataclasses.fields(config) if f.name not in ADJUSTABLE
+            settings = config.as_dict()
+            changed = [f.name for f in flat_fields(type(config)) if f.name not in ADJUSTABLE
                        and saved.get(f.name, json.loads(json.dumps(f.default)))
-                       != json.loads(json.dumps(getattr(config, f.name)))]
+                       != json.loads(json.dumps(settings[f.name]))]
             if changed:
                 raise ValueError(f"out: {out} holds a benchmark run with other settings ({', '.join(changed)}); its "
                                  "done cells would not be comparable. Use the same settings to continue it, another "
@@ -248,7 +249,7 @@ def audit_from_run(saved: dict) -> dict:
     train = cell_train_config(config, cell)
 
     def retrain(server_round: int, client, start_arrays) -> dict:
-        with torch_threads(max(1, int(config.num_cpus_per_client))):  # as the client's Ray worker had
+        with torch_threads(max(1, int(config.engine.num_cpus_per_client))):  # as the client's Ray worker had
             data = client_data(int(client), cell.data_key, settings=settings)
             arrays, _, _ = train_client(data, factory, dict(start_arrays), learning_rate=train["lr"],
                                         local_epochs=train["local-epochs"], batch_size=train["batch-size"],

@@ -14,10 +14,10 @@ F_t(u→v) = −(p_u Δ_u)·g_v as inflow / outflow / self per round and client,
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,9 +28,11 @@ from simulations.datasets import load_dataset, make_linear_model, partition_iid
 from simulations.runner import (
     EngineOptions,
     Simulation,
+    check_engine_keys,
     check_integers,
     check_numbers,
     fedavg_without_evaluation,
+    flat_settings,
     saved_config,
     simulate,
 )
@@ -51,13 +53,14 @@ class FederatedReciprocityConfig:
     clients_per_round: int = 20
     local_epochs: int = 5
     learning_rate: float | None = None
-    num_cpus_per_client: float = 1.0
-    max_parallel_clients: int | None = None
-    ray_address: str | None = None
+    engine: EngineOptions = EngineOptions()
     round_timeout: float = 600.0
 
+    #: The engine settings this job takes (CPUs only), flat in run.json and on the command line.
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "max_parallel_clients", "ray_address")
+
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return flat_settings(self)
 
     @property
     def step_size(self) -> float:
@@ -68,7 +71,7 @@ def check(config: FederatedReciprocityConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
     check_integers(config, ("num_clients", "rounds", "clients_per_round", "local_epochs"))
     check_integers(config, ("seed",), minimum=0)
-    EngineOptions.of(config)
+    check_engine_keys(config)
     if config.clients_per_round > config.num_clients:
         raise ValueError(
             f"clients_per_round: expected at most num_clients={config.num_clients}; got {config.clients_per_round}."
@@ -77,7 +80,7 @@ def check(config: FederatedReciprocityConfig) -> None:
         raise ValueError(f"dataset: expected one of {list(PAPER_LEARNING_RATES)}; got {config.dataset!r}.")
     if config.learning_rate is not None:
         check_numbers(config, ("learning_rate",))  # None: the paper's
-    check_numbers(config, ("num_cpus_per_client", "round_timeout"))
+    check_numbers(config, ("round_timeout",))
     data_size = {"breast-cancer": 569, "diabetes": 442}[config.dataset]
     if 2 * config.num_clients > data_size:
         raise ValueError(f"num_clients: expected at most {data_size // 2} (each client needs a training and an "
@@ -153,7 +156,7 @@ def run_federated_reciprocity(
                                     "splits": "per client: random half train, half inference"},
                         resume=resume, sign_key=sign_key),
         callbacks=RunCallbacks(on_round=on_round),
-        engine=EngineOptions.of(config),
+        engine=config.engine,
         overwrite=overwrite,
         round_timeout=config.round_timeout,
     )

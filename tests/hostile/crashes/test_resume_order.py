@@ -9,7 +9,6 @@ must refuse the directory and never connect to the address.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import socket
 from pathlib import Path
@@ -50,7 +49,7 @@ def _connections(server: socket.socket) -> int:
 def signed_run(tmp_path) -> tuple[Path, Path]:
     """A signed noisy-clients run directory killed after round 1 committed (real files)."""
     generate_keypair(tmp_path / "k.pem", tmp_path / "k.pub")
-    config = {"simulation": "noisy-clients", **dataclasses.asdict(NoisyClientsConfig(rounds=3))}
+    config = {"simulation": "noisy-clients", **NoisyClientsConfig(rounds=3).as_dict()}
     books = RunBooks(tmp_path / "run", config=config, signer=Signer.from_file(tmp_path / "k.pem"))
     ledger = [{"round": 1, "client_id": c, "method": "ads", "value": 0.1 * c, "stderr": None, "num_examples": 5,
                "status": "ok", "noisy": False, "reason": ""} for c in (1, 2)]

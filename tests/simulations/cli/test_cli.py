@@ -85,7 +85,7 @@ def test_resume_alone_reads_the_simulation_from_the_run_and_names_what_is_wrong(
     # A resumable run: the simulation named in run.json runs with run.json's settings, in DIR.
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    settings = {"simulation": "noisy-clients", **dataclasses.asdict(SIMULATIONS["noisy-clients"].config(rounds=3))}
+    settings = {"simulation": "noisy-clients", **SIMULATIONS["noisy-clients"].config(rounds=3).as_dict()}  # engine flat
     (run_dir / "run.json").write_text(json.dumps(settings))
     called = {}
 

@@ -25,7 +25,7 @@ def test_the_papers_protocol_on_fashion_mnist():
 
     config = NoisyClientsConfig(dataset="fashion-mnist", examples_per_client=120, holdout_examples=1000,
                                 learning_rate=0.01, model="cnn")
-    train, holdout, partitions, noisy = _prepared(json.dumps(dataclasses.asdict(config), sort_keys=True))
+    train, holdout, partitions, noisy = _prepared(json.dumps(config.as_dict(), sort_keys=True))
     assert len(train) == 3600 and np.bincount(train.y).tolist() == [360] * 10
     assert [len(p) for p in partitions] == [120] * 30
     assert len(holdout) == 1000 and np.bincount(holdout.y).tolist() == [100] * 10
@@ -35,7 +35,7 @@ def test_the_papers_protocol_on_fashion_mnist():
     client = loader(0)
     assert client.x_train.shape == (120, 784) and model_factory()(utility.x[:2]).shape == (2, 10)
     # Another seed draws other images, clients and noisy set.
-    other = _prepared(json.dumps(dataclasses.asdict(dataclasses.replace(config, seed=1)), sort_keys=True))
+    other = _prepared(json.dumps(dataclasses.replace(config, seed=1).as_dict(), sort_keys=True))
     assert not np.array_equal(other[0].x, train.x) and other[3] != noisy
 
 

@@ -7,7 +7,9 @@ import dataclasses
 import functools
 import logging
 import threading
+import json
 import time
+import typing
 
 import numpy as np
 import pytest
@@ -24,9 +26,14 @@ from simulations.runner.engine import (
     EngineOptions,
     EngineStoppedError,
     _StoppableGrid,
+    check_engine_keys,
     default_max_parallel_clients,
+    flat_fields,
+    flat_settings,
+    nest_settings,
     run_flower_simulation,
 )
+from simulations.runner.config_checks import saved_config
 from simulations.datasets.models import make_mlp
 
 NUM_SUPERNODES = 4
@@ -226,14 +233,38 @@ def test_bad_arguments_fail_before_anything_starts(kwargs, error, message):
         run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=supernodes, engine=EngineOptions(**kwargs))
 
 
-def test_engine_options_are_read_from_a_config_and_refused_in_place_of_the_wrong_type():
-    @dataclasses.dataclass
-    class Config:
-        num_cpus_per_client: float = 2.0
-        max_parallel_clients: int | None = 3
-        rounds: int = 5
+@dataclasses.dataclass
+class _NestedConfig:
+    rounds: int = 5
+    engine: EngineOptions = EngineOptions(num_cpus_per_client=1)
+    device: str = "cpu"
+    hidden: tuple[int, ...] = (4,)
 
-    assert EngineOptions.of(Config()) == EngineOptions(num_cpus_per_client=2.0, max_parallel_clients=3)
+    ENGINE_KEYS: typing.ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "device", "max_parallel_clients")
+
+
+def test_a_config_nesting_engine_options_is_flat_where_the_engine_field_stands_and_back():
+    fields = flat_fields(_NestedConfig)
+    assert [f.name for f in fields] == ["rounds", "num_cpus_per_client", "device", "max_parallel_clients", "hidden"]
+    assert [f.default for f in fields] == [5, 1, "cpu", None, (4,)]  # the config's engine default, int kept
+    config = _NestedConfig(rounds=2, engine=EngineOptions(max_parallel_clients=3), device="cuda", hidden=(8, 2))
+    settings = flat_settings(config)
+    assert settings == {"rounds": 2, "num_cpus_per_client": 1.0, "device": "cuda", "max_parallel_clients": 3,
+                        "hidden": (8, 2)}
+    assert list(settings) == [f.name for f in fields]
+    assert json.dumps(flat_settings(_NestedConfig())) == ('{"rounds": 5, "num_cpus_per_client": 1, "device": "cpu", '
+                                                          '"max_parallel_clients": null, "hidden": [4]}')
+    assert saved_config(_NestedConfig, json.loads(json.dumps(settings))) == config  # run.json read back, flat keys
+    assert _NestedConfig(**nest_settings(_NestedConfig, {"max_parallel_clients": 3})).engine == EngineOptions(
+        num_cpus_per_client=1, max_parallel_clients=3)
+    with pytest.raises(ValueError, match="max_parallel_clients: expected a positive integer"):
+        nest_settings(_NestedConfig, {"max_parallel_clients": 0})  # checked as the engine options are made
+    check_engine_keys(config)
+    with pytest.raises(ValueError, match="ray_address: this simulation does not take it"):
+        check_engine_keys(_NestedConfig(engine=EngineOptions(ray_address="auto")))  # run.json would not record it
+
+
+def test_engine_options_are_refused_in_place_of_the_wrong_type():
     with pytest.raises(TypeError, match="engine: expected a simulations.runner.engine.EngineOptions .or None.; got dict"):
         run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=1, engine={"num_cpus_per_client": 1})
 

@@ -4,7 +4,6 @@ federation (SuperLink and SuperNodes as processes) against ``fedvalue run``'s le
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from simulations.experiments.noisy_clients.flower_app import (
     with_sizes,
 )
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig
+from simulations.runner import flat_fields
 from tests.simulations.experiments.noisy_clients.flower_processes import (
     BIN,
     PROJECT,
@@ -49,7 +49,7 @@ PYPROJECT_CONFIG = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool
 
 
 def test_every_noisy_clients_option_is_a_run_config_key_with_its_default():
-    fields = {run_config_key(f.name) for f in dataclasses.fields(NoisyClientsConfig)}
+    fields = {run_config_key(f.name) for f in flat_fields(NoisyClientsConfig)}  # the engine options flat
     assert set(PYPROJECT_CONFIG) == fields | {OUT_KEY}
     config, out = config_from_run_config(PYPROJECT_CONFIG)
     # The sizes come from the federation (0); every other option is fedvalue run's default.
