@@ -55,7 +55,8 @@ def _numpy_blas() -> str:
         return "unknown"
 
 
-def _usable_cpus() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; elsewhere than Linux, all of them)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -88,7 +89,7 @@ def kernel_platform() -> dict:
         "numpy": np.__version__,
         "python": _stdlib_platform.python_version(),
         "torch_threads": torch.get_num_threads(),
-        "cpus": _usable_cpus(),
+        "cpus": usable_cores(),
         "environment": {name: os.environ[name] for name in KERNEL_ENVIRONMENT if name in os.environ},
     }
 

@@ -104,6 +104,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedvalue._checks import check_integer, check_non_negative, check_positive
+from fedvalue.scoring.kernels import usable_cores
 from simulations.runner.engine_failures import FLOWER_CRASH_LOGS
 from strategies.counterfactual import RandomState
 from strategies.valuing_settings import settings_or_default
@@ -255,10 +256,7 @@ def default_max_parallel_clients(num_supernodes: int, num_cpus_per_client: float
     """Clients training at once by default: the usable cores minus one for the ServerApp
     (which values each round; ``server_core=False``: no core kept for it), at least 1, at
     most ``num_supernodes``."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     usable = cores - 1 if server_core and cores > 1 else cores
     fitting = int(usable // num_cpus_per_client)
     return max(1, min(num_supernodes, fitting))

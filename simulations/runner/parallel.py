@@ -17,12 +17,12 @@ instead (``threads_per_worker``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from fedvalue._checks import check_integer, check_non_negative
+from fedvalue.scoring.kernels import usable_cores
 from fedvalue.scoring._scoring import FastScores
 from fedvalue.scoring.linear import LinearStates
 from fedvalue.scoring.torch_utilities import TorchModelUtility
@@ -194,13 +194,6 @@ class _ParallelLinearStates:
 #: 2-core machine: the first simulated round costs about 6 s more than later ones for that reason;
 #: chosen, not tuned).
 ACTOR_START_S = 5.0
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def valuation_workers_advice(utility: TorchModelUtility, *, workers: int, clients_per_round: int, rounds: int,
