@@ -20,10 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 
 from fedvalue._checks import check_integer, check_number
-from fedvalue.schema import Status
+from strategies.policies.sampling import available_ids, booked_values, round_robin
 
 
 class GreedyFedSampler:
@@ -54,10 +53,7 @@ class GreedyFedSampler:
 
     def observe(self, ledger_rows) -> None:
         """Take one committed round's ledger rows: update the valued clients' estimates."""
-        for row in ledger_rows:
-            if row.method != self.method or row.status != Status.OK or row.value is None:
-                continue
-            client, value = int(row.client_id), float(row.value)
+        for client, value in booked_values(ledger_rows, self.method).items():
             count = self.counts.get(client, 0)
             if count == 0:
                 estimate = value
@@ -72,14 +68,9 @@ class GreedyFedSampler:
         return math.ceil(num_clients / self.clients_per_round)
 
     def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
-        ids = sorted(int(c) for c in partition_ids)
-        if self.clients_per_round > len(ids):
-            raise ValueError(f"clients_per_round: expected at most the {len(ids)} available clients; got "
-                             f"{self.clients_per_round}.")
+        ids = available_ids(partition_ids, self.clients_per_round)
         if server_round <= self.warm_start_rounds(len(ids)):
-            order = np.random.default_rng([self.seed, 0x6EED]).permutation(ids).tolist()
-            start = (server_round - 1) * self.clients_per_round
-            return sorted(int(order[(start + k) % len(order)]) for k in range(self.clients_per_round))
+            return round_robin(ids, self.clients_per_round, server_round, self.seed)
         unvalued = [c for c in ids if c not in self.estimates]
         valued = sorted((c for c in ids if c in self.estimates), key=lambda c: (-self.estimates[c], c))
         return sorted((unvalued + valued)[:self.clients_per_round])

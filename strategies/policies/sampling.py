@@ -16,6 +16,30 @@ from fedvalue.schema import LedgerRow, Status
 SCHEDULES = ("random", "even")
 
 
+def available_ids(partition_ids: Sequence[int], clients_per_round: int) -> list[int]:
+    """The available partition ids, sorted; a ValueError naming ``clients_per_round`` when
+    fewer than that many are available."""
+    ids = sorted(int(c) for c in partition_ids)
+    if clients_per_round > len(ids):
+        raise ValueError(f"clients_per_round: expected at most the {len(ids)} available clients; got "
+                         f"{clients_per_round}.")
+    return ids
+
+
+def round_robin(ids: Sequence[int], clients_per_round: int, server_round: int, seed: int) -> list[int]:
+    """Round ``server_round``'s block of a seeded permutation of ``ids``, wrapping around: the
+    round-robin warm start of [GREEDYFED], which values every client once in ⌈N / M⌉ rounds."""
+    order = np.random.default_rng([seed, 0x6EED]).permutation(list(ids)).tolist()
+    start = (server_round - 1) * clients_per_round
+    return sorted(int(order[(start + k) % len(order)]) for k in range(clients_per_round))
+
+
+def booked_values(ledger_rows: Sequence[LedgerRow], method: str) -> dict[int, float]:
+    """client id -> value of the rows of ``method`` that booked one (status ok), in row order."""
+    return {int(row.client_id): float(row.value) for row in ledger_rows
+            if row.method == method and row.status == Status.OK and row.value is not None}
+
+
 class Sampler(Protocol):
     """Chooses each round's clients by partition id (what ValuingStrategy's ``sampler`` is)."""
 
@@ -59,12 +83,7 @@ class PartitionSampler:
 
     def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
         """Partition ids for ``server_round`` (1-based), sorted for a stable reply order."""
-        ids = np.array(sorted(partition_ids))
-        if self.clients_per_round > len(ids):
-            raise ValueError(
-                f"clients_per_round: expected at most the {len(ids)} available clients; got "
-                f"{self.clients_per_round}."
-            )
+        ids = np.array(available_ids(partition_ids, self.clients_per_round))
         if self.schedule == "random":
             rng = np.random.default_rng([self.seed, server_round])
             chosen = rng.choice(ids, size=self.clients_per_round, replace=False)
@@ -125,17 +144,11 @@ class ValueWeightedSampler:
         ledger_rows = list(ledger_rows)
         if self.flagging is not None:
             self.flagging.update(ledger_rows)
-        for row in ledger_rows:
-            if row.method == self.method and row.status == Status.OK and row.value is not None:
-                client = int(row.client_id)
-                self.totals[client] = self.totals.get(client, 0.0) + float(row.value)
+        for client, value in booked_values(ledger_rows, self.method).items():
+            self.totals[client] = self.totals.get(client, 0.0) + value
 
     def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
-        ids = sorted(int(c) for c in partition_ids)
-        if self.clients_per_round > len(ids):
-            raise ValueError(
-                f"clients_per_round: expected at most the {len(ids)} available clients; got {self.clients_per_round}."
-            )
+        ids = available_ids(partition_ids, self.clients_per_round)
         excluded = set() if self.exclude is None else {int(c) for c in self.exclude()}
         if self.flagging is not None:
             excluded |= {int(c) for c in self.flagging.flagged}

@@ -40,7 +40,7 @@ import numpy as np
 
 from fedvalue._checks import check_integer, check_positive
 from fedvalue.analysis.flagging import FlaggingRule
-from fedvalue.schema import Status
+from strategies.policies.sampling import available_ids, booked_values, round_robin
 
 
 SELECTIONS = ("uniform", "ucb")
@@ -99,8 +99,7 @@ class ValueEliminationSampler:
         ledger_rows = list(ledger_rows)
         if self.flagging is not None and any(row.method == self.flagging.method for row in ledger_rows):
             self.flagging.update(ledger_rows)
-        valued = {int(row.client_id): float(row.value) for row in ledger_rows
-                  if row.method == self.method and row.status == Status.OK and row.value is not None}
+        valued = booked_values(ledger_rows, self.method)
         scale = max((abs(v) for v in valued.values()), default=0.0)
         for client, value in valued.items():
             self.sums[client] = self.sums.get(client, 0.0) + (value / scale if scale > 0 else 0.0)
@@ -125,14 +124,9 @@ class ValueEliminationSampler:
                                   frozenset(int(c) for c in self.flagging.flagged))
 
     def sample(self, server_round: int, partition_ids: Sequence[int]) -> list[int]:
-        ids = sorted(int(c) for c in partition_ids)
-        if self.clients_per_round > len(ids):
-            raise ValueError(f"clients_per_round: expected at most the {len(ids)} available clients; got "
-                             f"{self.clients_per_round}.")
+        ids = available_ids(partition_ids, self.clients_per_round)
         if self.warm_start and server_round <= math.ceil(len(ids) / self.clients_per_round):
-            order = np.random.default_rng([self.seed, 0x6EED]).permutation(ids).tolist()
-            start = (server_round - 1) * self.clients_per_round
-            return sorted(int(order[(start + k) % len(order)]) for k in range(self.clients_per_round))
+            return round_robin(ids, self.clients_per_round, server_round, self.seed)
         ruled_out = self.flagged
         allowed = [c for c in ids if c not in ruled_out]
         rng = np.random.default_rng([self.seed, server_round])
