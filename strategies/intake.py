@@ -25,6 +25,7 @@ from flwr.app import Message
 from flwr.supercore.logger import log
 
 from fedvalue.run.archive import RoundRecord
+from fedvalue.run.round_settings import RoundSettings
 from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Status
 from strategies.nodes import reply_node, sent_nodes
 from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY
@@ -110,12 +111,12 @@ def entry(record: ClientReply, weighted_by_key: str) -> ClientEntry:
 
 
 def round_record(server_round: int, intake: RoundIntake, *, start_arrays: Mapping[str, np.ndarray],
-                 accepted: set, weighted_by_key: str, flows: bool, meta: dict,
+                 accepted: set, weighted_by_key: str, flows: bool, settings: RoundSettings,
                  replay: tuple | None) -> RoundRecord:
     """The round's record, built once from the intake: the books are booked from it and it
     is saved before the round's commit mark (:mod:`fedvalue.run.archive`). ``replay`` is what
-    replaying the inner strategy's aggregation needs (None: not saved; ``meta`` then says why
-    when it could not be)."""
+    replaying the inner strategy's aggregation needs (None: not saved; ``settings.replay_missing``
+    then says why when it could not be)."""
     replies: dict = {}
     for r in intake.records:  # the first reply under an id (a duplicate is failed)
         if r.status in WEIGHED_STATUSES:
@@ -128,7 +129,7 @@ def round_record(server_round: int, intake: RoundIntake, *, start_arrays: Mappin
         accepted=[r.client_id for r in intake.records if r.status == Status.OK and r.client_id in accepted],
         gradients={c: g.gradient for c, g in intake.gradients.items()} if flows else {},
         losses={c: g.loss for c, g in intake.gradients.items()} if flows else {},
-        meta=meta,
+        settings=settings,
         claims=[f.entry() for f in intake.claim_flags],
         replay=replay,
         loss_gradients=intake.loss_gradients,

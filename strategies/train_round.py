@@ -20,6 +20,7 @@ from flwr.serverapp.strategy import Strategy
 
 from fedvalue.rounds.booking import BookedRound, book_round
 from fedvalue.run.archive import RoundRecord
+from fedvalue.run.round_settings import RoundSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, round_game_for, round_rng, value_round
@@ -107,10 +108,10 @@ class TrainRound:
         self.realized = arrays_to_numpy(live_arrays) if live_arrays is not None else None
         return live_arrays, live_metrics
 
-    def record(self, accepted: set, *, weighted_by_key: str, flows: bool, meta: dict) -> RoundRecord:
-        """The round record (:func:`strategies.intake.round_record`) with ``meta``."""
+    def record(self, accepted: set, *, weighted_by_key: str, flows: bool, settings: RoundSettings) -> RoundRecord:
+        """The round record (:func:`strategies.intake.round_record`) with its ``settings``."""
         return round_record(self.server_round, self.intake, start_arrays=self.start.arrays, accepted=accepted,
-                            weighted_by_key=weighted_by_key, flows=flows, meta=meta,
+                            weighted_by_key=weighted_by_key, flows=flows, settings=settings,
                             replay=self.replay if isinstance(self.replay, tuple) else None)
 
     def book(self, record: RoundRecord, valuation: RoundValuation, utility: ArraysUtility, *, fairness,

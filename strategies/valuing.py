@@ -35,6 +35,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
+from fedvalue.run.round_settings import BY_STRATEGY, WEIGHTED_MEAN, RoundSettings
 from fedvalue.run.writer import RunBooks, RunSettings
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, ValuationSettings
 from strategies.hooks.round_hooks import RoundHooks
@@ -308,25 +309,23 @@ class ValuingStrategy(Strategy):
         live_arrays, live_metrics = round_.delegate(self.strategy, accepted, self.intake.reject_non_finite)
         self.hooks.check_first_order(round_.intake.gradients, self.ledger)
         record = self.hooks.note(round_.record(accepted, weighted_by_key=self.weighted_by_key, flows=self.flows,
-                                               meta=self._round_meta(round_)))
+                                               settings=self._round_settings(round_)))
         books = round_.book(record, valuation, self.utility, fairness=fairness,
                             noisy_clients=self.book_settings.noisy_clients)
         self._commit(round_, record, books, valuation)
         return live_arrays, live_metrics
 
-    def _round_meta(self, round_: TrainRound) -> dict:
+    def _round_settings(self, round_: TrainRound) -> RoundSettings:
         """What the round record notes of this run: the settings, the aggregation, the fairness
         rule and defences, what the live aggregation was given."""
-        return {"methods": list(self.methods), "valuation": self.valuation.ads.as_dict(), "seed": self.seed,
-                "strategy": type(self.strategy).__name__,
-                "aggregation": "weighted-mean" if round_.pure else "strategy",
-                "weighted_by_key": self.weighted_by_key, "flows": self.flows,
-                "reject_non_finite": self.intake.reject_non_finite, "selection": self.acceptance.books_selection,
-                **self.hooks.meta(),
-                **(self.acceptance.record_meta() if hasattr(self.acceptance, "record_meta") else {}),
-                **({"replay_missing": round_.replay} if isinstance(round_.replay, str) else {}),
-                **({} if self._available is None else {"available": self._available}),
-                **({} if round_.pure else {"passed": round_.passed})}
+        return RoundSettings(
+            methods=tuple(self.methods), valuation=self.valuation.ads, seed=self.seed,
+            strategy=type(self.strategy).__name__, aggregation=WEIGHTED_MEAN if round_.pure else BY_STRATEGY,
+            weighted_by_key=self.weighted_by_key, flows=self.flows, reject_non_finite=self.intake.reject_non_finite,
+            selection=self.acceptance.books_selection, **self.hooks.settings_notes(),
+            acceptance=getattr(self.acceptance, "recorded_acceptance", None),
+            replay_missing=round_.replay if isinstance(round_.replay, str) else None,
+            available=self._available, passed=None if round_.pure else round_.passed)
 
     def _commit(self, round_: TrainRound, record, books, valuation: RoundValuation) -> None:
         """Round ``round_``'s record, rows, commit mark and checkpoint (:mod:`fedvalue.run.writer`);

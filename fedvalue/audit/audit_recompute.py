@@ -68,8 +68,6 @@ from fedvalue.valuation.round_game import (
 from fedvalue.run.rundir import printable
 from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_STATUSES, Method
 
-#: Weight key of strategies that weigh replies by their example counts.
-NUM_EXAMPLES_KEY = "num-examples"
 #: Runs written before run.json held ``valuation`` (``AdsSettings.as_dict()``) named the
 #: estimator by the simulations' option names; read only to audit such a run.
 LEGACY_SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "delta",
@@ -182,17 +180,15 @@ def _run_settings(config: Mapping) -> dict:
 
 def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
     """Where the record's estimator, methods or seed disagree with run.json."""
-    meta, problems = record.meta, []
-    valuation = meta.get("valuation") or {}
-    if not isinstance(valuation, dict):
-        return [f"its valuation settings are not an object: {str(valuation)[:40]!r}"]
+    settings, problems = record.settings, []
+    valuation = settings.valuation.as_dict()
     for field, expected in _run_settings(config).items():
         if valuation.get(field) != expected:
             problems.append(f"its {field} is {valuation.get(field)!r}, run.json says {expected!r}")
-    if "methods" in config and list(meta.get("methods", [])) != list(config["methods"]):
-        problems.append(f"its methods are {meta.get('methods')!r}, run.json says {config['methods']!r}")
-    if "seed" in config and meta.get("seed") != config["seed"]:
-        problems.append(f"its seed is {meta.get('seed')!r}, run.json says {config['seed']!r}")
+    if "methods" in config and list(settings.methods) != list(config["methods"]):
+        problems.append(f"its methods are {list(settings.methods)!r}, run.json says {config['methods']!r}")
+    if "seed" in config and settings.seed != config["seed"]:
+        problems.append(f"its seed is {settings.seed!r}, run.json says {config['seed']!r}")
     return problems
 
 
@@ -200,14 +196,13 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
                     settings: AdsSettings) -> tuple[RoundFairness, dict, list[str]]:
     """A round's fairness books from its record, the I-JACK factors, and where the recorded
     rule's choice or ``ads_fairness``'s group efficiency disagree."""
-    meta, problems, factors = record.meta, [], {}
-    curvature = meta["fairness"].get("curvature")
+    note, problems, factors = record.settings.fairness, [], {}
     fair = fairness_round(fairness, ok, record.start_arrays, [record.replies[c] for c in ok],
-                          [record.weights[c] for c in ok], methods=meta["methods"], settings=settings,
-                          seed=round_rng(meta["seed"], record.round),
+                          [record.weights[c] for c in ok], methods=list(record.settings.methods), settings=settings,
+                          seed=round_rng(record.settings.seed, record.round),
                           loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals,
-                          damping=None if not curvature else curvature["damping"])
-    rule = meta["fairness"].get("rule")
+                          damping=note.damping or None)
+    rule = note.rule
     if rule and ok:
         chosen, rule_factors = policy_outcome(rule, fair.rule_scores(rule))
         if chosen != set(accepted):
@@ -227,7 +222,7 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
 def _value_weights(record: RoundRecord, valuation, ok: list, accepted: list) -> tuple[dict, list[str]]:
     """A value-weighted round's factors re-derived from its recomputed values
     (:mod:`fedvalue.rounds.kinds.value_weights`), and where the record accepted other clients."""
-    rule = record.meta["weighting"]
+    rule = record.settings.weighting
     values = valuation.results[rule["score"]].values
     chosen, factors = value_weight_outcome(rule, {c: float(values[c]) for c in ok})
     problems = []
@@ -262,24 +257,25 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
     example counts, and the fairness rule's disagreements. A FedAvg-family round
     aggregates by the weighted mean; any other round by ``replay(record)``, the inner
     strategy's own aggregation from its saved state (:func:`strategies.replay.replay_aggregator`)."""
-    statuses, meta = record.statuses, record.meta
+    statuses, round_settings = record.statuses, record.settings
     ok = [c for c in record.replies if statuses.get(c) == STATUS_OK]
     accepted = [c for c in ok if c in set(record.accepted)]
-    settings = AdsSettings(**meta["valuation"])
+    settings = round_settings.valuation
     aggregator = None if replay is None else _replayed(replay, record)
     valuation = None
     if ok:
         game = round_game_for(ok, record.start_arrays, [record.replies[c] for c in ok],
                               [record.weights[c] for c in ok], utility, aggregator)
-        valuation = value_round(game, meta["methods"], settings, seed=round_rng(meta["seed"], record.round))
+        valuation = value_round(game, list(round_settings.methods), settings,
+                                seed=round_rng(round_settings.seed, record.round))
     fair, factors, problems = None, {}, []
-    if "fairness" in meta and fairness is not None:
+    if round_settings.fairness is not None and fairness is not None:
         fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings)
-    if meta.get("weighting") and valuation is not None:
+    if round_settings.weighting and valuation is not None:
         factors, problems = _value_weights(record, valuation, ok, accepted)
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
-    aggregated = accepted + ([] if meta.get("reject_non_finite", True) else rejected)
+    aggregated = accepted + ([] if round_settings.reject_non_finite else rejected)
     realized = None
     if aggregator is not None:  # the live aggregation as it was given the replies, error replies included
         realized = aggregator.realized()
@@ -288,7 +284,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
             realized = weighted_mean([record.replies[c] for c in aggregated],
                                      [record.weights[c] * factors[c] if c in factors else record.weights[c]
                                       for c in aggregated])
-    by_examples = meta.get("weighted_by_key", NUM_EXAMPLES_KEY) == NUM_EXAMPLES_KEY
+    by_examples = round_settings.by_examples
     books = book_round(record, valuation, utility, realized=realized, aggregate=aggregator,
                        inputs={"fairness": fair}, noisy_clients=noisy_clients,
                        unaggregatable=0 if aggregator is None else None)
@@ -316,7 +312,7 @@ def plain_path_problems(record: RoundRecord, game, ok: Sequence[Hashable], utili
                         key=lambda c: [position[m] for m in c])
     if not coalitions:
         return []
-    rng = np.random.default_rng([int(record.meta["seed"]), int(record.round), 2])
+    rng = np.random.default_rng([int(record.settings.seed), int(record.round), 2])
     picked = rng.choice(len(coalitions), size=min(PLAIN_PATH_SAMPLE, len(coalitions)), replace=False)
     score, problems = getattr(utility, "plain", utility), []
     for k in sorted(picked.tolist()):
@@ -425,13 +421,12 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
 
 def sample_problems(record: RoundRecord, sampled: Callable[..., Sequence] | None) -> list[str]:
     """Where the record's sampled clients are not the sampler's choice for its round: from every
-    partition, or, when the record notes that some nodes were gone (meta ``"available"``), from
+    partition, or, when the record notes that some nodes were gone (``settings.available``), from
     the partitions it lists (``sampled(round, available)``)."""
     if sampled is None:
         return []
-    available = (record.meta or {}).get("available")
-    if available is not None and (not isinstance(available, list) or not all(
-            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in available)):
+    available = None if record.settings.available is None else list(record.settings.available)
+    if available is not None and not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in available):
         return [f"round {record.round}: its record's 'available' is not a list of partition ids ({available!r:.80})"]
     try:
         expected = [str(c) for c in (sampled(record.round) if available is None else sampled(record.round, available))]

@@ -229,18 +229,15 @@ def _readable(record, t: int, report: AuditReport) -> bool:
     return True
 
 
-def _by_strategy(record: RoundRecord) -> bool:
-    return record.meta.get("aggregation") != "weighted-mean"
-
-
 def _left_out(record: RoundRecord, t: int, options: Recompute, outcome: _Outcome) -> bool:
     """Whether round ``t`` cannot be recomputed with what the audit was given: aggregated by a
     strategy's own code without a replay (or with fairness), or fairness without its objective."""
-    if _by_strategy(record) and (options.replay is None or "fairness" in record.meta):
+    settings = record.settings
+    if settings.by_strategy and (options.replay is None or settings.fairness is not None):
         outcome.skipped.append(t)
-        outcome.skipped_by.add(printable(record.meta.get("strategy", "an unknown strategy"), 80))
+        outcome.skipped_by.add(printable(settings.strategy or "an unknown strategy", 80))
         return True
-    if "fairness" in record.meta and options.fairness is None:
+    if settings.fairness is not None and options.fairness is None:
         outcome.unfair.append(t)
         return True
     return False
@@ -280,7 +277,7 @@ def _recomputed(record: RoundRecord, t: int, options: Recompute, rows: pd.DataFr
     try:
         return round_problems(record, capped, rows, booked, options.tolerance, noisy_clients=noisy,
                               next_start=next_start, fairness=options.fairness,
-                              replay=options.replay if _by_strategy(record) else None)
+                              replay=options.replay if record.settings.by_strategy else None)
     except ReplayUnavailable as error:
         report.unverifiable.append(f"values of round {t}: not recomputed, {printable(error)}")
     except CappedUtility.Exceeded as error:

@@ -3,7 +3,7 @@ the defences' free-rider test reads A_{t−2} from the record (:mod:`fedvalue.ro
 so a record could flag an honest client, or spare a free-rider, by keeping a made-up "previous"
 model. A_{t−2} must be the state round t−1 started from, bit for bit, and a round after the
 first whose defences run the replay test must keep it. A round whose inner strategy aggregated
-only the defences' representatives (``meta["acceptance"]``, :mod:`strategies.policies.representatives`)
+only the defences' representatives (``settings.acceptance``, :mod:`strategies.policies.representatives`)
 must have accepted exactly the representatives the record's replies give."""
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ def reference_problems(record: RoundRecord, previous: RoundRecord | None) -> lis
     if unknown:
         problems.append(f"round {t}: its record keeps references no book reads: {unknown[:4]}")
     kept = record.references.get(PREVIOUS_GLOBAL)
-    meta = record.meta.get("defences")
+    defences = record.settings.defences
     if kept is not None and t == 1:
         problems.append(f"round {t}: its record keeps a previous global model, but no round came before it")
     elif kept is not None and previous is not None and not _same(kept, previous.start_arrays):
         problems.append(f"round {t}: the previous global model its record keeps is not the state round {t - 1} "
                         "started from")
-    elif kept is None and t > 1 and meta is not None and _needs_history(meta):
+    elif kept is None and t > 1 and defences is not None and _needs_history(defences):
         problems.append(f"round {t}: its defences test replies against the previous global model, but its record "
                         "keeps none")
     return problems + acceptance_problems(record)
@@ -45,10 +45,10 @@ def reference_problems(record: RoundRecord, previous: RoundRecord | None) -> lis
 
 def acceptance_problems(record: RoundRecord) -> list[str]:
     """Where a round that aggregated the representatives only accepted others than its replies give."""
-    if record.meta.get("acceptance") != REPRESENTATIVES:
+    if record.settings.acceptance != REPRESENTATIVES:
         return []
     try:
-        settings = DefenceSettings.from_meta(record.meta.get("defences"))
+        settings = DefenceSettings.from_meta(record.settings.defences)
     except (TypeError, ValueError) as error:
         return [f"round {record.round}: it aggregated the defences' representatives, but its defence settings do "
                 f"not read ({error})"]
@@ -63,9 +63,9 @@ def acceptance_problems(record: RoundRecord) -> list[str]:
     return []
 
 
-def _needs_history(meta: object) -> bool:
+def _needs_history(defences: object) -> bool:
     """Whether recorded defence settings run the replay test (unreadable settings are the books' finding)."""
     try:
-        return DefenceSettings.from_meta(meta).needs_history
+        return DefenceSettings.from_meta(defences).needs_history
     except (TypeError, ValueError):
         return False

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fedvalue.run.archive import RoundRecord
+from fedvalue.run.round_settings import RoundSettings
 from fedvalue.valuation.round_game import Arrays, ArraysUtility, RoundValuation
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry, LedgerRow, Status, noisy_flag
 
@@ -45,12 +46,12 @@ class RoundContext:
     inputs: Mapping[str, object] = field(default_factory=dict)
 
     @property
-    def settings(self) -> Mapping:
-        return self.record.meta
+    def settings(self) -> RoundSettings:
+        return self.record.settings
 
     @property
     def methods(self) -> list[str]:
-        return list(self.record.meta.get("methods", []))
+        return list(self.record.settings.methods)
 
     def noisy_of(self, client_id: Hashable) -> bool | None:
         return noisy_flag(client_id, self.noisy_clients)

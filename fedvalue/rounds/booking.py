@@ -74,7 +74,7 @@ def book_round(
 
     What the round booked comes from ``record``: its entries (every sampled client, in reply
     order), replies, accepted clients, inference gradients and claim flags, and from its
-    settings (``record.meta``) the methods and which kinds of book it keeps.
+    settings (``record.settings``) the methods and which kinds of book it keeps.
 
     Parameters
     ----------

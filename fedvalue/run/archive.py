@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from fedvalue.run import kill_points, rundir
+from fedvalue.run.round_settings import NUM_EXAMPLES_KEY, RoundSettings
 from fedvalue.run.rundir import RunDir, open_run_dir
 from fedvalue.schema import (
     CHECKPOINT_DIR,
@@ -180,9 +181,9 @@ class RoundRecord:
     loss_gradients, fisher_diagonals
         Fairness influence with curvature (:mod:`fedvalue.scoring.fairness.curvature`): client id ->
         its training loss gradient G_u and empirical Fisher diagonal d_u at A_{t−1}.
-    meta
-        The round's settings (methods, estimator, seed, strategy, what it books) and
-        anything else the writer adds (JSON-serializable).
+    settings
+        The round's settings (methods, estimator, seed, strategy, aggregation, what it books:
+        :class:`fedvalue.run.round_settings.RoundSettings`).
     claims
         The claim review's flags of the round, in the order booked.
     replay
@@ -190,7 +191,7 @@ class RoundRecord:
         what replaying its aggregation needs, as data (:mod:`fedvalue.run.state_codec`'s JSON
         tree and arrays): the inner strategy's state and the global random state when the
         replies arrived, and each reply's metric records. None for the FedAvg family, or
-        when the strategy's state cannot be saved as data (``meta["replay_missing"]`` says why).
+        when the strategy's state cannot be saved as data (``settings.replay_missing`` says why).
     """
 
     round: int
@@ -200,7 +201,7 @@ class RoundRecord:
     accepted: list[Hashable]
     gradients: dict[Hashable, Arrays] = field(default_factory=dict)
     losses: dict[Hashable, float] = field(default_factory=dict)
-    meta: dict = field(default_factory=dict)
+    settings: RoundSettings = field(default_factory=RoundSettings)
     claims: list[ClaimEntry] = field(default_factory=list)
     replay: tuple[object, Arrays] | None = None
     loss_gradients: dict[Hashable, Arrays] = field(default_factory=dict)
@@ -273,7 +274,7 @@ def record_bytes(record: RoundRecord) -> bytes:
         "losses": {str(index[c]): float(v) for c, v in record.losses.items()},
         "claims": [[index[c.client_id], str(c.method), float(c.claimed), float(c.used), str(c.status)]
                    for c in record.claims],
-        "meta": record.meta,
+        "meta": record.settings.as_json(),
     }
     if record.replay is not None:
         meta["replay"] = record.replay[0]
@@ -331,7 +332,7 @@ def _entries(meta: dict, clients: list) -> tuple[list[ClientEntry], bool]:
                                        reason))
         return entries, True
     weights = {clients[int(k)]: float(w) for k, w in meta["weights"].items()}
-    by_examples = meta["meta"].get("weighted_by_key", "num-examples") == "num-examples"
+    by_examples = meta["meta"].get("weighted_by_key", NUM_EXAMPLES_KEY) == NUM_EXAMPLES_KEY
     entries = []
     for k, status in meta["statuses"].items():
         client = clients[int(k)]
@@ -365,7 +366,7 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
         accepted=[clients[k] for k in meta["accepted"]],
         gradients={clients[k]: _split_prefix(arrays, f"gradient/{k}/") for k in meta["gradients"]},
         losses={clients[int(k)]: float(v) for k, v in meta["losses"].items()},
-        meta=meta["meta"],
+        settings=RoundSettings.from_json(meta["meta"]),
         claims=claims,
         replay=(meta["replay"], _split_prefix(arrays, "replay/")) if "replay" in meta else None,
         loss_gradients={clients[k]: _split_prefix(arrays, f"loss-gradient/{k}/") for k in meta.get("loss_gradients", [])},

@@ -33,9 +33,9 @@ class DefenceRounds:
         self._previous: Mapping[str, np.ndarray] | None = None
         self._current: Mapping[str, np.ndarray] | None = None
 
-    def meta(self) -> dict:
-        """The record's ``meta["defences"]``."""
-        return {"defences": self.settings.as_meta()}
+    def settings_note(self) -> dict:
+        """The defences' settings as the round record's settings note them."""
+        return self.settings.as_meta()
 
     def resume_from(self, run_dir, committed_rounds: int) -> None:
         """A resumed run's first round: its A_{t−2} is the start of the last committed round."""

@@ -22,6 +22,7 @@ import numpy as np
 from flwr.app import ConfigRecord
 
 from fedvalue.rounds.fairness_round import RoundFairness, fairness_round
+from fedvalue.run.round_settings import FairnessNote
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.policies.acceptance import Acceptance
 from strategies.protocol import CURVATURE_KEY
@@ -89,11 +90,8 @@ class FairRounds:
         reweigh(ok, accepted, factors, weighted_by_key)
         return dataclasses.replace(books, factors=factors)
 
-    def meta(self) -> dict:
+    def settings_note(self) -> FairnessNote:
         """The round record's note of the fairness books and rule."""
-        note = {"gap": self.fairness.gap, "utility_gap": self.fairness.utility_gap,
-                "rule": dict(self.rule or {}) or None}
-        if self.fair_curvature is not None:
-            note["curvature"] = {"damping": self.fair_curvature}
-        return {"fairness": note}
+        return FairnessNote(gap=self.fairness.gap, utility_gap=self.fairness.utility_gap,
+                            rule=dict(self.rule or {}) or None, damping=self.fair_curvature)
 

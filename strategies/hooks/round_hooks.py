@@ -6,7 +6,7 @@ A round asks the clients for what the books need (:meth:`RoundHooks.train_config
 A_{t−1} (:meth:`RoundHooks.start_round`), decides which valid replies are aggregated
 (:meth:`RoundHooks.accept`: fairness is valued first, inside its plug-in, and the policy reads its
 scores, the flows' outflows or the defences' replies), and notes what the record needs
-(:meth:`RoundHooks.meta`, :meth:`RoundHooks.note`).
+(:meth:`RoundHooks.settings_notes`, :meth:`RoundHooks.note`).
 """
 
 from __future__ import annotations
@@ -97,11 +97,11 @@ class RoundHooks:
         if self.flows:
             self.flow_queries.check_first_order(gradients, ledger)
 
-    def meta(self) -> dict:
+    def settings_notes(self) -> dict:
         """What the round record notes of the fairness books, the value weighting and the defences."""
-        return {**({} if self.fair is None else self.fair.meta()),
-                **({} if self.weighting is None else {"weighting": self.weighting}),
-                **({} if self.defences is None else self.defences.meta())}
+        return {"fairness": None if self.fair is None else self.fair.settings_note(),
+                "weighting": self.weighting,
+                "defences": None if self.defences is None else self.defences.settings_note()}
 
     def note(self, record: RoundRecord) -> RoundRecord:
         """``record`` with the references the defences' tests need."""

@@ -8,7 +8,7 @@ so the next rounds start where the attacker pushed them. With :class:`Representa
 inner strategy aggregates only the clusters' representatives (each cluster's first member), the
 free-riders left out: A_t = Agg(R), which is the defended game's grand coalition, so the defended
 values add up to U(A_t) − U(A_{t−1}) again. The round record notes the policy
-(``meta["acceptance"]``); the audit derives the accepted clients again from the record
+(``settings.acceptance``); the audit derives the accepted clients again from the record
 (:mod:`fedvalue.audit.references`). Every valid reply is still valued and booked.
 """
 
@@ -46,8 +46,8 @@ class RepresentativesOnly:
     def check(self, *, methods, flows, clients_per_round) -> None:
         return None
 
-    def record_meta(self) -> dict:
-        return {"acceptance": REPRESENTATIVES}
+    #: The round record's settings name the rule, so the audit derives the accepted clients again.
+    recorded_acceptance = REPRESENTATIVES
 
     def accept(self, server_round, clients, valuation, *, seed, outflows, replies: Callable[[], RoundReplies],
                fairness=None) -> set:

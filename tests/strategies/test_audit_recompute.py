@@ -9,6 +9,7 @@ value with a rewritten chain, and a changed saved reply.
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import numpy as np
 import pytest
@@ -237,7 +238,7 @@ def test_mc_valued_rounds_are_recomputed_from_the_round_seed(tmp_path, linear_ut
                for c in report.checks)
     for path in round_record_paths(run_dir).values():  # the audit reads the seed from the record
         record = read_round_record(path)
-        record.meta["seed"] = 12
+        record.settings = dataclasses.replace(record.settings, seed=12)
         write_round_record(run_dir, record)
     reseal(run_dir)
     assert not audit_run(run_dir, utility=linear_utility).ok

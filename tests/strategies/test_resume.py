@@ -108,7 +108,7 @@ def test_records_hold_each_rounds_start_state_and_replies(uninterrupted):
         assert [str(c) for c in record.replies] == list(sampled["client_id"])
         assert set(record.accepted) == set(record.replies)
         assert len(record.gradients) == 6 and set(record.losses) == set(record.gradients)
-        assert record.meta["methods"] == ["ads", "loo"] and record.meta["aggregation"] == "strategy"
+        assert record.settings.methods == ("ads", "loo") and record.settings.aggregation == "strategy"
     # A round's start state is the state the previous round moved to.
     first, second = read_round_record(paths[1]), read_round_record(paths[2])
     assert set(first.start_arrays) == set(initial_state())

@@ -83,7 +83,7 @@ def mc_run(tmp_path, utility):
 def test_run_json_holds_the_estimator_as_the_records_write_it_and_the_audit_compares_them(mc_run, utility):
     config = json.loads((mc_run / "run.json").read_text())
     record = read_round_record(record_path(mc_run, 1))
-    assert record.meta["valuation"] == config["valuation"] == AdsSettings(
+    assert record.settings.valuation.as_dict() == config["valuation"] == AdsSettings(
         method="mc", epsilon=0.5, stderr_target=0.05).as_dict()
     assert settings_problems(record, config) == []
     assert audit_run(mc_run, utility=utility).intact

@@ -104,7 +104,7 @@ def screen(updates: Mapping[Hashable, Vector], weights: Mapping[Hashable, float]
     return flags, near_duplicate_clusters(kept, settings.duplicate_tolerance)
 
 
-#: The round record's ``meta["acceptance"]`` when the inner strategy aggregated only the representatives.
+#: The round record's ``settings.acceptance`` when the inner strategy aggregated only the representatives.
 REPRESENTATIVES = "representatives"
 
 

@@ -1,4 +1,4 @@
-"""What a round's defences are set to, as the round record keeps them (``meta["defences"]``).
+"""What a round's defences are set to, as the round record keeps them (``RoundSettings.defences``, JSON).
 
 Every threshold is relative, so one setting fits models of any size; each was chosen from the
 attack-free rounds of a prototype before any attack was measured (Fashion-MNIST softmax
@@ -73,12 +73,12 @@ class DefenceSettings:
         return self.replay_tolerance is not None
 
     def as_meta(self) -> dict:
-        """The settings as the round record writes them (JSON)."""
+        """The settings as the round record's settings note them (JSON)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_meta(cls, meta: object) -> DefenceSettings:
-        """Settings from a round record's ``meta["defences"]`` (untrusted: ValueError naming the field)."""
+        """Settings from a round record's ``settings.defences`` (untrusted: ValueError naming the field)."""
         if not isinstance(meta, Mapping):
             raise ValueError(f"defences: expected an object of settings; got {type(meta).__name__}.")
         unknown = sorted(set(meta) - {f.name for f in dataclasses.fields(cls)})

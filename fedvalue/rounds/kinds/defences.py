@@ -4,7 +4,7 @@ its defended values (``ads_defended``, ``loo_defended`` for the round's methods 
 k for k identities valued as one player), whether the free-rider test flagged it
 (``defence_free_rider``: 1 or 0) and, with a norm cap, the factor its update was clipped by
 (``defence_norm_cap``: 1 when not clipped). A client that failed or was rejected gets the rows
-empty. Booked when the round record's settings hold ``meta["defences"]``; the record keeps the
+empty. Booked when the round record's settings hold ``defences``; the record keeps the
 previous global model the free-rider test needs (``references["previous-global"]``), so the
 audit books these rows again from the record alone."""
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
 from fedvalue.rounds.defences.quotient import DefendedRound, defend_round
 from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import round_rng
 from fedvalue.schema import STATUS_OK, ClientEntry, LedgerRow, Method
 
@@ -30,7 +29,7 @@ class DefencesBook(RoundBook):
 
     def _methods(self) -> list[str]:
         methods = [m for m in self.context.methods if m in (Method.ADS, Method.LOO)]
-        return methods + ([Method.TRACIN_OUTFLOW] if self.context.settings.get("flows") else [])
+        return methods + ([Method.TRACIN_OUTFLOW] if self.context.settings.flows else [])
 
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         defended, client = self.defended, entry.client_id
@@ -51,20 +50,19 @@ class DefencesBook(RoundBook):
 
 
 def defences_book(context: RoundContext) -> DefencesBook | None:
-    meta = context.settings.get("defences")
-    if meta is None:
+    if context.settings.defences is None:
         return None
-    settings = DefenceSettings.from_meta(meta)
+    settings = DefenceSettings.from_meta(context.settings.defences)
     record, valuation = context.record, context.valuation
     ok = [e.client_id for e in record.entries if e.status == STATUS_OK and e.client_id in record.replies]
     if valuation is None or not ok:
         return DefencesBook(context, settings, None)
     weights = record.weights
-    flows = bool(context.settings.get("flows"))
+    flows = context.settings.flows
     defended = defend_round(
         valuation.game, record.start_arrays, {c: record.replies[c] for c in ok}, {c: weights[c] for c in ok},
-        methods=context.methods, ads_settings=AdsSettings(**context.settings["valuation"]),
-        rng=round_rng(context.settings["seed"], record.round), settings=settings,
+        methods=context.methods, ads_settings=context.settings.valuation,
+        rng=round_rng(context.settings.seed, record.round), settings=settings,
         previous=record.references.get(PREVIOUS_GLOBAL), utility=context.utility,
         weighted_mean=context.aggregate is None, gradients=record.gradients if flows else None,
         aggregated=[c for c in ok if c in set(record.accepted)])

@@ -1,7 +1,7 @@
 """TracIn flows as a round book ([RECIP] §4): each sampled client's ``tracin_inflow``,
 ``tracin_outflow`` and ``tracin_self`` rows, then those of the clients that did not train
 this round (``idle``: they still receive inflow). Booked when the round records inference
-gradients (``record.meta["flows"]``). The flows are those of the aggregated clients' step,
+gradients (``record.settings.flows``). The flows are those of the aggregated clients' step,
 F(u→v) = −(p_u Δ_u)·g_v (:func:`fedvalue.flows.round_flows.fedavg_round_flows`); a client whose
 inference gradient is missing has no known inflow (booked empty)."""
 
@@ -42,7 +42,7 @@ class FlowsBook(RoundBook):
 
 def flows_book(context: RoundContext) -> FlowsBook | None:
     record = context.record
-    if not context.settings.get("flows"):
+    if not context.settings.flows:
         return None
     accepted = set(record.accepted)
     ok = [e for e in record.entries if e.status == STATUS_OK]

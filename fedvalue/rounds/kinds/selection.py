@@ -1,6 +1,6 @@
 """Top-k marks as a round book: a ``selected`` row per sampled client (1 aggregated, 0 not;
 empty for clients not valued), booked when the round's acceptance policy selects
-(``record.meta["selection"]``)."""
+(``record.settings.selection``)."""
 
 from __future__ import annotations
 
@@ -20,4 +20,4 @@ class SelectionBook(RoundBook):
 
 
 def selection_book(context: RoundContext) -> SelectionBook | None:
-    return SelectionBook(context) if context.settings.get("selection") else None
+    return SelectionBook(context) if context.settings.selection else None

@@ -23,7 +23,7 @@ record so the audit derives the same factors from the recomputed values):
     aggregated; τ → ∞ is FedAvg.
 
 Books a ``value_weight`` row (w_i; empty for clients not valued) per sampled client, after its
-valuation rows, when the round record's settings name a rule (``meta["weighting"]``).
+valuation rows, when the round record's settings name a rule (``settings.weighting``).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class ValueWeightBook(RoundBook):
 
 def round_factors(context: RoundContext) -> dict:
     """The round's factors: its rule applied to the valuation of its valid replies."""
-    rule = context.settings["weighting"]
+    rule = context.settings.weighting
     if context.valuation is None:
         return {}
     values = context.valuation.results[rule["score"]].values
@@ -100,6 +100,6 @@ def round_factors(context: RoundContext) -> dict:
 
 
 def value_weight_book(context: RoundContext) -> ValueWeightBook | None:
-    if not context.settings.get("weighting"):
+    if not context.settings.weighting:
         return None
     return ValueWeightBook(context, round_factors(context))

@@ -186,7 +186,8 @@ def test_a_record_with_copied_replies_and_an_exact_estimator_is_refused_without_
         record.replies[1000 + k] = arrays
         record.entries.append(ClientEntry(1000 + k, "ok", weight, int(weight)))
         record.accepted.append(1000 + k)
-    record.meta["valuation"] = {**record.meta["valuation"], "method": "exact"}
+    record.settings = dataclasses.replace(record.settings,
+                                          valuation=dataclasses.replace(record.settings.valuation, method="exact"))
     write_round_record(copy, record)
     reseal(copy)
     code, out = audit(copy, capsys)

@@ -12,6 +12,7 @@ from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import ClientEntry, book_round, claim_rows, rejected_harms
 from fedvalue.schema import ClaimEntry
 from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
+from fedvalue.run.round_settings import RoundSettings
 
 TARGET = np.array([1.0, -2.0, 0.5])
 
@@ -34,8 +35,8 @@ def record(server_round, entries, methods, accepted, *, replies=REPLIES, gradien
     weighed = {e.client_id for e in entries if e.status in ("ok", "rejected")}
     return RoundRecord(round=server_round, start_arrays=START, entries=list(entries),
                        replies={c: a for c, a in replies.items() if c in weighed}, accepted=sorted(accepted),
-                       gradients=gradients or {}, meta={"methods": list(methods), "flows": gradients is not None,
-                                                        "selection": selection}, claims=list(claims))
+                       gradients=gradients or {}, settings=RoundSettings(methods=tuple(methods), flows=gradients is not None,
+                                                                    selection=selection), claims=list(claims))
 
 
 def valuation():

@@ -13,6 +13,7 @@ from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.rounds.fairness_round import RoundFairness, fairness_round, policy_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness, client_fairness_influences
 from fedvalue.valuation.round_game import fedavg_round_game, round_rng, value_round, weighted_mean
+from fedvalue.run.round_settings import RoundSettings
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def round_record(accepted) -> RoundRecord:
     weighed = {e.client_id for e in ENTRIES if e.status in ("ok", "rejected")}
     return RoundRecord(round=1, start_arrays=START, entries=list(ENTRIES),
                        replies={c: a for c, a in REPLIES.items() if c in weighed}, accepted=sorted(accepted),
-                       meta={"methods": ["ads", "loo"]})
+                       settings=RoundSettings(methods=("ads", "loo")))
 
 
 def books_of(objective, rule=None, accepted=frozenset(OK)):

@@ -25,6 +25,8 @@ from fedvalue.run.archive import (
 )
 from fedvalue.run.rundir import RunDir
 from fedvalue.schema import LEDGER_FILE, ClaimEntry, ClientEntry
+from fedvalue.run.round_settings import RoundSettings
+from fedvalue.valuation.ads import AdsSettings
 
 
 def arrays(seed: int) -> dict[str, np.ndarray]:
@@ -53,7 +55,8 @@ def record(server_round: int = 3) -> RoundRecord:
         accepted=[4, np.int64(9)],
         gradients={4: {"g": np.arange(3.0)}, 12: {"g": np.ones(3)}},
         losses={4: 0.5, 12: 1.25},
-        meta={"ads_method": "exact", "seed": 0},
+        settings=RoundSettings(methods=("ads",), valuation=AdsSettings(method="exact"), seed=7, strategy="FedAvg",
+                               available=(4, 9), passed=(0, 2)),
         claims=[ClaimEntry("edge-a", "claim_capped", 40.0, 2.5, "rejected")],
     )
 
@@ -70,7 +73,7 @@ def test_a_round_record_comes_back_exactly(tmp_path):
     path = write_round_record(tmp_path, written)
     assert path == tmp_path / "records" / "round-000003.npz"
     read = read_round_record(path)
-    assert read.round == 3 and read.meta == written.meta
+    assert read.round == 3 and read.settings == written.settings
     assert same_arrays(read.start_arrays, written.start_arrays)
     # numpy ids come back as plain ints, in reply order, with their arrays and weights
     assert list(read.replies) == [4, "edge-a", 9]

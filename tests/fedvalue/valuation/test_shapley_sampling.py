@@ -13,6 +13,7 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import value_round
 from fedvalue.valuation.shapley_sampling import shapley_kernel_sizes
+from fedvalue.run.round_settings import RoundSettings
 
 from tests.fedvalue.reference_games import ordered_permutation_values, random_table_game
 
@@ -306,7 +307,7 @@ def test_the_rounds_table_names_the_sampler_auto_took():
     valuation = value_round(game, ("ads", "loo"), settings, seed=22)
     entries = [ClientEntry(c, "ok", w, int(w)) for c, w in zip(ids, weights)]
     record = RoundRecord(round=3, start_arrays=start, entries=entries, replies=replies, accepted=list(ids),
-                         meta={"methods": ["ads", "loo"]})
+                         settings=RoundSettings(methods=("ads", "loo")))
     books = book_round(record, valuation, utility, realized=None, noisy_clients=set())
     method = books.round_row["ads_method"]
     assert method == valuation.results["ads"].method and method == "ads-stratified"  # MC stays near 0.14 at its cap here

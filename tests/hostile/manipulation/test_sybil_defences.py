@@ -21,6 +21,7 @@ from fedvalue.schema import ClientEntry
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import fedavg_round_game, value_round
+from fedvalue.run.round_settings import RoundSettings
 
 TARGET = np.array([1.0, -2.0, 0.5, 3.0])
 
@@ -139,17 +140,17 @@ def test_near_duplicate_clusters_by_hand():
     assert near_duplicate_clusters(updates, 0.25) == [("x", "y", "z"), ("w", "v")]
 
 
-def _record(round_number: int, previous: dict | None, meta: dict) -> RoundRecord:
+def _record(round_number: int, previous: dict | None, settings: RoundSettings) -> RoundRecord:
     replies = {"a": {"w": np.array(HONEST["a"], np.float32)}, "b": {"w": np.array(HONEST["b"], np.float32)},
                "a2": {"w": np.array(HONEST["a"], np.float32)}}
     entries = [ClientEntry(c, "ok", 10.0, 10) for c in replies]
     return RoundRecord(round=round_number, start_arrays={"w": np.zeros(4, np.float32)}, entries=entries,
-                       replies=replies, accepted=list(replies), meta=meta,
+                       replies=replies, accepted=list(replies), settings=settings,
                        references={} if previous is None else {PREVIOUS_GLOBAL: previous})
 
 
-META = {"methods": ["ads", "loo"], "valuation": AdsSettings().as_dict(), "seed": 0, "flows": False,
-        "defences": DefenceSettings().as_meta()}
+META = RoundSettings(methods=("ads", "loo"), valuation=AdsSettings(), seed=0, flows=False,
+                     defences=DefenceSettings().as_meta())
 
 
 def test_the_book_comes_back_from_the_saved_record_and_the_audit_checks_its_reference():

@@ -14,6 +14,7 @@ from fedvalue.schema import ClientEntry
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import fedavg_round_game, round_game_for, value_round, weighted_mean
+from fedvalue.run.round_settings import RoundSettings
 from simulations.datasets.models import make_mlp
 from strategies.records import ClientReply
 from strategies.screening import value_screened
@@ -69,7 +70,7 @@ def test_losses_of_the_coalitions_without_an_overflowing_client_are_the_plain_pa
 def record_of(start, replies) -> RoundRecord:
     return RoundRecord(round=3, start_arrays=start, entries=[ClientEntry(c, "ok", WEIGHTS[c], int(WEIGHTS[c]))
                                                              for c in CLIENTS],
-                       replies=dict(zip(CLIENTS, replies)), accepted=list(CLIENTS), meta={"seed": 0})
+                       replies=dict(zip(CLIENTS, replies)), accepted=list(CLIENTS), settings=RoundSettings(seed=0))
 
 
 def test_the_audit_finds_a_coalition_the_fast_path_scored_wrongly():

@@ -14,6 +14,7 @@ against any version of the project.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -340,7 +341,8 @@ def record_names_an_exact_estimator_over_copied_replies(case: Case) -> list[Acti
         record.replies[client] = arrays
         record.entries.append(ClientEntry(client, "ok", weight, int(weight)))
         record.accepted.append(client)
-    record.meta["valuation"] = {**record.meta["valuation"], "method": "exact"}
+    record.settings = dataclasses.replace(record.settings,
+                                          valuation=dataclasses.replace(record.settings.valuation, method="exact"))
     write_round_record(case.run, record)
     reseal(case.run)
     return case.audits()

@@ -1,0 +1,242 @@
+"""What a round record notes of the run that wrote it: the settings its books were computed
+under (methods, ADS estimator, seed), how the round was aggregated and what it books beside
+the valuation (flows, selection marks, fairness, value weights, defences).
+
+One typed object from the strategy that writes it to every reader (the books' plug-ins, the
+replay, the audit); the record's archive holds it as one JSON object (:meth:`RoundSettings.as_json`),
+read back by :meth:`RoundSettings.from_json`, which treats it as untrusted: a wrong key or value
+is a ValueError naming the field. The defences' and the rules' settings stay JSON objects here
+because their types live in the layers above (:class:`fedvalue.rounds.defences.settings.DefenceSettings`
+parses ``defences``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fedvalue.valuation.ads import AdsSettings
+
+#: ``aggregation`` of a round the weighted mean aggregated (the FedAvg family) and of one the
+#: inner strategy's own code aggregated (replayed by the audit).
+WEIGHTED_MEAN, BY_STRATEGY = "weighted-mean", "strategy"
+#: The default aggregation weight key (the reply's example count).
+NUM_EXAMPLES_KEY = "num-examples"
+
+
+@dataclass(frozen=True)
+class FairnessNote:
+    """The fairness books a round keeps ([FAIRINFL], [FAIRIJ]): the group gap valued (U = −gap),
+    the accuracy gap beside it, the acceptance rule acting on the fairness scores (None: none),
+    and the damping δ of the influence with curvature (None: not booked)."""
+
+    gap: str
+    utility_gap: str | None = None
+    rule: Mapping[str, Any] | None = None
+    damping: float | None = None
+
+    def as_json(self) -> dict:
+        note = {"gap": self.gap, "utility_gap": self.utility_gap, "rule": dict(self.rule) if self.rule else None}
+        if self.damping is not None:
+            note["curvature"] = {"damping": self.damping}
+        return note
+
+    @classmethod
+    def from_json(cls, note: object) -> FairnessNote:
+        note = _object("fairness", note, {"gap", "utility_gap", "rule", "curvature"})
+        curvature = note.get("curvature")
+        damping = None
+        if curvature is not None:
+            damping = _object("fairness.curvature", curvature, {"damping"}).get("damping")
+            if isinstance(damping, bool) or not isinstance(damping, (int, float)):
+                raise ValueError(f"fairness.curvature.damping: expected a number; got {_shown(damping)}.")
+        rule = note.get("rule")
+        return cls(gap=_text("fairness.gap", note.get("gap")),
+                   utility_gap=None if note.get("utility_gap") is None else _text("fairness.utility_gap",
+                                                                                   note["utility_gap"]),
+                   rule=None if rule is None else _object("fairness.rule", rule), damping=damping)
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """The settings a round's books were computed under.
+
+    Parameters
+    ----------
+    methods
+        The valuation methods booked (``"ads"``, ``"loo"``), in order.
+    valuation
+        The ADS estimator's settings ([ADS] Alg. 1; :class:`fedvalue.valuation.ads.AdsSettings`).
+    seed
+        The run's seed; the round's generator is derived from it and the round number.
+    strategy
+        The inner Flower strategy's class name.
+    aggregation
+        ``"weighted-mean"`` (the FedAvg family: A_t = Σ n_u A_u / Σ n_u) or ``"strategy"``
+        (the inner strategy's own code, replayed from the record).
+    weighted_by_key
+        The reply metric holding each client's aggregation weight n_u.
+    flows
+        Whether the round books TracIn flows ([RECIP]) from the clients' gradients.
+    reject_non_finite
+        Whether replies with NaN or ±inf were kept from the inner strategy.
+    selection
+        Whether the acceptance policy's choice is booked as selection marks.
+    fairness
+        The fairness books kept (None: none).
+    weighting
+        The value-weighting rule (None: the inner strategy's own weights).
+    defences
+        The defences' settings as JSON (None: none).
+    acceptance
+        The acceptance rule that set which replies the inner strategy saw, where the audit must
+        derive it again (``"representatives"``; None: the policy the books name).
+    replay_missing
+        Why the inner strategy's state was not saved for replay (None: saved, or not needed).
+    available
+        The partitions the sampler chose from, when some registered nodes were gone (None: all).
+    passed
+        For a round aggregated by the inner strategy: the positions of the replies it was given.
+    """
+
+    methods: tuple[str, ...] = ()
+    valuation: AdsSettings = AdsSettings()
+    seed: int = 0
+    strategy: str = ""
+    aggregation: str = WEIGHTED_MEAN
+    weighted_by_key: str = NUM_EXAMPLES_KEY
+    flows: bool = False
+    reject_non_finite: bool = True
+    selection: bool = False
+    fairness: FairnessNote | None = None
+    weighting: Mapping[str, Any] | None = None
+    defences: Mapping[str, Any] | None = None
+    acceptance: str | None = None
+    replay_missing: str | None = None
+    available: tuple | None = None
+    passed: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.valuation, AdsSettings):
+            raise TypeError(f"valuation: expected an AdsSettings; got {type(self.valuation).__name__}.")
+        object.__setattr__(self, "methods", tuple(self.methods))
+        for name in ("available", "passed"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def by_strategy(self) -> bool:
+        """Whether the inner strategy's own code aggregated the round (not the weighted mean)."""
+        return self.aggregation != WEIGHTED_MEAN
+
+    @property
+    def by_examples(self) -> bool:
+        """Whether the aggregation weights are example counts."""
+        return self.weighted_by_key == NUM_EXAMPLES_KEY
+
+    def as_json(self) -> dict:
+        """The settings as the record's archive holds them (absent keys for what is None)."""
+        written = {"methods": list(self.methods), "valuation": self.valuation.as_dict(), "seed": self.seed,
+                   "strategy": self.strategy, "aggregation": self.aggregation,
+                   "weighted_by_key": self.weighted_by_key, "flows": self.flows,
+                   "reject_non_finite": self.reject_non_finite, "selection": self.selection}
+        optional = {"fairness": None if self.fairness is None else self.fairness.as_json(),
+                    "weighting": None if self.weighting is None else dict(self.weighting),
+                    "defences": None if self.defences is None else dict(self.defences),
+                    "acceptance": self.acceptance, "replay_missing": self.replay_missing,
+                    "available": None if self.available is None else list(self.available),
+                    "passed": None if self.passed is None else list(self.passed)}
+        return {**written, **{key: value for key, value in optional.items() if value is not None}}
+
+    @classmethod
+    def from_json(cls, written: object) -> RoundSettings:
+        """Settings from a record's JSON object (untrusted: ValueError naming the field). A
+        record of an older version may lack what it did not note then (its defaults)."""
+        written = _object("settings", written, {f.name for f in dataclasses.fields(cls)})
+        for name in ("methods", "valuation", "seed"):
+            if name not in written:
+                raise ValueError(f"settings: expected the key {name!r}; the record's settings have "
+                                 f"{sorted(written)[:12]}.")
+        valuation = _object("valuation", written["valuation"], {f.name for f in dataclasses.fields(AdsSettings)})
+        try:
+            ads_settings = AdsSettings(**valuation)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"valuation.{error}") from None
+        fields = {"methods": _texts("methods", written["methods"]), "valuation": ads_settings,
+                  "seed": _integer("seed", written["seed"])}
+        for name in ("strategy", "weighted_by_key", "acceptance", "replay_missing"):
+            if written.get(name) is not None:
+                fields[name] = _text(name, written[name])
+        # A record that does not say how it was aggregated is not taken for a weighted mean.
+        fields["aggregation"] = _choice("aggregation", written.get("aggregation", BY_STRATEGY),
+                                        (WEIGHTED_MEAN, BY_STRATEGY))
+        for name in ("flows", "reject_non_finite", "selection"):
+            if name in written:
+                fields[name] = _flag(name, written[name])
+        if written.get("fairness") is not None:
+            fields["fairness"] = FairnessNote.from_json(written["fairness"])
+        for name in ("weighting", "defences"):
+            if written.get(name) is not None:
+                fields[name] = _object(name, written[name])
+        if written.get("available") is not None:
+            fields["available"] = tuple(_ids("available", written["available"]))
+        if written.get("passed") is not None:
+            fields["passed"] = tuple(_integer("passed", k) for k in _list("passed", written["passed"]))
+        return cls(**fields)
+
+
+def _shown(value: object) -> str:
+    return json.dumps(value, default=repr)[:80] if not isinstance(value, str) else repr(value[:80])
+
+
+def _object(name: str, value: object, keys: set[str] | None = None) -> dict:
+    if not isinstance(value, Mapping) or any(not isinstance(k, str) for k in value):
+        raise ValueError(f"{name}: expected a JSON object; got {_shown(value)}.")
+    unknown = sorted(set(value) - keys) if keys is not None else []
+    if unknown:
+        raise ValueError(f"{name}: expected only the keys {sorted(keys)}; got also {unknown[:5]}.")
+    return dict(value)
+
+
+def _list(name: str, value: object) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"{name}: expected a list; got {_shown(value)}.")
+    return value
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: expected text; got {_shown(value)}.")
+    return value
+
+
+def _texts(name: str, value: object) -> tuple[str, ...]:
+    return tuple(_text(name, item) for item in _list(name, value))
+
+
+def _integer(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected an integer; got {_shown(value)}.")
+    return value
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected true or false; got {_shown(value)}.")
+    return value
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {list(choices)}; got {_shown(value)}.")
+    return value
+
+
+def _ids(name: str, value: object) -> list:
+    ids = _list(name, value)
+    if any(isinstance(c, bool) or not isinstance(c, (int, str)) for c in ids):
+        raise ValueError(f"{name}: expected a list of client ids (integers or text); got {_shown(value)}.")
+    return ids
