@@ -38,6 +38,7 @@ import pandas as pd
 from fedvalue._checks import check_integer, check_seed
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.run.archive import RoundRecord
+from fedvalue.run.round_settings import RoundSettings
 from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.valuation.round_game import (
@@ -208,7 +209,8 @@ def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
     valuation = outcome.valuation
     record = RoundRecord(round=outcome.stage, start_arrays={}, entries=entries, replies={},
                          accepted=list(outcome.purchased),
-                         meta={"methods": [] if valuation is None else list(valuation.results), "selection": True})
+                         settings=RoundSettings(methods=() if valuation is None else tuple(valuation.results),
+                                                selection=True))
     books = book_round(record, valuation, None, realized=outcome.state,
                        noisy_clients=None if noisy is None else {c for c, is_noisy in noisy.items() if is_noisy},
                        utility_before=outcome.utility_before, utility_realized=outcome.utility_realized)

@@ -158,7 +158,7 @@ def _valued(game: CoalitionGame, players: list, weights: Mapping, methods: Seque
             else:
                 found, errors = sampled_random_order_values(game, players, rates, orders, rng)
         else:
-            result = ads(game, [players], seed=rng, **settings.as_dict())
+            result = ads(game, [players], settings, seed=rng)
             found, errors = result.values.to_numpy(), result.stderr.to_numpy()
         values[Method.ADS] = dict(zip(players, map(float, found)))
         stderr[Method.ADS] = dict(zip(players, map(float, errors)))
