@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numbers
 import re
-from collections.abc import Collection, Hashable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Collection, Hashable, Iterable, Mapping
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 
@@ -151,8 +151,9 @@ def _missing(value: object) -> bool:
 class LedgerRow:
     """One row of ledger.csv: a client's booking under one method in one round.
 
-    Every book builds its rows as these (:meth:`fedvalue.rounds.book_kind.RoundContext.row`), and
-    :meth:`fedvalue.run.ledger_tables.LedgerWriter.write_round` writes them; its fields are
+    Every book builds its rows as these (:meth:`fedvalue.rounds.book_kind.RoundContext.row`), with
+    ``noisy`` None, and :meth:`fedvalue.run.ledger_tables.LedgerWriter.write_round` writes them,
+    joining the run's noisy clients (:func:`with_ground_truth`); its fields are
     :data:`LEDGER_COLUMNS`, in order. Nothing is spelled by a stand-in: a value, standard
     error, example count, noisy flag or reason that is not known is None (written as an
     empty cell), never NaN, zero or an empty string; ``status`` is a :class:`Status`.
@@ -203,10 +204,14 @@ class LedgerRow:
 LEDGER_COLUMNS = tuple(f.name for f in fields(LedgerRow))
 
 
-def noisy_flag(client_id: Hashable, noisy_clients: Collection[Hashable] | None) -> bool | None:
-    """A row's ``noisy`` cell: whether the client is one of the run's noisy clients (None
-    when the run names none)."""
-    return None if noisy_clients is None else client_id in noisy_clients
+def with_ground_truth(rows: Iterable[LedgerRow], noisy_clients: Collection[Hashable] | None) -> list[LedgerRow]:
+    """The rows with the run's ground truth joined: each row's ``noisy`` cell says whether its
+    client is one of the run's noisy clients. With none known (None) the rows are kept as
+    they are. Only the writer applies it (:class:`fedvalue.run.ledger_tables.LedgerWriter`):
+    a round's books never know which clients a simulation made noisy."""
+    if noisy_clients is None:
+        return list(rows)
+    return [replace(row, noisy=row.client_id in noisy_clients) for row in rows]
 
 
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")

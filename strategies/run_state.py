@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import random as random_module
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,14 +87,17 @@ class RunState:
 
     :meth:`open` writes (or, resuming, verifies and rewinds) the directory once;
     :meth:`commit` commits a round with the server's state; :meth:`close` writes the
-    manifest once every planned round committed.
+    manifest once every planned round committed. ``noisy_clients``, the run's ground truth
+    (:attr:`strategies.valuing_settings.BookSettings.noisy_clients`), is joined into the
+    ledger's ``noisy`` column as rows are written.
     """
 
-    def __init__(self, run_dir: str | None, settings: RunSettings) -> None:
+    def __init__(self, run_dir: str | None, settings: RunSettings, noisy_clients: Collection | None = None) -> None:
         if settings.resume and run_dir is None:
             raise ValueError("resume: expected run_dir, the directory of the run to continue; got None.")
         self.run_dir = run_dir
         self.settings = settings
+        self.noisy_clients = noisy_clients
         self.save_records = settings.save_records and run_dir is not None
         self.checkpoint = settings.checkpoint and run_dir is not None
         self.books: RunBooks | None = None
@@ -130,7 +133,8 @@ class RunState:
             config = {**config, "platform": kernel_platform()}
         check = (lambda state: take_state(state, parts, into_copies=True)) if self.resume else None
         self.books = RunBooks(self.run_dir, config=config, resume=self.resume, signer=self.settings.signer,
-                              save_records=self.save_records, checkpoint=self.checkpoint, check_state=check)
+                              save_records=self.save_records, checkpoint=self.checkpoint,
+                              noisy_clients=self.noisy_clients, check_state=check)
         if not self.resume:
             return None
         self.resumed = self.books.restored

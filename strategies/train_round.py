@@ -114,12 +114,11 @@ class TrainRound:
                             weighted_by_key=weighted_by_key, flows=flows, settings=settings,
                             replay=self.replay if isinstance(self.replay, tuple) else None)
 
-    def book(self, record: RoundRecord, valuation: RoundValuation, utility: ArraysUtility, *, fairness,
-             noisy_clients) -> BookedRound:
+    def book(self, record: RoundRecord, valuation: RoundValuation, utility: ArraysUtility, *,
+             fairness) -> BookedRound:
         """The round's rows (:func:`fedvalue.rounds.booking.book_round`), from its record."""
         return book_round(record, valuation, utility, realized=self.realized, aggregate=self.aggregator,
-                          inputs={"fairness": fairness}, noisy_clients=noisy_clients,
-                          unaggregatable=0 if self.aggregator is None else None)
+                          inputs={"fairness": fairness}, unaggregatable=0 if self.aggregator is None else None)
 
     def end_arrays(self) -> Mapping[str, np.ndarray]:
         """A_t as the checkpoint keeps it (A_{t−1} when nothing was aggregated)."""

@@ -130,7 +130,8 @@ class ValuingStrategy(Strategy):
         self.book_settings = settings_or_default("books", books, BookSettings)
         self.book_settings.check_strategy(strategy)
         self.intake = settings_or_default("intake", intake, IntakeSettings)
-        self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings))
+        self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings),
+                                  noisy_clients=self.book_settings.noisy_clients)
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review
         callbacks = settings_or_default("callbacks", callbacks, RunCallbacks)
         self.on_round = callbacks.on_round  # attributes: a caller may set them once built
@@ -310,8 +311,7 @@ class ValuingStrategy(Strategy):
         self.hooks.check_first_order(round_.intake.gradients, self.ledger)
         record = self.hooks.note(round_.record(accepted, weighted_by_key=self.weighted_by_key, flows=self.flows,
                                                settings=self._round_settings(round_)))
-        books = round_.book(record, valuation, self.utility, fairness=fairness,
-                            noisy_clients=self.book_settings.noisy_clients)
+        books = round_.book(record, valuation, self.utility, fairness=fairness)
         self._commit(round_, record, books, valuation)
         return live_arrays, live_metrics
 

@@ -75,7 +75,8 @@ class BookSettings:
         then send their training loss gradient and Fisher diagonal at A_{t−1}. Needs
         ``fairness``.
     noisy_clients
-        Client ids known to be noisy (simulations know it), marked in the ledger.
+        Client ids known to be noisy (simulations know it): the run's ground truth, joined
+        into the ledger's ``noisy`` column as rows are written (no round's books use it).
     defences
         A :class:`fedvalue.rounds.defences.settings.DefenceSettings`: each round also books its
         defended values (near-duplicate clusters as one player, free-riders at 0, arrivals by

@@ -201,8 +201,7 @@ def procure_stage(
     )
 
 
-def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
-                noisy: Mapping[str, bool] | None = None) -> tuple[dict, list[LedgerRow]]:
+def stage_books(outcome: StageOutcome, offers: Sequence[Offer]) -> tuple[dict, list[LedgerRow]]:
     """The stage's rounds.csv row and ledger.csv rows, booked by :func:`fedvalue.rounds.booking.book_round`
     as a federated round: every offer valued (``ok``), the purchase as ``selected`` rows."""
     entries = [ClientEntry(o.contributor_id, STATUS_OK, float(o.num_examples), int(o.num_examples)) for o in offers]
@@ -212,7 +211,6 @@ def stage_books(outcome: StageOutcome, offers: Sequence[Offer],
                          settings=RoundSettings(methods=() if valuation is None else tuple(valuation.results),
                                                 selection=True))
     books = book_round(record, valuation, None, realized=outcome.state,
-                       noisy_clients=None if noisy is None else {c for c, is_noisy in noisy.items() if is_noisy},
                        utility_before=outcome.utility_before, utility_realized=outcome.utility_realized)
     return books.round_row, books.ledger_rows
 
@@ -265,7 +263,8 @@ def run_procurement(
     children of ``seed`` (``SeedSequence.spawn``), so every rule given the same seed
     fine-tunes with the same seeds and sees the same offers: the trajectories differ only
     by what was bought. With ``run_dir`` the books are written stage by stage (``config``
-    goes to run.json; ``noisy`` fills the ledger's ``noisy`` column).
+    goes to run.json; the writer joins ``noisy``, contributor -> whether it is noisy, into the
+    ledger's ``noisy`` column).
     """
     _check_purchase(rule, budget, methods)  # before anything is written
     if run_dir is not None and (Path(run_dir) / LEDGER_FILE).exists():
@@ -273,7 +272,8 @@ def run_procurement(
                          "ledger (appending would mix two runs). Choose another directory or remove it.")
     tune_sequence, pick_sequence = _root_sequence(seed).spawn(2)
     tune_rng, pick_rng = np.random.default_rng(tune_sequence), np.random.default_rng(pick_sequence)
-    writer = None if run_dir is None else LedgerWriter(run_dir, config=config)
+    noisy_clients = None if noisy is None else {c for c, is_noisy in noisy.items() if is_noisy}
+    writer = None if run_dir is None else LedgerWriter(run_dir, config=config, noisy_clients=noisy_clients)
     state: Arrays = dict(initial_state)
     initial_utility = float(utility(state))
     outcomes: list[StageOutcome] = []
@@ -282,7 +282,7 @@ def run_procurement(
         outcome = procure_stage(learner, state, offers, utility, rule=rule, budget=budget, methods=methods,
                                 fine_tune_seed=int(tune_rng.integers(2**31 - 1)), pick_rng=pick_rng, stage=stage)
         if writer is not None:
-            writer.write_round(*stage_books(outcome, offers, noisy))
+            writer.write_round(*stage_books(outcome, offers))
         outcomes.append(outcome)
         state = outcome.state
         if on_stage is not None:

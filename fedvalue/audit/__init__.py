@@ -2,8 +2,9 @@
 and schema checks, and the recomputation of every round from its record. This package is the
 face fedvalue.audit: it re-exports the audit's public names.
 
-Modules: audit_files, audit_recompute, recomputation (check 7's loop over the rounds), references,
-report, torn_tail, training_replay, verdict.
+Modules: audit_files, audit_recompute, noisy_column (the ``noisy`` column against the run's ground
+truth), recomputation (check 7's loop over the rounds), references, report, torn_tail,
+training_replay, verdict.
 
 May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds
 (and fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public

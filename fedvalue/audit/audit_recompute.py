@@ -7,8 +7,9 @@ the recorded seed, round t's generator ``[seed, t]``), v_t(∅), v_t(I_t), U(A_t
 the weighted mean of the accepted replies, which must also be the next round's start
 state), the harm of rejected replies, the ``selected`` marks and the TracIn flows. Every
 ledger row of the round must then equal the recomputed one in ``value``, ``stderr``,
-``status``, ``num_examples`` (the weight, when the strategy weighs by examples) and
-``noisy`` (when the run's noisy clients are known), the round must book exactly the
+``status`` and ``num_examples`` (the weight, when the strategy weighs by examples; the
+``noisy`` column is the run's ground truth, checked against it over the whole ledger by
+:mod:`fedvalue.audit.noisy_column`), the round must book exactly the
 recomputed rows, and its ``rounds.csv`` row must equal the recomputed one in
 ``clients``, ``num_clients``, ``num_failed``, the utilities, ``num_evaluations``,
 ``ads_method``, ``efficiency_gap`` and ``num_unaggregatable``. A seeded sample of the
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -251,8 +252,8 @@ def _replayed(replay: Callable[[RoundRecord], ReplayedRound], record: RoundRecor
         raise ReplayUnavailable(str(error)) from None
 
 
-def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: Collection | None,
-                    fairness: GroupFairness | None = None, replay: Callable[[RoundRecord], ReplayedRound] | None = None):
+def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: GroupFairness | None = None,
+                    replay: Callable[[RoundRecord], ReplayedRound] | None = None):
     """The books of one round rebuilt from its record alone, A_t, whether weights are
     example counts, and the fairness rule's disagreements. A FedAvg-family round
     aggregates by the weighted mean; any other round by ``replay(record)``, the inner
@@ -286,8 +287,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
                                       for c in aggregated])
     by_examples = round_settings.by_examples
     books = book_round(record, valuation, utility, realized=realized, aggregate=aggregator,
-                       inputs={"fairness": fair}, noisy_clients=noisy_clients,
-                       unaggregatable=0 if aggregator is None else None)
+                       inputs={"fairness": fair}, unaggregatable=0 if aggregator is None else None)
     problems += entry_problems(record, by_examples)
     if aggregator is None and valuation is not None:
         problems += plain_path_problems(record, valuation.game, ok, utility)
@@ -349,14 +349,13 @@ def _text(value) -> str:
 
 
 def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFrame, round_row: Mapping,
-                   tolerance: float, *, noisy_clients: Collection | None,
-                   next_start: Mapping[str, np.ndarray] | None,
+                   tolerance: float, *, next_start: Mapping[str, np.ndarray] | None,
                    fairness: GroupFairness | None = None,
                    replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> tuple[list[str], float]:
     """What in round t's booked ``rows`` (its ledger rows) and ``round_row`` differs from
     the recomputation, and the largest value difference seen."""
     t = record.round
-    books, realized, by_examples, problems = recompute_books(record, utility, noisy_clients, fairness, replay)
+    books, realized, by_examples, problems = recompute_books(record, utility, fairness, replay)
     exact_counts = record.lossless  # an older record holds example counts only as weights
     worst = 0.0
     expected = {(str(row.method), str(row.client_id)): row for row in books.ledger_rows}
@@ -394,9 +393,6 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
         if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want.num_examples):
             problems.append(f"round {t} {method} of client {client}: num_examples is booked "
                             f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want.num_examples)!r}")
-        if noisy_clients is not None and _text(got["noisy"]).lower() != _text(want.noisy).lower():
-            problems.append(f"round {t} client {client}: noisy is booked {_text(got['noisy']).lower()!r}; the run's noisy "
-                            f"clients give {_text(want.noisy).lower()!r}")
     for column, want in books.round_row.items():
         if column in ("round", "valuation_seconds"):
             continue

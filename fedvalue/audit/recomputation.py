@@ -13,7 +13,7 @@ summed up at the end (:class:`_Outcome`). The options cross the steps once, as o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,13 +54,11 @@ Replay = Callable[[RoundRecord], ReplayedRound]
 @dataclass(frozen=True)
 class Recompute:
     """What recomputing a run's rounds takes (the audit's options, :func:`recompute_run`), made
-    once: run.json's ``config``, the noisy clients as strings (None: not known), the most
-    clients a round may hold."""
+    once: run.json's ``config``, the most clients a round may hold."""
 
     utility: ArraysUtility
     tolerance: float
     config: dict
-    noisy_clients: set[str] | None
     sampled: Callable[[int], Sequence] | None
     fairness: GroupFairness | None
     example_counts: ExampleCounts | None
@@ -166,13 +164,11 @@ class RoundRecords:
 
 def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame, rounds: pd.DataFrame,
                   report: AuditReport, tolerance: float = 1e-9, *, config: dict | None = None,
-                  noisy_clients: Collection | None = None, sampled: Callable[[int], Sequence] | None = None,
-                  fairness: GroupFairness | None = None, example_counts: ExampleCounts | None = None,
+                  sampled: Callable[[int], Sequence] | None = None, fairness: GroupFairness | None = None, example_counts: ExampleCounts | None = None,
                   retrain: Retrain | None = None, replay: Replay | None = None) -> None:
     """Check 7 of :mod:`fedvalue.audit.verdict`'s docstring; findings go to ``report``."""
     config = {} if config is None else config
-    options = Recompute(utility, tolerance, config, _noisy_clients(config, noisy_clients, report), sampled,
-                        fairness, example_counts, retrain, replay)
+    options = Recompute(utility, tolerance, config, sampled, fairness, example_counts, retrain, replay)
     committed = [int(r) for r in rounds["round"]]
     records = RoundRecords(files, committed)
     missing = [t for t in committed if t not in records]
@@ -204,18 +200,6 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
             outcome.recomputed += 1
             outcome.worst = max(outcome.worst, found[1])
     outcome.summarise(report, options)
-
-
-def _noisy_clients(config: dict, given: Collection | None, report: AuditReport) -> set[str] | None:
-    """The noisy clients as strings: those given (run.json's list must agree with them), else
-    run.json's; None when neither says."""
-    saved = config.get("noisy_clients")
-    if given is not None and isinstance(saved, list) and sorted(map(str, saved)) != sorted(map(str, given)):
-        report.problems.append(f"run.json: noisy_clients {saved[:10]} are not the ones the run's settings and "
-                               f"seed draw, {sorted(given)[:10]}")
-    if given is None and isinstance(saved, list):
-        given = {c for c in saved if isinstance(c, (int, str)) and not isinstance(c, bool)}
-    return None if given is None else {str(c) for c in given}
 
 
 def _readable(record, t: int, report: AuditReport) -> bool:
@@ -271,13 +255,11 @@ def _recomputed(record: RoundRecord, t: int, options: Recompute, rows: pd.DataFr
     """(problems, largest difference) of round ``t``'s books recomputed from its record, with U
     capped at the evaluations the round booked and by the audit's ``budget``; None when it could
     not be (reported)."""
-    noisy = None if options.noisy_clients is None else _noisy_ids(record, options.noisy_clients)
     evaluations = int(pd.to_numeric(booked.get("num_evaluations"), errors="coerce"))
     capped = CappedUtility(options.utility, evaluations + 2 * len(record.replies) + 8, budget)
     try:
-        return round_problems(record, capped, rows, booked, options.tolerance, noisy_clients=noisy,
-                              next_start=next_start, fairness=options.fairness,
-                              replay=options.replay if record.settings.by_strategy else None)
+        return round_problems(record, capped, rows, booked, options.tolerance, next_start=next_start,
+                              fairness=options.fairness, replay=options.replay if record.settings.by_strategy else None)
     except ReplayUnavailable as error:
         report.unverifiable.append(f"values of round {t}: not recomputed, {printable(error)}")
     except CappedUtility.Exceeded as error:
@@ -286,9 +268,3 @@ def _recomputed(record: RoundRecord, t: int, options: Recompute, rows: pd.DataFr
         report.problems.append(f"recompute: round {t}'s record cannot be replayed ({type(error).__name__}: "
                                f"{printable(error)})")
     return None
-
-
-def _noisy_ids(record: RoundRecord, noisy_clients: set[str]) -> set:
-    """The record's client ids (in their own types) that are noisy."""
-    ids = [*record.statuses, *record.replies, *record.gradients]
-    return {c for c in ids if str(c) in noisy_clients}

@@ -9,7 +9,8 @@ the files alone it re-derives
    round chaining from SHA-256(run.json) (:mod:`fedvalue.run.ledger_tables`);
 2. the schema: the columns, statuses, rounds in order, finite values for booked rows,
    one row per (round, method, client), claim-review rows only in a run whose run.json
-   names a claim review;
+   names a claim review; where the run's noisy clients are known (given, or run.json's
+   ``noisy_clients``), the ``noisy`` column marks exactly them (:mod:`fedvalue.audit.noisy_column`);
 3. group efficiency per round ([ADS], Prop. 4.2): Σ_i φ_t(i) over the round's ADS
    rows equals utility_after − utility_before, to ``tolerance`` × max(1, Σ_i |φ_t(i)|);
 4. the Parquet copy equals the CSV exactly (its row count read from its metadata first),
@@ -65,6 +66,7 @@ from fedvalue.audit.audit_files import (
     check_signatures,
     read_commitments,
 )
+from fedvalue.audit.noisy_column import check_noisy_column
 from fedvalue.audit.recomputation import ExampleCounts, Replay, Retrain, recompute_run
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.torn_tail import split_torn_tail, table_of
@@ -123,7 +125,8 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
         equal it.
     noisy_clients
         The run's noisy clients where they are known independently of the ledger (a
-        built-in simulation's config and seed): the ``noisy`` column must agree.
+        built-in simulation's config and seed): run.json's ``noisy_clients`` and the
+        ``noisy`` column must agree (without them, run.json's list is the one checked).
     sampled
         round -> the clients the run's sampler chose (a built-in simulation's seeded
         sampler): each record's clients must be those.
@@ -272,6 +275,7 @@ def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recomput
     if tables is None:
         return
     ledger, rounds = tables
+    check_noisy_column(ledger, config, noisy_clients, report)  # 2., against the run's ground truth
     _check_efficiency(ledger, rounds, tolerance, report)  # 3.
     if files.exists(LEDGER_PARQUET_FILE):  # 4.
         _check_parquet(files, ledger, sum(map(len, ledger_lines)), manifest is not None, report)
@@ -283,8 +287,8 @@ def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recomput
                             "rewrite them with the tables); --public-key or --expect-head makes a rewrite fail")
     if utility is not None:  # 7.
         recompute_run(files, utility, ledger, rounds, report, recompute_tolerance, config=config,
-                      noisy_clients=noisy_clients, sampled=sampled, fairness=fairness, example_counts=example_counts,
-                      retrain=retrain, replay=replay)
+                      sampled=sampled, fairness=fairness, example_counts=example_counts, retrain=retrain,
+                      replay=replay)
     elif recompute:
         report.unverifiable.append("values: not recomputed (no utility to rebuild the round games with); "
                                    "fedvalue.audit.verdict.audit_run(DIR, utility=U) recomputes them")

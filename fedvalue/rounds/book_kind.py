@@ -12,14 +12,14 @@ strategy names it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.round_settings import RoundSettings
 from fedvalue.valuation.round_game import Arrays, ArraysUtility, RoundValuation
-from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry, LedgerRow, Status, noisy_flag
+from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry, LedgerRow, Status
 
 
 class CountingAggregator(Protocol):
@@ -35,14 +35,13 @@ class CountingAggregator(Protocol):
 class RoundContext:
     """What one round gives its books: its record (entries, replies, accepted clients,
     gradients, claims, settings), the round game's valuation, the utility and aggregation
-    for harms, the run's noisy clients and what the caller computed for a kind of book
-    (``inputs``, by the kind's name: the fairness valuation, for instance)."""
+    for harms and what the caller computed for a kind of book (``inputs``, by the kind's
+    name: the fairness valuation, for instance)."""
 
     record: RoundRecord
     valuation: RoundValuation | None
     utility: ArraysUtility | None
     aggregate: CountingAggregator | None = None
-    noisy_clients: Collection[Hashable] | None = None
     inputs: Mapping[str, object] = field(default_factory=dict)
 
     @property
@@ -53,14 +52,12 @@ class RoundContext:
     def methods(self) -> list[str]:
         return list(self.record.settings.methods)
 
-    def noisy_of(self, client_id: Hashable) -> bool | None:
-        return noisy_flag(client_id, self.noisy_clients)
-
     def row(self, client_id: Hashable, method: str, value: float | None, stderr: float | None,
             num_examples: int | None, status: Status | str, reason: str | None = None) -> LedgerRow:
-        """One ledger row of this round (every book's rows are built here)."""
-        return LedgerRow(self.record.round, client_id, method, value, stderr, num_examples, status,
-                         self.noisy_of(client_id), reason)
+        """One ledger row of this round (every book's rows are built here), its ``noisy`` cell
+        None: the run's ground truth is joined where rows are written
+        (:func:`fedvalue.schema.with_ground_truth`)."""
+        return LedgerRow(self.record.round, client_id, method, value, stderr, num_examples, status, reason=reason)
 
     def entry_row(self, entry: ClientEntry, method: str, value: float | None, stderr: float | None,
                   num_examples: int | None) -> LedgerRow:

@@ -4,7 +4,9 @@ The round record (:class:`fedvalue.run.archive.RoundRecord`) is the single input
 strategy builds it once from the round's replies and calls :func:`book_round` on it live,
 then saves it; the audit reads the saved record and calls :func:`book_round` on it again;
 procurement builds one per stage. So what a client gets in a round is decided in one
-place, from one description of the round.
+place, from one description of the round. Which clients a simulation made noisy is no part
+of it: every row's ``noisy`` cell is None, and the run's ground truth is joined where the
+rows are written (:class:`fedvalue.run.ledger_tables.LedgerWriter`).
 
 Per sampled client, in reply order, and per valuation method:
 
@@ -26,7 +28,7 @@ and then all of them, in the registry's order: top-k marks (``selected``), TracI
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,7 +66,6 @@ def book_round(
     *,
     realized: Mapping[str, np.ndarray] | None,
     aggregate: CountingAggregator | None = None,
-    noisy_clients: Collection[Hashable] | None = None,
     inputs: Mapping[str, object] | None = None,
     unaggregatable: int | None = None,
     utility_before: float | None = None,
@@ -100,7 +101,7 @@ def book_round(
         computed here otherwise.
     """
     entries, start_arrays = record.entries, record.start_arrays
-    context = RoundContext(record, valuation, utility, aggregate, noisy_clients, dict(inputs or {}))
+    context = RoundContext(record, valuation, utility, aggregate, dict(inputs or {}))
     if utility_before is None:
         utility_before = valuation.utility_before if valuation is not None else float(utility(start_arrays))
     if utility_realized is None:

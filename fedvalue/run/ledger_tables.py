@@ -5,8 +5,10 @@ A run directory holds
 ``ledger.csv`` / ``ledger.parquet``
     Long format, one row per (round, client, method): ``round``, ``client_id``,
     ``method``, ``value``, ``stderr``, ``num_examples``, ``status`` (ok, failed, rejected,
-    idle: :mod:`fedvalue.schema`), ``noisy``, ``reason`` (why a failed or rejected
-    client was not valued; empty otherwise).
+    idle: :mod:`fedvalue.schema`), ``noisy`` (whether the client is one of the run's
+    noisy clients, which the writer joins from the run's ground truth; empty when the
+    run names none), ``reason`` (why a failed or rejected client was not valued; empty
+    otherwise).
 ``rounds.csv``
     One row per round: ``round``, ``clients`` (space-separated ids in reply order),
     ``num_clients``, ``num_failed``, ``utility_before`` (v_t(∅) = U(A_{t−1})),
@@ -41,7 +43,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -66,6 +68,7 @@ from fedvalue.schema import (
     RUN_CONFIG_FILE,
     LedgerRow,
     Status,
+    with_ground_truth,
 )
 
 #: A run's chain starts from the hash of its run.json (or this, when it has none).
@@ -210,10 +213,15 @@ class LedgerWriter:
         ``config`` when one is given (a changed configuration would break the chain and
         the promise of the same ledger as an uninterrupted run), but for the entries of
         :data:`STARTED_ON_KEYS`.
+    noisy_clients
+        The run's ground truth, the clients known to be noisy (a simulation made them so):
+        each written row's ``noisy`` cell says whether its client is one of them
+        (:func:`fedvalue.schema.with_ground_truth`). None: the rows' cells are written as given.
     """
 
     def __init__(self, run_dir: str | os.PathLike | RunDir, *, config: Mapping | None = None,
-                 resume: bool = False) -> None:
+                 resume: bool = False, noisy_clients: Collection[Hashable] | None = None) -> None:
+        self.noisy_clients = None if noisy_clients is None else frozenset(noisy_clients)
         if resume:
             try:
                 self.run = open_run_dir(run_dir)
@@ -260,11 +268,12 @@ class LedgerWriter:
         returns the round's chain hash (the run's head).
 
         ``ledger_rows`` are :class:`~fedvalue.schema.LedgerRow` (a mapping of the ledger's
-        columns is taken as one: ValueError naming a bad status or column). A None cell is
-        written empty; a reason with its control characters escaped and a formula defused
+        columns is taken as one: ValueError naming a bad status or column), their ``noisy``
+        cells joined from the writer's ``noisy_clients``. A None cell is written empty; a
+        reason with its control characters escaped and a formula defused
         (:func:`spreadsheet_safe`).
         """
-        rows = [LedgerRow.from_mapping(row) for row in ledger_rows]
+        rows = with_ground_truth([LedgerRow.from_mapping(row) for row in ledger_rows], self.noisy_clients)
         ledger_lines = csv_lines(LEDGER_COLUMNS, [
             replace(row, reason=spreadsheet_safe(row.reason)) if row.reason is not None else row for row in rows])
         previous = _last_hash(self.run) or genesis_hash(self.run)

@@ -10,8 +10,9 @@ of an uninterrupted run):
    (:mod:`fedvalue.run.writer_lock`): a second writer is refused with the holder's PID;
 1. **open** a new run: the directory (created), its ``run.json`` and, with checkpoints,
    the start's ``checkpoint.json`` (round 0: the run checkpoints; nothing committed yet);
-2. **commit** round t: its record (``records/``), its ledger rows and its ``rounds.csv`` row
-   (the commit mark); then its checkpoint files (A_t and the
+2. **commit** round t: its record (``records/``), its ledger rows (the run's noisy clients
+   joined into their ``noisy`` column) and its ``rounds.csv`` row (the commit mark); then
+   its checkpoint files (A_t and the
    server's state as data), its seal (the chain head, the digests of the record and the
    checkpoint files, the tables' sizes; signed with a key) and only then
    ``checkpoint.json``, switched atomically (:mod:`fedvalue.run.archive`, :mod:`fedvalue.run.seals`);
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,6 +141,9 @@ class RunBooks:
         close; resuming, round k's seal must carry its signature.
     save_records, checkpoint
         Write each round's record; checkpoint each round (A_t, the server's state).
+    noisy_clients
+        The run's ground truth, the clients known to be noisy: joined into the ``noisy``
+        column as each round's rows are written (:class:`fedvalue.run.ledger_tables.LedgerWriter`).
     check_state
         Called with the verified state before anything is cut; raises ValueError when the
         resumed run cannot take it (another strategy than the one saved).
@@ -152,8 +156,10 @@ class RunBooks:
 
     def __init__(self, run_dir: str | os.PathLike | RunDir, *, config: Mapping | None = None, resume: bool = False,
                  signer: Signer | None = None, save_records: bool = True, checkpoint: bool = True,
+                 noisy_clients: Collection[Hashable] | None = None,
                  check_state: Callable[[tuple[object, Arrays]], None] | None = None) -> None:
         self.signer = signer
+        self.noisy_clients = noisy_clients
         self.save_records = bool(save_records)
         self.checkpoint = bool(checkpoint)
         self.restored: Restored | None = None
@@ -176,12 +182,12 @@ class RunBooks:
     def _open(self, config: Mapping | None, resume: bool, check_state) -> None:
         if resume:  # verify (reading no setting of run.json), then compare the configuration, then act
             plan = verify_resume(self.run, self.signer)
-            self.ledger = LedgerWriter(self.run, config=config, resume=True)
+            self.ledger = LedgerWriter(self.run, config=config, resume=True, noisy_clients=self.noisy_clients)
             check_restorable(self.run, plan, check_state)
             self._rewind(plan)
             self.restored = plan.restored
             return
-        self.ledger = LedgerWriter(self.run, config=config)
+        self.ledger = LedgerWriter(self.run, config=config, noisy_clients=self.noisy_clients)
         kill_points.reached("run_json", 0)
         if self.checkpoint:
             write_start_pointer(self.run)

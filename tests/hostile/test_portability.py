@@ -32,7 +32,7 @@ from fedvalue.run.archive import (
     write_round_record,
 )
 from fedvalue.run.ledger_tables import LedgerWriter, csv_lines, read_ledger_csv
-from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS
+from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth
 from fedvalue.scoring.kernels import KERNEL_ENVIRONMENT, kernel_platform
 from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
 from tests.fedvalue.forgery import rechain
@@ -103,10 +103,11 @@ def _forge_reply(run_dir: Path, change) -> str:
     record.replies[client] = change(record.start_arrays, record.replies[client])
     write_round_record(run_dir, record)
     noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
-    books, realized, _, _ = recompute_books(record, utility_from_run(config), noisy)
+    books, realized, _, _ = recompute_books(record, utility_from_run(config))
     lines = (run_dir / "ledger.csv").read_text().splitlines(keepends=True)
     kept = [line for line in lines if not line.startswith("3,")]
-    (run_dir / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, books.ledger_rows)))
+    rebooked = with_ground_truth(books.ledger_rows, noisy)  # the forger joins the ground truth as the writer does
+    (run_dir / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, rebooked)))
     rows = list(csv.DictReader(io.StringIO((run_dir / "rounds.csv").read_text())))
     rows[-1] = {**books.round_row, "valuation_seconds": rows[-1]["valuation_seconds"]}
     (run_dir / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))

@@ -4,17 +4,15 @@ value, the weight used as the example count; the ledger's columns, no new status
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
-from fedvalue.schema import ClaimEntry, LedgerRow, noisy_flag
+from fedvalue.schema import ClaimEntry, LedgerRow
 
 
-def claim_rows(server_round: int, claims: Sequence[ClaimEntry],
-               noisy_clients: Collection | None = None) -> list[LedgerRow]:
-    """Ledger rows of a round's claim flags."""
-    return [LedgerRow(server_round, c.client_id, c.method, c.claimed, 0.0, int(c.used), c.status,
-                      noisy_flag(c.client_id, noisy_clients)) for c in claims]
+def claim_rows(server_round: int, claims: Sequence[ClaimEntry]) -> list[LedgerRow]:
+    """Ledger rows of a round's claim flags (``noisy`` None, as every book's rows)."""
+    return [LedgerRow(server_round, c.client_id, c.method, c.claimed, 0.0, int(c.used), c.status) for c in claims]
 
 
 class ClaimsBook(RoundBook):
@@ -22,7 +20,7 @@ class ClaimsBook(RoundBook):
         self.context = context
 
     def closing_rows(self) -> list[LedgerRow]:
-        return claim_rows(self.context.record.round, self.context.record.claims, self.context.noisy_clients)
+        return claim_rows(self.context.record.round, self.context.record.claims)
 
 
 def claims_book(context: RoundContext) -> ClaimsBook | None:

@@ -153,12 +153,20 @@ def test_books_are_a_federated_runs_and_pass_the_audit(tmp_path):
 def test_stage_books_mark_the_purchase_and_the_efficiency_gap():
     offers = offers_of({"a": [1.0], "b": [0.0]})
     outcome = procure_stage(MeanLearner(), {"w": np.array([0.0])}, offers, utility, rule="ads", stage=3)
-    round_row, rows = stage_books(outcome, offers, noisy={"a": False, "b": True})
+    round_row, rows = stage_books(outcome, offers)
     assert round_row["round"] == 3 and round_row["ads_method"] == "ads-exact"
     assert math.isclose(round_row["efficiency_gap"], 0.0, abs_tol=1e-12)
     marks = {r.client_id: r.value for r in rows if r.method == "selected"}
     assert marks == {"a": 1.0, "b": 0.0}
-    assert {r.noisy for r in rows if r.client_id == "b"} == {True}
+    assert {r.noisy for r in rows} == {None}  # the books know no ground truth: the writer joins it
+
+
+def test_the_books_writer_marks_the_noisy_contributors(tmp_path):
+    offers = offers_of({"a": [1.0], "b": [0.0]})
+    run_procurement(MeanLearner(), {"w": np.array([0.0])}, [offers, offers], utility, seed=0,
+                    run_dir=str(tmp_path), noisy={"a": False, "b": True})
+    ledger = load_run(tmp_path).ledger
+    assert ledger.groupby("client_id")["noisy"].unique().map(list).to_dict() == {"a": [False], "b": [True]}
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [

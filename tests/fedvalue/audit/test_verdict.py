@@ -9,6 +9,7 @@ import pytest
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import LedgerWriter, load_run
 from simulations.cli.main import main
+from tests.fedvalue.forgery import rechain
 
 
 def write_run(run_dir, rounds=3, clients=4, seed=0):
@@ -42,6 +43,47 @@ def test_an_intact_run_passes_every_check(tmp_path):
     assert any("hash chain intact" in c for c in report.checks)
     assert any("group efficiency" in c for c in report.checks)
     assert load_run(tmp_path).rounds["hash"].str.fullmatch("[0-9a-f]{64}").all()
+
+
+def write_run_with_ground_truth(run_dir, noisy_clients=(0,)):
+    """A run whose writer joins its noisy clients (named in run.json too) into rows that leave
+    ``noisy`` unknown, as a round's books do."""
+    writer = LedgerWriter(run_dir, config={"seed": 0, "noisy_clients": sorted(noisy_clients)},
+                          noisy_clients=set(noisy_clients))
+    for t in (1, 2):
+        rows = [{"round": t, "client_id": c, "method": "ads", "value": 0.25, "stderr": 0.0, "num_examples": 10,
+                 "status": "ok"} for c in range(3)]
+        writer.write_round({"round": t, "clients": "0 1 2", "num_clients": 3, "num_failed": 0, "utility_before": 0.0,
+                            "utility_after": 0.75, "utility_realized": 0.75, "num_evaluations": 8,
+                            "valuation_seconds": 0.01, "ads_method": "ads-exact", "efficiency_gap": 0.0}, rows)
+    writer.close(2)
+    return run_dir
+
+
+def test_the_noisy_column_is_checked_against_the_runs_noisy_clients(tmp_path):
+    run_dir = write_run_with_ground_truth(tmp_path / "run")
+    report = audit_run(run_dir)
+    assert report.ok, report.problems
+    assert any("noisy column marks exactly the run's 1 noisy clients" in c for c in report.checks)
+    assert not audit_run(run_dir, noisy_clients={0, 2}).ok  # run.json names other noisy clients
+
+
+def test_one_flipped_noisy_cell_fails_the_audit_naming_its_round_and_client(tmp_path):
+    run_dir = write_run_with_ground_truth(tmp_path / "run")
+    ledger = run_dir / "ledger.csv"
+    lines = ledger.read_text().splitlines(keepends=True)
+    flipped = next(k for k, line in enumerate(lines) if line.startswith("2,1,ads,"))
+    assert ",false," in lines[flipped]
+    lines[flipped] = lines[flipped].replace(",false,", ",true,")
+    ledger.write_text("".join(lines))
+    frame = pd.read_parquet(run_dir / "ledger.parquet")
+    frame.loc[(frame["round"] == 2) & (frame["client_id"] == "1"), "noisy"] = True
+    frame.to_parquet(run_dir / "ledger.parquet", index=False)
+    rechain(run_dir)  # a forger without a key: the chain, seals and manifest match the edit
+    report = audit_run(run_dir, noisy_clients={0})
+    assert report.verdict == "NOT intact"
+    assert report.problems == ["ledger.csv: round 2 client 1: noisy is booked 'true'; the run's noisy clients "
+                               "give 'false'"]
 
 
 @pytest.mark.parametrize("line_index", range(1, 28, 4))

@@ -3,6 +3,7 @@ harms of rejected replies and TracIn flows, on a utility with a closed form."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import ClientEntry, book_round, claim_rows, rejected_harms
-from fedvalue.schema import ClaimEntry
+from fedvalue.schema import ClaimEntry, with_ground_truth
 from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
 from fedvalue.run.round_settings import RoundSettings
 
@@ -46,7 +47,7 @@ def valuation():
 
 def test_rows_follow_the_entries_with_values_harms_reasons_and_selection_marks():
     books = book_round(record(4, ENTRIES, ("ads", "loo"), {"a"}, selection=True), valuation(), utility,
-                       realized=REPLIES["a"], noisy_clients={"b"})
+                       realized=REPLIES["a"])
     rows = {(r.client_id, r.method): r for r in books.ledger_rows}
     assert [(r.client_id, r.method) for r in books.ledger_rows] == [
         (c, m) for c in "abcd" for m in ("ads", "loo", "selected")]
@@ -63,7 +64,7 @@ def test_rows_follow_the_entries_with_values_harms_reasons_and_selection_marks()
     assert rows["d", "loo"].reason == "crashed" and rows["a", "ads"].reason is None
     assert (rows["a", "selected"].value, rows["b", "selected"].value) == (1.0, 0.0)
     assert rows["b", "selected"].num_examples == 3 and rows["b", "ads"].num_examples == 30
-    assert rows["b", "ads"].noisy is True and rows["a", "ads"].noisy is False
+    assert {r.noisy for r in books.ledger_rows} == {None}  # the run's ground truth is no part of its books
     row = books.round_row
     assert row["clients"] == "a b c d" and (row["num_clients"], row["num_failed"]) == (4, 2)
     assert (row["utility_before"], row["utility_after"], row["utility_realized"]) == (u0, pytest.approx(uab), ua)
@@ -118,6 +119,22 @@ def test_the_record_decides_the_order_counts_and_claims_of_a_round_with_a_failur
     assert books.ledger_rows[-1] == claim_rows(5, [claim])[0] and books.ledger_rows[-1].value == 90.0
     # The duplicate's failed row books no value; the first reply's does.
     assert books.ledger_rows[0].value is not None and books.ledger_rows[3].value is None
+
+
+def test_no_book_knows_the_runs_noisy_clients_and_the_join_marks_every_kind_of_row():
+    """Valuation, selection, flow and claim rows all leave ``noisy`` unknown; joining the run's
+    ground truth marks each row by its client and changes nothing else."""
+    gradients = {"a": {"w": np.array([1.0, 0.0, 0.0])}, "e": {"w": np.array([0.0, 1.0, 0.0])}}
+    claim = ClaimEntry("b", "claim_capped", 90.0, 3.0, "ok")
+    books = book_round(record(2, ENTRIES, ("ads", "loo"), {"a"}, gradients=gradients, selection=True, claims=[claim]),
+                       valuation(), utility, realized=REPLIES["a"])
+    methods = {r.method for r in books.ledger_rows}
+    assert {"ads", "loo", "selected", "tracin_inflow", "claim_capped"} <= methods
+    assert {r.noisy for r in books.ledger_rows} == {None}
+    joined = with_ground_truth(books.ledger_rows, {"b", "e"})
+    assert [r.noisy for r in joined] == [r.client_id in {"b", "e"} for r in books.ledger_rows]
+    assert [dataclasses.replace(r, noisy=None) for r in joined] == books.ledger_rows
+    assert with_ground_truth(books.ledger_rows, None) == books.ledger_rows
 
 
 def test_a_new_kind_of_book_is_one_registration_away(monkeypatch):

@@ -173,3 +173,16 @@ def test_a_row_is_typed_and_names_what_it_lacks():
                                 "status": "ok"})
     with pytest.raises(ValueError, match=r"got unknown \['weight'\]"):
         LedgerRow.from_mapping({**row.as_dict(), "weight": 2.0})
+
+
+def test_the_writer_joins_the_runs_noisy_clients_into_the_noisy_column(tmp_path):
+    """The books come with ``noisy`` unknown; a writer given the run's ground truth writes each
+    row's flag from it (overriding what the row says), one without it writes the rows as given."""
+    rows = [ledger_row(1, 0, "ads", 0.125, noisy=None), ledger_row(1, 1, "ads", 0.125, noisy=True)]
+    joined = LedgerWriter(tmp_path / "joined", noisy_clients={0})
+    joined.write_round(round_row(1, [0, 1]), rows)
+    as_given = LedgerWriter(tmp_path / "as-given")
+    as_given.write_round(round_row(1, [0, 1]), rows)
+    for run_dir, flags in (("joined", ["true", "false"]), ("as-given", ["", "true"])):
+        with open(tmp_path / run_dir / "ledger.csv", newline="") as handle:
+            assert [r["noisy"] for r in csv.DictReader(handle)] == flags

@@ -268,7 +268,7 @@ def weight_times_ten_rebooked(case: Case) -> list[Action]:
     from fedvalue.run.archive import read_round_record, record_path, save_npz, write_round_record
     from fedvalue.audit.audit_recompute import recompute_books
     from fedvalue.run.ledger_tables import csv_lines
-    from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS
+    from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth
     from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
 
     config = _config(case.run)
@@ -279,10 +279,11 @@ def weight_times_ten_rebooked(case: Case) -> list[Action]:
                       if e.client_id == client else e for e in record.entries]
     write_round_record(case.run, record)
     noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
-    books, realized, _, _ = recompute_books(record, utility_from_run(config), noisy)
+    books, realized, _, _ = recompute_books(record, utility_from_run(config))
     lines = _lines(case.run / "ledger.csv")
     kept = [line for line in lines if not line.startswith(f"{last},")]
-    (case.run / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, books.ledger_rows)))
+    rebooked = with_ground_truth(books.ledger_rows, noisy)  # the forger joins the ground truth as the writer does
+    (case.run / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, rebooked)))
     with open(case.run / "rounds.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     seconds = rows[-1]["valuation_seconds"]

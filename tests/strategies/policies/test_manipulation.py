@@ -388,9 +388,9 @@ def test_claim_review_caps_books_and_rewrites_the_message_alike():
     metric = records[0].message.content["metrics"]["num-examples"]
     assert metric == 20 and type(metric) is int  # Flower's int metric stays an int
     assert [r.weight for r in records[1:]] == [30.0, 34.0, 38.0]  # at or under their registered size, or unknown
-    (row,) = claim_rows(4, [f.entry() for f in flags], noisy_clients={0})
+    (row,) = claim_rows(4, [f.entry() for f in flags])
     assert row == LedgerRow(round=4, client_id=0, method=CLAIM_CAPPED, value=1000.0, stderr=0.0, num_examples=20,
-                            status="ok", noisy=True, reason=None)
+                            status="ok", noisy=None, reason=None)
 
 
 def test_the_median_cap_uses_claims_after_the_registry_and_needs_three_claims():
