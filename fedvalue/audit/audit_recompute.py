@@ -196,7 +196,7 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
 
 
 def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, accepted: list,
-                    settings: AdsSettings) -> tuple[RoundFairness, dict, list[str]]:
+                    settings: AdsSettings, aggregator=None) -> tuple[RoundFairness, dict, list[str]]:
     """A round's fairness books from its record by the live strategy's own
     :class:`~fedvalue.rounds.fairness_round.FairnessPlugin` (the run's objective, the recorded damping
     and rule), the I-JACK factors, and where the rule's choice or ``ads_fairness``'s group
@@ -207,7 +207,7 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
     plugin = FairnessPlugin(fairness, None if not curvature else curvature["damping"], rule)
     fair = plugin.value(ok, record.start_arrays, [record.replies[c] for c in ok], [record.weights[c] for c in ok],
                         methods=meta["methods"], settings=settings, seed=round_rng(meta["seed"], record.round),
-                        loss_gradients=record.loss_gradients,
+                        aggregate=aggregator, loss_gradients=record.loss_gradients,
                         fisher_diagonals=record.fisher_diagonals)
     chosen, fair = plugin.decide(fair)
     if chosen is not None and chosen != set(accepted):
@@ -272,7 +272,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, noisy_clients: 
         valuation = value_round(game, meta["methods"], settings, seed=round_rng(meta["seed"], record.round))
     fair, factors, problems = None, {}, []
     if "fairness" in meta and fairness is not None:
-        fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings)
+        fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings, aggregator)
     if meta.get("weighting") and valuation is not None:
         factors, problems = _value_weights(record, valuation, ok, accepted)
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]

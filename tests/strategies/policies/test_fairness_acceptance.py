@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import FedAvg, FedAvgM
 
 from fedvalue.audit.audit_recompute import recompute_books
 from fedvalue.audit.verdict import audit_run
@@ -21,6 +21,7 @@ from fedvalue.scoring.fairness.objectives import GroupFairness, drop_k, ijack_fa
 from fedvalue.run.ledger_tables import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.policies.sampling import PartitionSampler
+from strategies.replay import replay_aggregator
 from strategies.valuing_settings import BookSettings
 
 from tests.strategies.harness.bare_and_wrapped import assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
@@ -198,3 +199,25 @@ def test_the_live_hook_and_the_audit_compute_each_round_s_fairness_by_the_same_p
     *_, problems = recompute_books(tampered, SETUP.make_utility(), None, fairness=fairness_objective())
     assert any(f"the {acceptance.rule['rule']} rule accepts" in p and "the record accepted" in p
                for p in problems), problems
+
+
+def test_a_strategy_s_own_aggregation_values_the_fairness_game_live_and_in_the_recompute(tmp_path):
+    # FedAvgM's momentum moves A_t away from the weighted mean: the plug-in values the fairness
+    # game with the strategy's own Agg live, and the recompute hands it the replayed one (the
+    # audit itself still leaves such rounds unverified; this is the recompute it would run).
+    def momentum() -> FedAvgM:
+        return FedAvgM(fraction_evaluate=0.0, server_momentum=0.9)
+
+    options = {"books": BookSettings(fairness=fairness_objective()), "acceptance": AcceptAll(),
+               "run_dir": str(tmp_path / "momentum"), "sampler": PartitionSampler(SETUP.num_clients, seed=0)}
+    valuing = run(SETUP, momentum, wrapped=True, valuing_options=options).valuing
+    ledger = load_run(valuing.ledger.run_dir).ledger
+    booked = {(int(r["round"]), str(r["client_id"]), r["method"]): r["value"] for r in ledger.to_dict("records")
+              if str(r["method"]).endswith("_fairness")}
+    replay = replay_aggregator(momentum)
+    for t, path in round_record_paths(valuing.ledger.run_dir).items():
+        books, *_ = recompute_books(read_round_record(path), SETUP.make_utility(), None,
+                                    fairness=fairness_objective(), replay=replay)
+        recomputed = {(t, str(r.client_id), str(r.method)): r.value for r in books.ledger_rows
+                      if str(r.method).endswith("_fairness")}
+        assert recomputed and recomputed == pytest.approx({k: v for k, v in booked.items() if k[0] == t}, rel=1e-9)
