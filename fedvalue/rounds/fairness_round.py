@@ -25,8 +25,7 @@ the same valuation, scores, accepted clients and factors from the same round dat
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -152,7 +151,7 @@ class FairnessPlugin:
         if self.rule is None or not fair.influences:
             return None, fair
         chosen, factors = policy_outcome(self.rule, self.scores(fair))
-        return chosen, fair if factors is None else dataclasses.replace(fair, factors=factors)
+        return chosen, fair if factors is None else replace(fair, factors=factors)
 
 
 def fairness_round(

@@ -79,7 +79,8 @@ class FairRounds:
         """The scores the policy's rule acts on (the plug-in's, which the audit recomputes)."""
         return self.plugin.scores(books)
 
-    def reweigh(self, books: RoundFairness, ok: list[ClientReply], accepted: set, weighted_by_key: str) -> RoundFairness:
+    def reweigh(self, books: RoundFairness, ok: list[ClientReply], accepted: set,
+                weighted_by_key: str) -> RoundFairness:
         """With a reweighing rule (I-JACK): the plug-in's factors booked, and each accepted reply's
         message weight multiplied by its factor (the live aggregation sees n_u w_u)."""
         _, books = self.plugin.decide(books)
