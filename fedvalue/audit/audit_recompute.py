@@ -43,7 +43,6 @@ which arrays, when record and books agree.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Protocol
@@ -55,7 +54,7 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import CountingAggregator, book_round
-from fedvalue.rounds.fairness_round import RoundFairness, fairness_round, policy_outcome
+from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
@@ -194,24 +193,23 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
 
 
 def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, accepted: list,
-                    settings: AdsSettings) -> tuple[RoundFairness, dict, list[str]]:
-    """A round's fairness books from its record, the I-JACK factors, and where the recorded
-    rule's choice or ``ads_fairness``'s group efficiency disagree."""
-    note, problems, factors = record.settings.fairness, [], {}
-    fair = fairness_round(fairness, ok, record.start_arrays, [record.replies[c] for c in ok],
-                          [record.weights[c] for c in ok], methods=list(record.settings.methods), settings=settings,
-                          seed=round_rng(record.settings.seed, record.round),
-                          loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals,
-                          damping=note.damping or None)
+                    settings: AdsSettings, aggregator=None) -> tuple[RoundFairness, dict, list[str]]:
+    """A round's fairness books from its record by the live strategy's own
+    :class:`~fedvalue.rounds.fairness_round.FairnessPlugin` (the run's objective, the recorded damping
+    and rule), the I-JACK factors, and where the rule's choice or ``ads_fairness``'s group
+    efficiency disagree."""
+    note, problems = record.settings.fairness, []
     rule = note.rule
-    if rule and ok:
-        chosen, rule_factors = policy_outcome(rule, fair.rule_scores(rule))
-        if chosen != set(accepted):
-            problems.append(f"round {record.round}: the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the "
-                            f"recomputed fairness influences; the record accepted {sorted(accepted, key=str)}")
-        if rule_factors is not None:
-            factors = rule_factors
-            fair = dataclasses.replace(fair, factors=factors)
+    plugin = FairnessPlugin(fairness, note.damping or None, rule)
+    fair = plugin.value(ok, record.start_arrays, [record.replies[c] for c in ok], [record.weights[c] for c in ok],
+                        methods=list(record.settings.methods), settings=settings,
+                        seed=round_rng(record.settings.seed, record.round), aggregate=aggregator,
+                        loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals)
+    chosen, fair = plugin.decide(fair)
+    if chosen is not None and chosen != set(accepted):
+        problems.append(f"round {record.round}: the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the "
+                        f"recomputed fairness influences; the record accepted {sorted(accepted, key=str)}")
+    factors = dict(fair.factors or {})
     if fair.valuation is not None and Method.ADS in fair.valuation.results:
         values = fair.valuation.results[Method.ADS].values
         gap = float(values.sum()) - (fair.valuation.utility_after - fair.valuation.utility_before)
@@ -271,7 +269,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: Group
                                 seed=round_rng(round_settings.seed, record.round))
     fair, factors, problems = None, {}, []
     if round_settings.fairness is not None and fairness is not None:
-        fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings)
+        fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings, aggregator)
     if round_settings.weighting and valuation is not None:
         factors, problems = _value_weights(record, valuation, ok, accepted)
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]

@@ -18,13 +18,14 @@ A drop rule acts on one of :data:`fedvalue.scoring.fairness.curvature.SCORES` (`
 first-order by default): the first-order influence, its renormalized derivative, the
 curvature one, or the exact drop effect −loo_fairness.
 
-The writer (the valuing strategy) and the audit both build these with :func:`fairness_round`.
+The writer (the valuing strategy) and the audit both build these with one :class:`FairnessPlugin`:
+the same valuation, scores, accepted clients and factors from the same round data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -80,9 +81,77 @@ class RoundFairness:
         return drop_scores(score, influences=self.influences, weights=self.weights or {}, curvature=self.curvature,
                            loo_fairness=loo)
 
-    def rule_scores(self, rule: Mapping | None) -> dict[Hashable, float]:
-        """The scores a recorded rule acts on (first-order when it names none)."""
-        return self.scores(str((rule or {}).get("score", "first-order")))
+
+class FairnessPlugin:
+    """The fairness books of a run's rounds, computed in one place: what the live strategy
+    values and decides with, what the fairness book kinds book, and what the audit recomputes
+    from a round record (:mod:`fedvalue.rounds.kinds.fairness`, [FAIRINFL], [FAIRIJ]).
+
+    Built from the run's objective F, the curvature damping δ (None: no curvature books) and
+    the recorded acceptance rule (None: every valid reply, no factors). Per round,
+    :meth:`value` gives the :class:`RoundFairness` of the valid replies, :meth:`scores` the
+    scores the rule acts on (what the acceptance policy reads) and :meth:`decide` the rule's
+    accepted clients with its I-JACK factors booked ([FAIRIJ] Props. 3.1, 3.2).
+    """
+
+    def __init__(self, objective: GroupFairness, damping: float | None = None, rule: Mapping | None = None) -> None:
+        self.objective, self.damping = objective, damping
+        self.rule = dict(rule) if rule else None
+
+    def value(
+        self,
+        client_ids: Sequence[Hashable],
+        start_arrays: Mapping[str, np.ndarray],
+        client_arrays: Sequence[Mapping[str, np.ndarray]],
+        weights: Sequence[float],
+        *,
+        methods: Sequence[str],
+        settings: AdsSettings,
+        seed: np.random.Generator,
+        aggregate: Aggregator | None = None,
+        loss_gradients: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
+        fisher_diagonals: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
+    ) -> RoundFairness:
+        """The fairness valuation and influences of a round's valid replies (module docstring).
+
+        The round game with U = −F is valued by ``methods`` with ``settings`` and the round's
+        generator ``seed`` (the accuracy game's); I^F_t(u) = ∇F(A_{t−1}) · (p_u Δ_u).
+        ``aggregate`` is the strategy's own rule for coalitions (None: the FedAvg weighted mean).
+        With a damping, ``loss_gradients`` and ``fisher_diagonals`` (client -> G_u, d_u) give
+        I^H_t(u) = −∇Fᵀ(D + δI)⁻¹G_u of the valid replies that sent both
+        (:mod:`fedvalue.scoring.fairness.curvature`; D sums theirs).
+        """
+        from fedvalue.scoring.fairness.curvature import curvature_influences
+        from fedvalue.scoring.fairness.objectives import client_fairness_influences
+
+        objective, damping = self.objective, self.damping
+        if not client_ids:
+            return RoundFairness(None, {}, objective, curvature=None if damping is None else {})
+        game = round_game_for(client_ids, start_arrays, client_arrays, weights, objective, aggregate)
+        valuation = value_round(game, methods, settings, seed=seed)
+        gradient = objective.gradient(start_arrays)
+        by_client = dict(zip(client_ids, weights))
+        influences = client_fairness_influences(gradient, start_arrays, dict(zip(client_ids, client_arrays)),
+                                                by_client)
+        curvature = None
+        if damping is not None:
+            sent = [c for c in client_ids if c in (loss_gradients or {}) and c in (fisher_diagonals or {})]
+            curvature = curvature_influences(gradient, {c: loss_gradients[c] for c in sent},
+                                             {c: fisher_diagonals[c] for c in sent}, damping=damping)
+        return RoundFairness(valuation, influences, objective, weights=by_client, curvature=curvature)
+
+    def scores(self, fair: RoundFairness) -> dict[Hashable, float]:
+        """Client -> the score the rule acts on (``rule["score"]``; first-order when it names none)."""
+        return fair.scores(str((self.rule or {}).get("score", "first-order")))
+
+    def decide(self, fair: RoundFairness) -> tuple[set | None, RoundFairness]:
+        """(the clients the rule accepts among the valid replies, ``fair`` with the rule's I-JACK
+        factors w_u booked): :func:`policy_outcome` on :meth:`scores`. Without a rule, or with no
+        valid reply, (None, ``fair``): nothing to decide."""
+        if self.rule is None or not fair.influences:
+            return None, fair
+        chosen, factors = policy_outcome(self.rule, self.scores(fair))
+        return chosen, fair if factors is None else replace(fair, factors=factors)
 
 
 def fairness_round(
@@ -92,37 +161,11 @@ def fairness_round(
     client_arrays: Sequence[Mapping[str, np.ndarray]],
     weights: Sequence[float],
     *,
-    methods: Sequence[str],
-    settings: AdsSettings,
-    seed: np.random.Generator,
-    aggregate: Aggregator | None = None,
-    loss_gradients: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
-    fisher_diagonals: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
     damping: float | None = None,
+    **round_: object,
 ) -> RoundFairness:
-    """The fairness valuation and influences of a round's valid replies (module docstring).
-
-    ``aggregate`` is the strategy's own rule for coalitions (None: the FedAvg weighted mean).
-    With ``damping`` set, ``loss_gradients`` and ``fisher_diagonals`` (client -> G_u, d_u)
-    give the curvature influences of the valid replies that sent both
-    (:mod:`fedvalue.scoring.fairness.curvature`; D sums theirs).
-    """
-    from fedvalue.scoring.fairness.curvature import curvature_influences
-    from fedvalue.scoring.fairness.objectives import client_fairness_influences
-
-    if not client_ids:
-        return RoundFairness(None, {}, objective, curvature=None if damping is None else {})
-    game = round_game_for(client_ids, start_arrays, client_arrays, weights, objective, aggregate)
-    valuation = value_round(game, methods, settings, seed=seed)
-    gradient = objective.gradient(start_arrays)
-    by_client = dict(zip(client_ids, weights))
-    influences = client_fairness_influences(gradient, start_arrays, dict(zip(client_ids, client_arrays)), by_client)
-    curvature = None
-    if damping is not None:
-        sent = [c for c in client_ids if c in (loss_gradients or {}) and c in (fisher_diagonals or {})]
-        curvature = curvature_influences(gradient, {c: loss_gradients[c] for c in sent},
-                                         {c: fisher_diagonals[c] for c in sent}, damping=damping)
-    return RoundFairness(valuation, influences, objective, weights=by_client, curvature=curvature)
+    """:meth:`FairnessPlugin.value` of ``FairnessPlugin(objective, damping)`` (the functional form)."""
+    return FairnessPlugin(objective, damping).value(client_ids, start_arrays, client_arrays, weights, **round_)
 
 
 def policy_outcome(rule: Mapping, influences: Mapping[Hashable, float]) -> tuple[set, dict | None]:
@@ -130,7 +173,7 @@ def policy_outcome(rule: Mapping, influences: Mapping[Hashable, float]) -> tuple
 
     ``rule`` is ``{"rule": "drop-k", "k": K}`` ([FAIRIJ] Prop. 3.1) or ``{"rule": "ijack",
     "lam": λ}`` (Prop. 3.2; clients whose factor is 0 are not aggregated); ``influences``
-    the scores it acts on (:meth:`RoundFairness.rule_scores`: ``rule["score"]``, if any).
+    the scores it acts on (:meth:`FairnessPlugin.scores`: ``rule["score"]``, if any).
     """
     from fedvalue.scoring.fairness.objectives import drop_k, ijack_factors
 

@@ -3,7 +3,7 @@ decides when the run keeps a :class:`fedvalue.scoring.fairness.objectives.GroupF
 
 Each round books the round game with U = −gap (``ads_fairness`` / ``loo_fairness``, the
 same methods and settings as accuracy) and each valid reply's fairness influence
-(:func:`fedvalue.rounds.fairness_round.fairness_round`); with a damping δ the sampled clients also send
+(:class:`fedvalue.rounds.fairness_round.FairnessPlugin`); with a damping δ the sampled clients also send
 their training loss gradient and Fisher diagonal at A_{t−1} (the train config's
 ``CURVATURE_KEY``) and the influence with curvature is booked too
 (:mod:`fedvalue.scoring.fairness.curvature`). A fairness policy (:class:`strategies.policies.acceptance.FairDropK`,
@@ -14,14 +14,13 @@ keep n_u).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ConfigRecord
 
-from fedvalue.rounds.fairness_round import RoundFairness, fairness_round
+from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
 from fedvalue.run.round_settings import FairnessNote
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.policies.acceptance import Acceptance
@@ -56,6 +55,8 @@ class FairRounds:
         self.fairness = fairness
         self.fair_curvature = fair_curvature
         self.acceptance = acceptance
+        # The one computation of the round's fairness books: the audit builds the same plug-in.
+        self.plugin = FairnessPlugin(fairness, fair_curvature, self.rule)
 
     @property
     def rule(self) -> dict | None:
@@ -69,26 +70,24 @@ class FairRounds:
               valuation: ValuationSettings, seed: np.random.Generator, loss_gradients: Mapping,
               fisher_diagonals: Mapping) -> RoundFairness:
         """The round game valued on fairness (U = −gap) and each valid reply's fairness
-        influence (with curvature from the valid replies that sent G_u and d_u)."""
-        return fairness_round(self.fairness, [r.client_id for r in ok], start_arrays, [r.arrays for r in ok],
-                              [r.weight for r in ok], methods=valuation.methods, settings=valuation.ads,
-                              seed=seed, aggregate=aggregate, loss_gradients=loss_gradients,
-                              fisher_diagonals=fisher_diagonals, damping=self.fair_curvature)
+        influence (with curvature from the valid replies that sent G_u and d_u), by the plug-in."""
+        return self.plugin.value([r.client_id for r in ok], start_arrays, [r.arrays for r in ok],
+                                 [r.weight for r in ok], methods=valuation.methods, settings=valuation.ads,
+                                 seed=seed, aggregate=aggregate, loss_gradients=loss_gradients,
+                                 fisher_diagonals=fisher_diagonals)
 
     def scores(self, books: RoundFairness) -> Mapping[Hashable, float]:
-        """The scores the policy's rule acts on."""
-        return books.rule_scores(self.rule)
+        """The scores the policy's rule acts on (the plug-in's, which the audit recomputes)."""
+        return self.plugin.scores(books)
 
-    def reweigh(self, books: RoundFairness, ok: list[ClientReply], accepted: set, scores: Mapping,
+    def reweigh(self, books: RoundFairness, ok: list[ClientReply], accepted: set,
                 weighted_by_key: str) -> RoundFairness:
-        """With a reweighing policy (I-JACK): its factors booked, and each accepted reply's
+        """With a reweighing rule (I-JACK): the plug-in's factors booked, and each accepted reply's
         message weight multiplied by its factor (the live aggregation sees n_u w_u)."""
-        factors_of = getattr(self.acceptance, "factors", None)
-        factors = None if factors_of is None else factors_of([r.client_id for r in ok], scores)
-        if factors is None:
-            return books
-        reweigh(ok, accepted, factors, weighted_by_key)
-        return dataclasses.replace(books, factors=factors)
+        _, books = self.plugin.decide(books)
+        if books.factors is not None:
+            reweigh(ok, accepted, books.factors, weighted_by_key)
+        return books
 
     def settings_note(self) -> FairnessNote:
         """The round record's note of the fairness books and rule."""

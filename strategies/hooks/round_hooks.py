@@ -87,7 +87,7 @@ class RoundHooks:
             **({} if fair is None else {"fairness": scores})
         ) if ok else set()
         if fair is not None and ok:
-            fair = self.fair.reweigh(fair, ok, accepted, scores, weighted_by_key)
+            fair = self.fair.reweigh(fair, ok, accepted, weighted_by_key)
         if self.weighting is not None and ok:  # value-weighted aggregation: n_u w_u from the round's values
             reweigh_by_values(self.weighting, ok, accepted, valuation, weighted_by_key)
         return accepted, fair

@@ -21,7 +21,10 @@ protocol). A policy is passed to :class:`~strategies.ValuingStrategy` as ``accep
   is 0 is not aggregated. λ = 0 leaves the run FedAvg's, bit for bit.
 
 The fairness policies need the strategy's ``fairness`` objective (the influences are those
-booked as ``fairness_influence``: every valid reply as if all were aggregated). Policies
+booked as ``fairness_influence``: every valid reply as if all were aggregated); they read the
+scores the run's :class:`fedvalue.rounds.fairness_round.FairnessPlugin` computed for their
+``rule``, and I-JACK's factors are that plug-in's (:meth:`~fedvalue.rounds.fairness_round.FairnessPlugin.decide`),
+which the audit calls again on the round record. Policies
 other than AcceptAll and FairReweight book a ``selected`` row (1/0) per client and round;
 FairReweight books ``fair_weight`` (w_u) instead.
 """
@@ -137,10 +140,6 @@ class _FairPolicy:
         accepted, _ = policy_outcome(self.rule, {c: fairness[c] for c in clients})
         return accepted
 
-    def factors(self, clients: Sequence[Hashable], fairness: Mapping[Hashable, float]) -> dict | None:
-        """Multipliers of the accepted clients' weights (None: weights unchanged)."""
-        return None
-
 
 class FairDropK(_FairPolicy):
     """All valid replies but the ``k`` with the largest positive fairness ``score`` (module docstring)."""
@@ -175,10 +174,6 @@ class FairReweight(_FairPolicy):
         if flows:
             raise ValueError("acceptance: FairReweight changes the aggregation weights, which TracIn flows take as "
                              "FedAvg's; use flows=False with it.")
-
-    def factors(self, clients, fairness) -> dict:
-        _, factors = policy_outcome(self.rule, {c: fairness[c] for c in clients})
-        return factors
 
     def __repr__(self) -> str:
         return f"FairReweight(lam={self.lam})"

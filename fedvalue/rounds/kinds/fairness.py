@@ -2,7 +2,9 @@
 sampled client's valuation rows, ``ads_fairness`` / ``loo_fairness`` (its value in the round
 game with U = −gap; for a rejected reply the harm on that game), ``fairness_influence`` and,
 when the round was reweighted, ``fair_weight``. Booked when the caller passes the round's
-fairness valuation as ``inputs["fairness"]``."""
+fairness books as ``inputs["fairness"]``: the :class:`~fedvalue.rounds.fairness_round.RoundFairness`
+that the run's :class:`~fedvalue.rounds.fairness_round.FairnessPlugin` computed (``value``, its factors
+by ``decide``), live in the strategy and again in the audit from the round record."""
 
 from __future__ import annotations
 

@@ -6,17 +6,22 @@ booked fairness influences exactly as the rules say, and the audit must recomput
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import FedAvg, FedAvgM
 
+from fedvalue.audit.audit_recompute import recompute_books
 from fedvalue.audit.verdict import audit_run
-from fedvalue.rounds.fairness_round import policy_outcome
+from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness, policy_outcome
+from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.scoring.fairness.objectives import GroupFairness, drop_k, ijack_factors
 from fedvalue.run.ledger_tables import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.policies.sampling import PartitionSampler
+from strategies.replay import replay_aggregator
 from strategies.valuing_settings import BookSettings
 
 from tests.strategies.harness.bare_and_wrapped import assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
@@ -141,3 +146,78 @@ def test_fairness_books_leave_the_accuracy_books_unchanged(tmp_path):
     b = load_run(fair.ledger.run_dir).ledger
     b = b[~b["method"].isin(["ads_fairness", "loo_fairness", "fairness_influence"])]
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+
+
+def same_fairness(a: RoundFairness, b: RoundFairness) -> bool:
+    """Bit-for-bit the same round fairness books (valuation, influences, weights, factors, curvature)."""
+    if (a.valuation is None) != (b.valuation is None) or a.influences != b.influences or a.weights != b.weights:
+        return False
+    if a.factors != b.factors or a.curvature != b.curvature:
+        return False
+    return a.valuation is None or all(
+        np.array_equal(a.valuation.results[m].values, b.valuation.results[m].values)
+        and np.array_equal(a.valuation.results[m].stderr, b.valuation.results[m].stderr) for m in a.valuation.results)
+
+
+@pytest.mark.parametrize("acceptance", [FairReweight(50.0), FairDropK(1)], ids=["ijack", "drop-k"])
+def test_the_live_hook_and_the_audit_compute_each_round_s_fairness_by_the_same_plugin(tmp_path, monkeypatch,
+                                                                                       acceptance):
+    # Every FairnessPlugin.value/decide call, live and in the audit, with what it returned.
+    calls: list[tuple[str, FairnessPlugin, object]] = []
+    value, decide = FairnessPlugin.value, FairnessPlugin.decide
+
+    def spy_value(self, *args, **keywords):
+        calls.append(("value", self, fair := value(self, *args, **keywords)))
+        return fair
+
+    def spy_decide(self, fair):
+        calls.append(("decide", self, outcome := decide(self, fair)))
+        return outcome
+
+    monkeypatch.setattr(FairnessPlugin, "value", spy_value)
+    monkeypatch.setattr(FairnessPlugin, "decide", spy_decide)
+    valuing = booked_run(tmp_path, acceptance, "live")
+    live, calls[:] = list(calls), []
+    assert [kind for kind, _, _ in live] == ["value", "decide"] * SETUP.rounds
+    records = {t: read_round_record(path) for t, path in round_record_paths(valuing.ledger.run_dir).items()}
+    assert sorted(records) == list(range(1, SETUP.rounds + 1))
+    for t, record in records.items():
+        *_, problems = recompute_books(record, SETUP.make_utility(), None, fairness=fairness_objective())
+        assert problems == [], problems
+        (_, audit_plugin, audit_value), (_, _, (chosen, audit_books)) = calls
+        (_, live_plugin, live_value), (_, _, (_, live_books)) = live[2 * (t - 1): 2 * t]
+        assert (audit_plugin.rule, audit_plugin.damping) == (live_plugin.rule, live_plugin.damping) == (
+            acceptance.rule, None)
+        assert same_fairness(audit_value, live_value) and same_fairness(audit_books, live_books)
+        assert chosen == set(record.accepted)  # the accepted set the live policy chose is the rule's
+        assert (live_books.factors is not None) == isinstance(acceptance, FairReweight)
+        calls.clear()
+
+    # A record whose accepted set is not the rule's choice is caught.
+    record = records[1]
+    tampered = dataclasses.replace(record, accepted=[c for c in record.accepted if c != record.accepted[0]])
+    *_, problems = recompute_books(tampered, SETUP.make_utility(), None, fairness=fairness_objective())
+    assert any(f"the {acceptance.rule['rule']} rule accepts" in p and "the record accepted" in p
+               for p in problems), problems
+
+
+def test_a_strategy_s_own_aggregation_values_the_fairness_game_live_and_in_the_recompute(tmp_path):
+    # FedAvgM's momentum moves A_t away from the weighted mean: the plug-in values the fairness
+    # game with the strategy's own Agg live, and the recompute hands it the replayed one (the
+    # audit itself still leaves such rounds unverified; this is the recompute it would run).
+    def momentum() -> FedAvgM:
+        return FedAvgM(fraction_evaluate=0.0, server_momentum=0.9)
+
+    options = {"books": BookSettings(fairness=fairness_objective()), "acceptance": AcceptAll(),
+               "run_dir": str(tmp_path / "momentum"), "sampler": PartitionSampler(SETUP.num_clients, seed=0)}
+    valuing = run(SETUP, momentum, wrapped=True, valuing_options=options).valuing
+    ledger = load_run(valuing.ledger.run_dir).ledger
+    booked = {(int(r["round"]), str(r["client_id"]), r["method"]): r["value"] for r in ledger.to_dict("records")
+              if str(r["method"]).endswith("_fairness")}
+    replay = replay_aggregator(momentum)
+    for t, path in round_record_paths(valuing.ledger.run_dir).items():
+        books, *_ = recompute_books(read_round_record(path), SETUP.make_utility(), None,
+                                    fairness=fairness_objective(), replay=replay)
+        recomputed = {(t, str(r.client_id), str(r.method)): r.value for r in books.ledger_rows
+                      if str(r.method).endswith("_fairness")}
+        assert recomputed and recomputed == pytest.approx({k: v for k, v in booked.items() if k[0] == t}, rel=1e-9)
