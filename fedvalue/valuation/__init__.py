@@ -2,7 +2,7 @@
 the samplers past exact, the K-NN utility and KNN-ADS, and the round game v_t(S) =
 U(Agg_t(A_{t-1}; S)) with value_round. numpy/pandas only.
 
-Modules: ads, game, loo, prefix_mc, result, round_game, shapley_sampling; knn/ (exact,
+Modules: ads, game, loo, plan, prefix_mc, result, round_game, settings, shapley_sampling; knn/ (exact,
 monte_carlo, utility).
 
 May import: no other subpackage (and fedvalue._checks, fedvalue.schema). Nothing here imports a

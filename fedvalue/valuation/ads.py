@@ -68,32 +68,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import (
-    check_integer,
-    check_non_negative,
-    check_number,
-    check_open_unit,
-    check_positive,
-    check_seed,
-)
+from fedvalue._checks import check_seed
 from fedvalue.valuation.game import CoalitionGame, Utility, as_game
-from fedvalue.valuation.plan import (
-    AdsPlan,
-    plan_ads,
-)
+from fedvalue.valuation.plan import AdsPlan, plan_ads
 from fedvalue.valuation.result import ValuationResult
+from fedvalue.valuation.settings import METHODS, AdsSettings, Method  # noqa: F401 (the names ads() is called with)
 from fedvalue.valuation.shapley_sampling import SAMPLERS, choose_sampler
-
-Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap"]
-#: Every ``method`` :func:`ads` takes.
-METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
-
 
 def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashable, ...], ...]:
     """Check ``groups`` is a non-empty sequence of non-empty groups of unique ids."""
@@ -133,67 +117,6 @@ def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashabl
             seen[player] = t
         checked.append(tuple(group))
     return tuple(checked)
-
-
-@dataclass(frozen=True)
-class AdsSettings:
-    """The ADS estimator's settings, checked once when made and passed whole (to :func:`ads`,
-    :func:`fedvalue.valuation.round_game.value_round`, the valuing strategy and the round records the
-    audit reads); :mod:`fedvalue.valuation.plan` turns them into what a call runs.
-
-    Parameters
-    ----------
-    method
-        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``, ``"antithetic"``,
-        ``"stratified"``, ``"kernelshap"`` (module docstring) or ``"auto"``: exact when
-        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the sampler a
-        pilot projects to be cheapest.
-    epsilon, delta, r
-        MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range of width r
-        (r = 1 for accuracy).
-    max_evaluations
-        Upper bound on real utility evaluations; a method whose worst case exceeds it raises
-        instead of running.
-    truncation_tolerance
-        ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a permutation's
-        group is truncated (module docstring); 0 never truncates.
-    stderr_target
-        Sampling methods: stop sampling once every standard error is ≤ this (None: always their
-        cap of samples).
-    budget
-        Most distinct coalition evaluations to spend (cached coalitions are free). ``"auto"``
-        then takes exact when its coalitions fit, else the sampler of
-        :data:`~fedvalue.valuation.plan.BUDGET_SAMPLERS` whose minimum fits; a sampling method
-        draws until the budget is spent, or until ``stderr_target`` is met, instead of stopping
-        at m*.
-    """
-
-    method: Method = "auto"
-    epsilon: float = 0.1
-    delta: float = 0.05
-    r: float = 1.0
-    max_evaluations: int | None = None
-    truncation_tolerance: float = 1e-3
-    stderr_target: float | None = None
-    budget: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(
-                f"method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; "
-                f"got {self.method!r}."
-            )
-        check_non_negative("truncation_tolerance", self.truncation_tolerance)
-        check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)
-        check_positive("epsilon", self.epsilon)
-        check_open_unit("delta", self.delta)
-        check_positive("r", self.r)
-        check_integer("max_evaluations", self.max_evaluations, none_ok=True)
-        check_integer("budget", self.budget, none_ok=True)
-
-    def as_dict(self) -> dict:
-        """The settings as the round records and run.json write them (JSON: names to numbers)."""
-        return dataclasses.asdict(self)
 
 
 def ads(

@@ -13,10 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the settings' module imports this one
-    from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 
 #: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
 MAX_EXACT_GROUP_SIZE = 25

@@ -17,16 +17,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from fedvalue.valuation.ads import AdsSettings, ads
+from fedvalue.valuation.ads import ads
 
 from fedvalue.valuation.plan import exact_num_coalitions
 from fedvalue.valuation.game import CoalitionGame, Progress
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.result import ValuationResult
+from fedvalue.valuation.settings import AdsSettings, ValuationSettings  # noqa: F401 (imported from here too)
 from fedvalue.schema import VALUATION_METHODS as SCHEMA_VALUATION_METHODS
 from fedvalue.schema import Method
 
@@ -219,38 +220,6 @@ def ads_share_of_budget(budget: int, num_players: int, methods: Sequence[str]) -
     if Method.LOO in methods and exact_num_coalitions([range(num_players)]) > budget:
         return budget - (num_players + 1)
     return budget
-
-
-@dataclass(frozen=True)
-class ValuationSettings:
-    """How each round is valued, checked once when made and passed whole.
-
-    Parameters
-    ----------
-    methods
-        Valuations per round, a subset of ``("ads", "loo")`` (none: the round is booked
-        unvalued, its clients' statuses and weights only).
-    ads
-        The ADS estimator's settings (:class:`fedvalue.valuation.ads.AdsSettings`; its ``budget``
-        bounds the round's distinct coalition evaluations, ADS and LOO together).
-
-    A display of the valuation's progress is a callback of the run, not a setting
-    (:class:`strategies.valuing_settings.RunCallbacks`).
-    """
-
-    methods: tuple[str, ...] = tuple(VALUATION_METHODS)
-    ads: AdsSettings = field(default_factory=AdsSettings)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.methods, str) or not isinstance(self.methods, Sequence | frozenset | set):
-            raise TypeError(f"methods: expected a sequence of names from {list(VALUATION_METHODS)}; got "
-                            f"{self.methods!r}.")
-        unknown = [m for m in self.methods if m not in VALUATION_METHODS]
-        if unknown:
-            raise ValueError(f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}.")
-        object.__setattr__(self, "methods", tuple(self.methods))
-        if not isinstance(self.ads, AdsSettings):
-            raise TypeError(f"ads: expected a fedvalue.valuation.ads.AdsSettings; got {type(self.ads).__name__}.")
 
 
 def round_rng(seed: int, server_round: int) -> np.random.Generator:

@@ -266,9 +266,6 @@ def _config_from_json(config_json: str) -> AttacksConfig:
     return saved_config(AttacksConfig, json.loads(config_json), strict=False)
 
 
-config_from_json = _config_from_json
-
-
 def check_study(config: AttacksConfig) -> None:
     """The study's settings (:mod:`.study`); errors name the parameter, the expectation and the value."""
     check_integers(config, ("num_clients", "rounds", "local_epochs", "seeds", "colluders", "craft_steps"))

@@ -40,6 +40,7 @@ from simulations.experiments.attacks.plan import AttackSettings, RunPlan, behavi
 from simulations.runner import (
     fedavg_without_evaluation,
     initial_model_arrays,
+    saved_config,
     seeded_server_generators,
     serve,
     skipped_evaluation_unannounced,
@@ -153,11 +154,11 @@ def registered_sizes(config, run: StudyRun) -> dict[int, int]:
     return sizes
 
 
-def study_client_data(partition_id: int, data_key: str | None = None, *, config_json: str) -> ClientData:
-    """Identity ``partition_id``'s data and behaviour in the run ``data_key`` names (Ray workers call it)."""
-    from simulations.experiments.attacks.attacks import config_from_json
-
-    config = config_from_json(config_json)
+def study_client_data(partition_id: int, data_key: str | None = None, *, config_json: str,
+                      config_type: type) -> ClientData:
+    """Identity ``partition_id``'s data and behaviour in the run ``data_key`` names (Ray workers call
+    it with the study's settings as JSON and the job's config class to read them into)."""
+    config = saved_config(config_type, json.loads(config_json), strict=False)
     attack, scheme, seed, strategy = str(data_key).split("|")
     run = StudyRun(scheme, strategy, int(seed), plan_of(attack, config.num_clients, config.attacker, config.colluders))
     pool, _, splits = data_of(config, run)
@@ -232,7 +233,7 @@ def run_group(config, runs: list[StudyRun], out_dir, on_run) -> list[tuple[Study
             if on_run is not None:
                 on_run(f"{run.directory}: {config.rounds} rounds in {time.perf_counter() - started:.1f}s")
 
-    loader = functools.partial(study_client_data, config_json=config_json)
+    loader = functools.partial(study_client_data, config_json=config_json, config_type=type(config))
     serve(make_client_app(loader, factory), main, num_supernodes=len(runs[0].plan.participants),
           engine=config.engine)
     return done

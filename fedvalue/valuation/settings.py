@@ -1,0 +1,111 @@
+"""The valuation layer's settings, checked once when made and passed whole: the ADS estimator's
+(:class:`AdsSettings`, [ADS] Alg. 1 and §5) and how each round is valued (:class:`ValuationSettings`).
+:func:`fedvalue.valuation.ads.ads`, :func:`fedvalue.valuation.round_game.value_round`, the valuing
+strategy, the round records and the audit all take them from here."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fedvalue._checks import check_integer, check_non_negative, check_number, check_open_unit, check_positive
+from fedvalue.schema import VALUATION_METHODS
+
+Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap"]
+#: Every ``method`` :func:`fedvalue.valuation.ads.ads` takes.
+METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
+
+
+@dataclass(frozen=True)
+class AdsSettings:
+    """The ADS estimator's settings, checked once when made and passed whole (to :func:`fedvalue.valuation.ads.ads`,
+    :func:`fedvalue.valuation.round_game.value_round`, the valuing strategy and the round records the
+    audit reads); :mod:`fedvalue.valuation.plan` turns them into what a call runs.
+
+    Parameters
+    ----------
+    method
+        ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``, ``"antithetic"``,
+        ``"stratified"``, ``"kernelshap"`` (:mod:`fedvalue.valuation.ads`) or ``"auto"``: exact when
+        1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the sampler a
+        pilot projects to be cheapest.
+    epsilon, delta, r
+        MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range of width r
+        (r = 1 for accuracy).
+    max_evaluations
+        Upper bound on real utility evaluations; a method whose worst case exceeds it raises
+        instead of running.
+    truncation_tolerance
+        ``"tmc"`` only: absolute |v(U_t) − v(prefix)| under which the rest of a permutation's
+        group is truncated (:mod:`fedvalue.valuation.ads`); 0 never truncates.
+    stderr_target
+        Sampling methods: stop sampling once every standard error is ≤ this (None: always their
+        cap of samples).
+    budget
+        Most distinct coalition evaluations to spend (cached coalitions are free). ``"auto"``
+        then takes exact when its coalitions fit, else the sampler of
+        :data:`~fedvalue.valuation.plan.BUDGET_SAMPLERS` whose minimum fits; a sampling method
+        draws until the budget is spent, or until ``stderr_target`` is met, instead of stopping
+        at m*.
+    """
+
+    method: Method = "auto"
+    epsilon: float = 0.1
+    delta: float = 0.05
+    r: float = 1.0
+    max_evaluations: int | None = None
+    truncation_tolerance: float = 1e-3
+    stderr_target: float | None = None
+    budget: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; "
+                f"got {self.method!r}."
+            )
+        check_non_negative("truncation_tolerance", self.truncation_tolerance)
+        check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)
+        check_positive("epsilon", self.epsilon)
+        check_open_unit("delta", self.delta)
+        check_positive("r", self.r)
+        check_integer("max_evaluations", self.max_evaluations, none_ok=True)
+        check_integer("budget", self.budget, none_ok=True)
+
+    def as_dict(self) -> dict:
+        """The settings as the round records and run.json write them (JSON: names to numbers)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ValuationSettings:
+    """How each round is valued, checked once when made and passed whole.
+
+    Parameters
+    ----------
+    methods
+        Valuations per round, a subset of ``("ads", "loo")`` (none: the round is booked
+        unvalued, its clients' statuses and weights only).
+    ads
+        The ADS estimator's settings (:class:`fedvalue.valuation.ads.AdsSettings`; its ``budget``
+        bounds the round's distinct coalition evaluations, ADS and LOO together).
+
+    A display of the valuation's progress is a callback of the run, not a setting
+    (:class:`strategies.valuing_settings.RunCallbacks`).
+    """
+
+    methods: tuple[str, ...] = tuple(VALUATION_METHODS)
+    ads: AdsSettings = field(default_factory=AdsSettings)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.methods, str) or not isinstance(self.methods, Sequence | frozenset | set):
+            raise TypeError(f"methods: expected a sequence of names from {list(VALUATION_METHODS)}; got "
+                            f"{self.methods!r}.")
+        unknown = [m for m in self.methods if m not in VALUATION_METHODS]
+        if unknown:
+            raise ValueError(f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}.")
+        object.__setattr__(self, "methods", tuple(self.methods))
+        if not isinstance(self.ads, AdsSettings):
+            raise TypeError(f"ads: expected a fedvalue.valuation.ads.AdsSettings; got {type(self.ads).__name__}.")
