@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedvalue.valuation.ads import AdsSettings
     from fedvalue.run.ledger_tables import load_run
     from fedvalue.valuation.round_game import ValuationSettings
-    from fedvalue.run.writer import RunSettings
+    from fedvalue.run.settings import RunSettings
     from fedvalue.scoring.torch_utilities import TorchModelUtility
     from simulations.runner.api import simulate
     from simulations.datasets.loaders import load_dataset, sample_per_class

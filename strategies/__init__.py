@@ -1,7 +1,7 @@
 """Flower server strategies that keep contributor books (the only place converting
 Flower records to arrays on the server side)."""
 
-from fedvalue.run.writer import RunSettings
+from fedvalue.run.settings import RunSettings
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from strategies.nodes import NodeDirectory

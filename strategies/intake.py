@@ -25,7 +25,7 @@ from flwr.app import Message
 from flwr.supercore.logger import log
 
 from fedvalue.run.archive import RoundRecord
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Status
 from strategies.nodes import reply_node, sent_nodes
 from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY

@@ -24,7 +24,8 @@ from flwr.app import ArrayRecord
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
-from fedvalue.run.writer import Restored, RunBooks, RunSettings
+from fedvalue.run.settings import RunSettings
+from fedvalue.run.writer import Restored, RunBooks
 from fedvalue.scoring.kernels import kernel_platform
 from strategies import server_state
 from strategies.counterfactual import RandomState

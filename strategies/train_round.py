@@ -20,7 +20,7 @@ from flwr.serverapp.strategy import Strategy
 
 from fedvalue.rounds.booking import BookedRound, book_round
 from fedvalue.run.archive import RoundRecord
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, round_game_for, round_rng, value_round

@@ -35,8 +35,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
-from fedvalue.run.round_settings import BY_STRATEGY, WEIGHTED_MEAN, RoundSettings
-from fedvalue.run.writer import RunBooks, RunSettings
+from fedvalue.run.settings import BY_STRATEGY, WEIGHTED_MEAN, RoundSettings, RunSettings
+from fedvalue.run.writer import RunBooks
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, ValuationSettings
 from strategies.hooks.round_hooks import RoundHooks
 from strategies.intake import log_problems, usable_evaluations
@@ -87,7 +87,7 @@ class ValuingStrategy(Strategy):
         a progress callback), :class:`strategies.valuing_settings.BookSettings` (TracIn
         flows, fairness and its curvature, noisy clients),
         :class:`strategies.valuing_settings.IntakeSettings` (claim review, NaN/inf replies,
-        node directory, query timeout) and :class:`fedvalue.run.writer.RunSettings`
+        node directory, query timeout) and :class:`fedvalue.run.settings.RunSettings`
         (run.json's configuration, records, checkpoints, resume, signing key, per-round
         callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
         (the inner strategy, sampler and claim review take the saved state); the same

@@ -5,7 +5,7 @@ and, apart from the settings, what the run tells its caller as it goes (:class:`
 Each is a frozen dataclass checked once when made (errors name the parameter); the
 strategy takes them whole, so an option is added in one place. The valuation's settings
 are :class:`fedvalue.valuation.round_game.ValuationSettings`, the run directory's
-:class:`fedvalue.run.writer.RunSettings`.
+:class:`fedvalue.run.settings.RunSettings`.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ import pandas as pd
 from fedvalue._checks import check_integer, check_seed
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.run.archive import RoundRecord
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.valuation.round_game import (

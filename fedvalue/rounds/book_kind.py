@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fedvalue.run.archive import RoundRecord
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 from fedvalue.valuation.round_game import Arrays, ArraysUtility, RoundValuation
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry, LedgerRow, Status
 

@@ -3,7 +3,7 @@ state codec, the ledger tables and their hash chain (fedvalue.ledger re-exports 
 manifests and the key files that sign them, the commit order of a round (RunBooks) with its
 named kill points, the one-writer lock, and what a resume verifies before it acts.
 
-Modules: archive, key_files, kill_points, ledger_tables, resume_check, round_settings, rundir, seals, state_codec,
+Modules: archive, key_files, kill_points, ledger_tables, resume_check, rundir, seals, settings, state_codec,
 writer, writer_lock.
 
 May import: fedvalue.valuation, fedvalue.flows (and fedvalue._checks, fedvalue.schema). Nothing here imports a

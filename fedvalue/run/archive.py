@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from fedvalue.run import kill_points, rundir
-from fedvalue.run.round_settings import NUM_EXAMPLES_KEY, RoundSettings
+from fedvalue.run.settings import NUM_EXAMPLES_KEY, RoundSettings
 from fedvalue.run.rundir import RunDir, open_run_dir
 from fedvalue.schema import (
     CHECKPOINT_DIR,
@@ -183,7 +183,7 @@ class RoundRecord:
         its training loss gradient G_u and empirical Fisher diagonal d_u at A_{t−1}.
     settings
         The round's settings (methods, estimator, seed, strategy, aggregation, what it books:
-        :class:`fedvalue.run.round_settings.RoundSettings`).
+        :class:`fedvalue.run.settings.RoundSettings`).
     claims
         The claim review's flags of the round, in the order booked.
     replay

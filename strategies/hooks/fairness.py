@@ -21,7 +21,7 @@ import numpy as np
 from flwr.app import ConfigRecord
 
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
-from fedvalue.run.round_settings import FairnessNote
+from fedvalue.run.settings import FairnessNote
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.policies.acceptance import Acceptance
 from strategies.protocol import CURVATURE_KEY

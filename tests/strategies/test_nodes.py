@@ -16,7 +16,7 @@ from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.records import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
-from fedvalue.run.writer import RunSettings
+from fedvalue.run.settings import RunSettings
 from strategies.valuing_settings import IntakeSettings
 
 from tests.strategies.harness.bare_and_wrapped import one_torch_thread  # noqa: F401

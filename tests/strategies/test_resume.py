@@ -25,7 +25,7 @@ from strategies import RunCallbacks, ValueWeightedSampler, ValuingStrategy
 from strategies.valuing import RunInterrupted
 from strategies.records import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
-from fedvalue.run.writer import RunSettings
+from fedvalue.run.settings import RunSettings
 from strategies.valuing_settings import BookSettings
 
 from tests.strategies.harness.inprocess import set_server_identity

@@ -15,7 +15,7 @@ from fedvalue.run.archive import read_round_record, record_path
 from fedvalue.audit.verdict import audit_run
 from fedvalue.audit.audit_recompute import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
-from fedvalue.run.writer import RunSettings
+from fedvalue.run.settings import RunSettings
 from simulations.runner.engine import EngineOptions
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from strategies.nodes import NodeDirectory

@@ -13,7 +13,7 @@ from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import ClientEntry, book_round, claim_rows, rejected_harms
 from fedvalue.schema import ClaimEntry, with_ground_truth
 from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 
 TARGET = np.array([1.0, -2.0, 0.5])
 

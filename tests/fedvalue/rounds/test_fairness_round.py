@@ -13,7 +13,7 @@ from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.rounds.fairness_round import RoundFairness, fairness_round, policy_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness, client_fairness_influences
 from fedvalue.valuation.round_game import fedavg_round_game, round_rng, value_round, weighted_mean
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 
 
 @pytest.fixture(scope="module")

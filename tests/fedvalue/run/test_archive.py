@@ -25,7 +25,7 @@ from fedvalue.run.archive import (
 )
 from fedvalue.run.rundir import RunDir
 from fedvalue.schema import LEDGER_FILE, ClaimEntry, ClientEntry
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 from fedvalue.valuation.ads import AdsSettings
 
 

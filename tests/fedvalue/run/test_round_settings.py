@@ -18,7 +18,7 @@ from fedvalue.run.archive import (
     round_record_from_bytes,
     round_record_paths,
 )
-from fedvalue.run.round_settings import BY_STRATEGY, WEIGHTED_MEAN, FairnessNote, RoundSettings
+from fedvalue.run.settings import BY_STRATEGY, WEIGHTED_MEAN, FairnessNote, RoundSettings
 from fedvalue.valuation.ads import AdsSettings
 
 

@@ -13,7 +13,7 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import value_round
 from fedvalue.valuation.shapley_sampling import shapley_kernel_sizes
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 
 from tests.fedvalue.reference_games import ordered_permutation_values, random_table_game
 

@@ -27,7 +27,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from clients.app import ClientData, make_client_app
 from fedvalue.run.seals import Signer
-from fedvalue.run.writer import RunSettings
+from fedvalue.run.settings import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
 from simulations.runner.api import seeded_server_generators

@@ -19,7 +19,7 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.run.archive import read_round_record, record_path, write_round_record
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.run.writer import RunSettings
+from fedvalue.run.settings import RunSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from strategies import PartitionSampler, RepresentativesOnly, RunCallbacks, ValuingStrategy
 from strategies.records import numpy_to_arrays

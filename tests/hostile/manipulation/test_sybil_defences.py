@@ -21,7 +21,7 @@ from fedvalue.schema import ClientEntry
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import fedavg_round_game, value_round
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 
 TARGET = np.array([1.0, -2.0, 0.5, 3.0])
 

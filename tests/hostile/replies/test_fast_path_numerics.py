@@ -14,7 +14,7 @@ from fedvalue.schema import ClientEntry
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import fedavg_round_game, round_game_for, value_round, weighted_mean
-from fedvalue.run.round_settings import RoundSettings
+from fedvalue.run.settings import RoundSettings
 from simulations.datasets.models import make_mlp
 from strategies.records import ClientReply
 from strategies.screening import value_screened

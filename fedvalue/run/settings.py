@@ -1,4 +1,5 @@
-"""What a round record notes of the run that wrote it: the settings its books were computed
+"""The run layer's settings: how a valued run keeps its directory (:class:`RunSettings`), and what
+a round record notes of the run that wrote it (:class:`RoundSettings`): the settings its books were computed
 under (methods, ADS estimator, seed), how the round was aggregated and what it books beside
 the valuation (flows, selection marks, fairness, value weights, defences).
 
@@ -18,13 +19,64 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedvalue.valuation.ads import AdsSettings
+import numpy as np
+
+from fedvalue.run.seals import Signer
+from fedvalue.valuation.settings import AdsSettings
 
 #: ``aggregation`` of a round the weighted mean aggregated (the FedAvg family) and of one the
 #: inner strategy's own code aggregated (replayed by the audit).
 WEIGHTED_MEAN, BY_STRATEGY = "weighted-mean", "strategy"
 #: The default aggregation weight key (the reply's example count).
 NUM_EXAMPLES_KEY = "num-examples"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a valued run keeps its directory, checked once when made.
+
+    Parameters
+    ----------
+    run_config
+        The run's configuration, written to ``run.json`` (resuming: compared with it).
+    save_records
+        Save each round's record (A_{t−1}, every reply's arrays and weight, gradients) before
+        the round commits, so ``fedvalue audit`` can recompute every value.
+    checkpoint
+        After each round commits, save A_t and the server's state as data so the run can
+        resume (a strategy holding state that is not data is refused when the books open).
+    resume
+        Continue the run from its last checkpoint, verified before anything is cut.
+    sign_key
+        The :class:`fedvalue.run.seals.Signer` of each round's seal, the final manifest and,
+        with an EC key, the closed run's ``model.sig`` (:mod:`fedvalue.run.model_signature`)
+        (``Signer.from_file(pem)`` reads a key from ``fedvalue keygen``); settings read no file.
+
+    What the run tells its caller as it goes is a callback, not a setting
+    (:class:`strategies.valuing_settings.RunCallbacks`).
+    """
+
+    run_config: Mapping | None = None
+    save_records: bool = True
+    checkpoint: bool = True
+    resume: bool = False
+    sign_key: Signer | None = None
+
+    def __post_init__(self) -> None:
+        if self.run_config is not None and not isinstance(self.run_config, Mapping):
+            raise TypeError(f"run_config: expected a mapping (written to run.json) or None; got "
+                            f"{type(self.run_config).__name__}.")
+        for name in ("save_records", "checkpoint", "resume"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        if self.sign_key is not None and not isinstance(self.sign_key, Signer):
+            raise TypeError(f"sign_key: expected a fedvalue.run.seals.Signer or None; got "
+                            f"{type(self.sign_key).__name__}. Read a key file with Signer.from_file(path).")
+
+    @property
+    def signer(self) -> Signer | None:
+        return self.sign_key
 
 
 @dataclass(frozen=True)
