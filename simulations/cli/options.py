@@ -124,7 +124,7 @@ def subcommand(commands, name: str, **options) -> argparse.ArgumentParser:
 
 def add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
     """One ``--option`` per field of ``config_cls``, its engine options flat (``--num-cpus-per-client``,
-    not one option for the nested :class:`~simulations.runner.engine.EngineOptions`: see
+    not one option for the nested :class:`~simulations.runner.engine.EngineSettings`: see
     :func:`~simulations.runner.engine.flat_fields`); its help from ``own_help`` (the simulation's
     own texts), else :data:`PARAMETER_HELP`."""
     own_help = own_help or {}

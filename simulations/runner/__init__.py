@@ -18,7 +18,7 @@ from simulations.runner.budget import check_budget, parse_budget
 from simulations.runner.config_checks import check_devices, check_integers, check_numbers, saved_config
 from simulations.runner.console import print_federated_run, progress_bar, round_progress
 from simulations.runner.engine import (
-    EngineOptions,
+    EngineSettings,
     check_engine_keys,
     check_ray_address,
     default_max_parallel_clients,
@@ -54,7 +54,7 @@ __all__ = [
     "check_strategy",
     "client_mods",
     "default_max_parallel_clients",
-    "EngineOptions",
+    "EngineSettings",
     "fedavg_without_evaluation",
     "flat_fields",
     "flat_settings",

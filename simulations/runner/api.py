@@ -34,7 +34,7 @@ from fedvalue.run.ledger_tables import Run, load_run
 from fedvalue.run.run_info import package_versions
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility
-from simulations.runner.engine import EngineOptions, check_ray_address, serve, stop_on_signals
+from simulations.runner.engine import EngineSettings, check_ray_address, serve, stop_on_signals
 from simulations.runner.run_dir import RunHold, claim_run_dir
 from strategies import (
     SEED_KEY,
@@ -133,7 +133,7 @@ def simulate(
     train_config: Mapping[str, int | float | str] | None = None, sampler: PartitionSampler | None = None,
     seed: int = 0, acceptance: Acceptance | None = None, valuation: ValuationSettings | None = None,
     books: BookSettings | None = None, intake: IntakeSettings | None = None, run: RunSettings | None = None,
-    engine: EngineOptions | None = None, callbacks: RunCallbacks | None = None, client_mods: Sequence[Mod] = (),
+    engine: EngineSettings | None = None, callbacks: RunCallbacks | None = None, client_mods: Sequence[Mod] = (),
     overwrite: bool = False, round_timeout: float = 600.0,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped by
@@ -187,15 +187,15 @@ def simulate(
 
 
 def _settings_or_defaults(valuation: ValuationSettings | None, books: BookSettings | None, run: RunSettings | None,
-                          engine: EngineOptions | None) -> tuple[ValuationSettings, BookSettings, RunSettings,
-                                                                 EngineOptions]:
+                          engine: EngineSettings | None) -> tuple[ValuationSettings, BookSettings, RunSettings,
+                                                                 EngineSettings]:
     """Each settings object as given (a wrong type is refused, named) or, None, its defaults."""
     return (settings_or_default("valuation", valuation, ValuationSettings),
             settings_or_default("books", books, BookSettings), settings_or_default("run", run, RunSettings),
-            settings_or_default("engine", engine, EngineOptions))
+            settings_or_default("engine", engine, EngineSettings))
 
 
-def _check_before_writing(engine: EngineOptions, run: RunSettings, books: BookSettings,
+def _check_before_writing(engine: EngineSettings, run: RunSettings, books: BookSettings,
                           load_client_data: Callable[[int], ClientData], num_clients: int) -> None:
     """What is refused before anything is written (a refusal leaves no run directory): a new
     run's unreachable Ray cluster (a resumed run's is probed once its directory is verified as
@@ -223,7 +223,7 @@ def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettin
 
 
 def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigRecord, num_rounds: int,
-           round_timeout: float, seed: int, client_app, num_clients: int, engine: EngineOptions) -> None:
+           round_timeout: float, seed: int, client_app, num_clients: int, engine: EngineSettings) -> None:
     """Run the rounds on the engine; Ctrl-C / SIGTERM stops after the round in flight commits."""
     def main(grid: Grid) -> None:
         with seeded_server_generators(seed):

@@ -445,7 +445,7 @@ def _quiet_flower(quiet: bool) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class EngineOptions:
+class EngineSettings:
     """How the simulation engine runs the clients, checked once when made.
 
     Parameters
@@ -483,7 +483,7 @@ class EngineOptions:
 
 class FlatField(NamedTuple):
     """One setting as the command line and run.json name it: a config's own field, or one field of
-    its :class:`EngineOptions` (``default``: the config's default for it; ``hint``: its type)."""
+    its :class:`EngineSettings` (``default``: the config's default for it; ``hint``: its type)."""
 
     name: str
     default: object
@@ -491,24 +491,24 @@ class FlatField(NamedTuple):
 
 
 def engine_field(config_cls: type) -> dataclasses.Field | None:
-    """The field of a config dataclass holding its :class:`EngineOptions` (None: it has none)."""
-    return next((f for f in dataclasses.fields(config_cls) if isinstance(f.default, EngineOptions)), None)
+    """The field of a config dataclass holding its :class:`EngineSettings` (None: it has none)."""
+    return next((f for f in dataclasses.fields(config_cls) if isinstance(f.default, EngineSettings)), None)
 
 
 def flat_fields(config_cls: type) -> tuple[FlatField, ...]:
     """A config's settings flat, as its command-line options and its run.json have them: its
-    :class:`EngineOptions` field replaced, where it stands, by the engine settings the config names
+    :class:`EngineSettings` field replaced, where it stands, by the engine settings the config names
     in ``ENGINE_KEYS`` (all of them when it names none). A config's own field listed in
     ``ENGINE_KEYS`` is placed there (noisy-clients' ``device`` sits among the engine settings in
     its run.json, whose bytes start a run's hash chain and so cannot move)."""
-    hints = {**typing.get_type_hints(EngineOptions), **typing.get_type_hints(config_cls)}
+    hints = {**typing.get_type_hints(EngineSettings), **typing.get_type_hints(config_cls)}
     nested = engine_field(config_cls)
     own = {f.name: FlatField(f.name, f.default, hints[f.name]) for f in dataclasses.fields(config_cls)}
     if nested is None:
         return tuple(own.values())
     keys = engine_keys(config_cls)
     engine = {f.name: FlatField(f.name, getattr(nested.default, f.name), hints[f.name])
-              for f in dataclasses.fields(EngineOptions)}
+              for f in dataclasses.fields(EngineSettings)}
     flat: list[FlatField] = []
     for name, field in own.items():
         if name == nested.name:
@@ -520,7 +520,7 @@ def flat_fields(config_cls: type) -> tuple[FlatField, ...]:
 
 def engine_keys(config_cls: type) -> tuple[str, ...]:
     """The flat names a config writes its engine settings under (its ``ENGINE_KEYS``)."""
-    return getattr(config_cls, "ENGINE_KEYS", tuple(f.name for f in dataclasses.fields(EngineOptions)))
+    return getattr(config_cls, "ENGINE_KEYS", tuple(f.name for f in dataclasses.fields(EngineSettings)))
 
 
 def flat_settings(config) -> dict:
@@ -536,12 +536,12 @@ def flat_settings(config) -> dict:
 
 def nest_settings(config_cls: type, flat: Mapping[str, object]) -> dict[str, object]:
     """The keywords of ``config_cls`` from flat settings (names of :func:`flat_fields`): the engine
-    settings gathered into its :class:`EngineOptions` (the config's default for one absent), checked
+    settings gathered into its :class:`EngineSettings` (the config's default for one absent), checked
     as that makes them."""
     nested = engine_field(config_cls)
     if nested is None:
         return dict(flat)
-    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    names = {f.name for f in dataclasses.fields(EngineSettings)}
     keywords = {name: value for name, value in flat.items() if name not in names}
     keywords[nested.name] = dataclasses.replace(nested.default, **{n: v for n, v in flat.items() if n in names})
     return keywords
@@ -554,14 +554,14 @@ def check_engine_keys(config) -> None:
     if nested is None:
         return
     keys = engine_keys(type(config))
-    for f in dataclasses.fields(EngineOptions):
+    for f in dataclasses.fields(EngineSettings):
         value, default = getattr(getattr(config, nested.name), f.name), getattr(nested.default, f.name)
         if f.name not in keys and value != default:
             raise ValueError(f"{f.name}: this simulation does not take it (its run.json does not record it); "
                              f"expected {default!r}, got {value!r}.")
 
 
-def ray_init_args(engine: EngineOptions, num_supernodes: int, *, quiet: bool = True) -> dict[str, object]:
+def ray_init_args(engine: EngineSettings, num_supernodes: int, *, quiet: bool = True) -> dict[str, object]:
     """What ``ray.init`` is given for a run: ``engine.ray_address`` joins that cluster (checked to
     answer first); otherwise a local Ray of ``max_parallel_clients`` clients' CPUs, started as
     ``address="local"`` so that an exported ``RAY_ADDRESS`` (usual on clusters) is not joined
@@ -587,7 +587,7 @@ def run_flower_simulation(
     client_app: ClientApp,
     *,
     num_supernodes: int,
-    engine: EngineOptions | None = None,
+    engine: EngineSettings | None = None,
     quiet: bool = True,
     on_worker_lost: Callable[[str], None] | None = None,
 ) -> None:
@@ -604,7 +604,7 @@ def run_flower_simulation(
         Simulated nodes; node k gets ``node_config["partition-id"] = k``.
     engine
         CPUs and GPUs per client, parallelism, an existing Ray cluster
-        (:class:`EngineOptions`; None: its defaults).
+        (:class:`EngineSettings`; None: its defaults).
     quiet
         Only warnings and errors from Flower, no deprecation notice, no worker output.
     on_worker_lost
@@ -625,7 +625,7 @@ def run_flower_simulation(
     if not isinstance(client_app, ClientApp):
         raise TypeError(f"client_app: expected a flwr.clientapp.ClientApp; got {type(client_app).__name__}.")
     check_integer("num_supernodes", num_supernodes)
-    engine = settings_or_default("engine", engine, EngineOptions)
+    engine = settings_or_default("engine", engine, EngineSettings)
     num_cpus_per_client = engine.num_cpus_per_client
     init_args = ray_init_args(engine, num_supernodes, quiet=quiet)
     backend_config = {
@@ -653,7 +653,7 @@ def run_flower_simulation(
 
 
 def serve(client_app: ClientApp, main: Callable[[Grid], T], *, num_supernodes: int,
-          engine: EngineOptions | None = None, on_worker_lost: Callable[[str], None] | None = None) -> T | None:
+          engine: EngineSettings | None = None, on_worker_lost: Callable[[str], None] | None = None) -> T | None:
     """Run ``main(grid)`` as the ServerApp of one engine against ``client_app`` and return what
     it returned (None when the engine stopped it first: the caller checks what it got done);
     whatever ``main`` raised is raised here once the engine has stopped.

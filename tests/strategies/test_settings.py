@@ -16,7 +16,7 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.audit.audit_recompute import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
-from simulations.runner.engine import EngineOptions
+from simulations.runner.engine import EngineSettings
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.valuing_settings import BookSettings, IntakeSettings
@@ -44,8 +44,8 @@ utility = _utility_fixture
     (lambda: RunSettings(run_config=[("seed", 0)]), TypeError, "run_config: expected a mapping"),
     (lambda: RunCallbacks(on_round="print"), TypeError, "on_round: expected a callable"),
     (lambda: RunSettings(sign_key="/nonexistent/key.pem"), TypeError, "sign_key"),
-    (lambda: EngineOptions(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive integer"),
-    (lambda: EngineOptions(ray_address=""), ValueError, "ray_address: expected a non-empty address string or None"),
+    (lambda: EngineSettings(max_parallel_clients=0), ValueError, "max_parallel_clients: expected a positive integer"),
+    (lambda: EngineSettings(ray_address=""), ValueError, "ray_address: expected a non-empty address string or None"),
 ])
 def test_each_setting_is_checked_when_made_and_the_error_names_it(make, error, named):
     with pytest.raises(error, match=named):

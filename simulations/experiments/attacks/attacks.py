@@ -77,7 +77,7 @@ from fedvalue.schema import RUN_CONFIG_FILE, Status
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
 from simulations.runner import (
-    EngineOptions,
+    EngineSettings,
     Simulation,
     check_engine_keys,
     check_integers,
@@ -132,7 +132,7 @@ class AttacksConfig:
     boost: float = 5.0
     median_multiple: float = 3.0
     jump_factor: float = 2.0
-    engine: EngineOptions = EngineOptions()
+    engine: EngineSettings = EngineSettings()
     round_timeout: float = 600.0
     # The study (:mod:`.study`): any of these away from its default, or an attack of .plan, runs it.
     dataset: str = "digits"

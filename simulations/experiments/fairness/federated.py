@@ -72,7 +72,7 @@ from simulations.datasets import make_linear_model
 from simulations.experiments.fairness import tables as fairness_tables
 from simulations.experiments.fairness.data import DATASETS, FairFederation, build_federation
 from simulations.runner import (
-    EngineOptions,
+    EngineSettings,
     Simulation,
     check_engine_keys,
     check_integers,
@@ -130,7 +130,7 @@ class FairnessConfig:
     confidence: float = 0.95
     round_timeout: float = 600.0
     # num_cpus_per_client 1, not 1.0: run.json has always written the int, and its bytes start the hash chain.
-    engine: EngineOptions = EngineOptions(num_cpus_per_client=1)
+    engine: EngineSettings = EngineSettings(num_cpus_per_client=1)
 
     #: The engine settings this job takes (CPUs only), flat in run.json and on the command line.
     ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "max_parallel_clients", "ray_address")

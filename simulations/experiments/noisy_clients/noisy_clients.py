@@ -47,7 +47,7 @@ from simulations.datasets import (
 )
 from simulations.runner import (
     STRATEGY_PARAMETERS,
-    EngineOptions,
+    EngineSettings,
     RayParallelUtility,
     Simulation,
     build_strategy,
@@ -127,7 +127,7 @@ class NoisyClientsConfig:
     truncation_tolerance: float = 1e-3
     stderr_target: float | None = None
     utility: str = "accuracy"
-    engine: EngineOptions = EngineOptions()
+    engine: EngineSettings = EngineSettings()
     device: str = "cpu"
     round_timeout: float = 600.0
     query_timeout: float = 120.0

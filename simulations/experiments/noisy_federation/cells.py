@@ -44,7 +44,7 @@ from simulations.experiments.noisy_federation.data import (
 from simulations.experiments.noisy_federation.data import data_key as federation_key
 from simulations.experiments.noisy_federation.policies import CLEAN, PolicyParts, build_policy, ruled_out
 from simulations.runner import (
-    EngineOptions,
+    EngineSettings,
     default_max_parallel_clients,
     initial_model_arrays,
     package_versions,
@@ -212,7 +212,7 @@ def warm_up(grid: Grid, config, cell: Cell, nodes: NodeDirectory) -> None:
                           timeout=config.round_timeout)
 
 
-def engine_options(config) -> EngineOptions:
+def engine_options(config) -> EngineSettings:
     """The config's engine; by default every usable core trains clients (the server values a round
     only after its last reply, so it idles while they train)."""
     parallel = config.engine.max_parallel_clients or default_max_parallel_clients(

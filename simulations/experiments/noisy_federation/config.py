@@ -24,7 +24,7 @@ from typing import ClassVar
 from fedvalue._checks import check_number
 from simulations.datasets import MODELS, check_hidden
 from simulations.runner import (
-    EngineOptions,
+    EngineSettings,
     check_devices,
     check_engine_keys,
     check_integers,
@@ -85,7 +85,7 @@ class NoisyFederationConfig:
     weighting_temperature: float | None = None
     trimmed_beta: float = 0.2
     krum_malicious: int = 1
-    engine: EngineOptions = EngineOptions()
+    engine: EngineSettings = EngineSettings()
     device: str = "cpu"
     round_timeout: float = 600.0
     query_timeout: float = 120.0

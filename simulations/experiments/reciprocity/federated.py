@@ -26,7 +26,7 @@ from fedvalue.run.ledger_tables import Run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid
 from simulations.runner import (
-    EngineOptions,
+    EngineSettings,
     Simulation,
     check_engine_keys,
     check_integers,
@@ -53,7 +53,7 @@ class FederatedReciprocityConfig:
     clients_per_round: int = 20
     local_epochs: int = 5
     learning_rate: float | None = None
-    engine: EngineOptions = EngineOptions()
+    engine: EngineSettings = EngineSettings()
     round_timeout: float = 600.0
 
     #: The engine settings this job takes (CPUs only), flat in run.json and on the command line.

@@ -26,7 +26,7 @@ from fedvalue.run.ledger_tables import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
-from simulations.runner.engine import EngineOptions, serve
+from simulations.runner.engine import EngineSettings, serve
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.records import initial_arrays
@@ -78,7 +78,7 @@ def runs(tmp_path_factory):
                            train_config=ConfigRecord({"lr": 0.3, "local-epochs": 2, "seed": 0, MODE_KEY: mode}))
             seconds[mode] = time.perf_counter() - started
 
-    serve(make_hostile_app(), main, num_supernodes=NUM_NODES, engine=EngineOptions(max_parallel_clients=1))
+    serve(make_hostile_app(), main, num_supernodes=NUM_NODES, engine=EngineSettings(max_parallel_clients=1))
     return {"dirs": {mode: out / mode for mode in MODES}, "seconds": seconds, "nodes": nodes}
 
 

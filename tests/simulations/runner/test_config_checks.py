@@ -7,7 +7,7 @@ import torch
 
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build
 from simulations.runner.config_checks import check_devices
-from simulations.runner import EngineOptions
+from simulations.runner import EngineSettings
 from strategies.records import initial_arrays
 
 HAS_CUDA = torch.cuda.is_available() and torch.cuda.device_count() > 0
@@ -29,9 +29,9 @@ def test_without_a_gpu_cuda_and_gpu_clients_are_refused_before_anything_starts()
         build(NoisyClientsConfig(device="cuda"))
     with pytest.raises(ValueError, match="num_gpus_per_client: 0.5 GPUs per client asked for, but this machine has "
                                          "no CUDA device"):
-        build(NoisyClientsConfig(engine=EngineOptions(num_gpus_per_client=0.5)))
+        build(NoisyClientsConfig(engine=EngineSettings(num_gpus_per_client=0.5)))
     with pytest.raises(ValueError, match="num_gpus_per_client: expected a finite number ≥ 0"):
-        build(NoisyClientsConfig(engine=EngineOptions(num_gpus_per_client=-1.0)))
+        build(NoisyClientsConfig(engine=EngineSettings(num_gpus_per_client=-1.0)))
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")

@@ -23,7 +23,7 @@ from clients import ClientData, get_model_arrays, make_client_app
 from simulations.datasets.loaders import load_dataset
 from simulations.datasets.partitions import partition_iid
 from simulations.runner.engine import (
-    EngineOptions,
+    EngineSettings,
     EngineStoppedError,
     _StoppableGrid,
     check_engine_keys,
@@ -136,7 +136,7 @@ def test_an_engine_crash_raises_and_releases_the_server_thread():
             run_flower_simulation(
                 fedavg_server(strategy, get_model_arrays(model_factory()), {}, num_rounds=1),
                 make_client_app(functools.partial(digits_client, num_partitions=2, seed=0), model_factory),
-                num_supernodes=2, engine=EngineOptions(num_cpus_per_client=2),
+                num_supernodes=2, engine=EngineSettings(num_cpus_per_client=2),
             )
     finally:
         ray.shutdown()
@@ -230,13 +230,13 @@ def test_default_parallelism_leaves_a_core_for_the_server_and_never_exceeds_the_
 def test_bad_arguments_fail_before_anything_starts(kwargs, error, message):
     supernodes = kwargs.pop("num_supernodes", 2)
     with pytest.raises(error, match=message):  # the engine's options are checked when made, before anything runs
-        run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=supernodes, engine=EngineOptions(**kwargs))
+        run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=supernodes, engine=EngineSettings(**kwargs))
 
 
 @dataclasses.dataclass
 class _NestedConfig:
     rounds: int = 5
-    engine: EngineOptions = EngineOptions(num_cpus_per_client=1)
+    engine: EngineSettings = EngineSettings(num_cpus_per_client=1)
     device: str = "cpu"
     hidden: tuple[int, ...] = (4,)
 
@@ -247,7 +247,7 @@ def test_a_config_nesting_engine_options_is_flat_where_the_engine_field_stands_a
     fields = flat_fields(_NestedConfig)
     assert [f.name for f in fields] == ["rounds", "num_cpus_per_client", "device", "max_parallel_clients", "hidden"]
     assert [f.default for f in fields] == [5, 1, "cpu", None, (4,)]  # the config's engine default, int kept
-    config = _NestedConfig(rounds=2, engine=EngineOptions(max_parallel_clients=3), device="cuda", hidden=(8, 2))
+    config = _NestedConfig(rounds=2, engine=EngineSettings(max_parallel_clients=3), device="cuda", hidden=(8, 2))
     settings = flat_settings(config)
     assert settings == {"rounds": 2, "num_cpus_per_client": 1.0, "device": "cuda", "max_parallel_clients": 3,
                         "hidden": (8, 2)}
@@ -255,17 +255,17 @@ def test_a_config_nesting_engine_options_is_flat_where_the_engine_field_stands_a
     assert json.dumps(flat_settings(_NestedConfig())) == ('{"rounds": 5, "num_cpus_per_client": 1, "device": "cpu", '
                                                           '"max_parallel_clients": null, "hidden": [4]}')
     assert saved_config(_NestedConfig, json.loads(json.dumps(settings))) == config  # run.json read back, flat keys
-    assert _NestedConfig(**nest_settings(_NestedConfig, {"max_parallel_clients": 3})).engine == EngineOptions(
+    assert _NestedConfig(**nest_settings(_NestedConfig, {"max_parallel_clients": 3})).engine == EngineSettings(
         num_cpus_per_client=1, max_parallel_clients=3)
     with pytest.raises(ValueError, match="max_parallel_clients: expected a positive integer"):
         nest_settings(_NestedConfig, {"max_parallel_clients": 0})  # checked as the engine options are made
     check_engine_keys(config)
     with pytest.raises(ValueError, match="ray_address: this simulation does not take it"):
-        check_engine_keys(_NestedConfig(engine=EngineOptions(ray_address="auto")))  # run.json would not record it
+        check_engine_keys(_NestedConfig(engine=EngineSettings(ray_address="auto")))  # run.json would not record it
 
 
 def test_engine_options_are_refused_in_place_of_the_wrong_type():
-    with pytest.raises(TypeError, match="engine: expected a simulations.runner.engine.EngineOptions .or None.; got dict"):
+    with pytest.raises(TypeError, match="engine: expected a simulations.runner.engine.EngineSettings .or None.; got dict"):
         run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=1, engine={"num_cpus_per_client": 1})
 
 

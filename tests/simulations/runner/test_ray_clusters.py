@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, Error, Message
 from flwr.serverapp.strategy import FedAvg
 
 from clients import make_client_app
-from simulations.runner.engine import EngineOptions, _StoppableGrid, ray_init_args, worker_lost
+from simulations.runner.engine import EngineSettings, _StoppableGrid, ray_init_args, worker_lost
 from simulations.runner.parallel import valuation_workers_advice
 from strategies import PartitionSampler, RunSettings, ValuingStrategy
 from strategies.records import numpy_to_arrays
@@ -111,12 +111,12 @@ def test_valuation_workers_say_when_they_cost_more_than_they_save():
 
 LOCAL_RAY = """
 import logging, ray
-from simulations.runner.engine import EngineOptions, ray_init_args
+from simulations.runner.engine import EngineSettings, ray_init_args
 class Said(logging.Handler):
     def emit(self, record):
         print(record.getMessage())
 logging.getLogger("flwr").addHandler(Said())
-init_args = ray_init_args(EngineOptions(max_parallel_clients=1), 4)
+init_args = ray_init_args(EngineSettings(max_parallel_clients=1), 4)
 assert init_args["address"] == "local" and init_args["num_cpus"] == 1, init_args
 ray.init(**init_args, logging_level="ERROR")
 try:
@@ -138,7 +138,7 @@ def test_an_exported_ray_address_leaves_a_local_run_local(monkeypatch):
         "fedvalue: RAY_ADDRESS=127.0.0.1:1 is set; this run starts a local Ray of its own (to run on that cluster, "
         "pass --ray-address 127.0.0.1:1)"]
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert ray_init_args(EngineOptions(max_parallel_clients=1), 4)["address"] == "local"  # the same without it
+    assert ray_init_args(EngineSettings(max_parallel_clients=1), 4)["address"] == "local"  # the same without it
 
 
 def fedvalue_run(out: Path, *options: str, **env: str) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from simulations.experiments.fairness.federated import (
     run_fairness,
     utility_from_run,
 )
-from simulations.runner import EngineOptions
+from simulations.runner import EngineSettings
 
 
 def test_german_credit_ships_with_the_project_under_an_open_data_license():
@@ -93,7 +93,7 @@ def test_the_held_out_rows_split_in_two_disjoint_halves_that_decide_and_report()
 def test_a_small_run_writes_tables_figure_and_auditable_ledgers(tmp_path, capsys):
     config = FairnessConfig(datasets=("gaussian",), seeds=2, num_clients=6, clients_per_round=4, rounds=2,
                             local_epochs=3, examples_per_client=20, drops=(1,), lams=(30.0,), tail=1,
-                            engine=EngineOptions(max_parallel_clients=1))
+                            engine=EngineSettings(max_parallel_clients=1))
     tables = run_fairness(config, tmp_path / "out")
     out = tmp_path / "out"
     for name in ("per_round.csv", "tradeoff.csv", "comparison.csv", "scoring.csv", "clients.csv", "fairness.png"):

@@ -12,7 +12,7 @@ from fedvalue.run.ledger_tables import load_run
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import run_noisy_clients
 from simulations.experiments.noisy_clients.study import FLAGGING_RULES, NoisyClientsStudyConfig, _base, _parallel_clients, run_study
-from simulations.runner import EngineOptions
+from simulations.runner import EngineSettings
 
 SMALL = ["--num-clients", "6", "--rounds", "2", "--clients-per-round", "3", "--local-epochs", "2",
          "--hidden", "16", "--seeds", "2", "--seed", "5", "--ks", "1,2", "--quiet"]
@@ -65,9 +65,9 @@ def test_small_study_writes_tables_figure_and_replays_the_scored_runs(tmp_path, 
 def test_the_study_trains_on_every_core_unless_told(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     assert _parallel_clients(NoisyClientsStudyConfig()) == 2  # a single run keeps one core for the server
-    assert _parallel_clients(NoisyClientsStudyConfig(engine=EngineOptions(max_parallel_clients=1))) == 1
+    assert _parallel_clients(NoisyClientsStudyConfig(engine=EngineSettings(max_parallel_clients=1))) == 1
     assert _parallel_clients(NoisyClientsStudyConfig(clients_per_round=1)) == 1
-    assert _parallel_clients(NoisyClientsStudyConfig(engine=EngineOptions(ray_address="auto"))) is None
+    assert _parallel_clients(NoisyClientsStudyConfig(engine=EngineSettings(ray_address="auto"))) is None
 
 
 @pytest.mark.slow
