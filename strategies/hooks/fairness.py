@@ -48,7 +48,7 @@ def _curvature_scores() -> tuple[str, ...]:
     return CURVATURE_SCORES
 
 
-class FairRounds:
+class FairnessRounds:
     """The fairness books of one run (module docstring)."""
 
     def __init__(self, fairness: GroupFairness, fair_curvature: float | None, acceptance: Acceptance) -> None:

@@ -20,7 +20,7 @@ from flwr.serverapp.strategy import Strategy
 from fedvalue.run.archive import RoundRecord
 from fedvalue.valuation.round_game import RoundValuation, ValuationSettings
 from strategies.hooks.defences import DefenceRounds
-from strategies.hooks.fairness import FairRounds, check_policy
+from strategies.hooks.fairness import FairnessRounds, check_policy
 from strategies.hooks.flows import FlowQueries, outflows_if_all_aggregated
 from strategies.hooks.value_weights import reweigh_by_values, weighting_rule
 from strategies.policies.acceptance import Acceptance
@@ -43,7 +43,7 @@ class RoundHooks:
         check_policy(acceptance, settings.fairness, settings.fair_curvature)
         self.acceptance = acceptance
         self.flows = settings.flows
-        self.fair = None if settings.fairness is None else FairRounds(settings.fairness, settings.fair_curvature,
+        self.fair = None if settings.fairness is None else FairnessRounds(settings.fairness, settings.fair_curvature,
                                                                       acceptance)
         self.defences = None if settings.defences is None else DefenceRounds(settings.defences)
         if getattr(acceptance, "needs_replies", False) and self.defences is None:
@@ -70,7 +70,7 @@ class RoundHooks:
                weighted_by_key: str) -> tuple[set, object]:
         """(the clients whose valid replies are aggregated, the round's fairness books or None).
 
-        Fairness is valued first (:class:`strategies.hooks.fairness.FairRounds`), so that the
+        Fairness is valued first (:class:`strategies.hooks.fairness.FairnessRounds`), so that the
         policy can act on its scores; a reweighing policy's factors are booked after it chose.
         """
         ok, start, intake = round_.intake.ok, round_.start.arrays, round_.intake

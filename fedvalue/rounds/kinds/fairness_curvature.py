@@ -15,7 +15,7 @@ from fedvalue.rounds.book_kind import RoundBook, RoundContext
 from fedvalue.schema import FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, STATUS_OK, ClientEntry, LedgerRow
 
 
-class FairCurvatureBook(RoundBook):
+class FairnessCurvatureBook(RoundBook):
     def __init__(self, context: RoundContext, fairness: RoundFairness) -> None:
         self.context, self.fairness = context, fairness
         derivatives = fairness.scores("curvature") if fairness.influences else {}
@@ -33,8 +33,8 @@ class FairCurvatureBook(RoundBook):
                 for method, values in booked]
 
 
-def fair_curvature_book(context: RoundContext) -> FairCurvatureBook | None:
+def fairness_curvature_book(context: RoundContext) -> FairnessCurvatureBook | None:
     fairness = context.inputs.get("fairness")
     if fairness is None or fairness.curvature is None:
         return None
-    return FairCurvatureBook(context, fairness)
+    return FairnessCurvatureBook(context, fairness)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from fedvalue.rounds.kinds.claims import claims_book
 from fedvalue.rounds.kinds.defences import defences_book
-from fedvalue.rounds.kinds.fairness_curvature import fair_curvature_book
+from fedvalue.rounds.kinds.fairness_curvature import fairness_curvature_book
 from fedvalue.rounds.kinds.fairness import fairness_book
 from fedvalue.rounds.kinds.flows import flows_book
 from fedvalue.rounds.kinds.selection import selection_book
@@ -20,7 +20,7 @@ ROUND_BOOKS: dict[str, Callable[[RoundContext], RoundBook | None]] = {
     "value_weights": value_weight_book,
     "flows": flows_book,
     "fairness": fairness_book,
-    "fair_curvature": fair_curvature_book,
+    "fair_curvature": fairness_curvature_book,
     "defences": defences_book,
     "claims": claims_book,
 }
