@@ -23,17 +23,17 @@ from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
 from strategies.records import ClientReply
 
 
-def value_screened(value: Callable[[list[ClientReply]], RoundValuation], records: Sequence[ClientReply],
+def value_screened(value: Callable[[], RoundValuation], records: Sequence[ClientReply],
                    utility: ArraysUtility, start_arrays: Mapping[str, np.ndarray]) -> RoundValuation | None:
-    """``value(ok)`` of the round's valid replies, rejecting (in place, with a reason) each
-    reply that makes a coalition score as no number (module docstring); None when no
-    valid reply is left. A non-finite v_t(∅) = U(A_{t−1}) is no reply's doing: raised."""
+    """``value()`` of the round over its valid ``records``, rejecting (in place, with a reason) each
+    reply that makes a coalition score as no number (module docstring) and valuing again; None
+    when no valid reply is left. A non-finite v_t(∅) = U(A_{t−1}) is no reply's doing: raised."""
     while True:
         ok = [r for r in records if r.status == Status.OK]
         if not ok:
             return None
         try:
-            return value(ok)
+            return value()
         except NonFiniteValue as error:
             culprit = _culprit([r for r in ok if r.client_id in error.coalition], utility, start_arrays)
             if culprit is None:

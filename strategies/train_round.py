@@ -11,7 +11,7 @@ coalitions are the n-weighted mean.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,11 +19,12 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import Strategy
 
 from fedvalue.rounds.booking import BookedRound, book_round
+from fedvalue.rounds.record_game import value_record
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.settings import RoundSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, round_game_for, round_rng, value_round
+from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, round_rng
 from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
 from strategies.intake import RoundIntake, round_record, take_in
 from strategies.records import arrays_to_numpy
@@ -57,8 +58,10 @@ class TrainRound:
     """
 
     def __init__(self, server_round: int, intake: RoundIntake, start: RoundStart, strategy: Strategy,
-                 random_state: RandomState, *, seed: int, save_records: bool) -> None:
+                 random_state: RandomState, *, seed: int, save_records: bool, weighted_by_key: str,
+                 flows: bool) -> None:
         self.server_round, self.intake, self.start, self.seed = server_round, intake, start, seed
+        self.weighted_by_key, self.flows = weighted_by_key, flows
         self.random_state = random_state
         self.pure = aggregates_by_weighted_mean(strategy)
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
@@ -74,27 +77,27 @@ class TrainRound:
 
     @classmethod
     def take_in(cls, server_round: int, replies: Iterable[Message], start: RoundStart, strategy: Strategy, *,
-                seed: int, save_records: bool, **intake) -> TrainRound:
-        """The round's intake (:func:`strategies.intake.take_in`, ``intake`` its keywords), the
-        random state captured first."""
+                seed: int, save_records: bool, weighted_by_key: str, flows: bool, **intake) -> TrainRound:
+        """The round's intake (:func:`strategies.intake.take_in`, ``intake`` its other keywords),
+        the random state captured first; ``flows``: the record keeps the inference gradients."""
         random_state = RandomState.capture()
-        taken = take_in(replies, start_arrays=start.arrays, model_dtypes=start.model_dtypes, **intake)
-        return cls(server_round, taken, start, strategy, random_state, seed=seed, save_records=save_records)
+        taken = take_in(replies, start_arrays=start.arrays, model_dtypes=start.model_dtypes,
+                        weighted_by_key=weighted_by_key, **intake)
+        return cls(server_round, taken, start, strategy, random_state, seed=seed, save_records=save_records,
+                   weighted_by_key=weighted_by_key, flows=flows)
 
     def rng(self) -> np.random.Generator:
         """A fresh generator of the round's own stream (``[seed, round]``)."""
         return round_rng(self.seed, self.server_round)
 
     def value(self, utility: ArraysUtility, methods: tuple[str, ...], ads: AdsSettings,
-              progress: Callable[[int, int], None] | None) -> RoundValuation:
-        """The round game over the clients that replied, valued by ``methods``; a reply that makes
-        a coalition score as no number is rejected here and the round is valued without it."""
-        def value_valid(valid: list) -> RoundValuation:
-            game = round_game_for([r.client_id for r in valid], self.start.arrays, [r.arrays for r in valid],
-                                  [r.weight for r in valid], utility, self.aggregator)
-            return value_round(game, methods, ads, seed=self.rng(), progress=progress)
-
-        return value_screened(value_valid, self.intake.records, utility, self.start.arrays)
+              progress: Callable[[int, int], None] | None) -> RoundValuation | None:
+        """The round valued by ``methods`` from its record as the intake left it, by the game the
+        audit rebuilds from the saved record (:mod:`fedvalue.rounds.record_game`); a reply that
+        makes a coalition score as no number is rejected here and the round is valued without it."""
+        return value_screened(lambda: value_record(self.record(), utility, methods, ads, self.rng(), self.aggregator,
+                                                   progress),
+                              self.intake.records, utility, self.start.arrays)
 
     def delegate(self, strategy: Strategy, accepted: set,
                  reject_non_finite: bool) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -108,10 +111,13 @@ class TrainRound:
         self.realized = arrays_to_numpy(live_arrays) if live_arrays is not None else None
         return live_arrays, live_metrics
 
-    def record(self, accepted: set, *, weighted_by_key: str, flows: bool, settings: RoundSettings) -> RoundRecord:
-        """The round record (:func:`strategies.intake.round_record`) with its ``settings``."""
-        return round_record(self.server_round, self.intake, start_arrays=self.start.arrays, accepted=accepted,
-                            weighted_by_key=weighted_by_key, flows=flows, settings=settings,
+    def record(self, accepted: Collection = (), settings: RoundSettings | None = None) -> RoundRecord:
+        """The round record as the intake stands (:func:`strategies.intake.round_record`): before the
+        round is aggregated, what its valuation reads (statuses as screened so far, no accepted
+        clients, default settings); after, with the ``accepted`` clients and the run's ``settings``."""
+        return round_record(self.server_round, self.intake, start_arrays=self.start.arrays, accepted=set(accepted),
+                            weighted_by_key=self.weighted_by_key, flows=self.flows,
+                            settings=RoundSettings() if settings is None else settings,
                             replay=self.replay if isinstance(self.replay, tuple) else None)
 
     def book(self, record: RoundRecord, valuation: RoundValuation, utility: ArraysUtility, *,

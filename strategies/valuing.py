@@ -300,7 +300,7 @@ class ValuingStrategy(Strategy):
         server_round += self._round_offset
         round_ = TrainRound.take_in(
             server_round, replies, self._start, self.strategy, seed=self.seed,
-            save_records=self.run_state.save_records, weighted_by_key=self.weighted_by_key,
+            save_records=self.run_state.save_records, weighted_by_key=self.weighted_by_key, flows=self.flows,
             node_to_client=self.nodes.node_to_client, targets=self._targets, claims=self.claims,
             gradients=self._idle_gradients, sent=self._sent)
         progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
@@ -309,8 +309,7 @@ class ValuingStrategy(Strategy):
                                                weighted_by_key=self.weighted_by_key)
         live_arrays, live_metrics = round_.delegate(self.strategy, accepted, self.intake.reject_non_finite)
         self.hooks.check_first_order(round_.intake.gradients, self.ledger)
-        record = self.hooks.note(round_.record(accepted, weighted_by_key=self.weighted_by_key, flows=self.flows,
-                                               settings=self._round_settings(round_)))
+        record = self.hooks.note(round_.record(accepted, self._round_settings(round_)))
         books = round_.book(record, valuation, self.utility, fairness=fairness)
         self._commit(round_, record, books, valuation)
         return live_arrays, live_metrics

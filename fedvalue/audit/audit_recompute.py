@@ -54,15 +54,14 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import CountingAggregator, book_round
+from fedvalue.rounds.record_game import valid_clients, value_record
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
 from fedvalue.valuation.round_game import (
     ArraysUtility,
-    round_game_for,
     round_rng,
-    value_round,
     weighted_mean,
 )
 from fedvalue.run.rundir import printable
@@ -257,16 +256,14 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: Group
     aggregates by the weighted mean; any other round by ``replay(record)``, the inner
     strategy's own aggregation from its saved state (:func:`strategies.replay.replay_aggregator`)."""
     statuses, round_settings = record.statuses, record.settings
-    ok = [c for c in record.replies if statuses.get(c) == STATUS_OK]
+    ok = valid_clients(record)
     accepted = [c for c in ok if c in set(record.accepted)]
     settings = round_settings.valuation
     aggregator = None if replay is None else _replayed(replay, record)
     valuation = None
     if ok:
-        game = round_game_for(ok, record.start_arrays, [record.replies[c] for c in ok],
-                              [record.weights[c] for c in ok], utility, aggregator)
-        valuation = value_round(game, list(round_settings.methods), settings,
-                                seed=round_rng(round_settings.seed, record.round))
+        valuation = value_record(record, utility, list(round_settings.methods), settings,
+                                 round_rng(round_settings.seed, record.round), aggregator)
     fair, factors, problems = None, {}, []
     if round_settings.fairness is not None and fairness is not None:
         fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings, aggregator)

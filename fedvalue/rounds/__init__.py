@@ -2,7 +2,8 @@
 (top-k marks, TracIn flows, fairness, curvature fairness, claim flags), the fairness books and
 the harm of rejected replies.
 
-Modules: booking (book_round), book_kind (the interface), fairness_round, harms; kinds/
+Modules: booking (book_round), book_kind (the interface), record_game (the round game of a record),
+fairness_round, harms; kinds/
 (registry, selection, flows, fairness, fairness_curvature, claims).
 
 May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run (and
