@@ -182,7 +182,7 @@ def test_the_live_hook_and_the_audit_compute_each_round_s_fairness_by_the_same_p
     records = {t: read_round_record(path) for t, path in round_record_paths(valuing.ledger.run_dir).items()}
     assert sorted(records) == list(range(1, SETUP.rounds + 1))
     for t, record in records.items():
-        *_, problems = recompute_books(record, SETUP.make_utility(), None, fairness=fairness_objective())
+        *_, problems = recompute_books(record, SETUP.make_utility(), fairness=fairness_objective())
         assert problems == [], problems
         (_, audit_plugin, audit_value), (_, _, (chosen, audit_books)) = calls
         (_, live_plugin, live_value), (_, _, (_, live_books)) = live[2 * (t - 1): 2 * t]
@@ -196,7 +196,7 @@ def test_the_live_hook_and_the_audit_compute_each_round_s_fairness_by_the_same_p
     # A record whose accepted set is not the rule's choice is caught.
     record = records[1]
     tampered = dataclasses.replace(record, accepted=[c for c in record.accepted if c != record.accepted[0]])
-    *_, problems = recompute_books(tampered, SETUP.make_utility(), None, fairness=fairness_objective())
+    *_, problems = recompute_books(tampered, SETUP.make_utility(), fairness=fairness_objective())
     assert any(f"the {acceptance.rule['rule']} rule accepts" in p and "the record accepted" in p
                for p in problems), problems
 
@@ -216,7 +216,7 @@ def test_a_strategy_s_own_aggregation_values_the_fairness_game_live_and_in_the_r
               if str(r["method"]).endswith("_fairness")}
     replay = replay_aggregator(momentum)
     for t, path in round_record_paths(valuing.ledger.run_dir).items():
-        books, *_ = recompute_books(read_round_record(path), SETUP.make_utility(), None,
+        books, *_ = recompute_books(read_round_record(path), SETUP.make_utility(),
                                     fairness=fairness_objective(), replay=replay)
         recomputed = {(t, str(r.client_id), str(r.method)): r.value for r in books.ledger_rows
                       if str(r.method).endswith("_fairness")}
