@@ -191,7 +191,7 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
     return problems
 
 
-def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, accepted: list,
+def _fairness_books(record: RoundRecord, fairness: GroupFairness, accepted: list,
                     settings: AdsSettings, aggregator=None) -> tuple[RoundFairness, dict, list[str]]:
     """A round's fairness books from its record by the live strategy's own
     :class:`~fedvalue.rounds.fairness_round.FairnessPlugin` (the run's objective, the recorded damping
@@ -200,10 +200,8 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, ok: list, acce
     note, problems = record.settings.fairness, []
     rule = note.rule
     plugin = FairnessPlugin(fairness, note.damping or None, rule)
-    fair = plugin.value(ok, record.start_arrays, [record.replies[c] for c in ok], [record.weights[c] for c in ok],
-                        methods=list(record.settings.methods), settings=settings,
-                        seed=round_rng(record.settings.seed, record.round), aggregate=aggregator,
-                        loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals)
+    fair = plugin.value_record(record, methods=list(record.settings.methods), settings=settings,
+                               seed=round_rng(record.settings.seed, record.round), aggregate=aggregator)
     chosen, fair = plugin.decide(fair)
     if chosen is not None and chosen != set(accepted):
         problems.append(f"round {record.round}: the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the "
@@ -266,7 +264,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: Group
                                  round_rng(round_settings.seed, record.round), aggregator)
     fair, factors, problems = None, {}, []
     if round_settings.fairness is not None and fairness is not None:
-        fair, factors, problems = _fairness_books(record, fairness, ok, accepted, settings, aggregator)
+        fair, factors, problems = _fairness_books(record, fairness, accepted, settings, aggregator)
     if round_settings.weighting and valuation is not None:
         factors, problems = _value_weights(record, valuation, ok, accepted)
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedvalue.rounds.record_game import valid_clients
+from fedvalue.run.archive import RoundRecord
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import Aggregator, RoundValuation, round_game_for, value_round
 from fedvalue.schema import Method
@@ -91,12 +93,23 @@ class FairnessPlugin:
     the recorded acceptance rule (None: every valid reply, no factors). Per round,
     :meth:`value` gives the :class:`RoundFairness` of the valid replies, :meth:`scores` the
     scores the rule acts on (what the acceptance policy reads) and :meth:`decide` the rule's
-    accepted clients with its I-JACK factors booked ([FAIRIJ] Props. 3.1, 3.2).
+    accepted clients with its I-JACK factors booked ([FAIRIJ] Props. 3.1, 3.2). The live strategy
+    and the audit both value a round through :meth:`value_record`, from its record.
     """
 
     def __init__(self, objective: GroupFairness, damping: float | None = None, rule: Mapping | None = None) -> None:
         self.objective, self.damping = objective, damping
         self.rule = dict(rule) if rule else None
+
+    def value_record(self, record: RoundRecord, *, methods: Sequence[str], settings: AdsSettings,
+                     seed: np.random.Generator, aggregate: Aggregator | None = None) -> RoundFairness:
+        """:meth:`value` of the record's valid replies (:func:`fedvalue.rounds.record_game.valid_clients`,
+        weighted by their entries, with the G_u and d_u the record keeps): what the live strategy
+        values before it accepts, and what the audit values again from the saved record."""
+        ok, weights = valid_clients(record), record.weights
+        return self.value(ok, record.start_arrays, [record.replies[c] for c in ok], [weights[c] for c in ok],
+                          methods=methods, settings=settings, seed=seed, aggregate=aggregate,
+                          loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals)
 
     def value(
         self,

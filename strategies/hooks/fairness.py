@@ -21,6 +21,7 @@ import numpy as np
 from flwr.app import ConfigRecord
 
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
+from fedvalue.run.archive import RoundRecord
 from fedvalue.run.settings import FairnessNote
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.policies.acceptance import Acceptance
@@ -66,15 +67,13 @@ class FairnessRounds:
         """The train config, asking for G_u and d_u when influence with curvature is booked."""
         return config if self.fair_curvature is None else ConfigRecord({**dict(config), CURVATURE_KEY: True})
 
-    def value(self, ok: list[ClientReply], start_arrays: Mapping[str, np.ndarray], aggregate: Aggregator | None,
-              valuation: ValuationSettings, seed: np.random.Generator, loss_gradients: Mapping,
-              fisher_diagonals: Mapping) -> RoundFairness:
+    def value(self, record: RoundRecord, aggregate: Aggregator | None, valuation: ValuationSettings,
+              seed: np.random.Generator) -> RoundFairness:
         """The round game valued on fairness (U = −gap) and each valid reply's fairness
-        influence (with curvature from the valid replies that sent G_u and d_u), by the plug-in."""
-        return self.plugin.value([r.client_id for r in ok], start_arrays, [r.arrays for r in ok],
-                                 [r.weight for r in ok], methods=valuation.methods, settings=valuation.ads,
-                                 seed=seed, aggregate=aggregate, loss_gradients=loss_gradients,
-                                 fisher_diagonals=fisher_diagonals)
+        influence (with curvature from the valid replies that sent G_u and d_u), by the plug-in
+        from the round's record, as the audit values it."""
+        return self.plugin.value_record(record, methods=valuation.methods, settings=valuation.ads, seed=seed,
+                                        aggregate=aggregate)
 
     def scores(self, books: RoundFairness) -> Mapping[Hashable, float]:
         """The scores the policy's rule acts on (the plug-in's, which the audit recomputes)."""

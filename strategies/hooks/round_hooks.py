@@ -74,8 +74,8 @@ class RoundHooks:
         policy can act on its scores; a reweighing policy's factors are booked after it chose.
         """
         ok, start, intake = round_.intake.ok, round_.start.arrays, round_.intake
-        fair = None if self.fair is None else self.fair.value(ok, start, round_.aggregator, settings, round_.rng(),
-                                                              intake.loss_gradients, intake.fisher_diagonals)
+        fair = None if self.fair is None else self.fair.value(round_.record(), round_.aggregator, settings,
+                                                              round_.rng())
         scores = None if fair is None or not ok else self.fair.scores(fair)
         accepted = self.acceptance.accept(
             round_.server_round, [r.client_id for r in ok], valuation, seed=seed,
