@@ -6,15 +6,39 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from collections.abc import Collection
 from pathlib import Path
 
+from fedvalue.audit.audit_recompute import recompute_books
+from fedvalue.run.archive import RoundRecord, save_npz, write_round_record
 from fedvalue.run.ledger_tables import chain_hash, csv_lines, genesis_hash
-from fedvalue.schema import ROUND_COLUMNS
+from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth
+from fedvalue.valuation.round_game import ArraysUtility
 from fedvalue.run.seals import MANIFEST_FILE, SEALS_FILE, manifest_files
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def rebook_last_round(run_dir: Path, record: RoundRecord, utility: ArraysUtility, noisy_clients: Collection) -> None:
+    """Write ``record`` (the run's last round, changed) and book that round again with the
+    project's own recompute, as a forger would: its ledger rows (the noisy clients joined as
+    the writer joins them), rounds.csv's last row (its timing kept) and the checkpoint's A_t.
+    Hashes, seals and the Parquet copy are left to the caller."""
+    write_round_record(run_dir, record)
+    noisy = {c for c in record.statuses if c in set(noisy_clients)}
+    books, realized, _, _ = recompute_books(record, utility)
+    lines = (run_dir / "ledger.csv").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith(f"{record.round},")]
+    (run_dir / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, with_ground_truth(books.ledger_rows,
+                                                                                                  noisy))))
+    with open(run_dir / "rounds.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows[-1] = {**books.round_row, "valuation_seconds": rows[-1]["valuation_seconds"]}
+    (run_dir / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
+    save_npz(next(p for p in sorted((run_dir / "checkpoint").iterdir())
+                  if p.name.endswith(".npz") and not p.name.endswith("-state.npz")), realized)
 
 
 def rechain(run_dir: Path) -> None:

@@ -11,7 +11,6 @@ trainings ended 1.4e-3 of the update apart.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
@@ -23,19 +22,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedvalue.audit.audit_recompute import recompute_books
 from fedvalue.audit.training_replay import ReplayTally, platform_note, reply_problem
 from fedvalue.run.archive import (
     read_round_record,
     record_path,
-    save_npz,
-    write_round_record,
 )
-from fedvalue.run.ledger_tables import LedgerWriter, csv_lines, read_ledger_csv
-from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth
+from fedvalue.run.ledger_tables import LedgerWriter, read_ledger_csv
 from fedvalue.scoring.kernels import KERNEL_ENVIRONMENT, kernel_platform
 from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
-from tests.fedvalue.forgery import rechain
+from tests.fedvalue.forgery import rebook_last_round, rechain
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Kernel sets an auditor's machine may compute with, as environment variables.
@@ -101,17 +96,7 @@ def _forge_reply(run_dir: Path, change) -> str:
     record = read_round_record(record_path(run_dir, 3))
     client = next(iter(record.replies))
     record.replies[client] = change(record.start_arrays, record.replies[client])
-    write_round_record(run_dir, record)
-    noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
-    books, realized, _, _ = recompute_books(record, utility_from_run(config))
-    lines = (run_dir / "ledger.csv").read_text().splitlines(keepends=True)
-    kept = [line for line in lines if not line.startswith("3,")]
-    rebooked = with_ground_truth(books.ledger_rows, noisy)  # the forger joins the ground truth as the writer does
-    (run_dir / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, rebooked)))
-    rows = list(csv.DictReader(io.StringIO((run_dir / "rounds.csv").read_text())))
-    rows[-1] = {**books.round_row, "valuation_seconds": rows[-1]["valuation_seconds"]}
-    (run_dir / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
-    save_npz(next(p for p in (run_dir / "checkpoint").iterdir() if not p.name.endswith("-state.npz")), realized)
+    rebook_last_round(run_dir, record, utility_from_run(config), config["noisy_clients"])
     (run_dir / "ledger.parquet").unlink()
     read_ledger_csv(io.StringIO((run_dir / "ledger.csv").read_text(), newline="")).to_parquet(
         run_dir / "ledger.parquet", index=False)

@@ -28,13 +28,12 @@ import pandas as pd
 import pytest
 
 from fedvalue.run import rundir
-from fedvalue.run.archive import read_round_record, record_path, save_npz, write_round_record
-from fedvalue.audit.audit_recompute import recompute_books
-from fedvalue.run.ledger_tables import LedgerWriter, csv_lines, load_run, read_ledger_csv
-from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, ClientEntry, with_ground_truth
+from fedvalue.run.archive import read_round_record, record_path, write_round_record
+from fedvalue.run.ledger_tables import LedgerWriter, load_run, read_ledger_csv
+from fedvalue.schema import ClientEntry
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
-from tests.fedvalue.forgery import rechain, reseal
+from tests.fedvalue.forgery import rebook_last_round, rechain, reseal
 
 SECRET = "SECRET-7f3a91"
 
@@ -449,16 +448,7 @@ def test_a_weight_rebooked_with_the_projects_own_recompute_fails_the_example_cou
     client = next(iter(record.replies))
     record.entries = [dataclasses.replace(e, weight=e.weight * 10, num_examples=int(e.weight * 10))
                       if e.client_id == client else e for e in record.entries]
-    write_round_record(copy, record)
-    noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
-    books, realized, _, _ = recompute_books(record, utility_from_run(config))
-    kept = [line for line in _lines(copy / "ledger.csv") if not line.startswith(f"{last},")]
-    rebooked = with_ground_truth(books.ledger_rows, noisy)  # the forger joins the ground truth as the writer does
-    (copy / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, rebooked)))
-    rows = list(csv.DictReader(io.StringIO((copy / "rounds.csv").read_text())))
-    rows[-1] = {**books.round_row, "valuation_seconds": rows[-1]["valuation_seconds"]}
-    (copy / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
-    save_npz(next(p for p in (copy / "checkpoint").iterdir() if not p.name.endswith("-state.npz")), realized)
+    rebook_last_round(copy, record, utility_from_run(config), config["noisy_clients"])
     _forge_tables(copy)
     code, out = audit(copy, capsys)
     assert code == 1 and f"client {client}: its weight is" in out and "drawn from the run's seed" in out

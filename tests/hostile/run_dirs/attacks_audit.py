@@ -10,9 +10,9 @@ import io
 import json
 import os
 
-from tests.hostile.run_dirs.attacks import NO_KEY, WITH_KEY, Action, Case, _arrays_file, _config, _forge_tables, _lines, \
+from tests.hostile.run_dirs.attacks import NO_KEY, WITH_KEY, Action, Case, _config, _forge_tables, _lines, \
     _resumable, _resume, _seal_checkpoint_digests, _write_config, attack
-from tests.fedvalue.forgery import rechain, reseal
+from tests.fedvalue.forgery import rebook_last_round, rechain, reseal
 
 
 # --------------------------------------------------------------------------- duplicates
@@ -265,10 +265,7 @@ def training_settings_changed_in_run_json(case: Case) -> list[Action]:
 def weight_times_ten_rebooked(case: Case) -> list[Action]:
     """The last round's first client claims 10× its examples; the round is re-booked with the
     project's own recompute, the checkpoint's state moved to the new mean, all resealed."""
-    from fedvalue.run.archive import read_round_record, record_path, save_npz, write_round_record
-    from fedvalue.audit.audit_recompute import recompute_books
-    from fedvalue.run.ledger_tables import csv_lines
-    from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth
+    from fedvalue.run.archive import read_round_record, record_path
     from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
 
     config = _config(case.run)
@@ -277,19 +274,7 @@ def weight_times_ten_rebooked(case: Case) -> list[Action]:
     client = next(iter(record.replies))
     record.entries = [dataclasses.replace(e, weight=e.weight * 10, num_examples=int(e.weight * 10))
                       if e.client_id == client else e for e in record.entries]
-    write_round_record(case.run, record)
-    noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
-    books, realized, _, _ = recompute_books(record, utility_from_run(config))
-    lines = _lines(case.run / "ledger.csv")
-    kept = [line for line in lines if not line.startswith(f"{last},")]
-    rebooked = with_ground_truth(books.ledger_rows, noisy)  # the forger joins the ground truth as the writer does
-    (case.run / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, rebooked)))
-    with open(case.run / "rounds.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    seconds = rows[-1]["valuation_seconds"]
-    rows[-1] = {**books.round_row, "valuation_seconds": seconds}
-    (case.run / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
-    save_npz(_arrays_file(case.run), realized)
+    rebook_last_round(case.run, record, utility_from_run(config), config["noisy_clients"])
     _forge_tables(case.run)
     _seal_checkpoint_digests(case.run)
     reseal(case.run)
