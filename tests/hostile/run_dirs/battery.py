@@ -42,9 +42,9 @@ import threading
 import time
 from pathlib import Path
 
-from tests.hostile.run_dirs import attacks
 from bench.load import tree_rss
-from tests.hostile import run_dir_attacks_audit  # noqa: F401  (registers the second half of the attacks)
+from tests.hostile.run_dirs import attacks
+from tests.hostile.run_dirs import attacks_audit  # noqa: F401  (registers the second half of the attacks)
 from tests.hostile.run_dirs.attacks import ATTACKS, SECRET, Case
 
 ROOT = Path(__file__).resolve().parents[3]
