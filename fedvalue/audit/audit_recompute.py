@@ -199,7 +199,7 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, accepted: list
     efficiency disagree."""
     note, problems = record.settings.fairness, []
     rule = note.rule
-    plugin = FairnessPlugin(fairness, note.damping or None, rule)
+    plugin = FairnessPlugin(fairness, note.damping, rule)
     fair = plugin.value_record(record, methods=list(record.settings.methods), settings=settings,
                                seed=round_rng(record.settings.seed, record.round), aggregate=aggregator)
     chosen, fair = plugin.decide(fair)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fedvalue._checks import check_choice
 from fedvalue.run.seals import Signer
 from fedvalue.valuation.settings import AdsSettings
 
@@ -223,8 +224,8 @@ class RoundSettings:
             if written.get(name) is not None:
                 fields[name] = _text(name, written[name])
         # A record that does not say how it was aggregated is not taken for a weighted mean.
-        fields["aggregation"] = _choice("aggregation", written.get("aggregation", BY_STRATEGY),
-                                        (WEIGHTED_MEAN, BY_STRATEGY))
+        fields["aggregation"] = check_choice("aggregation", written.get("aggregation", BY_STRATEGY),
+                                             (WEIGHTED_MEAN, BY_STRATEGY))
         for name in ("flows", "reject_non_finite", "selection"):
             if name in written:
                 fields[name] = _flag(name, written[name])
@@ -278,12 +279,6 @@ def _integer(name: str, value: object) -> int:
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name}: expected true or false; got {_shown(value)}.")
-    return value
-
-
-def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {list(choices)}; got {_shown(value)}.")
     return value
 
 
