@@ -167,20 +167,6 @@ class FairnessPlugin:
         return chosen, fair if factors is None else replace(fair, factors=factors)
 
 
-def fairness_round(
-    objective: GroupFairness,
-    client_ids: Sequence[Hashable],
-    start_arrays: Mapping[str, np.ndarray],
-    client_arrays: Sequence[Mapping[str, np.ndarray]],
-    weights: Sequence[float],
-    *,
-    damping: float | None = None,
-    **round_: object,
-) -> RoundFairness:
-    """:meth:`FairnessPlugin.value` of ``FairnessPlugin(objective, damping)`` (the functional form)."""
-    return FairnessPlugin(objective, damping).value(client_ids, start_arrays, client_arrays, weights, **round_)
-
-
 def policy_outcome(rule: Mapping, influences: Mapping[Hashable, float]) -> tuple[set, dict | None]:
     """The accepted clients and I-JACK factors a recorded rule gives (the audit re-derives them).
 

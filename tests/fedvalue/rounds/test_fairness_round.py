@@ -10,7 +10,7 @@ import torch
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import ClientEntry, book_round
-from fedvalue.rounds.fairness_round import RoundFairness, fairness_round, policy_outcome
+from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness, policy_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness, client_fairness_influences
 from fedvalue.valuation.round_game import fedavg_round_game, round_rng, value_round, weighted_mean
 from fedvalue.run.settings import RoundSettings
@@ -57,8 +57,8 @@ def round_record(accepted) -> RoundRecord:
 
 
 def books_of(objective, rule=None, accepted=frozenset(OK)):
-    fair = fairness_round(objective, OK, START, [REPLIES[c] for c in OK], [2.0, 5.0, 3.0], methods=("ads", "loo"),
-                          settings=AdsSettings(method="exact"), seed=round_rng(0, 1))
+    fair = FairnessPlugin(objective).value(OK, START, [REPLIES[c] for c in OK], [2.0, 5.0, 3.0], methods=("ads", "loo"),
+                                           settings=AdsSettings(method="exact"), seed=round_rng(0, 1))
     factors = None
     if rule is not None:
         accepted, factors = policy_outcome(rule, fair.influences)
