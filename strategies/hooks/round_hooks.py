@@ -44,7 +44,7 @@ class RoundHooks:
         self.acceptance = acceptance
         self.flows = settings.flows
         self.fair = None if settings.fairness is None else FairnessRounds(settings.fairness, settings.fair_curvature,
-                                                                      acceptance)
+                                                                          acceptance)
         self.defences = None if settings.defences is None else DefenceRounds(settings.defences)
         if getattr(acceptance, "needs_replies", False) and self.defences is None:
             raise ValueError(f"acceptance: {acceptance!r} reads the defences' previous global model; book them "
