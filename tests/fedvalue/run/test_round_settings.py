@@ -4,13 +4,13 @@ JSON, and a record whose settings are wrong is refused with the field named."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from fedvalue.run.archive import (
-    RoundRecord,
     npz_bytes,
     npz_from_bytes,
     read_round_record,
@@ -103,7 +103,7 @@ def test_settings_without_what_every_version_wrote_are_refused(missing):
 def test_a_record_with_wrong_settings_is_not_a_record_and_says_which_field(signed_run):
     path = next(iter(round_record_paths(signed_run[0]).values()))
     record = read_round_record(path)
-    data = record_bytes(RoundRecord(**{**record.__dict__, "settings": RoundSettings(methods=("ads",), seed=-1)}))
+    data = record_bytes(dataclasses.replace(record, settings=RoundSettings(methods=("ads",), seed=-1)))
     assert round_record_from_bytes(data, "x").settings.seed == -1
     arrays, meta = npz_from_bytes(data, "x")
     meta["meta"]["seed"] = "1"
