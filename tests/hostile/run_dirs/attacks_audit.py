@@ -90,7 +90,7 @@ def deeply_nested_seal_on_resume(case: Case) -> list[Action]:
 RACE = r"""
 import os, sys, threading, time
 from pathlib import Path
-from fedvalue import rundir
+from fedvalue.run import rundir
 run, outside = Path(sys.argv[1]), Path(sys.argv[2])
 (run / "sub").mkdir(); (run / "sub" / "data.txt").write_text("INSIDE")
 outside = outside.parent / "race-outside"; outside.mkdir()
