@@ -26,10 +26,11 @@ from strategies.policies import (
     ValueWeighting,
 )
 from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, SERVER_ROUND_KEY, train_config
-from strategies.records import arrays_to_numpy, initial_arrays
-from strategies.replay import replay_aggregator
+from strategies.arrays import arrays_to_numpy, initial_arrays
+from strategies.reaggregate import replay_aggregator
 from strategies.valuing import ValuingStrategy
-from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks
+from strategies.book_settings import BookSettings
+from strategies.valuing_settings import IntakeSettings, RunCallbacks
 
 __all__ = [
     "CLAIM_METHODS",

@@ -44,18 +44,16 @@ from __future__ import annotations
 import copy
 import gc
 import logging
-import random
-import sys
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER
 
-from strategies.records import arrays_to_numpy
+from strategies.arrays import arrays_to_numpy
+from strategies.random_state import RandomState
 
 Arrays = dict[str, np.ndarray]
 
@@ -100,50 +98,6 @@ def copy_reply(message: Message) -> Message:
         return Message(metadata=metadata, error=copy.copy(message.error))
     content = RecordDict({key: _copy_record(record) for key, record in message.content.items()})
     return Message(metadata=metadata, content=content)
-
-
-@dataclass(frozen=True)
-class RandomState:
-    """The global random state a strategy can draw from: numpy's legacy global generator,
-    Python's ``random``, torch's CPU generator and (when initialized) its CUDA generators.
-
-    Torch's only once something imported torch (nothing can draw from it before): the Flower
-    adapter itself does not import it, so a server without torch does not load it."""
-
-    numpy: tuple
-    python: tuple
-    torch_cpu: object | None
-    torch_cuda: tuple | None
-
-    @classmethod
-    def capture(cls) -> RandomState:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return cls(np.random.get_state(), random.getstate(), None, None)
-        cuda = tuple(torch.cuda.get_rng_state_all()) if torch.cuda.is_initialized() else None
-        return cls(np.random.get_state(), random.getstate(), torch.get_rng_state(), cuda)
-
-    def restore(self) -> None:
-        """Put this state back as the global one."""
-        np.random.set_state(self.numpy)
-        random.setstate(self.python)
-        if self.torch_cpu is None:
-            return
-        import torch
-
-        torch.set_rng_state(self.torch_cpu)
-        if self.torch_cuda is not None:
-            torch.cuda.set_rng_state_all(list(self.torch_cuda))
-
-    @contextmanager
-    def replayed(self) -> Iterator[None]:
-        """Run the block from this state; the state found before it is put back after."""
-        found = RandomState.capture()
-        self.restore()
-        try:
-            yield
-        finally:
-            found.restore()
 
 
 #: Strategies whose aggregate_train is the pure n-weighted mean of the replies.

@@ -2,7 +2,7 @@
 
 In order: curvature (training loss gradient and Fisher diagonal) and inference gradients
 (TracIn flows) are taken out of the replies, since the inner strategy must never see them;
-each reply becomes a :class:`~strategies.records.ClientReply` of the client its sender's node
+each reply becomes a :class:`~strategies.replies.ClientReply` of the client its sender's node
 registered (:mod:`strategies.nodes`), every field checked (:mod:`strategies.reply_checks`):
 ``failed`` when its id, weight, arrays (keys, shapes, dtypes), inference gradient, curvature
 or metrics fail their checks, ``rejected`` when its arrays are NaN/inf or too large to
@@ -29,7 +29,7 @@ from fedvalue.run.settings import RoundSettings
 from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Status
 from strategies.nodes import reply_node, sent_nodes
 from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY
-from strategies.records import ClientReply, InferenceGradient, read_reply, take_record
+from strategies.replies import ClientReply, InferenceGradient, read_reply, take_record
 from strategies.reply_checks import metric_form, metric_problem, shown, weight_problem
 
 

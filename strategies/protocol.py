@@ -1,7 +1,7 @@
 """The wire contract between the server and every ClientApp: record keys and the train config.
 
 Both sides import these names (the ClientApp in :mod:`clients.app`, the server in
-:mod:`strategies.records` and the simulations), so a key is spelled once. Constants and a
+:mod:`strategies.replies` and the simulations), so a key is spelled once. Constants and a
 builder only: no Flower types, so a ClientApp depends on nothing else of the server side
 (as Flower's differential-privacy constants serve its server wrapper and client mod alike).
 

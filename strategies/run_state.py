@@ -28,8 +28,8 @@ from fedvalue.run.settings import RunSettings
 from fedvalue.run.writer import Restored, RunBooks
 from fedvalue.scoring.kernels import kernel_platform
 from strategies import server_state
-from strategies.counterfactual import RandomState
-from strategies.records import numpy_to_arrays
+from strategies.random_state import RandomState
+from strategies.arrays import numpy_to_arrays
 
 #: The saved objects, in the order a resumed run takes them back.
 PARTS = ("strategy", "sampler", "claims")

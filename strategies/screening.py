@@ -20,7 +20,7 @@ import numpy as np
 from fedvalue.schema import Status
 from fedvalue.valuation.game import NonFiniteValue
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
-from strategies.records import ClientReply
+from strategies.replies import ClientReply
 
 
 def value_screened(value: Callable[[], RoundValuation], records: Sequence[ClientReply],

@@ -25,10 +25,11 @@ from fedvalue.run.settings import RoundSettings
 from fedvalue.schema import WEIGHED_STATUSES
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, round_rng
-from strategies.counterfactual import CounterfactualAggregator, RandomState, aggregates_by_weighted_mean
+from strategies.counterfactual import CounterfactualAggregator, aggregates_by_weighted_mean
+from strategies.random_state import RandomState
 from strategies.intake import RoundIntake, round_record, take_in
-from strategies.records import arrays_to_numpy
-from strategies.replay import replay_state_or_reason
+from strategies.arrays import arrays_to_numpy
+from strategies.reaggregate import replay_state_or_reason
 from strategies.screening import value_screened
 
 

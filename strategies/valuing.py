@@ -44,13 +44,8 @@ from strategies.policies.acceptance import AcceptAll, Acceptance
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
 from strategies.run_state import RunState, ServerParts, run_json
 from strategies.train_round import RoundStart, TrainRound
-from strategies.valuing_settings import (
-    BookSettings,
-    IntakeSettings,
-    RunCallbacks,
-    settings_or_default,
-    utility_of,
-)
+from strategies.book_settings import BookSettings
+from strategies.valuing_settings import IntakeSettings, RunCallbacks, settings_or_default, utility_of
 
 
 class RunInterrupted(RuntimeError):

@@ -47,7 +47,7 @@ from strategies import (
     ValuingStrategy,
     initial_arrays,
 )
-from strategies.counterfactual import RandomState
+from strategies.random_state import RandomState
 from strategies.valuing_settings import RunCallbacks, settings_or_default
 
 

@@ -106,7 +106,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedvalue._checks import check_integer, check_non_negative, check_positive
 from fedvalue.scoring.kernels import usable_cores
 from simulations.runner.engine_failures import FLOWER_CRASH_LOGS
-from strategies.counterfactual import RandomState
+from strategies.random_state import RandomState
 from strategies.valuing_settings import settings_or_default
 
 T = TypeVar("T")

@@ -26,7 +26,7 @@ from fedvalue.run.settings import FairnessNote
 from fedvalue.valuation.round_game import Aggregator, ValuationSettings
 from strategies.policies.acceptance import Acceptance
 from strategies.protocol import CURVATURE_KEY
-from strategies.records import ClientReply, reweigh
+from strategies.replies import ClientReply, reweigh
 
 if TYPE_CHECKING:  # torch modules: loaded when a run books fairness
     from fedvalue.scoring.fairness.objectives import GroupFairness

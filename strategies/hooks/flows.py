@@ -24,13 +24,8 @@ from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from strategies.nodes import query_message, reply_node, sender_identity, sent_nodes
 from strategies.protocol import DATA_KEY, GRADIENT_KEY, GRADIENT_QUERY
-from strategies.records import (
-    ClientReply,
-    InferenceGradient,
-    arrays_to_numpy,
-    read_inference_gradient,
-    take_record,
-)
+from strategies.arrays import arrays_to_numpy
+from strategies.replies import ClientReply, InferenceGradient, read_inference_gradient, take_record
 
 
 def outflows_if_all_aggregated(start_arrays: Mapping[str, np.ndarray], ok: list[ClientReply],
@@ -67,7 +62,7 @@ class FlowQueries:
         """Inference gradients at ``arrays`` of every client whose node is not in ``busy``, each
         the queried node's registered client's, asked with a message of ``query_type(node)``
         (:meth:`strategies.nodes.NodeDirectory.query_type`); a reply claiming another id, or
-        whose gradient or loss fails its checks (:func:`strategies.records.read_inference_gradient`),
+        whose gradient or loss fails its checks (:func:`strategies.replies.read_inference_gradient`),
         is left out and logged (that client then receives no inflow this round)."""
         queried = {node: client for client, node in client_to_node.items() if node not in busy}
         queries = [

@@ -26,7 +26,7 @@ from strategies.hooks.value_weights import reweigh_by_values, weighting_rule
 from strategies.policies.acceptance import Acceptance
 from strategies.protocol import GRADIENT_KEY
 from strategies.train_round import TrainRound
-from strategies.valuing_settings import BookSettings
+from strategies.book_settings import BookSettings
 
 
 class RoundHooks:

@@ -12,7 +12,7 @@ from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.valuation.round_game import RoundValuation
 from strategies.counterfactual import aggregates_by_weighted_mean
 from strategies.policies.acceptance import Acceptance
-from strategies.records import ClientReply, reweigh
+from strategies.replies import ClientReply, reweigh
 
 
 def weighting_rule(acceptance: Acceptance, strategy: Strategy, *, fairness: bool) -> dict | None:

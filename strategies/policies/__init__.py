@@ -9,8 +9,7 @@ from strategies.policies.claims import CLAIM_METHODS, ClaimFlag, ClaimReview
 from strategies.policies.greedy_fed import GreedyFedSampler
 from strategies.policies.power_of_choice import PowerOfChoice
 from strategies.policies.representatives import RepresentativesOnly
-from strategies.policies.sampling import SCHEDULES, PartitionSampler, ValueWeightedSampler
-from strategies.policies.selection import ReplaySampler
+from strategies.policies.sampling import SCHEDULES, PartitionSampler, ReplaySampler, ValueWeightedSampler
 from strategies.policies.value_elimination import ValueEliminationSampler
 from strategies.policies.value_weighting import ValueWeighting
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from fedvalue._checks import check_integer, check_number
 from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED, WEIGHED_STATUSES, ClaimEntry, Status, client_key
-from strategies.records import ClientReply
+from strategies.replies import ClientReply
 
 #: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
 CLAIM_METHODS = (CLAIM_CAPPED, CLAIM_JUMPED)
@@ -148,7 +148,7 @@ class ClaimReview:
         Parameters
         ----------
         records
-            The round's replies (:func:`strategies.records.read_reply`); those with
+            The round's replies (:func:`strategies.replies.read_reply`); those with
             status ``ok`` or ``rejected`` carry a claim. A capped record gets its new
             ``weight``, ``metrics`` entry and reply-message MetricRecord entry.
         weighted_by_key

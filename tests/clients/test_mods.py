@@ -21,7 +21,7 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
 from strategies import BookSettings, PartitionSampler, RunSettings, ValuingStrategy
 from strategies.protocol import CLIENT_RECORD_KEY, GRADIENT_KEY, PARTITION_ID_KEY, QUERY_KEY
-from strategies.records import numpy_to_arrays
+from strategies.arrays import numpy_to_arrays
 from tests.strategies.harness.clientapp_grid import EngineLikeGrid
 from tests.strategies.harness.inprocess import set_server_identity
 

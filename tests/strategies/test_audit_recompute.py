@@ -19,13 +19,13 @@ from flwr.serverapp.strategy import FedAvg, FedAvgM
 from fedvalue.run.archive import read_round_record, round_record_paths, write_round_record
 from fedvalue.audit.verdict import audit_run
 from strategies import PartitionSampler, TopK, ValuingStrategy
-from strategies.records import numpy_to_arrays
-from strategies.replay import replay_aggregator
+from strategies.arrays import numpy_to_arrays
+from strategies.reaggregate import replay_aggregator
 
 from tests.fedvalue.forgery import rechain, reseal
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies.valuing_settings import BookSettings
+from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
 from tests.strategies.test_faults import nan_handler

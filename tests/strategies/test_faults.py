@@ -11,7 +11,7 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from strategies import PartitionSampler, ValuingStrategy
-from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from strategies.valuing_settings import IntakeSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid

@@ -22,9 +22,9 @@ from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import FIRST_ORDER_FILE
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
-from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies.valuing_settings import BookSettings
+from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
 

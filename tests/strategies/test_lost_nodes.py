@@ -18,7 +18,7 @@ from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.run.ledger_tables import load_run
 from strategies import PartitionSampler, RunSettings, ValuingStrategy
 from strategies.nodes import NodeDirectory
-from strategies.records import numpy_to_arrays
+from strategies.arrays import numpy_to_arrays
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
 from tests.strategies.test_flow_books import initial_state, load_client, make_model, utility
 

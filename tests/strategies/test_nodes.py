@@ -14,7 +14,7 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
-from strategies.records import numpy_to_arrays
+from strategies.arrays import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
 from strategies.valuing_settings import IntakeSettings

@@ -23,10 +23,10 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
 from strategies import RunCallbacks, ValueWeightedSampler, ValuingStrategy
 from strategies.valuing import RunInterrupted
-from strategies.records import numpy_to_arrays
+from strategies.arrays import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
-from strategies.valuing_settings import BookSettings
+from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import set_server_identity
 from tests.strategies.test_flow_books import client_app_grid, initial_state, load_client, utility

@@ -19,7 +19,8 @@ from fedvalue.run.settings import RunSettings
 from simulations.runner.engine import EngineSettings
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from strategies.nodes import NodeDirectory
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from strategies.book_settings import BookSettings
+from strategies.valuing_settings import IntakeSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
 from tests.strategies.test_valuing import NODE_OF, initial_arrays, make_handler

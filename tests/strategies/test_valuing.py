@@ -15,11 +15,11 @@ from fedvalue.run.ledger_tables import load_run
 from fedvalue.schema import LEDGER_COLUMNS
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
-from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from tests.fedvalue.reference_games import ordered_permutation_values
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies.valuing_settings import BookSettings
+from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
 

@@ -32,8 +32,8 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
 from simulations.runner.api import seeded_server_generators
 from strategies import PartitionSampler, ValuingStrategy
-from strategies.records import numpy_to_arrays
-from strategies.valuing_settings import BookSettings
+from strategies.arrays import numpy_to_arrays
+from strategies.book_settings import BookSettings
 
 ROUNDS, NUM_CLIENTS, FEATURES, SEED = 2, 3, 4, 7
 NODE_OF = {pid: 900 + 7 * pid for pid in range(NUM_CLIENTS)}

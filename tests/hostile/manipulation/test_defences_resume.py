@@ -22,8 +22,8 @@ from fedvalue.run.ledger_tables import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from strategies import PartitionSampler, RepresentativesOnly, RunCallbacks, ValuingStrategy
-from strategies.records import numpy_to_arrays
-from strategies.valuing_settings import BookSettings
+from strategies.arrays import numpy_to_arrays
+from strategies.book_settings import BookSettings
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
 from tests.strategies.test_flow_books import (
     NODE_OF,

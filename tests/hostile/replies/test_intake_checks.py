@@ -14,7 +14,8 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from strategies.intake import entry, take_in
 from strategies.nodes import NodeDirectory
-from strategies.records import ClientReply, numpy_to_arrays, read_reply
+from strategies.arrays import numpy_to_arrays
+from strategies.replies import ClientReply, read_reply
 from strategies.reply_checks import MAX_WEIGHT, array_problems, id_problem, loss_problem, weight_problem
 from strategies.hooks.flows import FlowQueries
 

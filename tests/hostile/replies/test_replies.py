@@ -29,8 +29,9 @@ from fedvalue.valuation.round_game import ValuationSettings
 from simulations.runner.engine import EngineSettings, serve
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
-from strategies.records import initial_arrays
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from strategies.arrays import initial_arrays
+from strategies.book_settings import BookSettings
+from strategies.valuing_settings import IntakeSettings
 
 from .hostile_app import (
     CLASSES,

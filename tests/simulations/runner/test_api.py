@@ -17,9 +17,9 @@ from clients import ClientData, make_client_app
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations import simulate
 from simulations.runner.api import default_sampler, initial_model_arrays
-from strategies.counterfactual import RandomState
+from strategies.random_state import RandomState
 from strategies import BookSettings
-from strategies.records import arrays_to_numpy
+from strategies.arrays import arrays_to_numpy
 
 
 def unseeded_model() -> torch.nn.Module:

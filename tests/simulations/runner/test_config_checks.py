@@ -8,7 +8,7 @@ import torch
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build
 from simulations.runner.config_checks import check_devices
 from simulations.runner import EngineSettings
-from strategies.records import initial_arrays
+from strategies.arrays import initial_arrays
 
 HAS_CUDA = torch.cuda.is_available() and torch.cuda.device_count() > 0
 

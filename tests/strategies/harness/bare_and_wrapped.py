@@ -19,7 +19,7 @@ from flwr.serverapp.strategy import Strategy
 
 from clients.app import ClientData, make_client_app
 from strategies import ValuingStrategy
-from strategies.records import numpy_to_arrays
+from strategies.arrays import numpy_to_arrays
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 

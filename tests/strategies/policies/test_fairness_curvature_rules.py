@@ -21,7 +21,7 @@ from strategies import FairDropK, ValuingStrategy
 from strategies.protocol import CURVATURE_KEY
 from strategies.policies.sampling import PartitionSampler
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies.valuing_settings import BookSettings
+from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.bare_and_wrapped import one_torch_thread, run  # noqa: F401
 from tests.strategies.harness.inprocess import set_server_identity

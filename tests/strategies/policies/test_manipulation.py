@@ -37,9 +37,11 @@ from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from fedvalue.rounds.booking import claim_rows
 from fedvalue.schema import LedgerRow, Method, Status
 from strategies.policies.claims import CLAIM_CAPPED, CLAIM_JUMPED
-from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays, read_reply
+from strategies.arrays import arrays_to_numpy, numpy_to_arrays
+from strategies.replies import ClientReply, read_reply
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies.valuing_settings import BookSettings, IntakeSettings
+from strategies.book_settings import BookSettings
+from strategies.valuing_settings import IntakeSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
 

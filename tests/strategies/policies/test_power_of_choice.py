@@ -16,7 +16,7 @@ from simulations.datasets.models import make_mlp
 from strategies import PowerOfChoice, RunSettings, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.protocol import LOCAL_LOSS_KEY
-from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from strategies.valuing_settings import IntakeSettings
 
 from tests.strategies.harness.bare_and_wrapped import one_torch_thread  # noqa: F401

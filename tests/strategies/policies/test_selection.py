@@ -14,9 +14,9 @@ from fedvalue.valuation.round_game import weighted_mean
 from fedvalue.analysis.top_k_selection import retrain_plan, top_k
 from fedvalue.schema import FLOW_METHODS, LedgerRow, Method, Status
 from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler
-from strategies.records import arrays_to_numpy, numpy_to_arrays
+from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies.valuing_settings import BookSettings
+from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
 from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler

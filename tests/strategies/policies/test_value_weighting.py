@@ -15,8 +15,8 @@ from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.valuation.round_game import ValuationSettings, weighted_mean
 from strategies import PartitionSampler, ValuingStrategy, ValueWeighting
-from strategies.records import arrays_to_numpy
-from strategies.valuing_settings import BookSettings
+from strategies.arrays import arrays_to_numpy
+from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
 from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler

@@ -25,8 +25,10 @@ from flwr.serverapp.strategy import Strategy
 from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import WEIGHED_STATUSES
 from strategies import server_state
-from strategies.counterfactual import Arrays, CounterfactualAggregator, RandomState, copy_reply
-from strategies.records import ClientReply, arrays_to_numpy, numpy_to_arrays
+from strategies.counterfactual import Arrays, CounterfactualAggregator, copy_reply
+from strategies.random_state import RandomState
+from strategies.arrays import arrays_to_numpy, numpy_to_arrays
+from strategies.replies import ClientReply
 
 
 def replay_state(strategy: Strategy, random_state: RandomState,

@@ -7,9 +7,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.app import ArrayRecord, Message, RecordDict
 
 from fedvalue.schema import Status
+from strategies.arrays import arrays_to_numpy
 from strategies.nodes import sender_identity
 from strategies.protocol import (
     ARRAYS_KEY,
@@ -23,20 +24,6 @@ from strategies.protocol import (
 )
 from strategies.reply_checks import array_problems, loss_problem, metric_problem, shown, weight_problem
 
-
-
-def arrays_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """An ArrayRecord as ``{key: ndarray}`` in the record's key order."""
-    return {key: array.numpy() for key, array in record.items()}
-
-
-def numpy_to_arrays(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({key: Array(np.asarray(value)) for key, value in arrays.items()})
-
-
-def initial_arrays(model) -> ArrayRecord:
-    """A torch model's state as the run's A_0 (brought to the CPU first)."""
-    return numpy_to_arrays({key: value.detach().cpu().numpy() for key, value in model.state_dict().items()})
 
 
 @dataclass

@@ -1,0 +1,93 @@
+"""Which books a valued round keeps besides ADS and LOO (:class:`BookSettings`): TracIn flows,
+fairness and its curvature, defences, and the clients known to be noisy. Checked once when
+made (errors name the parameter); the strategy's hooks (:mod:`strategies.hooks`) read it whole."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyClientSideAdaptiveClipping,
+    DifferentialPrivacyClientSideFixedClipping,
+    Strategy,
+)
+
+from fedvalue._checks import check_positive
+from fedvalue.rounds.defences.settings import DefenceSettings
+
+if TYPE_CHECKING:  # a torch module: loaded by whoever builds a fairness objective
+    from fedvalue.scoring.fairness.objectives import GroupFairness
+
+#: Flower's strategies that clip on the clients (their mods allow one ArrayRecord a reply).
+CLIENT_SIDE_DP = (DifferentialPrivacyClientSideFixedClipping, DifferentialPrivacyClientSideAdaptiveClipping)
+
+
+@dataclass(frozen=True)
+class BookSettings:
+    """Books a round keeps besides ADS and LOO.
+
+    Parameters
+    ----------
+    flows
+        Book TracIn flows between clients ([RECIP]): sampled clients return their inference
+        gradient at A_{t−1} with their update; every other client is asked for it with a
+        query carrying A_{t−1} (one forward and backward pass, no training), so it receives
+        inflow too (:mod:`strategies.hooks.flows`).
+    fairness
+        A :class:`fedvalue.scoring.fairness.objectives.GroupFairness` objective on held-out data with a sensitive
+        attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
+        game with U = −gap) and ``fairness_influence`` (:mod:`strategies.hooks.fairness`).
+    fair_curvature
+        The damping δ > 0 of fairness influence with curvature (None: off); sampled clients
+        then send their training loss gradient and Fisher diagonal at A_{t−1}. Needs
+        ``fairness``.
+    noisy_clients
+        Client ids known to be noisy (simulations know it): the run's ground truth, joined
+        into the ledger's ``noisy`` column as rows are written (no round's books use it).
+    defences
+        A :class:`fedvalue.rounds.defences.settings.DefenceSettings`: each round also books its
+        defended values (near-duplicate clusters as one player, free-riders at 0, arrivals by
+        size) beside the plain ones (:mod:`fedvalue.rounds.kinds.defences`). None (default): off.
+    """
+
+    flows: bool = False
+    fairness: GroupFairness | None = None
+    fair_curvature: float | None = None
+    noisy_clients: Collection[int] | None = None
+    defences: DefenceSettings | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.flows, bool):
+            raise TypeError(f"flows: expected True or False; got {self.flows!r}.")
+        if self.fairness is not None and not (callable(self.fairness)
+                                              and callable(getattr(self.fairness, "gradient", None))):
+            raise TypeError(f"fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness (or None); got "
+                            f"{type(self.fairness).__name__}.")
+        if self.fair_curvature is not None:
+            if self.fairness is None:
+                raise ValueError("fair_curvature: fairness influence with curvature needs fairness=GroupFairness(...).")
+            object.__setattr__(self, "fair_curvature", check_positive("fair_curvature", self.fair_curvature))
+        if self.noisy_clients is not None:
+            if isinstance(self.noisy_clients, str | bytes) or not isinstance(self.noisy_clients, Collection):
+                raise TypeError(f"noisy_clients: expected a collection of client ids or None; got "
+                                f"{self.noisy_clients!r}.")
+            object.__setattr__(self, "noisy_clients", frozenset(self.noisy_clients))
+        if self.defences is not None and not isinstance(self.defences, DefenceSettings):
+            raise TypeError(f"defences: expected a fedvalue.rounds.defences.settings.DefenceSettings (or None); got "
+                            f"{type(self.defences).__name__}.")
+
+    def check_strategy(self, strategy: Strategy) -> None:
+        """ValueError when ``strategy`` would fail every reply these books ask for: flows and
+        curvature travel as a second ArrayRecord beside the update, and the client-side DP
+        mods of Flower's ``DifferentialPrivacyClientSide*`` strategies refuse a reply holding
+        more than one ArrayRecord."""
+        if not isinstance(strategy, CLIENT_SIDE_DP):
+            return
+        for name, asked in (("flows", self.flows), ("fair_curvature", self.fair_curvature is not None)):
+            if asked:
+                raise ValueError(
+                    f"{name}: {type(strategy).__name__} clips on the clients, whose DP mods refuse a reply that "
+                    f"carries a second ArrayRecord, and {name} sends one with every update, so every reply would "
+                    "fail; use a server-side DP strategy or leave it off.")
