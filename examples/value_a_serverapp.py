@@ -29,7 +29,7 @@ from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.utilities import TorchModelUtility
 from simulations.runner.api import initial_model_arrays
 from simulations.runner.engine import run_flower_simulation
-from strategies import PartitionSampler, ValuingStrategy
+from strategies import IntakeSettings, PartitionSampler, ValuingStrategy
 
 
 def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int) -> ServerApp:
@@ -46,7 +46,7 @@ def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int)
             sampler=PartitionSampler(clients_per_round, seed=seed),   # seeded sampling by partition id
             seed=seed,                                                 # MC permutations, if any
             valuation=ValuationSettings(("ads", "loo"), AdsSettings(method="auto")),  # the defaults, shown
-            federated_evaluation=False,                                # U is the evaluation: no client rounds
+            intake=IntakeSettings(federated_evaluation=False),         # U is the evaluation: no client rounds
         )
         strategy.start(grid, initial_model_arrays(make_model, seed), num_rounds=rounds,
                        train_config=ConfigRecord({"lr": 0.5, "local-epochs": 5, "batch-size": 32, "seed": seed}))

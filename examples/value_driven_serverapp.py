@@ -29,7 +29,7 @@ from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from simulations.runner.api import initial_model_arrays
 from simulations.runner.engine import run_flower_simulation
-from strategies import ValueEliminationSampler, ValueWeighting, ValuingStrategy
+from strategies import IntakeSettings, ValueEliminationSampler, ValueWeighting, ValuingStrategy
 
 
 def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int, ruled_out: list) -> ServerApp:
@@ -49,7 +49,7 @@ def make_server_app(out: str, *, rounds: int, clients_per_round: int, seed: int,
             acceptance=ValueWeighting("ads"),                                            # n_i × max(φ_i, 0)
             seed=seed,
             valuation=ValuationSettings(("ads",), AdsSettings(method="mc", budget=100)),  # a budget per round
-            federated_evaluation=False,                                                  # U is the evaluation
+            intake=IntakeSettings(federated_evaluation=False),                           # U is the evaluation
         )
         strategy.on_round = lambda row: ruled_out.append(sorted(sampler.flagged))
         strategy.start(grid, initial_model_arrays(make_model, seed), num_rounds=rounds,

@@ -13,6 +13,10 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 
+#: The reply metric that holds a client's example count: the default aggregation weight of Flower's
+#: FedAvg family (the wire's and the round record's name for it).
+NUM_EXAMPLES_KEY = "num-examples"
+
 class Status(StrEnum):
     """A client's status in a round's rows (a ``str``: written, compared and shown as its value)."""
 

@@ -11,7 +11,7 @@ already seen is failed; record names, metric keys and metric forms that differ f
 round's most common are failed; the claim review caps claimed weights (so the books and the
 inner strategy see the same weight); and every sampled client whose reply never came is
 booked as failed. Gradients and curvature are those of each client's one weighed reply.
-:func:`round_record` then writes the intake down once as the round's
+:meth:`RoundIntake.record` then writes the intake down once as the round's
 :class:`fedvalue.run.archive.RoundRecord`, the single input of the books.
 """
 from __future__ import annotations
@@ -27,15 +27,16 @@ from flwr.supercore.logger import log
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.settings import RoundSettings
 from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Status
-from strategies.nodes import reply_node, sent_nodes
+from strategies.messages import reply_node, sent_nodes
 from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY
-from strategies.replies import ClientReply, InferenceGradient, read_reply, take_record
+from strategies.replies import ClientReply, read_reply, take_record
 from strategies.reply_checks import metric_form, metric_problem, shown, weight_problem
 
 
 @dataclass
 class RoundIntake:
-    """The round's replies as the books take them, in reply order (missing replies last)."""
+    """The round's replies as the books take them, in reply order (missing replies last);
+    ``gradients`` the inference gradients the sampled clients' replies carried."""
 
     records: list[ClientReply]
     gradients: dict = field(default_factory=dict)
@@ -59,13 +60,31 @@ class RoundIntake:
             passed += [k for k, r in enumerate(self.records) if r.status == Status.REJECTED]
         return passed
 
+    def entries(self) -> list[ClientEntry]:
+        """Every sampled client's outcome as the books take it, in reply order (:func:`entry`)."""
+        return [entry(r) for r in self.records]
+
+    def record(self, server_round: int, start_arrays: Mapping[str, np.ndarray], settings: RoundSettings,
+               **fields) -> RoundRecord:
+        """The round's record, made once from the intake: the books are booked from it and it is
+        saved before the round's commit mark (:mod:`fedvalue.run.archive`). ``settings`` are the
+        run's; ``fields`` the record's other fields (what replaying the inner strategy's
+        aggregation needs, the round's facts, what the hooks note); its accepted clients are
+        added once the policy chose."""
+        replies: dict = {}
+        for r in self.records:  # the first reply under an id (a duplicate is failed)
+            if r.status in WEIGHED_STATUSES:
+                replies.setdefault(r.client_id, r.arrays)
+        return RoundRecord(round=server_round, start_arrays=start_arrays,
+                           entries=self.entries(), replies=replies, accepted=[],
+                           settings=settings, claims=[f.entry() for f in self.claim_flags],
+                           loss_gradients=self.loss_gradients, fisher_diagonals=self.fisher_diagonals, **fields)
+
 
 def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client: Mapping[int, int],
             start_arrays: Mapping[str, np.ndarray], targets: Sequence[int], claims=None,
-            gradients: Mapping[object, InferenceGradient] = (), sent: Sequence[Message] = (),
-            model_dtypes: Mapping[str, np.dtype] | None = None) -> RoundIntake:
-    """The round's intake (module docstring); ``gradients`` are those idle clients already sent,
-    ``sent`` the round's instructions (each reply is the node's it was sent to), ``model_dtypes``
+            sent: Sequence[Message] = (), model_dtypes: Mapping[str, np.dtype] | None = None) -> RoundIntake:
+    """The round's intake (module docstring); ``sent`` the round's instructions (each reply is the node's it was sent to), ``model_dtypes``
     the model's own dtypes where they differ from the global state's (an integer buffer that an
     aggregation turned into floats)."""
     replies = list(replies)
@@ -82,7 +101,7 @@ def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client:
     _mark_duplicate_ids(records)
     _mark_inconsistent(records)
     # Capped claims reach the books and the inner strategy alike, so v_t(I_t) stays U(A_t).
-    claim_flags = [] if claims is None else claims.review(records, weighted_by_key)
+    claim_flags = [] if claims is None else claims.review(records)
     # A sampled client whose reply never came (timeout, lost worker) is booked, not forgotten.
     replied = {r.node_id for r in records}
     records += [
@@ -92,17 +111,16 @@ def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client:
     ]
     # Bound to the sender's one weighed reply (intake fails any later one under its id).
     weighed = [r for r in records if r.status in WEIGHED_STATUSES]
-    gradients = dict(gradients)
-    gradients.update({r.client_id: r.gradient for r in weighed if r.gradient is not None})
+    gradients = {r.client_id: r.gradient for r in weighed if r.gradient is not None}
     curvature = {r.client_id: r.curvature for r in weighed if r.curvature is not None}
     return RoundIntake(records, gradients, claim_flags, {c: v.gradient for c, v in curvature.items()},
                        {c: v.fisher for c, v in curvature.items()})
 
 
-def entry(record: ClientReply, weighted_by_key: str) -> ClientEntry:
+def entry(record: ClientReply) -> ClientEntry:
     """A reply as the books take it: its example count is its weight when the strategy
     weighs by examples, else what it reported (when that is an example count at all)."""
-    if record.status == Status.OK and weighted_by_key == NUM_EXAMPLES_KEY:
+    if record.status == Status.OK and record.by_examples:
         num_examples = int(record.weight)
     else:
         reported = record.metrics.get(NUM_EXAMPLES_KEY)
@@ -110,44 +128,9 @@ def entry(record: ClientReply, weighted_by_key: str) -> ClientEntry:
     return ClientEntry(record.client_id, record.status, record.weight, num_examples, reason(record))
 
 
-def round_record(server_round: int, intake: RoundIntake, *, start_arrays: Mapping[str, np.ndarray],
-                 accepted: set, weighted_by_key: str, flows: bool, settings: RoundSettings,
-                 replay: tuple | None) -> RoundRecord:
-    """The round's record, built once from the intake: the books are booked from it and it
-    is saved before the round's commit mark (:mod:`fedvalue.run.archive`). ``replay`` is what
-    replaying the inner strategy's aggregation needs (None: not saved; ``settings.replay_missing``
-    then says why when it could not be)."""
-    replies: dict = {}
-    for r in intake.records:  # the first reply under an id (a duplicate is failed)
-        if r.status in WEIGHED_STATUSES:
-            replies.setdefault(r.client_id, r.arrays)
-    return RoundRecord(
-        round=server_round,
-        start_arrays=start_arrays,
-        entries=[entry(r, weighted_by_key) for r in intake.records],
-        replies=replies,
-        accepted=[r.client_id for r in intake.records if r.status == Status.OK and r.client_id in accepted],
-        gradients={c: g.gradient for c, g in intake.gradients.items()} if flows else {},
-        losses={c: g.loss for c, g in intake.gradients.items()} if flows else {},
-        settings=settings,
-        claims=[f.entry() for f in intake.claim_flags],
-        replay=replay,
-        loss_gradients=intake.loss_gradients,
-        fisher_diagonals=intake.fisher_diagonals,
-    )
-
-
 def reason(record: ClientReply) -> str:
     """Why a sampled client was not valued (empty for valued clients)."""
     return record.error if record.status in PROBLEM_STATUSES else ""
-
-
-def log_problems(server_round: int, records: list[ClientReply]) -> None:
-    """One log line per round naming every failed or rejected client and why."""
-    problems = [f"{r.client_id} {r.status} ({r.error})" for r in records if r.status in PROBLEM_STATUSES]
-    if problems:
-        log(logging.WARNING, "round %s: %d of %d sampled clients not valued: %s", server_round, len(problems),
-            len(records), "; ".join(problems))
 
 
 def _mark_inconsistent(records: list[ClientReply]) -> None:

@@ -8,9 +8,9 @@ retrains) share one directory and query the nodes once (on 2 cores a query of 30
 costs 0.2–0.3 s once the actors run; a study made eight a seed).
 
 Identity comes from the sender, not from what a reply claims. A reply answers the message
-the server sent to one node (:func:`reply_node`: the node its ``reply_to_message_id`` names;
+the server sent to one node (:func:`strategies.messages.reply_node`: the node its ``reply_to_message_id`` names;
 a SuperLink answering for a lost node signs its error reply with its own node id), and its
-client is the partition that node registered (:func:`sender_identity`). A reply that claims
+client is the partition that node registered (:func:`strategies.replies.sender_identity`). A reply that claims
 another id, or an id that is not an integer, is failed; it can never take another client's
 place in the books. A node is not registered (and is logged) when its query reply's id is not
 an integer, names a partition another node holds, or names one that another node reports in
@@ -28,78 +28,19 @@ a node that joins later may take over the partition of a node that is gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Mapping
 
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
-from strategies.protocol import CLIENT_RECORD_KEY, CONFIG_KEY, DIRECTORY_QUERY, PARTITION_ID_KEY, QUERY_KEY
-from strategies.reply_checks import id_problem
-
-
-def claimed_partition(content: RecordDict) -> tuple[int | None, str | None]:
-    """The partition id a reply claims in its ConfigRecord ``"client"``, as (id, None); (None,
-    None) when it claims none; (None, why) when the claim is not an integer ≥ 0."""
-    record = content.config_records.get(CLIENT_RECORD_KEY)
-    if record is None or PARTITION_ID_KEY not in record:
-        return None, None
-    value = record[PARTITION_ID_KEY]
-    problem = id_problem(value)
-    return (None, f"{PARTITION_ID_KEY}: {problem}") if problem else (value, None)
-
-
-def sent_nodes(messages: Iterable[Message]) -> dict[str, int]:
-    """message id -> the node it was sent to, for the messages the grid gave ids (it sets them
-    when it pushes the messages); empty when ids are missing or repeat (an in-process grid)."""
-    pairs = [(str(m.metadata.message_id), int(m.metadata.dst_node_id)) for m in messages]
-    ids = [i for i, _ in pairs]
-    if not ids or "" in ids or len(set(ids)) != len(ids):
-        return {}
-    return dict(pairs)
-
-
-def reply_node(reply: Message, sent_to: Mapping[str, int]) -> int:
-    """The node ``reply`` answers for: the one its instruction was sent to, else its sender."""
-    node = sent_to.get(str(reply.metadata.reply_to_message_id))
-    return int(reply.metadata.src_node_id) if node is None else node
-
-
-def sender_identity(content: RecordDict, node_id: int, node_to_client: Mapping[int, Hashable],
-                    client_to_node: Mapping[Hashable, int]) -> tuple[Hashable, str | None]:
-    """The client a reply from ``node_id`` is booked under, and why the reply fails (or None).
-
-    A registered node's reply is its registered partition's; a claim that is not an integer,
-    or names another partition, fails it. An unregistered node (a run that never asked the
-    directory) is booked under its claim when that is an integer no registered node holds,
-    else under ``node-<id>``.
-    """
-    claimed, problem = claimed_partition(content)
-    registered = node_to_client.get(node_id)
-    if registered is not None:
-        if problem is None and claimed is not None and claimed != registered:
-            problem = (f"{PARTITION_ID_KEY}: the reply claims client {claimed}; its node {node_id} registered "
-                       f"partition {registered}")
-        return registered, problem
-    if problem is None and claimed is not None and claimed in client_to_node:
-        problem = (f"{PARTITION_ID_KEY}: the reply claims client {claimed}, which node {client_to_node[claimed]} "
-                   "registered")
-    if problem is not None or claimed is None:
-        return f"node-{node_id}", problem
-    return claimed, None
+from strategies.messages import query_message, reply_node, sent_nodes
+from strategies.protocol import DIRECTORY_QUERY, PARTITION_ID_KEY
+from strategies.replies import claimed_partition
 
 
 class QueryTimedOut(RuntimeError):
     """No node answered the partition query within its timeout (the run cannot sample)."""
-
-
-def query_message(content: RecordDict, node_id: int, message_type: str, query: str) -> Message:
-    """The server's own query ``query`` to ``node_id`` as a message of ``message_type``: its
-    ``"config"`` carries the marker ``"fedvalue-query"`` (``content`` is not changed)."""
-    records = dict(content.items())
-    config = dict(records.get(CONFIG_KEY, {}))
-    records[CONFIG_KEY] = ConfigRecord({**config, QUERY_KEY: query})
-    return Message(RecordDict(records), dst_node_id=node_id, message_type=message_type)
 
 
 class NodeDirectory:

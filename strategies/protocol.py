@@ -17,13 +17,14 @@ received arrays, float64).
 
 from __future__ import annotations
 
+from fedvalue.schema import NUM_EXAMPLES_KEY  # noqa: F401 (the wire names the example count as the ledger does)
+
 ARRAYS_KEY = "arrays"
 METRICS_KEY = "metrics"
 CONFIG_KEY = "config"
 #: ConfigRecord a client puts in every reply to say who it is.
 CLIENT_RECORD_KEY = "client"
 PARTITION_ID_KEY = "partition-id"
-NUM_EXAMPLES_KEY = "num-examples"
 TRAIN_LOSS_KEY = "train-loss"
 #: Config flag asking for the inference gradient, and the reply's ArrayRecord holding it.
 GRADIENT_KEY = "inference-gradient"

@@ -105,7 +105,7 @@ def replay_aggregator(build_strategy: Callable[[], Strategy]) -> Callable[[Round
 
     def aggregator_of(record: RoundRecord) -> ReplayedAggregator:
         if record.replay is None:
-            why = record.settings.replay_missing or "it was written by a version that did not save it"
+            why = record.replay_missing or "it was written by a version that did not save it"
             raise ValueError(f"its record holds no replay state ({why})")
         saved = server_state.load(*record.replay)
         try:
@@ -116,9 +116,9 @@ def replay_aggregator(build_strategy: Callable[[], Strategy]) -> Callable[[Round
             messages = {client: _reply(record.round, arrays, contents[client])
                         for client, arrays in record.replies.items()}
             passed = []
-            if record.settings.passed is None:
+            if record.passed is None:
                 raise ValueError("its record does not say which replies the strategy was given")
-            for position in record.settings.passed:
+            for position in record.passed:
                 if position in errors:
                     code, reason = errors[position]
                     passed.append(Message(metadata=_metadata(record.round), error=Error(code=code, reason=reason)))

@@ -11,10 +11,10 @@ from flwr.app import ArrayRecord, Message, RecordDict
 
 from fedvalue.schema import Status
 from strategies.arrays import arrays_to_numpy
-from strategies.nodes import sender_identity
 from strategies.protocol import (
     ARRAYS_KEY,
     CLIENT_RECORD_KEY,
+    PARTITION_ID_KEY,
     CURVATURE_FISHER_PREFIX,
     CURVATURE_GRADIENT_PREFIX,
     CURVATURE_KEY,
@@ -22,8 +22,43 @@ from strategies.protocol import (
     INFERENCE_LOSS_KEY,
     NUM_EXAMPLES_KEY,
 )
-from strategies.reply_checks import array_problems, loss_problem, metric_problem, shown, weight_problem
+from strategies.reply_checks import array_problems, id_problem, loss_problem, metric_problem, shown, weight_problem
 
+
+
+def claimed_partition(content: RecordDict) -> tuple[int | None, str | None]:
+    """The partition id a reply claims in its ConfigRecord ``"client"``, as (id, None); (None,
+    None) when it claims none; (None, why) when the claim is not an integer ≥ 0."""
+    record = content.config_records.get(CLIENT_RECORD_KEY)
+    if record is None or PARTITION_ID_KEY not in record:
+        return None, None
+    value = record[PARTITION_ID_KEY]
+    problem = id_problem(value)
+    return (None, f"{PARTITION_ID_KEY}: {problem}") if problem else (value, None)
+
+
+def sender_identity(content: RecordDict, node_id: int, node_to_client: Mapping[int, Hashable],
+                    client_to_node: Mapping[Hashable, int]) -> tuple[Hashable, str | None]:
+    """The client a reply from ``node_id`` is booked under, and why the reply fails (or None).
+
+    A registered node's reply is its registered partition's; a claim that is not an integer,
+    or names another partition, fails it. An unregistered node (a run that never asked the
+    directory) is booked under its claim when that is an integer no registered node holds,
+    else under ``node-<id>``.
+    """
+    claimed, problem = claimed_partition(content)
+    registered = node_to_client.get(node_id)
+    if registered is not None:
+        if problem is None and claimed is not None and claimed != registered:
+            problem = (f"{PARTITION_ID_KEY}: the reply claims client {claimed}; its node {node_id} registered "
+                       f"partition {registered}")
+        return registered, problem
+    if problem is None and claimed is not None and claimed in client_to_node:
+        problem = (f"{PARTITION_ID_KEY}: the reply claims client {claimed}, which node {client_to_node[claimed]} "
+                   "registered")
+    if problem is not None or claimed is None:
+        return f"node-{node_id}", problem
+    return claimed, None
 
 
 @dataclass
@@ -59,6 +94,21 @@ class ClientReply:
     #: The inference gradient and the curvature this very reply carried (None: none, or not checked).
     gradient: InferenceGradient | None = None
     curvature: CurvatureReply | None = None
+    #: The metric its weight was read from (the inner strategy's ``weighted_by_key``).
+    weight_key: str = NUM_EXAMPLES_KEY
+
+    @property
+    def by_examples(self) -> bool:
+        """Whether its weight is an example count (the default weight key)."""
+        return self.weight_key == NUM_EXAMPLES_KEY
+
+    def weigh(self, weight: float) -> None:
+        """Put ``weight`` in the reply message the inner strategy aggregates (under :attr:`weight_key`);
+        the books keep :attr:`weight`."""
+        if self.message is not None and not self.message.has_error():
+            for metrics in self.message.content.metric_records.values():
+                if self.weight_key in metrics:
+                    metrics[self.weight_key] = weight
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -103,7 +153,7 @@ def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[i
     """Turn a reply Message into a :class:`ClientReply`, every field checked.
 
     ``node_id`` is the node the instruction was sent to (default: the reply's sender); the
-    reply is that node's registered client's (:func:`strategies.nodes.sender_identity`).
+    reply is that node's registered client's (:func:`sender_identity`).
     ``model`` (A_{t−1}) gives the keys, shapes and dtypes the arrays must have; ``extras`` are
     the inference-gradient and curvature records taken out of this reply
     (:func:`take_record`). A reply no aggregation can take, or whose id, weight, gradient,
@@ -116,9 +166,9 @@ def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[i
                            error=concise_reason(message.error.reason), message=message)
     client_to_node = {c: n for n, c in node_to_client.items()} if client_to_node is None else client_to_node
     client_id, problem = sender_identity(message.content, node_id, node_to_client, client_to_node)
-    reply = ClientReply(client_id, node_id, Status.FAILED, message=message)
+    reply = ClientReply(client_id, node_id, Status.FAILED, message=message, weight_key=weighted_by_key)
     if problem is None:
-        problem = _read_update(reply, weighted_by_key, model)
+        problem = _read_update(reply, model)
     if problem is None:
         problem = _read_extras(reply, model, *extras)
     if problem is None and reply.status == Status.OK:
@@ -128,7 +178,7 @@ def read_reply(message: Message, weighted_by_key: str, node_to_client: Mapping[i
     return reply
 
 
-def _read_update(reply: ClientReply, weighted_by_key: str, model: Mapping[str, np.ndarray] | None) -> str | None:
+def _read_update(reply: ClientReply, model: Mapping[str, np.ndarray] | None) -> str | None:
     """Read the update's arrays and weight into ``reply`` (ok, or rejected when they are
     numerically unusable); the reason it fails otherwise."""
     content = reply.message.content
@@ -137,10 +187,10 @@ def _read_update(reply: ClientReply, weighted_by_key: str, model: Mapping[str, n
     if len(array_records) != 1 or len(metric_records) != 1:
         return f"expected one ArrayRecord and one MetricRecord; got {len(array_records)} and {len(metric_records)}"
     reply.metrics = dict(metric_records[0])
-    weight = reply.metrics.get(weighted_by_key)
-    problem = weight_problem(weight, whole=weighted_by_key == NUM_EXAMPLES_KEY)
+    weight = reply.metrics.get(reply.weight_key)
+    problem = weight_problem(weight, whole=reply.by_examples)
     if problem is not None:
-        return f"{weighted_by_key}: {problem}"
+        return f"{reply.weight_key}: {problem}"
     arrays, problem = read_arrays(array_records[0], ARRAYS_KEY)
     if problem is not None:
         return problem
@@ -206,16 +256,12 @@ def read_curvature(record: ArrayRecord, model: Mapping[str, np.ndarray] | None) 
     return CurvatureReply(gradient, fisher)
 
 
-def reweigh(records: Sequence[ClientReply], accepted: set, factors: Mapping[Hashable, float],
-            weighted_by_key: str) -> None:
+def reweigh(records: Sequence[ClientReply], accepted: set, factors: Mapping[Hashable, float]) -> None:
     """Multiply each accepted reply's weight by its factor in the reply message the inner strategy
     aggregates (it then sees n_u w_u); the books keep n_u (``ClientReply.weight``)."""
     for record in records:
         if record.client_id in accepted:
-            used = float(record.weight) * float(factors[record.client_id])
-            for metrics in record.message.content.metric_records.values():
-                if weighted_by_key in metrics:
-                    metrics[weighted_by_key] = used
+            record.weigh(float(record.weight) * float(factors[record.client_id]))
 
 
 def _unprefixed(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:

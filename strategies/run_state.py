@@ -4,9 +4,9 @@ concern; this module holds what only the strategy side knows: which server objec
 checkpoint saves and how a resumed run takes them back.
 
 A checkpoint saves, as data (:mod:`strategies.server_state`, never pickled), the inner
-strategy (optimizer moments), the sampler, the claim review (each client's last claim), the
-pending first-order check of TracIn flows and the global random state Flower's randomized
-strategies draw from. Resuming applies it to the objects the resumed run built afresh,
+strategy (optimizer moments), the sampler, the claim review (each client's last claim), what
+the books' hooks keep between rounds (the pending first-order check of TracIn flows) and the
+global random state Flower's randomized strategies draw from. Resuming applies it to the objects the resumed run built afresh,
 after checking on copies that it fits (before the run directory is cut).
 """
 
@@ -31,6 +31,10 @@ from strategies import server_state
 from strategies.random_state import RandomState
 from strategies.arrays import numpy_to_arrays
 
+class RunInterrupted(RuntimeError):
+    """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
+
+
 #: The saved objects, in the order a resumed run takes them back.
 PARTS = ("strategy", "sampler", "claims")
 
@@ -42,7 +46,8 @@ class ServerParts:
     strategy: object
     sampler: object
     claims: object
-    pending_first_order: tuple[int, dict] | None
+    #: What the books' hooks keep between rounds, by key (:meth:`strategies.round_hook.RoundHook.saved`).
+    hook_state: Mapping[str, object]
     #: The global random state (set only on parts taken from a checkpoint).
     random: RandomState | None = None
 
@@ -52,9 +57,12 @@ def capture_state(parts: ServerParts) -> tuple[object, dict]:
     TypeError naming ``checkpoint`` when an object holds state that is not data."""
     random = RandomState.capture()
     try:
+        clash = set(parts.hook_state) & {*PARTS, "random"}
+        if clash:
+            raise ValueError(f"hook_state: a hook's state may not be saved under {sorted(clash)}; it names the "
+                             "server's own parts.")
         return server_state.capture({
-            "strategy": parts.strategy, "sampler": parts.sampler, "claims": parts.claims,
-            "pending_first_order": parts.pending_first_order,
+            "strategy": parts.strategy, "sampler": parts.sampler, "claims": parts.claims, **parts.hook_state,
             "random": (random.numpy, random.python, random.torch_cpu),
         })
     except server_state.StateNotCaptured as error:
@@ -79,8 +87,8 @@ def take_state(state: tuple[object, dict], parts: ServerParts, *, into_copies: b
             torch.Generator().set_state(torch_state)
     except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
         raise ValueError(f"the saved server state does not fit this run ({error})") from None
-    return ServerParts(*taken, saved.get("pending_first_order"),
-                       RandomState(numpy_state, python_state, torch_state, None))
+    hook_state = {key: value for key, value in saved.items() if key not in {*PARTS, "random"}}
+    return ServerParts(*taken, hook_state, RandomState(numpy_state, python_state, torch_state, None))
 
 
 class RunState:
@@ -89,7 +97,7 @@ class RunState:
     :meth:`open` writes (or, resuming, verifies and rewinds) the directory once;
     :meth:`commit` commits a round with the server's state; :meth:`close` writes the
     manifest once every planned round committed. ``noisy_clients``, the run's ground truth
-    (:attr:`strategies.valuing_settings.BookSettings.noisy_clients`), is joined into the
+    (:attr:`strategies.book_settings.BookSettings.noisy_clients`), is joined into the
     ledger's ``noisy`` column as rows are written.
     """
 
@@ -210,7 +218,7 @@ def run_json(valuing, num_rounds: int | None) -> dict | None:
         "methods": list(valuing.methods),
         "valuation": valuing.valuation.ads.as_dict(),
         "sampler": None if sampler is None else described(sampler),
-        "clients_per_round": getattr(sampler, "clients_per_round", None),
+        "clients_per_round": None if sampler is None else sampler.clients_per_round,
         "acceptance": described(valuing.acceptance),
         "flows": valuing.flows,
         UTILITY_REFERENCE_KEY: utility,

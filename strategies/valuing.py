@@ -1,26 +1,14 @@
 """A Flower strategy that keeps books on every client around ANY inner strategy.
 
-Composition, as Flower's ``dp_fixed_clipping`` wraps a strategy: ``self.strategy`` does
-all sampling configuration and aggregation; the wrapper records each round's realized
-state and values its clients by the round game ([ADS] Remark 4.1, Eq. 10):
-
-    v_t(S) = U(Agg_t(A_{t−1}; {reply_i : i ∈ S})),   v_t(∅) = U(A_{t−1}),
-
-where Agg_t is the inner strategy's own ``aggregate_train``. Counterfactual coalitions
-never touch the live run: FedAvg and FedProx (pure aggregation) use the n-weighted mean
-directly; every other strategy (server optimizers, robust and q-fair rules, DP wrappers,
-user subclasses) aggregates each coalition with its own code on copies of the replies,
-on a copy of itself at round start and under the round's random state
-(:mod:`strategies.counterfactual`), and the live aggregation gets the original replies
-from the same random state.
-
-The wrapper is the Flower adapter. Its ``aggregate_train`` reads intake → value → accept →
-delegate → record → books → commit: one round from its replies to its books is a
-:class:`strategies.train_round.TrainRound` (the intake, :mod:`strategies.intake`; the round
-game; the live aggregation; the record and :func:`fedvalue.rounds.booking.book_round`), the
-acceptance step and the books beyond the replies (TracIn flows, fairness, defences) are
-:class:`strategies.hooks.round_hooks.RoundHooks`, and the run directory and server state
-:mod:`strategies.run_state`.
+Composition, as Flower's ``dp_fixed_clipping`` wraps a strategy: ``self.strategy`` samples,
+configures and aggregates; the wrapper records each round's realized state and values its clients
+by the round game ([ADS] Remark 4.1, Eq. 10), v_t(S) = U(Agg_t(A_{t−1}; {reply_i : i ∈ S})) with
+Agg_t the inner strategy's own ``aggregate_train``, never touching the live run
+(:mod:`strategies.counterfactual`). One round from its replies to its books is one
+:class:`strategies.train_round.TrainRound` (take in → value → accept → delegate → book), built from
+the run's :class:`strategies.train_round.RoundSetup` (made once, when the books open) and the
+replies; the books beyond the replies are hooks registered beside their book kinds
+(:mod:`strategies.hooks.registry`); the run directory and server state are :mod:`strategies.run_state`.
 """
 
 from __future__ import annotations
@@ -35,21 +23,23 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
-from fedvalue.run.settings import BY_STRATEGY, WEIGHTED_MEAN, RoundSettings, RunSettings
+from fedvalue.run.settings import RunSettings
+from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.writer import RunBooks
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, ValuationSettings
-from strategies.hooks.round_hooks import RoundHooks
-from strategies.intake import log_problems, usable_evaluations
-from strategies.policies.acceptance import AcceptAll, Acceptance
-from strategies.policies.sampling import LearningSampler, Sampler, retarget
-from strategies.run_state import RunState, ServerParts, run_json
-from strategies.train_round import RoundStart, TrainRound
 from strategies.book_settings import BookSettings
-from strategies.valuing_settings import IntakeSettings, RunCallbacks, settings_or_default, utility_of
-
-
-class RunInterrupted(RuntimeError):
-    """The run was asked to stop (SIGINT, SIGTERM) and did, after its last round committed."""
+from strategies.counterfactual import aggregates_by_weighted_mean
+from strategies.round_hook import HookContext, IdleClients
+from strategies.hooks.registry import run_hooks
+from strategies.intake import usable_evaluations
+from strategies.acceptance_policy import Acceptance
+from strategies.policies.acceptance import AcceptAll
+from strategies.policies.sampling import LearningSampler, Sampler, retarget
+from strategies.protocol import DATA_KEY
+from strategies.round_log import RoundLog
+from strategies.run_state import RunInterrupted, RunState, ServerParts, run_json
+from strategies.train_round import ConfiguredRound, RoundSetup, RoundStart, TrainRound
+from strategies.valuing_settings import IntakeSettings, settings_or_default, utility_of
 
 
 class ValuingStrategy(Strategy):
@@ -68,55 +58,37 @@ class ValuingStrategy(Strategy):
     run_dir
         Where the ledger goes (``None``: keep the books in memory only).
     sampler
-        Seeded sampling by partition id; ``None`` keeps the inner strategy's own sampling
-        (not reproducible in Flower 1.41).
+        Seeded sampling by partition id (:class:`strategies.policies.sampling.Sampler`); ``None``
+        keeps the inner strategy's own sampling (not reproducible in Flower 1.41).
     acceptance
-        Which valid replies the inner strategy aggregates (:mod:`strategies.policies.acceptance`): every
-        one (default), the top k by a score, a replayed plan, or a fairness policy (which
+        Which valid replies the inner strategy aggregates (:class:`strategies.policies.acceptance.Acceptance`):
+        every one (default), the top k by a score, a replayed plan, or a fairness policy (which
         needs ``books.fairness``).
     seed
         Seed of MC permutations (round t uses ``[seed, t]``).
     valuation, books, intake, run
         Settings objects, each checked when made (None: its defaults):
-        :class:`fedvalue.valuation.round_game.ValuationSettings` (methods, the ADS estimator's settings,
-        a progress callback), :class:`strategies.valuing_settings.BookSettings` (TracIn
-        flows, fairness and its curvature, noisy clients),
-        :class:`strategies.valuing_settings.IntakeSettings` (claim review, NaN/inf replies,
-        node directory, query timeout) and :class:`fedvalue.run.settings.RunSettings`
-        (run.json's configuration, records, checkpoints, resume, signing key, per-round
-        callback). Resuming continues the run in ``run_dir`` from its verified checkpoint
-        (the inner strategy, sampler and claim review take the saved state); the same
-        seed gives the same ledger as an uninterrupted run.
-    federated_evaluation
-        False: no client-side evaluation rounds (the books value every round on the server's
-        held-out data; the inner strategy's ``configure_evaluate`` is not called). Unlike
-        ``fraction_evaluate=0.0`` on the inner strategy, Flower does not warn about it.
+        :class:`fedvalue.valuation.settings.ValuationSettings` (methods, the ADS estimator's settings),
+        :class:`strategies.book_settings.BookSettings` (TracIn flows, fairness and its curvature,
+        defences, noisy clients), :class:`strategies.valuing_settings.IntakeSettings` (claim review,
+        NaN/inf replies, node directory, query timeout, federated evaluation) and
+        :class:`fedvalue.run.settings.RunSettings` (run.json's configuration, records,
+        checkpoints, resume, signing key). Resuming continues the run in ``run_dir`` from its
+        verified checkpoint (the inner strategy, sampler and claim review take the saved state);
+        the same seed gives the same ledger as an uninterrupted run.
+
+    What the run tells its caller as it goes are the attributes ``on_round`` (called with each
+    round's rounds.csv row once it commits) and ``on_progress`` (round, coalitions evaluated,
+    planned), None by default: set them once the strategy is built.
     """
 
-    def __init__(
-        self,
-        strategy: Strategy,
-        utility: ArraysUtility,
-        *,
-        run_dir: str | None = None,
-        sampler: Sampler | None = None,
-        acceptance: Acceptance | None = None,
-        seed: int = 0,
-        valuation: ValuationSettings | None = None,
-        books: BookSettings | None = None,
-        intake: IntakeSettings | None = None,
-        run: RunSettings | None = None,
-        callbacks: RunCallbacks | None = None,
-        federated_evaluation: bool = True,
-    ) -> None:
+    def __init__(self, strategy: Strategy, utility: ArraysUtility, *, run_dir: str | None = None,
+                 sampler: Sampler | None = None, acceptance: Acceptance | None = None, seed: int = 0,
+                 valuation: ValuationSettings | None = None, books: BookSettings | None = None,
+                 intake: IntakeSettings | None = None, run: RunSettings | None = None) -> None:
         if not isinstance(strategy, Strategy):
-            raise TypeError(
-                f"strategy: expected a flwr.serverapp.strategy.Strategy; got {type(strategy).__name__}."
-            )
+            raise TypeError(f"strategy: expected a flwr.serverapp.strategy.Strategy; got {type(strategy).__name__}.")
         self.strategy = strategy
-        if not isinstance(federated_evaluation, bool):
-            raise TypeError(f"federated_evaluation: expected True or False; got {federated_evaluation!r}.")
-        self.federated_evaluation = federated_evaluation
         #: U, and the ``module:callable`` that built it (None: U was given as an object).
         self.utility, self.utility_reference = utility_of(utility)
         self.sampler = sampler
@@ -128,19 +100,16 @@ class ValuingStrategy(Strategy):
         self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings),
                                   noisy_clients=self.book_settings.noisy_clients)
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review
-        callbacks = settings_or_default("callbacks", callbacks, RunCallbacks)
-        self.on_round = callbacks.on_round  # attributes: a caller may set them once built
-        self.on_progress = callbacks.on_progress
+        self.on_round: Callable[[dict], None] | None = None
+        self.on_progress: Callable[[int, int, int], None] | None = None
         self.nodes = self.intake.node_directory()
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
-        self.acceptance = AcceptAll() if acceptance is None else acceptance
-        if not callable(getattr(self.acceptance, "accept", None)):
-            raise TypeError(f"acceptance: expected an acceptance policy (strategies.TopK, Replay, AcceptAll); got "
-                            f"{type(acceptance).__name__}.")
+        self.acceptance = AcceptAll() if acceptance is None else settings_or_default("acceptance", acceptance, Acceptance)
         self.acceptance.check(methods=self.methods, flows=self.flows,
-                              clients_per_round=getattr(sampler, "clients_per_round", None))
-        #: The flows, fairness and defences hooks (:mod:`strategies.hooks.round_hooks`).
-        self.hooks = RoundHooks(self.book_settings, self.acceptance, strategy)
+                              clients_per_round=None if sampler is None else sampler.clients_per_round)
+        #: The books' hooks by kind name (:mod:`strategies.hooks.registry`).
+        self.hooks = run_hooks(HookContext(self.book_settings, self.acceptance, type(strategy).__name__,
+                                           aggregates_by_weighted_mean(strategy)))
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
         #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
@@ -148,13 +117,10 @@ class ValuingStrategy(Strategy):
         #: Why the run was asked to stop (None: on request, a signal).
         self.stop_reason: str | None = None
         self._num_rounds: int | None = None
-        self._start: RoundStart | None = None
-        self._targets: list[int] = []
-        self._sent: list[Message] = []
-        #: The partitions the sampler chose from, when some registered nodes are gone (round record meta).
-        self._available: list[int] | None = None
-        self._warned_anonymous = False
-        self._idle_gradients: dict = {}
+        self._setup: RoundSetup | None = None
+        self._configured: ConfiguredRound | None = None
+        self._log = RoundLog(self.methods)
+        self._query_config: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
 
@@ -168,27 +134,33 @@ class ValuingStrategy(Strategy):
 
     @property
     def books(self) -> RunBooks | None:
-        """The open run directory (:class:`fedvalue.run.writer.RunBooks`; None before
-        :meth:`open_books` or without ``run_dir``)."""
+        """The open run directory (None before :meth:`open_books` or without ``run_dir``)."""
         return self.run_state.books
 
     @property
-    def ledger(self):
-        """The open run directory's ledger (:class:`fedvalue.run.ledger_tables.LedgerWriter`; None
-        before :meth:`open_books` or without ``run_dir``)."""
+    def ledger(self) -> LedgerWriter | None:
+        """The open run directory's ledger (None before :meth:`open_books` or without ``run_dir``)."""
         return self.run_state.ledger
 
     @property
-    def flow_queries(self):
-        """The TracIn flows' gradient queries (:class:`strategies.hooks.flows.FlowQueries`)."""
-        return self.hooks.flow_queries
+    def round_setup(self) -> RoundSetup:
+        """What every round of the run is taken in and valued with (made once, when first needed:
+        after the books open, so a resumed run's claim review is the checkpointed one)."""
+        if self._setup is None:
+            self._setup = RoundSetup.of_run(
+                self.strategy, self.utility, self.acceptance, self.hooks, valuation=self.valuation, seed=self.seed,
+                weighted_by_key=self.weighted_by_key, flows=self.flows, reject_non_finite=self.intake.reject_non_finite,
+                nodes=self.nodes, claims=self.claims, save_records=self.run_state.save_records)
+        return self._setup
 
     def _parts(self) -> ServerParts:
-        return ServerParts(self.strategy, self.sampler, self.claims, self.flow_queries.pending)
+        return ServerParts(self.strategy, self.sampler, self.claims,
+                           {key: value for hook in self.hooks.values() for key, value in hook.saved().items()})
 
     def open_books(self) -> None:
         """Create the run directory and its run.json, or, resuming, cut the directory back to
-        its last checkpoint and take the inner strategy, sampler and claim review from it.
+        its last checkpoint and take the inner strategy, sampler, claim review and the hooks'
+        state from it.
 
         :meth:`start` calls it; call it first to meet bad input (a changed configuration, a
         directory without a checkpoint) before a simulation engine starts. Runs once.
@@ -198,10 +170,13 @@ class ValuingStrategy(Strategy):
         taken = self.run_state.open(self._parts(), run_json(self, self._num_rounds))
         if taken is not None:
             self.strategy, self.sampler, self.claims = taken.strategy, taken.sampler, taken.claims
-            self.flow_queries.pending = taken.pending_first_order
+            for hook in self.hooks.values():
+                hook.restore(taken.hook_state)
         if self.run_state.resumed is not None:
             self.rounds = self.books.committed_rounds()
-            self.hooks.resume_from(self.books.run_dir, len(self.rounds))
+            for hook in self.hooks.values():
+                hook.resume_from(self.books.run_dir, len(self.rounds))
+        self._setup = None  # made again from what the books opened with
 
     def request_stop(self, reason: str) -> None:
         """Stop after the round in flight commits (:class:`RunInterrupted` names ``reason``, e.g.
@@ -218,13 +193,13 @@ class ValuingStrategy(Strategy):
         """Flower's loop (``Strategy.start``) over rounds 1..``num_rounds``.
 
         Resumed, it runs rounds k+1..``num_rounds`` from the checkpointed A_k (Flower's
-        loop counts from 1; the wrapper shifts the round numbers it passes on). With flows,
-        one more gradient query at the final state gives the last round's first-order
-        check its actual loss change.
+        loop counts from 1; the wrapper shifts the round numbers it passes on). Once it ends,
+        every hook sees the final state (TracIn flows ask one more gradient query there, which
+        gives the last round's first-order check its actual loss change).
         """
         self._num_rounds = num_rounds
-        if self.intake.query_data_key:
-            self.flow_queries.carry_data_key(train_config)
+        if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
+            self._query_config = {DATA_KEY: train_config[DATA_KEY]}
         self.open_books()
         if self.books is not None:
             log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s", type(self.strategy).__name__,
@@ -235,9 +210,9 @@ class ValuingStrategy(Strategy):
         result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
                                train_config=train_config, evaluate_config=evaluate_config,
                                evaluate_fn=shifted_evaluate_fn)
-        if self.flows and self.flow_queries.pending is not None:
-            final = result.arrays if len(result.arrays) else initial_arrays
-            self.flow_queries.check_first_order(self._query_gradients(grid, final, busy=set()), self.ledger)
+        final = result.arrays if len(result.arrays) else initial_arrays
+        for hook in self.hooks.values():
+            hook.finish(final, self._idle_clients(grid, busy=()), self.ledger)
         self.run_state.close(self.rounds, self._num_rounds)
         return result
 
@@ -248,13 +223,13 @@ class ValuingStrategy(Strategy):
         self.strategy.summary()
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        if not self.federated_evaluation:
+        if not self.intake.federated_evaluation:
             return []
         return self.strategy.configure_evaluate(server_round + self._round_offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The inner strategy's, on the evaluate replies it can take (:func:`strategies.intake.usable_evaluations`)."""
-        if not self.federated_evaluation:
+        if not self.intake.federated_evaluation:
             return None
         usable = usable_evaluations(replies, self.weighted_by_key)
         return self.strategy.aggregate_evaluate(server_round + self._round_offset, usable)
@@ -262,121 +237,57 @@ class ValuingStrategy(Strategy):
     # -- training ---------------------------------------------------------------------------
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """Record A_{t−1}; let the inner strategy configure; re-target to the sampler's clients."""
+        """Record A_{t−1}; let the inner strategy configure (with what the books ask of the
+        clients); re-target to the sampler's clients; let every hook start the round."""
         server_round += self._round_offset
-        self._start = RoundStart.of(arrays, self._start)
-        self.hooks.start_round(self._start.arrays)
-        config = self.hooks.train_config(config)
-        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        start = RoundStart.of(arrays, None if self._configured is None else self._configured.start)
+        for hook in self.hooks.values():
+            config = hook.train_config(config)
+        messages, available = list(self.strategy.configure_train(server_round, arrays, config, grid)), None
         if self.sampler is not None and messages:
-            partitions = self._partition_map(grid)
-            # Nodes that are gone are not chosen; the record notes what the sampler chose from.
-            self._available = None if len(partitions) == len(self.nodes.client_to_node) else sorted(partitions)
-            check_enough_nodes(self.sampler, partitions, self.nodes.client_to_node, server_round)
-            messages = retarget(messages, self.sampler, server_round, partitions)
-        self._targets = [int(m.metadata.dst_node_id) for m in messages]
-        self._sent = messages  # the grid gives them ids when it sends them: each reply answers one node
-        if self.flows:
-            self._idle_gradients = self._query_gradients(grid, arrays, set(self._targets))
+            partitions = self.nodes.partition_map(grid, self.intake.query_timeout)
+            messages, available = retarget(messages, self.sampler, server_round, partitions, self.nodes.client_to_node)
+        # The grid gives the messages ids when it sends them: each reply answers one node.
+        self._configured = ConfiguredRound(start, [int(m.metadata.dst_node_id) for m in messages], messages, available)
+        idle = self._idle_clients(grid, busy=self._configured.targets)
+        for hook in self.hooks.values():
+            hook.start_round(arrays, start.arrays, idle)
         return messages
 
-    def _query_gradients(self, grid: Grid, arrays: ArrayRecord, busy: set[int]) -> dict:
-        """Inference gradients at ``arrays`` of every client not training this round."""
-        return self.flow_queries.idle_gradients(grid, arrays, self._partition_map(grid), busy,
-                                                self.intake.query_timeout, self.nodes.query_type)
-
-    def _partition_map(self, grid: Grid) -> dict[int, int]:
-        """partition id -> node id (:class:`strategies.nodes.NodeDirectory`: each node asked once)."""
-        return self.nodes.partition_map(grid, self.intake.query_timeout)
+    def _idle_clients(self, grid: Grid, busy: Iterable[int]) -> IdleClients:
+        """The clients whose nodes are not in ``busy``, as a hook may query them (partition -> node
+        from the node directory, which asks each node once)."""
+        return IdleClients(grid, functools.partial(self.nodes.partition_map, grid, self.intake.query_timeout),
+                           frozenset(busy), self.intake.query_timeout, self.nodes.query_type, self._query_config)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Take the replies in, value the round, accept, aggregate with the inner strategy (live),
-        write the round's record and books, commit (:mod:`strategies.train_round`)."""
+        book the round from its record, commit (:mod:`strategies.train_round`)."""
         server_round += self._round_offset
-        round_ = TrainRound.take_in(
-            server_round, replies, self._start, self.strategy, seed=self.seed,
-            save_records=self.run_state.save_records, weighted_by_key=self.weighted_by_key, flows=self.flows,
-            node_to_client=self.nodes.node_to_client, targets=self._targets, claims=self.claims,
-            gradients=self._idle_gradients, sent=self._sent)
-        progress = None if self.on_progress is None else functools.partial(self.on_progress, server_round)
-        valuation = round_.value(self.utility, self.methods, self.valuation.ads, progress)
-        accepted, fairness = self.hooks.accept(round_, valuation, settings=self.valuation, seed=self.seed,
-                                               weighted_by_key=self.weighted_by_key)
-        live_arrays, live_metrics = round_.delegate(self.strategy, accepted, self.intake.reject_non_finite)
-        self.hooks.check_first_order(round_.intake.gradients, self.ledger)
-        record = self.hooks.note(round_.record(accepted, self._round_settings(round_)))
-        books = round_.book(record, valuation, self.utility, fairness=fairness)
-        self._commit(round_, record, books, valuation)
+        round_ = TrainRound.take_in(self.round_setup, server_round, replies, self._configured, self.strategy)
+        round_.value(None if self.on_progress is None else functools.partial(self.on_progress, server_round))
+        accepted = round_.accept()
+        live_arrays, live_metrics = round_.delegate(self.strategy, accepted)
+        self._commit(round_, round_.book())
         return live_arrays, live_metrics
 
-    def _round_settings(self, round_: TrainRound) -> RoundSettings:
-        """What the round record notes of this run: the settings, the aggregation, the fairness
-        rule and defences, what the live aggregation was given."""
-        return RoundSettings(
-            methods=tuple(self.methods), valuation=self.valuation.ads, seed=self.seed,
-            strategy=type(self.strategy).__name__, aggregation=WEIGHTED_MEAN if round_.pure else BY_STRATEGY,
-            weighted_by_key=self.weighted_by_key, flows=self.flows, reject_non_finite=self.intake.reject_non_finite,
-            selection=self.acceptance.books_selection, **self.hooks.settings_notes(),
-            acceptance=getattr(self.acceptance, "recorded_acceptance", None),
-            replay_missing=round_.replay if isinstance(round_.replay, str) else None,
-            available=self._available, passed=None if round_.pure else round_.passed)
-
-    def _commit(self, round_: TrainRound, record, books, valuation: RoundValuation) -> None:
+    def _commit(self, round_: TrainRound, books) -> None:
         """Round ``round_``'s record, rows, commit mark and checkpoint (:mod:`fedvalue.run.writer`);
         then its log line, the caller's callback, and a requested stop."""
-        server_round, records = round_.server_round, round_.intake.records
-        if books.flows is not None:
-            self.flow_queries.expect(server_round, books.flows, round_.intake.gradients)
+        server_round = round_.server_round
+        for hook in self.hooks.values():
+            hook.before_commit(round_, books, self.ledger)
         round_row, ledger_rows = books.round_row, books.ledger_rows
-        log_problems(server_round, records)
-        self._warn_anonymous(records)
+        self._log.taken_in(server_round, round_.intake.records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
-        self.run_state.commit(server_round, round_row, ledger_rows, record, round_.end_arrays(), self._parts())
+        self.run_state.commit(server_round, round_row, ledger_rows, round_.record, round_.end_arrays(), self._parts())
         self.rounds.append(round_row)
-        self.last_valuation = valuation
-        log(logging.INFO, "%s", round_line(server_round, ledger_rows, self.methods,
-                                           None if self.ledger is None else self.ledger.run_dir))
+        self.last_valuation = round_.valuation
+        self._log.committed(server_round, ledger_rows, None if self.ledger is None else self.ledger.run_dir)
         if self.on_round is not None:
             self.on_round(round_row)
         if self.stop_requested.is_set() and server_round != self._num_rounds:  # the last round closes the books
             where = "" if self.ledger is None else f" in {self.ledger.run_dir}; continue it with --resume"
             raise RunInterrupted(f"stopped {self.stop_reason or 'on request'} after round {server_round} committed"
                                  f"{where}")
-
-    def _warn_anonymous(self, records: list) -> None:
-        """Warn once, loudly, when replies say no partition id: they are booked under node ids
-        that change every run, which no one can pay or rank."""
-        anonymous = sorted({r.node_id for r in records if isinstance(r.client_id, str) and r.client_id.startswith("node-")
-                            and r.message is not None and not r.message.has_error()})
-        if anonymous and not self._warned_anonymous:
-            self._warned_anonymous = True
-            log(logging.WARNING, "fedvalue: replies from nodes %s say no partition id, so they are booked under "
-                "node ids ('node-N') that change every run. Add the valuation mod to the ClientApp: "
-                "ClientApp(mods=[clients.valuation_mod()]) (it reads the node config's 'partition-id').", anonymous)
-
-
-def check_enough_nodes(sampler: Sampler, partitions: dict[int, int], registered: dict[int, int],
-                       server_round: int) -> None:
-    """RuntimeError when fewer partitions have a connected node than ``sampler`` takes a round."""
-    wanted = getattr(sampler, "clients_per_round", None)
-    if isinstance(wanted, int) and len(partitions) < wanted:
-        gone = sorted(set(registered) - set(partitions))
-        raise RuntimeError(f"sampler: round {server_round} needs {wanted} clients, but only {len(partitions)} of the "
-                           f"{len(registered)} registered partitions have a connected node (gone: {gone}); the run "
-                           "stops here with every earlier round committed: resume it once the nodes are back.")
-
-
-def round_line(server_round: int, ledger_rows: list, methods: tuple[str, ...], run_dir) -> str:
-    """The round's one log line: clients valued, where the books are, the largest and smallest value."""
-    method = methods[0] if methods else None
-    valued = [r for r in ledger_rows if r.method == method and r.status == "ok" and r.value is not None]
-    sampled = {r.client_id for r in ledger_rows if r.method == method and r.status != "idle"}
-    where = "in memory" if run_dir is None else f"into {run_dir}"
-    if not valued:
-        return f"fedvalue: round {server_round}: 0 of {len(sampled)} sampled clients valued, {where}"
-    high = max(valued, key=lambda r: r.value)
-    low = min(valued, key=lambda r: r.value)
-    return (f"fedvalue: round {server_round}: {len(valued)} of {len(sampled)} sampled clients valued, {where}; "
-            f"{method} largest {high.value:.4g} (client {high.client_id}), smallest {low.value:.4g} "
-            f"(client {low.client_id})")

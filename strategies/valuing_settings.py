@@ -18,7 +18,7 @@ from fedvalue.run.run_info import load_utility
 from fedvalue.valuation.round_game import ArraysUtility
 from strategies.book_settings import BookSettings  # noqa: F401 (its earlier import path)
 from strategies.nodes import NodeDirectory
-from strategies.policies.claims import ClaimReview
+from strategies.claims import ClaimReview
 
 
 def settings_or_default(name: str, value: object, kind: type) -> object:
@@ -49,7 +49,7 @@ class IntakeSettings:
     Parameters
     ----------
     claims
-        A :class:`strategies.policies.claims.ClaimReview` that caps and flags the weights clients claim
+        A :class:`strategies.claims.ClaimReview` that caps and flags the weights clients claim
         before anything reads them (the books and the inner strategy both see the capped
         weight); each flag is booked as a ``claim_capped`` / ``claim_jumped`` row.
     reject_non_finite
@@ -66,6 +66,10 @@ class IntakeSettings:
         Send the train config's ``data-key`` with every gradient query too, so a client of an
         engine that serves several runs answers from the run's own data. False (default): the
         queries carry none.
+    federated_evaluation
+        False: no client-side evaluation rounds (the books value every round on the server's
+        held-out data; the inner strategy's ``configure_evaluate`` is not called). Unlike
+        ``fraction_evaluate=0.0`` on the inner strategy, Flower does not warn about it.
     """
 
     claims: ClaimReview | None = None
@@ -73,14 +77,15 @@ class IntakeSettings:
     nodes: NodeDirectory | None = None
     query_timeout: float = 120.0
     query_data_key: bool = False
+    federated_evaluation: bool = True
 
     def node_directory(self) -> NodeDirectory:
         """The node directory given, or (None) a new one for the run."""
         return NodeDirectory() if self.nodes is None else self.nodes
 
     def __post_init__(self) -> None:
-        if self.claims is not None and not callable(getattr(self.claims, "review", None)):
-            raise TypeError(f"claims: expected a strategies.policies.claims.ClaimReview (or None); got "
+        if self.claims is not None and not isinstance(self.claims, ClaimReview):
+            raise TypeError(f"claims: expected a strategies.claims.ClaimReview (or None); got "
                             f"{type(self.claims).__name__}.")
         if not isinstance(self.reject_non_finite, bool):
             raise TypeError(f"reject_non_finite: expected True or False; got {self.reject_non_finite!r}.")
@@ -88,8 +93,9 @@ class IntakeSettings:
             raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got "
                             f"{type(self.nodes).__name__}.")
         object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))
-        if not isinstance(self.query_data_key, bool):
-            raise TypeError(f"query_data_key: expected True or False; got {self.query_data_key!r}.")
+        for name in ("query_data_key", "federated_evaluation"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")
 
 
 @dataclass

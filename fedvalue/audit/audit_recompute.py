@@ -50,7 +50,6 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from fedvalue.valuation.ads import AdsSettings
 from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import CountingAggregator, book_round
@@ -192,7 +191,7 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
 
 
 def _fairness_books(record: RoundRecord, fairness: GroupFairness, accepted: list,
-                    settings: AdsSettings, aggregator=None) -> tuple[RoundFairness, dict, list[str]]:
+                    aggregator=None) -> tuple[RoundFairness, dict, list[str]]:
     """A round's fairness books from its record by the live strategy's own
     :class:`~fedvalue.rounds.fairness_round.FairnessPlugin` (the run's objective, the recorded damping
     and rule), the I-JACK factors, and where the rule's choice or ``ads_fairness``'s group
@@ -200,8 +199,7 @@ def _fairness_books(record: RoundRecord, fairness: GroupFairness, accepted: list
     note, problems = record.settings.fairness, []
     rule = note.rule
     plugin = FairnessPlugin(fairness, note.damping, rule)
-    fair = plugin.value_record(record, methods=list(record.settings.methods), settings=settings,
-                               seed=round_rng(record.settings.seed, record.round), aggregate=aggregator)
+    fair = plugin.value_record(record, seed=round_rng(record.settings.seed, record.round), aggregate=aggregator)
     chosen, fair = plugin.decide(fair)
     if chosen is not None and chosen != set(accepted):
         problems.append(f"round {record.round}: the {rule['rule']} rule accepts {sorted(chosen, key=str)} from the "
@@ -256,15 +254,13 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: Group
     statuses, round_settings = record.statuses, record.settings
     ok = valid_clients(record)
     accepted = [c for c in ok if c in set(record.accepted)]
-    settings = round_settings.valuation
     aggregator = None if replay is None else _replayed(replay, record)
     valuation = None
     if ok:
-        valuation = value_record(record, utility, list(round_settings.methods), settings,
-                                 round_rng(round_settings.seed, record.round), aggregator)
+        valuation = value_record(record, utility, round_rng(round_settings.seed, record.round), aggregator)
     fair, factors, problems = None, {}, []
     if round_settings.fairness is not None and fairness is not None:
-        fair, factors, problems = _fairness_books(record, fairness, accepted, settings, aggregator)
+        fair, factors, problems = _fairness_books(record, fairness, accepted, aggregator)
     if round_settings.weighting and valuation is not None:
         factors, problems = _value_weights(record, valuation, ok, accepted)
     rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
@@ -410,11 +406,11 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
 
 def sample_problems(record: RoundRecord, sampled: Callable[..., Sequence] | None) -> list[str]:
     """Where the record's sampled clients are not the sampler's choice for its round: from every
-    partition, or, when the record notes that some nodes were gone (``settings.available``), from
+    partition, or, when the record notes that some nodes were gone (``available``), from
     the partitions it lists (``sampled(round, available)``)."""
     if sampled is None:
         return []
-    available = None if record.settings.available is None else list(record.settings.available)
+    available = None if record.available is None else list(record.available)
     if available is not None and not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in available):
         return [f"round {record.round}: its record's 'available' is not a list of partition ids ({available!r:.80})"]
     try:

@@ -75,8 +75,12 @@ class RoundContext:
         return int(entry.weight) if entry.status == STATUS_OK else None
 
 
-class RoundBook(Protocol):
-    """One kind of book of one round; a kind subclasses it and overrides what it books."""
+class RoundBook:
+    """One kind of book of one round; a kind subclasses it and overrides what it books.
+    ``num_evaluations`` counts the coalitions a book scores of its own (a defended game of clipped
+    updates), added to the round's in rounds.csv."""
+
+    num_evaluations: int = 0
 
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         """Rows of a sampled client, after its valuation rows (none by default)."""

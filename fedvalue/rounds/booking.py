@@ -35,7 +35,6 @@ import numpy as np
 
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.kinds.claims import claim_rows
-from fedvalue.flows.round_flows import RoundFlows
 from fedvalue.rounds.harms import rejected_harms
 from fedvalue.rounds.book_kind import CountingAggregator, RoundBook, RoundContext
 from fedvalue.rounds.kinds.registry import ROUND_BOOKS
@@ -52,11 +51,6 @@ class BookedRound:
     round_row: dict
     ledger_rows: list[LedgerRow]
     parts: dict[str, RoundBook] = field(default_factory=dict)
-
-    @property
-    def flows(self) -> RoundFlows | None:
-        """The round's TracIn flows, when it booked them (for the first-order check)."""
-        return getattr(self.parts.get("flows"), "flows", None)
 
 
 def book_round(
@@ -141,7 +135,7 @@ def _round_row(record: RoundRecord, valuation: RoundValuation | None, utility_be
         "utility_realized": utility_realized,
         # A book that scores coalitions of its own (a defended game of clipped updates) adds its count.
         "num_evaluations": (0 if valuation is None else valuation.num_evaluations)
-                           + sum(getattr(book, "num_evaluations", 0) for book in parts.values()),
+                           + sum(book.num_evaluations for book in parts.values()),
         "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
         "ads_method": None if ads_result is None else ads_result.method,
         "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,

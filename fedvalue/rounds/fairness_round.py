@@ -101,14 +101,15 @@ class FairnessPlugin:
         self.objective, self.damping = objective, damping
         self.rule = dict(rule) if rule else None
 
-    def value_record(self, record: RoundRecord, *, methods: Sequence[str], settings: AdsSettings,
-                     seed: np.random.Generator, aggregate: Aggregator | None = None) -> RoundFairness:
+    def value_record(self, record: RoundRecord, *, seed: np.random.Generator,
+                     aggregate: Aggregator | None = None) -> RoundFairness:
         """:meth:`value` of the record's valid replies (:func:`fedvalue.rounds.record_game.valid_clients`,
-        weighted by their entries, with the G_u and d_u the record keeps): what the live strategy
-        values before it accepts, and what the audit values again from the saved record."""
-        ok, weights = valid_clients(record), record.weights
+        weighted by their entries, with the G_u and d_u the record keeps), by the methods and
+        estimator its settings name: what the live strategy values before it accepts, and what the
+        audit values again from the saved record."""
+        ok, weights, settings = valid_clients(record), record.weights, record.settings
         return self.value(ok, record.start_arrays, [record.replies[c] for c in ok], [weights[c] for c in ok],
-                          methods=methods, settings=settings, seed=seed, aggregate=aggregate,
+                          methods=settings.methods, settings=settings.valuation, seed=seed, aggregate=aggregate,
                           loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals)
 
     def value(

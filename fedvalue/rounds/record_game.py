@@ -6,7 +6,7 @@ same two functions, so the two cannot build different games."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -14,7 +14,6 @@ from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import STATUS_OK
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import Aggregator, ArraysUtility, RoundValuation, round_game_for, value_round
-from fedvalue.valuation.settings import AdsSettings
 
 
 def valid_clients(record: RoundRecord) -> list[Hashable]:
@@ -33,9 +32,11 @@ def record_game(record: RoundRecord, utility: ArraysUtility, aggregate: Aggregat
                           utility, aggregate)
 
 
-def value_record(record: RoundRecord, utility: ArraysUtility, methods: Sequence[str], settings: AdsSettings,
-                 seed: np.random.Generator, aggregate: Aggregator | None = None,
+def value_record(record: RoundRecord, utility: ArraysUtility, seed: np.random.Generator,
+                 aggregate: Aggregator | None = None,
                  progress: Callable[[int, int], None] | None = None) -> RoundValuation:
-    """The record's round game valued by ``methods`` with the round's generator ``seed``
-    (:func:`fedvalue.valuation.round_game.value_round`)."""
-    return value_round(record_game(record, utility, aggregate), methods, settings, seed=seed, progress=progress)
+    """The record's round game valued by the methods and ADS estimator its settings name, with the
+    round's generator ``seed`` (:func:`fedvalue.valuation.round_game.value_round`)."""
+    settings = record.settings
+    return value_round(record_game(record, utility, aggregate), settings.methods, settings.valuation, seed=seed,
+                       progress=progress)

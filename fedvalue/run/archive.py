@@ -41,9 +41,15 @@ from pathlib import Path
 import numpy as np
 
 from fedvalue.run import kill_points, rundir
-from fedvalue.run.settings import NUM_EXAMPLES_KEY, RoundSettings
+from fedvalue.run.settings import (
+    ROUND_FACTS,
+    RoundSettings,
+    round_facts_as_json,
+    round_facts_from_json,
+)
 from fedvalue.run.rundir import RunDir, open_run_dir
 from fedvalue.schema import (
+    NUM_EXAMPLES_KEY,
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     FIRST_ORDER_FILE,
@@ -191,7 +197,14 @@ class RoundRecord:
         what replaying its aggregation needs, as data (:mod:`fedvalue.run.state_codec`'s JSON
         tree and arrays): the inner strategy's state and the global random state when the
         replies arrived, and each reply's metric records. None for the FedAvg family, or
-        when the strategy's state cannot be saved as data (``settings.replay_missing`` says why).
+        when the strategy's state cannot be saved as data (``replay_missing`` says why).
+    replay_missing
+        Why the inner strategy's state was not saved for replay (None: saved, or not needed).
+    available
+        The partitions the sampler chose from, when some registered nodes were gone (None: all).
+    passed
+        For a round aggregated by the inner strategy: the positions (among ``entries``) of the
+        replies its live aggregation was given.
     """
 
     round: int
@@ -212,6 +225,14 @@ class RoundRecord:
     #: Name -> arrays the round's books compare replies with (the defences' free-rider test:
     #: ``"previous-global"``, A_{t−2}); the audit checks each against the earlier record it names.
     references: dict[str, Arrays] = field(default_factory=dict)
+    replay_missing: str | None = None
+    available: tuple | None = None
+    passed: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("available", "passed"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def statuses(self) -> dict[Hashable, str]:
@@ -274,7 +295,9 @@ def record_bytes(record: RoundRecord) -> bytes:
         "losses": {str(index[c]): float(v) for c, v in record.losses.items()},
         "claims": [[index[c.client_id], str(c.method), float(c.claimed), float(c.used), str(c.status)]
                    for c in record.claims],
-        "meta": record.settings.as_json(),
+        # The round's own facts sit beside the run's settings (the archive's format since they were one object).
+        "meta": {**record.settings.as_json(), **round_facts_as_json(record.replay_missing, record.available,
+                                                                     record.passed)},
     }
     if record.replay is not None:
         meta["replay"] = record.replay[0]
@@ -366,13 +389,14 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
         accepted=[clients[k] for k in meta["accepted"]],
         gradients={clients[k]: _split_prefix(arrays, f"gradient/{k}/") for k in meta["gradients"]},
         losses={clients[int(k)]: float(v) for k, v in meta["losses"].items()},
-        settings=RoundSettings.from_json(meta["meta"]),
+        settings=RoundSettings.from_json({k: v for k, v in meta["meta"].items() if k not in ROUND_FACTS}),
         claims=claims,
         replay=(meta["replay"], _split_prefix(arrays, "replay/")) if "replay" in meta else None,
         loss_gradients={clients[k]: _split_prefix(arrays, f"loss-gradient/{k}/") for k in meta.get("loss_gradients", [])},
         fisher_diagonals={clients[k]: _split_prefix(arrays, f"fisher/{k}/") for k in meta.get("fisher_diagonals", [])},
         lossless=lossless,
         references=_references(arrays, meta.get("references", [])),
+        **round_facts_from_json(meta["meta"]),
     )
 
 

@@ -23,13 +23,12 @@ import numpy as np
 
 from fedvalue._checks import check_choice
 from fedvalue.run.seals import Signer
+from fedvalue.schema import NUM_EXAMPLES_KEY
 from fedvalue.valuation.settings import AdsSettings
 
 #: ``aggregation`` of a round the weighted mean aggregated (the FedAvg family) and of one the
 #: inner strategy's own code aggregated (replayed by the audit).
 WEIGHTED_MEAN, BY_STRATEGY = "weighted-mean", "strategy"
-#: The default aggregation weight key (the reply's example count).
-NUM_EXAMPLES_KEY = "num-examples"
 
 
 @dataclass(frozen=True)
@@ -147,12 +146,15 @@ class RoundSettings:
     acceptance
         The acceptance rule that set which replies the inner strategy saw, where the audit must
         derive it again (``"representatives"``; None: the policy the books name).
-    replay_missing
-        Why the inner strategy's state was not saved for replay (None: saved, or not needed).
-    available
-        The partitions the sampler chose from, when some registered nodes were gone (None: all).
-    passed
-        For a round aggregated by the inner strategy: the positions of the replies it was given.
+    notes
+        What book kinds registered outside the package note of the run, by kind name (JSON
+        objects; None: none).
+
+    A run's rounds share one :class:`RoundSettings`, made when its books open; what differs
+    from round to round (the partitions the sampler chose from, the replies the inner strategy
+    was given, why its state could not be saved) are fields of the round record
+    (:class:`fedvalue.run.archive.RoundRecord`), kept beside these in the record's archive
+    (:data:`ROUND_FACTS`).
     """
 
     methods: tuple[str, ...] = ()
@@ -168,17 +170,12 @@ class RoundSettings:
     weighting: Mapping[str, Any] | None = None
     defences: Mapping[str, Any] | None = None
     acceptance: str | None = None
-    replay_missing: str | None = None
-    available: tuple | None = None
-    passed: tuple[int, ...] | None = None
+    notes: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.valuation, AdsSettings):
             raise TypeError(f"valuation: expected an AdsSettings; got {type(self.valuation).__name__}.")
         object.__setattr__(self, "methods", tuple(self.methods))
-        for name in ("available", "passed"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def by_strategy(self) -> bool:
@@ -199,9 +196,8 @@ class RoundSettings:
         optional = {"fairness": None if self.fairness is None else self.fairness.as_json(),
                     "weighting": None if self.weighting is None else dict(self.weighting),
                     "defences": None if self.defences is None else dict(self.defences),
-                    "acceptance": self.acceptance, "replay_missing": self.replay_missing,
-                    "available": None if self.available is None else list(self.available),
-                    "passed": None if self.passed is None else list(self.passed)}
+                    "acceptance": self.acceptance,
+                    "notes": None if not self.notes else {kind: dict(note) for kind, note in self.notes.items()}}
         return {**written, **{key: value for key, value in optional.items() if value is not None}}
 
     @classmethod
@@ -220,7 +216,7 @@ class RoundSettings:
             raise ValueError(f"valuation.{error}") from None
         fields = {"methods": _texts("methods", written["methods"]), "valuation": ads_settings,
                   "seed": _integer("seed", written["seed"])}
-        for name in ("strategy", "weighted_by_key", "acceptance", "replay_missing"):
+        for name in ("strategy", "weighted_by_key", "acceptance"):
             if written.get(name) is not None:
                 fields[name] = _text(name, written[name])
         # A record that does not say how it was aggregated is not taken for a weighted mean.
@@ -234,11 +230,36 @@ class RoundSettings:
         for name in ("weighting", "defences"):
             if written.get(name) is not None:
                 fields[name] = _object(name, written[name])
-        if written.get("available") is not None:
-            fields["available"] = tuple(_ids("available", written["available"]))
-        if written.get("passed") is not None:
-            fields["passed"] = tuple(_integer("passed", k) for k in _list("passed", written["passed"]))
+        if written.get("notes") is not None:
+            notes = _object("notes", written["notes"])
+            fields["notes"] = {kind: _object(f"notes.{kind}", note) for kind, note in notes.items()}
         return cls(**fields)
+
+
+#: What the record's archive keeps beside a round's settings, per round: why the inner strategy's
+#: state was not saved for replay, the partitions the sampler chose from when some registered
+#: nodes were gone, and the positions of the replies the inner strategy was given.
+ROUND_FACTS = ("replay_missing", "available", "passed")
+
+
+def round_facts_as_json(replay_missing: str | None, available: tuple | None, passed: tuple | None) -> dict:
+    """A round's :data:`ROUND_FACTS` as its archive holds them beside the settings (absent keys for None)."""
+    facts = {"replay_missing": replay_missing, "available": None if available is None else list(available),
+             "passed": None if passed is None else list(passed)}
+    return {key: value for key, value in facts.items() if value is not None}
+
+
+def round_facts_from_json(written: Mapping) -> dict:
+    """The :data:`ROUND_FACTS` among a record's settings object (untrusted: ValueError naming the
+    field), as keyword arguments of :class:`fedvalue.run.archive.RoundRecord`."""
+    facts: dict[str, object] = {}
+    if written.get("replay_missing") is not None:
+        facts["replay_missing"] = _text("replay_missing", written["replay_missing"])
+    if written.get("available") is not None:
+        facts["available"] = tuple(_ids("available", written["available"]))
+    if written.get("passed") is not None:
+        facts["passed"] = tuple(_integer("passed", k) for k in _list("passed", written["passed"]))
+    return facts
 
 
 def _shown(value: object) -> str:

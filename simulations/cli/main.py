@@ -11,7 +11,7 @@ from simulations.cli.options import command_line_options, in_cli_words
 from simulations.runner.api import NoClientValued
 from simulations.runner.engine import INTERRUPTED_EXIT_CODE
 from simulations.runner.engine_failures import EngineFailed
-from strategies.valuing import RunInterrupted
+from strategies import RunInterrupted
 
 #: Sub-command name -> (adds its parser, runs it).
 COMMANDS = {"run": (run.add_parser, run.run_command), "report": (report.add_parser, report.report_command),

@@ -42,6 +42,7 @@ from strategies import (
     BookSettings,
     IntakeSettings,
     PartitionSampler,
+    Sampler,
     RunSettings,
     ValuationSettings,
     ValuingStrategy,
@@ -130,7 +131,7 @@ def seeded_server_generators(seed: int) -> Iterator[None]:
 def simulate(
     *, strategy: Strategy, model_factory: Callable[[], torch.nn.Module], load_client_data: Callable[[int], ClientData],
     num_clients: int, num_rounds: int, utility: ArraysUtility, out: str | os.PathLike,
-    train_config: Mapping[str, int | float | str] | None = None, sampler: PartitionSampler | None = None,
+    train_config: Mapping[str, int | float | str] | None = None, sampler: Sampler | None = None,
     seed: int = 0, acceptance: Acceptance | None = None, valuation: ValuationSettings | None = None,
     books: BookSettings | None = None, intake: IntakeSettings | None = None, run: RunSettings | None = None,
     engine: EngineSettings | None = None, callbacks: RunCallbacks | None = None, client_mods: Sequence[Mod] = (),
@@ -173,8 +174,11 @@ def simulate(
     with RunHold(run_dir, lock, resume=run.resume) as hold:
         valuing = hold.books = ValuingStrategy(
             strategy, utility, run_dir=str(run_dir), sampler=sampler, acceptance=acceptance, seed=seed,
-            valuation=valuation, books=books, intake=intake, run=dataclasses.replace(run, run_config=config),
-            callbacks=callbacks, federated_evaluation=False)
+            valuation=valuation, books=books,
+            intake=dataclasses.replace(settings_or_default("intake", intake, IntakeSettings), federated_evaluation=False),
+            run=dataclasses.replace(run, run_config=config))
+        if callbacks is not None:
+            valuing.on_round, valuing.on_progress = callbacks.on_round, callbacks.on_progress
         valuing.open_books()  # bad input surfaces here, before the engine starts
         if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
             check_ray_address(engine.ray_address)

@@ -1,12 +1,14 @@
-"""The strategy's half of TracIn flows ([RECIP]): gradients of the clients not training,
-outflows for a selection rule, and the first-order check of the predicted loss changes.
+"""The strategy's half of TracIn flows ([RECIP]), the hook of :mod:`fedvalue.rounds.kinds.flows`:
+gradients of the clients not training, outflows for a selection rule, and the first-order check
+of the predicted loss changes.
 
 Sampled clients return their inference gradient g_v at A_{t−1} with their update; every
 other client is asked for it by a query carrying A_{t−1}
-(:meth:`FlowQueries.idle_gradients`), so it receives inflow too. The flows themselves are
-booked by :func:`fedvalue.rounds.booking.book_round` from the round record. Round t's predicted loss
+(:meth:`FlowQueries.idle_gradients`), so it receives inflow too; the round record keeps both
+(:meth:`FlowHook.note`), and the flows themselves are booked from it. Round t's predicted loss
 changes Σ_u flow(u → v) are checked in round t + 1 against the losses the clients then
-report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.csv``).
+report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.csv``); the pending
+check is part of the server's state a checkpoint keeps.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
 from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
+from fedvalue.rounds.booking import BookedRound
+from fedvalue.rounds.kinds.flows import FlowsBook
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
-from strategies.nodes import query_message, reply_node, sender_identity, sent_nodes
-from strategies.protocol import DATA_KEY, GRADIENT_KEY, GRADIENT_QUERY
 from strategies.arrays import arrays_to_numpy
+from strategies.round_hook import HookContext, IdleClients, RoundHook, RoundView
+from strategies.messages import query_message, reply_node, sent_nodes
+from strategies.replies import sender_identity
+from strategies.acceptance_policy import OUTFLOWS
+from strategies.protocol import GRADIENT_KEY, GRADIENT_QUERY
 from strategies.replies import ClientReply, InferenceGradient, read_inference_gradient, take_record
 
 
@@ -48,25 +55,19 @@ class FlowQueries:
 
     def __init__(self) -> None:
         self.pending: tuple[int, dict] | None = None
-        #: Entries every query's config carries besides the gradient request (a run's data-key).
-        self.config: dict = {}
-
-    def carry_data_key(self, train_config: Mapping | None) -> None:
-        """Let every query carry the train config's ``data-key`` (when it has one), so that a client
-        of an engine serving several runs answers from this run's data."""
-        if train_config is not None and DATA_KEY in train_config:
-            self.config = {DATA_KEY: train_config[DATA_KEY]}
 
     def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
-                       timeout: float, query_type: Callable[[int], str] = lambda node: MessageType.QUERY) -> dict:
+                       timeout: float, query_type: Callable[[int], str] = lambda node: MessageType.QUERY,
+                       config: Mapping = ()) -> dict:
         """Inference gradients at ``arrays`` of every client whose node is not in ``busy``, each
         the queried node's registered client's, asked with a message of ``query_type(node)``
+        whose config carries ``config`` too (a run's data-key)
         (:meth:`strategies.nodes.NodeDirectory.query_type`); a reply claiming another id, or
         whose gradient or loss fails its checks (:func:`strategies.replies.read_inference_gradient`),
         is left out and logged (that client then receives no inflow this round)."""
         queried = {node: client for client, node in client_to_node.items() if node not in busy}
         queries = [
-            query_message(RecordDict({"arrays": arrays, "config": ConfigRecord({**self.config, GRADIENT_KEY: True})}),
+            query_message(RecordDict({"arrays": arrays, "config": ConfigRecord({**dict(config), GRADIENT_KEY: True})}),
                           node, query_type(node), GRADIENT_QUERY)
             for node in queried
         ]
@@ -106,3 +107,63 @@ class FlowQueries:
         ]
         if ledger is not None:
             ledger.append_table(FIRST_ORDER_FILE, FIRST_ORDER_COLUMNS, rows)
+
+
+#: The key of the pending first-order check in a checkpoint's server state.
+PENDING_FIRST_ORDER = "pending_first_order"
+
+
+class FlowHook(RoundHook):
+    """TracIn flows' hook of one run (module docstring): every round asks the sampled clients
+    for their inference gradient and the idle ones by a query; the record keeps them all."""
+
+    offers = frozenset({OUTFLOWS})
+
+    def __init__(self) -> None:
+        self.queries = FlowQueries()
+        self._idle: dict = {}
+        #: The round's inference gradients, idle clients' first (client -> InferenceGradient).
+        self.gradients: dict = {}
+
+    def saved(self) -> dict:
+        return {PENDING_FIRST_ORDER: self.queries.pending}
+
+    def restore(self, saved) -> None:
+        self.queries.pending = saved.get(PENDING_FIRST_ORDER)
+
+    def train_config(self, config: ConfigRecord) -> ConfigRecord:
+        return ConfigRecord({**dict(config), GRADIENT_KEY: True})
+
+    def start_round(self, arrays: ArrayRecord, start_arrays, idle: IdleClients | None) -> None:
+        self._idle = {} if idle is None else self.query(arrays, idle)
+
+    def query(self, arrays: ArrayRecord, idle: IdleClients) -> dict:
+        """Inference gradients at ``arrays`` of every client ``idle`` reaches."""
+        return self.queries.idle_gradients(idle.grid, arrays, idle.partitions(), set(idle.busy), idle.timeout,
+                                           idle.query_type, idle.config)
+
+    def note(self, round: RoundView) -> dict:
+        self.gradients = {**self._idle, **round.gradients}
+        return {"gradients": {c: g.gradient for c, g in self.gradients.items()},
+                "losses": {c: g.loss for c, g in self.gradients.items()}}
+
+    def offer(self, round: RoundView, inputs) -> dict:
+        gradients = self.gradients
+        return {OUTFLOWS: lambda: outflows_if_all_aggregated(round.start_arrays, list(round.ok), gradients)}
+
+    def before_commit(self, round: RoundView, books: BookedRound, ledger: LedgerWriter | None) -> None:
+        """Last round's predicted loss changes meet the losses reported now, at A_{t−1}; this
+        round's are kept for the next."""
+        self.queries.check_first_order(self.gradients, ledger)
+        book = books.parts.get("flows")
+        if isinstance(book, FlowsBook):
+            self.queries.expect(round.server_round, book.flows, self.gradients)
+
+    def finish(self, final_arrays: ArrayRecord, idle: IdleClients, ledger: LedgerWriter | None) -> None:
+        """One more gradient query at the final state gives the last round's check its actual loss change."""
+        if self.queries.pending is not None:
+            self.queries.check_first_order(self.query(final_arrays, idle), ledger)
+
+
+def flow_hook(context: HookContext) -> FlowHook | None:
+    return FlowHook() if context.books.flows else None

@@ -27,52 +27,36 @@ scores the run's :class:`fedvalue.rounds.fairness_round.FairnessPlugin` computed
 which the audit calls again on the round record. Policies
 other than AcceptAll and FairReweight book a ``selected`` row (1/0) per client and round;
 FairReweight books ``fair_weight`` (w_u) instead.
+
+A policy of one's own subclasses :class:`Acceptance`: it declares everything the strategy reads
+of it (each with a default) and decides from one :class:`AcceptInputs`, which carries the round's
+values and, read lazily and only when the policy ``needs`` them, what the run's books offer: the
+outflows of TracIn flows (``"outflows"``), the fairness scores (``"fairness"``) and the defences'
+view of the replies (``"replies"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
 from fedvalue._checks import check_choice, check_integer, check_number
-from fedvalue.rounds.fairness_round import policy_outcome
-from fedvalue.valuation.round_game import RoundValuation
 from fedvalue.analysis.top_k_selection import top_k
+from fedvalue.rounds.fairness_round import policy_outcome
+from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, AcceptInputs, Acceptance
 
 SCORES = ("ads", "loo", "tracin_outflow", "random")
 
 
-class Acceptance(Protocol):
-    """What the valuing strategy asks of an acceptance policy."""
-
-    #: Whether the ledger books a ``selected`` row (1/0) per client and round.
-    books_selection: bool
-
-    def check(self, *, methods: Sequence[str], flows: bool, clients_per_round: int | None) -> None:
-        """Refuse a policy the strategy cannot honour (ValueError naming the parameter)."""
-
-    def accept(self, server_round: int, clients: Sequence[Hashable], valuation: RoundValuation | None, *,
-               seed: int, outflows: Callable[[], Mapping[Hashable, float]],
-               fairness: Mapping[Hashable, float] | None = None) -> set:
-        """The accepted clients among ``clients`` (the round's valid replies, in reply order);
-        ``fairness`` holds their fairness influences when the strategy books fairness."""
-
-
-class AcceptAll:
+class AcceptAll(Acceptance):
     """Every valid reply is aggregated (plain valuation, nothing booked as selected)."""
 
-    books_selection = False
-
-    def check(self, *, methods, flows, clients_per_round) -> None:
-        return None
-
-    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
-        return set(clients)
+    def accept(self, round: AcceptInputs) -> set:
+        return set(round.clients)
 
 
-class TopK:
+class TopK(Acceptance):
     """The ``k`` best valid replies of each round by ``score`` (module docstring)."""
 
     books_selection = True
@@ -83,6 +67,10 @@ class TopK:
         self.k = int(k)
         self.score = score
 
+    @property
+    def needs(self) -> frozenset[str]:
+        return frozenset({OUTFLOWS}) if self.score == "tracin_outflow" else frozenset()
+
     def check(self, *, methods, flows, clients_per_round) -> None:
         if self.score in ("ads", "loo") and self.score not in methods:
             raise ValueError(f"score: {self.score!r} needs methods to include it; methods are {list(methods)}.")
@@ -91,24 +79,20 @@ class TopK:
         if clients_per_round is not None and clients_per_round < self.k:
             raise ValueError(f"k: expected at most the {clients_per_round} clients sampled per round; got {self.k}.")
 
-    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
-        order = list(clients)
+    def accept(self, round: AcceptInputs) -> set:
+        order = list(round.clients)
         if self.score == "random":
-            rng = np.random.default_rng([seed, server_round, 1])
+            rng = np.random.default_rng([round.seed, round.server_round, 1])
             picked = rng.choice(len(order), size=min(self.k, len(order)), replace=False)
             return {order[i] for i in picked}
-        if self.score == "tracin_outflow":
-            scores = outflows()
-        else:
-            values = valuation.results[self.score].values
-            scores = {c: float(values[c]) for c in order}
+        scores = round.outflows() if self.score == "tracin_outflow" else round.values(self.score)
         return set(top_k(scores, self.k, order))
 
     def __repr__(self) -> str:
         return f"TopK(k={self.k}, score={self.score!r})"
 
 
-class Replay:
+class Replay(Acceptance):
     """Accept in round t exactly the clients ``plan[t]`` names (ids compared as text)."""
 
     books_selection = True
@@ -116,28 +100,20 @@ class Replay:
     def __init__(self, plan: Mapping[int, Collection]) -> None:
         self.plan = {int(t): {str(c) for c in ids} for t, ids in plan.items()}
 
-    def check(self, *, methods, flows, clients_per_round) -> None:
-        return None
-
-    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
-        chosen = self.plan.get(server_round, set())
-        return {c for c in clients if str(c) in chosen}
+    def accept(self, round: AcceptInputs) -> set:
+        chosen = self.plan.get(round.server_round, set())
+        return {c for c in round.clients if str(c) in chosen}
 
 
-class _FairPolicy:
-    """What the fairness policies share: they need the fairness influences."""
+class _FairPolicy(Acceptance):
+    """What the fairness policies share: they act on the fairness scores of their rule."""
 
     books_selection = True
-    needs_fairness = True
-    rule: dict = {}
+    needs = frozenset({FAIRNESS})
 
-    def check(self, *, methods, flows, clients_per_round) -> None:
-        return None
-
-    def accept(self, server_round, clients, valuation, *, seed, outflows, fairness=None) -> set:
-        if fairness is None:
-            raise ValueError(f"acceptance: {self!r} needs the strategy's fairness objective (fairness=...).")
-        accepted, _ = policy_outcome(self.rule, {c: fairness[c] for c in clients})
+    def accept(self, round: AcceptInputs) -> set:
+        scores = round.fairness()
+        accepted, _ = policy_outcome(self.fairness_rule, {c: scores[c] for c in round.clients})
         return accepted
 
 
@@ -150,7 +126,8 @@ class FairDropK(_FairPolicy):
 
         self.score = str(check_choice("score", score, FAIR_SCORES))
         # The first-order rule is recorded as before (no "score" key): older records read the same.
-        self.rule = {"rule": "drop-k", "k": self.k, **({} if self.score == "first-order" else {"score": self.score})}
+        self.fairness_rule = {"rule": "drop-k", "k": self.k,
+                              **({} if self.score == "first-order" else {"score": self.score})}
 
     def check(self, *, methods, flows, clients_per_round) -> None:
         if self.score == "exact" and "loo" not in methods:
@@ -168,7 +145,7 @@ class FairReweight(_FairPolicy):
 
     def __init__(self, lam: float) -> None:
         self.lam = check_number("lam", lam, low=0.0)
-        self.rule = {"rule": "ijack", "lam": self.lam}
+        self.fairness_rule = {"rule": "ijack", "lam": self.lam}
 
     def check(self, *, methods, flows, clients_per_round) -> None:
         if flows:

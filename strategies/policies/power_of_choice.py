@@ -30,7 +30,9 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue._checks import check_integer, check_positive
-from strategies.nodes import NodeDirectory, claimed_partition, reply_node, sent_nodes
+from strategies.messages import reply_node, sent_nodes
+from strategies.nodes import NodeDirectory
+from strategies.replies import claimed_partition
 from strategies.protocol import ARRAYS_KEY, CLIENT_RECORD_KEY, CONFIG_KEY, LOCAL_LOSS_KEY, SERVER_ROUND_KEY
 
 #: Entropy tail of the candidate draws (its own stream beside other seeded draws of the run).

@@ -14,19 +14,12 @@ values add up to U(A_t) − U(A_{t−1}) again. The round record notes the polic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
-
-import numpy as np
-
 from fedvalue.rounds.defences.quotient import REPRESENTATIVES, accepted_representatives
 from fedvalue.rounds.defences.settings import DefenceSettings
-
-#: What the strategy hands the policy: (A_{t−1}, client -> arrays, client -> weight, A_{t−2} or None).
-RoundReplies = tuple[Mapping[str, np.ndarray], Mapping[Hashable, Mapping], Mapping[Hashable, float],
-                     Mapping[str, np.ndarray] | None]
+from strategies.acceptance_policy import REPLIES, AcceptInputs, Acceptance
 
 
-class RepresentativesOnly:
+class RepresentativesOnly(Acceptance):
     """Aggregate the near-duplicate clusters' representatives only, free-riders left out (module docstring).
 
     The strategy must book the same defences (``BookSettings(defences=settings)``): the policy
@@ -34,7 +27,7 @@ class RepresentativesOnly:
     """
 
     books_selection = True
-    needs_replies = True
+    needs = frozenset({REPLIES})
 
     def __init__(self, settings: DefenceSettings | None = None) -> None:
         settings = DefenceSettings() if settings is None else settings
@@ -43,16 +36,13 @@ class RepresentativesOnly:
                             f"{type(settings).__name__}.")
         self.settings = settings
 
-    def check(self, *, methods, flows, clients_per_round) -> None:
-        return None
-
     #: The round record's settings name the rule, so the audit derives the accepted clients again.
     recorded_acceptance = REPRESENTATIVES
 
-    def accept(self, server_round, clients, valuation, *, seed, outflows, replies: Callable[[], RoundReplies],
-               fairness=None) -> set:
-        start, arrays, weights, previous = replies()
-        return accepted_representatives(start, {c: arrays[c] for c in clients}, weights, previous, self.settings)
+    def accept(self, round: AcceptInputs) -> set:
+        start, arrays, weights, previous = round.replies()
+        return accepted_representatives(start, {c: arrays[c] for c in round.clients}, weights, previous,
+                                        self.settings)
 
     def __repr__(self) -> str:
         return f"RepresentativesOnly({self.settings!r})"

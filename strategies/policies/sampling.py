@@ -184,12 +184,21 @@ class ReplaySampler:
             raise ValueError(f"schedule: round {server_round} replays clients {missing} that are not connected.")
         return list(self.schedule[server_round])
 
-def retarget(messages: list[Message], sampler: Sampler, server_round: int,
-             client_to_node: Mapping[int, int]) -> list[Message]:
-    """The inner strategy's train messages sent to the clients ``sampler`` picks instead (the
-    first message's content, type and group to each picked client's node)."""
-    chosen = sampler.sample(server_round, list(client_to_node))
+def retarget(messages: list[Message], sampler: Sampler, server_round: int, partitions: Mapping[int, int],
+             registered: Mapping[int, int]) -> tuple[list[Message], list[int] | None]:
+    """(the inner strategy's train messages sent to the clients ``sampler`` picks instead, the first
+    message's content, type and group to each picked client's node; the partitions it chose from
+    when some ``registered`` ones have no connected node, else None: the round record notes them).
+    RuntimeError when fewer partitions have a connected node than the sampler takes a round."""
+    wanted = sampler.clients_per_round
+    if isinstance(wanted, int) and len(partitions) < wanted:
+        gone = sorted(set(registered) - set(partitions))
+        raise RuntimeError(f"sampler: round {server_round} needs {wanted} clients, but only {len(partitions)} of the "
+                           f"{len(registered)} registered partitions have a connected node (gone: {gone}); the run "
+                           "stops here with every earlier round committed: resume it once the nodes are back.")
+    chosen = sampler.sample(server_round, list(partitions))
     template = messages[0]
-    return [Message(content=template.content, dst_node_id=client_to_node[client_id],
-                    message_type=template.metadata.message_type, group_id=template.metadata.group_id or None)
-            for client_id in chosen]
+    retargeted = [Message(content=template.content, dst_node_id=partitions[client_id],
+                          message_type=template.metadata.message_type, group_id=template.metadata.group_id or None)
+                  for client_id in chosen]
+    return retargeted, None if len(partitions) == len(registered) else sorted(partitions)

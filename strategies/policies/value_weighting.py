@@ -18,15 +18,13 @@ Use it with a FedAvg-family inner strategy (the factors multiply FedAvg's weight
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-
 from fedvalue.rounds.kinds.value_weights import KINDS, value_weight_outcome, weighting_rule
-from fedvalue.valuation.round_game import RoundValuation
+from strategies.acceptance_policy import AcceptInputs, Acceptance
 
 SCORES = ("ads", "loo")
 
 
-class ValueWeighting:
+class ValueWeighting(Acceptance):
     """Accept the replies the rule gives a positive factor; the wrapper weighs them by n_i w_i.
 
     Parameters
@@ -61,10 +59,8 @@ class ValueWeighting:
             raise ValueError("acceptance: ValueWeighting changes the aggregation weights, which TracIn flows take as "
                              "FedAvg's; use flows=False with it.")
 
-    def accept(self, server_round: int, clients: Sequence[Hashable], valuation: RoundValuation | None, *, seed,
-               outflows, fairness=None) -> set:
-        values = valuation.results[self.score].values
-        accepted, _ = value_weight_outcome(self.weighting, {c: float(values[c]) for c in clients})
+    def accept(self, round: AcceptInputs) -> set:
+        accepted, _ = value_weight_outcome(self.weighting, round.values(self.score))
         return accepted
 
     def __repr__(self) -> str:

@@ -85,8 +85,8 @@ def test_a_lost_node_is_its_clients_failure_then_no_longer_sampled_and_the_run_a
     assert not ledger["client_id"].astype(str).str.startswith("node-").any()
     assert lost_partition not in set(ledger.loc[ledger["round"] > 2, "client_id"].astype(int))
     records = {t: read_round_record(path) for t, path in round_record_paths(tmp_path / "run").items()}
-    assert records[2].settings.available is None  # round 2 sampled before the node was gone
-    assert list(records[3].settings.available) == sorted(set(range(4)) - {lost_partition})
+    assert records[2].available is None  # round 2 sampled before the node was gone
+    assert list(records[3].available) == sorted(set(range(4)) - {lost_partition})
     # The run's sampler, as an audit rebuilds it from the seed, chooses from the partitions listed.
     report = audit_run(tmp_path / "run", utility=utility(),
                        sampled=lambda t, available=None: sampler.sample(t, range(4) if available is None else available))

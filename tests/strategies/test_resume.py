@@ -21,8 +21,8 @@ from fedvalue.run.archive import read_checkpoint_pointer, read_round_record, rou
 from fedvalue.run.rundir import RunDir
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
-from strategies import RunCallbacks, ValueWeightedSampler, ValuingStrategy
-from strategies.valuing import RunInterrupted
+from strategies import ValueWeightedSampler, ValuingStrategy
+from strategies import RunInterrupted
 from strategies.arrays import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
@@ -43,12 +43,14 @@ def make_strategy(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy
         if crash_after is not None and row["round"] == crash_after:
             raise Crash(f"killed after round {crash_after}")
 
-    return ValuingStrategy(
+    strategy = ValuingStrategy(
         FedAdam(fraction_evaluate=0.0, eta=0.05), utility(), run_dir=str(run_dir),
         sampler=ValueWeightedSampler(3, method="ads", temperature=0.01, seed=2), seed=5,
         valuation=ValuationSettings(methods=("ads", "loo")), books=BookSettings(flows=True),
-        run=RunSettings(run_config={"experiment": "resume"}, resume=resume), callbacks=RunCallbacks(on_round=on_round),
+        run=RunSettings(run_config={"experiment": "resume"}, resume=resume),
     )
+    strategy.on_round = on_round
+    return strategy
 
 
 def run(strategy: ValuingStrategy):
@@ -190,11 +192,13 @@ def test_a_dp_strategy_drawing_from_the_global_generator_resumes_to_the_uninterr
 
         inner = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(fraction_evaluate=0.0), noise_multiplier=0.3,
                                                              clipped_count_stddev=1.0, num_sampled_clients=3)
-        return ValuingStrategy(
+        strategy = ValuingStrategy(
             inner, utility(), run_dir=str(run_dir), sampler=PartitionSampler(3, seed=4), seed=5,
             valuation=ValuationSettings(methods=("ads",)),
-            run=RunSettings(run_config={"experiment": "dp"}, resume=resume), callbacks=RunCallbacks(on_round=on_round),
+            run=RunSettings(run_config={"experiment": "dp"}, resume=resume),
         )
+        strategy.on_round = on_round
+        return strategy
 
     with seeded_server_generators(5):
         run(make(tmp_path / "reference"))

@@ -10,7 +10,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
-from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
+from strategies import PartitionSampler, ValuingStrategy
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings
 
@@ -22,8 +22,8 @@ def _run(tmp_path, held_out_utility, **options):
     progress: list[tuple[int, int, int]] = []
     valuation = ValuationSettings(ads=AdsSettings(**options))
     strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), held_out_utility, run_dir=str(tmp_path),
-                               sampler=PartitionSampler(6, seed=3), seed=0, valuation=valuation,
-                               callbacks=RunCallbacks(on_progress=lambda *call: progress.append(call)))
+                               sampler=PartitionSampler(6, seed=3), seed=0, valuation=valuation)
+    strategy.on_progress = lambda *call: progress.append(call)
     strategy.start(InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)
     return load_run(tmp_path), progress
 

@@ -58,7 +58,6 @@ from strategies import (
     BookSettings,
     IntakeSettings,
     NodeDirectory,
-    RunCallbacks,
     RunSettings,
     ValuingStrategy,
     arrays_to_numpy,
@@ -176,8 +175,8 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
         parts.strategy, utility, run_dir=str(directory / RUN_DIR), sampler=parts.sampler,
         acceptance=parts.acceptance, seed=cell.seed, valuation=parts.valuation(config),
         books=BookSettings(noisy_clients=bad), intake=IntakeSettings(nodes=nodes, query_timeout=config.query_timeout),
-        run=RunSettings(run_config=cell_run_config(config, cell, parts, bad), checkpoint=False),
-        callbacks=RunCallbacks(on_round=note_decisions))
+        run=RunSettings(run_config=cell_run_config(config, cell, parts, bad), checkpoint=False))
+    strategy.on_round = note_decisions
     with seeded_server_generators(cell.seed):
         strategy.start(grid, initial_model_arrays(factory, cell.seed), num_rounds=config.rounds,
                        timeout=config.round_timeout, train_config=ConfigRecord(cell_train_config(config, cell)),

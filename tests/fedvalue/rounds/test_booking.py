@@ -137,12 +137,13 @@ def test_no_book_knows_the_runs_noisy_clients_and_the_join_marks_every_kind_of_r
     assert with_ground_truth(books.ledger_rows, None) == books.ledger_rows
 
 
-def test_a_new_kind_of_book_is_one_registration_away(monkeypatch):
+def test_a_new_kind_of_book_is_one_registration_away():
     """A kind registered in fedvalue.rounds.kinds.registry books its rows after each client's, and its
     closing rows after every client's, with no change to book_round."""
-    from fedvalue.rounds.kinds.registry import ROUND_BOOKS
+    from fedvalue.rounds.book_kind import RoundBook
+    from fedvalue.rounds.kinds.registry import ROUND_BOOKS, register_round_book, unregister_round_book
 
-    class Echo:
+    class Echo(RoundBook):
         def __init__(self, context):
             self.context = context
 
@@ -152,9 +153,18 @@ def test_a_new_kind_of_book_is_one_registration_away(monkeypatch):
         def closing_rows(self):
             return [self.context.row("all", "echo_total", float(len(self.context.record.entries)), 0.0, None, "ok")]
 
-    monkeypatch.setitem(ROUND_BOOKS, "echo", Echo)
-    books = book_round(record(6, ENTRIES, ("ads",), {"a", "b"}), valuation(), utility,
-                       realized=weighted_mean([REPLIES["a"], REPLIES["b"]], [1.0, 3.0]))
+    kinds = list(ROUND_BOOKS)
+    register_round_book("echo", Echo)
+    try:
+        with pytest.raises(ValueError, match="name: a round book kind 'echo' is registered already"):
+            register_round_book("echo", Echo)
+        books = book_round(record(6, ENTRIES, ("ads",), {"a", "b"}), valuation(), utility,
+                           realized=weighted_mean([REPLIES["a"], REPLIES["b"]], [1.0, 3.0]))
+    finally:
+        unregister_round_book("echo")
+    assert list(ROUND_BOOKS) == kinds
+    with pytest.raises(ValueError, match=r"name: expected a registered round book kind, one of \[.*'claims'\]; got 'echo'"):
+        unregister_round_book("echo")
     assert [(r.client_id, r.method) for r in books.ledger_rows] == [
         *[(c, m) for c in "abcd" for m in ("ads", "echo")], ("all", "echo_total")]
     assert books.ledger_rows[-1].value == 4.0 and books.parts["echo"].context.record.round == 6

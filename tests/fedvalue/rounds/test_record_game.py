@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fedvalue.rounds.record_game import record_game, valid_clients, value_record
+from fedvalue.run.settings import RoundSettings
 from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import ClientEntry
 from fedvalue.valuation.round_game import round_rng
@@ -60,8 +61,9 @@ def test_an_aggregator_replaces_the_mean_and_the_valuation_is_the_rounds_own():
 
     game = record_game(record, utility, first_member)
     assert game.value(0b110) == utility(REPLIES["b"]) and ("b", "e") in seen
-    exact = value_record(record, utility, ("ads", "loo"), AdsSettings(method="exact"), round_rng(0, 4))
-    again = value_record(record, utility, ("ads", "loo"), AdsSettings(method="exact"), round_rng(0, 4))
+    record.settings = RoundSettings(methods=("ads", "loo"), valuation=AdsSettings(method="exact"))
+    exact = value_record(record, utility, round_rng(0, 4))
+    again = value_record(record, utility, round_rng(0, 4))
     assert list(exact.results["ads"].values.index) == ["a", "b", "e"]
     assert exact.results["ads"].values.equals(again.results["ads"].values)
     # efficiency of the round game: Σφ = v(I_t) − v(∅)

@@ -55,9 +55,9 @@ def record(server_round: int = 3) -> RoundRecord:
         accepted=[4, np.int64(9)],
         gradients={4: {"g": np.arange(3.0)}, 12: {"g": np.ones(3)}},
         losses={4: 0.5, 12: 1.25},
-        settings=RoundSettings(methods=("ads",), valuation=AdsSettings(method="exact"), seed=7, strategy="FedAvg",
-                               available=(4, 9), passed=(0, 2)),
+        settings=RoundSettings(methods=("ads",), valuation=AdsSettings(method="exact"), seed=7, strategy="FedAvg"),
         claims=[ClaimEntry("edge-a", "claim_capped", 40.0, 2.5, "rejected")],
+        available=(4, 9), passed=(0, 2), replay_missing="its state holds a lock",
     )
 
 
@@ -74,6 +74,7 @@ def test_a_round_record_comes_back_exactly(tmp_path):
     assert path == tmp_path / "records" / "round-000003.npz"
     read = read_round_record(path)
     assert read.round == 3 and read.settings == written.settings
+    assert (read.available, read.passed, read.replay_missing) == ((4, 9), (0, 2), "its state holds a lock")
     assert same_arrays(read.start_arrays, written.start_arrays)
     # numpy ids come back as plain ints, in reply order, with their arrays and weights
     assert list(read.replies) == [4, "edge-a", 9]

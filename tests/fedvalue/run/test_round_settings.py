@@ -18,8 +18,16 @@ from fedvalue.run.archive import (
     round_record_from_bytes,
     round_record_paths,
 )
-from fedvalue.run.settings import BY_STRATEGY, WEIGHTED_MEAN, FairnessNote, RoundSettings
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.run.settings import (
+    BY_STRATEGY,
+    ROUND_FACTS,
+    WEIGHTED_MEAN,
+    FairnessNote,
+    RoundSettings,
+    round_facts_as_json,
+    round_facts_from_json,
+)
+from fedvalue.valuation.settings import AdsSettings
 
 
 def test_every_record_of_a_real_run_reads_typed_and_writes_back_byte_for_byte(signed_run):
@@ -54,10 +62,13 @@ round_settings = st.builds(
     weighting=st.one_of(st.none(), st.fixed_dictionaries({"score": st.just("ads"), "rule": st.just("clip")})),
     defences=st.one_of(st.none(), st.fixed_dictionaries({"norm_cap": st.floats(0.1, 5.0)})),
     acceptance=st.one_of(st.none(), st.just("representatives")),
-    replay_missing=st.one_of(st.none(), st.text(max_size=20)),
-    available=st.one_of(st.none(), st.lists(ids, max_size=5).map(tuple)),
-    passed=st.one_of(st.none(), st.lists(st.integers(0, 50), max_size=5).map(tuple)),
+    notes=st.one_of(st.none(), st.fixed_dictionaries({"my_kind": st.fixed_dictionaries({"k": st.integers(0, 9)})})),
 )
+round_facts = st.fixed_dictionaries({
+    "replay_missing": st.one_of(st.none(), st.text(max_size=20)),
+    "available": st.one_of(st.none(), st.lists(ids, max_size=5).map(tuple)),
+    "passed": st.one_of(st.none(), st.lists(st.integers(0, 50), max_size=5).map(tuple)),
+})
 
 
 @hypothesis_settings(max_examples=200, deadline=None)
@@ -66,8 +77,18 @@ def test_any_settings_survive_their_json(settings):
     written = json.loads(json.dumps(settings.as_json(), sort_keys=True))
     assert RoundSettings.from_json(written) == settings
     assert written.keys() >= {"methods", "valuation", "seed", "aggregation"}
-    for name in ("fairness", "weighting", "defences", "acceptance", "replay_missing", "available", "passed"):
+    for name in ("fairness", "weighting", "defences", "acceptance", "notes"):
         assert (name in written) == (getattr(settings, name) is not None)  # absent, not null: older bytes unchanged
+
+
+@hypothesis_settings(max_examples=100, deadline=None)
+@given(round_facts)
+def test_a_rounds_own_facts_survive_their_json_beside_the_settings(facts):
+    written = json.loads(json.dumps(round_facts_as_json(**facts), sort_keys=True))
+    assert round_facts_from_json(written) == {k: v for k, v in facts.items() if v is not None}
+    assert set(written) <= set(ROUND_FACTS) and not set(written) & {f.name for f in dataclasses.fields(RoundSettings)}
+    for name, value in facts.items():
+        assert (name in written) == (value is not None)  # absent, not null: older bytes unchanged
 
 
 GOOD = RoundSettings(methods=("ads",), seed=3).as_json()
@@ -85,13 +106,23 @@ GOOD = RoundSettings(methods=("ads",), seed=3).as_json()
     ({"flows": "yes"}, "flows: expected true or false"),
     ({"fairness": {"gap": 3}}, "fairness.gap: expected text"),
     ({"fairness": {"gap": "dp", "curvature": {"damping": "x"}}}, "fairness.curvature.damping"),
-    ({"available": [1, None]}, "available: expected a list of client ids"),
-    ({"passed": [0, "1"]}, "passed: expected an integer"),
+    ({"notes": {"my_kind": 3}}, "notes.my_kind: expected a JSON object"),
     ({"secret": 1}, "settings: expected only the keys"),
+    ({"available": [1]}, "settings: expected only the keys"),  # a round's fact, not a setting of the run
 ])
 def test_wrong_settings_are_refused_with_the_field_named(change, named):
     with pytest.raises(ValueError, match=named.replace(".", r"\.").replace("(", r"\(")):
         RoundSettings.from_json({**GOOD, **change})
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"available": [1, None]}, "available: expected a list of client ids"),
+    ({"passed": [0, "1"]}, "passed: expected an integer"),
+    ({"replay_missing": 3}, "replay_missing: expected text"),
+])
+def test_wrong_round_facts_are_refused_with_the_field_named(change, named):
+    with pytest.raises(ValueError, match=named):
+        round_facts_from_json(change)
 
 
 @pytest.mark.parametrize("missing", ["methods", "valuation", "seed"])

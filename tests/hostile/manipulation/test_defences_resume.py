@@ -21,7 +21,7 @@ from fedvalue.run.archive import read_round_record, record_path, write_round_rec
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.valuation.round_game import ValuationSettings
-from strategies import PartitionSampler, RepresentativesOnly, RunCallbacks, ValuingStrategy
+from strategies import PartitionSampler, RepresentativesOnly, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
 from strategies.book_settings import BookSettings
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
@@ -72,7 +72,8 @@ def run(run_dir, states: dict, *, resume=False, crash_after=None, acceptance=Non
         FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir), sampler=PartitionSampler(NUM_CLIENTS, seed=1),
         seed=3, valuation=ValuationSettings(methods=("ads", "loo")), acceptance=acceptance,
         books=BookSettings(flows=True, defences=DefenceSettings()),
-        run=RunSettings(run_config={"experiment": "defences"}, resume=resume), callbacks=RunCallbacks(on_round=on_round))
+        run=RunSettings(run_config={"experiment": "defences"}, resume=resume))
+    strategy.on_round = on_round
     config = ConfigRecord({"lr": 0.5, "local-epochs": 2, "batch-size": 0, "seed": 0})
     return strategy.start(grid(states), numpy_to_arrays(initial_state()), num_rounds=ROUNDS, timeout=10,
                           train_config=config)

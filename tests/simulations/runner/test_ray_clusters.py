@@ -21,7 +21,7 @@ from simulations.runner.engine import EngineSettings, _StoppableGrid, ray_init_a
 from simulations.runner.parallel import valuation_workers_advice
 from strategies import PartitionSampler, RunSettings, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
-from strategies.valuing import RunInterrupted
+from strategies import RunInterrupted
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
 from tests.strategies.test_flow_books import initial_state, load_client, make_model, utility
 

@@ -119,7 +119,8 @@ def test_the_audit_catches_a_changed_influence(tmp_path):
 
 
 def test_fairness_policies_refuse_to_run_without_a_fairness_objective():
-    with pytest.raises(ValueError, match="fairness: the acceptance policy FairDropK"):
+    with pytest.raises(ValueError, match=r"acceptance: the policy FairDropK\(k=1\) reads .fairness., which no book of this run "
+                                         r"offers; pass books=BookSettings\(fairness=GroupFairness"):
         ValuingStrategy(fedavg(), SETUP.make_utility(), acceptance=FairDropK(1))
     with pytest.raises(ValueError, match="FairReweight changes the aggregation weights"):
         ValuingStrategy(
@@ -187,7 +188,7 @@ def test_the_live_hook_and_the_audit_compute_each_round_s_fairness_by_the_same_p
         (_, audit_plugin, audit_value), (_, _, (chosen, audit_books)) = calls
         (_, live_plugin, live_value), (_, _, (_, live_books)) = live[2 * (t - 1): 2 * t]
         assert (audit_plugin.rule, audit_plugin.damping) == (live_plugin.rule, live_plugin.damping) == (
-            acceptance.rule, None)
+            acceptance.fairness_rule, None)
         assert same_fairness(audit_value, live_value) and same_fairness(audit_books, live_books)
         assert chosen == set(record.accepted)  # the accepted set the live policy chose is the rule's
         assert (live_books.factors is not None) == isinstance(acceptance, FairReweight)
@@ -197,7 +198,7 @@ def test_the_live_hook_and_the_audit_compute_each_round_s_fairness_by_the_same_p
     record = records[1]
     tampered = dataclasses.replace(record, accepted=[c for c in record.accepted if c != record.accepted[0]])
     *_, problems = recompute_books(tampered, SETUP.make_utility(), fairness=fairness_objective())
-    assert any(f"the {acceptance.rule['rule']} rule accepts" in p and "the record accepted" in p
+    assert any(f"the {acceptance.fairness_rule['rule']} rule accepts" in p and "the record accepted" in p
                for p in problems), problems
 
 

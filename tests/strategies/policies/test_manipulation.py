@@ -36,7 +36,7 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from fedvalue.rounds.booking import claim_rows
 from fedvalue.schema import LedgerRow, Method, Status
-from strategies.policies.claims import CLAIM_CAPPED, CLAIM_JUMPED
+from strategies.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from strategies.replies import ClientReply, read_reply
 from fedvalue.valuation.round_game import ValuationSettings
@@ -383,7 +383,7 @@ def reply(pid: int, claimed, status: str = "ok") -> ClientReply:
 
 def test_claim_review_caps_books_and_rewrites_the_message_alike():
     records = [reply(0, 1000), reply(1, 30), reply(2, 34), reply(3, 38)]
-    flags = ClaimReview(registered={0: 20, 1: 30}).review(records, "num-examples")
+    flags = ClaimReview(registered={0: 20, 1: 30}).review(records)
     assert [(f.client_id, f.method, f.claimed, f.used, f.limit) for f in flags] == [
         (0, CLAIM_CAPPED, 1000.0, 20.0, 20.0)]
     assert records[0].weight == 20.0 and records[0].metrics["num-examples"] == 20
@@ -398,14 +398,14 @@ def test_claim_review_caps_books_and_rewrites_the_message_alike():
 def test_the_median_cap_uses_claims_after_the_registry_and_needs_three_claims():
     review = ClaimReview(registered={1: 40}, median_multiple=1.5)
     records = [reply(0, 100), reply(1, 400), reply(2, 20), reply(3, 30)]
-    flags = review.review(records, "num-examples")
+    flags = review.review(records)
     # After the registry: 100, 40, 20, 30 -> median 35, cap 52.5 -> 52 examples.
     assert [(f.client_id, f.used, f.limit) for f in flags] == [(0, 52.0, 52.5), (1, 40.0, 40.0)]
     two = [reply(0, 1000), reply(1, 10)]
-    assert ClaimReview(median_multiple=1.0).review(two, "num-examples") == [] and two[0].weight == 1000.0
+    assert ClaimReview(median_multiple=1.0).review(two) == [] and two[0].weight == 1000.0
     # Failed replies carry no claim; rejected (non-finite) ones are capped, as their harm is scored with it.
     mixed = [reply(0, 500, "rejected"), reply(1, 10), reply(2, 10), reply(3, 10, "failed")]
-    flags = ClaimReview(median_multiple=2.0).review(mixed, "num-examples")
+    flags = ClaimReview(median_multiple=2.0).review(mixed)
     assert [(f.client_id, f.used, f.status) for f in flags] == [(0, 20.0, "rejected")]
     assert mixed[3].weight == 10.0
 
@@ -414,21 +414,21 @@ def test_a_float_weight_under_another_key_is_capped_as_a_float():
     record = reply(0, 1.0)
     record.metrics["quality"] = 9.5
     record.message.content["metrics"]["quality"] = 9.5
-    record.weight = 9.5
+    record.weight, record.weight_key = 9.5, "quality"
     others = [reply(1, 1.0), reply(2, 1.0)]
     for other in others:
-        other.metrics["quality"], other.weight = 1.0, 1.0
+        other.metrics["quality"], other.weight, other.weight_key = 1.0, 1.0, "quality"
         other.message.content["metrics"]["quality"] = 1.0
-    (flag,) = ClaimReview(median_multiple=2.5).review([record, *others], "quality")
+    (flag,) = ClaimReview(median_multiple=2.5).review([record, *others])
     assert flag.used == 2.5 and record.message.content["metrics"]["quality"] == 2.5
     assert record.message.content["metrics"]["num-examples"] == 1.0  # other keys untouched
 
 
 def test_jumps_compare_with_the_clients_own_last_claim():
     review = ClaimReview(jump_factor=2.0)
-    assert review.review([reply(0, 30), reply(1, 30)], "num-examples") == []
-    assert review.review([reply(1, 60)], "num-examples") == []  # exactly 2x is no jump
-    flags = review.review([reply(0, 61), reply(1, 121)], "num-examples")
+    assert review.review([reply(0, 30), reply(1, 30)]) == []
+    assert review.review([reply(1, 60)]) == []  # exactly 2x is no jump
+    flags = review.review([reply(0, 61), reply(1, 121)])
     assert [(f.client_id, f.method, f.limit) for f in flags] == [(0, CLAIM_JUMPED, 60.0), (1, CLAIM_JUMPED, 120.0)]
     assert review.previous_claims == {0: 61.0, 1: 121.0}
 
@@ -451,5 +451,5 @@ def test_claim_review_errors_name_the_parameter_the_expectation_and_the_value(kw
 
 
 def test_valuing_strategy_rejects_a_claims_object_without_review():
-    with pytest.raises(TypeError, match="claims: expected a strategies.policies.claims.ClaimReview .or None.; got dict"):
+    with pytest.raises(TypeError, match="claims: expected a strategies.claims.ClaimReview .or None.; got dict"):
         ValuingStrategy(FedAvg(), utility(), intake=IntakeSettings(claims={"median_multiple": 2}))

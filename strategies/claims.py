@@ -20,7 +20,7 @@ follows: the round game's coalitions, ADS and LOO, and TracIn outflow −(p_u Δ
 
 A capped claim changes BOTH the weight the books use (``ClientReply.weight``) and the
 weight the inner Flower strategy aggregates (the reply's MetricRecord entry under the
-strategy's ``weighted_by_key``), so the round game's v_t(I_t) is still U(A_t), the
+strategy's ``weighted_by_key``, each reply's ``weight_key``), so the round game's v_t(I_t) is still U(A_t), the
 realized state. Every capped or jumped claim is booked as an extra ledger row
 (:func:`fedvalue.rounds.booking.claim_rows`, from the round record's
 :class:`~fedvalue.schema.ClaimEntry`): method ``claim_capped`` or ``claim_jumped``, ``value`` = the
@@ -138,22 +138,21 @@ class ClaimReview:
         self.previous_claims: dict[Hashable, float] = {}
 
     def __repr__(self) -> str:
-        rules = [f"{name}={getattr(self, name)!r}" for name in ("registered", "median_multiple", "jump_factor")
-                 if getattr(self, name) is not None]
+        settings = {"registered": self.registered, "median_multiple": self.median_multiple,
+                    "jump_factor": self.jump_factor}
+        rules = [f"{name}={value!r}" for name, value in settings.items() if value is not None]
         return f"ClaimReview({', '.join(rules)})"
 
-    def review(self, records: list[ClientReply], weighted_by_key: str = "num-examples") -> list[ClaimFlag]:
+    def review(self, records: list[ClientReply]) -> list[ClaimFlag]:
         """Cap the round's claims in place and return the flags to book.
 
         Parameters
         ----------
         records
             The round's replies (:func:`strategies.replies.read_reply`); those with
-            status ``ok`` or ``rejected`` carry a claim. A capped record gets its new
-            ``weight``, ``metrics`` entry and reply-message MetricRecord entry.
-        weighted_by_key
-            The MetricRecord key the inner strategy weighs by
-            (``strategy.weighted_by_key``).
+            status ``ok`` or ``rejected`` carry a claim (under its ``weight_key``, the metric
+            the inner strategy weighs by). A capped record gets its new ``weight``, ``metrics``
+            entry and reply-message MetricRecord entry.
 
         Returns
         -------
@@ -179,7 +178,7 @@ class ClaimReview:
             claim = claimed[id(record)]
             if id(record) in limits:
                 limit, reason = limits[id(record)]
-                used = _set_weight(record, limit, weighted_by_key)
+                used = _set_weight(record, limit)
                 flags.append(ClaimFlag(record.client_id, CLAIM_CAPPED, claim, used, limit, reason, record.status))
             previous = self.previous_claims.get(client_key(record.client_id))
             if self.jump_factor is not None and previous is not None and claim > self.jump_factor * previous:
@@ -191,17 +190,14 @@ class ClaimReview:
         return flags
 
 
-def _set_weight(record: ClientReply, limit: float, weighted_by_key: str) -> float:
+def _set_weight(record: ClientReply, limit: float) -> float:
     """Lower a record's claim to ``limit`` everywhere it is read; returns the weight used.
 
     An int claim stays an int (rounded down, at least 1), as Flower's metric records hold it.
     """
-    original = record.metrics.get(weighted_by_key, record.weight)
+    original = record.metrics.get(record.weight_key, record.weight)
     used: int | float = max(1, math.floor(limit)) if isinstance(original, (int, np.integer)) else float(limit)
     record.weight = float(used)
-    record.metrics[weighted_by_key] = used
-    if record.message is not None and not record.message.has_error():
-        for metrics in record.message.content.metric_records.values():
-            if weighted_by_key in metrics:
-                metrics[weighted_by_key] = used
+    record.metrics[record.weight_key] = used
+    record.weigh(used)
     return float(used)

@@ -1,0 +1,65 @@
+"""The strategy's hooks by the name of the book kind each feeds (:data:`ROUND_HOOKS`, beside
+:data:`fedvalue.rounds.kinds.registry.ROUND_BOOKS`), in the order a round calls them. A new kind of
+round book is one module in :mod:`fedvalue.rounds.kinds` and one here, and one registration in each
+(:func:`fedvalue.rounds.kinds.registry.register_round_book`, :func:`register_round_hook`); neither
+the round nor the strategy names it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from strategies.hooks.defences import defence_hook
+from strategies.hooks.fairness import fairness_hook
+from strategies.hooks.flows import flow_hook
+from strategies.round_hook import HookContext, RoundHook
+from strategies.hooks.value_weights import value_weight_hook
+from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES
+
+#: A hook's factory: the run's hook of that kind, or None when the run keeps no such book.
+HookFactory = Callable[[HookContext], RoundHook | None]
+
+#: name (the book kind's) -> factory, in the order a round calls the hooks.
+ROUND_HOOKS: dict[str, HookFactory] = {
+    "flows": flow_hook,
+    "fairness": fairness_hook,
+    "defences": defence_hook,
+    "value_weights": value_weight_hook,
+}
+
+#: How a run comes to offer what an acceptance policy may read (:class:`strategies.policies.acceptance.AcceptInputs`).
+OFFER_ADVICE = {
+    OUTFLOWS: "book TracIn flows: books=BookSettings(flows=True)",
+    FAIRNESS: "pass books=BookSettings(fairness=GroupFairness(...)) (held-out data with a sensitive attribute)",
+    REPLIES: "book the defences too: books=BookSettings(defences=DefenceSettings())",
+}
+
+
+def register_round_hook(name: str, factory: HookFactory, *, replace: bool = False) -> None:
+    """Register the hook ``factory`` of the book kind ``name`` (after the hooks registered before it);
+    ValueError for a name already taken unless ``replace``."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name: expected a kind's name (an identifier); got {name!r}.")
+    if not callable(factory):
+        raise TypeError(f"factory: expected a callable HookContext -> RoundHook | None; got {type(factory).__name__}.")
+    if name in ROUND_HOOKS and not replace:
+        raise ValueError(f"name: a round hook {name!r} is registered already; pass replace=True to replace it.")
+    ROUND_HOOKS[name] = factory
+
+
+def unregister_round_hook(name: str) -> None:
+    """Remove the hook ``name``; ValueError naming the registered ones when there is none."""
+    if name not in ROUND_HOOKS:
+        raise ValueError(f"name: no round hook {name!r}; registered: {sorted(ROUND_HOOKS)}.")
+    del ROUND_HOOKS[name]
+
+
+def run_hooks(context: HookContext) -> dict[str, RoundHook]:
+    """The run's hooks by name (each factory's, where the run keeps its kind); ValueError when the
+    acceptance policy needs what no hook offers."""
+    hooks = {name: hook for name, factory in ROUND_HOOKS.items() if (hook := factory(context)) is not None}
+    offered = {offer for hook in hooks.values() for offer in hook.offers}
+    for need in sorted(set(context.acceptance.needs) - offered):
+        advice = OFFER_ADVICE.get(need, "register a round hook that offers it")
+        raise ValueError(f"acceptance: the policy {context.acceptance!r} reads {need!r}, which no book of this run "
+                         f"offers; {advice}.")
+    return hooks

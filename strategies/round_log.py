@@ -1,0 +1,53 @@
+"""What a round says in the server's log: which sampled clients were not valued and why, a loud
+warning (once a run) about replies that say no partition id, and, once it commits, its one line
+(clients valued, where the books are, the largest and smallest value)."""
+
+from __future__ import annotations
+
+import logging
+
+from flwr.supercore.logger import log
+
+from fedvalue.schema import PROBLEM_STATUSES, Status
+
+
+class RoundLog:
+    """The log of one run's rounds, valued by ``methods`` into ``run_dir`` (None: in memory)."""
+
+    def __init__(self, methods: tuple[str, ...]) -> None:
+        self.methods = methods
+        self.warned_anonymous = False
+
+    def taken_in(self, server_round: int, records: list) -> None:
+        """One line naming every sampled client not valued and why; and, once a run, loudly, that
+        replies which say no partition id are booked under node ids that change every run, which
+        no one can pay or rank."""
+        problems = [f"{r.client_id} {r.status} ({r.error})" for r in records if r.status in PROBLEM_STATUSES]
+        if problems:
+            log(logging.WARNING, "round %s: %d of %d sampled clients not valued: %s", server_round, len(problems),
+                len(records), "; ".join(problems))
+        anonymous = sorted({r.node_id for r in records if isinstance(r.client_id, str) and r.client_id.startswith("node-")
+                            and r.message is not None and not r.message.has_error()})
+        if anonymous and not self.warned_anonymous:
+            self.warned_anonymous = True
+            log(logging.WARNING, "fedvalue: replies from nodes %s say no partition id, so they are booked under "
+                "node ids ('node-N') that change every run. Add the valuation mod to the ClientApp: "
+                "ClientApp(mods=[clients.valuation_mod()]) (it reads the node config's 'partition-id').", anonymous)
+
+    def committed(self, server_round: int, ledger_rows: list, run_dir) -> None:
+        log(logging.INFO, "%s", round_line(server_round, ledger_rows, self.methods, run_dir))
+
+
+def round_line(server_round: int, ledger_rows: list, methods: tuple[str, ...], run_dir) -> str:
+    """The round's one log line: clients valued, where the books are, the largest and smallest value."""
+    method = methods[0] if methods else None
+    valued = [r for r in ledger_rows if r.method == method and r.status == Status.OK and r.value is not None]
+    sampled = {r.client_id for r in ledger_rows if r.method == method and r.status != Status.IDLE}
+    where = "in memory" if run_dir is None else f"into {run_dir}"
+    if not valued:
+        return f"fedvalue: round {server_round}: 0 of {len(sampled)} sampled clients valued, {where}"
+    high = max(valued, key=lambda r: r.value)
+    low = min(valued, key=lambda r: r.value)
+    return (f"fedvalue: round {server_round}: {len(valued)} of {len(sampled)} sampled clients valued, {where}; "
+            f"{method} largest {high.value:.4g} (client {high.client_id}), smallest {low.value:.4g} "
+            f"(client {low.client_id})")
