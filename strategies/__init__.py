@@ -30,6 +30,7 @@ from strategies.records import arrays_to_numpy, initial_arrays
 from strategies.replay import replay_aggregator
 from strategies.valuing import ValuingStrategy
 from strategies.valuing_settings import BookSettings, IntakeSettings, RunCallbacks
+from fedvalue.rounds.defences.settings import DefenceSettings
 
 __all__ = [
     "CLAIM_METHODS",
@@ -65,4 +66,5 @@ __all__ = [
     "ValueWeightedSampler",
     "ValueWeighting",
     "ValuingStrategy",
+    "DefenceSettings",
 ]

@@ -1,35 +1,45 @@
 """The house keeps its rooms: folders small enough to read, no folder that wants to exist (three
-modules with one name prefix), experiments that never import one another, a runner and data that
-import no experiment, a ``bench/`` that stands on its own, short functions, and modules that
-depend on a handful of others."""
+modules with one name prefix), experiments that never import one another and reach the project
+only through its faces, a runner and data that import no experiment, a ``bench/`` that stands on
+its own, examples that use public names only, functions short in code, modules that depend on a
+handful of others (counted where each imported name is defined), package docstrings whose module
+lists match their folders, and a README and docs that are short and readable in words and lines."""
 
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections import Counter
 from pathlib import Path
 
+from tests.test_layout import defining_modules, imported_names, is_face, module_name, python_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedvalue", "strategies", "clients", "simulations")
 SIMULATIONS = ROOT / "simulations"
 EXPERIMENTS = SIMULATIONS / "experiments"
 MAX_FILES_PER_FOLDER = 15
-MAX_LONG_FUNCTIONS, LONG_FUNCTION = 5, 80
-#: The functions named by the redesign, each with its own cap.
-CAPPED_FUNCTIONS = {"ads": 60, "simulate": 60, "recompute_run": 60}
-MAX_PROJECT_IMPORTS = 12
-FAN_OUT_EXEMPT = {"simulations.cli.registry"}  # lists every experiment by design
+#: A function over LONG_FUNCTION code lines (docstrings, comments and blank lines not counted).
+MAX_LONG_FUNCTIONS, LONG_FUNCTION = 0, 80
+#: The functions named by the redesign, each with its own cap in code lines.
+CAPPED_FUNCTIONS = {"ads": 40, "simulate": 40, "recompute_run": 40}
+#: The faces an experiment reaches the project through, besides its own experiment package.
+EXPERIMENT_FACES = ("fedvalue", "fedvalue.ledger", "fedvalue.utilities", "strategies", "clients",
+                    "simulations.runner", "simulations.datasets")
+#: The faces examples/ may import: the experiments' and ``simulations.simulate``.
+EXAMPLE_FACES = (*EXPERIMENT_FACES, "simulations")
+MAX_RESOLVED_FAN_OUT = 13
+FAN_OUT_EXEMPT = {
+    "simulations.cli.registry": "lists every experiment's Simulation record by design",
+    "simulations.runner.api": "simulate(), where clients, strategies, the books and the engine meet (18 modules)",
+}
+README_WORDS, LINE_CHARACTERS, TABLE_ROW_CHARACTERS, CODE_LINE_CHARACTERS = 1500, 120, 200, 160
 
 
 def _python_files(*tops: str) -> list[Path]:
     return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -42,24 +52,6 @@ def _imported_modules(path: Path) -> set[str]:
             names.add(node.module)
             names |= {f"{node.module}.{alias.name}" for alias in node.names}
     return names
-
-
-def _project_modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in _python_files(*PACKAGES)}
-
-
-def _project_imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules ``path`` imports (a name imported from a package counts as the
-    package unless it is a module of its own)."""
-    own = _module_name(path)
-    found = set()
-    for name in _imported_modules(path):
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        if name and name != own:
-            found.add(name)
-    # ``from pkg import module`` also names ``pkg``: count the module, not its package as well.
-    return {m for m in found if not any(other.startswith(m + ".") for other in found)}
 
 
 def test_every_folder_holds_at_most_15_python_files():
@@ -96,7 +88,7 @@ def _experiment_of(module: str) -> str | None:
 def test_experiments_import_no_other_experiment():
     wrong = []
     for path in _python_files("simulations/experiments"):
-        mine = _experiment_of(_module_name(path))
+        mine = _experiment_of(module_name(path))
         for module in _imported_modules(path):
             theirs = _experiment_of(module)
             if theirs is not None and mine is not None and theirs != mine:
@@ -107,7 +99,7 @@ def test_experiments_import_no_other_experiment():
 def test_only_the_cli_imports_experiments_and_nothing_below_imports_the_cli():
     wrong = []
     for path in _python_files(*PACKAGES):
-        module = _module_name(path)
+        module = module_name(path)
         if module.startswith(("simulations.cli", "simulations.experiments")):
             continue
         for imported in _imported_modules(path):
@@ -127,33 +119,94 @@ def test_bench_stands_alone():
     assert not wrong, "\n".join(wrong)
 
 
+#: Tokens that are no code: a line holding only these (and no docstring) is not counted.
+NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENCODING, tokenize.ENDMARKER}
+
+
+def _code_lines(text: str, tree: ast.Module) -> set[int]:
+    """The lines of ``text`` that hold code: a token other than a comment or a line break, outside
+    any docstring (a multi-line string that is no docstring is code on every line it spans)."""
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type not in NOT_CODE:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                lines -= set(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
 def _function_lengths() -> list[tuple[str, str, int]]:
+    """(where, name, code lines) for every function and method of the four packages; a nested
+    function's lines count for it and for the function around it."""
     found = []
     for path in _python_files(*PACKAGES):
-        for node in ast.walk(ast.parse(path.read_text())):
+        text = path.read_text()
+        tree = ast.parse(text)
+        code = _code_lines(text, tree)
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.name, node.end_lineno - node.lineno + 1))
+                length = len(code.intersection(range(node.lineno, node.end_lineno + 1)))
+                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.name, length))
     return found
 
 
-def test_few_long_functions_and_the_named_ones_short():
+def test_no_function_over_80_code_lines_and_the_named_ones_short():
+    """Length is measured in code lines: a docstring, a comment or a blank line makes a function
+    no harder to follow, and counting them taught functions to drop their explanations. When the
+    rule moved from physical to code lines, 4 functions had over 80 physical lines and none over
+    80 code lines (the longest, make_client_app, 74); the named functions had 33-37 code lines."""
     lengths = _function_lengths()
     long = sorted((n, f"{where} {name}") for where, name, n in lengths if n > LONG_FUNCTION)
-    assert len(long) <= MAX_LONG_FUNCTIONS, f"{len(long)} functions over {LONG_FUNCTION} lines: {long}"
+    assert len(long) <= MAX_LONG_FUNCTIONS, f"{len(long)} functions over {LONG_FUNCTION} code lines: {long}"
     over_cap = [(where, name, n) for where, name, n in lengths if name in CAPPED_FUNCTIONS and n > CAPPED_FUNCTIONS[name]]
     assert not over_cap, over_cap
 
 
-def test_no_module_imports_more_than_12_project_modules():
-    modules = _project_modules()
+def test_experiments_reach_the_project_only_through_its_faces():
+    """An experiment is a user of the platform: it imports project code from the faces
+    (``fedvalue``, ``fedvalue.ledger``, ``fedvalue.utilities``, ``strategies``, ``clients``,
+    ``simulations.runner``, ``simulations.datasets``) and from its own experiment package, never
+    from a module behind a face. A name an experiment needs is added to a face, so the faces show
+    what the platform offers and a module behind them can move without touching the experiments."""
+    wrong = []
+    for path in _python_files("simulations/experiments"):
+        own = ".".join(module_name(path).split(".")[:3])
+        for module, name, line in imported_names(path):
+            if module.split(".")[0] not in PACKAGES or module in EXPERIMENT_FACES:
+                continue
+            if module != own and not module.startswith(own + "."):
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}{'.' + name if name else ''}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_faces_only_re_export():
+    """A face holds no code of its own: a docstring, imports and ``__all__``. Otherwise importing
+    the face runs code, and a name defined there hides where the work is done."""
+    modules = python_modules(*PACKAGES)
+    impure = [face for face in EXPERIMENT_FACES if not is_face(modules[face])]
+    assert not impure, impure
+
+
+def test_no_module_imports_names_defined_in_more_than_13_project_modules():
+    """Fan-out is counted where each imported name is defined: ``from strategies import A, B``
+    counts the modules that define A and B, not the face, so a face hides no coupling. Faces
+    (pure re-exports) and the experiments (held to the faces instead) are not counted. When this
+    rule was set, the 141 other modules imported a median of 2 defining modules, 95% at most 10,
+    99% at most 13 (fedvalue.audit.audit_recompute); the cap is that 99th percentile, 13. The one
+    module above it, simulations.runner.api (18), is exempt with its reason beside it."""
+    modules = python_modules(*PACKAGES)
     heavy = {}
     for name, path in modules.items():
-        if name in FAN_OUT_EXEMPT:
+        if name in FAN_OUT_EXEMPT or is_face(path) or name.startswith("simulations.experiments."):
             continue
-        imported = _project_imports(path, modules)
-        if len(imported) > MAX_PROJECT_IMPORTS:
-            heavy[name] = len(imported)
-    assert not heavy, heavy
+        imported = defining_modules(path, modules)
+        if len(imported) > MAX_RESOLVED_FAN_OUT:
+            heavy[name] = sorted(imported)
+    assert not heavy, {name: f"{len(found)}: {found}" for name, found in heavy.items()}
 
 
 def test_readme_is_a_front_door_of_at_most_180_lines_whose_links_resolve():

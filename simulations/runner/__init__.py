@@ -7,6 +7,7 @@ run directory (:mod:`.run_dir`), the Flower engine on Ray (:mod:`.engine`), the 
 This package is the experiments' face of the runner: an experiment imports from here, never
 from its modules."""
 
+from fedvalue._checks import check_choice, check_integer, check_number, check_open_unit, check_unit_interval
 from simulations.runner.api import (
     check_some_client_valued,
     initial_model_arrays,
@@ -45,13 +46,18 @@ from simulations.runner.simulation import Simulation
 __all__ = [
     "build_strategy",
     "check_budget",
+    "check_choice",
     "check_devices",
+    "check_integer",
     "check_integers",
     "check_engine_keys",
+    "check_number",
     "check_numbers",
+    "check_open_unit",
     "check_ray_address",
     "check_some_client_valued",
     "check_strategy",
+    "check_unit_interval",
     "client_mods",
     "default_max_parallel_clients",
     "EngineSettings",
@@ -75,7 +81,6 @@ __all__ = [
     "simulate",
     "skipped_evaluation_unannounced",
     "Simulation",
-    "skipped_evaluation_unannounced",
     "STRATEGY_PARAMETERS",
     "torch_threads",
     "ValuationProgress",
