@@ -183,6 +183,19 @@ def test_experiments_reach_the_project_only_through_its_faces():
     assert not wrong, "\n".join(wrong)
 
 
+def test_examples_import_only_public_names_from_the_faces():
+    """examples/ shows users what to write: every project import there goes through a face
+    (the experiments' faces and ``simulations``), and the name is public (no leading underscore)."""
+    wrong = []
+    for path in sorted((ROOT / "examples").rglob("*.py")):
+        for module, name, line in imported_names(path):
+            if module.split(".")[0] not in PACKAGES:
+                continue
+            if module not in EXAMPLE_FACES or name is None or name.startswith("_"):
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}{'.' + name if name else ''}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_faces_only_re_export():
     """A face holds no code of its own: a docstring, imports and ``__all__``. Otherwise importing
     the face runs code, and a name defined there hides where the work is done."""

@@ -1,5 +1,5 @@
 """What every experiment runs on: :func:`~simulations.runner.api.simulate` (:mod:`.api`) and the
-run directory (:mod:`.run_dir`), the Flower engine on Ray (:mod:`.engine`), the inner strategies of
+run directory (:mod:`.out_dir`), the Flower engine on Ray (:mod:`.engine`), the inner strategies of
 ``--strategy`` (:mod:`.inner_strategies`), parallel valuation (:mod:`.parallel`), the valuation budget
 (:mod:`.budget`), progress and console output, config checks, and the
 :class:`~simulations.runner.simulation.Simulation` record. Imports no experiment and no CLI.
@@ -27,6 +27,7 @@ from simulations.runner.engine import (
     flat_settings,
     nest_settings,
     replies_in_send_order,
+    run_flower_simulation,
     serve,
     torch_threads,
 )
@@ -40,7 +41,7 @@ from simulations.runner.inner_strategies import (
 )
 from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
-from simulations.runner.run_dir import prepare_run_dir
+from simulations.runner.out_dir import prepare_run_dir
 from simulations.runner.simulation import Simulation
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "valuation_workers_advice",
     "replies_in_send_order",
     "round_progress",
+    "run_flower_simulation",
     "saved_config",
     "seeded_server_generators",
     "serve",

@@ -35,7 +35,7 @@ from fedvalue.run.run_info import package_versions
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility
 from simulations.runner.engine import EngineSettings, check_ray_address, serve, stop_on_signals
-from simulations.runner.run_dir import RunHold, claim_run_dir
+from simulations.runner.out_dir import RunHold, claim_run_dir
 from strategies import (
     SEED_KEY,
     Acceptance,
