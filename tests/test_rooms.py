@@ -222,6 +222,66 @@ def test_no_module_imports_names_defined_in_more_than_13_project_modules():
     assert not heavy, {name: f"{len(found)}: {found}" for name, found in heavy.items()}
 
 
+def _split_top_level(text: str) -> list[str]:
+    """``text`` cut at the commas and semicolons outside parentheses."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char in ",;" and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [item for item in [*items, current.strip()] if item]
+
+
+def _modules_list(docstring: str) -> dict[str, set[str]] | None:
+    """A ``Modules:`` paragraph read as {"": the modules named, "sub/": those named for sub/}:
+    ``name`` or ``name (a note)`` names a module, ``sub/ (a, b)`` a subpackage and its modules.
+    None when the docstring has no such paragraph."""
+    match = re.search(r"^Modules: (.*?)(?:\n\s*\n|\Z)", docstring, re.S | re.M)
+    if not match:
+        return None
+    listed: dict[str, set[str]] = {"": set()}
+    for item in _split_top_level(" ".join(match.group(1).split()).rstrip(".")):
+        name, _, inside = item.partition("(")
+        name = name.strip()
+        if name.endswith("/"):
+            listed[""].add(name)
+            listed[name] = {entry.split("(")[0].strip() for entry in _split_top_level(inside.rstrip(")"))}
+        else:
+            listed[""].add(name)
+    return listed
+
+
+def _folder_holds(folder: Path) -> set[str]:
+    """A package folder's modules by stem and its subpackages as ``sub/``."""
+    return ({path.stem for path in folder.glob("*.py") if path.stem != "__init__"}
+            | {f"{path.parent.name}/" for path in folder.glob("*/__init__.py")})
+
+
+def test_each_modules_list_in_a_package_docstring_names_its_files():
+    """A package whose ``__init__`` docstring lists its modules (``Modules: a, b; sub/ (c, d)``)
+    lists exactly the files it holds: a reader finds every module there, and a list that was
+    never updated when a module came or went is worse than none."""
+    checked, wrong = 0, []
+    for init in _python_files(*PACKAGES):
+        if init.name != "__init__.py":
+            continue
+        listed = _modules_list(ast.get_docstring(ast.parse(init.read_text())) or "")
+        if listed is None:
+            continue
+        checked += 1
+        for key, names in listed.items():
+            folder = init.parent / key
+            held = _folder_holds(folder) if key == "" else {name.rstrip("/") for name in _folder_holds(folder)}
+            where = f"{init.relative_to(ROOT)} ({key or 'Modules'})"
+            if names != held:
+                wrong.append(f"{where}: not listed {sorted(held - names)}, listed but absent {sorted(names - held)}")
+    assert checked >= 7, f"found {checked} Modules: lists; the parser no longer reads them"
+    assert not wrong, "\n".join(wrong)
+
+
 def test_readme_is_a_front_door_of_at_most_180_lines_whose_links_resolve():
     """The set-up, what the main job shows, the ways in and links; the rest lives in docs/."""
     readme = ROOT / "README.md"
