@@ -14,7 +14,7 @@ import tokenize
 from collections import Counter
 from pathlib import Path
 
-from tests.test_layout import defining_modules, imported_names, is_face, module_name, python_modules
+from tests.test_layout import _allowed, defining_modules, imported_names, is_face, module_name, python_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedvalue", "strategies", "clients", "simulations")
@@ -35,7 +35,7 @@ FAN_OUT_EXEMPT = {
     "simulations.cli.registry": "lists every experiment's Simulation record by design",
     "simulations.runner.api": "simulate(), where clients, strategies, the books and the engine meet (18 modules)",
 }
-README_WORDS, LINE_CHARACTERS, TABLE_ROW_CHARACTERS, CODE_LINE_CHARACTERS = 1500, 120, 200, 160
+README_WORDS, LINE_CHARACTERS, TABLE_ROW_CHARACTERS, CODE_LINE_CHARACTERS = 1500, 120, 250, 160
 
 
 def _python_files(*tops: str) -> list[Path]:
@@ -282,10 +282,79 @@ def test_each_modules_list_in_a_package_docstring_names_its_files():
     assert not wrong, "\n".join(wrong)
 
 
-def test_readme_is_a_front_door_of_at_most_180_lines_whose_links_resolve():
-    """The set-up, what the main job shows, the ways in and links; the rest lives in docs/."""
+def _design_map() -> dict[str, str]:
+    """docs/design.md's entries for fedvalue's subpackages (``- `name/`: ...``), each joined into one line."""
+    entries: dict[str, str] = {}
+    current = None
+    for line in (ROOT / "docs" / "design.md").read_text().splitlines():
+        match = re.match(r"- `(\w+)/`: (.*)", line)
+        if match:
+            current = match.group(1)
+            entries[current] = match.group(2)
+        elif current and line.startswith("  ") and line.strip():
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    return entries
+
+
+def test_the_design_map_names_each_subpackages_modules_and_imports():
+    """docs/design.md's map of fedvalue/ says, for each subpackage, what it may import (as its
+    ``__init__`` docstring does, which tests/test_layout.py enforces) and which modules it holds
+    (as its folder does): the page a newcomer reads first must not have drifted from the code."""
+    allowed, entries, wrong = _allowed(), _design_map(), []
+    assert set(entries) == set(allowed), f"design.md maps {sorted(entries)}; fedvalue/ holds {sorted(allowed)}"
+    for name, text in entries.items():
+        match = re.search(r"May import: (.*?)\. Modules: (.*)$", text)
+        assert match, f"design.md, {name}/: expected '... May import: ... . Modules: ...'"
+        said = set(re.findall(r"`(\w+)`", match.group(1)))
+        if said != allowed[name]:
+            wrong.append(f"{name}/ may import {sorted(allowed[name])}; design.md says {sorted(said)}")
+        listed = _modules_list("Modules: " + match.group(2))
+        folder = ROOT / "fedvalue" / name
+        for key, names in listed.items():
+            held = _folder_holds(folder / key)
+            held = held if key == "" else {entry.rstrip("/") for entry in held}
+            if names != held:
+                wrong.append(f"design.md, {name}/{key}: not listed {sorted(held - names)}, absent {sorted(names - held)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _overlong_lines(page: Path) -> list[str]:
+    """The lines of a markdown page past their bound: prose 120 characters, a table row 250, a
+    line of fenced code 160."""
+    found, fenced = [], False
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        kind, bound = (("fenced code", CODE_LINE_CHARACTERS) if fenced else
+                       ("table row", TABLE_ROW_CHARACTERS) if line.lstrip().startswith("|") else
+                       ("prose", LINE_CHARACTERS))
+        if len(line) > bound:
+            found.append(f"{page.relative_to(ROOT)}:{number}: {kind} of {len(line)} characters (at most {bound})")
+    return found
+
+
+def test_readme_is_a_front_door_of_at_most_1500_words_whose_links_resolve():
+    """The set-up, what the main job shows, the ways in and links; the rest lives in docs/.
+    Bounded by what a reader reads, its words (every whitespace-separated token, code included),
+    not by its line count, which rewrapping changes without changing the reading."""
     readme = ROOT / "README.md"
-    assert len(readme.read_text().splitlines()) <= 180
+    words = len(readme.read_text().split())
+    assert words <= README_WORDS, f"README.md holds {words} words (at most {README_WORDS}): move detail to docs/"
     for page in [readme, *sorted((ROOT / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to a missing {target}"
+
+
+def test_readme_and_docs_lines_fit_a_screen():
+    """Prose lines hold at most 120 characters, so a page reads in an editor and in a diff without
+    scrolling sideways; a paragraph that is longer wraps, and a diff then shows the sentence that
+    changed. A table row cannot wrap: it is bounded at 250, which the widest results tables (ten or
+    more columns of numbers, up to 242 characters) fit and which a cell only passes when it holds a
+    paragraph that belongs in a list. Fenced code shows a command or a program's output as it is,
+    which rewrapping would misquote: its lines are bounded at 160, the widest output shown (150)."""
+    found = [line for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+             for line in _overlong_lines(page)]
+    assert not found, "\n".join(found)
