@@ -1,5 +1,6 @@
 """What every experiment runs on: :func:`~simulations.runner.api.simulate` (:mod:`.api`) and the
-run directory (:mod:`.out_dir`), the Flower engine on Ray (:mod:`.engine`), the inner strategies of
+run directory (:mod:`.out_dir`), the Flower engine on Ray (:mod:`.engine`; its settings, :mod:`.engine_settings`;
+the grid a ServerApp is handed, :mod:`.grid`), the inner strategies of
 ``--strategy`` (:mod:`.inner_strategies`), parallel valuation (:mod:`.parallel`), the valuation budget
 (:mod:`.budget`), progress and console output, config checks, and the
 :class:`~simulations.runner.simulation.Simulation` record. Imports no experiment and no CLI.
@@ -18,7 +19,8 @@ from simulations.runner.api import (
 from simulations.runner.budget import check_budget, parse_budget
 from simulations.runner.config_checks import check_devices, check_integers, check_numbers, saved_config
 from simulations.runner.console import print_federated_run, progress_bar, round_progress
-from simulations.runner.engine import (
+from simulations.runner.engine import run_flower_simulation, serve, torch_threads
+from simulations.runner.engine_settings import (
     EngineSettings,
     check_engine_keys,
     check_ray_address,
@@ -26,11 +28,8 @@ from simulations.runner.engine import (
     flat_fields,
     flat_settings,
     nest_settings,
-    replies_in_send_order,
-    run_flower_simulation,
-    serve,
-    torch_threads,
 )
+from simulations.runner.grid import replies_in_send_order
 from simulations.runner.inner_strategies import (
     STRATEGY_PARAMETERS,
     build_strategy,

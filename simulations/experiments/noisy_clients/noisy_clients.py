@@ -137,7 +137,7 @@ class NoisyClientsConfig:
     valuation_budget: str | None = None
 
     #: run.json and the command line have the engine's settings flat, ``device`` among them where
-    #: it always stood (:func:`simulations.runner.engine.flat_fields`).
+    #: it always stood (:func:`simulations.runner.engine_settings.flat_fields`).
     ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "num_gpus_per_client", "device",
                                               "max_parallel_clients", "ray_address")
 
