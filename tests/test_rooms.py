@@ -28,7 +28,7 @@ CAPPED_FUNCTIONS = {"ads": 40, "simulate": 40, "recompute_run": 40}
 #: The faces an experiment reaches the project through, besides its own experiment package.
 EXPERIMENT_FACES = ("fedvalue", "fedvalue.ledger", "fedvalue.utilities", "strategies", "clients",
                     "simulations.runner", "simulations.datasets")
-#: The faces examples/ may import: the experiments' and ``simulations.simulate``.
+#: The faces examples/ may import: the experiments' and ``simulations`` (for ``simulate``).
 EXAMPLE_FACES = (*EXPERIMENT_FACES, "simulations")
 MAX_RESOLVED_FAN_OUT = 13
 FAN_OUT_EXEMPT = {
@@ -156,9 +156,11 @@ def _function_lengths() -> list[tuple[str, str, int]]:
 
 def test_no_function_over_80_code_lines_and_the_named_ones_short():
     """Length is measured in code lines: a docstring, a comment or a blank line makes a function
-    no harder to follow, and counting them taught functions to drop their explanations. When the
-    rule moved from physical to code lines, 4 functions had over 80 physical lines and none over
-    80 code lines (the longest, make_client_app, 74); the named functions had 33-37 code lines."""
+    no harder to follow, and counting them rewards a function for dropping its explanations. When
+    the rule moved from physical to code lines, 4 functions had over 80 physical lines (5 were
+    allowed) and none had over 80 code lines (the longest, make_client_app, 74), so none is
+    allowed now; the named functions, capped at 60 physical lines before, had 33-37 code lines and
+    are capped at 40."""
     lengths = _function_lengths()
     long = sorted((n, f"{where} {name}") for where, name, n in lengths if n > LONG_FUNCTION)
     assert len(long) <= MAX_LONG_FUNCTIONS, f"{len(long)} functions over {LONG_FUNCTION} code lines: {long}"
@@ -197,8 +199,10 @@ def test_examples_import_only_public_names_from_the_faces():
 
 
 def test_the_faces_only_re_export():
-    """A face holds no code of its own: a docstring, imports and ``__all__``. Otherwise importing
-    the face runs code, and a name defined there hides where the work is done."""
+    """A face the experiments import through holds no code of its own: a docstring, imports and
+    ``__all__``. Otherwise importing the face runs code, and a name defined there hides where the
+    work is done. (``simulations`` itself, which examples may import ``simulate`` from, sets an
+    OpenMP variable before torch loads, and is not one of them.)"""
     modules = python_modules(*PACKAGES)
     impure = [face for face in EXPERIMENT_FACES if not is_face(modules[face])]
     assert not impure, impure
