@@ -33,7 +33,7 @@ EXAMPLE_FACES = (*EXPERIMENT_FACES, "simulations")
 MAX_RESOLVED_FAN_OUT = 13
 FAN_OUT_EXEMPT = {
     "simulations.cli.registry": "lists every experiment's Simulation record by design",
-    "simulations.runner.api": "simulate(), where clients, strategies, the books and the engine meet (18 modules)",
+    "simulations.runner.api": "simulate(), where clients, strategies, the books and the engine meet (19 modules)",
 }
 README_WORDS, LINE_CHARACTERS, TABLE_ROW_CHARACTERS, CODE_LINE_CHARACTERS = 1500, 120, 250, 160
 
@@ -214,7 +214,8 @@ def test_no_module_imports_names_defined_in_more_than_13_project_modules():
     (pure re-exports) and the experiments (held to the faces instead) are not counted. When this
     rule was set, the 141 other modules imported a median of 2 defining modules, 95% at most 10,
     99% at most 13 (fedvalue.audit.audit_recompute); the cap is that 99th percentile, 13. The one
-    module above it, simulations.runner.api (18), is exempt with its reason beside it."""
+    module above it, simulations.runner.api (18; 19 once the engine's settings left engine.py), is
+    exempt with its reason beside it."""
     modules = python_modules(*PACKAGES)
     heavy = {}
     for name, path in modules.items():
