@@ -1,9 +1,19 @@
-"""Flower ClientApps: local torch training and scripted client behaviours.
+"""Flower ClientApps: local torch training, scripted client behaviours and the attacks on the
+books (:mod:`clients.attacks`).
 
 Never imports ``simulations`` (simulations imports clients).
 """
 
-from clients.app import ClientData, make_client_app
+from clients.app import ClientData, make_client_app, partition_id_of, train_client
+from clients.attacks import (
+    ColludingFreeRider,
+    CraftedUpdate,
+    DeltaWeightsFreeRider,
+    DynamicFreeRider,
+    SybilReplica,
+    SybilShard,
+    shard_indices,
+)
 from clients.behaviours import (
     BoostedUpdate,
     ClientBehaviour,
@@ -39,4 +49,13 @@ __all__ = [
     "TorchInferenceGradient",
     "ValuationMod",
     "valuation_mod",
+    "ColludingFreeRider",
+    "CraftedUpdate",
+    "DeltaWeightsFreeRider",
+    "DynamicFreeRider",
+    "SybilReplica",
+    "SybilShard",
+    "partition_id_of",
+    "shard_indices",
+    "train_client",
 ]

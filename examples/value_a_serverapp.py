@@ -8,7 +8,7 @@ FedAdam, a server optimizer) and a ClientApp (``clients.make_client_app`` trains
 model and answers the wrapper's partition-id query). The wrapper samples by partition id
 (seeded), values every round's clients by within-round ADS and leave-one-out on the
 server's held-out data, and writes the ledger as each round completes. Here the two apps
-run on Flower's simulation engine through ``simulations.runner.engine.run_flower_simulation``;
+run on Flower's simulation engine through ``simulations.runner.run_flower_simulation``;
 ``simulations/experiments/noisy_clients/flower_app.py`` is a full App for ``flwr run .``.
 """
 
@@ -23,12 +23,10 @@ from flwr.serverapp.strategy import FedAdam
 
 from clients import make_client_app
 from digits_clients import digits, load_client, make_model  # your model and data (examples/digits_clients.py)
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue import AdsSettings, ValuationSettings
 from fedvalue.ledger import load_run
-from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.utilities import TorchModelUtility
-from simulations.runner.api import initial_model_arrays
-from simulations.runner.engine import run_flower_simulation
+from simulations.runner import initial_model_arrays, run_flower_simulation
 from strategies import IntakeSettings, PartitionSampler, ValuingStrategy
 
 

@@ -23,12 +23,10 @@ from flwr.serverapp.strategy import FedAvg
 
 from clients import make_client_app
 from digits_clients import digits, load_client, make_model, noisy_clients  # your model and data
+from fedvalue import AdsSettings, ValuationSettings
 from fedvalue.ledger import load_run
 from fedvalue.utilities import TorchModelUtility
-from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import ValuationSettings
-from simulations.runner.api import initial_model_arrays
-from simulations.runner.engine import run_flower_simulation
+from simulations.runner import initial_model_arrays, run_flower_simulation
 from strategies import IntakeSettings, ValueEliminationSampler, ValueWeighting, ValuingStrategy
 
 

@@ -1,7 +1,8 @@
 """What the books are used for: noisy-client detection and flagging rules, top-k selection and the
-retrain plan, a run's findings and HTML report, and staged data procurement.
+retrain plan, a run's findings and HTML report, payments from the books, and staged data
+procurement.
 
-Modules: _ledger_frames, detection, findings, flagging, report, staged_procurement,
+Modules: _ledger_frames, detection, findings, flagging, payout, report, staged_procurement,
 top_k_selection.
 
 May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds

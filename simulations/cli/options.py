@@ -9,7 +9,7 @@ import types
 import typing
 from collections.abc import Mapping
 
-from simulations.runner.engine import flat_fields
+from simulations.runner.engine_settings import flat_fields
 from simulations.runner.inner_strategies import STRATEGIES, STRATEGY_PARAMETERS
 
 PARAMETER_HELP = {
@@ -124,8 +124,8 @@ def subcommand(commands, name: str, **options) -> argparse.ArgumentParser:
 
 def add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
     """One ``--option`` per field of ``config_cls``, its engine options flat (``--num-cpus-per-client``,
-    not one option for the nested :class:`~simulations.runner.engine.EngineSettings`: see
-    :func:`~simulations.runner.engine.flat_fields`); its help from ``own_help`` (the simulation's
+    not one option for the nested :class:`~simulations.runner.engine_settings.EngineSettings`: see
+    :func:`~simulations.runner.engine_settings.flat_fields`); its help from ``own_help`` (the simulation's
     own texts), else :data:`PARAMETER_HELP`."""
     own_help = own_help or {}
     for f in flat_fields(config_cls):

@@ -12,7 +12,7 @@ from simulations.cli.options import add_config_options, subcommand
 from simulations.cli.registry import SIMULATIONS
 from simulations.runner.config_checks import saved_config, saved_run_config
 from simulations.runner.console import RunOptions
-from simulations.runner.engine import flat_fields, flat_settings, nest_settings
+from simulations.runner.engine_settings import flat_fields, flat_settings, nest_settings
 
 
 def _simulations_epilog() -> str:

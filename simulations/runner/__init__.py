@@ -1,5 +1,6 @@
 """What every experiment runs on: :func:`~simulations.runner.api.simulate` (:mod:`.api`) and the
-run directory (:mod:`.run_dir`), the Flower engine on Ray (:mod:`.engine`), the inner strategies of
+run directory (:mod:`.out_dir`), the Flower engine on Ray (:mod:`.engine`; its settings, :mod:`.engine_settings`;
+the grid a ServerApp is handed, :mod:`.grid`), the inner strategies of
 ``--strategy`` (:mod:`.inner_strategies`), parallel valuation (:mod:`.parallel`), the valuation budget
 (:mod:`.budget`), progress and console output, config checks, and the
 :class:`~simulations.runner.simulation.Simulation` record. Imports no experiment and no CLI.
@@ -7,6 +8,7 @@ run directory (:mod:`.run_dir`), the Flower engine on Ray (:mod:`.engine`), the 
 This package is the experiments' face of the runner: an experiment imports from here, never
 from its modules."""
 
+from fedvalue._checks import check_choice, check_integer, check_number, check_open_unit, check_unit_interval
 from simulations.runner.api import (
     check_some_client_valued,
     initial_model_arrays,
@@ -17,7 +19,8 @@ from simulations.runner.api import (
 from simulations.runner.budget import check_budget, parse_budget
 from simulations.runner.config_checks import check_devices, check_integers, check_numbers, saved_config
 from simulations.runner.console import print_federated_run, progress_bar, round_progress
-from simulations.runner.engine import (
+from simulations.runner.engine import run_flower_simulation, serve, torch_threads
+from simulations.runner.engine_settings import (
     EngineSettings,
     check_engine_keys,
     check_ray_address,
@@ -25,10 +28,8 @@ from simulations.runner.engine import (
     flat_fields,
     flat_settings,
     nest_settings,
-    replies_in_send_order,
-    serve,
-    torch_threads,
 )
+from simulations.runner.grid import replies_in_send_order
 from simulations.runner.inner_strategies import (
     STRATEGY_PARAMETERS,
     build_strategy,
@@ -39,19 +40,24 @@ from simulations.runner.inner_strategies import (
 )
 from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
-from simulations.runner.run_dir import prepare_run_dir
+from simulations.runner.out_dir import prepare_run_dir
 from simulations.runner.simulation import Simulation
 
 __all__ = [
     "build_strategy",
     "check_budget",
+    "check_choice",
     "check_devices",
+    "check_integer",
     "check_integers",
     "check_engine_keys",
+    "check_number",
     "check_numbers",
+    "check_open_unit",
     "check_ray_address",
     "check_some_client_valued",
     "check_strategy",
+    "check_unit_interval",
     "client_mods",
     "default_max_parallel_clients",
     "EngineSettings",
@@ -69,13 +75,13 @@ __all__ = [
     "valuation_workers_advice",
     "replies_in_send_order",
     "round_progress",
+    "run_flower_simulation",
     "saved_config",
     "seeded_server_generators",
     "serve",
     "simulate",
     "skipped_evaluation_unannounced",
     "Simulation",
-    "skipped_evaluation_unannounced",
     "STRATEGY_PARAMETERS",
     "torch_threads",
     "ValuationProgress",

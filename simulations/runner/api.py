@@ -34,8 +34,9 @@ from fedvalue.run.ledger_tables import Run, load_run
 from fedvalue.run.run_info import package_versions
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility
-from simulations.runner.engine import EngineSettings, check_ray_address, serve, stop_on_signals
-from simulations.runner.run_dir import RunHold, claim_run_dir
+from simulations.runner.engine import serve, stop_on_signals
+from simulations.runner.engine_settings import EngineSettings, check_ray_address
+from simulations.runner.out_dir import RunHold, claim_run_dir
 from strategies import (
     SEED_KEY,
     Acceptance,

@@ -50,8 +50,8 @@ def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, sourc
     """``config_cls`` rebuilt from a saved mapping (``run.json``, named ``source`` in errors):
     tuple fields from JSON lists; a field missing from ``saved`` is an error when
     ``strict``, else its default. The engine settings are read flat, as run.json has them
-    (:func:`~simulations.runner.engine.flat_fields`)."""
-    from simulations.runner.engine import flat_fields, nest_settings
+    (:func:`~simulations.runner.engine_settings.flat_fields`)."""
+    from simulations.runner.engine_settings import flat_fields, nest_settings
 
     values = {}
     for field in flat_fields(config_cls):

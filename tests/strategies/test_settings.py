@@ -16,7 +16,7 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.audit.audit_recompute import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
-from simulations.runner.engine import EngineSettings
+from simulations.runner.engine_settings import EngineSettings
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.book_settings import BookSettings

@@ -50,17 +50,21 @@ import pandas as pd
 from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 
-from clients.app import ClientData, make_client_app
-from clients.behaviours import (
+from clients import (
     BoostedUpdate,
     ClientBehaviour,
+    ClientData,
     FreeRider,
     HonestClient,
     InflatedExampleCount,
     Replicator,
     SignFlip,
+    make_client_app,
 )
-from fedvalue.run.ledger_tables import load_run, write_json
+from fedvalue import RUN_CONFIG_FILE, Status
+from fedvalue.ledger import load_run, write_json
+from fedvalue.utilities import TorchModelUtility
+from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
 from simulations.experiments.attacks.gains import gains_table, honest_cost
 from simulations.experiments.attacks.plan import PLAIN_ATTACKS, is_study_attack, plan_of
 from simulations.experiments.attacks.shell_groups import shell_groups_table
@@ -73,9 +77,6 @@ from simulations.experiments.attacks.study import (
     study_runs,
     utility_of,
 )
-from fedvalue.schema import RUN_CONFIG_FILE, Status
-from fedvalue.scoring.torch_utilities import TorchModelUtility
-from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
 from simulations.runner import (
     EngineSettings,
     Simulation,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fedvalue.analysis.payout import paid_share
+from fedvalue import paid_share
 
 #: Plain book -> its defended counterpart.
 BOOKS = {"ads": "ads_defended", "loo": "loo_defended", "tracin_outflow": "tracin_outflow_defended"}

@@ -25,22 +25,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from clients.attacks import (
+from clients import (
+    BoostedUpdate,
+    ClientBehaviour,
     ColludingFreeRider,
     CraftedUpdate,
     DeltaWeightsFreeRider,
     DynamicFreeRider,
-    SybilReplica,
-    SybilShard,
-)
-from clients.behaviours import (
-    BoostedUpdate,
-    ClientBehaviour,
     FreeRider,
     HonestClient,
     InflatedExampleCount,
     Replicator,
     SignFlip,
+    SybilReplica,
+    SybilShard,
 )
 
 #: Attacks of the study without a size in their name.

@@ -22,10 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fedvalue.valuation.ads import ads
-from fedvalue.valuation.game import CoalitionGame
-from fedvalue.valuation.knn.exact import knn_ads
-from fedvalue.valuation.knn.utility import KnnUtility
+from fedvalue import CoalitionGame, KnnUtility, ads, knn_ads
 from simulations.datasets import load_dataset, sample_per_class, split_holdout
 
 METHODS = ("knn-ads", "party-ds", "party-ads", "party-ads-misplaced")

@@ -29,12 +29,10 @@ from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
-from clients.app import ClientData, make_client_app
-from clients.attacks import shard_indices
-from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.run.ledger_tables import load_run
-from fedvalue.schema import Status
-from fedvalue.scoring.torch_utilities import TorchModelUtility
+from clients import ClientData, make_client_app, shard_indices
+from fedvalue import Status
+from fedvalue.ledger import load_run
+from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition, sample_per_class, split_holdout
 from simulations.experiments.attacks.plan import AttackSettings, RunPlan, behaviour_of, plan_of
 from simulations.runner import (
@@ -49,6 +47,7 @@ from strategies import (
     AdsSettings,
     BookSettings,
     ClaimReview,
+    DefenceSettings,
     IntakeSettings,
     NodeDirectory,
     PartitionSampler,

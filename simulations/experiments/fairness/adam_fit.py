@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedvalue._checks import check_integer, check_number
-from fedvalue.scoring.fairness.ntk import regularized_objective
-from fedvalue.scoring.influence_curvature import BinaryScoreModel
+from fedvalue.utilities import BinaryScoreModel, regularized_objective
+from simulations.runner import check_integer, check_number
 
 
 def fit_regularized_adam(model: BinaryScoreModel, x, y, z, *, gamma: float, epochs: int, learning_rate: float = 1e-3,

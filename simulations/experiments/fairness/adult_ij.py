@@ -46,19 +46,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedvalue._checks import check_choice, check_integer, check_number
-from fedvalue.run.ledger_tables import write_json
-from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.scoring.fairness import reweighting as fr
-from fedvalue.scoring.fairness.objectives import GAPS, gap_of_scores
-from fedvalue.scoring.influence_curvature import (
+from fedvalue import RUN_CONFIG_FILE
+from fedvalue.ledger import write_json
+from fedvalue.utilities import (
+    GAPS,
     BinaryScoreModel,
     DiagonalSolver,
     WeightedRisk,
+    fairness_reweighting as fr,
+    gap_of_scores,
 )
 from simulations.datasets import adult_rows, read_adult_frame
 from simulations.experiments.fairness.tables import interval
-from simulations.runner import Simulation, prepare_run_dir
+from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir
 
 #: [FAIRIJ] App. B: training, validation and test rows of Adult (the rest of 45,222 is test).
 PAPER_SPLIT = (21_815, 10_746)

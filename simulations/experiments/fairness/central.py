@@ -55,22 +55,22 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from fedvalue._checks import check_choice, check_integer, check_number
-from fedvalue.run.ledger_tables import write_json
-from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.scoring.fairness import ntk as fair_ntk
-from fedvalue.scoring.fairness import reweighting as fr
-from fedvalue.scoring.fairness.objectives import GAPS, gap_of_scores
-from fedvalue.scoring.influence_curvature import (
+from fedvalue import RUN_CONFIG_FILE
+from fedvalue.ledger import write_json
+from fedvalue.utilities import (
+    GAPS,
     BinaryScoreModel,
     DiagonalSolver,
     ExactSolver,
     WeightedRisk,
+    fairness_ntk as fair_ntk,
+    fairness_reweighting as fr,
+    gap_of_scores,
 )
 from simulations.experiments.fairness.adam_fit import fit_regularized_adam
 from simulations.experiments.fairness.data import ASYMMETRIC_MEANS, slid_frame, slid_rows, toy_rows
 from simulations.experiments.fairness.tables import interval
-from simulations.runner import Simulation, prepare_run_dir
+from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir
 
 EXPERIMENTS = ("toy", "tabular", "all")
 CURVATURES = ("exact", "fisher")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clients.app import ClientData
+from clients import ClientData
 
 DATASETS = ("gaussian", "german", "slid")
 #: μ_{z,y} of the Gaussian example ([FAIRINFL] §5): μ_{0,0} < μ_{1,0} < 0 < μ_{0,1} < μ_{1,1}.

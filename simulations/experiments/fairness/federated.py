@@ -62,18 +62,17 @@ import torch
 from flwr.app import ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from clients.app import ClientData, make_client_app
-from fedvalue._checks import check_choice
-from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.scoring.fairness.objectives import GAPS, GroupFairness
-from fedvalue.scoring.torch_utilities import TorchModelUtility
+from clients import ClientData, make_client_app
+from fedvalue import RUN_CONFIG_FILE
+from fedvalue.ledger import load_run, write_json
+from fedvalue.utilities import GAPS, GroupFairness, TorchModelUtility
 from simulations.datasets import make_linear_model
 from simulations.experiments.fairness import tables as fairness_tables
 from simulations.experiments.fairness.data import DATASETS, FairFederation, build_federation
 from simulations.runner import (
     EngineSettings,
     Simulation,
+    check_choice,
     check_engine_keys,
     check_integers,
     check_numbers,

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fedvalue.run.ledger_tables import load_run
-from fedvalue.schema import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, Method, Status
-from fedvalue.scoring.fairness.curvature import drop_scores
+from fedvalue import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, Method, Status
+from fedvalue.ledger import load_run
+from fedvalue.utilities import drop_scores
 
 METRICS = ("accuracy", "dp_gap", "eop_gap", "eo_gap")
 #: First-order scores judged against the exact drop effect, and how each is read from a ledger.

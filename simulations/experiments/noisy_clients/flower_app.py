@@ -38,8 +38,8 @@ from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from clients.app import make_client_app, partition_id_of
-from fedvalue.run.ledger_tables import load_run
+from clients import make_client_app, partition_id_of
+from fedvalue.ledger import load_run
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build, valuation_settings
 from simulations.runner import (
     build_strategy,

@@ -25,12 +25,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from clients.app import ClientData
-from clients.behaviours import HonestClient, LabelNoise
-from fedvalue._checks import check_number
-from fedvalue.run.ledger_tables import Run
-from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.round_game import VALUATION_METHODS
+from clients import ClientData, HonestClient, LabelNoise
+from fedvalue import VALUATION_METHODS
+from fedvalue.ledger import Run
+from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import (
     DATASETS,
     IDX_DATASETS,
@@ -54,6 +52,7 @@ from simulations.runner import (
     check_budget,
     check_devices,
     check_integers,
+    check_number,
     check_numbers,
     check_ray_address,
     check_strategy,
@@ -138,7 +137,7 @@ class NoisyClientsConfig:
     valuation_budget: str | None = None
 
     #: run.json and the command line have the engine's settings flat, ``device`` among them where
-    #: it always stood (:func:`simulations.runner.engine.flat_fields`).
+    #: it always stood (:func:`simulations.runner.engine_settings.flat_fields`).
     ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "num_gpus_per_client", "device",
                                               "max_parallel_clients", "ray_address")
 
@@ -378,7 +377,7 @@ def audit_from_run(saved: dict) -> dict:
     noisy clients (drawn from the seed), round t's sampled clients (the seeded sampler), each
     client's example count (its seeded partition) and its local training (replayed from the
     round's start with run.json's training settings and seed: :func:`clients.app.train_client`)."""
-    from clients.app import train_client
+    from clients import train_client
     from strategies import replay_aggregator
 
     config = audited_config(saved)

@@ -48,12 +48,17 @@ from flwr.app import ConfigRecord
 from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 
-from clients.app import make_client_app
-from fedvalue.analysis.detection import detection_curve, detection_metrics, summarize_metrics
-from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
-from fedvalue.analysis.top_k_selection import retrain_plan
-from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.schema import RUN_CONFIG_FILE
+from clients import make_client_app
+from fedvalue import (
+    RUN_CONFIG_FILE,
+    FlaggingRule,
+    detection_curve,
+    detection_metrics,
+    flagging_rates,
+    retrain_plan,
+    summarize_metrics,
+)
+from fedvalue.ledger import load_run, write_json
 from simulations.experiments.noisy_clients.noisy_clients import (
     NoisyClientsConfig,
     build,

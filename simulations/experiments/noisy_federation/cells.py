@@ -32,8 +32,8 @@ import pandas as pd
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from clients.app import make_client_app
-from fedvalue.scoring.torch_utilities import TorchModelUtility
+from clients import make_client_app
+from fedvalue.utilities import TorchModelUtility
 from simulations.experiments.noisy_federation.data import (
     Federation,
     client_data,

@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedvalue._checks import check_number
 from simulations.datasets import MODELS, check_hidden
 from simulations.runner import (
     EngineSettings,
     check_devices,
     check_engine_keys,
     check_integers,
+    check_number,
     check_numbers,
     flat_settings,
 )

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from clients.app import ClientData
-from clients.behaviours import ClientBehaviour, FreeRider, HonestClient, LabelNoise
+from clients import ClientBehaviour, ClientData, FreeRider, HonestClient, LabelNoise
 from simulations.datasets import Dataset, load_dataset, make_model, partition, sample_per_class
 
 #: The settings that make a federation (the rest of the config is how it is trained).

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from clients.app import train_client
-from fedvalue.scoring.torch_utilities import TorchModelUtility
+from clients import train_client
+from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import MODELS
 from simulations.experiments.noisy_federation.cells import (
     SERVER_TORCH_THREADS,

@@ -35,8 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg, Krum, Strategy
 
-from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue import AdsSettings, ValuationSettings
 from simulations.runner import fedavg_without_evaluation, skipped_evaluation_unannounced
 from strategies import (
     GreedyFedSampler,

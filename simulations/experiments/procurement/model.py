@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedvalue.valuation.round_game import Arrays
+from fedvalue import Arrays
 from simulations.experiments.procurement.conjoint import (
     NUM_ATTRIBUTES,
     NUM_LEVELS,

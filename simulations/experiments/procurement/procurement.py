@@ -47,11 +47,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue._checks import check_open_unit
-from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
-from fedvalue.run.ledger_tables import read_ledger_csv, read_rounds_csv, write_json
-from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
-from fedvalue.valuation.round_game import Arrays
+from fedvalue import (
+    LEDGER_FILE,
+    PURCHASE_RULES,
+    ROUNDS_FILE,
+    RUN_CONFIG_FILE,
+    Arrays,
+    Offer,
+    ProcurementRun,
+    StageOutcome,
+    run_procurement,
+)
+from fedvalue.ledger import read_ledger_csv, read_rounds_csv, write_json
 from simulations.datasets import check_hidden
 from simulations.experiments.procurement.conjoint import (
     RatingGenerator,
@@ -60,7 +67,7 @@ from simulations.experiments.procurement.conjoint import (
     validation_profiles,
 )
 from simulations.experiments.procurement.model import NegativeAverageError, RatingMLP
-from simulations.runner import Simulation, check_integers, check_numbers, saved_config
+from simulations.runner import Simulation, check_integers, check_numbers, check_open_unit, saved_config
 
 
 @dataclass
@@ -340,8 +347,8 @@ def replay_check(run_dir: str | Path, *, timeout: float = REPLAY_TIMEOUT) -> tup
     (:class:`TimeoutError`: the audit then says not verifiable), and only when the tables
     hold as many stages as run.json names.
     """
-    from fedvalue.run.ledger_tables import parse_run_config
-    from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir
+    from fedvalue import MAX_JSON_BYTES, RunDir
+    from fedvalue.ledger import parse_run_config
 
     with RunDir(run_dir) as run:
         saved = parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=MAX_JSON_BYTES))

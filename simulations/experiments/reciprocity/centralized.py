@@ -47,8 +47,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from fedvalue.flows.marginal import marginal_flows
-from fedvalue.flows.reciprocity_measures import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
+from fedvalue import ReciprocityReport, alpha_at, marginal_flows, reciprocity, reciprocity_ratio
 from simulations.experiments.reciprocity.config import (
     AVERAGINGS,
     DATASETS,
@@ -371,7 +370,7 @@ def cli_main(config: ReciprocityConfig, options) -> int:
     """``fedvalue run reciprocity``: the reproduction tables (every dataset with --dataset all)."""
     from pathlib import Path
 
-    from fedvalue.run.ledger_tables import write_json
+    from fedvalue.ledger import write_json
 
     if config.dataset not in (*DATASETS, "all"):
         raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from fedvalue._checks import check_choice, check_integer, check_number, check_unit_interval
+from simulations.runner import check_choice, check_integer, check_number, check_unit_interval
 
 #: How the healthcare models start (:mod:`simulations.experiments.reciprocity.training`).
 INITIALIZATIONS = ("average-label", "zero")

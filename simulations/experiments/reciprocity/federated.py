@@ -21,9 +21,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from clients.app import ClientData
-from fedvalue.run.ledger_tables import Run
-from fedvalue.scoring.torch_utilities import TorchModelUtility
+from clients import ClientData
+from fedvalue.ledger import Run
+from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid
 from simulations.runner import (
     EngineSettings,

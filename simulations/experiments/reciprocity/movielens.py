@@ -57,9 +57,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedvalue.flows.marginal import marginal_flows
-from fedvalue.flows.mf_flows import MfTraining, Ratings, mf_fit, mf_flows
-from fedvalue.flows.reciprocity_measures import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
+from fedvalue import (
+    MfTraining,
+    Ratings,
+    ReciprocityReport,
+    alpha_at,
+    marginal_flows,
+    mf_fit,
+    mf_flows,
+    reciprocity,
+    reciprocity_ratio,
+)
 from simulations.experiments.reciprocity.config import DATASETS, MOVIELENS_PAPER, check
 
 __all__ = ["MOVIELENS", "PAPER", "MovieLensData", "MovieLensResult", "load_movielens", "run_movielens_reciprocity"]

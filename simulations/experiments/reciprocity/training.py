@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedvalue.flows.round_flows import tracin_round_flows
+from fedvalue import tracin_round_flows
 
 __all__ = ["SplitFlows", "fit_losses", "marginal_split", "tracin_split"]
 

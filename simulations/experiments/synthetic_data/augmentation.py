@@ -64,10 +64,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.valuation.knn.exact import knn_ads
-from fedvalue.valuation.knn.utility import KnnUtility
-from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
+from fedvalue import RUN_CONFIG_FILE, KnnUtility, knn_ads, prefix_loo, prefix_mc_ads, prefix_values
 from simulations.experiments.synthetic_data.models import MODELS, UTILITIES, prefix_model
 from simulations.experiments.synthetic_data.synthetic_data import (
     DATASETS,
@@ -330,7 +327,7 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
                      on_stage: Callable[[str], None] | None = None) -> str:
     """Run every seed, write values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv,
     ties.csv, figure2.png and run.json to ``out``; return the orderings table as text."""
-    from fedvalue.run.ledger_tables import write_json
+    from fedvalue.ledger import write_json
 
     config.check()
     out = prepare_run_dir(out, overwrite=overwrite)

@@ -105,7 +105,7 @@ def prefix_model(model: str, x_train: np.ndarray, y_train: np.ndarray, x_test: n
                  k: int, utility: str = "accuracy"):
     """The PrefixModel of ``model`` (``knn`` with K = ``k``, or ``logistic``) on these data, scored by
     ``utility`` (``likelihood``: K-NN only)."""
-    from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes, KnnLikelihoodPrefixes
+    from fedvalue import KnnAccuracyPrefixes, KnnLikelihoodPrefixes
 
     if utility not in UTILITIES or (utility == "likelihood" and model != "knn"):
         raise ValueError(f"utility: expected 'accuracy', or 'likelihood' with the knn model; got {utility!r} with "

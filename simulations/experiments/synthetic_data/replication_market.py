@@ -32,8 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue.schema import RUN_CONFIG_FILE
-from fedvalue.valuation.knn.exact import knn_ads
+from fedvalue import RUN_CONFIG_FILE, knn_ads
 from simulations.experiments.synthetic_data.synthetic_data import (
     IMAGE_DATASETS,
     OriginalsAndSynthetic,
@@ -100,7 +99,7 @@ def value_market(x: np.ndarray, y: np.ndarray, data: OriginalsAndSynthetic, owne
 def run_replication_market(config: ReplicationMarketConfig, out: str | Path, *, overwrite: bool = False,
                            on_stage: Callable[[str], None] | None = None) -> str:
     """Both scenarios; writes the tables and figure to ``out`` and returns the totals as text."""
-    from fedvalue.run.ledger_tables import write_json
+    from fedvalue.ledger import write_json
 
     config.check()
     out = prepare_run_dir(out, overwrite=overwrite)

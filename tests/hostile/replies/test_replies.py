@@ -26,7 +26,8 @@ from fedvalue.run.ledger_tables import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
-from simulations.runner.engine import EngineSettings, serve
+from simulations.runner.engine import serve
+from simulations.runner.engine_settings import EngineSettings
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.nodes import NodeDirectory
 from strategies.arrays import initial_arrays

@@ -22,17 +22,16 @@ from flwr.serverapp.strategy import FedAvg
 from clients import ClientData, get_model_arrays, make_client_app
 from simulations.datasets.loaders import load_dataset
 from simulations.datasets.partitions import partition_iid
-from simulations.runner.engine import (
+from simulations.runner.engine import run_flower_simulation
+from simulations.runner.engine_settings import (
     EngineSettings,
-    EngineStoppedError,
-    _StoppableGrid,
     check_engine_keys,
     default_max_parallel_clients,
     flat_fields,
     flat_settings,
     nest_settings,
-    run_flower_simulation,
 )
+from simulations.runner.grid import EngineStoppedError, StoppableGrid
 from simulations.runner.config_checks import saved_config
 from simulations.datasets.models import make_mlp
 
@@ -177,7 +176,7 @@ class SilentGrid(Grid):
 
 def test_stoppable_grid_stops_waiting_when_the_engine_stops():
     stopped = threading.Event()
-    grid = _StoppableGrid(SilentGrid(), stopped)
+    grid = StoppableGrid(SilentGrid(), stopped)
     threading.Timer(0.3, stopped.set).start()
     start = time.perf_counter()
     with pytest.raises(EngineStoppedError, match="engine stopped"):
@@ -197,13 +196,13 @@ def test_node_ids_are_shown_only_once_all_supernodes_registered():
             return list(range(min(self.calls, 4)))
 
     inner = Registering()
-    grid = _StoppableGrid(inner, threading.Event(), expected_nodes=4)
+    grid = StoppableGrid(inner, threading.Event(), expected_nodes=4)
     assert grid.get_node_ids() == [0, 1, 2, 3] and inner.calls == 4
     assert grid.get_node_ids() == [0, 1, 2, 3] and inner.calls == 5  # no more waiting
 
 
 def test_stoppable_grid_honours_the_timeout():
-    grid = _StoppableGrid(SilentGrid(), threading.Event())
+    grid = StoppableGrid(SilentGrid(), threading.Event())
     start = time.perf_counter()
     assert grid.send_and_receive([object()], timeout=0.3) == []
     assert 0.3 <= time.perf_counter() - start < 3
@@ -268,7 +267,7 @@ def test_a_config_nesting_engine_options_is_flat_where_the_engine_field_stands_a
 
 
 def test_engine_options_are_refused_in_place_of_the_wrong_type():
-    with pytest.raises(TypeError, match="engine: expected a simulations.runner.engine.EngineSettings .or None.; got dict"):
+    with pytest.raises(TypeError, match="engine: expected a simulations.runner.engine_settings.EngineSettings .or None.; got dict"):
         run_flower_simulation(ServerApp(), ClientApp(), num_supernodes=1, engine={"num_cpus_per_client": 1})
 
 
@@ -295,6 +294,6 @@ def test_replies_come_back_in_the_order_the_messages_were_sent():
             latest = max(message_ids, key=lambda i: int(i.split("-")[1]))
             return [Message(RecordDict(), reply_to=instruction(latest))]
 
-    grid = _StoppableGrid(ReplyingBackwards(), threading.Event())
+    grid = StoppableGrid(ReplyingBackwards(), threading.Event())
     replies = grid.send_and_receive([object(), object(), object()], timeout=5)
     assert [r.metadata.reply_to_message_id for r in replies] == ["id-0", "id-1", "id-2"]

@@ -17,7 +17,9 @@ from flwr.app import ConfigRecord, Error, Message
 from flwr.serverapp.strategy import FedAvg
 
 from clients import make_client_app
-from simulations.runner.engine import EngineSettings, _StoppableGrid, ray_init_args, worker_lost
+from simulations.runner.engine import ray_init_args
+from simulations.runner.engine_settings import EngineSettings
+from simulations.runner.grid import StoppableGrid, worker_lost
 from simulations.runner.parallel import valuation_workers_advice
 from strategies import PartitionSampler, RunSettings, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
@@ -70,7 +72,7 @@ def valued(run_dir: Path, *, grid: PushPullGrid, resume: bool = False, stop_on_l
                                run=RunSettings(run_config={"experiment": "worker-lost"}, resume=resume))
     import threading
 
-    stoppable = _StoppableGrid(grid, threading.Event(), on_worker_lost=strategy.request_stop if stop_on_lost else None)
+    stoppable = StoppableGrid(grid, threading.Event(), on_worker_lost=strategy.request_stop if stop_on_lost else None)
     strategy.start(stoppable, numpy_to_arrays(initial_state()), num_rounds=3, timeout=10,
                    train_config=ConfigRecord({"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0}))
     return strategy
@@ -111,7 +113,8 @@ def test_valuation_workers_say_when_they_cost_more_than_they_save():
 
 LOCAL_RAY = """
 import logging, ray
-from simulations.runner.engine import EngineSettings, ray_init_args
+from simulations.runner.engine import ray_init_args
+from simulations.runner.engine_settings import EngineSettings
 class Said(logging.Handler):
     def emit(self, record):
         print(record.getMessage())
