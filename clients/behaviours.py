@@ -175,7 +175,7 @@ class InflatedExampleCount(ClientBehaviour):
 
     FedAvg weighs client i by p_i = n_i / Σ_j n_j with the n_i the clients claim; a claim of
     ``factor`` × its size takes a share near 1 of the step once ``factor`` is large against
-    the others' total. (The server's answer is :class:`strategies.claims.ClaimReview`.)
+    the others' total. (The server's answer is :class:`strategies.intake.claims.ClaimReview`.)
 
     Parameters
     ----------

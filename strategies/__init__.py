@@ -8,15 +8,15 @@ from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from strategies.acceptance_policy import AcceptInputs, Acceptance
 from strategies.arrays import arrays_to_numpy, initial_arrays
 from strategies.book_settings import BookSettings
-from strategies.claims import CLAIM_METHODS, ClaimFlag, ClaimReview
+from strategies.intake.claims import CLAIM_METHODS, ClaimFlag, ClaimReview
 from strategies.hooks.registry import register_round_hook, unregister_round_hook
-from strategies.nodes import NodeDirectory
+from strategies.intake.nodes import NodeDirectory
 from strategies.policies import (SCHEDULES, AcceptAll, FairDropK, FairReweight, GreedyFedSampler, PartitionSampler,
                                  PowerOfChoice, Replay, ReplaySampler, RepresentativesOnly, Sampler, TopK,
                                  ValueEliminationSampler, ValueWeightedSampler, ValueWeighting)
 from strategies.round_hook import HookContext, IdleClients, RoundHook, RoundView
 from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, SERVER_ROUND_KEY, train_config
-from strategies.reaggregate import replay_aggregator
+from strategies.aggregation.reaggregate import replay_aggregator
 from strategies.run_state import RunInterrupted
 from strategies.valuing import ValuingStrategy
 from strategies.valuing_settings import IntakeSettings, RunCallbacks

@@ -97,3 +97,10 @@ class Acceptance:
         """The accepted clients among ``round.clients``."""
         raise NotImplementedError(f"{type(self).__name__}.accept: an acceptance policy decides which clients of "
                                   "round.clients are aggregated.")
+
+
+class AcceptAll(Acceptance):
+    """Every valid reply is aggregated (plain valuation, nothing booked as selected): the default policy."""
+
+    def accept(self, round: AcceptInputs) -> set:
+        return set(round.clients)

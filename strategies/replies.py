@@ -1,29 +1,60 @@
-"""Flower records <-> numpy on the server side (the only place that converts them)."""
+"""A round's messages on the server side, and the only place that turns a reply into arrays: the
+server's own queries (:func:`query_message`), which node a reply answers (:func:`sent_nodes`,
+:func:`reply_node`) and which client it is booked under (:func:`sender_identity`: the partition its
+node registered, never what the reply claims), and each reply read into a :class:`ClientReply`,
+every field checked (:func:`read_reply`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
 from fedvalue.schema import Status
 from strategies.arrays import arrays_to_numpy
 from strategies.protocol import (
     ARRAYS_KEY,
     CLIENT_RECORD_KEY,
-    PARTITION_ID_KEY,
+    CONFIG_KEY,
     CURVATURE_FISHER_PREFIX,
     CURVATURE_GRADIENT_PREFIX,
     CURVATURE_KEY,
     GRADIENT_KEY,
     INFERENCE_LOSS_KEY,
     NUM_EXAMPLES_KEY,
+    PARTITION_ID_KEY,
+    QUERY_KEY,
 )
 from strategies.reply_checks import array_problems, id_problem, loss_problem, metric_problem, shown, weight_problem
 
+
+
+def sent_nodes(messages: Iterable[Message]) -> dict[str, int]:
+    """message id -> the node it was sent to, for the messages the grid gave ids (it sets them
+    when it pushes the messages); empty when ids are missing or repeat (an in-process grid)."""
+    pairs = [(str(m.metadata.message_id), int(m.metadata.dst_node_id)) for m in messages]
+    ids = [i for i, _ in pairs]
+    if not ids or "" in ids or len(set(ids)) != len(ids):
+        return {}
+    return dict(pairs)
+
+
+def reply_node(reply: Message, sent_to: Mapping[str, int]) -> int:
+    """The node ``reply`` answers for: the one its instruction was sent to, else its sender."""
+    node = sent_to.get(str(reply.metadata.reply_to_message_id))
+    return int(reply.metadata.src_node_id) if node is None else node
+
+
+def query_message(content: RecordDict, node_id: int, message_type: str, query: str) -> Message:
+    """The server's own query ``query`` to ``node_id`` as a message of ``message_type``: its
+    ``"config"`` carries the marker ``"fedvalue-query"`` (``content`` is not changed)."""
+    records = dict(content.items())
+    config = dict(records.get(CONFIG_KEY, {}))
+    records[CONFIG_KEY] = ConfigRecord({**config, QUERY_KEY: query})
+    return Message(RecordDict(records), dst_node_id=node_id, message_type=message_type)
 
 
 def claimed_partition(content: RecordDict) -> tuple[int | None, str | None]:

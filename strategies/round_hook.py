@@ -23,7 +23,7 @@ never imports the round: it reads the round in flight through :class:`RoundView`
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -41,12 +41,15 @@ from strategies.acceptance_policy import Acceptance
 @dataclass(frozen=True)
 class HookContext:
     """What a hook's factory is given when the strategy is built: the run's books, its acceptance
-    policy, the inner strategy's class name and whether it aggregates by FedAvg's weighted mean."""
+    policy, the inner strategy's class name and whether it aggregates by FedAvg's weighted mean, and
+    whether the queries to idle clients carry the train config's data-key (so that a client of an
+    engine serving several runs answers from this run's data)."""
 
     books: BookSettings
     acceptance: Acceptance
     strategy_name: str
     weighted_mean: bool
+    query_data_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,15 +57,13 @@ class IdleClients:
     """The clients a hook may query while a round trains (TracIn's gradient queries): through
     ``grid``, every connected partition (``partitions()``: partition -> node, asked of the node
     directory when first needed) whose node is not in ``busy``, each with a message of
-    ``query_type(node)`` whose config carries ``config`` too (a run's data-key, so that a client of
-    an engine serving several runs answers from this run's data), waiting at most ``timeout`` seconds."""
+    ``query_type(node)``, waiting at most ``timeout`` seconds."""
 
     grid: Grid
     partitions: Callable[[], Mapping[int, int]]
     busy: frozenset[int]
     timeout: float
     query_type: Callable[[int], str]
-    config: Mapping[str, object] = field(default_factory=dict)
 
 
 class RoundView(Protocol):

@@ -3,7 +3,7 @@ server's state, close it. The order of files on disk is :class:`fedvalue.run.wri
 concern; this module holds what only the strategy side knows: which server objects a
 checkpoint saves and how a resumed run takes them back.
 
-A checkpoint saves, as data (:mod:`strategies.server_state`, never pickled), the inner
+A checkpoint saves, as data (:mod:`strategies.aggregation.server_state`, never pickled), the inner
 strategy (optimizer moments), the sampler, the claim review (each client's last claim), what
 the books' hooks keep between rounds (the pending first-order check of TracIn flows) and the
 global random state Flower's randomized strategies draw from. Resuming applies it to the objects the resumed run built afresh,
@@ -27,8 +27,8 @@ from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utili
 from fedvalue.run.settings import RunSettings
 from fedvalue.run.writer import Restored, RunBooks
 from fedvalue.scoring.kernels import kernel_platform
-from strategies import server_state
-from strategies.random_state import RandomState
+from strategies.aggregation import server_state
+from strategies.aggregation.random_state import RandomState
 from strategies.arrays import numpy_to_arrays
 
 class RunInterrupted(RuntimeError):
@@ -53,7 +53,7 @@ class ServerParts:
 
 
 def capture_state(parts: ServerParts) -> tuple[object, dict]:
-    """``parts`` and the global random state now, as data (:func:`strategies.server_state.capture`);
+    """``parts`` and the global random state now, as data (:func:`strategies.aggregation.server_state.capture`);
     TypeError naming ``checkpoint`` when an object holds state that is not data."""
     random = RandomState.capture()
     try:

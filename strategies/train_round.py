@@ -5,7 +5,7 @@ conductor. :meth:`strategies.valuing.ValuingStrategy.aggregate_train` reads it i
 
 The round starts from A_{t−1} (:class:`RoundStart`). Its random state is captured before anything
 reads the replies: the counterfactual coalitions aggregate copies of the replies from it
-(:mod:`strategies.counterfactual`), and the live aggregation starts from it again, so the live run
+(:mod:`strategies.aggregation.counterfactual`), and the live aggregation starts from it again, so the live run
 is the bare run's, bit for bit. FedAvg's family (pure aggregation) needs no copy: its coalitions
 are the n-weighted mean.
 
@@ -20,7 +20,7 @@ same points for every kind, in their registry's order: the round names none of t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
@@ -29,82 +29,16 @@ from flwr.serverapp.strategy import Strategy
 from fedvalue.rounds.booking import BookedRound, book_round
 from fedvalue.rounds.record_game import value_record
 from fedvalue.run.archive import RoundRecord
-from fedvalue.run.settings import BY_STRATEGY, WEIGHTED_MEAN, RoundSettings
-from fedvalue.schema import WEIGHED_STATUSES, Status
-from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, round_rng
-from fedvalue.valuation.settings import ValuationSettings
+from fedvalue.valuation.round_game import RoundValuation, round_rng
+from strategies.acceptance_policy import AcceptInputs
+from strategies.aggregation.counterfactual import CounterfactualAggregator
+from strategies.aggregation.random_state import RandomState
+from strategies.aggregation.reaggregate import replay_state_or_reason
 from strategies.arrays import arrays_to_numpy
-from strategies.counterfactual import CounterfactualAggregator, aggregates_by_weighted_mean
-from strategies.round_hook import RoundHook, merged_fields
-from strategies.intake import RoundIntake, take_in
-from strategies.nodes import NodeDirectory
-from strategies.acceptance_policy import AcceptInputs, Acceptance
-from strategies.random_state import RandomState
-from strategies.reaggregate import replay_state_or_reason
-from strategies.replies import reweigh
-from strategies.screening import value_screened
-
-
-@dataclass(frozen=True)
-class RoundStart:
-    """A_{t−1} as the books read it (``arrays``) and the model's own dtypes (``model_dtypes``,
-    from the first state seen): an aggregation may turn an integer buffer (a batch counter) into
-    floats, while the clients' models keep it integer."""
-
-    arrays: dict
-    model_dtypes: dict
-
-    @classmethod
-    def of(cls, arrays: ArrayRecord, previous: RoundStart | None) -> RoundStart:
-        start = arrays_to_numpy(arrays)
-        dtypes = None if previous is None else previous.model_dtypes
-        return cls(start, dtypes or {k: v.dtype for k, v in start.items()})
-
-
-@dataclass(frozen=True)
-class ConfiguredRound:
-    """What configuring a round decided, for taking its replies in: A_{t−1} (``start``), the nodes
-    sent an instruction (``targets``) and the instructions (``sent``: each reply answers one), and
-    the partitions the sampler chose from when some registered nodes were gone (``available``)."""
-
-    start: RoundStart
-    targets: list[int]
-    sent: list[Message]
-    available: list[int] | None = None
-
-
-@dataclass(frozen=True)
-class RoundSetup:
-    """What every round of a run is taken in, valued and booked with, fixed when its books open.
-
-    ``settings`` are the run's :class:`fedvalue.run.settings.RoundSettings` (methods, estimator,
-    seed, weight key, flows, how it aggregates, what its books note); ``hooks`` the books' hooks by
-    kind name; ``nodes`` which node holds which partition; ``claims`` the claim review (or None);
-    ``save_records``: the audit will replay the inner strategy's aggregation from the records.
-    """
-
-    settings: RoundSettings
-    utility: ArraysUtility
-    acceptance: Acceptance
-    hooks: Mapping[str, RoundHook]
-    nodes: NodeDirectory
-    claims: object | None = None
-    save_records: bool = True
-
-    @classmethod
-    def of_run(cls, strategy: Strategy, utility: ArraysUtility, acceptance: Acceptance, hooks: Mapping[str, RoundHook],
-               *, valuation: ValuationSettings, seed: int, weighted_by_key: str, flows: bool, reject_non_finite: bool,
-               nodes: NodeDirectory, claims: object | None, save_records: bool) -> RoundSetup:
-        """The setup of a run of ``strategy`` whose round records note: its valuation settings, seed,
-        the strategy and how it aggregates, the weight key, flows, how non-finite replies are
-        taken, the acceptance policy's marks and rule, and what every hook notes of the run."""
-        noted = merged_fields(hook.settings() for hook in hooks.values())
-        settings = RoundSettings(
-            methods=tuple(valuation.methods), valuation=valuation.ads, seed=seed, strategy=type(strategy).__name__,
-            aggregation=WEIGHTED_MEAN if aggregates_by_weighted_mean(strategy) else BY_STRATEGY,
-            weighted_by_key=weighted_by_key, flows=flows, reject_non_finite=reject_non_finite,
-            selection=acceptance.books_selection, acceptance=acceptance.recorded_acceptance, **noted)
-        return cls(settings, utility, acceptance, hooks, nodes, claims, save_records)
+from strategies.intake.round_intake import RoundIntake, take_in
+from strategies.intake.screening import value_screened
+from strategies.round_hook import merged_fields
+from strategies.round_setup import ConfiguredRound, RoundSetup, RoundStart
 
 
 class TrainRound:
@@ -120,11 +54,10 @@ class TrainRound:
         self.setup, self.server_round, self.intake, self.start = setup, server_round, intake, start
         self.random_state = random_state
         settings = setup.settings
-        self.pure = settings.aggregation != BY_STRATEGY
+        self.pure = not settings.by_strategy
         # Made before the live aggregation, which may consume or rewrite the replies it is given.
         self.aggregator = None if self.pure else CounterfactualAggregator(
-            strategy, server_round, {r.client_id: r.message for r in intake.records if r.status in WEIGHED_STATUSES},
-            start.arrays, random_state)
+            strategy, server_round, intake.weighed_messages(), start.arrays, random_state)
         # Only a saved record is ever replayed (by the audit): capture nothing for one that is not saved.
         replay = (None if self.pure or not setup.save_records
                   else replay_state_or_reason(strategy, random_state, intake.records))
@@ -144,7 +77,7 @@ class TrainRound:
         random_state = RandomState.capture()
         start = configured.start
         taken = take_in(replies, start_arrays=start.arrays, model_dtypes=start.model_dtypes,
-                        weighted_by_key=setup.settings.weighted_by_key, node_to_client=setup.nodes.node_to_client,
+                        weighted_by_key=setup.settings.weighted_by_key, node_to_client=setup.node_to_client,
                         targets=configured.targets, claims=setup.claims, sent=configured.sent)
         return cls(setup, server_round, taken, start, strategy, random_state, available=configured.available)
 
@@ -179,6 +112,7 @@ class TrainRound:
 
         self.valuation = value_screened(value_as_screened, self.intake.records, self.setup.utility, self.start.arrays)
         self._mark_screened()  # the last reply screened out leaves nothing to value
+        self.setup.log.taken_in(self.server_round, self.intake.records)  # statuses final: who was not valued, why
         return self.valuation
 
     def _mark_screened(self) -> None:
@@ -198,8 +132,9 @@ class TrainRound:
         for name, hook in hooks.items():
             if ok:
                 inputs[name], factors = hook.factors(self, accepted, inputs[name])
-                if factors is not None:
-                    reweigh(ok, accepted, factors)
+                for reply in ok if factors is not None else ():  # n_u w_u in the message; the books keep n_u
+                    if reply.client_id in accepted:
+                        reply.weigh(float(reply.weight) * float(factors[reply.client_id]))
         self.inputs = {name: value for name, value in inputs.items() if value is not None}
         return accepted
 
@@ -207,8 +142,7 @@ class TrainRound:
         """The inner strategy's live aggregation of what passes (:meth:`RoundIntake.passed`), from
         the round's random state; the record takes the accepted clients and the replies passed."""
         passed = self.intake.passed(accepted, self.setup.settings.reject_non_finite)
-        self.record = replace(self.record, accepted=[e.client_id for e in self.record.entries
-                                                     if e.status == Status.OK and e.client_id in accepted],
+        self.record = replace(self.record, accepted=self.intake.accepted(accepted),
                               passed=None if self.pure else passed)
         self.random_state.restore()
         records = self.intake.records

@@ -4,7 +4,7 @@ Composition, as Flower's ``dp_fixed_clipping`` wraps a strategy: ``self.strategy
 configures and aggregates; the wrapper records each round's realized state and values its clients
 by the round game ([ADS] Remark 4.1, Eq. 10), v_t(S) = U(Agg_t(A_{t−1}; {reply_i : i ∈ S})) with
 Agg_t the inner strategy's own ``aggregate_train``, never touching the live run
-(:mod:`strategies.counterfactual`). One round from its replies to its books is one
+(:mod:`strategies.aggregation.counterfactual`). One round from its replies to its books is one
 :class:`strategies.train_round.TrainRound` (take in → value → accept → delegate → book), built from
 the run's :class:`strategies.train_round.RoundSetup` (made once, when the books open) and the
 replies; the books beyond the replies are hooks registered beside their book kinds
@@ -24,21 +24,17 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.run.settings import RunSettings
-from fedvalue.run.ledger_tables import LedgerWriter
-from fedvalue.run.writer import RunBooks
-from fedvalue.valuation.round_game import ArraysUtility, RoundValuation, ValuationSettings
+from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
+from fedvalue.valuation.settings import ValuationSettings
+from strategies.acceptance_policy import AcceptAll, Acceptance
 from strategies.book_settings import BookSettings
-from strategies.counterfactual import aggregates_by_weighted_mean
-from strategies.round_hook import HookContext, IdleClients
-from strategies.hooks.registry import run_hooks
-from strategies.intake import usable_evaluations
-from strategies.acceptance_policy import Acceptance
-from strategies.policies.acceptance import AcceptAll
+from strategies.hooks.registry import hook_context, run_hooks
+from strategies.intake.round_intake import usable_evaluations
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
-from strategies.protocol import DATA_KEY
-from strategies.round_log import RoundLog
+from strategies.round_hook import IdleClients
+from strategies.round_setup import ConfiguredRound, RoundSetup, RoundStart
 from strategies.run_state import RunInterrupted, RunState, ServerParts, run_json
-from strategies.train_round import ConfiguredRound, RoundSetup, RoundStart, TrainRound
+from strategies.train_round import TrainRound
 from strategies.valuing_settings import IntakeSettings, settings_or_default, utility_of
 
 
@@ -108,8 +104,9 @@ class ValuingStrategy(Strategy):
         self.acceptance.check(methods=self.methods, flows=self.flows,
                               clients_per_round=None if sampler is None else sampler.clients_per_round)
         #: The books' hooks by kind name (:mod:`strategies.hooks.registry`).
-        self.hooks = run_hooks(HookContext(self.book_settings, self.acceptance, type(strategy).__name__,
-                                           aggregates_by_weighted_mean(strategy)))
+        self._hook_context = hook_context(self.book_settings, self.acceptance, strategy,
+                                          query_data_key=self.intake.query_data_key)
+        self.hooks = run_hooks(self._hook_context)
         self.rounds: list[dict] = []
         self.last_valuation: RoundValuation | None = None
         #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
@@ -119,8 +116,6 @@ class ValuingStrategy(Strategy):
         self._num_rounds: int | None = None
         self._setup: RoundSetup | None = None
         self._configured: ConfiguredRound | None = None
-        self._log = RoundLog(self.methods)
-        self._query_config: dict = {}
         # Rounds already done before start() (resume): Flower's loop counts from 1 again.
         self._round_offset = 0
 
@@ -133,13 +128,15 @@ class ValuingStrategy(Strategy):
         return self.book_settings.flows
 
     @property
-    def books(self) -> RunBooks | None:
-        """The open run directory (None before :meth:`open_books` or without ``run_dir``)."""
+    def books(self):
+        """The open run directory (:class:`fedvalue.run.writer.RunBooks`; None before :meth:`open_books`
+        or without ``run_dir``)."""
         return self.run_state.books
 
     @property
-    def ledger(self) -> LedgerWriter | None:
-        """The open run directory's ledger (None before :meth:`open_books` or without ``run_dir``)."""
+    def ledger(self):
+        """The open run directory's ledger (:class:`fedvalue.run.ledger_tables.LedgerWriter`; None before
+        :meth:`open_books` or without ``run_dir``)."""
         return self.run_state.ledger
 
     @property
@@ -148,9 +145,9 @@ class ValuingStrategy(Strategy):
         after the books open, so a resumed run's claim review is the checkpointed one)."""
         if self._setup is None:
             self._setup = RoundSetup.of_run(
-                self.strategy, self.utility, self.acceptance, self.hooks, valuation=self.valuation, seed=self.seed,
-                weighted_by_key=self.weighted_by_key, flows=self.flows, reject_non_finite=self.intake.reject_non_finite,
-                nodes=self.nodes, claims=self.claims, save_records=self.run_state.save_records)
+                self._hook_context, self.utility, self.hooks, valuation=self.valuation, seed=self.seed,
+                weighted_by_key=self.weighted_by_key, reject_non_finite=self.intake.reject_non_finite,
+                node_to_client=self.nodes.node_to_client, claims=self.claims, save_records=self.run_state.save_records)
         return self._setup
 
     def _parts(self) -> ServerParts:
@@ -198,8 +195,6 @@ class ValuingStrategy(Strategy):
         gives the last round's first-order check its actual loss change).
         """
         self._num_rounds = num_rounds
-        if self.intake.query_data_key and train_config is not None and DATA_KEY in train_config:
-            self._query_config = {DATA_KEY: train_config[DATA_KEY]}
         self.open_books()
         if self.books is not None:
             log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s", type(self.strategy).__name__,
@@ -258,7 +253,7 @@ class ValuingStrategy(Strategy):
         """The clients whose nodes are not in ``busy``, as a hook may query them (partition -> node
         from the node directory, which asks each node once)."""
         return IdleClients(grid, functools.partial(self.nodes.partition_map, grid, self.intake.query_timeout),
-                           frozenset(busy), self.intake.query_timeout, self.nodes.query_type, self._query_config)
+                           frozenset(busy), self.intake.query_timeout, self.nodes.query_type)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Take the replies in, value the round, accept, aggregate with the inner strategy (live),
@@ -278,13 +273,12 @@ class ValuingStrategy(Strategy):
         for hook in self.hooks.values():
             hook.before_commit(round_, books, self.ledger)
         round_row, ledger_rows = books.round_row, books.ledger_rows
-        self._log.taken_in(server_round, round_.intake.records)
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
         self.run_state.commit(server_round, round_row, ledger_rows, round_.record, round_.end_arrays(), self._parts())
         self.rounds.append(round_row)
         self.last_valuation = round_.valuation
-        self._log.committed(server_round, ledger_rows, None if self.ledger is None else self.ledger.run_dir)
+        round_.setup.log.committed(server_round, ledger_rows, None if self.ledger is None else self.ledger.run_dir)
         if self.on_round is not None:
             self.on_round(round_row)
         if self.stop_requested.is_set() and server_round != self._num_rounds:  # the last round closes the books

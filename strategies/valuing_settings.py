@@ -17,8 +17,8 @@ from fedvalue._checks import check_positive
 from fedvalue.run.run_info import load_utility
 from fedvalue.valuation.round_game import ArraysUtility
 from strategies.book_settings import BookSettings  # noqa: F401 (its earlier import path)
-from strategies.nodes import NodeDirectory
-from strategies.claims import ClaimReview
+from strategies.intake.nodes import NodeDirectory
+from strategies.intake.claims import ClaimReview
 
 
 def settings_or_default(name: str, value: object, kind: type) -> object:
@@ -44,19 +44,19 @@ def utility_of(utility: ArraysUtility | str) -> tuple[ArraysUtility, str | None]
 
 @dataclass(frozen=True)
 class IntakeSettings:
-    """How the round's replies are taken in (:mod:`strategies.intake`).
+    """How the round's replies are taken in (:mod:`strategies.intake.round_intake`).
 
     Parameters
     ----------
     claims
-        A :class:`strategies.claims.ClaimReview` that caps and flags the weights clients claim
+        A :class:`strategies.intake.claims.ClaimReview` that caps and flags the weights clients claim
         before anything reads them (the books and the inner strategy both see the capped
         weight); each flag is booked as a ``claim_capped`` / ``claim_jumped`` row.
     reject_non_finite
         Keep replies with NaN or inf arrays out of the aggregate (status ``rejected``, booked
         with the harm they would have done); ``False`` passes them to the inner strategy.
     nodes
-        Which node holds which partition (:class:`strategies.nodes.NodeDirectory`): share one
+        Which node holds which partition (:class:`strategies.intake.nodes.NodeDirectory`): share one
         between runs served one after another by the same engine so each node is queried
         once; ``None``: a directory of the run's own.
     query_timeout
@@ -85,12 +85,12 @@ class IntakeSettings:
 
     def __post_init__(self) -> None:
         if self.claims is not None and not isinstance(self.claims, ClaimReview):
-            raise TypeError(f"claims: expected a strategies.claims.ClaimReview (or None); got "
+            raise TypeError(f"claims: expected a strategies.intake.claims.ClaimReview (or None); got "
                             f"{type(self.claims).__name__}.")
         if not isinstance(self.reject_non_finite, bool):
             raise TypeError(f"reject_non_finite: expected True or False; got {self.reject_non_finite!r}.")
         if self.nodes is not None and not isinstance(self.nodes, NodeDirectory):
-            raise TypeError(f"nodes: expected a strategies.nodes.NodeDirectory (or None); got "
+            raise TypeError(f"nodes: expected a strategies.intake.nodes.NodeDirectory (or None); got "
                             f"{type(self.nodes).__name__}.")
         object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))
         for name in ("query_data_key", "federated_evaluation"):

@@ -1,5 +1,5 @@
 """Every import that README.md, docs/*.md and examples/*.py show resolves, and every dotted name
-they cite in backticks (``fedvalue.ledger.load_run``, ``strategies.reaggregate``) exists.
+they cite in backticks (``fedvalue.ledger.load_run``, ``strategies.aggregation.reaggregate``) exists.
 
 Users copy these lines: a module moved inside the project must leave its public path working.
 """

@@ -232,7 +232,7 @@ class ReplayUnavailable(Exception):
 
 class ReplayedRound(CountingAggregator, Protocol):
     """Agg_t of a round aggregated by the inner strategy's own code, rebuilt from its record
-    (:class:`strategies.reaggregate.ReplayedAggregator`): a counting aggregator of coalitions, and
+    (:class:`strategies.aggregation.reaggregate.ReplayedAggregator`): a counting aggregator of coalitions, and
     the live aggregation itself."""
 
     def realized(self) -> Mapping[str, np.ndarray] | None: ...
@@ -250,7 +250,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: Group
     """The books of one round rebuilt from its record alone, A_t, whether weights are
     example counts, and the fairness rule's disagreements. A FedAvg-family round
     aggregates by the weighted mean; any other round by ``replay(record)``, the inner
-    strategy's own aggregation from its saved state (:func:`strategies.reaggregate.replay_aggregator`)."""
+    strategy's own aggregation from its saved state (:func:`strategies.aggregation.reaggregate.replay_aggregator`)."""
     statuses, round_settings = record.statuses, record.settings
     ok = valid_clients(record)
     accepted = [c for c in ok if c in set(record.accepted)]

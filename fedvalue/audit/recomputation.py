@@ -47,7 +47,7 @@ MAX_ROUND_EVALUATIONS = 2**20
 ExampleCounts = Callable[[Hashable], int]
 #: (round, client, A_{t−1}) -> the arrays the client's local training gives.
 Retrain = Callable[[int, Hashable, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
-#: record -> Agg_t, the round's aggregation by the run's inner strategy (:func:`strategies.reaggregate.replay_aggregator`).
+#: record -> Agg_t, the round's aggregation by the run's inner strategy (:func:`strategies.aggregation.reaggregate.replay_aggregator`).
 Replay = Callable[[RoundRecord], ReplayedRound]
 
 

@@ -146,7 +146,7 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
         on this machine: :mod:`fedvalue.audit.training_replay`).
     replay
         record -> Agg_t, the round's aggregation by the run's inner strategy as it was when
-        the replies arrived (:func:`strategies.reaggregate.replay_aggregator` builds it from the
+        the replies arrived (:func:`strategies.aggregation.reaggregate.replay_aggregator` builds it from the
         strategy's saved state): with it the rounds of strategies outside the FedAvg family
         (robust, adaptive, randomized, DP) are recomputed too; without it they are not
         verifiable.

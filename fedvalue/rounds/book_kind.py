@@ -24,7 +24,7 @@ from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry, LedgerRow,
 
 class CountingAggregator(Protocol):
     """Agg_t by the inner strategy's own code, counting the coalitions it could not
-    aggregate (:class:`strategies.counterfactual.CounterfactualAggregator`)."""
+    aggregate (:class:`strategies.aggregation.counterfactual.CounterfactualAggregator`)."""
 
     unaggregatable: set
 

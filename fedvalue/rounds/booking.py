@@ -88,7 +88,7 @@ def book_round(
     unaggregatable
         The coalitions the inner strategy returned no arrays for (rounds.csv's
         ``num_unaggregatable``). None with ``aggregate``: the aggregate's own count once the
-        harms are scored (:class:`strategies.counterfactual.CounterfactualAggregator`'s
+        harms are scored (:class:`strategies.aggregation.counterfactual.CounterfactualAggregator`'s
         ``unaggregatable``); None without: the column is left empty.
     utility_before, utility_realized
         U(A_{t−1}) and U(A_t) when the caller already has them (a game's cached values);

@@ -49,7 +49,7 @@ from strategies import (
     ValuingStrategy,
     initial_arrays,
 )
-from strategies.random_state import RandomState
+from strategies.aggregation.random_state import RandomState
 from strategies.valuing_settings import RunCallbacks, settings_or_default
 
 

@@ -30,7 +30,7 @@ from fedvalue._checks import check_integer
 from simulations.runner.engine_failures import FLOWER_CRASH_LOGS
 from simulations.runner.engine_settings import EngineSettings, check_ray_address, default_max_parallel_clients
 from simulations.runner.grid import StoppableGrid, TimedClientApp
-from strategies.random_state import RandomState
+from strategies.aggregation.random_state import RandomState
 from strategies.valuing_settings import settings_or_default
 
 T = TypeVar("T")

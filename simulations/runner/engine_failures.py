@@ -7,7 +7,7 @@ crashed.")``, chained to the real cause (``ray.init``'s error: a raylet that mis
 logs each link's traceback (an exported ``RAY_ADDRESS`` is none: a local run starts a Ray of
 its own, :func:`simulations.runner.engine.ray_init_args`). A ServerApp whose
 nodes do not report their partition ids in time raises
-:class:`strategies.nodes.QueryTimedOut`. :func:`engine_failure` turns these into one
+:class:`strategies.intake.nodes.QueryTimedOut`. :func:`engine_failure` turns these into one
 :class:`EngineFailed` naming the cause and the option to change; anything else is not an
 engine failure and is left as it is.
 """
@@ -18,7 +18,7 @@ import os
 import traceback
 
 from fedvalue.run.rundir import printable
-from strategies.nodes import QueryTimedOut
+from strategies.intake.nodes import QueryTimedOut
 
 #: Flower's messages for an engine that failed (the links of its chain).
 _FLOWER_CRASH = ("An error was encountered. Ending simulation.", "Simulation Runtime crashed.")

@@ -5,7 +5,7 @@ a field set away from its default for a strategy that does not read it is refuse
 rather than silently ignored. Every choice is valued by the same round game: FedAvg and
 FedProx as the weighted mean, every other strategy by its own ``aggregate_train`` on
 copies of the replies and under the noise the round really drew
-(:mod:`strategies.counterfactual`).
+(:mod:`strategies.aggregation.counterfactual`).
 """
 
 from __future__ import annotations

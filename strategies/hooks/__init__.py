@@ -9,7 +9,7 @@ gradients, the first-order check), fairness (the fairness game, influences and p
 reads), value_weights (the factors a value-weighting policy sets).
 
 May import: strategies.round_hook, strategies.acceptance_policy, strategies.book_settings,
-strategies.messages, strategies.protocol, strategies.arrays, strategies.replies (and fedvalue, flwr).
+strategies.protocol, strategies.arrays, strategies.replies, strategies.aggregation (and fedvalue, flwr).
 No hook imports the round (strategies.train_round), the strategy (strategies.valuing) or a policy
 (strategies.policies): a hook reads the round in flight through :class:`strategies.round_hook.RoundView`.
 """

@@ -28,11 +28,10 @@ from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from strategies.arrays import arrays_to_numpy
 from strategies.round_hook import HookContext, IdleClients, RoundHook, RoundView
-from strategies.messages import query_message, reply_node, sent_nodes
-from strategies.replies import sender_identity
+from strategies.replies import (ClientReply, InferenceGradient, query_message, read_inference_gradient, reply_node,
+                                sender_identity, sent_nodes, take_record)
 from strategies.acceptance_policy import OUTFLOWS
-from strategies.protocol import GRADIENT_KEY, GRADIENT_QUERY
-from strategies.replies import ClientReply, InferenceGradient, read_inference_gradient, take_record
+from strategies.protocol import DATA_KEY, GRADIENT_KEY, GRADIENT_QUERY
 
 
 def outflows_if_all_aggregated(start_arrays: Mapping[str, np.ndarray], ok: list[ClientReply],
@@ -62,7 +61,7 @@ class FlowQueries:
         """Inference gradients at ``arrays`` of every client whose node is not in ``busy``, each
         the queried node's registered client's, asked with a message of ``query_type(node)``
         whose config carries ``config`` too (a run's data-key)
-        (:meth:`strategies.nodes.NodeDirectory.query_type`); a reply claiming another id, or
+        (:meth:`strategies.intake.nodes.NodeDirectory.query_type`); a reply claiming another id, or
         whose gradient or loss fails its checks (:func:`strategies.replies.read_inference_gradient`),
         is left out and logged (that client then receives no inflow this round)."""
         queried = {node: client for client, node in client_to_node.items() if node not in busy}
@@ -119,8 +118,11 @@ class FlowHook(RoundHook):
 
     offers = frozenset({OUTFLOWS})
 
-    def __init__(self) -> None:
+    def __init__(self, *, query_data_key: bool = False) -> None:
         self.queries = FlowQueries()
+        self.query_data_key = query_data_key
+        #: What every gradient query's config carries besides the request (the run's data-key).
+        self.query_config: dict = {}
         self._idle: dict = {}
         #: The round's inference gradients, idle clients' first (client -> InferenceGradient).
         self.gradients: dict = {}
@@ -132,6 +134,10 @@ class FlowHook(RoundHook):
         self.queries.pending = saved.get(PENDING_FIRST_ORDER)
 
     def train_config(self, config: ConfigRecord) -> ConfigRecord:
+        """The train config asking for the inference gradient (and, carrying data-keys, the run's
+        data-key kept for the queries)."""
+        if self.query_data_key and DATA_KEY in config:
+            self.query_config = {DATA_KEY: config[DATA_KEY]}
         return ConfigRecord({**dict(config), GRADIENT_KEY: True})
 
     def start_round(self, arrays: ArrayRecord, start_arrays, idle: IdleClients | None) -> None:
@@ -140,7 +146,7 @@ class FlowHook(RoundHook):
     def query(self, arrays: ArrayRecord, idle: IdleClients) -> dict:
         """Inference gradients at ``arrays`` of every client ``idle`` reaches."""
         return self.queries.idle_gradients(idle.grid, arrays, idle.partitions(), set(idle.busy), idle.timeout,
-                                           idle.query_type, idle.config)
+                                           idle.query_type, self.query_config)
 
     def note(self, round: RoundView) -> dict:
         self.gradients = {**self._idle, **round.gradients}
@@ -166,4 +172,4 @@ class FlowHook(RoundHook):
 
 
 def flow_hook(context: HookContext) -> FlowHook | None:
-    return FlowHook() if context.books.flows else None
+    return FlowHook(query_data_key=context.query_data_key) if context.books.flows else None

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from flwr.serverapp.strategy import Strategy
+
+from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES, Acceptance
+from strategies.aggregation.counterfactual import aggregates_by_weighted_mean
+from strategies.book_settings import BookSettings
 from strategies.hooks.defences import defence_hook
 from strategies.hooks.fairness import fairness_hook
 from strategies.hooks.flows import flow_hook
 from strategies.round_hook import HookContext, RoundHook
 from strategies.hooks.value_weights import value_weight_hook
-from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES
 
 #: A hook's factory: the run's hook of that kind, or None when the run keeps no such book.
 HookFactory = Callable[[HookContext], RoundHook | None]
@@ -51,6 +55,14 @@ def unregister_round_hook(name: str) -> None:
     if name not in ROUND_HOOKS:
         raise ValueError(f"name: no round hook {name!r}; registered: {sorted(ROUND_HOOKS)}.")
     del ROUND_HOOKS[name]
+
+
+def hook_context(books: BookSettings, acceptance: Acceptance, strategy: Strategy, *,
+                 query_data_key: bool = False) -> HookContext:
+    """What the hooks of a run of ``strategy`` that keeps ``books`` and accepts by ``acceptance`` are
+    made from (``query_data_key``: its queries carry the train config's data-key)."""
+    return HookContext(books, acceptance, type(strategy).__name__, aggregates_by_weighted_mean(strategy),
+                       query_data_key)
 
 
 def run_hooks(context: HookContext) -> dict[str, RoundHook]:

@@ -7,12 +7,13 @@ run's sampling), greedy_fed, value_elimination (value-driven samplers), acceptan
 top-k, replay, the fairness rules), value_weighting, representatives (acceptance policies, each an
 :class:`strategies.acceptance_policy.Acceptance`), power_of_choice.
 
-May import: strategies.acceptance_policy, strategies.protocol, strategies.messages, strategies.nodes,
-strategies.arrays, strategies.replies, strategies.reply_checks (and fedvalue, flwr). No policy imports
+May import: strategies.acceptance_policy, strategies.protocol, strategies.replies, strategies.intake.nodes,
+strategies.arrays, strategies.reply_checks (and fedvalue, flwr). No policy imports
 the round, the hooks or the strategy.
 """
 
-from strategies.policies.acceptance import AcceptAll, FairDropK, FairReweight, Replay, TopK
+from strategies.acceptance_policy import AcceptAll
+from strategies.policies.acceptance import FairDropK, FairReweight, Replay, TopK
 from strategies.policies.greedy_fed import GreedyFedSampler
 from strategies.policies.power_of_choice import PowerOfChoice
 from strategies.policies.representatives import RepresentativesOnly

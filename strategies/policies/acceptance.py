@@ -49,13 +49,6 @@ from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, AcceptInputs, Accep
 SCORES = ("ads", "loo", "tracin_outflow", "random")
 
 
-class AcceptAll(Acceptance):
-    """Every valid reply is aggregated (plain valuation, nothing booked as selected)."""
-
-    def accept(self, round: AcceptInputs) -> set:
-        return set(round.clients)
-
-
 class TopK(Acceptance):
     """The ``k`` best valid replies of each round by ``score`` (module docstring)."""
 

@@ -30,9 +30,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue._checks import check_integer, check_positive
-from strategies.messages import reply_node, sent_nodes
-from strategies.nodes import NodeDirectory
-from strategies.replies import claimed_partition
+from strategies.replies import claimed_partition, reply_node, sent_nodes
+from strategies.intake.nodes import NodeDirectory
 from strategies.protocol import ARRAYS_KEY, CLIENT_RECORD_KEY, CONFIG_KEY, LOCAL_LOSS_KEY, SERVER_ROUND_KEY
 
 #: Entropy tail of the candidate draws (its own stream beside other seeded draws of the run).
@@ -51,7 +50,7 @@ class PowerOfChoice(FedAvg):
     seed
         Seed of the candidate draws (round t draws from ``[seed, t]``).
     nodes
-        Which node holds which partition (:class:`strategies.nodes.NodeDirectory`); share the
+        Which node holds which partition (:class:`strategies.intake.nodes.NodeDirectory`); share the
         valuing strategy's (``IntakeSettings(nodes=...)``) so each node is asked once.
     query_timeout
         Seconds to wait for the candidates' losses.

@@ -18,7 +18,7 @@ import torch
 
 from fedvalue.analysis.detection import detection_metrics
 from fedvalue.run.ledger_tables import load_run
-from strategies.random_state import RandomState
+from strategies.aggregation.random_state import RandomState
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

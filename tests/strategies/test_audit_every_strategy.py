@@ -6,7 +6,7 @@ each round samples 5 of 6 clients (one idle, booked for TracIn inflow; not with
 client-side DP, whose mods refuse the inference gradient beside the update), client 1
 raises and client 3 sends NaN arrays. The audit books every round again from the run directory:
 the FedAvg family by the weighted mean, every other strategy by replaying its own
-aggregation from the state its records saved (:mod:`strategies.reaggregate`).
+aggregation from the state its records saved (:mod:`strategies.aggregation.reaggregate`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConf
 from simulations.runner.inner_strategies import STRATEGIES, build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
-from strategies.reaggregate import replay_aggregator
+from strategies.aggregation.reaggregate import replay_aggregator
 
 from tests.fedvalue.forgery import rechain
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
-from tests.strategies.test_flow_books import initial_state, load_client, make_model, utility
+from tests.strategies.hooks.test_flow_books import initial_state, load_client, make_model, utility
 from tests.strategies.test_valuing import NODE_OF, PID_OF
 
 CLIENTS_PER_ROUND, FAILING, NON_FINITE = 5, 1, 3

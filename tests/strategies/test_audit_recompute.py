@@ -20,7 +20,7 @@ from fedvalue.run.archive import read_round_record, round_record_paths, write_ro
 from fedvalue.audit.verdict import audit_run
 from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
-from strategies.reaggregate import replay_aggregator
+from strategies.aggregation.reaggregate import replay_aggregator
 
 from tests.fedvalue.forgery import rechain, reseal
 from fedvalue.valuation.ads import AdsSettings
@@ -28,11 +28,9 @@ from fedvalue.valuation.round_game import ValuationSettings
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
-from tests.strategies.test_faults import nan_handler
-from tests.strategies.test_flow_books import client_app_grid, initial_state, load_client, utility
-from tests.strategies.test_valuing import NODE_OF, PID_OF
-from tests.strategies.test_valuing import initial_arrays as linear_initial_arrays
-from tests.strategies.test_valuing import utility as _linear_utility_fixture
+from tests.strategies.intake.test_faults import nan_handler
+from tests.strategies.hooks.test_flow_books import client_app_grid, initial_state, load_client, utility
+from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays as linear_initial_arrays, utility as _linear_utility_fixture
 
 linear_utility = _linear_utility_fixture
 

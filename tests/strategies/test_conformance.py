@@ -35,7 +35,7 @@ from clients.app import ClientData
 from fedvalue.audit.verdict import audit_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
-from strategies.reaggregate import replay_aggregator
+from strategies.aggregation.reaggregate import replay_aggregator
 
 from tests.strategies.harness.bare_and_wrapped import Setup, assert_untouched_and_sound, one_torch_thread, run  # noqa: F401
 

@@ -21,15 +21,14 @@ from fedvalue.run.archive import read_checkpoint_pointer, read_round_record, rou
 from fedvalue.run.rundir import RunDir
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
-from strategies import ValueWeightedSampler, ValuingStrategy
-from strategies import RunInterrupted
+from strategies import RunInterrupted, ValueWeightedSampler, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import set_server_identity
-from tests.strategies.test_flow_books import client_app_grid, initial_state, load_client, utility
+from tests.strategies.hooks.test_flow_books import client_app_grid, initial_state, load_client, utility
 
 ROUNDS = 4
 
@@ -228,7 +227,7 @@ def test_a_strategy_whose_state_is_not_data_is_refused_before_anything_is_writte
 def test_a_strategy_with_a_state_dict_hook_is_saved_and_restored_by_it():
     import threading
 
-    from strategies import server_state
+    from strategies.aggregation import server_state
 
     class Counted(FedAdam):
         def __init__(self) -> None:

@@ -18,13 +18,12 @@ from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
 from simulations.runner.engine_settings import EngineSettings
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
-from strategies.nodes import NodeDirectory
+from strategies.intake.nodes import NodeDirectory
 from strategies.book_settings import BookSettings
 from strategies.valuing_settings import IntakeSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
-from tests.strategies.test_valuing import NODE_OF, initial_arrays, make_handler
-from tests.strategies.test_valuing import utility as _utility_fixture
+from tests.strategies.test_valuing import NODE_OF, initial_arrays, make_handler, utility as _utility_fixture
 
 utility = _utility_fixture
 
@@ -40,7 +39,7 @@ utility = _utility_fixture
     (lambda: BookSettings(noisy_clients="0,1"), TypeError, "noisy_clients: expected a collection of client ids"),
     (lambda: IntakeSettings(query_timeout=-1), ValueError, "query_timeout: expected a finite number > 0; got -1"),
     (lambda: IntakeSettings(reject_non_finite="no"), TypeError, "reject_non_finite: expected True or False"),
-    (lambda: IntakeSettings(nodes={}), TypeError, "nodes: expected a strategies.nodes.NodeDirectory"),
+    (lambda: IntakeSettings(nodes={}), TypeError, "nodes: expected a strategies.intake.nodes.NodeDirectory"),
     (lambda: RunSettings(checkpoint="yes"), TypeError, "checkpoint: expected True or False; got 'yes'"),
     (lambda: RunSettings(run_config=[("seed", 0)]), TypeError, "run_config: expected a mapping"),
     (lambda: RunCallbacks(on_round="print"), TypeError, "on_round: expected a callable"),

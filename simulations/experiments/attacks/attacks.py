@@ -13,7 +13,7 @@ One run per attack, all from the same A_0 and seed, client ``attacker`` playing:
 ``free-rider``           replies A_{t−1} (:class:`clients.behaviours.FreeRider`)
 ``free-rider-noise``     replies A_{t−1} + N(0, ``noise_std``²) per entry
 ``inflated-count``       trains honestly, claims ``inflation`` × its example count
-``inflated-count-reviewed``  the same, with :class:`strategies.claims.ClaimReview` on
+``inflated-count-reviewed``  the same, with :class:`strategies.intake.claims.ClaimReview` on
                          (registered sizes, ``median_multiple`` × the median, ``jump_factor``)
 ``replicator``           trains on a copy of client ``source``'s data: submits its update
 ``sign-flip``            replies A_{t−1} − (w − A_{t−1})

@@ -42,7 +42,7 @@ against the exact drop effect over the FedAvg runs' rounds:
 mix), ``fairness.png`` (DP gap and accuracy per round, and the trade-off over K and λ in the
 style of [FAIRINFL] Figure 2), and every run's ledger under ``DATASET/seed-S/RUN/`` (``fedvalue
 report`` and ``fedvalue audit`` read them). One Flower engine (Ray) per data set serves every
-run of it; they share one :class:`strategies.nodes.NodeDirectory` (nodes are asked their
+run of it; they share one :class:`strategies.intake.nodes.NodeDirectory` (nodes are asked their
 partition ids once) and write no checkpoints (the simulation is not resumed; the round
 records the audit recomputes from are kept).
 """

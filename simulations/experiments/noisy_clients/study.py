@@ -26,7 +26,7 @@ One Flower engine serves every run: the ServerApp runs them one after another on
 same grid and the clients load the seed's data from the ``data-key`` in the train
 config, so Ray starts once, not once per seed (it costs ~15 s on this machine, ~1% of a
 20-seed study: measured, not the bottleneck either way). The runs share one
-:class:`strategies.nodes.NodeDirectory` (each node is asked its partition id once per
+:class:`strategies.intake.nodes.NodeDirectory` (each node is asked its partition id once per
 engine, not once per run), use every core for clients (the server values a round after
 its last reply, so it idles while they train) and write no checkpoints (a study is not
 resumed; the round records the audit recomputes from are kept).

@@ -25,7 +25,7 @@ from strategies import PartitionSampler, RepresentativesOnly, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
 from strategies.book_settings import BookSettings
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
-from tests.strategies.test_flow_books import (
+from tests.strategies.hooks.test_flow_books import (
     NODE_OF,
     NUM_CLIENTS,
     PID_OF,

@@ -17,7 +17,7 @@ from fedvalue.valuation.round_game import fedavg_round_game, round_game_for, val
 from fedvalue.run.settings import RoundSettings
 from simulations.datasets.models import make_mlp
 from strategies.replies import ClientReply
-from strategies.screening import value_screened
+from strategies.intake.screening import value_screened
 
 CLIENTS, WEIGHTS = [0, 1, 2, 3], [10.0, 20.0, 30.0, 15.0]
 POISONED = 2

@@ -12,8 +12,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MessageTy
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-from strategies.intake import entry, take_in
-from strategies.nodes import NodeDirectory
+from strategies.intake.round_intake import entry, take_in
+from strategies.intake.nodes import NodeDirectory
 from strategies.arrays import numpy_to_arrays
 from strategies.replies import ClientReply, read_reply
 from strategies.reply_checks import MAX_WEIGHT, array_problems, id_problem, loss_problem, weight_problem
@@ -177,8 +177,8 @@ def test_a_failed_reply_books_no_example_count_it_made_up():
     instruction = sent(101)
     record = read_reply(answer(instruction, content(0, examples=float("inf"))), "num-examples", NODES)
     assert record.status == "failed" and record.error.startswith("num-examples: expected a whole number")
-    assert entry(record, "num-examples").num_examples is None
-    assert entry(ClientReply(0, 101, "failed", metrics={"num-examples": 12}), "num-examples").num_examples == 12
+    assert entry(record).num_examples is None
+    assert entry(ClientReply(0, 101, "failed", metrics={"num-examples": 12})).num_examples == 12
 
 
 # -- the query path --------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from fedvalue.valuation.round_game import ValuationSettings
 from simulations.runner.engine import serve
 from simulations.runner.engine_settings import EngineSettings
 from strategies import PartitionSampler, ValuingStrategy
-from strategies.nodes import NodeDirectory
+from strategies.intake.nodes import NodeDirectory
 from strategies.arrays import initial_arrays
 from strategies.book_settings import BookSettings
 from strategies.valuing_settings import IntakeSettings

@@ -17,7 +17,7 @@ from clients import ClientData, make_client_app
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations import simulate
 from simulations.runner.api import default_sampler, initial_model_arrays
-from strategies.random_state import RandomState
+from strategies.aggregation.random_state import RandomState
 from strategies import BookSettings
 from strategies.arrays import arrays_to_numpy
 

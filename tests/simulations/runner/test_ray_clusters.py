@@ -21,11 +21,10 @@ from simulations.runner.engine import ray_init_args
 from simulations.runner.engine_settings import EngineSettings
 from simulations.runner.grid import StoppableGrid, worker_lost
 from simulations.runner.parallel import valuation_workers_advice
-from strategies import PartitionSampler, RunSettings, ValuingStrategy
+from strategies import PartitionSampler, RunInterrupted, RunSettings, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
-from strategies import RunInterrupted
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
-from tests.strategies.test_flow_books import initial_state, load_client, make_model, utility
+from tests.strategies.hooks.test_flow_books import initial_state, load_client, make_model, utility
 
 ROOT = Path(__file__).resolve().parents[3]
 DIED = "<class 'ray.exceptions.ActorDiedError'>:<'The actor died unexpectedly before finishing this task.'>"
@@ -113,8 +112,6 @@ def test_valuation_workers_say_when_they_cost_more_than_they_save():
 
 LOCAL_RAY = """
 import logging, ray
-from simulations.runner.engine import ray_init_args
-from simulations.runner.engine_settings import EngineSettings
 class Said(logging.Handler):
     def emit(self, record):
         print(record.getMessage())

@@ -21,7 +21,7 @@ from fedvalue.scoring.fairness.objectives import GroupFairness, drop_k, ijack_fa
 from fedvalue.run.ledger_tables import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.policies.sampling import PartitionSampler
-from strategies.reaggregate import replay_aggregator
+from strategies.aggregation.reaggregate import replay_aggregator
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.bare_and_wrapped import assert_untouched_and_sound, one_torch_thread, run  # noqa: F401

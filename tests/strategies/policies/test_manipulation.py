@@ -31,15 +31,14 @@ from clients.behaviours import (
 )
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.valuation.round_game import ValuationSettings, weighted_mean
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from fedvalue.rounds.booking import claim_rows
 from fedvalue.schema import LedgerRow, Method, Status
-from strategies.claims import CLAIM_CAPPED, CLAIM_JUMPED
+from strategies.intake.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from strategies.replies import ClientReply, read_reply
-from fedvalue.valuation.round_game import ValuationSettings
 from strategies.book_settings import BookSettings
 from strategies.valuing_settings import IntakeSettings
 
@@ -451,5 +450,5 @@ def test_claim_review_errors_name_the_parameter_the_expectation_and_the_value(kw
 
 
 def test_valuing_strategy_rejects_a_claims_object_without_review():
-    with pytest.raises(TypeError, match="claims: expected a strategies.claims.ClaimReview .or None.; got dict"):
+    with pytest.raises(TypeError, match="claims: expected a strategies.intake.claims.ClaimReview .or None.; got dict"):
         ValuingStrategy(FedAvg(), utility(), intake=IntakeSettings(claims={"median_multiple": 2}))

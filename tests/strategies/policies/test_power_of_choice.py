@@ -14,7 +14,7 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import ValuationSettings
 from simulations.datasets.models import make_mlp
 from strategies import PowerOfChoice, RunSettings, ValuingStrategy
-from strategies.nodes import NodeDirectory
+from strategies.intake.nodes import NodeDirectory
 from strategies.protocol import LOCAL_LOSS_KEY
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from strategies.valuing_settings import IntakeSettings

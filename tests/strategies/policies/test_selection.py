@@ -10,17 +10,15 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.analysis.flagging import FlaggingRule
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.valuation.round_game import ValuationSettings, weighted_mean
 from fedvalue.analysis.top_k_selection import retrain_plan, top_k
 from fedvalue.schema import FLOW_METHODS, LedgerRow, Method, Status
 from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
-from fedvalue.valuation.round_game import ValuationSettings
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
-from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
-from tests.strategies.test_valuing import utility as _utility_fixture
+from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler, utility as _utility_fixture
 
 utility = _utility_fixture
 

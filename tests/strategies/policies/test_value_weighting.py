@@ -19,8 +19,7 @@ from strategies.arrays import arrays_to_numpy
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
-from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler
-from tests.strategies.test_valuing import utility as _utility_fixture
+from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler, utility as _utility_fixture
 
 utility = _utility_fixture
 

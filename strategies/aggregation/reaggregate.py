@@ -2,17 +2,17 @@
 
 The round game of a strategy other than the FedAvg family values coalition S by
 v_t(S) = U(Agg_t(A_{t−1}; {reply_i : i ∈ S})) with Agg_t the inner strategy's
-``aggregate_train`` (:mod:`strategies.counterfactual`). To book such a round again an audit
+``aggregate_train`` (:mod:`strategies.aggregation.counterfactual`). To book such a round again an audit
 needs Agg_t exactly as it was: the inner strategy in its state when the replies arrived
 (FedAdam's moments, QFedAvg's current arrays, an adaptive clipping norm), the global random
 state DP noise is drawn from, and the replies as Messages (their arrays and metric
 records). The valuing strategy saves all of it as data in the round record
 (:func:`replay_state`, :class:`fedvalue.run.archive.RoundRecord`'s ``replay``); an auditor who
 can build the run's inner strategy afresh from its configuration (the simulation that made
-the run can) gets back a :class:`~strategies.counterfactual.CounterfactualAggregator` that
+the run can) gets back a :class:`~strategies.aggregation.counterfactual.CounterfactualAggregator` that
 aggregates every coalition as the live run did (:func:`replay_aggregator`). Nothing is
 constructed from a saved name: the saved state is applied to the strategy the auditor built
-(:mod:`strategies.server_state`), so a record cannot make the audit run code.
+(:mod:`strategies.aggregation.server_state`), so a record cannot make the audit run code.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from flwr.serverapp.strategy import Strategy
 
 from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import WEIGHED_STATUSES
-from strategies import server_state
-from strategies.counterfactual import Arrays, CounterfactualAggregator, copy_reply
-from strategies.random_state import RandomState
+from strategies.aggregation import server_state
+from strategies.aggregation.counterfactual import Arrays, CounterfactualAggregator, copy_reply
+from strategies.aggregation.random_state import RandomState
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from strategies.replies import ClientReply
 
@@ -37,7 +37,7 @@ def replay_state(strategy: Strategy, random_state: RandomState,
     the round's random state, each ok or rejected reply's array record name and metric
     records (the first reply under each client id) and each error reply's code and reason
     (by its position among the round's entries: the live aggregation is given them too).
-    Raises :class:`strategies.server_state.StateNotCaptured` when the strategy holds
+    Raises :class:`strategies.aggregation.server_state.StateNotCaptured` when the strategy holds
     something that is not data."""
     contents: dict[Hashable, dict] = {}
     errors: dict[int, tuple[int, str]] = {}

@@ -13,7 +13,7 @@ from fedvalue.run.ledger_tables import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy
-from strategies.nodes import NodeDirectory
+from strategies.intake.nodes import NodeDirectory
 from strategies.arrays import numpy_to_arrays
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
@@ -102,7 +102,7 @@ def test_no_partition_id_at_all_is_an_error_naming_the_query_timeout():
     (dict(query_timeout=0), ValueError, "query_timeout: expected a finite number > 0; got 0"),
     (dict(query_timeout=float("inf")), ValueError, "query_timeout: expected a finite number > 0"),
     (dict(query_timeout="60"), ValueError, "query_timeout"),
-    (dict(nodes={}), TypeError, "nodes: expected a strategies.nodes.NodeDirectory"),
+    (dict(nodes={}), TypeError, "nodes: expected a strategies.intake.nodes.NodeDirectory"),
 ])
 def test_bad_query_timeout_or_directory_is_named(kwargs, error, named):
     with pytest.raises(error, match=named):

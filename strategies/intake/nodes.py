@@ -8,7 +8,7 @@ retrains) share one directory and query the nodes once (on 2 cores a query of 30
 costs 0.2–0.3 s once the actors run; a study made eight a seed).
 
 Identity comes from the sender, not from what a reply claims. A reply answers the message
-the server sent to one node (:func:`strategies.messages.reply_node`: the node its ``reply_to_message_id`` names;
+the server sent to one node (:func:`strategies.replies.reply_node`: the node its ``reply_to_message_id`` names;
 a SuperLink answering for a lost node signs its error reply with its own node id), and its
 client is the partition that node registered (:func:`strategies.replies.sender_identity`). A reply that claims
 another id, or an id that is not an integer, is failed; it can never take another client's
@@ -34,9 +34,8 @@ from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
-from strategies.messages import query_message, reply_node, sent_nodes
+from strategies.replies import claimed_partition, query_message, reply_node, sent_nodes
 from strategies.protocol import DIRECTORY_QUERY, PARTITION_ID_KEY
-from strategies.replies import claimed_partition
 
 
 class QueryTimedOut(RuntimeError):

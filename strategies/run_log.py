@@ -11,7 +11,7 @@ from flwr.supercore.logger import log
 from fedvalue.schema import PROBLEM_STATUSES, Status
 
 
-class RoundLog:
+class RunLog:
     """The log of one run's rounds, valued by ``methods`` into ``run_dir`` (None: in memory)."""
 
     def __init__(self, methods: tuple[str, ...]) -> None:

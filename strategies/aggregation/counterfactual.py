@@ -53,7 +53,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from flwr.supercore.logger import FLOWER_LOGGER
 
 from strategies.arrays import arrays_to_numpy
-from strategies.random_state import RandomState
+from strategies.aggregation.random_state import RandomState
 
 Arrays = dict[str, np.ndarray]
 

@@ -3,7 +3,7 @@
 In order: curvature (training loss gradient and Fisher diagonal) and inference gradients
 (TracIn flows) are taken out of the replies, since the inner strategy must never see them;
 each reply becomes a :class:`~strategies.replies.ClientReply` of the client its sender's node
-registered (:mod:`strategies.nodes`), every field checked (:mod:`strategies.reply_checks`):
+registered (:mod:`strategies.intake.nodes`), every field checked (:mod:`strategies.reply_checks`):
 ``failed`` when its id, weight, arrays (keys, shapes, dtypes), inference gradient, curvature
 or metrics fail their checks, ``rejected`` when its arrays are NaN/inf or too large to
 aggregate (booked with the harm they would have done); a second reply under a client id
@@ -27,9 +27,8 @@ from flwr.supercore.logger import log
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.settings import RoundSettings
 from fedvalue.schema import PROBLEM_STATUSES, WEIGHED_STATUSES, ClientEntry, Status
-from strategies.messages import reply_node, sent_nodes
+from strategies.replies import ClientReply, read_reply, reply_node, sent_nodes, take_record
 from strategies.protocol import CURVATURE_KEY, GRADIENT_KEY, NUM_EXAMPLES_KEY
-from strategies.replies import ClientReply, read_reply, take_record
 from strategies.reply_checks import metric_form, metric_problem, shown, weight_problem
 
 
@@ -60,6 +59,14 @@ class RoundIntake:
             passed += [k for k, r in enumerate(self.records) if r.status == Status.REJECTED]
         return passed
 
+    def weighed_messages(self) -> dict:
+        """client -> the message of its weighed (ok or rejected) reply, for counterfactual aggregations."""
+        return {r.client_id: r.message for r in self.records if r.status in WEIGHED_STATUSES}
+
+    def accepted(self, accepted: set) -> list:
+        """The ``accepted`` clients among the valid replies, in reply order (the record's)."""
+        return [r.client_id for r in self.records if r.status == Status.OK and r.client_id in accepted]
+
     def entries(self) -> list[ClientEntry]:
         """Every sampled client's outcome as the books take it, in reply order (:func:`entry`)."""
         return [entry(r) for r in self.records]
@@ -84,9 +91,9 @@ class RoundIntake:
 def take_in(replies: Iterable[Message], *, weighted_by_key: str, node_to_client: Mapping[int, int],
             start_arrays: Mapping[str, np.ndarray], targets: Sequence[int], claims=None,
             sent: Sequence[Message] = (), model_dtypes: Mapping[str, np.dtype] | None = None) -> RoundIntake:
-    """The round's intake (module docstring); ``sent`` the round's instructions (each reply is the node's it was sent to), ``model_dtypes``
-    the model's own dtypes where they differ from the global state's (an integer buffer that an
-    aggregation turned into floats)."""
+    """The round's intake (module docstring); ``sent`` the round's instructions (each reply is the
+    node's it was sent to), ``model_dtypes`` the model's own dtypes where they differ from the global
+    state's (an integer buffer that an aggregation turned into floats)."""
     replies = list(replies)
     # Out of every reply before anything reads it: the inner strategy must never see them.
     extras = [(take_record(m, GRADIENT_KEY), take_record(m, CURVATURE_KEY)) for m in replies]

@@ -17,10 +17,10 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.run.ledger_tables import load_run
 from strategies import PartitionSampler, RunSettings, ValuingStrategy
-from strategies.nodes import NodeDirectory
+from strategies.intake.nodes import NodeDirectory
 from strategies.arrays import numpy_to_arrays
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity
-from tests.strategies.test_flow_books import initial_state, load_client, make_model, utility
+from tests.strategies.hooks.test_flow_books import initial_state, load_client, make_model, utility
 
 NODES = {6007 + 5 * pid: pid for pid in range(4)}
 UNAVAILABLE = "Error: Node Unavailable — The destination node failed to report a heartbeat within 2 × its expected interval."
