@@ -22,7 +22,7 @@ import numpy as np
 
 from clients.behaviours import flip_labels
 from clients.training import get_model_arrays, set_model_arrays, train_locally
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.loaders import load_dataset, split_holdout

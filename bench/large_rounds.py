@@ -89,7 +89,7 @@ def value(kind: str, num_clients: int, held_out: int, method: str, budget: int, 
     import torch
 
     torch.set_num_threads(1)
-    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.settings import AdsSettings
     from fedvalue.valuation.round_game import fedavg_round_game, value_round
     from fedvalue.scoring.torch_utilities import TorchModelUtility
 

@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     import simulations  # noqa: F401 - sets OMP_WAIT_POLICY before torch loads, as the CLI does
     from flwr.serverapp.strategy import FedAvg
 
-    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.settings import AdsSettings
     from fedvalue.run.ledger_tables import load_run
-    from fedvalue.valuation.round_game import ValuationSettings
+    from fedvalue.valuation.settings import ValuationSettings
     from fedvalue.run.settings import RunSettings
     from fedvalue.scoring.torch_utilities import TorchModelUtility
     from simulations.runner.api import simulate

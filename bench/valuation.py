@@ -115,7 +115,8 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
 
     if threads:
         torch.set_num_threads(threads)
-    from fedvalue.valuation.ads import AdsSettings, ads
+    from fedvalue.valuation.ads import ads
+    from fedvalue.valuation.settings import AdsSettings
     from fedvalue.valuation.game import CoalitionGame
     from fedvalue.valuation.loo import loo
     from fedvalue.valuation.round_game import fedavg_round_game, value_round
@@ -226,7 +227,7 @@ def _one_cnn(num_clients: int, way: str, threads: int = 0) -> dict:
     if threads:
         torch.set_num_threads(threads)
     from fedvalue.scoring._scoring import scoring
-    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.settings import AdsSettings
     from fedvalue.valuation.round_game import fedavg_aggregator, fedavg_round_game, round_game, value_round
     from fedvalue.scoring.torch_utilities import TorchModelUtility
 
@@ -422,7 +423,7 @@ def _spread_round(threads: int, repeats: int) -> list[float]:
     import torch
 
     torch.set_num_threads(threads)
-    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.settings import AdsSettings
     from fedvalue.valuation.round_game import fedavg_round_game, value_round
     from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build
 

@@ -30,7 +30,8 @@ from fedvalue.schema import (
     Method,
     Status,
 )
-from fedvalue.valuation.ads import AdsSettings, ads
+from fedvalue.valuation.ads import ads
+from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.knn.exact import KnnValuation, knn_ads, knn_shapley
 from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes, KnnLikelihoodPrefixes, knn_loo, knn_mc_ads
@@ -40,7 +41,6 @@ from fedvalue.valuation.plan import MAX_EXACT_GROUP_SIZE, exact_num_coalitions, 
 from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
 from fedvalue.valuation.result import ValuationResult
 from fedvalue.valuation.round_game import Arrays
-from fedvalue.valuation.settings import ValuationSettings
 
 __all__ = [
     "FAIRNESS_INFLUENCE",

@@ -16,7 +16,7 @@ from fedvalue.valuation.settings import ValuationSettings
 from strategies.acceptance_policy import Acceptance
 from strategies.arrays import arrays_to_numpy
 from strategies.round_hook import HookContext, RoundHook, merged_fields
-from strategies.run_log import RunLog
+from strategies.server_log import ServerLog
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class RoundSetup:
     node_to_client: Mapping[int, int]
     claims: object | None = None
     save_records: bool = True
-    log: RunLog = field(default_factory=lambda: RunLog(()))
+    log: ServerLog = field(default_factory=lambda: ServerLog(()))
 
     @classmethod
     def of_run(cls, context: HookContext, utility: ArraysUtility, hooks: Mapping[str, RoundHook], *,
@@ -83,4 +83,5 @@ class RoundSetup:
             aggregation=WEIGHTED_MEAN if context.weighted_mean else BY_STRATEGY, weighted_by_key=weighted_by_key,
             flows=context.books.flows, reject_non_finite=reject_non_finite, selection=acceptance.books_selection,
             acceptance=acceptance.recorded_acceptance, **noted)
-        return cls(settings, utility, acceptance, hooks, node_to_client, claims, save_records, RunLog(settings.methods))
+        return cls(settings, utility, acceptance, hooks, node_to_client, claims, save_records,
+                   ServerLog(settings.methods))

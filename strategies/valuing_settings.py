@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from fedvalue._checks import check_positive
 from fedvalue.run.run_info import load_utility
 from fedvalue.valuation.round_game import ArraysUtility
-from strategies.book_settings import BookSettings  # noqa: F401 (its earlier import path)
 from strategies.intake.nodes import NodeDirectory
 from strategies.intake.claims import ClaimReview
 
@@ -119,3 +118,17 @@ class RunCallbacks:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"{name}: expected a callable {shape}, or None; got {type(value).__name__}.")
+
+
+def __getattr__(name: str):
+    """``BookSettings`` at its earlier import path, with a DeprecationWarning (its home is
+    :mod:`strategies.book_settings`, the face :mod:`strategies`)."""
+    if name == "BookSettings":
+        import warnings
+
+        from strategies.book_settings import BookSettings
+
+        warnings.warn("strategies.valuing_settings.BookSettings moved to strategies.book_settings (or the face: "
+                      "strategies); import it from there.", DeprecationWarning, stacklevel=2)
+        return BookSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,19 +36,12 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_integer, check_seed
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.settings import RoundSettings
 from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.run.ledger_tables import LedgerWriter
-from fedvalue.valuation.round_game import (
-    VALUATION_METHODS,
-    Arrays,
-    ArraysUtility,
-    RoundValuation,
-    round_game,
-    value_round,
-)
+from fedvalue.valuation.round_game import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
 from fedvalue.schema import LEDGER_FILE, STATUS_OK, LedgerRow, Method
 from fedvalue.analysis.top_k_selection import top_k
 

@@ -58,11 +58,7 @@ from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
-from fedvalue.valuation.round_game import (
-    ArraysUtility,
-    round_rng,
-    weighted_mean,
-)
+from fedvalue.valuation.round_game import ArraysUtility, round_rng, weighted_mean
 from fedvalue.run.rundir import printable
 from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_STATUSES, Method
 
@@ -167,7 +163,7 @@ def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], in
 
 def _run_settings(config: Mapping) -> dict:
     """The estimator settings run.json fixes, as the record writes them
-    (:meth:`fedvalue.valuation.ads.AdsSettings.as_dict`); from the older option names for a run
+    (:meth:`fedvalue.valuation.settings.AdsSettings.as_dict`); from the older option names for a run
     written before (a zero ``stderr_target`` then meant none)."""
     written = config.get("valuation")
     if isinstance(written, Mapping):

@@ -32,7 +32,7 @@ import numpy as np
 
 from fedvalue.rounds.record_game import valid_clients
 from fedvalue.run.archive import RoundRecord
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.round_game import Aggregator, RoundValuation, round_game_for, value_round
 from fedvalue.schema import Method
 

@@ -121,7 +121,7 @@ class RoundSettings:
     methods
         The valuation methods booked (``"ads"``, ``"loo"``), in order.
     valuation
-        The ADS estimator's settings ([ADS] Alg. 1; :class:`fedvalue.valuation.ads.AdsSettings`).
+        The ADS estimator's settings ([ADS] Alg. 1; :class:`fedvalue.valuation.settings.AdsSettings`).
     seed
         The run's seed; the round's generator is derived from it and the round number.
     strategy

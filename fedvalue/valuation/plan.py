@@ -1,6 +1,6 @@
 """The plan of an ADS call: which estimator runs, and how many distinct coalitions it may cost.
 
-:func:`plan_ads` turns the settings (:class:`~fedvalue.valuation.ads.AdsSettings`) and the groups
+:func:`plan_ads` turns the settings (:class:`~fedvalue.valuation.settings.AdsSettings`) and the groups
 into an :class:`AdsPlan` before any coalition is evaluated, so that a call over its
 ``max_evaluations`` or ``budget`` fails at once with the reason. Costs are distinct coalitions
 from an empty cache ([ADS] Alg. 1: m* permutations of n players, each n marginals; exact: 1 +

@@ -27,9 +27,8 @@ from fedvalue.valuation.plan import exact_num_coalitions
 from fedvalue.valuation.game import CoalitionGame, Progress
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.result import ValuationResult
-from fedvalue.valuation.settings import AdsSettings, ValuationSettings  # noqa: F401 (imported from here too)
-from fedvalue.schema import VALUATION_METHODS as SCHEMA_VALUATION_METHODS
-from fedvalue.schema import Method
+from fedvalue.valuation.settings import AdsSettings
+from fedvalue.schema import Method, VALUATION_METHODS as SCHEMA_VALUATION_METHODS
 
 Arrays = dict[str, np.ndarray]
 #: Aggregates the replies of a coalition (ids in round order) into new global arrays.
@@ -247,7 +246,7 @@ def value_round(
     """
     settings = AdsSettings() if settings is None else settings
     if not isinstance(settings, AdsSettings):
-        raise TypeError(f"settings: expected a fedvalue.valuation.ads.AdsSettings or None; got {type(settings).__name__}.")
+        raise TypeError(f"settings: expected a fedvalue.valuation.settings.AdsSettings or None; got {type(settings).__name__}.")
     unknown = [m for m in methods if m not in VALUATION_METHODS]
     if unknown:
         raise ValueError(
@@ -276,3 +275,17 @@ def value_round(
         utility_after=float(after),
         seconds=time.perf_counter() - started,
     )
+
+
+def __getattr__(name: str):
+    """``ValuationSettings`` at its earlier import path, with a DeprecationWarning (its home is
+    :mod:`fedvalue.valuation.settings`)."""
+    if name == "ValuationSettings":
+        import warnings
+
+        from fedvalue.valuation.settings import ValuationSettings
+
+        warnings.warn("fedvalue.valuation.settings.ValuationSettings moved to fedvalue.valuation.settings "
+                      "(or the faces: fedvalue, strategies); import it from there.", DeprecationWarning, stacklevel=2)
+        return ValuationSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

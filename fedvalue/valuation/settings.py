@@ -89,7 +89,7 @@ class ValuationSettings:
         Valuations per round, a subset of ``("ads", "loo")`` (none: the round is booked
         unvalued, its clients' statuses and weights only).
     ads
-        The ADS estimator's settings (:class:`fedvalue.valuation.ads.AdsSettings`; its ``budget``
+        The ADS estimator's settings (:class:`fedvalue.valuation.settings.AdsSettings`; its ``budget``
         bounds the round's distinct coalition evaluations, ADS and LOO together).
 
     A display of the valuation's progress is a callback of the run, not a setting
@@ -108,4 +108,4 @@ class ValuationSettings:
             raise ValueError(f"methods: expected a subset of {list(VALUATION_METHODS)}; got unknown {unknown}.")
         object.__setattr__(self, "methods", tuple(self.methods))
         if not isinstance(self.ads, AdsSettings):
-            raise TypeError(f"ads: expected a fedvalue.valuation.ads.AdsSettings; got {type(self.ads).__name__}.")
+            raise TypeError(f"ads: expected a fedvalue.valuation.settings.AdsSettings; got {type(self.ads).__name__}.")

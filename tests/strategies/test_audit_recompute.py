@@ -23,8 +23,7 @@ from strategies.arrays import numpy_to_arrays
 from strategies.aggregation.reaggregate import replay_aggregator
 
 from tests.fedvalue.forgery import rechain, reseal
-from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid, set_server_identity

@@ -23,7 +23,7 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
 from strategies import RunInterrupted, ValueWeightedSampler, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from fedvalue.run.settings import RunSettings
 from strategies.book_settings import BookSettings
 

@@ -10,11 +10,10 @@ import json
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from fedvalue.run.archive import read_round_record, record_path
 from fedvalue.audit.verdict import audit_run
 from fedvalue.audit.audit_recompute import settings_problems
-from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
 from simulations.runner.engine_settings import EngineSettings
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
@@ -31,7 +30,7 @@ utility = _utility_fixture
 @pytest.mark.parametrize(("make", "error", "named"), [
     (lambda: ValuationSettings(methods=("ads", "banzhaf")), ValueError, "methods: expected a subset"),
     (lambda: ValuationSettings(methods="ads"), TypeError, "methods: expected a sequence of names"),
-    (lambda: ValuationSettings(ads={"method": "mc"}), TypeError, "ads: expected a fedvalue.valuation.ads.AdsSettings; got dict"),
+    (lambda: ValuationSettings(ads={"method": "mc"}), TypeError, "ads: expected a fedvalue.valuation.settings.AdsSettings; got dict"),
     (lambda: RunCallbacks(on_progress=3), TypeError, "on_progress: expected a callable"),
     (lambda: BookSettings(flows=1), TypeError, "flows: expected True or False; got 1"),
     (lambda: BookSettings(fairness="dp"), TypeError, "fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness"),

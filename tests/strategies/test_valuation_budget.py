@@ -11,8 +11,7 @@ from flwr.serverapp.strategy import FedAvg
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
 from strategies import PartitionSampler, ValuingStrategy
-from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid
 from tests.strategies.test_valuing import NODE_OF, initial_arrays, make_handler, utility  # noqa: F401 - the fixture

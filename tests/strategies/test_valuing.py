@@ -17,8 +17,7 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from tests.fedvalue.reference_games import ordered_permutation_values
-from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid

@@ -47,7 +47,8 @@ from fedvalue.rounds.defences.random_order import (
     sampled_random_order_values,
 )
 from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.valuation.ads import AdsSettings, ads
+from fedvalue.valuation.ads import ads
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.loo import loo

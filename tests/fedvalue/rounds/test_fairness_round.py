@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness, policy_outcome

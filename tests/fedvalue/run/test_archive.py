@@ -26,7 +26,7 @@ from fedvalue.run.archive import (
 from fedvalue.run.rundir import RunDir
 from fedvalue.schema import LEDGER_FILE, ClaimEntry, ClientEntry
 from fedvalue.run.settings import RoundSettings
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 
 
 def arrays(seed: int) -> dict[str, np.ndarray]:

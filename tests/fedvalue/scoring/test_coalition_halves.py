@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from fedvalue.scoring.coalition_halves import split_rows
 from fedvalue.scoring.linear import LinearStates

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.round_game import fedavg_aggregator, fedavg_round_game, round_game, value_round, weighted_mean
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp

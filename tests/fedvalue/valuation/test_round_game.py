@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.round_game import fedavg_aggregator, round_game, round_rng, value_round, weighted_mean
 
 from tests.fedvalue.reference_games import shapley_subset_formula
@@ -93,5 +93,5 @@ def test_value_round_refuses_unknown_methods_and_settings():
     game = round_game([0], client_arrays(1)[0], lambda c: client_arrays(1)[0], utility)
     with pytest.raises(ValueError, match=r"methods: expected a subset of .*; got unknown \['shap'\]"):
         value_round(game, ["shap"])
-    with pytest.raises(TypeError, match="settings: expected a fedvalue.valuation.ads.AdsSettings or None; got dict"):
+    with pytest.raises(TypeError, match="settings: expected a fedvalue.valuation.settings.AdsSettings or None; got dict"):
         value_round(game, settings={"method": "exact"})

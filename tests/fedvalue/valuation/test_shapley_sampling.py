@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fedvalue
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import value_round
 from fedvalue.valuation.shapley_sampling import shapley_kernel_sizes

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedvalue.valuation.ads import AdsSettings, ads
+from fedvalue.valuation.ads import ads
+
+from fedvalue.valuation.settings import AdsSettings
 
 from fedvalue.valuation.plan import budget_method, minimum_budget
 from fedvalue.valuation.game import CoalitionGame

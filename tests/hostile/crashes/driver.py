@@ -29,7 +29,7 @@ from clients.app import ClientData, make_client_app
 from fedvalue.run.seals import Signer
 from fedvalue.run.settings import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from simulations.runner.api import seeded_server_generators
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.arrays import numpy_to_arrays

@@ -20,7 +20,7 @@ from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.run.archive import read_round_record, record_path, write_round_record
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.run.settings import RunSettings
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from strategies import PartitionSampler, RepresentativesOnly, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
 from strategies.book_settings import BookSettings

@@ -18,7 +18,7 @@ from fedvalue.rounds.kinds.defences import PREVIOUS_GLOBAL
 from fedvalue.audit.references import reference_problems
 from fedvalue.run.archive import RoundRecord, record_bytes, round_record_from_bytes
 from fedvalue.schema import ClientEntry
-from fedvalue.valuation.ads import AdsSettings
+from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import fedavg_round_game, value_round
 from fedvalue.run.settings import RoundSettings

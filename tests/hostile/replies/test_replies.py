@@ -25,7 +25,7 @@ from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from simulations.runner.engine import serve
 from simulations.runner.engine_settings import EngineSettings
 from strategies import PartitionSampler, ValuingStrategy

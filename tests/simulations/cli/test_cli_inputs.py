@@ -159,7 +159,7 @@ def test_unknown_simulation_and_unreadable_run_directories(tmp_path, capsys):
 
 
 def test_estimator_options_reach_the_valuing_strategy():
-    from fedvalue.valuation.ads import AdsSettings
+    from fedvalue.valuation.settings import AdsSettings
     from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, valuation_settings
 
     settings = valuation_settings(NoisyClientsConfig(ads_method="tmc", truncation_tolerance=5e-3, stderr_target=0.01,

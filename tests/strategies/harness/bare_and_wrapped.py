@@ -20,8 +20,7 @@ from flwr.serverapp.strategy import Strategy
 from clients.app import ClientData, make_client_app
 from strategies import ValuingStrategy
 from strategies.arrays import numpy_to_arrays
-from fedvalue.valuation.ads import AdsSettings
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 
 from tests.strategies.harness.clientapp_grid import ClientAppGrid
 

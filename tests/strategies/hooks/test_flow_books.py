@@ -23,7 +23,7 @@ from fedvalue.schema import FIRST_ORDER_FILE
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.inprocess import InProcessGrid

@@ -15,7 +15,7 @@ from simulations.datasets.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.intake.nodes import NodeDirectory
 from strategies.arrays import numpy_to_arrays
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from fedvalue.run.settings import RunSettings
 from strategies.valuing_settings import IntakeSettings
 

@@ -20,7 +20,7 @@ from fedvalue.schema import Method, Status
 from strategies import FairDropK, ValuingStrategy
 from strategies.protocol import CURVATURE_KEY
 from strategies.policies.sampling import PartitionSampler
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from strategies.book_settings import BookSettings
 
 from tests.strategies.harness.bare_and_wrapped import one_torch_thread, run  # noqa: F401

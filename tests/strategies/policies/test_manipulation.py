@@ -31,7 +31,8 @@ from clients.behaviours import (
 )
 from fedvalue.audit.verdict import audit_run
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.valuation.round_game import ValuationSettings, weighted_mean
+from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.valuation.settings import ValuationSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from fedvalue.rounds.booking import claim_rows

@@ -11,7 +11,7 @@ from clients.app import ClientData, local_loss, make_client_app
 from clients.behaviours import HonestClient, LabelNoise
 from fedvalue.run.ledger_tables import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
-from fedvalue.valuation.round_game import ValuationSettings
+from fedvalue.valuation.settings import ValuationSettings
 from simulations.datasets.models import make_mlp
 from strategies import PowerOfChoice, RunSettings, ValuingStrategy
 from strategies.intake.nodes import NodeDirectory

@@ -10,7 +10,8 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.analysis.flagging import FlaggingRule
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.valuation.round_game import ValuationSettings, weighted_mean
+from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.valuation.settings import ValuationSettings
 from fedvalue.analysis.top_k_selection import retrain_plan, top_k
 from fedvalue.schema import FLOW_METHODS, LedgerRow, Method, Status
 from strategies import PartitionSampler, Replay, ReplaySampler, TopK, ValuingStrategy, ValueWeightedSampler

@@ -13,7 +13,8 @@ from flwr.serverapp.strategy import FedAvg, FedMedian
 from fedvalue.audit.verdict import audit_run
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
 from fedvalue.run.ledger_tables import load_run
-from fedvalue.valuation.round_game import ValuationSettings, weighted_mean
+from fedvalue.valuation.round_game import weighted_mean
+from fedvalue.valuation.settings import ValuationSettings
 from strategies import PartitionSampler, ValuingStrategy, ValueWeighting
 from strategies.arrays import arrays_to_numpy
 from strategies.book_settings import BookSettings

@@ -11,8 +11,8 @@ from flwr.supercore.logger import log
 from fedvalue.schema import PROBLEM_STATUSES, Status
 
 
-class RunLog:
-    """The log of one run's rounds, valued by ``methods`` into ``run_dir`` (None: in memory)."""
+class ServerLog:
+    """What the rounds of one run valued by ``methods`` say in the server's log (module docstring)."""
 
     def __init__(self, methods: tuple[str, ...]) -> None:
         self.methods = methods
