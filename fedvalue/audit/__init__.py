@@ -3,8 +3,8 @@ and schema checks, and the recomputation of every round from its record. This pa
 face fedvalue.audit: it re-exports the audit's public names.
 
 Modules: audit_files, audit_recompute, noisy_column (the ``noisy`` column against the run's ground
-truth), recomputation (check 7's loop over the rounds), references, report, torn_tail,
-training_replay, verdict.
+truth), recomputation (check 7's loop over the rounds), references, report, tables (checks 1 to 4,
+on the ledger's tables), torn_tail, training_replay, verdict.
 
 May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds
 (and fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public
