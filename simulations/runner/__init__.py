@@ -39,7 +39,7 @@ from simulations.runner.inner_strategies import (
 )
 from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
-from simulations.runner.run_dir import prepare_run_dir
+from simulations.runner.run_dir import prepare_run_dir, write_run_config
 from simulations.runner.simulation import Simulation
 
 __all__ = [
@@ -79,4 +79,5 @@ __all__ = [
     "STRATEGY_PARAMETERS",
     "torch_threads",
     "ValuationProgress",
+    "write_run_config",
 ]

@@ -60,7 +60,7 @@ from clients.behaviours import (
     Replicator,
     SignFlip,
 )
-from fedvalue.run.ledger_tables import load_run, write_json
+from fedvalue.run.ledger_tables import load_run
 from simulations.experiments.attacks.gains import gains_table, honest_cost
 from simulations.experiments.attacks.plan import PLAIN_ATTACKS, is_study_attack, plan_of
 from simulations.experiments.attacks.shell_groups import shell_groups_table
@@ -73,7 +73,7 @@ from simulations.experiments.attacks.study import (
     study_runs,
     utility_of,
 )
-from fedvalue.schema import RUN_CONFIG_FILE, Status
+from fedvalue.schema import Status
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
 from simulations.runner import (
@@ -91,6 +91,7 @@ from simulations.runner import (
     saved_config,
     seeded_server_generators,
     serve,
+    write_run_config,
 )
 from strategies import (
     CLAIM_METHODS,
@@ -359,7 +360,7 @@ def run_attacks(
         return run_study(config, out, on_run=on_run, overwrite=overwrite)
     run_config = {"simulation": "attacks", **config.classic_dict(), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, run_config)
+    write_run_config(out_dir, run_config)
     config_json = json.dumps(config.classic_dict(), sort_keys=True)
     train, holdout, _ = _prepared(config.seed, config.num_clients, config.holdout_fraction)
     model_factory = functools.partial(make_linear_model, train.x.shape[1], train.num_classes, seed=config.seed)
@@ -409,7 +410,7 @@ def run_study(config: AttacksConfig, out, *, on_run=None, overwrite: bool = Fals
     """The study (:mod:`.study`): every run, then totals.csv, runs.csv, gains.csv, honest_cost.csv
     and (with ``group-split``) shells.csv in ``out``; returns the gains table."""
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "attacks", **config.as_dict(), "versions": package_versions()})
+    write_run_config(out_dir, {"simulation": "attacks", **config.as_dict(), "versions": package_versions()})
     attacks = [a for a in config.attacks if a != GROUP_SPLIT]
     if attacks and "none" not in attacks:  # every gain is against the honest run
         config = dataclasses.replace(config, attacks=("none", *config.attacks))

@@ -64,8 +64,7 @@ from flwr.serverapp import Grid
 
 from clients.app import ClientData, make_client_app
 from fedvalue._checks import check_choice
-from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.schema import RUN_CONFIG_FILE
+from fedvalue.run.ledger_tables import load_run
 from fedvalue.scoring.fairness.objectives import GAPS, GroupFairness
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import make_linear_model
@@ -83,6 +82,7 @@ from simulations.runner import (
     prepare_run_dir,
     serve,
     torch_threads,
+    write_run_config,
 )
 from strategies import (
     AcceptAll,
@@ -269,7 +269,7 @@ def run_fairness(config: FairnessConfig, out: str | Path, *, overwrite: bool = F
     for dataset in config.datasets:  # bad data surfaces before the engine starts
         _federation_of(settings, dataset)
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "fairness-study", **settings, "versions": package_versions()})
+    write_run_config(out_dir, {"simulation": "fairness-study", **settings, "versions": package_versions()})
     per_round: list[dict] = []
     with torch_threads(SERVER_TORCH_THREADS):
         for dataset in config.datasets:  # one engine per data set: the model's input width differs

@@ -52,8 +52,7 @@ from clients.app import make_client_app
 from fedvalue.analysis.detection import detection_curve, detection_metrics, summarize_metrics
 from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
 from fedvalue.analysis.top_k_selection import retrain_plan
-from fedvalue.run.ledger_tables import load_run, write_json
-from fedvalue.schema import RUN_CONFIG_FILE
+from fedvalue.run.ledger_tables import load_run
 from simulations.experiments.noisy_clients.noisy_clients import (
     NoisyClientsConfig,
     build,
@@ -70,6 +69,7 @@ from simulations.runner import (
     prepare_run_dir,
     serve,
     torch_threads,
+    write_run_config,
 )
 from strategies import (
     BookSettings,
@@ -209,7 +209,7 @@ def run_study(
         build(_base(config, seed))  # every seed's input is checked before Ray starts
     study_config = {"simulation": "noisy-clients-study", **config.as_dict(), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, study_config)
+    write_run_config(out_dir, study_config)
     runs = _StudyRuns(config, out_dir)
 
     def main(grid: Grid) -> None:

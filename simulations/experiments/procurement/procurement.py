@@ -49,7 +49,7 @@ import pandas as pd
 
 from fedvalue._checks import check_open_unit
 from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
-from fedvalue.run.ledger_tables import read_ledger_csv, read_rounds_csv, write_json
+from fedvalue.run.ledger_tables import read_ledger_csv, read_rounds_csv
 from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
 from fedvalue.valuation.round_game import Arrays
 from simulations.datasets import check_hidden
@@ -205,12 +205,12 @@ def run_one(config: ProcurementConfig, setting: ProcurementSetting, rule: str, r
 def run_procurement_study(config: ProcurementConfig, out: str | Path, *, overwrite: bool = False,
                           on_stage: Callable[[str], None] | None = None) -> dict:
     """Every seed under every rule, then the tables and figures (module docstring)."""
-    from simulations.runner import package_versions, prepare_run_dir
+    from simulations.runner import package_versions, prepare_run_dir, write_run_config
 
     _check(config)
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "procurement-study", **config.as_dict(),
-                                      "versions": package_versions()})
+    write_run_config(out_dir, {"simulation": "procurement-study", **config.as_dict(),
+                               "versions": package_versions()})
     started = time.perf_counter()
     error_rows, purchase_rows = [], []
     shares = {contributor_id(s): s for s in config.noise_shares}

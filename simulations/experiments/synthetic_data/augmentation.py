@@ -64,7 +64,6 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from fedvalue.schema import RUN_CONFIG_FILE
 from fedvalue.valuation.knn.exact import knn_ads
 from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.prefix_mc import prefix_loo, prefix_mc_ads, prefix_values
@@ -74,7 +73,7 @@ from simulations.experiments.synthetic_data.synthetic_data import (
     OriginalsAndSynthetic,
     originals_and_synthetic,
 )
-from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir
+from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir, write_run_config
 
 #: Valuation methods per model (module docstring).
 METHODS_BY_MODEL = {"knn": ("knn-ads", "mc-ads", "knn-ds", "tmc-ds", "loo", "random"),
@@ -330,7 +329,6 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
                      on_stage: Callable[[str], None] | None = None) -> str:
     """Run every seed, write values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv,
     ties.csv, figure2.png and run.json to ``out``; return the orderings table as text."""
-    from fedvalue.run.ledger_tables import write_json
 
     config.check()
     out = prepare_run_dir(out, overwrite=overwrite)
@@ -368,7 +366,7 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
     pd.concat(all_convergence, ignore_index=True).to_csv(out / "convergence.csv", index=False)
     ties = pd.concat(all_ties, ignore_index=True)
     ties.to_csv(out / "ties.csv", index=False)
-    write_json(out / RUN_CONFIG_FILE, {"simulation": "augmentation", **dataclasses.asdict(config)})
+    write_run_config(out, {"simulation": "augmentation", **dataclasses.asdict(config)})
     model = f"{config.k}-NN" if config.model == "knn" else "logistic regression"
     plot(summary, out / "figure2.png", f"{config.dataset}, {model}: relative accuracy, mean of {config.seeds} seed(s)")
     say(f"wrote values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv, ties.csv, figure2.png to {out}")
