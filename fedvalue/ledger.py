@@ -2,6 +2,7 @@
 tables, their hash chain, ``load_run``). Code inside fedvalue imports that module, not this one.
 """
 
+from fedvalue.run.run_info import config_json, parse_run_config, read_run_config, write_json  # noqa: F401
 from fedvalue.run.ledger_tables import (  # noqa: F401
     GENESIS_HASH,
     LedgerWriter,
@@ -12,7 +13,6 @@ from fedvalue.run.ledger_tables import (  # noqa: F401
     chain_links,
     check_tables,
     client_summary,
-    config_json,
     csv_lines,
     first_order_error,
     flow_rounds,
@@ -21,14 +21,11 @@ from fedvalue.run.ledger_tables import (  # noqa: F401
     ledger_rows_of,
     load_run,
     parquet_bytes,
-    parse_run_config,
     read_ledger_csv,
     read_rounds_csv,
-    read_run_config,
     run_summary,
     spreadsheet_safe,
     table_lines,
-    write_json,
 )
 
 __all__ = [

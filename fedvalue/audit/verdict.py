@@ -73,7 +73,7 @@ from fedvalue.audit.tables import (
     read_table_lines,
 )
 from fedvalue.scoring.fairness.objectives import GroupFairness
-from fedvalue.run.ledger_tables import parse_run_config
+from fedvalue.run.run_info import parse_run_config
 from fedvalue.valuation.round_game import ArraysUtility
 from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir, UnsafeRunFile, printable
 from fedvalue.schema import (

@@ -53,6 +53,7 @@ import pandas as pd
 from fedvalue.run import kill_points, rundir
 from fedvalue.run.archive import APPEND_ONLY_FILES
 from fedvalue.run.rundir import RunDir, open_run_dir
+from fedvalue.run.run_info import config_json, read_run_config
 from fedvalue.run.seals import Signer, write_manifest
 from fedvalue.run.writer_lock import lock_run_dir
 from fedvalue.flows.reciprocity_measures import DEFAULT_P, reciprocity, reciprocity_ratio
@@ -332,36 +333,6 @@ def parquet_bytes(ledger_text: str) -> bytes:
     buffer = io.BytesIO()
     read_ledger_csv(io.StringIO(ledger_text, newline="")).to_parquet(buffer, index=False)
     return buffer.getvalue()
-
-
-def parse_run_config(text: str, where: str = RUN_CONFIG_FILE) -> dict:
-    """run.json's text as a dict; ValueError when it is not a JSON object."""
-    try:
-        config = rundir.loads_json(text, where)
-    except ValueError as error:
-        raise ValueError(f"{RUN_CONFIG_FILE}: expected the run's configuration as JSON; {error}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{RUN_CONFIG_FILE}: expected a JSON object of settings; got a {type(config).__name__}.")
-    return config
-
-
-def read_run_config(run_dir: str | os.PathLike | RunDir) -> dict:
-    """run.json as a dict ({} when absent); ValueError when it is not a JSON object."""
-    run = open_run_dir(run_dir)
-    if not run.exists(RUN_CONFIG_FILE):
-        return {}
-    return parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES))
-
-
-def config_json(data: Mapping) -> str:
-    """A configuration as run.json holds it."""
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-
-
-def write_json(path: str | os.PathLike, data: Mapping) -> None:
-    """Write ``data`` as JSON to ``path`` atomically, never through a link at ``path``."""
-    path = rundir.resolve(path)
-    RunDir(path.parent, create=True).write_text(path.name, config_json(data))
 
 
 def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fedvalue.run import rundir
-from fedvalue.run.ledger_tables import write_json
+from fedvalue.run.run_info import write_json
 from fedvalue.run.seals import SEALS_FILE
 from fedvalue.run.writer_lock import WriterLock, lock_run_dir
 from fedvalue.schema import LEDGER_FILE, LOCK_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
@@ -53,7 +53,7 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False, keep: st
 
 def write_run_config(out: str | os.PathLike, config: Mapping) -> None:
     """Write ``config`` as ``out``'s run.json (sorted, indented JSON, written atomically and never
-    through a link: :func:`fedvalue.run.ledger_tables.write_json`), as every experiment records
+    through a link: :func:`fedvalue.run.run_info.write_json`), as every experiment records
     how it was run."""
     write_json(Path(out) / RUN_CONFIG_FILE, config)
 

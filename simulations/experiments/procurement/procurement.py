@@ -340,7 +340,7 @@ def replay_check(run_dir: str | Path, *, timeout: float = REPLAY_TIMEOUT) -> tup
     (:class:`TimeoutError`: the audit then says not verifiable), and only when the tables
     hold as many stages as run.json names.
     """
-    from fedvalue.run.ledger_tables import parse_run_config
+    from fedvalue.run.run_info import parse_run_config
     from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir
 
     with RunDir(run_dir) as run:

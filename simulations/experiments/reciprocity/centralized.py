@@ -371,7 +371,7 @@ def cli_main(config: ReciprocityConfig, options) -> int:
     """``fedvalue run reciprocity``: the reproduction tables (every dataset with --dataset all)."""
     from pathlib import Path
 
-    from fedvalue.run.ledger_tables import write_json
+    from fedvalue.run.run_info import write_json
 
     if config.dataset not in (*DATASETS, "all"):
         raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedvalue.run.ledger_tables import chain_hash, config_json, csv_lines, genesis_hash
+from fedvalue.run.ledger_tables import chain_hash, csv_lines, genesis_hash
+from fedvalue.run.run_info import config_json
 from fedvalue.run.writer import RunBooks
 from fedvalue.run.seals import Signer, generate_keypair
 from fedvalue.schema import ROUND_COLUMNS
