@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from flwr.serverapp.strategy import FedAvg
 
     from fedvalue.valuation.ads import AdsSettings
-    from fedvalue.run.ledger_tables import load_run
+    from fedvalue.analysis.run_summary import load_run
     from fedvalue.valuation.round_game import ValuationSettings
     from fedvalue.run.settings import RunSettings
     from fedvalue.scoring.torch_utilities import TorchModelUtility

@@ -15,7 +15,8 @@ import pandas as pd
 from fedvalue.audit.audit_files import RunFiles
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.torn_tail import Table, split_torn_tail, table_of
-from fedvalue.run.ledger_tables import chain_links, genesis_of, read_ledger_csv, read_rounds_csv
+from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv
+from fedvalue.run.ledger_tables import chain_links, genesis_of
 from fedvalue.run.rundir import MAX_JSON_BYTES, printable
 from fedvalue.schema import (
     CLAIM_PREFIX,

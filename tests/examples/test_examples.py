@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fedvalue.analysis.detection import detection_metrics
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from strategies.counterfactual import RandomState
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedvalue import schema
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import ROUND_COLUMNS, LedgerRow, Method, RoundRow, Status, client_key, client_sort_key
 
 ids = st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="abc-_ 0123456789", min_size=1, max_size=6))

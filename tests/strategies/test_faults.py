@@ -8,7 +8,7 @@ from flwr.app import ConfigRecord, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.records import arrays_to_numpy, numpy_to_arrays

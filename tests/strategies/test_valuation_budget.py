@@ -9,7 +9,7 @@ import pytest
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.valuation.round_game import ValuationSettings

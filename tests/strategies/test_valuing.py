@@ -11,7 +11,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import LEDGER_COLUMNS
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy

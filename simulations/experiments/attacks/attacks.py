@@ -60,7 +60,7 @@ from clients.behaviours import (
     Replicator,
     SignFlip,
 )
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.experiments.attacks.gains import gains_table, honest_cost
 from simulations.experiments.attacks.plan import PLAIN_ATTACKS, is_study_attack, plan_of
 from simulations.experiments.attacks.shell_groups import shell_groups_table

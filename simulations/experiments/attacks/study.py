@@ -32,7 +32,7 @@ from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 from clients.app import ClientData, make_client_app
 from clients.attacks import shard_indices
 from fedvalue.rounds.defences.settings import DefenceSettings
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import Status
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition, sample_per_class, split_holdout

@@ -64,7 +64,7 @@ from flwr.serverapp import Grid
 
 from clients.app import ClientData, make_client_app
 from fedvalue._checks import check_choice
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.scoring.fairness.objectives import GAPS, GroupFairness
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import make_linear_model

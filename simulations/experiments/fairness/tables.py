@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, Method, Status
 from fedvalue.scoring.fairness.curvature import drop_scores
 

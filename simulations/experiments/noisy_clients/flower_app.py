@@ -39,7 +39,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from clients.app import make_client_app, partition_id_of
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build, valuation_settings
 from simulations.runner import (
     build_strategy,

@@ -28,7 +28,7 @@ import numpy as np
 from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
 from fedvalue._checks import check_number
-from fedvalue.run.ledger_tables import Run
+from fedvalue.analysis.run_summary import Run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import VALUATION_METHODS
 from simulations.datasets import (

@@ -52,7 +52,7 @@ from clients.app import make_client_app
 from fedvalue.analysis.detection import detection_curve, detection_metrics, summarize_metrics
 from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
 from fedvalue.analysis.top_k_selection import retrain_plan
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.experiments.noisy_clients.noisy_clients import (
     NoisyClientsConfig,
     build,

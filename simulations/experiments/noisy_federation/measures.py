@@ -43,7 +43,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 
 TARGETS = (0.90, 0.95)
 MEASURES = ("final_accuracy", "auc", "rounds_to_90", "rounds_to_95", "seconds_to_90", "seconds_to_95",

@@ -49,7 +49,7 @@ import pandas as pd
 
 from fedvalue._checks import check_open_unit
 from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
-from fedvalue.run.ledger_tables import read_ledger_csv, read_rounds_csv
+from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv
 from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
 from fedvalue.valuation.round_game import Arrays
 from simulations.datasets import check_hidden

@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from clients.app import ClientData
-from fedvalue.run.ledger_tables import Run
+from fedvalue.analysis.run_summary import Run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid
 from simulations.runner import (

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from fedvalue.run.ledger_tables import LedgerWriter, load_run
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.analysis.report import html_report, run_figures, value_matrix, write_figures
 from simulations.cli.main import main
 

@@ -29,7 +29,9 @@ import pytest
 
 from fedvalue.run import rundir
 from fedvalue.run.archive import read_round_record, record_path, write_round_record
-from fedvalue.run.ledger_tables import LedgerWriter, load_run, read_ledger_csv
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_reader import read_ledger_csv
+from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import ClientEntry
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import utility_from_run

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import LedgerWriter, load_run
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_tables import LedgerWriter
 from simulations.cli.main import main
 from tests.fedvalue.forgery import rechain
 

@@ -1,5 +1,5 @@
-"""The ledger writer: exact cells, the hash chain recomputed from the files, resume rules,
-the parquet mirror and per-client totals, on small hand-made rounds."""
+"""The ledger writer: exact cells, the hash chain recomputed from the files, resume rules and
+the parquet mirror, on small hand-made rounds."""
 
 from __future__ import annotations
 
@@ -15,16 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedvalue.run.ledger_tables import (
-    GENESIS_HASH,
-    LedgerWriter,
-    chain_hash,
-    client_summary,
-    csv_lines,
-    genesis_hash,
-    load_run,
-    spreadsheet_safe,
-)
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_tables import GENESIS_HASH, LedgerWriter, chain_hash, csv_lines, genesis_hash, spreadsheet_safe
 from fedvalue.schema import LEDGER_COLUMNS, LEDGER_PARQUET_FILE, ROUND_COLUMNS, LedgerRow, Method, Status
 
 
@@ -111,16 +103,6 @@ def test_the_parquet_mirror_and_the_run_read_back_equal_the_csv(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / LEDGER_PARQUET_FILE), run.ledger)
     assert run.config == json.loads((tmp_path / "run.json").read_text()) == {"seed": 0}
     assert list(run.rounds["round"]) == [1, 2]
-
-
-def test_client_totals_sum_each_clients_rounds(tmp_path):
-    write_two_rounds(tmp_path)
-    summary = client_summary(load_run(tmp_path).ledger)
-    # ids read back as strings (client_key makes them the ints the run wrote)
-    assert summary.loc["0", "total_ads"] == 0.125 + 0.3 and summary.loc["1", "total_ads"] == 0.125 - 0.05
-    assert list(summary.index) == ["0", "1"]  # sorted by total ADS
-    assert summary["noisy"].tolist() == [True, False]
-    assert summary["rounds"].tolist() == [2, 2]
 
 
 def test_a_directory_without_a_ledger_is_named(tmp_path):

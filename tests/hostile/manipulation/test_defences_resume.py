@@ -18,7 +18,7 @@ from clients.behaviours import Replicator
 from fedvalue.audit.verdict import audit_run
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.run.archive import read_round_record, record_path, write_round_record
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.valuation.round_game import ValuationSettings
 from strategies import PartitionSampler, RepresentativesOnly, RunCallbacks, ValuingStrategy

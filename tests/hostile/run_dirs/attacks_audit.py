@@ -39,7 +39,7 @@ def duplicate_rows_move_value(case: Case) -> list[Action]:
 
     def value_moved(case: Case, results: dict) -> str | None:
         try:
-            from fedvalue.run.ledger_tables import load_run
+            from fedvalue.analysis.run_summary import load_run
 
             summary = load_run(case.run).summary()
         except Exception:  # noqa: BLE001 - refused: nothing moved

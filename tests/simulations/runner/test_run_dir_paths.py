@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, run_noisy_clients
 

@@ -18,7 +18,7 @@ from fedvalue.audit.verdict import audit_run
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness, policy_outcome
 from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.scoring.fairness.objectives import GroupFairness, drop_k, ijack_factors
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.policies.sampling import PartitionSampler
 from strategies.replay import replay_aggregator

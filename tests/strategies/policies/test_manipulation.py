@@ -30,7 +30,7 @@ from clients.behaviours import (
     SignFlip,
 )
 from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy

@@ -9,7 +9,7 @@ from flwr.app import ConfigRecord, MessageType
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.analysis.flagging import FlaggingRule
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from fedvalue.analysis.top_k_selection import retrain_plan, top_k
 from fedvalue.schema import FLOW_METHODS, LedgerRow, Method, Status

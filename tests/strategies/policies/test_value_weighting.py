@@ -12,7 +12,7 @@ from flwr.serverapp.strategy import FedAvg, FedMedian
 
 from fedvalue.audit.verdict import audit_run
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import ValuationSettings, weighted_mean
 from strategies import PartitionSampler, ValuingStrategy, ValueWeighting
 from strategies.records import arrays_to_numpy

@@ -144,7 +144,8 @@ def test_cli_end_to_end_same_seed_same_bytes_and_the_audit_passes(tmp_path, caps
 
 def forge(run_dir, *, rechain: bool) -> None:
     """Add 0.5 to the first ADS value; with ``rechain`` rewrite the books so the hash chain holds."""
-    from fedvalue.run.ledger_tables import LedgerWriter, load_run
+    from fedvalue.analysis.run_summary import load_run
+    from fedvalue.run.ledger_tables import LedgerWriter
 
     run = load_run(run_dir)
     ledger = run.ledger.astype(object).where(run.ledger.notna(), None)
