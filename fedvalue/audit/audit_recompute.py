@@ -386,7 +386,7 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFra
         if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want.num_examples):
             problems.append(f"round {t} {method} of client {client}: num_examples is booked "
                             f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want.num_examples)!r}")
-    for column, want in books.round_row.items():
+    for column, want in books.round_row.as_dict().items():
         if column in ("round", "valuation_seconds"):
             continue
         got = round_row.get(column)

@@ -78,6 +78,8 @@ class RoundContext:
 class RoundBook(Protocol):
     """One kind of book of one round; a kind subclasses it and overrides what it books."""
 
+    num_evaluations: int = 0
+
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         """Rows of a sampled client, after its valuation rows (none by default)."""
         return []

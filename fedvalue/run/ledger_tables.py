@@ -47,7 +47,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,7 +55,7 @@ import numpy as np
 
 from fedvalue.run import kill_points, rundir
 from fedvalue.run.archive import APPEND_ONLY_FILES
-from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv
+from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv, round_rows_of
 from fedvalue.run.rundir import RunDir, open_run_dir
 from fedvalue.run.run_info import config_json, read_run_config
 from fedvalue.run.seals import Signer, write_manifest
@@ -69,6 +69,7 @@ from fedvalue.schema import (
     ROUNDS_FILE,
     RUN_CONFIG_FILE,
     LedgerRow,
+    RoundRow,
     with_ground_truth,
 )
 
@@ -91,17 +92,16 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object] | LedgerRow]) -> list[str]:
-    """Rows (mappings, or :class:`~fedvalue.schema.LedgerRow`) as the CSV lines the ledger
-    writes (each ending in a newline; a None or NaN cell is empty)."""
+def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object] | LedgerRow | RoundRow]) -> list[str]:
+    """Rows (mappings, or typed rows: :class:`~fedvalue.schema.LedgerRow`, :class:`~fedvalue.schema.RoundRow`)
+    as the CSV lines the ledger writes (each ending in a newline; a None or NaN cell is empty)."""
     columns = list(columns)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     lines = []
     for row in rows:
-        if isinstance(row, LedgerRow):
-            row = row.as_dict()
-        writer.writerow([_cell(row.get(c)) for c in columns])
+        cells = row if isinstance(row, Mapping) else row.as_dict()
+        writer.writerow([_cell(cells.get(c)) for c in columns])
         lines.append(buffer.getvalue())
         buffer.seek(0)
         buffer.truncate()
@@ -200,6 +200,20 @@ def _last_hash(run: RunDir) -> str | None:
     return rows[-1]["hash"] if rows else None
 
 
+def _typed_rows(round_row: RoundRow, ledger_rows: Sequence[LedgerRow]) -> list[LedgerRow]:
+    """``ledger_rows`` as a list, once the round's rows are known to be typed rows (TypeError
+    naming the parameter otherwise)."""
+    if not isinstance(round_row, RoundRow):
+        raise TypeError(f"round_row: expected a fedvalue.schema.RoundRow (RoundRow.from_mapping reads a mapping of "
+                        f"rounds.csv's columns); got {type(round_row).__name__}.")
+    rows = list(ledger_rows)
+    for position, row in enumerate(rows):
+        if not isinstance(row, LedgerRow):
+            raise TypeError(f"ledger_rows: expected fedvalue.schema.LedgerRow rows (LedgerRow.from_mapping reads a "
+                            f"mapping of the ledger's columns); got {type(row).__name__} at position {position}.")
+    return rows
+
+
 class LedgerWriter:
     """Appends each completed round to a run directory (see module docstring).
 
@@ -263,30 +277,30 @@ class LedgerWriter:
     def ledger_path(self) -> Path:
         return self.run_dir / LEDGER_FILE
 
-    def write_round(self, round_row: Mapping[str, object],
-                    ledger_rows: Iterable[LedgerRow | Mapping[str, object]]) -> str:
+    def write_round(self, round_row: RoundRow, ledger_rows: Sequence[LedgerRow]) -> str:
         """Append one round: its ledger rows first, then its rounds.csv row (the commit mark);
         returns the round's chain hash (the run's head).
 
-        ``ledger_rows`` are :class:`~fedvalue.schema.LedgerRow` (a mapping of the ledger's
-        columns is taken as one: ValueError naming a bad status or column), their ``noisy``
-        cells joined from the writer's ``noisy_clients``. A None cell is written empty; a
-        reason with its control characters escaped and a formula defused
-        (:func:`spreadsheet_safe`).
+        ``round_row`` is a :class:`~fedvalue.schema.RoundRow` and ``ledger_rows`` are
+        :class:`~fedvalue.schema.LedgerRow` (their ``from_mapping`` reads a mapping of the
+        columns); the rows' ``noisy`` cells are joined from the writer's ``noisy_clients``. A
+        None cell is written empty; a reason with its control characters escaped and a formula
+        defused (:func:`spreadsheet_safe`). TypeError, before anything is written, for rows of
+        another type.
         """
-        rows = with_ground_truth([LedgerRow.from_mapping(row) for row in ledger_rows], self.noisy_clients)
+        rows = with_ground_truth(_typed_rows(round_row, ledger_rows), self.noisy_clients)
         ledger_lines = csv_lines(LEDGER_COLUMNS, [
             replace(row, reason=spreadsheet_safe(row.reason)) if row.reason is not None else row for row in rows])
         previous = _last_hash(self.run) or genesis_hash(self.run)
-        round_line = csv_lines(ROUND_COLUMNS[:-1], [round_row])[0]
-        round_row = {**round_row, "hash": chain_hash(previous, ledger_lines, round_line)}
-        server_round = int(round_row["round"])
+        head = chain_hash(previous, ledger_lines, csv_lines(ROUND_COLUMNS[:-1], [round_row])[0])
+        server_round = round_row.round
         _append_lines(self.run, LEDGER_FILE, LEDGER_COLUMNS, ledger_lines, ("ledger_torn", server_round))
         kill_points.reached("ledger", server_round)
-        _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [round_row]),
+        _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [{**round_row.as_dict(),
+                                                                                       "hash": head}]),
                       ("rounds_torn", server_round))
         kill_points.reached("rounds", server_round)  # the commit mark
-        return round_row["hash"]
+        return head
 
     def write_parquet(self) -> None:
         """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file:
@@ -301,11 +315,12 @@ class LedgerWriter:
         """Size in bytes of each append-only table now (what a checkpoint cuts back to)."""
         return {name: self.run.size(name) for name in APPEND_ONLY_FILES if self.run.exists(name)}
 
-    def committed_rounds(self) -> list[dict]:
-        """The rows of rounds.csv written so far (as the writer's caller booked them)."""
+    def committed_rounds(self) -> list[RoundRow]:
+        """The rows of rounds.csv written so far, typed as the writer's caller booked them (their
+        hashes left out)."""
         if not self.run.exists(ROUNDS_FILE):
             return []
-        return read_rounds_csv(io.StringIO(self.run.read_text(ROUNDS_FILE), newline="")).to_dict("records")
+        return round_rows_of(read_rounds_csv(io.StringIO(self.run.read_text(ROUNDS_FILE), newline="")))
 
     def close(self, planned_rounds: int, *, sealed: bool = False, signer: Signer | None = None) -> dict:
         """Write the Parquet copy, then the run's final manifest (:mod:`fedvalue.run.seals`):

@@ -32,7 +32,7 @@ def written_rows() -> list[dict]:
 def test_rounds_read_back_as_the_typed_rows_that_were_written(tmp_path):
     writer = LedgerWriter(tmp_path, config={"seed": 0})
     for row in written_rows():
-        writer.write_round(row, [])
+        writer.write_round(RoundRow.from_mapping(row), [])
     back = read_tables(tmp_path).round_rows()
     assert back == [RoundRow.from_mapping(row) for row in written_rows()]
     assert back[0].num_unaggregatable is None and back[0].ads_method is None and back[0].utility_after is None
