@@ -15,7 +15,7 @@ import pandas as pd
 from fedvalue.audit.audit_files import RunFiles
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.torn_tail import Table, split_torn_tail, table_of
-from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv
+from fedvalue.run.ledger_reader import LedgerTables, read_ledger_csv, read_rounds_csv
 from fedvalue.run.ledger_tables import chain_links, genesis_of
 from fedvalue.run.rundir import MAX_JSON_BYTES, printable
 from fedvalue.schema import (
@@ -99,9 +99,9 @@ def check_chain(files: RunFiles, report: AuditReport, ledger_lines: list[str], r
     return heads
 
 
-def check_schema(report: AuditReport, config: dict, ledger_table: Table,
-                 rounds_table: Table) -> tuple[pd.DataFrame, pd.DataFrame] | None:
-    """Check 2; the parsed tables (None when they do not parse or rounds are out of order)."""
+def check_schema(report: AuditReport, config: dict, ledger_table: Table, rounds_table: Table) -> LedgerTables | None:
+    """Check 2; the parsed tables with run.json's ``config`` (None when they do not parse or
+    rounds are out of order)."""
     before = len(report.problems)
     try:
         ledger = read_ledger_csv(io.StringIO("".join([ledger_table.header + "\n", *ledger_table.lines]), newline=""))
@@ -137,7 +137,7 @@ def check_schema(report: AuditReport, config: dict, ledger_table: Table,
             report.problems.append(f"rounds.csv: {column} holds a non-finite or implausibly large number")
     if len(report.problems) == before:
         report.checks.append(f"schema and values of {len(ledger)} ledger rows")
-    return ledger, rounds
+    return LedgerTables(ledger=ledger, rounds=rounds, config=config)
 
 
 def check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: float, report: AuditReport) -> None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from fedvalue._checks import check_number
 from fedvalue.audit.audit_files import (
@@ -60,9 +61,10 @@ from fedvalue.audit.audit_files import (
     check_model_signature,
     check_signatures,
     read_commitments,
+    read_config,
 )
 from fedvalue.audit.noisy_column import check_noisy_column
-from fedvalue.audit.recomputation import ExampleCounts, Replay, Retrain, recompute_run
+from fedvalue.audit.recomputation import ExampleCounts, Recompute, Replay, Retrain, recompute_run
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.tables import (
     check_chain,
@@ -73,9 +75,9 @@ from fedvalue.audit.tables import (
     read_table_lines,
 )
 from fedvalue.scoring.fairness.objectives import GroupFairness
-from fedvalue.run.run_info import parse_run_config
+from fedvalue.run.ledger_reader import LedgerTables
 from fedvalue.valuation.round_game import ArraysUtility
-from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir, UnsafeRunFile, printable
+from fedvalue.run.rundir import RunDir, UnsafeRunFile, printable
 from fedvalue.schema import (
     LEDGER_FILE,
     LEDGER_PARQUET_FILE,
@@ -89,6 +91,26 @@ from fedvalue.run.seals import Verifier
 #: two-round CNN run's audit took 819 s on a loaded 2-core machine: docs/benchmarks.md).
 DEFAULT_BUDGET_SECONDS = 3600.0
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class _AuditOptions:
+    """:func:`audit_run`'s options as the checks read them, made once: check 7's as one
+    :class:`~fedvalue.audit.recomputation.Recompute` (None without a utility), and whether the
+    caller declined check 7."""
+
+    tolerance: float
+    verifier: Verifier | None
+    expect_head: str | None
+    noisy_clients: Collection | None
+    recompute: Recompute | None
+    declined: bool = False
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the run is pinned to its signer or its published head: its commitments are then
+        checked first and the audit stops at their first failure."""
+        return self.verifier is not None or self.expect_head is not None
 
 
 def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: ArraysUtility | None = None,
@@ -160,22 +182,15 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     check_number("budget_seconds", budget_seconds, low=0.0, low_open=True)
     if expect_head is not None and not (isinstance(expect_head, str) and _HEX64.fullmatch(expect_head)):
         raise ValueError(f"expect_head: expected a chain head of 64 lowercase hex digits; got {expect_head!r}.")
-    try:
-        run = RunDir(run_dir)
-    except (FileNotFoundError, UnsafeRunFile):
-        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(run_dir)} is not a "
-                                "directory.") from None
-    if not run.exists(LEDGER_FILE) and not run.exists(ROUNDS_FILE) and not run.exists(RUN_CONFIG_FILE):
-        raise FileNotFoundError(
-            f"run_dir: expected a fedvalue run directory holding run.json, ledger.csv and rounds.csv; {run.show()} has "
-            "none of them."
-        )
+    run = _open_run(run_dir)
+    recomputing = None if utility is None else Recompute(
+        utility, tolerance=recompute_tolerance, sampled=sampled, fairness=fairness, example_counts=example_counts,
+        retrain=retrain, replay=replay)
+    options = _AuditOptions(tolerance=tolerance, verifier=verifier, expect_head=expect_head,
+                            noisy_clients=noisy_clients, recompute=recomputing, declined=not recompute)
     report = AuditReport(str(run.path))
-    options = dict(tolerance=tolerance, utility=utility, recompute_tolerance=recompute_tolerance, verifier=verifier,
-                   expect_head=expect_head, noisy_clients=noisy_clients, sampled=sampled, recompute=recompute,
-                   fairness=fairness, example_counts=example_counts, retrain=retrain, replay=replay)
     try:
-        _audit(RunFiles(run, Budget(budget_seconds)), report, **options)
+        _audit(RunFiles(run, Budget(budget_seconds)), report, options)
     except BudgetExceeded as error:
         report.unverifiable.append(f"{error}; what it had not reached is not verified")
     except Exception as error:  # noqa: BLE001 - fail closed: whatever a file holds, the audit says so
@@ -188,75 +203,101 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
     return report
 
 
-def _read_config(files: RunFiles, report: AuditReport) -> dict:
-    if not files.exists(RUN_CONFIG_FILE):
-        return {}
+def _open_run(run_dir: str | os.PathLike) -> RunDir:
+    """The run directory, opened once; FileNotFoundError unless it is a directory holding one of
+    run.json, ledger.csv and rounds.csv."""
     try:
-        return parse_run_config(files.text(RUN_CONFIG_FILE, max_bytes=MAX_JSON_BYTES))
-    except ValueError as error:
-        report.problems.append(printable(error))
-        return {}
+        run = RunDir(run_dir)
+    except (FileNotFoundError, UnsafeRunFile):
+        raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(run_dir)} is not a "
+                                "directory.") from None
+    if not run.exists(LEDGER_FILE) and not run.exists(ROUNDS_FILE) and not run.exists(RUN_CONFIG_FILE):
+        run.close()
+        raise FileNotFoundError(
+            f"run_dir: expected a fedvalue run directory holding run.json, ledger.csv and rounds.csv; {run.show()} has "
+            "none of them."
+        )
+    return run
 
 
-def _audit(files: RunFiles, report: AuditReport, *, tolerance, utility, recompute_tolerance, verifier, expect_head,
-           noisy_clients, sampled, recompute, fairness, example_counts, retrain, replay) -> None:
-    config = _read_config(files, report)
+def _audit(files: RunFiles, report: AuditReport, options: _AuditOptions) -> None:
+    """The checks of the module docstring, in its order; findings go to ``report``."""
+    config = read_config(files, report)
     report.seed = config.get("seed")
-    seals, manifest = read_commitments(files, report)
-    signed = [m.get("key") for m in ([manifest] if manifest else []) + seals[-1:] if isinstance(m.get("key"), str)]
-    report.signed_by = signed[0] if signed else None
-    check_layout(files, report, has_manifest=manifest is not None)
-    if verifier is not None:  # 6. signatures before anything is parsed; stop at the first failure
-        if not check_signatures(verifier, seals, manifest, report):
-            return
-        report.key_verified = True
-        if not check_model_signature(files, verifier, manifest, report):
-            return
-    elif files.exists(MODEL_SIGNATURE_FILE):
-        report.notes.append(f"{MODEL_SIGNATURE_FILE}: not checked without the signer's public key (--public-key PEM); "
-                            "model_signing verify key checks it too")
-    pinned = verifier is not None or expect_head is not None
-    if manifest is not None and pinned and not check_manifest_files(files, manifest, report, stop_at_first=True):
+    commitments = _verified_commitments(files, report, options)
+    if commitments is None:
         return
-    tables = read_table_lines(files, report, complete=manifest is not None)
-    if tables is None or not check_headers(report, *tables):
+    seals, manifest = commitments
+    checked = _checked_tables(files, report, options, config, complete=manifest is not None)
+    if checked is None:
         return
-    ledger_table, rounds_table = tables
-    ledger_lines, round_lines = ledger_table.lines, rounds_table.lines
-    report.rounds, report.ledger_rows = len(round_lines), len(ledger_lines)
-
-    heads = check_chain(files, report, ledger_lines, round_lines)  # 1.
-    report.head = heads[-1] if heads else None
-    if expect_head is not None:
-        if report.head == expect_head:
-            report.checks.append(f"the chain ends at the published head {expect_head[:16]}...")
-        else:
-            report.problems.append(f"published head: expected the chain to end at {expect_head[:16]}...; it ends at "
-                                   f"{str(report.head)[:16]}... ({len(heads)} rounds)")
-            return
-    tables = check_schema(report, config, ledger_table, rounds_table)  # 2.
-    if tables is None:
-        return
-    ledger, rounds = tables
-    check_noisy_column(ledger, config, noisy_clients, report)  # 2., against the run's ground truth
-    check_efficiency(ledger, rounds, tolerance, report)  # 3.
-    if files.exists(LEDGER_PARQUET_FILE):  # 4.
-        check_parquet(files, ledger, sum(map(len, ledger_lines)), manifest is not None, report)
-    if manifest is not None and not pinned:  # 5. (checked first above when pinned)
+    tables, heads = checked
+    if manifest is not None and not options.pinned:  # 5. (checked first when pinned)
         check_manifest_files(files, manifest, report, stop_at_first=False)
-    check_commitments(files, report, seals, manifest, heads, _planned_rounds(config), verifier)
-    if verifier is None:
+    check_commitments(files, report, seals, manifest, heads, _planned_rounds(config), options.verifier)
+    if options.verifier is None:
         report.notes.append("no public key given: seals and manifest were checked for consistency only (anyone can "
                             "rewrite them with the tables); --public-key or --expect-head makes a rewrite fail")
-    if utility is not None:  # 7.
-        recompute_run(files, utility, ledger, rounds, report, recompute_tolerance, config=config,
-                      sampled=sampled, fairness=fairness, example_counts=example_counts, retrain=retrain,
-                      replay=replay)
-    elif recompute:
+    if options.recompute is not None:  # 7.
+        recompute_run(files, tables, report, options.recompute)
+    elif not options.declined:
         report.unverifiable.append("values: not recomputed (no utility to rebuild the round games with); "
                                    "fedvalue.audit.verdict.audit_run(DIR, utility=U) recomputes them")
     else:
         report.notes.append("values were not recomputed (asked not to)")
+
+
+def _verified_commitments(files: RunFiles, report: AuditReport,
+                          options: _AuditOptions) -> tuple[list[dict], dict | None] | None:
+    """The run's seals and manifest, read; with a verifier their signatures and model.sig (6.),
+    and when pinned the manifest's files, checked before anything is parsed. None at the first
+    failure of those (the audit stops)."""
+    seals, manifest = read_commitments(files, report)
+    signed = [m.get("key") for m in ([manifest] if manifest else []) + seals[-1:] if isinstance(m.get("key"), str)]
+    report.signed_by = signed[0] if signed else None
+    check_layout(files, report, has_manifest=manifest is not None)
+    verifier = options.verifier
+    if verifier is not None:  # 6. signatures before anything is parsed; stop at the first failure
+        if not check_signatures(verifier, seals, manifest, report):
+            return None
+        report.key_verified = True
+        if not check_model_signature(files, verifier, manifest, report):
+            return None
+    elif files.exists(MODEL_SIGNATURE_FILE):
+        report.notes.append(f"{MODEL_SIGNATURE_FILE}: not checked without the signer's public key (--public-key PEM); "
+                            "model_signing verify key checks it too")
+    if manifest is not None and options.pinned and not check_manifest_files(files, manifest, report,
+                                                                             stop_at_first=True):
+        return None
+    return seals, manifest
+
+
+def _checked_tables(files: RunFiles, report: AuditReport, options: _AuditOptions, config: dict, *,
+                    complete: bool) -> tuple[LedgerTables, list[str]] | None:
+    """Checks 1 to 4 (:mod:`fedvalue.audit.tables`) and the published head: the parsed tables
+    and every round's recorded hash; None when the tables cannot be taken further."""
+    lines = read_table_lines(files, report, complete=complete)
+    if lines is None or not check_headers(report, *lines):
+        return None
+    ledger_table, rounds_table = lines
+    report.rounds, report.ledger_rows = len(rounds_table.lines), len(ledger_table.lines)
+    heads = check_chain(files, report, ledger_table.lines, rounds_table.lines)  # 1.
+    report.head = heads[-1] if heads else None
+    expect_head = options.expect_head
+    if expect_head is not None:
+        if report.head != expect_head:
+            report.problems.append(f"published head: expected the chain to end at {expect_head[:16]}...; it ends at "
+                                   f"{str(report.head)[:16]}... ({len(heads)} rounds)")
+            return None
+        report.checks.append(f"the chain ends at the published head {expect_head[:16]}...")
+    tables = check_schema(report, config, ledger_table, rounds_table)  # 2.
+    if tables is None:
+        return None
+    check_noisy_column(tables.ledger, config, options.noisy_clients, report)  # 2., against the run's ground truth
+    check_efficiency(tables.ledger, tables.rounds, options.tolerance, report)  # 3.
+    if files.exists(LEDGER_PARQUET_FILE):  # 4.
+        check_parquet(files, tables.ledger, sum(map(len, ledger_table.lines)), complete, report)
+    return tables, heads
 
 
 def _planned_rounds(config: dict) -> int | None:
