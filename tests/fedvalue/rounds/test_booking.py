@@ -140,9 +140,10 @@ def test_no_book_knows_the_runs_noisy_clients_and_the_join_marks_every_kind_of_r
 def test_a_new_kind_of_book_is_one_registration_away(monkeypatch):
     """A kind registered in fedvalue.rounds.kinds.registry books its rows after each client's, and its
     closing rows after every client's, with no change to book_round."""
+    from fedvalue.rounds.book_kind import RoundBook
     from fedvalue.rounds.kinds.registry import ROUND_BOOKS
 
-    class Echo:
+    class Echo(RoundBook):
         def __init__(self, context):
             self.context = context
 
