@@ -29,6 +29,7 @@ from clients.app import ClientData
 from clients.behaviours import HonestClient, LabelNoise
 from fedvalue._checks import check_number
 from fedvalue.analysis.run_summary import Run
+from fedvalue.schema import RoundRow
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import VALUATION_METHODS
 from simulations.datasets import (
@@ -284,7 +285,7 @@ def run_noisy_clients(
     config: NoisyClientsConfig,
     out: str,
     *,
-    on_round: Callable[[dict], None] | None = None,
+    on_round: Callable[[RoundRow], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
     sign_key=None,

@@ -23,6 +23,7 @@ import numpy as np
 
 from clients.app import ClientData
 from fedvalue.analysis.run_summary import Run
+from fedvalue.schema import RoundRow
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid
 from simulations.runner import (
@@ -128,7 +129,7 @@ def run_federated_reciprocity(
     config: FederatedReciprocityConfig,
     out: str,
     *,
-    on_round: Callable[[dict], None] | None = None,
+    on_round: Callable[[RoundRow], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
     sign_key=None,
