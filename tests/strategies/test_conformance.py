@@ -133,4 +133,4 @@ def test_wrapping_leaves_the_run_untouched_and_books_the_rounds_soundly(name, tm
         valuing = wrapped.valuing
         for coalition, value in valuing.last_valuation.game.cached_values().items():
             if 0 < len(coalition) < 3:
-                assert value == valuing.rounds[-1]["utility_before"], coalition
+                assert value == valuing.rounds[-1].utility_before, coalition

@@ -65,7 +65,7 @@ def grid(states: dict) -> InProcessGrid:
 
 def run(run_dir, states: dict, *, resume=False, crash_after=None, acceptance=None):
     def on_round(row):
-        if crash_after is not None and row["round"] == crash_after:
+        if crash_after is not None and row.round == crash_after:
             raise Crash(f"killed after round {crash_after}")
 
     strategy = ValuingStrategy(
