@@ -7,7 +7,7 @@ hashing; a file parsed later is hashed again and must give the same digest, so w
 verified is what is used. :class:`Budget` bounds the whole audit's time: running out
 ends in *not verifiable*, never in a hang.
 
-The checks here (the audit's checks 5 and 6, :mod:`fedvalue.audit.verdict`):
+The checks here (the audit's checks 5 and 6, :mod:`fedvalue.audit.checks`):
 
 - **layout**: every entry at every level is a name a run writes (run.json, the tables,
   seals, manifest, checkpoint, ``records/round-NNNNNN.npz``, ``checkpoint/...``) or one

@@ -1,4 +1,4 @@
-"""Check 7 of the audit (:mod:`fedvalue.audit.verdict`): every recomputable field of every round,
+"""Check 7 of the audit (:mod:`fedvalue.audit.checks`): every recomputable field of every round,
 from its saved record.
 
 The run-level loop, in steps: the round records are read one at a time (:class:`RoundRecords`);
@@ -8,7 +8,7 @@ with run.json, or books more evaluations than the audit takes on, is not taken o
 (:func:`_record_problems`); the rest are replayed and recomputed
 (:func:`fedvalue.audit.audit_recompute.round_problems`), and what was and was not recomputed is
 summed up at the end (:class:`_Outcome`). The options cross the steps as one :class:`Recompute`,
-made once by :func:`fedvalue.audit.verdict.audit_run`; each round's books are read back as typed
+made once by :func:`fedvalue.audit.checks.audit_run`; each round's books are read back as typed
 rows (:class:`~fedvalue.rounds.booking.BookedRound`) and compared with the recomputed ones.
 """
 
@@ -58,7 +58,7 @@ Replay = Callable[[RoundRecord], ReplayedRound]
 class Recompute:
     """What recomputing a run's rounds takes (check 7, :func:`recompute_run`), as the auditor gives
     it: the run's utility U, the tolerance of a recomputed value, and what the caller knows of the
-    run besides its files (the options of :func:`fedvalue.audit.verdict.audit_run`, which makes it once)."""
+    run besides its files (the options of :func:`fedvalue.audit.checks.audit_run`, which makes it once)."""
 
     utility: ArraysUtility
     tolerance: float = 1e-9
@@ -168,7 +168,7 @@ class RoundRecords:
 
 
 def recompute_run(files: RunFiles, tables: LedgerTables, report: AuditReport, options: Recompute) -> None:
-    """Check 7 of :mod:`fedvalue.audit.verdict`'s docstring on the run's ``tables`` (run.json
+    """Check 7 of :mod:`fedvalue.audit.checks`'s docstring on the run's ``tables`` (run.json
     among them); findings go to ``report``."""
     committed = [int(r) for r in tables.rounds["round"]]
     records = RoundRecords(files, committed)

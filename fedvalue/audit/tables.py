@@ -1,4 +1,4 @@
-"""Checks 1 to 4 of the audit (:mod:`fedvalue.audit.verdict`), on the ledger's tables: read as their
+"""Checks 1 to 4 of the audit (:mod:`fedvalue.audit.checks`), on the ledger's tables: read as their
 lines (a killed run's torn tail set apart), their columns, the hash chain recomputed from those
 lines, the schema and values, group efficiency per round ([ADS] Prop. 4.2), and the Parquet copy
 against the CSV. Each check adds its findings to the report and returns what the next one needs.

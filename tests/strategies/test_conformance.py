@@ -32,7 +32,7 @@ from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from clients.app import ClientData
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
 from strategies.replay import replay_aggregator

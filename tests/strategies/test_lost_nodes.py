@@ -13,7 +13,7 @@ from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 from clients import make_client_app
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.analysis.run_summary import load_run
 from strategies import PartitionSampler, RunSettings, ValuingStrategy

@@ -19,7 +19,7 @@ from flwr.serverapp.strategy import FedAdam
 
 from fedvalue.run.archive import read_checkpoint_pointer, read_round_record, round_record_paths
 from fedvalue.run.rundir import RunDir
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.analysis.run_summary import load_run
 from strategies import RunCallbacks, ValueWeightedSampler, ValuingStrategy
 from strategies.valuing import RunInterrupted

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.analysis.run_summary import load_run
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy
 from fedvalue.valuation.ads import AdsSettings

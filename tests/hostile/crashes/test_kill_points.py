@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.run import kill_points
 from fedvalue.run.ledger_reader import read_rounds_csv
 from fedvalue.run.seals import Verifier, generate_keypair

@@ -15,7 +15,7 @@ from flwr.serverapp.strategy import FedAvg
 from clients.app import ClientData, make_client_app
 from clients.attacks import DeltaWeightsFreeRider
 from clients.behaviours import Replicator
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.run.archive import read_round_record, record_path, write_round_record
 from fedvalue.analysis.run_summary import load_run

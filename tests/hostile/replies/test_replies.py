@@ -20,7 +20,7 @@ from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.run.settings import RunSettings

@@ -14,7 +14,7 @@ import pytest
 from flwr.serverapp.strategy import FedAvg, FedAvgM
 
 from fedvalue.audit.audit_recompute import recompute_books
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness, policy_outcome
 from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.scoring.fairness.objectives import GroupFairness, drop_k, ijack_factors

@@ -10,7 +10,7 @@ import pytest
 from flwr.app import MessageType
 from flwr.serverapp.strategy import FedAvg, FedMedian
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import ValuationSettings, weighted_mean

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
 

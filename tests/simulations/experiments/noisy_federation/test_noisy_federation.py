@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import LedgerRow

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import LedgerRow, RoundRow

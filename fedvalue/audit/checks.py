@@ -242,7 +242,7 @@ def _audit(files: RunFiles, report: AuditReport, options: _AuditOptions) -> None
         recompute_run(files, tables, report, options.recompute)
     elif not options.declined:
         report.unverifiable.append("values: not recomputed (no utility to rebuild the round games with); "
-                                   "fedvalue.audit.verdict.audit_run(DIR, utility=U) recomputes them")
+                                   "fedvalue.audit.checks.audit_run(DIR, utility=U) recomputes them")
     else:
         report.notes.append("values were not recomputed (asked not to)")
 
