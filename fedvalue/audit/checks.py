@@ -64,7 +64,7 @@ from fedvalue.audit.audit_files import (
     read_config,
 )
 from fedvalue.audit.noisy_column import check_noisy_column
-from fedvalue.audit.recomputation import ExampleCounts, Recompute, Replay, Retrain, recompute_run
+from fedvalue.audit.rounds import ExampleCounts, Recompute, Replay, Retrain, recompute_run
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.tables import (
     check_chain,
@@ -96,7 +96,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 @dataclass(frozen=True)
 class _AuditOptions:
     """:func:`audit_run`'s options as the checks read them, made once: check 7's as one
-    :class:`~fedvalue.audit.recomputation.Recompute` (None without a utility), and whether the
+    :class:`~fedvalue.audit.rounds.Recompute` (None without a utility), and whether the
     caller declined check 7."""
 
     tolerance: float
