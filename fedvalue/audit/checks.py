@@ -27,7 +27,7 @@ the files alone it re-derives (checks 1 to 4 on the tables: :mod:`fedvalue.audit
    either, signatures and digests are checked before anything is parsed, and the audit
    stops at the first failure;
 7. with a ``utility``, every recomputable field of every round from its saved record
-   (:mod:`fedvalue.audit.audit_recompute`), with the estimator settings, methods and seed of
+   (:mod:`fedvalue.audit.round`), with the estimator settings, methods and seed of
    run.json, at most run.json's clients per round and no more evaluations than the round
    booked; with ``example_counts`` and ``retrain`` (a simulation rebuilds them from its
    seed) each reply's weight and arrays too. Missing or unreadable records, rounds

@@ -6,7 +6,7 @@ a round aggregated by another strategy's own code without a way to replay it, or
 fairness audited without its objective, is left out (:func:`_left_out`); a record that disagrees
 with run.json, or books more evaluations than the audit takes on, is not taken on
 (:func:`_record_problems`); the rest are replayed and recomputed
-(:func:`fedvalue.audit.audit_recompute.round_problems`), and what was and was not recomputed is
+(:func:`fedvalue.audit.round.round_problems`), and what was and was not recomputed is
 summed up at the end (:class:`_Outcome`). The options cross the steps as one :class:`Recompute`,
 made once by :func:`fedvalue.audit.checks.audit_run`; each round's books are read back as typed
 rows (:class:`~fedvalue.rounds.booking.BookedRound`) and compared with the recomputed ones.
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.audit.audit_files import Budget, RunFiles
-from fedvalue.audit.audit_recompute import (
+from fedvalue.audit.round import (
     CappedUtility,
     ReplayedRound,
     ReplayUnavailable,

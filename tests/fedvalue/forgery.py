@@ -9,7 +9,7 @@ import json
 from collections.abc import Collection
 from pathlib import Path
 
-from fedvalue.audit.audit_recompute import recompute_books
+from fedvalue.audit.round import recompute_books
 from fedvalue.run.archive import RoundRecord, save_npz, write_round_record
 from fedvalue.run.ledger_tables import chain_hash, csv_lines, genesis_hash
 from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth

@@ -13,7 +13,7 @@ from flwr.serverapp.strategy import FedAvg
 from fedvalue.valuation.ads import AdsSettings
 from fedvalue.run.archive import read_round_record, record_path
 from fedvalue.audit.checks import audit_run
-from fedvalue.audit.audit_recompute import settings_problems
+from fedvalue.audit.round import settings_problems
 from fedvalue.valuation.round_game import ValuationSettings
 from fedvalue.run.settings import RunSettings
 from simulations.runner.engine import EngineSettings

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fedvalue.audit.audit_recompute import recompute_books, round_problems
+from fedvalue.audit.round import recompute_books, round_problems
 from fedvalue.rounds.booking import BookedRound
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_reader import read_tables

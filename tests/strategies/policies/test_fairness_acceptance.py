@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from flwr.serverapp.strategy import FedAvg, FedAvgM
 
-from fedvalue.audit.audit_recompute import recompute_books
+from fedvalue.audit.round import recompute_books
 from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness, policy_outcome
 from fedvalue.run.archive import read_round_record, round_record_paths
