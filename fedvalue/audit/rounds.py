@@ -1,7 +1,7 @@
 """Check 7 of the audit (:mod:`fedvalue.audit.checks`): every recomputable field of every round,
 from its saved record.
 
-The run-level loop, in steps: the round records are read one at a time (:class:`RoundRecords`);
+The run-level loop, in steps: the round records are read one at a time (:class:`SavedRecords`);
 a round aggregated by another strategy's own code without a way to replay it, or one that booked
 fairness audited without its objective, is left out (:func:`_left_out`); a record that disagrees
 with run.json, or books more evaluations than the audit takes on, is not taken on
@@ -116,7 +116,7 @@ class _Outcome:
                             "reported (its reason, its claim), which only a signature or a published head protects")
 
 
-class RoundRecords:
+class SavedRecords:
     """The run's saved round records, each parsed when first asked for and let go after the round
     that follows it: one round (and the next one's start) in memory at a time. An unreadable
     record is a ``ValueError`` in its place."""
@@ -171,7 +171,7 @@ def recompute_run(files: RunFiles, tables: LedgerTables, report: AuditReport, op
     """Check 7 of :mod:`fedvalue.audit.checks`'s docstring on the run's ``tables`` (run.json
     among them); findings go to ``report``."""
     committed = [int(r) for r in tables.rounds["round"]]
-    records = RoundRecords(files, committed)
+    records = SavedRecords(files, committed)
     missing = [t for t in committed if t not in records]
     if missing:
         report.unverifiable.append(f"values: rounds {missing[:10]} have no readable round record, so their books "
