@@ -5,7 +5,7 @@ The run-level loop, in steps: the round records are read one at a time (:class:`
 a round aggregated by another strategy's own code without a way to replay it, or one that booked
 fairness audited without its objective, is left out (:func:`_left_out`); a record that disagrees
 with run.json, or books more evaluations than the audit takes on, is not taken on
-(:func:`_record_problems`); the rest are replayed and recomputed
+(:func:`_taken_on`); the rest are replayed and recomputed
 (:func:`fedvalue.audit.round.round_problems`), and what was and was not recomputed is
 summed up at the end (:class:`_Outcome`). The options cross the steps as one :class:`Recompute`,
 made once by :func:`fedvalue.audit.checks.audit_run`; each round's books are read back as typed
