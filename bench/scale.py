@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     import simulations  # noqa: F401 - sets OMP_WAIT_POLICY before torch loads, as the CLI does
     from flwr.serverapp.strategy import FedAvg
 
-    from fedvalue.valuation.settings import AdsSettings
-    from fedvalue.run.ledger_tables import load_run
-    from fedvalue.valuation.settings import ValuationSettings
+    from fedvalue.analysis.run_summary import load_run
+    from fedvalue.valuation.settings import AdsSettings, ValuationSettings
     from fedvalue.run.settings import RunSettings
+    from fedvalue.schema import RoundRow
     from fedvalue.scoring.torch_utilities import TorchModelUtility
     from simulations.runner.api import simulate
     from simulations.datasets.loaders import load_dataset, sample_per_class
@@ -119,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict] = []
     peak = [0.0, 0.0]
 
-    def on_round(row: dict) -> None:
+    def on_round(row: RoundRow) -> None:
         own, tree = _tree_rss_mb(pid)
         peak[0], peak[1] = max(peak[0], own), max(peak[1], tree)
-        record = {"round": row["round"], "elapsed_s": time.perf_counter() - started,
-                  "valuation_s": row["valuation_seconds"], "evaluations": row["num_evaluations"],
-                  "method": row["ads_method"], "server_mb": own, "tree_mb": tree}
+        record = {"round": row.round, "elapsed_s": time.perf_counter() - started,
+                  "valuation_s": row.valuation_seconds, "evaluations": row.num_evaluations,
+                  "method": row.ads_method, "server_mb": own, "tree_mb": tree}
         records.append(record)
-        print(f"round {row['round']:>3}: elapsed {record['elapsed_s']:8.1f} s, valuation {row['valuation_seconds']:6.1f} s "
-              f"({row['num_evaluations']} evaluations, {row['ads_method']}), server {own:7.0f} MB, tree {tree:7.0f} MB",
+        print(f"round {row.round:>3}: elapsed {record['elapsed_s']:8.1f} s, valuation {row.valuation_seconds:6.1f} s "
+              f"({row.num_evaluations} evaluations, {row.ads_method}), server {own:7.0f} MB, tree {tree:7.0f} MB",
               flush=True)
 
     print(f"{args.clients} clients, {args.per_round} a round, {args.rounds} rounds, flows {not args.no_flows}, "

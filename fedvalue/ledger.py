@@ -1,61 +1,25 @@
-"""The valuation ledger's public face: everything public in :mod:`fedvalue.run.ledger_tables` (the
-tables, their hash chain, ``load_run``). Code inside fedvalue imports that module, not this one.
+"""The valuation ledger's public face: a run's books read back (:func:`load_run` gives a
+:class:`Run`: the tables as DataFrames, their rows typed as :class:`LedgerRow` and :class:`RoundRow`,
+and what they add up to), the two tables read alone, and the writer of a ledger of one's own.
+
+The names live in :mod:`fedvalue.analysis.run_summary`, :mod:`fedvalue.run.ledger_reader`,
+:mod:`fedvalue.run.ledger_tables` (the writer and the hash chain) and :mod:`fedvalue.schema`; code
+inside fedvalue imports those modules, not this one.
 """
 
-from fedvalue.run.ledger_tables import (  # noqa: F401
-    GENESIS_HASH,
-    LedgerWriter,
-    Run,
-    chain_from_lines,
-    chain_hash,
-    chain_heads,
-    chain_links,
-    check_tables,
-    client_summary,
-    config_json,
-    csv_lines,
-    first_order_error,
-    flow_rounds,
-    genesis_hash,
-    genesis_of,
-    ledger_rows_of,
-    load_run,
-    parquet_bytes,
-    parse_run_config,
-    read_ledger_csv,
-    read_rounds_csv,
-    read_run_config,
-    run_summary,
-    spreadsheet_safe,
-    table_lines,
-    write_json,
-)
+from fedvalue.analysis.run_summary import Run, client_summary, load_run, run_summary
+from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv
+from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.schema import LedgerRow, RoundRow
 
 __all__ = [
-    "GENESIS_HASH",
+    "LedgerRow",
     "LedgerWriter",
+    "RoundRow",
     "Run",
-    "chain_from_lines",
-    "chain_hash",
-    "chain_heads",
-    "chain_links",
-    "check_tables",
     "client_summary",
-    "config_json",
-    "csv_lines",
-    "first_order_error",
-    "flow_rounds",
-    "genesis_hash",
-    "genesis_of",
-    "ledger_rows_of",
     "load_run",
-    "parquet_bytes",
-    "parse_run_config",
     "read_ledger_csv",
     "read_rounds_csv",
-    "read_run_config",
     "run_summary",
-    "spreadsheet_safe",
-    "table_lines",
-    "write_json",
 ]

@@ -6,10 +6,11 @@ the strategies that book rounds) takes these names from here.
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
 from collections.abc import Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from enum import StrEnum
 
 
@@ -73,14 +74,6 @@ class ClaimEntry:
     used: float
     status: Status | str
 
-
-#: rounds.csv, one row per round; ``num_unaggregatable`` counts the coalitions the inner
-#: strategy returned no arrays for (valued at v_t(∅)); ``hash`` is the chain link.
-ROUND_COLUMNS = (
-    "round", "clients", "num_clients", "num_failed", "utility_before", "utility_after",
-    "utility_realized", "num_evaluations", "valuation_seconds", "ads_method", "efficiency_gap",
-    "num_unaggregatable", "hash",
-)
 
 #: The files of a run directory (records and checkpoints: :mod:`fedvalue.run.archive`).
 LEDGER_FILE = "ledger.csv"
@@ -216,6 +209,109 @@ def with_ground_truth(rows: Iterable[LedgerRow], noisy_clients: Collection[Hasha
     if noisy_clients is None:
         return list(rows)
     return [replace(row, noisy=row.client_id in noisy_clients) for row in rows]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundRow:
+    """One row of rounds.csv without its ``hash`` (the chain link the writer adds): what a round
+    booked as a whole.
+
+    :func:`fedvalue.rounds.booking.book_round` builds it, :meth:`fedvalue.run.ledger_tables.LedgerWriter.write_round`
+    writes it and :func:`fedvalue.run.ledger_reader.round_rows_of` reads it back; its fields are
+    :data:`ROUND_COLUMNS` but the last, in order. Counts are ints; a utility or gap that is not a
+    number (a diverged model's loss) or not known is None (written as an empty cell), as is
+    ``num_unaggregatable`` when the round was aggregated by the weighted mean without counting.
+    The defaults are what a round that valued nothing books.
+    """
+
+    round: int
+    #: The sampled clients' ids in reply order, space-separated, as rounds.csv holds them.
+    clients: str
+    num_clients: int
+    num_failed: int
+    #: v_t(∅) = U(A_{t−1}).
+    utility_before: float | None
+    #: v_t(I_t) (None when no client replied usably).
+    utility_after: float | None = None
+    #: U(A_t), the state the run moved to.
+    utility_realized: float | None
+    num_evaluations: int = 0
+    valuation_seconds: float = 0.0
+    ads_method: str | None = None
+    #: Σφ_t − (v_t(I_t) − v_t(∅)) ([ADS] Prop. 4.2).
+    efficiency_gap: float | None = None
+    #: Coalitions the inner strategy returned no arrays for (valued at v_t(∅)).
+    num_unaggregatable: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, whole, optional in _ROUND_NUMBERS:
+            object.__setattr__(self, name, _round_number(name, getattr(self, name), whole, optional))
+        if not isinstance(self.clients, str):
+            raise ValueError(f"round row: clients: expected the clients' ids as rounds.csv writes them (text, "
+                             f"space-separated); got {type(self.clients).__name__} {self.clients!r:.80}.")
+        method = None if _missing(self.ads_method) or self.ads_method == "" else self.ads_method
+        if method is not None and not isinstance(method, str):
+            raise ValueError(f"round row: ads_method: expected the estimator's name (text) or None; got {method!r:.80}.")
+        object.__setattr__(self, "ads_method", method)
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, object]) -> RoundRow:
+        """A row given as a mapping of rounds.csv's columns (a ``hash`` is left out: the writer
+        chains each row itself; columns with a default may be left out); ValueError naming a
+        missing or unknown column."""
+        if isinstance(row, RoundRow):
+            return row
+        unknown = [str(k) for k in row if k not in ROUND_COLUMNS]
+        missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in row]
+        if unknown or missing:
+            raise ValueError(f"round row: expected the columns {list(ROUND_COLUMNS)} (round to utility_before and "
+                             f"utility_realized required, the rest optional, hash ignored); got "
+                             f"{'unknown ' + str(unknown) if unknown else ''}"
+                             f"{' and ' if unknown and missing else ''}{'no ' + str(missing) if missing else ''}.")
+        return cls(**{k: v for k, v in row.items() if k != "hash"})
+
+    def as_dict(self) -> dict[str, object]:
+        """The row as a mapping of rounds.csv's columns but ``hash``, in order."""
+        return {name: getattr(self, name) for name in ROUND_COLUMNS[:-1]}
+
+    def __getitem__(self, column: str) -> object:
+        """A cell by its column name (``row["round"]``), as the rows were read when they were
+        dicts (a round's ``on_round`` callback); new code reads the attributes."""
+        if column not in ROUND_COLUMNS[:-1]:
+            raise KeyError(column)
+        return getattr(self, column)
+
+
+#: (field, whole number, may be None) of each number a round row holds.
+_ROUND_NUMBERS = (
+    ("round", True, False), ("num_clients", True, False), ("num_failed", True, False),
+    ("utility_before", False, True), ("utility_after", False, True), ("utility_realized", False, True),
+    ("num_evaluations", True, False), ("valuation_seconds", False, False), ("efficiency_gap", False, True),
+    ("num_unaggregatable", True, True),
+)
+
+
+def _round_number(name: str, value: object, whole: bool, optional: bool) -> int | float | None:
+    """A round row's number as its field holds it; ValueError naming the field otherwise."""
+    kind = "whole number" if whole else "number"
+    if _missing(value):
+        if optional:
+            return None
+        raise ValueError(f"round row: {name}: expected a {kind}; got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"round row: {name}: expected a {kind}; got {type(value).__name__} {value!r:.80}.")
+    if not whole:
+        return float(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise ValueError(f"round row: {name}: expected a {kind}; got {value!r}.")
+
+
+#: rounds.csv, one row per round: :class:`RoundRow`'s fields, in order, then ``hash``, the
+#: chain link.
+ROUND_COLUMNS = (*(f.name for f in fields(RoundRow)), "hash")
 
 
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")

@@ -25,6 +25,7 @@ from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
 from fedvalue.run.settings import RunSettings
+from fedvalue.schema import LedgerRow, RoundRow
 from fedvalue.run.writer import Restored, RunBooks
 from fedvalue.scoring.kernels import kernel_platform
 from strategies.aggregation import server_state
@@ -170,7 +171,7 @@ class RunState:
         self._resumed_random.restore()
         return done, numpy_to_arrays(self.resumed.arrays)
 
-    def commit(self, server_round: int, round_row: dict, ledger_rows: list, record: RoundRecord,
+    def commit(self, server_round: int, round_row: RoundRow, ledger_rows: list[LedgerRow], record: RoundRecord,
                realized: dict, parts: ServerParts) -> None:
         """Round ``server_round``'s record, rows, commit mark, checkpoint and seal
         (:meth:`fedvalue.run.writer.RunBooks.commit`); nothing without a run directory."""
@@ -179,9 +180,9 @@ class RunState:
         self.books.commit(server_round, round_row, ledger_rows, record=record if self.save_records else None,
                           realized=realized, state=capture_state(parts) if self.checkpoint else None)
 
-    def close(self, rounds: list[dict], num_rounds: int | None) -> None:
+    def close(self, rounds: list[RoundRow], num_rounds: int | None) -> None:
         """The final manifest (:mod:`fedvalue.run.seals`), once every planned round committed."""
-        if self.books is None or not rounds or rounds[-1]["round"] != num_rounds:
+        if self.books is None or not rounds or rounds[-1].round != num_rounds:
             return
         self.books.close(num_rounds)
 

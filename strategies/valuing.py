@@ -24,6 +24,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.run.settings import RunSettings
+from fedvalue.schema import RoundRow
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
 from fedvalue.valuation.settings import ValuationSettings
 from strategies.acceptance_policy import AcceptAll, Acceptance
@@ -74,7 +75,7 @@ class ValuingStrategy(Strategy):
         the same seed gives the same ledger as an uninterrupted run.
 
     What the run tells its caller as it goes are the attributes ``on_round`` (called with each
-    round's rounds.csv row once it commits) and ``on_progress`` (round, coalitions evaluated,
+    round's rounds.csv row, a :class:`fedvalue.schema.RoundRow`, once it commits) and ``on_progress`` (round, coalitions evaluated,
     planned), None by default: set them once the strategy is built.
     """
 
@@ -96,7 +97,7 @@ class ValuingStrategy(Strategy):
         self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings),
                                   noisy_clients=self.book_settings.noisy_clients)
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review
-        self.on_round: Callable[[dict], None] | None = None
+        self.on_round: Callable[[RoundRow], None] | None = None
         self.on_progress: Callable[[int, int, int], None] | None = None
         self.nodes = self.intake.node_directory()
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
@@ -107,7 +108,7 @@ class ValuingStrategy(Strategy):
         self._hook_context = hook_context(self.book_settings, self.acceptance, strategy,
                                           query_data_key=self.intake.query_data_key)
         self.hooks = run_hooks(self._hook_context)
-        self.rounds: list[dict] = []
+        self.rounds: list[RoundRow] = []
         self.last_valuation: RoundValuation | None = None
         #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
         self.stop_requested = threading.Event()

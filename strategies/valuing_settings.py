@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fedvalue._checks import check_positive
 from fedvalue.run.run_info import load_utility
+from fedvalue.schema import RoundRow
 from fedvalue.valuation.round_game import ArraysUtility
 from strategies.intake.nodes import NodeDirectory
 from strategies.intake.claims import ClaimReview
@@ -110,11 +111,11 @@ class RunCallbacks:
         Called with (round, coalitions evaluated, coalitions planned) while a round is valued.
     """
 
-    on_round: Callable[[dict], None] | None = None
+    on_round: Callable[[RoundRow], None] | None = None
     on_progress: Callable[[int, int, int], None] | None = None
 
     def __post_init__(self) -> None:
-        for name, shape in (("on_round", "taking a rounds.csv row"), ("on_progress", "(round, evaluated, planned)")):
+        for name, shape in (("on_round", "taking the round's RoundRow"), ("on_progress", "(round, evaluated, planned)")):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"{name}: expected a callable {shape}, or None; got {type(value).__name__}.")

@@ -213,7 +213,7 @@ def test_no_module_imports_names_defined_in_more_than_13_project_modules():
     counts the modules that define A and B, not the face, so a face hides no coupling. Faces
     (pure re-exports) and the experiments (held to the faces instead) are not counted. When this
     rule was set, the 141 other modules imported a median of 2 defining modules, 95% at most 10,
-    99% at most 13 (fedvalue.audit.audit_recompute); the cap is that 99th percentile, 13. The one
+    99% at most 13 (fedvalue.audit.round); the cap is that 99th percentile, 13. The one
     module above it, simulations.runner.api (18; 19 once the engine's settings left engine.py), is
     exempt with its reason beside it."""
     modules = python_modules(*PACKAGES)

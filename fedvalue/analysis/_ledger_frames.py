@@ -41,7 +41,7 @@ def _scores_and_flags(scores, flags, score_names: tuple[str, str], flag_names: t
 def _check_ledger(ledger: object, columns: Sequence[str] = REQUIRED_COLUMNS, name: str = "ledger") -> pd.DataFrame:
     if not isinstance(ledger, pd.DataFrame):
         raise TypeError(f"{name}: expected a pandas DataFrame in the ledger's long format; "
-                        f"got {type(ledger).__name__}. Read one with fedvalue.run.ledger_tables.read_ledger_csv.")
+                        f"got {type(ledger).__name__}. Read one with fedvalue.run.ledger_reader.read_ledger_csv.")
     missing = [c for c in columns if c not in ledger.columns]
     if missing:
         raise ValueError(f"{name}: expected columns {list(columns)}; missing {missing} in "
@@ -97,7 +97,7 @@ def _noisy_of(rows: pd.DataFrame, what: str) -> dict[Hashable, bool]:
                 f"clean run), or fill a run known to be clean with ledger['noisy'].fillna(False).")
         if not isinstance(noisy, (bool, np.bool_)):
             raise ValueError(f"ledger['noisy']: expected booleans (True/False/NA); got {noisy!r} for client "
-                             f"{client_id!r} ({what}). Read ledgers with fedvalue.run.ledger_tables.read_ledger_csv.")
+                             f"{client_id!r} ({what}). Read ledgers with fedvalue.run.ledger_reader.read_ledger_csv.")
         noisy = bool(noisy)
         if flags.setdefault(client_id, noisy) != noisy:
             raise ValueError(f"ledger['noisy']: expected one flag per client; client {client_id!r} has both "

@@ -23,7 +23,7 @@ import pandas as pd
 
 from fedvalue._checks import check_integer
 from fedvalue.analysis.detection import detection_metrics
-from fedvalue.run.ledger_tables import Run
+from fedvalue.analysis.run_summary import Run
 from fedvalue.schema import STATUS_OK, VALUATION_METHODS, client_sort_key
 from fedvalue.analysis.top_k_selection import retrain_plan
 
@@ -66,7 +66,7 @@ def run_findings(run: Run, *, k: int | None = None) -> Findings:
     Parameters
     ----------
     run
-        A run's books (:func:`fedvalue.run.ledger_tables.load_run`).
+        A run's books (:func:`fedvalue.analysis.run_summary.load_run`).
     k
         Clients a round's selection keeps; default half the clients valued in the run's
         fullest round (at least 1).

@@ -48,7 +48,7 @@ import pandas as pd
 
 from fedvalue.run import rundir
 from fedvalue.analysis.findings import Findings, findings_lines, run_findings
-from fedvalue.run.ledger_tables import Run, load_run
+from fedvalue.analysis.run_summary import Run, load_run
 from fedvalue.run.rundir import RunDir, open_run_dir, printable
 from fedvalue.schema import (
     FIGURES_DIR,

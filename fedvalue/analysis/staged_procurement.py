@@ -41,8 +41,15 @@ from fedvalue.run.archive import RoundRecord
 from fedvalue.run.settings import RoundSettings
 from fedvalue.rounds.booking import ClientEntry, book_round
 from fedvalue.run.ledger_tables import LedgerWriter
-from fedvalue.valuation.round_game import VALUATION_METHODS, Arrays, ArraysUtility, RoundValuation, round_game, value_round
-from fedvalue.schema import LEDGER_FILE, STATUS_OK, LedgerRow, Method
+from fedvalue.valuation.round_game import (
+    VALUATION_METHODS,
+    Arrays,
+    ArraysUtility,
+    RoundValuation,
+    round_game,
+    value_round,
+)
+from fedvalue.schema import LEDGER_FILE, STATUS_OK, LedgerRow, Method, RoundRow
 from fedvalue.analysis.top_k_selection import top_k
 
 #: How the buyer picks the purchased offers of a stage.
@@ -194,7 +201,7 @@ def procure_stage(
     )
 
 
-def stage_books(outcome: StageOutcome, offers: Sequence[Offer]) -> tuple[dict, list[LedgerRow]]:
+def stage_books(outcome: StageOutcome, offers: Sequence[Offer]) -> tuple[RoundRow, list[LedgerRow]]:
     """The stage's rounds.csv row and ledger.csv rows, booked by :func:`fedvalue.rounds.booking.book_round`
     as a federated round: every offer valued (``ok``), the purchase as ``selected`` rows."""
     entries = [ClientEntry(o.contributor_id, STATUS_OK, float(o.num_examples), int(o.num_examples)) for o in offers]

@@ -2,18 +2,19 @@
 and schema checks, and the recomputation of every round from its record. This package is the
 face fedvalue.audit: it re-exports the audit's public names.
 
-Modules: audit_files, audit_recompute, noisy_column (the ``noisy`` column against the run's ground
-truth), recomputation (check 7's loop over the rounds), references, report, torn_tail,
-training_replay, verdict.
+Modules: audit_files, checks (audit_run: the checks, in their order), noisy_column (the ``noisy``
+column against the run's ground truth), references, report, round (one round recomputed from its
+record and compared with its books), rounds (check 7's loop over the rounds), tables (checks 1 to
+4, on the ledger's tables), torn_tail, training_replay.
 
 May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds
 (and fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public
 face (fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/ never imports flwr or ray.
 """
 
-from fedvalue.audit.recomputation import MAX_PLAYERS, MAX_ROUND_EVALUATIONS, recompute_run
+from fedvalue.audit.checks import DEFAULT_BUDGET_SECONDS, audit_run
 from fedvalue.audit.report import AuditReport
-from fedvalue.audit.verdict import DEFAULT_BUDGET_SECONDS, audit_run
+from fedvalue.audit.rounds import MAX_PLAYERS, MAX_ROUND_EVALUATIONS, recompute_run
 
 __all__ = [
     "AuditReport",

@@ -7,7 +7,7 @@ hashing; a file parsed later is hashed again and must give the same digest, so w
 verified is what is used. :class:`Budget` bounds the whole audit's time: running out
 ends in *not verifiable*, never in a hang.
 
-The checks here (the audit's checks 5 and 6, :mod:`fedvalue.audit.verdict`):
+The checks here (the audit's checks 5 and 6, :mod:`fedvalue.audit.checks`):
 
 - **layout**: every entry at every level is a name a run writes (run.json, the tables,
   seals, manifest, checkpoint, ``records/round-NNNNNN.npz``, ``checkpoint/...``) or one
@@ -31,6 +31,7 @@ import time
 
 from fedvalue.run import rundir
 from fedvalue.run.rundir import RunDir, printable
+from fedvalue.run.run_info import parse_run_config
 from fedvalue.schema import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
@@ -164,6 +165,18 @@ def check_layout(files: RunFiles, report, *, has_manifest: bool) -> None:
     if not found:
         report.checks.append(f"every one of the {len(files.inventory)} entries is a file or directory a run writes "
                              "(no link, no special file)")
+
+
+def read_config(files: RunFiles, report) -> dict:
+    """run.json's settings as the file holds them ({} without one); a file that is not a JSON
+    object of settings is a finding (and {})."""
+    if not files.exists(RUN_CONFIG_FILE):
+        return {}
+    try:
+        return parse_run_config(files.text(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES))
+    except ValueError as error:
+        report.problems.append(printable(error))
+        return {}
 
 
 def read_commitments(files: RunFiles, report) -> tuple[list[dict], dict | None]:

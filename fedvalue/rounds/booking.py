@@ -39,7 +39,7 @@ from fedvalue.rounds.harms import rejected_harms
 from fedvalue.rounds.book_kind import CountingAggregator, RoundBook, RoundContext
 from fedvalue.rounds.kinds.registry import ROUND_BOOKS
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
-from fedvalue.schema import STATUS_OK, ClientEntry, LedgerRow, Method
+from fedvalue.schema import STATUS_OK, ClientEntry, LedgerRow, Method, RoundRow
 
 __all__ = ["ClientEntry", "CountingAggregator", "LedgerRow", "BookedRound", "book_round", "claim_rows", "rejected_harms"]
 
@@ -48,7 +48,7 @@ __all__ = ["ClientEntry", "CountingAggregator", "LedgerRow", "BookedRound", "boo
 class BookedRound:
     """A round's rows, and the books of each kind it kept (by the registry's names)."""
 
-    round_row: dict
+    round_row: RoundRow
     ledger_rows: list[LedgerRow]
     parts: dict[str, RoundBook] = field(default_factory=dict)
 
@@ -121,27 +121,26 @@ def book_round(
 
 
 def _round_row(record: RoundRecord, valuation: RoundValuation | None, utility_before: float, utility_realized: float,
-               aggregate: CountingAggregator | None, unaggregatable: int | None, parts: Mapping[str, RoundBook]) -> dict:
+               aggregate: CountingAggregator | None, unaggregatable: int | None,
+               parts: Mapping[str, RoundBook]) -> RoundRow:
     """The round's rounds.csv row (without its hash, which the writer chains)."""
     entries = record.entries
     ads_result = None if valuation is None else valuation.results.get(Method.ADS)
-    round_row = {
-        "round": record.round,
-        "clients": " ".join(str(e.client_id) for e in entries),
-        "num_clients": len(entries),
-        "num_failed": sum(e.status != STATUS_OK for e in entries),
-        "utility_before": utility_before,
-        "utility_after": None if valuation is None else valuation.utility_after,
-        "utility_realized": utility_realized,
-        # A book that scores coalitions of its own (a defended game of clipped updates) adds its count.
-        "num_evaluations": (0 if valuation is None else valuation.num_evaluations)
-                           + sum(book.num_evaluations for book in parts.values()),
-        "valuation_seconds": 0.0 if valuation is None else valuation.seconds,
-        "ads_method": None if ads_result is None else ads_result.method,
-        "efficiency_gap": None if ads_result is None else ads_result.max_efficiency_gap,
-    }
     if unaggregatable is None and aggregate is not None:
         unaggregatable = len(aggregate.unaggregatable)
-    if unaggregatable is not None:
-        round_row["num_unaggregatable"] = int(unaggregatable)
-    return round_row
+    return RoundRow(
+        round=record.round,
+        clients=" ".join(str(e.client_id) for e in entries),
+        num_clients=len(entries),
+        num_failed=sum(e.status != STATUS_OK for e in entries),
+        utility_before=utility_before,
+        utility_after=None if valuation is None else valuation.utility_after,
+        utility_realized=utility_realized,
+        # A book that scores coalitions of its own (a defended game of clipped updates) adds its count.
+        num_evaluations=(0 if valuation is None else valuation.num_evaluations)
+                        + sum(book.num_evaluations for book in parts.values()),
+        valuation_seconds=0.0 if valuation is None else valuation.seconds,
+        ads_method=None if ads_result is None else ads_result.method,
+        efficiency_gap=None if ads_result is None else ads_result.max_efficiency_gap,
+        num_unaggregatable=unaggregatable,
+    )

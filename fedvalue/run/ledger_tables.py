@@ -1,4 +1,8 @@
-"""The valuation ledger: per-round, per-client books written as each round completes.
+"""The valuation ledger's tables as written: per-round, per-client books appended as each round
+completes (:class:`LedgerWriter`, each cell in one spelling: :func:`csv_lines`), and the hash chain
+that links the rounds (:func:`chain_hash`, recomputed from the files by :func:`chain_heads`).
+:mod:`fedvalue.run.ledger_reader` reads the tables back, typed; :mod:`fedvalue.analysis.run_summary`
+sums them up.
 
 A run directory holds
 
@@ -43,23 +47,21 @@ import io
 import json
 import math
 import os
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from fedvalue.run import kill_points, rundir
 from fedvalue.run.archive import APPEND_ONLY_FILES
+from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv, round_rows_of
 from fedvalue.run.rundir import RunDir, open_run_dir
+from fedvalue.run.run_info import config_json, read_run_config
 from fedvalue.run.seals import Signer, write_manifest
 from fedvalue.run.writer_lock import lock_run_dir
-from fedvalue.flows.reciprocity_measures import DEFAULT_P, reciprocity, reciprocity_ratio
 from fedvalue.schema import (
-    CLAIM_PREFIX,
     FIRST_ORDER_FILE,
-    FLOW_METHODS,
     LEDGER_COLUMNS,
     LEDGER_FILE,
     LEDGER_PARQUET_FILE,
@@ -67,7 +69,7 @@ from fedvalue.schema import (
     ROUNDS_FILE,
     RUN_CONFIG_FILE,
     LedgerRow,
-    Status,
+    RoundRow,
     with_ground_truth,
 )
 
@@ -90,17 +92,16 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object] | LedgerRow]) -> list[str]:
-    """Rows (mappings, or :class:`~fedvalue.schema.LedgerRow`) as the CSV lines the ledger
-    writes (each ending in a newline; a None or NaN cell is empty)."""
+def csv_lines(columns: Iterable[str], rows: Iterable[Mapping[str, object] | LedgerRow | RoundRow]) -> list[str]:
+    """Rows (mappings, or typed rows: :class:`~fedvalue.schema.LedgerRow`, :class:`~fedvalue.schema.RoundRow`)
+    as the CSV lines the ledger writes (each ending in a newline; a None or NaN cell is empty)."""
     columns = list(columns)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     lines = []
     for row in rows:
-        if isinstance(row, LedgerRow):
-            row = row.as_dict()
-        writer.writerow([_cell(row.get(c)) for c in columns])
+        cells = row if isinstance(row, Mapping) else row.as_dict()
+        writer.writerow([_cell(cells.get(c)) for c in columns])
         lines.append(buffer.getvalue())
         buffer.seek(0)
         buffer.truncate()
@@ -199,6 +200,20 @@ def _last_hash(run: RunDir) -> str | None:
     return rows[-1]["hash"] if rows else None
 
 
+def _typed_rows(round_row: RoundRow, ledger_rows: Sequence[LedgerRow]) -> list[LedgerRow]:
+    """``ledger_rows`` as a list, once the round's rows are known to be typed rows (TypeError
+    naming the parameter otherwise)."""
+    if not isinstance(round_row, RoundRow):
+        raise TypeError(f"round_row: expected a fedvalue.schema.RoundRow (RoundRow.from_mapping reads a mapping of "
+                        f"rounds.csv's columns); got {type(round_row).__name__}.")
+    rows = list(ledger_rows)
+    for position, row in enumerate(rows):
+        if not isinstance(row, LedgerRow):
+            raise TypeError(f"ledger_rows: expected fedvalue.schema.LedgerRow rows (LedgerRow.from_mapping reads a "
+                            f"mapping of the ledger's columns); got {type(row).__name__} at position {position}.")
+    return rows
+
+
 class LedgerWriter:
     """Appends each completed round to a run directory (see module docstring).
 
@@ -262,30 +277,30 @@ class LedgerWriter:
     def ledger_path(self) -> Path:
         return self.run_dir / LEDGER_FILE
 
-    def write_round(self, round_row: Mapping[str, object],
-                    ledger_rows: Iterable[LedgerRow | Mapping[str, object]]) -> str:
+    def write_round(self, round_row: RoundRow, ledger_rows: Sequence[LedgerRow]) -> str:
         """Append one round: its ledger rows first, then its rounds.csv row (the commit mark);
         returns the round's chain hash (the run's head).
 
-        ``ledger_rows`` are :class:`~fedvalue.schema.LedgerRow` (a mapping of the ledger's
-        columns is taken as one: ValueError naming a bad status or column), their ``noisy``
-        cells joined from the writer's ``noisy_clients``. A None cell is written empty; a
-        reason with its control characters escaped and a formula defused
-        (:func:`spreadsheet_safe`).
+        ``round_row`` is a :class:`~fedvalue.schema.RoundRow` and ``ledger_rows`` are
+        :class:`~fedvalue.schema.LedgerRow` (their ``from_mapping`` reads a mapping of the
+        columns); the rows' ``noisy`` cells are joined from the writer's ``noisy_clients``. A
+        None cell is written empty; a reason with its control characters escaped and a formula
+        defused (:func:`spreadsheet_safe`). TypeError, before anything is written, for rows of
+        another type.
         """
-        rows = with_ground_truth([LedgerRow.from_mapping(row) for row in ledger_rows], self.noisy_clients)
+        rows = with_ground_truth(_typed_rows(round_row, ledger_rows), self.noisy_clients)
         ledger_lines = csv_lines(LEDGER_COLUMNS, [
             replace(row, reason=spreadsheet_safe(row.reason)) if row.reason is not None else row for row in rows])
         previous = _last_hash(self.run) or genesis_hash(self.run)
-        round_line = csv_lines(ROUND_COLUMNS[:-1], [round_row])[0]
-        round_row = {**round_row, "hash": chain_hash(previous, ledger_lines, round_line)}
-        server_round = int(round_row["round"])
+        head = chain_hash(previous, ledger_lines, csv_lines(ROUND_COLUMNS[:-1], [round_row])[0])
+        server_round = round_row.round
         _append_lines(self.run, LEDGER_FILE, LEDGER_COLUMNS, ledger_lines, ("ledger_torn", server_round))
         kill_points.reached("ledger", server_round)
-        _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [round_row]),
+        _append_lines(self.run, ROUNDS_FILE, ROUND_COLUMNS, csv_lines(ROUND_COLUMNS, [{**round_row.as_dict(),
+                                                                                       "hash": head}]),
                       ("rounds_torn", server_round))
         kill_points.reached("rounds", server_round)  # the commit mark
-        return round_row["hash"]
+        return head
 
     def write_parquet(self) -> None:
         """Mirror ledger.csv as ledger.parquet, replaced whole so it is always a complete file:
@@ -300,11 +315,12 @@ class LedgerWriter:
         """Size in bytes of each append-only table now (what a checkpoint cuts back to)."""
         return {name: self.run.size(name) for name in APPEND_ONLY_FILES if self.run.exists(name)}
 
-    def committed_rounds(self) -> list[dict]:
-        """The rows of rounds.csv written so far (as the writer's caller booked them)."""
+    def committed_rounds(self) -> list[RoundRow]:
+        """The rows of rounds.csv written so far, typed as the writer's caller booked them (their
+        hashes left out)."""
         if not self.run.exists(ROUNDS_FILE):
             return []
-        return read_rounds_csv(io.StringIO(self.run.read_text(ROUNDS_FILE), newline="")).to_dict("records")
+        return round_rows_of(read_rounds_csv(io.StringIO(self.run.read_text(ROUNDS_FILE), newline="")))
 
     def close(self, planned_rounds: int, *, sealed: bool = False, signer: Signer | None = None) -> dict:
         """Write the Parquet copy, then the run's final manifest (:mod:`fedvalue.run.seals`):
@@ -332,250 +348,3 @@ def parquet_bytes(ledger_text: str) -> bytes:
     buffer = io.BytesIO()
     read_ledger_csv(io.StringIO(ledger_text, newline="")).to_parquet(buffer, index=False)
     return buffer.getvalue()
-
-
-def parse_run_config(text: str, where: str = RUN_CONFIG_FILE) -> dict:
-    """run.json's text as a dict; ValueError when it is not a JSON object."""
-    try:
-        config = rundir.loads_json(text, where)
-    except ValueError as error:
-        raise ValueError(f"{RUN_CONFIG_FILE}: expected the run's configuration as JSON; {error}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{RUN_CONFIG_FILE}: expected a JSON object of settings; got a {type(config).__name__}.")
-    return config
-
-
-def read_run_config(run_dir: str | os.PathLike | RunDir) -> dict:
-    """run.json as a dict ({} when absent); ValueError when it is not a JSON object."""
-    run = open_run_dir(run_dir)
-    if not run.exists(RUN_CONFIG_FILE):
-        return {}
-    return parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES))
-
-
-def config_json(data: Mapping) -> str:
-    """A configuration as run.json holds it."""
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-
-
-def write_json(path: str | os.PathLike, data: Mapping) -> None:
-    """Write ``data`` as JSON to ``path`` atomically, never through a link at ``path``."""
-    path = rundir.resolve(path)
-    RunDir(path.parent, create=True).write_text(path.name, config_json(data))
-
-
-def read_ledger_csv(path: str | os.PathLike) -> pd.DataFrame:
-    """ledger.csv as a DataFrame with stable dtypes (client ids stay strings)."""
-    frame = pd.read_csv(
-        path,
-        dtype={"client_id": str, "method": str, "status": str, "noisy": str, "reason": str},
-        keep_default_na=False,
-        na_values={"value": [""], "stderr": [""], "num_examples": [""]},
-    )
-    frame["noisy"] = frame["noisy"].map({"true": True, "false": False, "": pd.NA}).astype("boolean")
-    return frame
-
-
-def ledger_rows_of(ledger: pd.DataFrame) -> list[LedgerRow]:
-    """A ledger's rows (as :func:`read_ledger_csv` reads them) as
-    :class:`~fedvalue.schema.LedgerRow`: empty cells are None, example counts ints. Client
-    ids stay the text the file holds (compare them with :func:`fedvalue.schema.client_key`)."""
-    rows = []
-    for record in ledger[list(LEDGER_COLUMNS)].to_dict("records"):
-        count = record["num_examples"]
-        record["num_examples"] = None if pd.isna(count) else int(count)
-        record["round"] = int(record["round"])
-        rows.append(LedgerRow(**record))
-    return rows
-
-
-
-def read_rounds_csv(path: str | os.PathLike) -> pd.DataFrame:
-    """rounds.csv as a DataFrame (client lists and hashes stay strings, missing values NaN)."""
-    return pd.read_csv(path, dtype={"clients": str, "ads_method": str, "hash": str}, keep_default_na=False,
-                       na_values={"efficiency_gap": [""], "utility_after": [""], "utility_realized": [""]})
-
-
-@dataclass(frozen=True)
-class Run:
-    """A run directory loaded as DataFrames."""
-
-    ledger: pd.DataFrame
-    rounds: pd.DataFrame
-    config: dict
-    first_order: pd.DataFrame | None = None
-
-    def summary(self) -> pd.DataFrame:
-        """Per client: total value per method, rounds participated, noisy flag (and flows)."""
-        return client_summary(self.ledger)
-
-    def run_summary(self, p: float = DEFAULT_P) -> dict:
-        """Run-level figures: see :func:`run_summary`."""
-        return run_summary(self, p=p)
-
-    def flows(self) -> pd.DataFrame:
-        """Per round and client: ``inflow``, ``outflow``, ``self`` (booked rows only)."""
-        return flow_rounds(self.ledger)
-
-    def rows(self) -> list[LedgerRow]:
-        """The ledger as :class:`~fedvalue.schema.LedgerRow` (:func:`ledger_rows_of`)."""
-        return ledger_rows_of(self.ledger)
-
-
-def flow_rounds(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The TracIn rows of a ledger as one row per (round, client): inflow, outflow, self."""
-    rows = ledger[ledger["method"].isin(list(FLOW_METHODS)) & ledger["status"].isin([Status.OK, Status.IDLE])]
-    if rows.empty:
-        return pd.DataFrame(columns=["round", "client", "inflow", "outflow", "self"])
-    wide = rows.pivot_table(index=["round", "client_id"], columns="method", values="value", aggfunc="sum")
-    wide = wide.reindex(columns=list(FLOW_METHODS)).rename(columns=FLOW_METHODS).reset_index()
-    return wide.rename(columns={"client_id": "client"}).rename_axis(columns=None)
-
-
-def first_order_error(first_order: pd.DataFrame | None) -> dict:
-    """The first-order check of TracIn flows ([RECIP], Remark 2.5 / Fig. 5).
-
-    Per round t and client v, actual = L_v(A_t) − L_v(A_{t−1}) and predicted =
-    −(inflow_v + self_v). Returns ``relative_error`` = Σ|actual − predicted| / Σ|actual|
-    over all rows, ``median_round_relative_error`` (the same ratio per round, median over
-    rounds) and ``rounds_checked``; NaN/0 when there is nothing to check.
-    """
-    if first_order is None or first_order.empty:
-        return {"first_order_relative_error": float("nan"), "first_order_median_round_error": float("nan"),
-                "first_order_rounds_checked": 0}
-    gap = (first_order["actual_change"] - first_order["predicted_change"]).abs()
-    actual = first_order["actual_change"].abs()
-    per_round = gap.groupby(first_order["round"]).sum() / actual.groupby(first_order["round"]).sum()
-    total = float(actual.sum())
-    return {
-        "first_order_relative_error": float(gap.sum()) / total if total > 0 else float("nan"),
-        "first_order_median_round_error": float(per_round.median()),
-        "first_order_rounds_checked": int(per_round.size),
-    }
-
-
-def run_summary(run: Run, *, p: float = DEFAULT_P) -> dict:
-    """Run-level figures of a run directory.
-
-    Always: ``rounds``, ``utility_start`` (U(A_0)), ``utility_end`` (U of the last realized
-    state), ``max_efficiency_gap`` (largest |Σφ_t − (v_t(I_t) − v_t(∅))|),
-    ``num_evaluations`` and ``valuation_seconds`` (sums over rounds), ``failed_replies``.
-    With TracIn flows: reciprocity of the clients' total inflows and outflows ([RECIP]
-    Def. 2.1: ``alpha`` at ``p``, ``pearson``, ``spearman``, ``negative_inflow_share``,
-    ``negative_outflow_share``, ...; prefixed ``reciprocity_``), ``flow_balance_gap``
-    (Σ inflow − Σ outflow, zero up to rounding) and :func:`first_order_error`.
-    """
-    rounds = run.rounds
-    summary: dict = {"rounds": int(len(rounds))}
-    if len(rounds):
-        summary.update({
-            "utility_start": float(rounds["utility_before"].iloc[0]),
-            "utility_end": float(rounds["utility_realized"].iloc[-1]),
-            "max_efficiency_gap": float(rounds["efficiency_gap"].abs().max()) if rounds["efficiency_gap"].notna().any()
-            else float("nan"),
-            "num_evaluations": int(rounds["num_evaluations"].sum()),
-            "valuation_seconds": float(rounds["valuation_seconds"].sum()),
-            "failed_replies": int(rounds["num_failed"].sum()),
-        })
-    flows = flow_rounds(run.ledger)
-    if not flows.empty:
-        totals = flows.groupby("client")[["inflow", "outflow"]].sum()
-        report = reciprocity(totals["inflow"], totals["outflow"], p=p)
-        summary.update({f"reciprocity_{k}": v for k, v in report.to_dict().items()})
-        summary["flow_balance_gap"] = float(totals["inflow"].sum() - totals["outflow"].sum())
-        summary.update(first_order_error(run.first_order))
-    return summary
-
-
-def client_summary(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Per client: ``total_<method>`` for every valuation method, ``rounds``, ``noisy``; with
-    TracIn flows ``inflow``, ``outflow``, ``self``, ``balance``, ``ratio``; with a claim review
-    ``claim_flags`` (rows flagging a claimed weight: their values are claimed counts, not
-    values, so they are counted, not summed).
-
-    Sorted by total ADS (or the first method) descending.
-    """
-    is_claim = ledger["method"].str.startswith(CLAIM_PREFIX)
-    booked = ledger[ledger["status"].isin([Status.OK, Status.IDLE]) & ~is_claim]
-    totals = booked.pivot_table(index="client_id", columns="method", values="value", aggfunc="sum")
-    totals.columns = [f"total_{m}" for m in totals.columns]
-    sampled = ledger[(ledger["status"] != Status.IDLE) & ~is_claim]
-    rounds = sampled.groupby("client_id")["round"].nunique().rename("rounds")
-    summary = totals.join(rounds, how="outer")
-    summary["rounds"] = summary["rounds"].fillna(0).astype(int)
-    if is_claim.any():
-        flags = ledger[is_claim].groupby("client_id").size().rename("claim_flags")
-        summary = summary.join(flags, how="left")
-        summary["claim_flags"] = summary["claim_flags"].fillna(0).astype(int)
-    if "total_tracin_inflow" in summary:
-        for method, name in FLOW_METHODS.items():
-            summary[name] = summary.pop(f"total_{method}").fillna(0.0)
-        summary["balance"] = summary["inflow"] - summary["outflow"]
-        summary["ratio"] = reciprocity_ratio(summary["inflow"].to_numpy(), summary["outflow"].to_numpy())
-    if "noisy" in ledger:
-        summary = summary.join(ledger.groupby("client_id")["noisy"].first())
-    key = "total_ads" if "total_ads" in summary else summary.columns[0]
-    return summary.sort_values(key, ascending=False, kind="mergesort")
-
-
-def check_tables(ledger: pd.DataFrame, rounds: pd.DataFrame) -> None:
-    """ValueError unless the tables are a ledger's: its columns, numbers that are numbers
-    (finite counts, no infinite value), and one row per (round, method, client)."""
-    for frame, columns, name in ((ledger, LEDGER_COLUMNS, LEDGER_FILE), (rounds, ROUND_COLUMNS, ROUNDS_FILE)):
-        if list(frame.columns) != list(columns):
-            raise ValueError(f"{name} has columns {[rundir.printable(c, 40) for c in frame.columns][:12]}, expected "
-                             f"{list(columns)}")
-    for frame, columns, name in ((ledger, ("round", "value", "stderr", "num_examples"), LEDGER_FILE),
-                                 (rounds, ("round", "num_clients", "num_failed", "utility_before",
-                                           "utility_realized", "num_evaluations"), ROUNDS_FILE)):
-        for column in columns:  # an empty table (a run that valued nothing) has no numbers to type
-            if len(frame) and not pd.api.types.is_numeric_dtype(frame[column]):
-                raise ValueError(f"{name}'s {column} holds something that is not a number")
-            values = frame[column].to_numpy(dtype=float)
-            if np.isinf(values).any():
-                raise ValueError(f"{name}'s {column} holds an infinite number")
-    for frame, columns, name in ((ledger, ("round",), LEDGER_FILE),
-                                 (rounds, ("round", "num_clients", "num_failed", "num_evaluations"), ROUNDS_FILE)):
-        for column in columns:
-            values = frame[column].to_numpy(dtype=float)
-            if np.isnan(values).any() or (values != np.round(values)).any() or (np.abs(values) > 2**53).any():
-                raise ValueError(f"{name}'s {column} holds something that is not a whole count")
-    duplicated = ledger.duplicated(["round", "method", "client_id"])
-    if duplicated.any():
-        first = ledger[duplicated].iloc[0]
-        raise ValueError(f"{LEDGER_FILE} books client {rundir.printable(first['client_id'], 40)} twice under "
-                         f"{rundir.printable(first['method'], 40)} in round {first['round']}")
-
-
-def load_run(run_dir: str | os.PathLike | RunDir) -> Run:
-    """Read a run directory written by :class:`LedgerWriter` (through :mod:`fedvalue.run.rundir`).
-
-    Raises
-    ------
-    FileNotFoundError
-        ``run_dir`` holds no ledger.csv.
-    ValueError
-        Its tables are not a ledger's (:func:`check_tables`), or a file is a link, special
-        or too large (:class:`fedvalue.run.rundir.UnsafeRunFile`).
-    """
-    run = open_run_dir(run_dir)
-    if not run.exists(LEDGER_FILE):
-        raise FileNotFoundError(
-            f"run_dir: expected a fedvalue run directory holding ledger.csv; {run.show()} has none."
-        )
-
-    def table(name: str) -> io.StringIO:  # read safely (no links, no FIFOs), then parsed
-        return io.StringIO(run.read_text(name), newline="")
-
-    try:
-        rounds = read_rounds_csv(table(ROUNDS_FILE))
-        ledger = read_ledger_csv(table(LEDGER_FILE))
-        first_order = (pd.read_csv(table(FIRST_ORDER_FILE), dtype={"client_id": str})
-                       if run.exists(FIRST_ORDER_FILE) else None)
-        check_tables(ledger, rounds)
-    except rundir.UnsafeRunFile:
-        raise
-    except (ValueError, KeyError, TypeError, OverflowError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise ValueError(f"run_dir: {run.show()} holds tables that are not a fedvalue ledger "
-                         f"({rundir.printable(error, 200)}).") from None
-    return Run(ledger=ledger, rounds=rounds, config=read_run_config(run), first_order=first_order)

@@ -1,5 +1,8 @@
-"""What run.json says about the run's environment and its utility, so a third party can audit
-a run made by anyone's own app.
+"""run.json: its text as written and read, and what it says about the run's environment and its
+utility, so a third party can audit a run made by anyone's own app.
+
+run.json holds the run's configuration as sorted, indented JSON (:func:`config_json`); the hash
+chain of the ledger's tables starts from its bytes (:mod:`fedvalue.run.ledger_tables`).
 
 The round games are v_t(S) = U(Agg_t(A_{t−1}; S)) ([ADS] Remark 4.1, Eq. 10): an audit can
 recompute them only with the same U. run.json therefore names U as an importable
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
+import os
 import platform
 import re
 import sys
@@ -23,11 +28,45 @@ from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from fedvalue.run import rundir
+from fedvalue.run.rundir import RunDir, open_run_dir
+from fedvalue.schema import RUN_CONFIG_FILE
+
 #: run.json's key naming the utility: {"reference", "type", "held_out_digest"}.
 UTILITY_REFERENCE_KEY = "utility_reference"
 #: Packages whose versions run.json records (as ``fedvalue run`` records them).
 VERSIONED_PACKAGES = ("fedvalue", "flwr", "ray", "torch", "numpy", "pandas")
 _REFERENCE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+
+
+def parse_run_config(text: str, where: str = RUN_CONFIG_FILE) -> dict:
+    """run.json's text as a dict; ValueError when it is not a JSON object."""
+    try:
+        config = rundir.loads_json(text, where)
+    except ValueError as error:
+        raise ValueError(f"{RUN_CONFIG_FILE}: expected the run's configuration as JSON; {error}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{RUN_CONFIG_FILE}: expected a JSON object of settings; got a {type(config).__name__}.")
+    return config
+
+
+def read_run_config(run_dir: str | os.PathLike | RunDir) -> dict:
+    """run.json as a dict ({} when absent); ValueError when it is not a JSON object."""
+    run = open_run_dir(run_dir)
+    if not run.exists(RUN_CONFIG_FILE):
+        return {}
+    return parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=rundir.MAX_JSON_BYTES))
+
+
+def config_json(data: Mapping) -> str:
+    """A configuration as run.json holds it."""
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def write_json(path: str | os.PathLike, data: Mapping) -> None:
+    """Write ``data`` as JSON to ``path`` atomically, never through a link at ``path``."""
+    path = rundir.resolve(path)
+    RunDir(path.parent, create=True).write_text(path.name, config_json(data))
 
 
 def package_versions() -> dict[str, str]:

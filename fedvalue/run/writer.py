@@ -62,6 +62,8 @@ from fedvalue.schema import (
     MODEL_SIGNATURE_FILE,
     RECORDS_DIR,
     SEALS_FILE,
+    LedgerRow,
+    RoundRow,
     checkpoint_names,
     record_name,
 )
@@ -186,13 +188,15 @@ class RunBooks:
 
     # -- rounds -----------------------------------------------------------------------------
 
-    def commit(self, server_round: int, round_row: dict, ledger_rows: Sequence[Mapping], *,
+    def commit(self, server_round: int, round_row: RoundRow, ledger_rows: Sequence[LedgerRow], *,
                record: RoundRecord | None = None, realized: Mapping[str, np.ndarray] | None = None,
                state: tuple[object, Mapping[str, np.ndarray]] | None = None) -> str:
         """Commit round t (module docstring's order) and return its chain head.
 
-        ``record`` (when the run saves records) is written before the commit mark; with
-        checkpoints, ``realized`` (A_t) and ``state`` (the server's state as data) after it.
+        ``round_row`` and ``ledger_rows`` are the round's typed rows
+        (:meth:`fedvalue.run.ledger_tables.LedgerWriter.write_round`). ``record`` (when the run saves
+        records) is written before the commit mark; with checkpoints, ``realized`` (A_t) and
+        ``state`` (the server's state as data) after it.
         """
         record_digest = None
         if record is not None and self.save_records:
@@ -218,7 +222,8 @@ class RunBooks:
         """Rows of a side table (first_order.csv), written before the round's commit mark."""
         self.ledger.append_table(name, columns, rows)
 
-    def committed_rounds(self) -> list[dict]:
+    def committed_rounds(self) -> list[RoundRow]:
+        """The rounds committed so far, typed (:meth:`fedvalue.run.ledger_tables.LedgerWriter.committed_rounds`)."""
         return self.ledger.committed_rounds()
 
     def close(self, planned_rounds: int) -> dict:

@@ -38,7 +38,7 @@ def add_parser(commands) -> None:
 def _audit_context(run_dir: str, utility: str | None = None, trust_run_utility: bool = False
                    ) -> tuple[Simulation | None, dict, str | None]:
     """The simulation that made ``run_dir`` and what the audit rebuilds from its run.json
-    (:func:`fedvalue.audit.verdict.audit_run` keywords), or why nothing could be rebuilt.
+    (:func:`fedvalue.audit.checks.audit_run` keywords), or why nothing could be rebuilt.
     ``utility`` (``--utility``) replaces the utility a simulation or run.json names."""
     try:
         saved = saved_run_config(run_dir) or {}
@@ -98,7 +98,7 @@ def audit_command(args: argparse.Namespace) -> int:
     import os
     import re
 
-    from fedvalue.audit.verdict import audit_run
+    from fedvalue.audit.checks import audit_run
     from fedvalue.run.rundir import printable, resolve
     from fedvalue.run.seals import Verifier
 

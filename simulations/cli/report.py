@@ -58,7 +58,7 @@ def report_command(args: argparse.Namespace) -> int:
 def _write_payout(run, args: argparse.Namespace) -> None:
     """DIR/payout.csv from the run's ledger (:func:`fedvalue.analysis.payout.payout_table`), and its table printed."""
     from fedvalue.analysis.payout import payout_table
-    from fedvalue.run.ledger_tables import load_run
+    from fedvalue.analysis.run_summary import load_run
     from fedvalue.run.rundir import printable
     from fedvalue.schema import PAYOUT_FILE
 
@@ -74,7 +74,7 @@ def _print_books(run_dir) -> None:
     import pandas as pd
 
     from fedvalue.analysis.findings import findings_lines, run_findings
-    from fedvalue.run.ledger_tables import load_run
+    from fedvalue.analysis.run_summary import load_run
     from fedvalue.run.rundir import printable
 
     run = load_run(run_dir)

@@ -40,7 +40,7 @@ from simulations.runner.inner_strategies import (
 )
 from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
-from simulations.runner.out_dir import prepare_run_dir
+from simulations.runner.out_dir import prepare_run_dir, write_run_config
 from simulations.runner.simulation import Simulation
 
 __all__ = [
@@ -85,4 +85,5 @@ __all__ = [
     "STRATEGY_PARAMETERS",
     "torch_threads",
     "ValuationProgress",
+    "write_run_config",
 ]

@@ -30,7 +30,7 @@ from flwr.serverapp.strategy import Strategy
 from clients.app import ClientData, make_client_app
 from clients.seeding import seeded_call
 from fedvalue._checks import check_integer
-from fedvalue.run.ledger_tables import Run, load_run
+from fedvalue.analysis.run_summary import Run, load_run
 from fedvalue.run.run_info import package_versions
 from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
 from fedvalue.valuation.round_game import ArraysUtility

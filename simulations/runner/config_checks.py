@@ -70,7 +70,7 @@ def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, sourc
 def saved_run_config(run_dir: str) -> dict | None:
     """The configuration in ``run_dir``/run.json (None when there is none; ValueError when it
     is not a JSON object or not a regular file), read through :mod:`fedvalue.run.rundir`."""
-    from fedvalue.run.ledger_tables import read_run_config
+    from fedvalue.run.run_info import read_run_config
     from fedvalue.run.rundir import RunDir
     from fedvalue.schema import RUN_CONFIG_FILE
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from fedvalue.schema import RoundRow
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -41,17 +43,21 @@ def progress_bar(total: int, description: str, *, enabled: bool = True, console=
         yield lambda text="": progress.update(task, advance=1, description=text or description)
 
 
-def round_progress(total_rounds: int) -> Callable[[dict], None]:
-    """One line per committed round of a federated run."""
+def _utility(value: float | None) -> str:
+    """A utility of a round's row as the progress line shows it (None: no number)."""
+    return "   -  " if value is None else f"{value:.4f}"
+
+
+def round_progress(total_rounds: int) -> Callable[[RoundRow], None]:
+    """One line per committed round of a federated run (an ``on_round`` callback)."""
     started = time.perf_counter()
 
-    def show(row: dict) -> None:
-        after = row["utility_after"]
-        after_text = "   -  " if after is None else f"{after:.4f}"
+    def show(row: RoundRow) -> None:
         print(
-            f"round {row['round']}/{total_rounds}: {row['num_clients']} clients ({row['num_failed']} failed), "
-            f"utility {row['utility_before']:.4f} -> {after_text} (realized {row['utility_realized']:.4f}), "
-            f"{row['num_evaluations']} evaluations, valuation {row['valuation_seconds']:.2f}s, "
+            f"round {row.round}/{total_rounds}: {row.num_clients} clients ({row.num_failed} failed), "
+            f"utility {_utility(row.utility_before)} -> {_utility(row.utility_after)} "
+            f"(realized {_utility(row.utility_realized)}), "
+            f"{row.num_evaluations} evaluations, valuation {row.valuation_seconds:.2f}s, "
             f"elapsed {time.perf_counter() - started:.1f}s",
             flush=True,
         )

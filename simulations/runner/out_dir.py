@@ -1,14 +1,17 @@
 """A run's directory as one writer holds it: made (:func:`prepare_run_dir`: ``--out``, refusing a
-non-empty one), claimed under the writer lock (:func:`claim_run_dir`), and let go at the end of
-the run, removed when a new run failed before it committed a round (:class:`RunHold`)."""
+non-empty one), given an experiment's run.json (:func:`write_run_config`), claimed under the writer
+lock (:func:`claim_run_dir`), and let go at the end of the run, removed when a new run failed before
+it committed a round (:class:`RunHold`)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from fedvalue.run import rundir
+from fedvalue.run.run_info import write_json
 from fedvalue.run.seals import SEALS_FILE
 from fedvalue.run.writer_lock import WriterLock, lock_run_dir
 from fedvalue.schema import LEDGER_FILE, LOCK_FILE, ROUNDS_FILE, RUN_CONFIG_FILE
@@ -46,6 +49,13 @@ def prepare_run_dir(out: str | os.PathLike, *, overwrite: bool = False, keep: st
         raise ValueError(f"out: expected a directory fedvalue can create and write; {out} cannot be "
                          f"({error.strerror or error}).") from None
     return out
+
+
+def write_run_config(out: str | os.PathLike, config: Mapping) -> None:
+    """Write ``config`` as ``out``'s run.json (sorted, indented JSON, written atomically and never
+    through a link: :func:`fedvalue.run.run_info.write_json`), as every experiment records
+    how it was run."""
+    write_json(Path(out) / RUN_CONFIG_FILE, config)
 
 
 def remove_unstarted_run(run_dir: Path) -> bool:

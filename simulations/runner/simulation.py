@@ -36,7 +36,7 @@ class Simulation:
         recomputation (None: the audit cannot rebuild it).
     audit_from_run
         Rebuilds from a run.json what the audit checks a run against (the keywords
-        ``utility``, ``noisy_clients``, ``sampled``, ``fairness`` of :func:`fedvalue.audit.verdict.audit_run`);
+        ``utility``, ``noisy_clients``, ``sampled``, ``fairness`` of :func:`fedvalue.audit.checks.audit_run`);
         takes precedence over ``utility_from_run``.
     replay_check
         For runs that save no states to recompute from: replays the run from its run.json and

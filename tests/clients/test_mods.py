@@ -16,7 +16,7 @@ from flwr.serverapp.strategy import FedAvg
 from ray import cloudpickle
 
 from clients import ClientData, TorchInferenceGradient, make_client_app, valuation_mod
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
 from strategies import BookSettings, PartitionSampler, RunSettings, ValuingStrategy

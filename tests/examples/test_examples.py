@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fedvalue.analysis.detection import detection_metrics
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from strategies.aggregation.random_state import RandomState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_the_value_driven_serverapp_weighs_by_value_and_rules_out_noisy_clients(
     out = tmp_path / "value-driven"
     printed = example("value_driven_serverapp.py", "--out", str(out), "--num-clients", "6", "--num-noisy", "2",
                       "--clients-per-round", "3", "--rounds", "4", "--seed", "1").stdout
-    from fedvalue.audit.verdict import audit_run
+    from fedvalue.audit.checks import audit_run
     from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
     from fedvalue.scoring.torch_utilities import TorchModelUtility
 

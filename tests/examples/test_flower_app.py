@@ -19,7 +19,7 @@ except ModuleNotFoundError:  # Python 3.10
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main as fedvalue_cli
 from tests.simulations.experiments.noisy_clients.flower_processes import (
     BIN,

@@ -9,7 +9,7 @@ import json
 from collections.abc import Collection
 from pathlib import Path
 
-from fedvalue.audit.audit_recompute import recompute_books
+from fedvalue.audit.round import recompute_books
 from fedvalue.run.archive import RoundRecord, save_npz, write_round_record
 from fedvalue.run.ledger_tables import chain_hash, csv_lines, genesis_hash
 from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth
@@ -35,7 +35,7 @@ def rebook_last_round(run_dir: Path, record: RoundRecord, utility: ArraysUtility
                                                                                                   noisy))))
     with open(run_dir / "rounds.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    rows[-1] = {**books.round_row, "valuation_seconds": rows[-1]["valuation_seconds"]}
+    rows[-1] = {**books.round_row.as_dict(), "valuation_seconds": rows[-1]["valuation_seconds"]}
     (run_dir / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
     save_npz(next(p for p in sorted((run_dir / "checkpoint").iterdir())
                   if p.name.endswith(".npz") and not p.name.endswith("-state.npz")), realized)

@@ -6,12 +6,13 @@ import io
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fedvalue import schema
-from fedvalue.run.ledger_tables import load_run
-from fedvalue.schema import LedgerRow, Method, Status, client_key, client_sort_key
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.schema import ROUND_COLUMNS, LedgerRow, Method, RoundRow, Status, client_key, client_sort_key
 
 ids = st.one_of(st.integers(-10**6, 10**6), st.text(alphabet="abc-_ 0123456789", min_size=1, max_size=6))
 #: Ids a CSV cell holds as written (no blanks: a blank cell reads as missing).
@@ -75,3 +76,24 @@ def test_every_method_and_status_a_real_run_writes_is_a_member_of_the_enums(sign
     assert {type(row.status) for row in rows} == {Status} and {Method(row.method) for row in rows} <= set(Method)
     # No stand-ins read back: a valued row has its numbers, any other row None where nothing is known.
     assert all(row.reason is None and row.value is not None for row in rows if row.status == Status.OK)
+
+
+def test_a_round_row_is_typed_and_names_the_field_it_refuses():
+    assert tuple(RoundRow.__dataclass_fields__) == ROUND_COLUMNS[:-1]
+    row = RoundRow(round=np.int64(2), clients="0 1", num_clients=2.0, num_failed=0, utility_before=np.float64(0.5),
+                   utility_after=float("nan"), utility_realized=pd.NA, ads_method="")
+    assert (row.round, row.num_clients, row.utility_after, row.utility_realized, row.ads_method) == (2, 2, None, None,
+                                                                                                     None)
+    assert type(row.round) is int and type(row.utility_before) is float
+    assert row["num_clients"] == 2 and row.as_dict()["num_unaggregatable"] is None  # dict readers keep working
+    with pytest.raises(KeyError):
+        row["hash"]
+    with pytest.raises(ValueError, match=r"round row: num_failed: expected a whole number; got 0.5"):
+        RoundRow(round=1, clients="0", num_clients=1, num_failed=0.5, utility_before=0.0, utility_realized=0.0)
+    with pytest.raises(ValueError, match=r"round row: clients: expected the clients' ids .* got tuple"):
+        RoundRow(round=1, clients=(0,), num_clients=1, num_failed=0, utility_before=0.0, utility_realized=0.0)
+    with pytest.raises(ValueError, match=r"round row: expected the columns .*got no \['utility_realized'\]"):
+        RoundRow.from_mapping({"round": 1, "clients": "0", "num_clients": 1, "num_failed": 0, "utility_before": 0.0})
+    with pytest.raises(ValueError, match=r"got unknown \['weight'\]"):
+        RoundRow.from_mapping({**row.as_dict(), "weight": 2.0})
+    assert RoundRow.from_mapping({**row.as_dict(), "hash": "0" * 64}) == row  # the chain link is the writer's

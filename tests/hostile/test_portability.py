@@ -27,7 +27,8 @@ from fedvalue.run.archive import (
     read_round_record,
     record_path,
 )
-from fedvalue.run.ledger_tables import LedgerWriter, read_ledger_csv
+from fedvalue.run.ledger_reader import read_ledger_csv
+from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.scoring.kernels import KERNEL_ENVIRONMENT, kernel_platform
 from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
 from tests.fedvalue.forgery import rebook_last_round, rechain

@@ -16,8 +16,8 @@ import pytest
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 
 from clients.app import make_client_app
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig
 from simulations.runner.inner_strategies import STRATEGIES, build_strategy, client_mods
 from strategies import PartitionSampler, ValuingStrategy

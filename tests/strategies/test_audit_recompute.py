@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, Error, MessageType
 from flwr.serverapp.strategy import FedAvg, FedAvgM
 
 from fedvalue.run.archive import read_round_record, round_record_paths, write_round_record
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
 from strategies.aggregation.reaggregate import replay_aggregator

@@ -32,7 +32,7 @@ from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from clients.app import ClientData
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
 from strategies.aggregation.reaggregate import replay_aggregator
@@ -133,4 +133,4 @@ def test_wrapping_leaves_the_run_untouched_and_books_the_rounds_soundly(name, tm
         valuing = wrapped.valuing
         for coalition, value in valuing.last_valuation.game.cached_values().items():
             if 0 < len(coalition) < 3:
-                assert value == valuing.rounds[-1]["utility_before"], coalition
+                assert value == valuing.rounds[-1].utility_before, coalition

@@ -19,8 +19,8 @@ from flwr.serverapp.strategy import FedAdam
 
 from fedvalue.run.archive import read_checkpoint_pointer, read_round_record, round_record_paths
 from fedvalue.run.rundir import RunDir
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from strategies import RunInterrupted, ValueWeightedSampler, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
 from fedvalue.valuation.settings import ValuationSettings
@@ -39,7 +39,7 @@ class Crash(RuntimeError):
 
 def make_strategy(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy:
     def on_round(row):
-        if crash_after is not None and row["round"] == crash_after:
+        if crash_after is not None and row.round == crash_after:
             raise Crash(f"killed after round {crash_after}")
 
     strategy = ValuingStrategy(
@@ -143,7 +143,7 @@ def test_a_stop_request_ends_the_run_after_the_round_in_flight_and_it_resumes(tm
     uninterrupted ledger and its final manifest."""
     reference_dir, _ = uninterrupted
     strategy = make_strategy(tmp_path)
-    strategy.on_round = lambda row: strategy.stop_requested.set() if row["round"] == 2 else None
+    strategy.on_round = lambda row: strategy.stop_requested.set() if row.round == 2 else None
     with pytest.raises(RunInterrupted, match="stopped on request after round 2 committed"):
         run(strategy)
     report = audit_run(tmp_path)
@@ -186,7 +186,7 @@ def test_a_dp_strategy_drawing_from_the_global_generator_resumes_to_the_uninterr
 
     def make(run_dir, *, resume=False, crash_after=None) -> ValuingStrategy:
         def on_round(row):
-            if crash_after is not None and row["round"] == crash_after:
+            if crash_after is not None and row.round == crash_after:
                 raise Crash(f"killed after round {crash_after}")
 
         inner = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(fraction_evaluate=0.0), noise_multiplier=0.3,

@@ -12,8 +12,8 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from fedvalue.run.archive import read_round_record, record_path
-from fedvalue.audit.verdict import audit_run
-from fedvalue.audit.audit_recompute import settings_problems
+from fedvalue.audit.checks import audit_run
+from fedvalue.audit.round import settings_problems
 from fedvalue.run.settings import RunSettings
 from simulations.runner.engine_settings import EngineSettings
 from strategies import PartitionSampler, RunCallbacks, ValuingStrategy

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from strategies import PartitionSampler, ValuingStrategy
 from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 

@@ -11,7 +11,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import LEDGER_COLUMNS
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy
@@ -143,8 +143,8 @@ def test_fedadam_state_and_trajectory_are_untouched_by_valuation(utility):
             np.testing.assert_array_equal(getattr(inner, state)[key], array)
     # The copy-based game reproduces FedAdam's realized step for the full coalition.
     for row in valued.rounds:
-        assert row["utility_after"] == row["utility_realized"]
-        assert abs(row["efficiency_gap"]) < 1e-9
+        assert row.utility_after == row.utility_realized
+        assert abs(row.efficiency_gap) < 1e-9
 
 
 def test_fedavg_trajectory_is_untouched_by_valuation(utility):
@@ -187,7 +187,7 @@ def test_user_defined_strategy_is_valued_with_its_own_rule(utility):
     values = strategy.last_valuation.results["ads"].values
     for pid, value in expected.items():
         assert values[pid] == pytest.approx(value, abs=1e-9)
-    assert strategy.rounds[0]["utility_after"] == strategy.rounds[0]["utility_realized"]
+    assert strategy.rounds[0].utility_after == strategy.rounds[0].utility_realized
 
 
 def test_failed_client_is_booked_and_left_out_of_the_game(tmp_path, utility):

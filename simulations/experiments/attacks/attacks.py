@@ -61,8 +61,8 @@ from clients import (
     SignFlip,
     make_client_app,
 )
-from fedvalue import RUN_CONFIG_FILE, Status
-from fedvalue.ledger import load_run, write_json
+from fedvalue import Status
+from fedvalue.ledger import load_run
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
 from simulations.experiments.attacks.gains import gains_table, honest_cost
@@ -92,6 +92,7 @@ from simulations.runner import (
     saved_config,
     seeded_server_generators,
     serve,
+    write_run_config,
 )
 from strategies import (
     CLAIM_METHODS,
@@ -360,7 +361,7 @@ def run_attacks(
         return run_study(config, out, on_run=on_run, overwrite=overwrite)
     run_config = {"simulation": "attacks", **config.classic_dict(), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, run_config)
+    write_run_config(out_dir, run_config)
     config_json = json.dumps(config.classic_dict(), sort_keys=True)
     train, holdout, _ = _prepared(config.seed, config.num_clients, config.holdout_fraction)
     model_factory = functools.partial(make_linear_model, train.x.shape[1], train.num_classes, seed=config.seed)
@@ -410,7 +411,7 @@ def run_study(config: AttacksConfig, out, *, on_run=None, overwrite: bool = Fals
     """The study (:mod:`.study`): every run, then totals.csv, runs.csv, gains.csv, honest_cost.csv
     and (with ``group-split``) shells.csv in ``out``; returns the gains table."""
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "attacks", **config.as_dict(), "versions": package_versions()})
+    write_run_config(out_dir, {"simulation": "attacks", **config.as_dict(), "versions": package_versions()})
     attacks = [a for a in config.attacks if a != GROUP_SPLIT]
     if attacks and "none" not in attacks:  # every gain is against the honest run
         config = dataclasses.replace(config, attacks=("none", *config.attacks))

@@ -46,8 +46,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedvalue import RUN_CONFIG_FILE
-from fedvalue.ledger import write_json
 from fedvalue.utilities import (
     GAPS,
     BinaryScoreModel,
@@ -58,7 +56,7 @@ from fedvalue.utilities import (
 )
 from simulations.datasets import adult_rows, read_adult_frame
 from simulations.experiments.fairness.tables import interval
-from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir
+from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir, write_run_config
 
 #: [FAIRIJ] App. B: training, validation and test rows of Adult (the rest of 45,222 is test).
 PAPER_SPLIT = (21_815, 10_746)
@@ -380,7 +378,7 @@ def cli_main(config: FairnessAdultConfig, options) -> int:
     if out is not None:
         for name, table in tables.items():
             table.to_csv(out / f"{name}.csv", index=False)
-        write_json(out / RUN_CONFIG_FILE, {"simulation": "fairness-adult", **dataclasses.asdict(config)})
+        write_run_config(out, {"simulation": "fairness-adult", **dataclasses.asdict(config)})
     print(f"done in {options.elapsed():.1f}s" + ("" if out is None else f"; tables in {out}"))
     return 0
 

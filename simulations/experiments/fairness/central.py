@@ -55,8 +55,6 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from fedvalue import RUN_CONFIG_FILE
-from fedvalue.ledger import write_json
 from fedvalue.utilities import (
     GAPS,
     BinaryScoreModel,
@@ -70,7 +68,7 @@ from fedvalue.utilities import (
 from simulations.experiments.fairness.adam_fit import fit_regularized_adam
 from simulations.experiments.fairness.data import ASYMMETRIC_MEANS, slid_frame, slid_rows, toy_rows
 from simulations.experiments.fairness.tables import interval
-from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir
+from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir, write_run_config
 
 EXPERIMENTS = ("toy", "tabular", "all")
 CURVATURES = ("exact", "fisher")
@@ -541,7 +539,7 @@ def cli_main(config: FairnessCentralConfig, options) -> int:
     if out is not None:
         for name, table in tables.items():
             table.to_csv(out / f"{name}.csv", index=False)
-        write_json(out / RUN_CONFIG_FILE, {"simulation": "fairness-central", **dataclasses.asdict(config)})
+        write_run_config(out, {"simulation": "fairness-central", **dataclasses.asdict(config)})
     print(f"done in {options.elapsed():.1f}s" + ("" if out is None else f"; tables in {out}"))
     return 0
 

@@ -63,8 +63,7 @@ from flwr.app import ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
 from clients import ClientData, make_client_app
-from fedvalue import RUN_CONFIG_FILE
-from fedvalue.ledger import load_run, write_json
+from fedvalue.ledger import load_run
 from fedvalue.utilities import GAPS, GroupFairness, TorchModelUtility
 from simulations.datasets import make_linear_model
 from simulations.experiments.fairness import tables as fairness_tables
@@ -82,6 +81,7 @@ from simulations.runner import (
     prepare_run_dir,
     serve,
     torch_threads,
+    write_run_config,
 )
 from strategies import (
     AcceptAll,
@@ -268,7 +268,7 @@ def run_fairness(config: FairnessConfig, out: str | Path, *, overwrite: bool = F
     for dataset in config.datasets:  # bad data surfaces before the engine starts
         _federation_of(settings, dataset)
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "fairness-study", **settings, "versions": package_versions()})
+    write_run_config(out_dir, {"simulation": "fairness-study", **settings, "versions": package_versions()})
     per_round: list[dict] = []
     with torch_threads(SERVER_TORCH_THREADS):
         for dataset in config.datasets:  # one engine per data set: the model's input width differs

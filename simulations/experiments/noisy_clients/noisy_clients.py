@@ -27,7 +27,7 @@ import numpy as np
 
 from clients import ClientData, HonestClient, LabelNoise
 from fedvalue import VALUATION_METHODS
-from fedvalue.ledger import Run
+from fedvalue.ledger import RoundRow, Run
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import (
     DATASETS,
@@ -283,7 +283,7 @@ def run_noisy_clients(
     config: NoisyClientsConfig,
     out: str,
     *,
-    on_round: Callable[[dict], None] | None = None,
+    on_round: Callable[[RoundRow], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
     sign_key=None,

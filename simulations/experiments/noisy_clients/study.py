@@ -50,7 +50,6 @@ from flwr.serverapp import Grid
 
 from clients import make_client_app
 from fedvalue import (
-    RUN_CONFIG_FILE,
     FlaggingRule,
     detection_curve,
     detection_metrics,
@@ -58,7 +57,7 @@ from fedvalue import (
     retrain_plan,
     summarize_metrics,
 )
-from fedvalue.ledger import load_run, write_json
+from fedvalue.ledger import load_run
 from simulations.experiments.noisy_clients.noisy_clients import (
     NoisyClientsConfig,
     build,
@@ -75,6 +74,7 @@ from simulations.runner import (
     prepare_run_dir,
     serve,
     torch_threads,
+    write_run_config,
 )
 from strategies import (
     BookSettings,
@@ -214,7 +214,7 @@ def run_study(
         build(_base(config, seed))  # every seed's input is checked before Ray starts
     study_config = {"simulation": "noisy-clients-study", **config.as_dict(), "versions": package_versions()}
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, study_config)
+    write_run_config(out_dir, study_config)
     runs = _StudyRuns(config, out_dir)
 
     def main(grid: Grid) -> None:

@@ -33,6 +33,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 
 from clients import make_client_app
+from fedvalue.ledger import RoundRow
 from fedvalue.utilities import TorchModelUtility
 from simulations.experiments.noisy_federation.data import (
     Federation,
@@ -163,8 +164,8 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
     directory.mkdir(parents=True)
     decisions: list[dict] = []
 
-    def note_decisions(row: dict) -> None:
-        t, flagged = row["round"], ruled_out(parts)
+    def note_decisions(row: RoundRow) -> None:
+        t, flagged = row.round, ruled_out(parts)
         if flagged is not None:
             decisions.extend({"round": t, "client": int(c), "decision": "ruled_out", "value": None}
                              for c in sorted(flagged))

@@ -58,7 +58,7 @@ from fedvalue import (
     StageOutcome,
     run_procurement,
 )
-from fedvalue.ledger import read_ledger_csv, read_rounds_csv, write_json
+from fedvalue.ledger import read_ledger_csv, read_rounds_csv
 from simulations.datasets import check_hidden
 from simulations.experiments.procurement.conjoint import (
     RatingGenerator,
@@ -212,12 +212,12 @@ def run_one(config: ProcurementConfig, setting: ProcurementSetting, rule: str, r
 def run_procurement_study(config: ProcurementConfig, out: str | Path, *, overwrite: bool = False,
                           on_stage: Callable[[str], None] | None = None) -> dict:
     """Every seed under every rule, then the tables and figures (module docstring)."""
-    from simulations.runner import package_versions, prepare_run_dir
+    from simulations.runner import package_versions, prepare_run_dir, write_run_config
 
     _check(config)
     out_dir = prepare_run_dir(out, overwrite=overwrite)
-    write_json(out_dir / RUN_CONFIG_FILE, {"simulation": "procurement-study", **config.as_dict(),
-                                      "versions": package_versions()})
+    write_run_config(out_dir, {"simulation": "procurement-study", **config.as_dict(),
+                               "versions": package_versions()})
     started = time.perf_counter()
     error_rows, purchase_rows = [], []
     shares = {contributor_id(s): s for s in config.noise_shares}

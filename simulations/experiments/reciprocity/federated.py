@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from clients import ClientData
-from fedvalue.ledger import Run
+from fedvalue.ledger import RoundRow, Run
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid
 from simulations.runner import (
@@ -128,7 +128,7 @@ def run_federated_reciprocity(
     config: FederatedReciprocityConfig,
     out: str,
     *,
-    on_round: Callable[[dict], None] | None = None,
+    on_round: Callable[[RoundRow], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
     sign_key=None,

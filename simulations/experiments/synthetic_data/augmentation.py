@@ -64,14 +64,14 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from fedvalue import RUN_CONFIG_FILE, KnnUtility, knn_ads, prefix_loo, prefix_mc_ads, prefix_values
+from fedvalue import KnnUtility, knn_ads, prefix_loo, prefix_mc_ads, prefix_values
 from simulations.experiments.synthetic_data.models import MODELS, UTILITIES, prefix_model
 from simulations.experiments.synthetic_data.synthetic_data import (
     DATASETS,
     OriginalsAndSynthetic,
     originals_and_synthetic,
 )
-from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir
+from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir, write_run_config
 
 #: Valuation methods per model (module docstring).
 METHODS_BY_MODEL = {"knn": ("knn-ads", "mc-ads", "knn-ds", "tmc-ds", "loo", "random"),
@@ -327,7 +327,6 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
                      on_stage: Callable[[str], None] | None = None) -> str:
     """Run every seed, write values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv,
     ties.csv, figure2.png and run.json to ``out``; return the orderings table as text."""
-    from fedvalue.ledger import write_json
 
     config.check()
     out = prepare_run_dir(out, overwrite=overwrite)
@@ -365,7 +364,7 @@ def run_augmentation(config: AugmentationConfig, out: str | Path, *, overwrite: 
     pd.concat(all_convergence, ignore_index=True).to_csv(out / "convergence.csv", index=False)
     ties = pd.concat(all_ties, ignore_index=True)
     ties.to_csv(out / "ties.csv", index=False)
-    write_json(out / RUN_CONFIG_FILE, {"simulation": "augmentation", **dataclasses.asdict(config)})
+    write_run_config(out, {"simulation": "augmentation", **dataclasses.asdict(config)})
     model = f"{config.k}-NN" if config.model == "knn" else "logistic regression"
     plot(summary, out / "figure2.png", f"{config.dataset}, {model}: relative accuracy, mean of {config.seeds} seed(s)")
     say(f"wrote values.csv, curves.csv, summary.csv, orderings.csv, convergence.csv, ties.csv, figure2.png to {out}")

@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue import RUN_CONFIG_FILE, knn_ads
+from fedvalue import knn_ads
 from simulations.experiments.synthetic_data.synthetic_data import (
     IMAGE_DATASETS,
     OriginalsAndSynthetic,
     images_with_augmentations,
 )
-from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir
+from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir, write_run_config
 
 BROKER = "broker"
 
@@ -99,7 +99,6 @@ def value_market(x: np.ndarray, y: np.ndarray, data: OriginalsAndSynthetic, owne
 def run_replication_market(config: ReplicationMarketConfig, out: str | Path, *, overwrite: bool = False,
                            on_stage: Callable[[str], None] | None = None) -> str:
     """Both scenarios; writes the tables and figure to ``out`` and returns the totals as text."""
-    from fedvalue.ledger import write_json
 
     config.check()
     out = prepare_run_dir(out, overwrite=overwrite)
@@ -149,7 +148,7 @@ def run_replication_market(config: ReplicationMarketConfig, out: str | Path, *, 
     totals_frame = pd.DataFrame(totals)
     totals_frame.to_csv(out / "totals.csv", index=False)
     pd.DataFrame(per_contributor).to_csv(out / "contributors.csv", index=False)
-    write_json(out / RUN_CONFIG_FILE, {"simulation": "replication-market", **dataclasses.asdict(config)})
+    write_run_config(out, {"simulation": "replication-market", **dataclasses.asdict(config)})
     plot(totals_frame, out / "figure3.png")
     say(f"wrote totals.csv, contributors.csv, figure3.png to {out}")
     return format_totals(totals_frame)

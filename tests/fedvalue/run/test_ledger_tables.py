@@ -1,5 +1,5 @@
-"""The ledger writer: exact cells, the hash chain recomputed from the files, resume rules,
-the parquet mirror and per-client totals, on small hand-made rounds."""
+"""The ledger writer: exact cells, the hash chain recomputed from the files, resume rules and
+the parquet mirror, on small hand-made rounds."""
 
 from __future__ import annotations
 
@@ -15,28 +15,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedvalue.run.ledger_tables import (
-    GENESIS_HASH,
-    LedgerWriter,
-    chain_hash,
-    client_summary,
-    csv_lines,
-    genesis_hash,
-    load_run,
-    spreadsheet_safe,
-)
-from fedvalue.schema import LEDGER_COLUMNS, LEDGER_PARQUET_FILE, ROUND_COLUMNS, LedgerRow, Method, Status
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_tables import GENESIS_HASH, LedgerWriter, chain_hash, csv_lines, genesis_hash, spreadsheet_safe
+from fedvalue.schema import LEDGER_COLUMNS, LEDGER_PARQUET_FILE, ROUND_COLUMNS, LedgerRow, Method, RoundRow, Status
 
 
 def ledger_row(t, client, method, value, status="ok", noisy=False):
-    return {"round": t, "client_id": client, "method": method, "value": value, "stderr": 0.0,
-            "num_examples": 10, "status": status, "noisy": noisy, "reason": ""}
+    return LedgerRow(round=t, client_id=client, method=method, value=value, stderr=0.0, num_examples=10,
+                     status=status, noisy=noisy)
 
 
 def round_row(t, clients):
-    return {"round": t, "clients": ";".join(map(str, clients)), "num_clients": len(clients), "num_failed": 0,
-            "utility_before": 0.5, "utility_after": 0.75, "utility_realized": 0.75, "num_evaluations": 4,
-            "valuation_seconds": 0.01, "ads_method": "exact", "efficiency_gap": 0.0, "num_unaggregatable": 0}
+    return RoundRow(round=t, clients=";".join(map(str, clients)), num_clients=len(clients), num_failed=0,
+                    utility_before=0.5, utility_after=0.75, utility_realized=0.75, num_evaluations=4,
+                    valuation_seconds=0.01, ads_method="exact", efficiency_gap=0.0, num_unaggregatable=0)
 
 
 def write_two_rounds(run_dir, config=None):
@@ -82,10 +74,14 @@ def test_any_changed_line_changes_the_link():
     assert chain_hash("a" * 64, lines, "1,0;2\n") != head
 
 
-def test_a_row_with_an_unknown_status_is_refused_before_anything_is_written(tmp_path):
+def test_rows_that_are_not_typed_rows_are_refused_before_anything_is_written(tmp_path):
     writer = LedgerWriter(tmp_path, config={"seed": 0})
     with pytest.raises(ValueError, match="status: expected one of"):
         writer.write_round(round_row(1, [0]), [ledger_row(1, 0, "ads", 1.0, status="paid")])
+    with pytest.raises(TypeError, match=r"round_row: expected a fedvalue.schema.RoundRow .*got dict"):
+        writer.write_round(round_row(1, [0]).as_dict(), [ledger_row(1, 0, "ads", 1.0)])
+    with pytest.raises(TypeError, match=r"ledger_rows: expected fedvalue.schema.LedgerRow rows .*got dict at position 1"):
+        writer.write_round(round_row(1, [0]), [ledger_row(1, 0, "ads", 1.0), ledger_row(1, 1, "ads", 1.0).as_dict()])
     assert not (tmp_path / "ledger.csv").exists() and not (tmp_path / "rounds.csv").exists()
 
 
@@ -111,16 +107,6 @@ def test_the_parquet_mirror_and_the_run_read_back_equal_the_csv(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / LEDGER_PARQUET_FILE), run.ledger)
     assert run.config == json.loads((tmp_path / "run.json").read_text()) == {"seed": 0}
     assert list(run.rounds["round"]) == [1, 2]
-
-
-def test_client_totals_sum_each_clients_rounds(tmp_path):
-    write_two_rounds(tmp_path)
-    summary = client_summary(load_run(tmp_path).ledger)
-    # ids read back as strings (client_key makes them the ints the run wrote)
-    assert summary.loc["0", "total_ads"] == 0.125 + 0.3 and summary.loc["1", "total_ads"] == 0.125 - 0.05
-    assert list(summary.index) == ["0", "1"]  # sorted by total ADS
-    assert summary["noisy"].tolist() == [True, False]
-    assert summary["rounds"].tolist() == [2, 2]
 
 
 def test_a_directory_without_a_ledger_is_named(tmp_path):
@@ -151,8 +137,9 @@ def test_ledger_rows_round_trip_through_the_writer_and_load_run(rows):
     with tempfile.TemporaryDirectory() as tmp:
         typed, mapped = Path(tmp, "typed"), Path(tmp, "mapped")
         LedgerWriter(typed, config={"seed": 0}).write_round(round_row(t, [0]), rows)
-        # The writer takes a row or the mapping of its columns, to the same bytes.
-        LedgerWriter(mapped, config={"seed": 0}).write_round(round_row(t, [0]), [row.as_dict() for row in rows])
+        # A row read from the mapping of its columns is the same row, written to the same bytes.
+        LedgerWriter(mapped, config={"seed": 0}).write_round(
+            RoundRow.from_mapping(round_row(t, [0]).as_dict()), [LedgerRow.from_mapping(row.as_dict()) for row in rows])
         assert (typed / "ledger.csv").read_bytes() == (mapped / "ledger.csv").read_bytes()
         assert (typed / "rounds.csv").read_bytes() == (mapped / "rounds.csv").read_bytes()
         back = load_run(typed).rows()

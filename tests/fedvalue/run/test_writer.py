@@ -13,18 +13,18 @@ import pytest
 
 from fedvalue.run.ledger_tables import csv_lines
 from fedvalue.run.writer import RunBooks
-from fedvalue.schema import LEDGER_COLUMNS
+from fedvalue.schema import LEDGER_COLUMNS, LedgerRow, RoundRow
 from fedvalue.run.seals import Signer, generate_keypair, read_seals
 
 CONFIG = {"experiment": "books", "seed": 0}
 STATE = ({"$dict": [["totals", {"$array": "a0"}]]}, {"a0": np.arange(3.0)})
 
 
-def rows(t: int) -> tuple[dict, list[dict]]:
-    ledger = [{"round": t, "client_id": c, "method": "ads", "value": 0.1 * c + t, "stderr": None, "num_examples": 5,
-               "status": "ok", "noisy": False, "reason": ""} for c in (1, 2)]
-    return {"round": t, "clients": "1 2", "num_clients": 2, "num_failed": 0, "utility_before": 0.5,
-            "utility_after": 0.6, "utility_realized": 0.6, "num_evaluations": 4}, ledger
+def rows(t: int) -> tuple[RoundRow, list[LedgerRow]]:
+    ledger = [LedgerRow(round=t, client_id=c, method="ads", value=0.1 * c + t, stderr=None, num_examples=5,
+                        status="ok", noisy=False) for c in (1, 2)]
+    return RoundRow(round=t, clients="1 2", num_clients=2, num_failed=0, utility_before=0.5, utility_after=0.6,
+                    utility_realized=0.6, num_evaluations=4), ledger
 
 
 def commit(books: RunBooks, t: int) -> str:

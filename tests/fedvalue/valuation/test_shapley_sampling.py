@@ -309,7 +309,7 @@ def test_the_rounds_table_names_the_sampler_auto_took():
     record = RoundRecord(round=3, start_arrays=start, entries=entries, replies=replies, accepted=list(ids),
                          settings=RoundSettings(methods=("ads", "loo")))
     books = book_round(record, valuation, utility, realized=None)
-    method = books.round_row["ads_method"]
+    method = books.round_row.ads_method
     assert method == valuation.results["ads"].method and method == "ads-stratified"  # MC stays near 0.14 at its cap here
     stderrs = [r.stderr for r in books.ledger_rows if r.method == "ads"]
     assert len(stderrs) == 16 and max(stderrs) <= 0.02

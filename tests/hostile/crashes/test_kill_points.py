@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.run import kill_points
-from fedvalue.run.ledger_tables import read_rounds_csv
+from fedvalue.run.ledger_reader import read_rounds_csv
 from fedvalue.run.seals import Verifier, generate_keypair
 from simulations.cli.main import main
 from tests.hostile.crashes import driver as kill_driver

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedvalue.run.ledger_tables import chain_hash, config_json, csv_lines, genesis_hash
+from fedvalue.run.ledger_tables import chain_hash, csv_lines, genesis_hash
+from fedvalue.run.run_info import config_json
 from fedvalue.run.writer import RunBooks
 from fedvalue.run.seals import Signer, generate_keypair
-from fedvalue.schema import ROUND_COLUMNS
+from fedvalue.schema import ROUND_COLUMNS, LedgerRow, RoundRow
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig
 
@@ -51,10 +52,10 @@ def signed_run(tmp_path) -> tuple[Path, Path]:
     generate_keypair(tmp_path / "k.pem", tmp_path / "k.pub")
     config = {"simulation": "noisy-clients", **NoisyClientsConfig(rounds=3).as_dict()}
     books = RunBooks(tmp_path / "run", config=config, signer=Signer.from_file(tmp_path / "k.pem"))
-    ledger = [{"round": 1, "client_id": c, "method": "ads", "value": 0.1 * c, "stderr": None, "num_examples": 5,
-               "status": "ok", "noisy": False, "reason": ""} for c in (1, 2)]
-    books.commit(1, {"round": 1, "clients": "1 2", "num_clients": 2, "num_failed": 0, "utility_before": 0.5,
-                     "utility_after": 0.6, "utility_realized": 0.6, "num_evaluations": 4}, ledger,
+    ledger = [LedgerRow(round=1, client_id=c, method="ads", value=0.1 * c, stderr=None, num_examples=5, status="ok",
+                        noisy=False) for c in (1, 2)]
+    books.commit(1, RoundRow(round=1, clients="1 2", num_clients=2, num_failed=0, utility_before=0.5,
+                             utility_after=0.6, utility_realized=0.6, num_evaluations=4), ledger,
                  realized={"w": np.ones(2)}, state=({"$dict": []}, {}))
     books.release()
     return tmp_path / "run", tmp_path / "k.pem"

@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
 from simulations.experiments.attacks.attacks import audit_from_run
 

@@ -15,10 +15,10 @@ from flwr.serverapp.strategy import FedAvg
 from clients.app import ClientData, make_client_app
 from clients.attacks import DeltaWeightsFreeRider
 from clients.behaviours import Replicator
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.run.archive import read_round_record, record_path, write_round_record
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.valuation.settings import ValuationSettings
 from strategies import PartitionSampler, RepresentativesOnly, ValuingStrategy
@@ -65,7 +65,7 @@ def grid(states: dict) -> InProcessGrid:
 
 def run(run_dir, states: dict, *, resume=False, crash_after=None, acceptance=None):
     def on_round(row):
-        if crash_after is not None and row["round"] == crash_after:
+        if crash_after is not None and row.round == crash_after:
             raise Crash(f"killed after round {crash_after}")
 
     strategy = ValuingStrategy(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedvalue.audit.audit_recompute import plain_path_problems
+from fedvalue.audit.round import plain_path_problems
 from fedvalue.run.archive import RoundRecord
 from fedvalue.schema import ClientEntry
 from fedvalue.scoring.torch_utilities import TorchModelUtility

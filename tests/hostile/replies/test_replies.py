@@ -20,9 +20,9 @@ from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.run.archive import read_round_record, round_record_paths
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.run.settings import RunSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.settings import ValuationSettings

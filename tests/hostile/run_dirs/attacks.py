@@ -111,7 +111,7 @@ def _write_config(run: Path, config: dict) -> None:
 
 def _rewrite_parquet(run: Path) -> None:
     """The forger keeps ledger.parquet in step with the CSV (as the writer makes it)."""
-    from fedvalue.run.ledger_tables import read_ledger_csv
+    from fedvalue.run.ledger_reader import read_ledger_csv
 
     path = run / "ledger.parquet"
     if path.exists() or path.is_symlink():

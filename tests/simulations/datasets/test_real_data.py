@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from simulations.cli.main import main
 from simulations.datasets.loaders import DEFAULT_DATA_PATHS
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, _prepared, audit_from_run, build

@@ -10,7 +10,7 @@ import pytest
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations import simulate
 from simulations.runner.api import NoClientValued

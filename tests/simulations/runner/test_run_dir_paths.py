@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.schema import RoundRow
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, run_noisy_clients
 
@@ -21,8 +22,8 @@ def test_a_relative_run_keeps_its_committed_round_resumes_through_tilde_and_audi
     run_dir = real / "runs" / "x"
     config = NoisyClientsConfig(num_clients=6, rounds=2, clients_per_round=2, local_epochs=2, hidden=(8,))
 
-    def fail_after_round_one(row: dict) -> None:
-        if row["round"] == 1:
+    def fail_after_round_one(row: RoundRow) -> None:
+        if row.round == 1:
             raise ValueError("a failure after round 1 committed")
 
     with pytest.raises(ValueError, match="after round 1 committed"):

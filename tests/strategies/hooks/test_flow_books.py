@@ -18,7 +18,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
 from clients.behaviours import FreeRider, HonestClient
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import FIRST_ORDER_FILE
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import PartitionSampler, ValuingStrategy

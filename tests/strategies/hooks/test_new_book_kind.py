@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
 from fedvalue.rounds.kinds.registry import ROUND_BOOKS, register_round_book, unregister_round_book
 from fedvalue.run.archive import read_round_record, round_record_paths
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import Status
 from strategies import (AcceptInputs, Acceptance, PartitionSampler, RoundHook, ValuingStrategy, register_round_hook,
                         unregister_round_hook)

@@ -7,8 +7,8 @@ import pandas as pd
 from flwr.app import ConfigRecord, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from strategies import PartitionSampler, ValuingStrategy
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays

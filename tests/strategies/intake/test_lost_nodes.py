@@ -13,9 +13,9 @@ from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 from clients import make_client_app
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.run.archive import read_round_record, round_record_paths
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from strategies import PartitionSampler, RunSettings, ValuingStrategy
 from strategies.intake.nodes import NodeDirectory
 from strategies.arrays import numpy_to_arrays

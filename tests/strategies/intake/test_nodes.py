@@ -9,7 +9,7 @@ from flwr.app import ConfigRecord, MessageType
 from flwr.serverapp.strategy import FedAvg
 
 from clients.app import ClientData, make_client_app
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
 from strategies import PartitionSampler, ValuingStrategy

@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 from flwr.serverapp.strategy import FedAvg, FedAvgM
 
-from fedvalue.audit.audit_recompute import recompute_books
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.round import recompute_books
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness, policy_outcome
 from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.scoring.fairness.objectives import GroupFairness, drop_k, ijack_factors
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from strategies import AcceptAll, FairDropK, FairReweight, TopK, ValuingStrategy
 from strategies.policies.sampling import PartitionSampler
 from strategies.aggregation.reaggregate import replay_aggregator

@@ -12,10 +12,10 @@ from flwr.serverapp.strategy import FedAvg
 from clients.app import partition_id_of
 from clients.training import loss_gradient_and_fisher, set_model_arrays
 from fedvalue.run.archive import read_round_record, round_record_paths
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.scoring.fairness.curvature import curvature_influences
 from fedvalue.scoring.fairness.objectives import drop_k, fedavg_weight_derivatives
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import Method, Status
 from strategies import FairDropK, ValuingStrategy
 from strategies.protocol import CURVATURE_KEY

@@ -29,8 +29,8 @@ from clients.behaviours import (
     Replicator,
     SignFlip,
 )
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from fedvalue.valuation.settings import ValuationSettings
 from fedvalue.scoring.torch_utilities import TorchModelUtility

@@ -9,7 +9,7 @@ from flwr.app import ConfigRecord, MessageType, RecordDict
 
 from clients.app import ClientData, local_loss, make_client_app
 from clients.behaviours import HonestClient, LabelNoise
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.settings import ValuationSettings
 from simulations.datasets.models import make_mlp

@@ -9,7 +9,7 @@ from flwr.app import ConfigRecord, MessageType
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.analysis.flagging import FlaggingRule
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from fedvalue.valuation.settings import ValuationSettings
 from fedvalue.analysis.top_k_selection import retrain_plan, top_k
@@ -58,7 +58,7 @@ def test_in_round_acceptance_aggregates_exactly_the_top_k_updates(tmp_path, util
         np.testing.assert_allclose(realized[key], value, rtol=1e-6, atol=1e-7)
     # And its utility is the cached value of the accepted coalition.
     game = strategy.last_valuation.game
-    assert strategy.rounds[-1]["utility_realized"] == pytest.approx(game.value(game.mask_of(chosen)), abs=1e-6)
+    assert strategy.rounds[-1].utility_realized == pytest.approx(game.value(game.mask_of(chosen)), abs=1e-6)
 
 
 def test_retrain_protocol_with_k_equal_to_the_round_reproduces_the_scored_run(tmp_path, utility):

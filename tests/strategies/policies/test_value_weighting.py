@@ -10,9 +10,9 @@ import pytest
 from flwr.app import MessageType
 from flwr.serverapp.strategy import FedAvg, FedMedian
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.valuation.round_game import weighted_mean
 from fedvalue.valuation.settings import ValuationSettings
 from strategies import PartitionSampler, ValuingStrategy, ValueWeighting

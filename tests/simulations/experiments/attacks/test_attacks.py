@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
 
 

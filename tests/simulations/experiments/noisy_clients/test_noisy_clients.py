@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
 
 SMALL = ["--num-clients", "8", "--rounds", "4", "--clients-per-round", "2", "--local-epochs", "3",

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
 from simulations.experiments.noisy_clients.noisy_clients import run_noisy_clients
 from simulations.experiments.noisy_clients.study import FLAGGING_RULES, NoisyClientsStudyConfig, _base, _parallel_clients, run_study

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
+from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
-from fedvalue.run.ledger_tables import load_run
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.schema import LedgerRow
 from simulations.experiments.noisy_federation.cells import CURVE_FILE, Cell, plan, seed_federation
 from simulations.experiments.noisy_federation.config import POLICY_NAMES, NoisyFederationConfig, check_config

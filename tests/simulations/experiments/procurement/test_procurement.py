@@ -144,7 +144,9 @@ def test_cli_end_to_end_same_seed_same_bytes_and_the_audit_passes(tmp_path, caps
 
 def forge(run_dir, *, rechain: bool) -> None:
     """Add 0.5 to the first ADS value; with ``rechain`` rewrite the books so the hash chain holds."""
-    from fedvalue.run.ledger_tables import LedgerWriter, load_run
+    from fedvalue.analysis.run_summary import load_run
+    from fedvalue.run.ledger_reader import ledger_rows_of
+    from fedvalue.run.ledger_tables import LedgerWriter
 
     run = load_run(run_dir)
     ledger = run.ledger.astype(object).where(run.ledger.notna(), None)
@@ -156,8 +158,9 @@ def forge(run_dir, *, rechain: bool) -> None:
     for name in ("ledger.csv", "rounds.csv", "ledger.parquet"):
         (run_dir / name).unlink()
     writer = LedgerWriter(run_dir)
-    for row in run.rounds.drop(columns="hash").to_dict("records"):
-        writer.write_round(row, ledger[ledger["round"] == row["round"]].to_dict("records"))
+    rows = ledger_rows_of(ledger)
+    for row in run.round_rows():
+        writer.write_round(row, [booked for booked in rows if booked.round == row.round])
 
 
 def test_an_existing_run_is_kept_unless_overwrite(tmp_path, capsys):

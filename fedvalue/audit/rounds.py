@@ -1,14 +1,15 @@
-"""Check 7 of the audit (:mod:`fedvalue.audit.verdict`): every recomputable field of every round,
+"""Check 7 of the audit (:mod:`fedvalue.audit.checks`): every recomputable field of every round,
 from its saved record.
 
-The run-level loop, in steps: the round records are read one at a time (:class:`RoundRecords`);
+The run-level loop, in steps: the round records are read one at a time (:class:`SavedRecords`);
 a round aggregated by another strategy's own code without a way to replay it, or one that booked
 fairness audited without its objective, is left out (:func:`_left_out`); a record that disagrees
 with run.json, or books more evaluations than the audit takes on, is not taken on
-(:func:`_record_problems`); the rest are replayed and recomputed
-(:func:`fedvalue.audit.audit_recompute.round_problems`), and what was and was not recomputed is
-summed up at the end (:class:`_Outcome`). The options cross the steps once, as one
-:class:`Recompute`.
+(:func:`_taken_on`); the rest are replayed and recomputed
+(:func:`fedvalue.audit.round.round_problems`), and what was and was not recomputed is
+summed up at the end (:class:`_Outcome`). The options cross the steps as one :class:`Recompute`,
+made once by :func:`fedvalue.audit.checks.audit_run`; each round's books are read back as typed
+rows (:class:`~fedvalue.rounds.booking.BookedRound`) and compared with the recomputed ones.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedvalue.audit.audit_files import Budget, RunFiles
-from fedvalue.audit.audit_recompute import (
+from fedvalue.audit.round import (
     CappedUtility,
     ReplayedRound,
     ReplayUnavailable,
@@ -32,7 +33,9 @@ from fedvalue.audit.audit_recompute import (
 from fedvalue.audit.references import reference_problems
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.training_replay import ReplayTally, platform_note
+from fedvalue.rounds.booking import BookedRound
 from fedvalue.run.archive import RoundRecord, npz_from_bytes, parse_checkpoint_pointer, round_record_from_bytes
+from fedvalue.run.ledger_reader import LedgerTables, ledger_rows_of, round_rows_of
 from fedvalue.run.rundir import printable
 from fedvalue.schema import CHECKPOINT_FILE, checkpoint_names, record_name
 from fedvalue.scoring.fairness.objectives import GroupFairness
@@ -53,24 +56,26 @@ Replay = Callable[[RoundRecord], ReplayedRound]
 
 @dataclass(frozen=True)
 class Recompute:
-    """What recomputing a run's rounds takes (the audit's options, :func:`recompute_run`), made
-    once: run.json's ``config``, the most clients a round may hold."""
+    """What recomputing a run's rounds takes (check 7, :func:`recompute_run`), as the auditor gives
+    it: the run's utility U, the tolerance of a recomputed value, and what the caller knows of the
+    run besides its files (the options of :func:`fedvalue.audit.checks.audit_run`, which makes it once)."""
 
     utility: ArraysUtility
-    tolerance: float
-    config: dict
-    sampled: Callable[[int], Sequence] | None
-    fairness: GroupFairness | None
-    example_counts: ExampleCounts | None
-    retrain: Retrain | None
-    replay: Replay | None
+    tolerance: float = 1e-9
+    sampled: Callable[[int], Sequence] | None = None
+    fairness: GroupFairness | None = None
+    example_counts: ExampleCounts | None = None
+    retrain: Retrain | None = None
+    replay: Replay | None = None
 
-    @property
-    def players_cap(self) -> int:
-        per_round = self.config.get("clients_per_round")
-        if isinstance(per_round, int) and not isinstance(per_round, bool) and 0 < per_round <= MAX_PLAYERS:
-            return per_round
-        return MAX_PLAYERS
+
+def players_cap(config: dict) -> int:
+    """The most clients a round's record may hold: run.json's ``clients_per_round``, at most
+    :data:`MAX_PLAYERS`."""
+    per_round = config.get("clients_per_round")
+    if isinstance(per_round, int) and not isinstance(per_round, bool) and 0 < per_round <= MAX_PLAYERS:
+        return per_round
+    return MAX_PLAYERS
 
 
 @dataclass
@@ -84,7 +89,7 @@ class _Outcome:
     unfair: list[int] = field(default_factory=list)  # booked fairness, audited without the fairness objective
     replays: ReplayTally = field(default_factory=ReplayTally)
 
-    def summarise(self, report: AuditReport, options: Recompute) -> None:
+    def summarise(self, report: AuditReport, options: Recompute, config: dict) -> None:
         """The run-level lines: rounds recomputed, replies retrained, rounds left out and why."""
         if self.recomputed:
             report.checks.append(f"recomputed every value of {self.recomputed} rounds from the saved arrays "
@@ -94,7 +99,7 @@ class _Outcome:
         if self.replays.replies:
             report.checks.append(self.replays.summary())
         if options.retrain is not None:
-            report.notes.append(platform_note(options.config.get("platform")))
+            report.notes.append(platform_note(config.get("platform")))
         if self.skipped:
             report.unverifiable.append(
                 f"values: rounds {self.skipped[:10]} aggregate through {', '.join(sorted(self.skipped_by))}'s own "
@@ -111,7 +116,7 @@ class _Outcome:
                             "reported (its reason, its claim), which only a signature or a published head protects")
 
 
-class RoundRecords:
+class SavedRecords:
     """The run's saved round records, each parsed when first asked for and let go after the round
     that follows it: one round (and the next one's start) in memory at a time. An unreadable
     record is a ``ValueError`` in its place."""
@@ -162,21 +167,17 @@ class RoundRecords:
             return None
 
 
-def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame, rounds: pd.DataFrame,
-                  report: AuditReport, tolerance: float = 1e-9, *, config: dict | None = None,
-                  sampled: Callable[[int], Sequence] | None = None, fairness: GroupFairness | None = None, example_counts: ExampleCounts | None = None,
-                  retrain: Retrain | None = None, replay: Replay | None = None) -> None:
-    """Check 7 of :mod:`fedvalue.audit.verdict`'s docstring; findings go to ``report``."""
-    config = {} if config is None else config
-    options = Recompute(utility, tolerance, config, sampled, fairness, example_counts, retrain, replay)
-    committed = [int(r) for r in rounds["round"]]
-    records = RoundRecords(files, committed)
+def recompute_run(files: RunFiles, tables: LedgerTables, report: AuditReport, options: Recompute) -> None:
+    """Check 7 of :mod:`fedvalue.audit.checks`'s docstring on the run's ``tables`` (run.json
+    among them); findings go to ``report``."""
+    committed = [int(r) for r in tables.rounds["round"]]
+    records = SavedRecords(files, committed)
     missing = [t for t in committed if t not in records]
     if missing:
         report.unverifiable.append(f"values: rounds {missing[:10]} have no readable round record, so their books "
                                    "were not recomputed")
+    ledger = tables.ledger
     by_round_rows = dict(tuple(ledger.groupby("round"))) if len(ledger) else {}
-    round_rows = rounds.set_index("round")
     outcome = _Outcome()
     for position, t in enumerate(committed):
         if t not in records:
@@ -185,13 +186,11 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
         record, previous = records.take(t)
         if not _readable(record, t, report) or _left_out(record, t, options, outcome):
             continue
-        booked = round_rows.loc[t].to_dict()
-        problems = _record_problems(record, t, previous, options, booked, report)
-        if problems is None:
+        booked = _booked(t, tables.rounds.iloc[[position]], by_round_rows.get(t, ledger.iloc[:0]), report)
+        if booked is None or not _taken_on(record, previous, booked, tables.config, options, report):
             continue
-        problems += replay_problems(record, options.example_counts, options.retrain, outcome.replays)
-        found = _recomputed(record, t, options, by_round_rows.get(t, ledger.iloc[:0]), booked,
-                            records.next_start(position, report), files.budget, report)
+        problems = replay_problems(record, options.example_counts, options.retrain, outcome.replays)
+        found = _recomputed(record, booked, records.next_start(position, report), options, files.budget, report)
         if found is None:
             continue
         problems += found[0]
@@ -199,7 +198,17 @@ def recompute_run(files: RunFiles, utility: ArraysUtility, ledger: pd.DataFrame,
         if not problems:
             outcome.recomputed += 1
             outcome.worst = max(outcome.worst, found[1])
-    outcome.summarise(report, options)
+    outcome.summarise(report, options, tables.config)
+
+
+def _booked(t: int, round_row: pd.DataFrame, ledger_rows: pd.DataFrame, report: AuditReport) -> BookedRound | None:
+    """Round ``t``'s rows as the run booked them, typed (:mod:`fedvalue.run.ledger_reader`); None
+    when a cell is not what its column holds (reported)."""
+    try:
+        return BookedRound(round_rows_of(round_row)[0], ledger_rows_of(ledger_rows))
+    except ValueError as error:
+        report.problems.append(f"recompute: round {t}'s books are not typed rows ({printable(error)})")
+        return None
 
 
 def _readable(record, t: int, report: AuditReport) -> bool:
@@ -227,38 +236,37 @@ def _left_out(record: RoundRecord, t: int, options: Recompute, outcome: _Outcome
     return False
 
 
-def _record_problems(record: RoundRecord, t: int, previous, options: Recompute, booked: dict,
-                     report: AuditReport) -> list[str] | None:
-    """Where round ``t``'s record disagrees with run.json, the sampler and the previous round
-    (empty: none). None when the round is not taken on: too many evaluations (not verifiable),
-    or a disagreement (reported: the record's estimator is not taken on)."""
-    problems = [f"round {t}'s record: {p}" for p in settings_problems(record, options.config)]
+def _taken_on(record: RoundRecord, previous, booked: BookedRound, config: dict, options: Recompute,
+              report: AuditReport) -> bool:
+    """Whether the audit recomputes the record's round: not when the record disagrees with
+    run.json, the sampler or the previous round (reported: the record's estimator is not taken
+    on), nor when the round books more evaluations than the audit takes on (not verifiable)."""
+    t = record.round
+    problems = [f"round {t}'s record: {p}" for p in settings_problems(record, config)]
     problems += sample_problems(record, options.sampled)
     problems += reference_problems(record, None if isinstance(previous, ValueError) else previous)
-    cap = options.players_cap
+    cap = players_cap(config)
     if len(record.statuses) > cap or len(record.replies) > cap:
         problems.append(f"round {t}: its record holds {len(record.statuses)} clients; run.json samples at most "
                         f"{cap} per round")
-    evaluations = pd.to_numeric(booked.get("num_evaluations"), errors="coerce")
-    if not (evaluations <= MAX_ROUND_EVALUATIONS):
+    evaluations = booked.round_row.num_evaluations
+    if evaluations > MAX_ROUND_EVALUATIONS:
         report.unverifiable.append(f"values of round {t}: not recomputed, it books {evaluations} "
                                    f"evaluations (the audit recomputes at most {MAX_ROUND_EVALUATIONS})")
-        return None
-    if problems:
-        report.problems += [f"recompute: {p}" for p in problems]
-        return None
-    return problems
+        return False
+    report.problems += [f"recompute: {p}" for p in problems]
+    return not problems
 
 
-def _recomputed(record: RoundRecord, t: int, options: Recompute, rows: pd.DataFrame, booked: dict,
-                next_start: Mapping | None, budget: Budget, report: AuditReport) -> tuple[list[str], float] | None:
-    """(problems, largest difference) of round ``t``'s books recomputed from its record, with U
-    capped at the evaluations the round booked and by the audit's ``budget``; None when it could
-    not be (reported)."""
-    evaluations = int(pd.to_numeric(booked.get("num_evaluations"), errors="coerce"))
-    capped = CappedUtility(options.utility, evaluations + 2 * len(record.replies) + 8, budget)
+def _recomputed(record: RoundRecord, booked: BookedRound, next_start: Mapping | None, options: Recompute,
+                budget: Budget, report: AuditReport) -> tuple[list[str], float] | None:
+    """(problems, largest difference) of the record's round recomputed and compared with its
+    ``booked`` rows, with U capped at the evaluations the round booked and by the audit's
+    ``budget``; None when it could not be (reported)."""
+    t = record.round
+    capped = CappedUtility(options.utility, booked.round_row.num_evaluations + 2 * len(record.replies) + 8, budget)
     try:
-        return round_problems(record, capped, rows, booked, options.tolerance, next_start=next_start,
+        return round_problems(record, capped, booked, options.tolerance, next_start=next_start,
                               fairness=options.fairness, replay=options.replay if record.settings.by_strategy else None)
     except ReplayUnavailable as error:
         report.unverifiable.append(f"values of round {t}: not recomputed, {printable(error)}")

@@ -6,8 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.audit.verdict import audit_run
-from fedvalue.run.ledger_tables import LedgerWriter, load_run
+from fedvalue.audit.checks import audit_run
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.run.ledger_tables import LedgerWriter
+from fedvalue.schema import LedgerRow, RoundRow
 from simulations.cli.main import main
 from tests.fedvalue.forgery import rechain
 
@@ -27,10 +29,11 @@ def write_run(run_dir, rounds=3, clients=4, seed=0):
                              "num_examples": 10 + c, "status": "ok", "noisy": c == 0})
         rows.append({"round": t, "client_id": clients, "method": "ads", "value": None, "stderr": None,
                      "num_examples": None, "status": "failed", "noisy": False})
-        writer.write_round({"round": t, "clients": " ".join(map(str, range(clients + 1))), "num_clients": clients + 1,
-                            "num_failed": 1, "utility_before": before, "utility_after": after,
-                            "utility_realized": after, "num_evaluations": 2**clients, "valuation_seconds": 0.01,
-                            "ads_method": "ads-exact", "efficiency_gap": 0.0}, rows)
+        writer.write_round(RoundRow(round=t, clients=" ".join(map(str, range(clients + 1))), num_clients=clients + 1,
+                                    num_failed=1, utility_before=before, utility_after=after,
+                                    utility_realized=after, num_evaluations=2**clients, valuation_seconds=0.01,
+                                    ads_method="ads-exact", efficiency_gap=0.0),
+                           [LedgerRow.from_mapping(row) for row in rows])
         before = after
     writer.close(rounds)  # the final manifest: the run is complete
     return run_dir
@@ -53,9 +56,10 @@ def write_run_with_ground_truth(run_dir, noisy_clients=(0,)):
     for t in (1, 2):
         rows = [{"round": t, "client_id": c, "method": "ads", "value": 0.25, "stderr": 0.0, "num_examples": 10,
                  "status": "ok"} for c in range(3)]
-        writer.write_round({"round": t, "clients": "0 1 2", "num_clients": 3, "num_failed": 0, "utility_before": 0.0,
-                            "utility_after": 0.75, "utility_realized": 0.75, "num_evaluations": 8,
-                            "valuation_seconds": 0.01, "ads_method": "ads-exact", "efficiency_gap": 0.0}, rows)
+        writer.write_round(RoundRow(round=t, clients="0 1 2", num_clients=3, num_failed=0, utility_before=0.0,
+                                    utility_after=0.75, utility_realized=0.75, num_evaluations=8,
+                                    valuation_seconds=0.01, ads_method="ads-exact", efficiency_gap=0.0),
+                           [LedgerRow.from_mapping(row) for row in rows])
     writer.close(2)
     return run_dir
 

@@ -48,11 +48,10 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
-import pandas as pd
 
 from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
-from fedvalue.rounds.booking import CountingAggregator, book_round
+from fedvalue.rounds.booking import BookedRound, CountingAggregator, book_round
 from fedvalue.rounds.record_game import valid_clients, value_record
 from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome
@@ -60,7 +59,16 @@ from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
 from fedvalue.valuation.round_game import ArraysUtility, round_rng, weighted_mean
 from fedvalue.run.rundir import printable
-from fedvalue.schema import CLAIM_PREFIX, STATUS_OK, STATUS_REJECTED, WEIGHED_STATUSES, Method
+from fedvalue.schema import (
+    CLAIM_PREFIX,
+    ROUND_COLUMNS,
+    STATUS_OK,
+    STATUS_REJECTED,
+    WEIGHED_STATUSES,
+    LedgerRow,
+    Method,
+    RoundRow,
+)
 
 #: Runs written before run.json held ``valuation`` (``AdsSettings.as_dict()``) named the
 #: estimator by the simulations' option names; read only to audit such a run.
@@ -328,76 +336,105 @@ def entry_problems(record: RoundRecord, by_examples: bool) -> list[str]:
 
 
 def _text(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return ""
-    return str(value)
+    """A typed cell as a message shows it (None as nothing)."""
+    return "" if value is None else str(value)
 
 
-def round_problems(record: RoundRecord, utility: ArraysUtility, rows: pd.DataFrame, round_row: Mapping,
-                   tolerance: float, *, next_start: Mapping[str, np.ndarray] | None,
-                   fairness: GroupFairness | None = None,
+#: rounds.csv's columns compared as numbers, to the tolerance; the rest must be equal.
+_ROUND_NUMBERS = ("utility_before", "utility_after", "utility_realized", "efficiency_gap")
+
+
+def round_problems(record: RoundRecord, utility: ArraysUtility, booked: BookedRound, tolerance: float, *,
+                   next_start: Mapping[str, np.ndarray] | None, fairness: GroupFairness | None = None,
                    replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> tuple[list[str], float]:
-    """What in round t's booked ``rows`` (its ledger rows) and ``round_row`` differs from
-    the recomputation, and the largest value difference seen."""
-    t = record.round
+    """What in round t's ``booked`` rows (its rounds.csv row and ledger rows, read back typed)
+    differs from the rows recomputed from its record, and the largest value difference seen:
+    values, standard errors and utilities to ``tolerance`` × max(1, |booked|), everything else
+    exactly; and whether the next round started from the aggregate of this one's replies."""
     books, realized, by_examples, problems = recompute_books(record, utility, fairness, replay)
-    exact_counts = record.lossless  # an older record holds example counts only as weights
-    worst = 0.0
-    expected = {(str(row.method), str(row.client_id)): row for row in books.ledger_rows}
-    booked = {}
-    for row in rows.to_dict("records"):
-        if str(row["method"]).startswith(CLAIM_PREFIX) and not record.lossless:
-            continue  # an older record holds no claim flags
-        booked[(str(row["method"]), str(row["client_id"]))] = row
+    found, worst = _ledger_problems(record, books.ledger_rows, booked.ledger_rows, by_examples, tolerance)
+    problems += found
+    problems += _round_row_problems(record.round, books.round_row, booked.round_row, tolerance)
+    if realized is not None and next_start is not None and (
+        set(realized) != set(next_start)
+        or not all(np.array_equal(realized[k], next_start[k]) for k in next_start)
+    ):
+        problems.append(f"round {record.round}: the state after it is not the aggregate of its accepted replies (the "
+                        "next round started elsewhere)")
+    return problems, worst
+
+
+def _ledger_problems(record: RoundRecord, expected_rows: list[LedgerRow], booked_rows: list[LedgerRow],
+                     by_examples: bool, tolerance: float) -> tuple[list[str], float]:
+    """Where the round's booked ledger rows differ from the recomputed ones (a row missing or
+    extra, or a cell), and the largest value difference. An older record holds no claim flags
+    (its claim rows are not compared) and example counts only as weights."""
+    t, lossless = record.round, record.lossless
+    expected = {(str(row.method), str(row.client_id)): row for row in expected_rows}
+    booked = {(str(row.method), str(row.client_id)): row for row in booked_rows
+              if lossless or not str(row.method).startswith(CLAIM_PREFIX)}
+    problems = []
     missing = [key for key in expected if key not in booked]
     extra = [key for key in booked if key not in expected]
     if missing:
         problems.append(f"round {t}: the books lack rows the record implies: {missing[:4]}")
     if extra:
         problems.append(f"round {t}: rows booked that the record does not imply: {extra[:4]}")
+    worst = 0.0
     for key, want in expected.items():
         got = booked.get(key)
         if got is None:
             continue
-        method, client = key
-        if exact_counts and _text(got.get("reason")) != spreadsheet_safe(want.reason):
-            problems.append(f"round {t} {method} of client {client}: its reason is booked "
-                            f"{printable(_text(got.get('reason')), 80)!r}; the record gives "
-                            f"{printable(spreadsheet_safe(want.reason), 80)!r}")
-        for column, wanted in (("value", want.value), ("stderr", want.stderr)):
-            value = None if pd.isna(got[column]) else got[column]
-            if not close(value, wanted, tolerance):
-                problems.append(f"round {t} {method} of client {client}: {column} is booked {value!r}; the saved "
-                                f"arrays give {wanted!r}")
-            elif column == "value" and value is not None and wanted is not None:
-                worst = max(worst, abs(float(value) - float(wanted)))
-        if got["status"] != want.status:
-            problems.append(f"round {t} {method} of client {client}: status is booked {got['status']!r}; the record "
-                            f"says {str(want.status)!r}")
-        counted = exact_counts or (by_examples and want.status in WEIGHED_STATUSES)
-        if counted and _text(got["num_examples"]).removesuffix(".0") != _text(want.num_examples):
-            problems.append(f"round {t} {method} of client {client}: num_examples is booked "
-                            f"{_text(got['num_examples'])!r}; the record's weight gives {_text(want.num_examples)!r}")
-    for column, want in books.round_row.items():
+        counted = lossless or (by_examples and want.status in WEIGHED_STATUSES)
+        found, difference = _cell_problems(f"round {t} {key[0]} of client {key[1]}", got, want, tolerance,
+                                           reasons=lossless, counts=counted)
+        problems += found
+        worst = max(worst, difference)
+    return problems, worst
+
+
+def _cell_problems(where: str, got: LedgerRow, want: LedgerRow, tolerance: float, *, reasons: bool,
+                   counts: bool) -> tuple[list[str], float]:
+    """Where one booked ledger row differs from its recomputed row: its reason as written
+    (``reasons``), value and standard error (to ``tolerance``), status and example count
+    (``counts``); and the difference of its value."""
+    problems, difference = [], 0.0
+    written = None if want.reason is None else (spreadsheet_safe(want.reason) or None)
+    if reasons and got.reason != written:
+        problems.append(f"{where}: its reason is booked {printable(_text(got.reason), 80)!r}; the record gives "
+                        f"{printable(_text(written), 80)!r}")
+    for column, value, wanted in (("value", got.value, want.value), ("stderr", got.stderr, want.stderr)):
+        if not close(value, wanted, tolerance):
+            problems.append(f"{where}: {column} is booked {value!r}; the saved arrays give {wanted!r}")
+        elif column == "value" and value is not None and wanted is not None:
+            difference = abs(float(value) - float(wanted))
+    if got.status != want.status:
+        problems.append(f"{where}: status is booked {str(got.status)!r}; the record says {str(want.status)!r}")
+    if counts and got.num_examples != want.num_examples:
+        problems.append(f"{where}: num_examples is booked {_text(got.num_examples)!r}; the record's weight gives "
+                        f"{_text(want.num_examples)!r}")
+    return problems, difference
+
+
+def _round_row_problems(t: int, want: RoundRow, got: RoundRow, tolerance: float) -> list[str]:
+    """Where the round's booked rounds.csv row differs from the recomputed one: the utilities and
+    the efficiency gap to ``tolerance`` (the gap also absolutely, being a difference near 0),
+    every other cell exactly (``valuation_seconds``, a timing, is not recomputable)."""
+    problems = []
+    for column in ROUND_COLUMNS[:-1]:
         if column in ("round", "valuation_seconds"):
             continue
-        got = round_row.get(column)
-        if column in ("utility_before", "utility_after", "utility_realized", "efficiency_gap"):
-            got = None if got is None or pd.isna(got) else got
-            same = close(got, want, tolerance) or (column == "efficiency_gap" and got is not None and want is not None
-                                                    and abs(float(got) - float(want)) <= tolerance)
+        booked, recomputed = getattr(got, column), getattr(want, column)
+        if column in _ROUND_NUMBERS:
+            same = close(booked, recomputed, tolerance) or (
+                column == "efficiency_gap" and booked is not None and recomputed is not None
+                and abs(booked - recomputed) <= tolerance)
         else:
-            same = _text(got).removesuffix(".0") == _text(want)
+            same = booked == recomputed
         if not same:
-            problems.append(f"round {t} {column}: booked {_text(got)!r} in rounds.csv; the saved arrays give "
-                            f"{_text(want)!r}")
-    if realized is not None and next_start is not None and (
-        set(realized) != set(next_start)
-        or not all(np.array_equal(realized[k], next_start[k]) for k in next_start)
-    ):
-        problems.append(f"round {t}: the state after it is not the aggregate of its accepted replies (the next "
-                        "round started elsewhere)")
-    return problems, worst
+            problems.append(f"round {t} {column}: booked {_text(booked)!r} in rounds.csv; the saved arrays give "
+                            f"{_text(recomputed)!r}")
+    return problems
 
 
 def sample_problems(record: RoundRecord, sampled: Callable[..., Sequence] | None) -> list[str]:
