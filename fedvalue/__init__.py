@@ -19,17 +19,7 @@ from fedvalue.flows.mf_flows import MfTraining, Ratings, mf_fit, mf_flows
 from fedvalue.flows.reciprocity_measures import ReciprocityReport, alpha_at, reciprocity, reciprocity_ratio
 from fedvalue.flows.round_flows import tracin_round_flows
 from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir
-from fedvalue.schema import (
-    FAIRNESS_INFLUENCE,
-    FAIRNESS_INFLUENCE_CURVATURE,
-    FAIRNESS_WEIGHT_DERIVATIVE,
-    LEDGER_FILE,
-    ROUNDS_FILE,
-    RUN_CONFIG_FILE,
-    VALUATION_METHODS,
-    Method,
-    Status,
-)
+from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE, VALUATION_METHODS, Method, Status
 from fedvalue.valuation.ads import ads
 from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from fedvalue.valuation.game import CoalitionGame
@@ -43,9 +33,6 @@ from fedvalue.valuation.result import ValuationResult
 from fedvalue.valuation.round_game import Arrays
 
 __all__ = [
-    "FAIRNESS_INFLUENCE",
-    "FAIRNESS_INFLUENCE_CURVATURE",
-    "FAIRNESS_WEIGHT_DERIVATIVE",
     "LEDGER_FILE",
     "MAX_EXACT_GROUP_SIZE",
     "MAX_JSON_BYTES",

@@ -35,12 +35,11 @@ class Status(StrEnum):
     IDLE = "idle"
 
 
-STATUS_OK, STATUS_FAILED, STATUS_REJECTED, STATUS_IDLE = Status.OK, Status.FAILED, Status.REJECTED, Status.IDLE
 CLIENT_STATUSES = tuple(Status)
 #: Statuses of replies that carry arrays and a weight.
 WEIGHED_STATUSES = (Status.OK, Status.REJECTED)
 #: Statuses of clients that were sampled but not valued: their rows carry a reason.
-PROBLEM_STATUSES = (STATUS_FAILED, STATUS_REJECTED)
+PROBLEM_STATUSES = (Status.FAILED, Status.REJECTED)
 
 
 @dataclass(frozen=True)
@@ -119,19 +118,11 @@ class Method(StrEnum):
 #: Ledger methods: the valuations per round, top-k selection marks, TracIn flows (and the
 #: name each has in summaries); claim-review flags start with CLAIM_PREFIX.
 VALUATION_METHODS = (Method.ADS, Method.LOO)
-SELECTED = Method.SELECTED
 FLOW_METHODS = {Method.TRACIN_INFLOW: "inflow", Method.TRACIN_OUTFLOW: "outflow", Method.TRACIN_SELF: "self"}
 CLAIM_PREFIX = "claim_"
-CLAIM_CAPPED = Method.CLAIM_CAPPED
-CLAIM_JUMPED = Method.CLAIM_JUMPED
 #: Fairness books (fedvalue.rounds.fairness_round): valuation method -> its ledger name on the
 #: fairness game, the influence, the I-JACK factor; with curvature, its influence and derivative.
 FAIRNESS_VALUATION_METHODS = {Method.ADS: Method.ADS_FAIRNESS, Method.LOO: Method.LOO_FAIRNESS}
-FAIRNESS_INFLUENCE = Method.FAIRNESS_INFLUENCE
-FAIR_WEIGHT = Method.FAIR_WEIGHT
-FAIRNESS_INFLUENCE_CURVATURE = Method.FAIRNESS_INFLUENCE_CURVATURE
-FAIRNESS_WEIGHT_DERIVATIVE = Method.FAIRNESS_WEIGHT_DERIVATIVE
-VALUE_WEIGHT = Method.VALUE_WEIGHT
 
 
 def _missing(value: object) -> bool:

@@ -24,7 +24,7 @@ import pandas as pd
 from fedvalue._checks import check_integer
 from fedvalue.analysis.detection import detection_metrics
 from fedvalue.analysis.run_summary import Run
-from fedvalue.schema import STATUS_OK, VALUATION_METHODS, client_sort_key
+from fedvalue.schema import VALUATION_METHODS, Status, client_sort_key
 from fedvalue.analysis.top_k_selection import retrain_plan
 
 __all__ = ["Findings", "findings_lines", "run_findings"]
@@ -72,15 +72,15 @@ def run_findings(run: Run, *, k: int | None = None) -> Findings:
         fullest round (at least 1).
     """
     ledger = run.ledger
-    methods = [m for m in VALUATION_METHODS if ((ledger["method"] == m) & (ledger["status"] == STATUS_OK)).any()]
+    methods = [m for m in VALUATION_METHODS if ((ledger["method"] == m) & (ledger["status"] == Status.OK)).any()]
     if not methods:
         return Findings(None, None, None, None)
-    noisy = _noisy_flags(ledger[ledger["method"].isin(methods) & (ledger["status"] == STATUS_OK)])
+    noisy = _noisy_flags(ledger[ledger["method"].isin(methods) & (ledger["status"] == Status.OK)])
     detection = None
     if noisy is not None and 0 < sum(noisy.values()) < len(noisy):
         detection = detection_metrics(ledger, methods=methods)
     method = methods[0]
-    valued = ledger[(ledger["method"] == method) & (ledger["status"] == STATUS_OK)]
+    valued = ledger[(ledger["method"] == method) & (ledger["status"] == Status.OK)]
     if k is None:
         k = max(1, int(valued.groupby("round").size().max()) // 2)
     k = check_integer("k", k)

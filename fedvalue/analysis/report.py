@@ -55,9 +55,8 @@ from fedvalue.schema import (
     LEDGER_FILE,
     REPORT_FILE,
     RUN_CONFIG_FILE,
-    STATUS_IDLE,
-    STATUS_OK,
     VALUATION_METHODS,
+    Status,
     client_sort_key,
 )
 
@@ -115,7 +114,7 @@ def value_method(run: Run) -> str | None:
 
 def value_matrix(run: Run, method: str) -> pd.DataFrame:
     """φ_t(i) as rounds × clients (NaN where client i was not valued in round t)."""
-    rows = run.ledger[(run.ledger["method"] == method) & run.ledger["status"].isin([STATUS_OK, STATUS_IDLE])]
+    rows = run.ledger[(run.ledger["method"] == method) & run.ledger["status"].isin([Status.OK, Status.IDLE])]
     matrix = rows.pivot_table(index="round", columns="client_id", values="value", aggfunc="sum")
     clients = sorted(matrix.columns, key=client_sort_key)
     rounds = sorted(set(run.rounds["round"]) | set(matrix.index)) if len(run.rounds) else list(matrix.index)
@@ -209,7 +208,7 @@ def _detection_figure(plt, run: Run, findings: Findings) -> Figure:
     fig, (roc, ranks) = plt.subplots(1, 2, figsize=(11, 4.5))
     count = int(findings.detection["n_noisy"].iloc[0])
     for row, style in zip(findings.detection.itertuples(), ("-", "--", ":")):
-        valued = run.ledger[(run.ledger["method"] == row.method) & (run.ledger["status"] == STATUS_OK)]
+        valued = run.ledger[(run.ledger["method"] == row.method) & (run.ledger["status"] == Status.OK)]
         totals = valued.groupby("client_id")["value"].sum()
         flags = valued.groupby("client_id")["noisy"].first().astype(bool).reindex(totals.index)
         fpr, tpr = roc_points(totals.to_numpy(float), flags.to_numpy(bool))

@@ -49,7 +49,7 @@ from fedvalue.valuation.round_game import (
     round_game,
     value_round,
 )
-from fedvalue.schema import LEDGER_FILE, STATUS_OK, LedgerRow, Method, RoundRow
+from fedvalue.schema import LEDGER_FILE, LedgerRow, Method, RoundRow, Status
 from fedvalue.analysis.top_k_selection import top_k
 
 #: How the buyer picks the purchased offers of a stage.
@@ -204,7 +204,7 @@ def procure_stage(
 def stage_books(outcome: StageOutcome, offers: Sequence[Offer]) -> tuple[RoundRow, list[LedgerRow]]:
     """The stage's rounds.csv row and ledger.csv rows, booked by :func:`fedvalue.rounds.booking.book_round`
     as a federated round: every offer valued (``ok``), the purchase as ``selected`` rows."""
-    entries = [ClientEntry(o.contributor_id, STATUS_OK, float(o.num_examples), int(o.num_examples)) for o in offers]
+    entries = [ClientEntry(o.contributor_id, Status.OK, float(o.num_examples), int(o.num_examples)) for o in offers]
     valuation = outcome.valuation
     record = RoundRecord(round=outcome.stage, start_arrays={}, entries=entries, replies={},
                          accepted=list(outcome.purchased),

@@ -16,6 +16,7 @@ from fedvalue.rounds.defences.quotient import REPRESENTATIVES, accepted_represen
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.rounds.kinds.defences import PREVIOUS_GLOBAL
 from fedvalue.run.archive import RoundRecord
+from fedvalue.schema import Status
 
 
 def _same(left: Mapping[str, np.ndarray], right: Mapping[str, np.ndarray]) -> bool:
@@ -52,7 +53,7 @@ def acceptance_problems(record: RoundRecord) -> list[str]:
     except (TypeError, ValueError) as error:
         return [f"round {record.round}: it aggregated the defences' representatives, but its defence settings do "
                 f"not read ({error})"]
-    ok = [e.client_id for e in record.entries if e.status == "ok" and e.client_id in record.replies]
+    ok = [e.client_id for e in record.entries if e.status == Status.OK and e.client_id in record.replies]
     weights = record.weights
     expected = accepted_representatives(record.start_arrays, {c: record.replies[c] for c in ok},
                                         {c: weights[c] for c in ok}, record.references.get(PREVIOUS_GLOBAL),

@@ -59,16 +59,7 @@ from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
 from fedvalue.valuation.round_game import ArraysUtility, round_rng, weighted_mean
 from fedvalue.run.rundir import printable
-from fedvalue.schema import (
-    CLAIM_PREFIX,
-    ROUND_COLUMNS,
-    STATUS_OK,
-    STATUS_REJECTED,
-    WEIGHED_STATUSES,
-    LedgerRow,
-    Method,
-    RoundRow,
-)
+from fedvalue.schema import CLAIM_PREFIX, ROUND_COLUMNS, WEIGHED_STATUSES, LedgerRow, Method, RoundRow, Status
 
 #: Runs written before run.json held ``valuation`` (``AdsSettings.as_dict()``) named the
 #: estimator by the simulations' option names; read only to audit such a run.
@@ -162,7 +153,7 @@ def replay_problems(record: RoundRecord, example_counts: Callable[[Hashable], in
             if record.weights.get(client) != expected:
                 problems.append(f"round {t} client {client}: its weight is {record.weights.get(client)!r}; its data, "
                                 f"drawn from the run's seed, hold {expected} examples")
-        if retrain is not None and record.statuses.get(client) == STATUS_OK:
+        if retrain is not None and record.statuses.get(client) == Status.OK:
             problem = reply_problem(t, client, arrays, record.start_arrays, retrain, tally)
             if problem is not None:
                 problems.append(problem)
@@ -267,7 +258,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: Group
         fair, factors, problems = _fairness_books(record, fairness, accepted, aggregator)
     if round_settings.weighting and valuation is not None:
         factors, problems = _value_weights(record, valuation, ok, accepted)
-    rejected = [c for c in record.replies if statuses.get(c) == STATUS_REJECTED]
+    rejected = [c for c in record.replies if statuses.get(c) == Status.REJECTED]
     # Replies with NaN/inf reach the inner strategy only when the run was told to pass them through.
     aggregated = accepted + ([] if round_settings.reject_non_finite else rejected)
     realized = None
@@ -329,7 +320,7 @@ def entry_problems(record: RoundRecord, by_examples: bool) -> list[str]:
         problems.append(f"round {t}: the record holds arrays of clients {strays[:4]} it books neither ok nor rejected")
     if by_examples and record.lossless:
         for entry in record.entries:
-            if entry.status == STATUS_OK and (entry.weight is None or entry.num_examples != int(entry.weight)):
+            if entry.status == Status.OK and (entry.weight is None or entry.num_examples != int(entry.weight)):
                 problems.append(f"round {t} client {entry.client_id}: the record books {entry.num_examples!r} "
                                 f"examples for a reply weighed {entry.weight!r}")
     return problems

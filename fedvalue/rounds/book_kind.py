@@ -19,7 +19,7 @@ from typing import Protocol
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.settings import RoundSettings
 from fedvalue.valuation.round_game import Arrays, ArraysUtility, RoundValuation
-from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK, ClientEntry, LedgerRow, Status
+from fedvalue.schema import PROBLEM_STATUSES, ClientEntry, LedgerRow, Status
 
 
 class CountingAggregator(Protocol):
@@ -72,7 +72,7 @@ class RoundContext:
     @staticmethod
     def weight_count(entry: ClientEntry) -> int | None:
         """An ok client's aggregation weight as a count (what selection and flow rows book)."""
-        return int(entry.weight) if entry.status == STATUS_OK else None
+        return int(entry.weight) if entry.status == Status.OK else None
 
 
 class RoundBook:

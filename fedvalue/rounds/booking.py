@@ -39,7 +39,7 @@ from fedvalue.rounds.harms import rejected_harms
 from fedvalue.rounds.book_kind import CountingAggregator, RoundBook, RoundContext
 from fedvalue.rounds.kinds.registry import ROUND_BOOKS
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
-from fedvalue.schema import STATUS_OK, ClientEntry, LedgerRow, Method, RoundRow
+from fedvalue.schema import ClientEntry, LedgerRow, Method, RoundRow, Status
 
 __all__ = ["ClientEntry", "CountingAggregator", "LedgerRow", "BookedRound", "book_round", "claim_rows", "rejected_harms"]
 
@@ -107,7 +107,7 @@ def book_round(
 
     rows = []
     for entry in entries:
-        ok = entry.status == STATUS_OK
+        ok = entry.status == Status.OK
         for method in context.methods:
             result = None if valuation is None else valuation.results[method]
             value = float(result.values[entry.client_id]) if ok else harms.get(entry.client_id)
@@ -132,7 +132,7 @@ def _round_row(record: RoundRecord, valuation: RoundValuation | None, utility_be
         round=record.round,
         clients=" ".join(str(e.client_id) for e in entries),
         num_clients=len(entries),
-        num_failed=sum(e.status != STATUS_OK for e in entries),
+        num_failed=sum(e.status != Status.OK for e in entries),
         utility_before=utility_before,
         utility_after=None if valuation is None else valuation.utility_after,
         utility_realized=utility_realized,

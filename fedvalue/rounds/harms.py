@@ -12,7 +12,7 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 import numpy as np
 
 from fedvalue.valuation.round_game import Aggregator, Arrays, ArraysUtility, weighted_mean
-from fedvalue.schema import STATUS_OK, STATUS_REJECTED, ClientEntry
+from fedvalue.schema import ClientEntry, Status
 
 
 def rejected_harms(entries: Sequence[ClientEntry], accepted: Collection[Hashable], *,
@@ -20,11 +20,11 @@ def rejected_harms(entries: Sequence[ClientEntry], accepted: Collection[Hashable
                    utility: ArraysUtility, aggregate: Aggregator | None = None) -> dict:
     """U(Agg(accepted ∪ {i})) − U(Agg(accepted)) for every rejected client i (None when not
     finite); the accepted clients in reply order, i last."""
-    rejected = [e for e in entries if e.status == STATUS_REJECTED]
+    rejected = [e for e in entries if e.status == Status.REJECTED]
     if not rejected:
         return {}
     weights = {e.client_id: e.weight for e in entries}
-    kept = [e.client_id for e in entries if e.status == STATUS_OK and e.client_id in accepted]
+    kept = [e.client_id for e in entries if e.status == Status.OK and e.client_id in accepted]
 
     def utility_of(members: list) -> float:
         if not members:

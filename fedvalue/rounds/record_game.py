@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from fedvalue.run.archive import RoundRecord
-from fedvalue.schema import STATUS_OK
+from fedvalue.schema import Status
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.round_game import Aggregator, ArraysUtility, RoundValuation, round_game_for, value_round
 
@@ -20,7 +20,7 @@ def valid_clients(record: RoundRecord) -> list[Hashable]:
     """The players of the round game: every client with a reply whose first entry is ``ok``,
     in reply order."""
     statuses = record.statuses
-    return [c for c in record.replies if statuses.get(c) == STATUS_OK]
+    return [c for c in record.replies if statuses.get(c) == Status.OK]
 
 
 def record_game(record: RoundRecord, utility: ArraysUtility, aggregate: Aggregator | None = None) -> CoalitionGame:

@@ -32,7 +32,7 @@ from clients.seeding import seeded_call
 from fedvalue._checks import check_integer
 from fedvalue.analysis.run_summary import Run, load_run
 from fedvalue.run.run_info import package_versions
-from fedvalue.schema import PROBLEM_STATUSES, STATUS_OK
+from fedvalue.schema import PROBLEM_STATUSES, Status
 from fedvalue.valuation.round_game import ArraysUtility
 from simulations.runner.engine import serve, stop_on_signals
 from simulations.runner.engine_settings import EngineSettings, check_ray_address
@@ -245,7 +245,7 @@ class NoClientValued(RuntimeError):
 def check_some_client_valued(run: Run, run_dir: str | os.PathLike) -> Run:
     """``run``, or :class:`NoClientValued` naming the booked reasons when no client of any
     round was valued (nothing was aggregated: a run that only looks finished)."""
-    if not (run.ledger["status"] == STATUS_OK).any():
+    if not (run.ledger["status"] == Status.OK).any():
         reasons = run.ledger.loc[run.ledger["status"].isin(PROBLEM_STATUSES), "reason"].value_counts()
         raise NoClientValued(
             f"no client gave a usable reply in any of the {len(run.rounds)} rounds, so nothing was aggregated or "

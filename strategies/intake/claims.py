@@ -36,11 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedvalue._checks import check_integer, check_number
-from fedvalue.schema import CLAIM_CAPPED, CLAIM_JUMPED, WEIGHED_STATUSES, ClaimEntry, Status, client_key
+from fedvalue.schema import WEIGHED_STATUSES, ClaimEntry, Method, Status, client_key
 from strategies.replies import ClientReply
 
 #: Ledger methods of claim flags: a claim lowered by a cap, a claim that jumped against the client's last.
-CLAIM_METHODS = (CLAIM_CAPPED, CLAIM_JUMPED)
+CLAIM_METHODS = (Method.CLAIM_CAPPED, Method.CLAIM_JUMPED)
 
 
 
@@ -179,10 +179,11 @@ class ClaimReview:
             if id(record) in limits:
                 limit, reason = limits[id(record)]
                 used = _set_weight(record, limit)
-                flags.append(ClaimFlag(record.client_id, CLAIM_CAPPED, claim, used, limit, reason, record.status))
+                flags.append(ClaimFlag(record.client_id, Method.CLAIM_CAPPED, claim, used, limit, reason,
+                                       record.status))
             previous = self.previous_claims.get(client_key(record.client_id))
             if self.jump_factor is not None and previous is not None and claim > self.jump_factor * previous:
-                flags.append(ClaimFlag(record.client_id, CLAIM_JUMPED, claim, float(record.weight),
+                flags.append(ClaimFlag(record.client_id, Method.CLAIM_JUMPED, claim, float(record.weight),
                                        self.jump_factor * previous,
                                        f"above {self.jump_factor:g} x its previous claim {previous:g}",
                                        record.status))

@@ -14,7 +14,7 @@ from fedvalue.rounds.book_kind import RoundBook, RoundContext
 from fedvalue.rounds.defences.quotient import DefendedRound, defend_round
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.valuation.round_game import round_rng
-from fedvalue.schema import STATUS_OK, ClientEntry, LedgerRow, Method
+from fedvalue.schema import ClientEntry, LedgerRow, Method, Status
 
 #: The record's reference name of A_{t−2}, the global model before the round's start.
 PREVIOUS_GLOBAL = "previous-global"
@@ -33,7 +33,7 @@ class DefencesBook(RoundBook):
 
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         defended, client = self.defended, entry.client_id
-        ok = entry.status == STATUS_OK and defended is not None
+        ok = entry.status == Status.OK and defended is not None
         booked = []
         for method in self._methods():
             values = defended.values.get(method, {}) if ok else {}
@@ -54,7 +54,7 @@ def defences_book(context: RoundContext) -> DefencesBook | None:
         return None
     settings = DefenceSettings.from_meta(context.settings.defences)
     record, valuation = context.record, context.valuation
-    ok = [e.client_id for e in record.entries if e.status == STATUS_OK and e.client_id in record.replies]
+    ok = [e.client_id for e in record.entries if e.status == Status.OK and e.client_id in record.replies]
     if valuation is None or not ok:
         return DefencesBook(context, settings, None)
     weights = record.weights

@@ -11,14 +11,7 @@ from __future__ import annotations
 from fedvalue.rounds.fairness_round import RoundFairness
 from fedvalue.rounds.harms import rejected_harms
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
-from fedvalue.schema import (
-    FAIR_WEIGHT,
-    FAIRNESS_INFLUENCE,
-    FAIRNESS_VALUATION_METHODS,
-    STATUS_OK,
-    ClientEntry,
-    LedgerRow,
-)
+from fedvalue.schema import FAIRNESS_VALUATION_METHODS, ClientEntry, LedgerRow, Method, Status
 
 
 class FairnessBook(RoundBook):
@@ -30,7 +23,7 @@ class FairnessBook(RoundBook):
 
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         fairness, client = self.fairness, entry.client_id
-        ok = entry.status == STATUS_OK and fairness.valuation is not None
+        ok = entry.status == Status.OK and fairness.valuation is not None
         booked: list[tuple[str, float | None, float | None]] = []
         for method in self.context.methods:
             result = fairness.valuation.results[method] if ok else None
@@ -38,10 +31,10 @@ class FairnessBook(RoundBook):
             stderr = float(result.stderr[client]) if ok else (0.0 if value is not None else None)
             booked.append((FAIRNESS_VALUATION_METHODS[method], value, stderr))
         influence = float(fairness.influences[client]) if ok else None
-        booked.append((FAIRNESS_INFLUENCE, influence, 0.0 if ok else None))
+        booked.append((Method.FAIRNESS_INFLUENCE, influence, 0.0 if ok else None))
         if fairness.factors is not None:
             factor = float(fairness.factors[client]) if ok else None
-            booked.append((FAIR_WEIGHT, factor, 0.0 if ok else None))
+            booked.append((Method.FAIR_WEIGHT, factor, 0.0 if ok else None))
         return [self.context.entry_row(entry, method, value, stderr, entry.num_examples)
                 for method, value, stderr in booked]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fedvalue.rounds.fairness_round import RoundFairness
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
-from fedvalue.schema import FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, STATUS_OK, ClientEntry, LedgerRow
+from fedvalue.schema import ClientEntry, LedgerRow, Method, Status
 
 
 class FairnessCurvatureBook(RoundBook):
@@ -22,12 +22,12 @@ class FairnessCurvatureBook(RoundBook):
         self.derivatives = {c: v for c, v in derivatives.items() if c in fairness.curvature}
 
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
-        if entry.status == STATUS_OK and entry.client_id not in self.derivatives:
+        if entry.status == Status.OK and entry.client_id not in self.derivatives:
             # A valid reply that sent no usable curvature gets no such rows (an ok row must hold a
             # value; the rule counts it as I^H = 0, which it did not report).
             return []
-        ok = entry.status == STATUS_OK
-        booked = [(FAIRNESS_INFLUENCE_CURVATURE, self.fairness.curvature), (FAIRNESS_WEIGHT_DERIVATIVE, self.derivatives)]
+        ok = entry.status == Status.OK
+        booked = [(Method.FAIRNESS_INFLUENCE_CURVATURE, self.fairness.curvature), (Method.FAIRNESS_WEIGHT_DERIVATIVE, self.derivatives)]
         return [self.context.entry_row(entry, method, float(values[entry.client_id]) if ok else None,
                                        0.0 if ok else None, entry.num_examples)
                 for method, values in booked]

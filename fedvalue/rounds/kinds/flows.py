@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
-from fedvalue.schema import FLOW_METHODS, STATUS_IDLE, STATUS_OK, ClientEntry, LedgerRow
+from fedvalue.schema import FLOW_METHODS, ClientEntry, LedgerRow, Status
 
 
 class FlowsBook(RoundBook):
@@ -20,7 +20,7 @@ class FlowsBook(RoundBook):
         self.frame = flows.to_frame()
 
     def _rows(self, client_id, status: str, num_examples: int | None, reason: str | None) -> list[LedgerRow]:
-        known = status in (STATUS_OK, STATUS_IDLE) and client_id in self.frame.index
+        known = status in (Status.OK, Status.IDLE) and client_id in self.frame.index
         rows = []
         for method, column in FLOW_METHODS.items():
             value = float(self.frame.at[client_id, column]) if known else None
@@ -37,7 +37,7 @@ class FlowsBook(RoundBook):
     def closing_rows(self) -> list[LedgerRow]:
         booked = {e.client_id for e in self.context.record.entries}
         return [row for client_id in self.frame.index if client_id not in booked
-                for row in self._rows(client_id, STATUS_IDLE, None, None)]
+                for row in self._rows(client_id, Status.IDLE, None, None)]
 
 
 def flows_book(context: RoundContext) -> FlowsBook | None:
@@ -45,7 +45,7 @@ def flows_book(context: RoundContext) -> FlowsBook | None:
     if not context.settings.flows:
         return None
     accepted = set(record.accepted)
-    ok = [e for e in record.entries if e.status == STATUS_OK]
+    ok = [e for e in record.entries if e.status == Status.OK]
     aggregated = [e.client_id for e in ok if e.client_id in accepted]
     if not (record.gradients or aggregated):
         return None

@@ -5,7 +5,7 @@ empty for clients not valued), booked when the round's acceptance policy selects
 from __future__ import annotations
 
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
-from fedvalue.schema import SELECTED, STATUS_OK, ClientEntry, LedgerRow
+from fedvalue.schema import ClientEntry, LedgerRow, Method, Status
 
 
 class SelectionBook(RoundBook):
@@ -14,8 +14,8 @@ class SelectionBook(RoundBook):
         self.accepted = set(context.record.accepted)
 
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
-        ok = entry.status == STATUS_OK
-        return [self.context.entry_row(entry, SELECTED, float(entry.client_id in self.accepted) if ok else None,
+        ok = entry.status == Status.OK
+        return [self.context.entry_row(entry, Method.SELECTED, float(entry.client_id in self.accepted) if ok else None,
                                        0.0 if ok else None, self.context.weight_count(entry))]
 
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from fedvalue._checks import check_choice, check_positive
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
-from fedvalue.schema import STATUS_OK, VALUE_WEIGHT, ClientEntry, LedgerRow
+from fedvalue.schema import ClientEntry, LedgerRow, Method, Status
 
 RULE_NAME = "value-weight"
 KINDS = ("positive", "softmax")
@@ -84,9 +84,9 @@ class ValueWeightBook(RoundBook):
         self.context, self.factors = context, factors
 
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
-        ok = entry.status == STATUS_OK and entry.client_id in self.factors
+        ok = entry.status == Status.OK and entry.client_id in self.factors
         factor = float(self.factors[entry.client_id]) if ok else None
-        return [self.context.entry_row(entry, VALUE_WEIGHT, factor, 0.0 if ok else None, entry.num_examples)]
+        return [self.context.entry_row(entry, Method.VALUE_WEIGHT, factor, 0.0 if ok else None, entry.num_examples)]
 
 
 def round_factors(context: RoundContext) -> dict:
@@ -95,7 +95,7 @@ def round_factors(context: RoundContext) -> dict:
     if context.valuation is None:
         return {}
     values = context.valuation.results[rule["score"]].values
-    ok = [e.client_id for e in context.record.entries if e.status == STATUS_OK]
+    ok = [e.client_id for e in context.record.entries if e.status == Status.OK]
     return value_weight_outcome(rule, {c: float(values[c]) for c in ok})[1]
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fedvalue import FAIRNESS_INFLUENCE, FAIRNESS_INFLUENCE_CURVATURE, FAIRNESS_WEIGHT_DERIVATIVE, Method, Status
+from fedvalue import Method, Status
 from fedvalue.ledger import load_run
 from fedvalue.utilities import drop_scores
 
@@ -96,16 +96,16 @@ def round_scores(run_dir: Path) -> pd.DataFrame:
     ledger = load_run(run_dir).ledger
     ledger = ledger[ledger["status"] == Status.OK]
     wide = ledger.pivot_table(index=["round", "client_id"], columns="method", values="value").reset_index()
-    counts = ledger[ledger["method"] == FAIRNESS_INFLUENCE].set_index(["round", "client_id"])["num_examples"]
+    counts = ledger[ledger["method"] == Method.FAIRNESS_INFLUENCE].set_index(["round", "client_id"])["num_examples"]
     wide["num_examples"] = counts.loc[list(zip(wide["round"], wide["client_id"]))].to_numpy(np.float64)
     wide["exact"] = -wide[Method.LOO_FAIRNESS]
-    wide["first-order"] = wide[FAIRNESS_INFLUENCE]
-    wide["curvature-unrenormalized"] = wide[FAIRNESS_INFLUENCE_CURVATURE]
-    wide["curvature"] = wide[FAIRNESS_WEIGHT_DERIVATIVE]
+    wide["first-order"] = wide[Method.FAIRNESS_INFLUENCE]
+    wide["curvature-unrenormalized"] = wide[Method.FAIRNESS_INFLUENCE_CURVATURE]
+    wide["curvature"] = wide[Method.FAIRNESS_WEIGHT_DERIVATIVE]
     wide["renormalized"] = np.nan
     for t, group in wide.groupby("round"):
         # The drop rule's own definition of the score (fedvalue.scoring.fairness.curvature.drop_scores).
-        derivative = drop_scores("renormalized", influences=dict(zip(group["client_id"], group[FAIRNESS_INFLUENCE])),
+        derivative = drop_scores("renormalized", influences=dict(zip(group["client_id"], group[Method.FAIRNESS_INFLUENCE])),
                                  weights=dict(zip(group["client_id"], group["num_examples"])))
         wide.loc[group.index, "renormalized"] = [derivative[c] for c in group["client_id"]]
     return wide[["round", "client_id", "exact", *SCORED]]

@@ -43,6 +43,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from fedvalue import Method, Status
 from fedvalue.ledger import load_run
 
 TARGETS = (0.90, 0.95)
@@ -66,7 +67,7 @@ def _shares(run, bad: set) -> tuple[float, float]:
     """Bad clients' share of the training slots and of the aggregated slots."""
     trained = [c for clients in run.rounds["clients"].astype(str) for c in clients.split()]
     ledger = run.ledger
-    marks = ledger[ledger["method"].isin(["selected", "value_weight"]) & (ledger["status"] == "ok")]
+    marks = ledger[ledger["method"].isin([Method.SELECTED, Method.VALUE_WEIGHT]) & (ledger["status"] == Status.OK)]
     if len(marks):
         aggregated = marks.loc[pd.to_numeric(marks["value"]) > 0, "client_id"].astype(str).tolist()
     else:
@@ -78,7 +79,7 @@ def _shares(run, bad: set) -> tuple[float, float]:
 def _rejections(run, bad: set) -> tuple[float, float]:
     """Precision and recall of the replies the acceptance left out (NaN without acceptance marks)."""
     ledger = run.ledger
-    marks = ledger[ledger["method"].isin(["selected", "value_weight"]) & (ledger["status"] == "ok")]
+    marks = ledger[ledger["method"].isin([Method.SELECTED, Method.VALUE_WEIGHT]) & (ledger["status"] == Status.OK)]
     if marks.empty:
         return math.nan, math.nan
     out = pd.to_numeric(marks["value"]) <= 0

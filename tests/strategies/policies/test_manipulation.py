@@ -37,7 +37,6 @@ from fedvalue.scoring.torch_utilities import TorchModelUtility
 from strategies import ClaimReview, PartitionSampler, ValuingStrategy
 from fedvalue.rounds.booking import claim_rows
 from fedvalue.schema import LedgerRow, Method, Status
-from strategies.intake.claims import CLAIM_CAPPED, CLAIM_JUMPED
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from strategies.replies import ClientReply, read_reply
 from strategies.book_settings import BookSettings
@@ -226,7 +225,7 @@ def test_an_inflated_count_dominates_fedavg_and_tracin_pays_it_without_a_review(
         np.testing.assert_allclose(realized[key], expected[key], rtol=1e-6)
         # The global model is essentially the attacker's own.
         assert np.abs(realized[key] - replies[ATTACKER][0][key]).max() < 0.2 * np.abs(expected[key] - start[key]).max()
-    assert not booked.ledger["method"].isin([CLAIM_CAPPED, CLAIM_JUMPED]).any()
+    assert not booked.ledger["method"].isin([Method.CLAIM_CAPPED, Method.CLAIM_JUMPED]).any()
 
     # TracIn outflow −(p_u Δ_u)·(G − g_u) is linear in the claimed weight: from the same A_0 (same Δ_u and
     # gradients as the honest run) each client's outflow scales by p_u(inflated) / p_u(honest).
@@ -251,7 +250,7 @@ def test_registered_sizes_cap_the_claim_flag_it_and_undo_the_attack(tmp_path, ho
     _, capped_result, capped, grid = run(tmp_path, {ATTACKER: InflatedExampleCount(50)}, claims=review)
     _, honest_result, honest, _ = honest_run
     ledger = capped.ledger
-    flags = ledger[ledger["method"] == CLAIM_CAPPED]
+    flags = ledger[ledger["method"] == Method.CLAIM_CAPPED]
     assert list(flags["round"]) == [1, 2] and set(flags["client_id"]) == {str(ATTACKER)}
     assert set(ledger["method"]) <= set(Method) and set(ledger["status"]) <= set(Status)  # the named vocabulary
     assert (flags["value"] == 50 * sizes[ATTACKER]).all() and (flags["num_examples"] == sizes[ATTACKER]).all()
@@ -274,7 +273,7 @@ def test_the_median_cap_bounds_an_unregistered_inflater_and_the_inner_strategy_u
     start, replies = replayed_replies(grid, 1, inflater)
     claims = {p: n for p, (_, n) in replies.items()}
     cap = math.floor(2.0 * float(np.median(list(claims.values()))))
-    flag = booked.ledger[booked.ledger["method"] == CLAIM_CAPPED].iloc[0]
+    flag = booked.ledger[booked.ledger["method"] == Method.CLAIM_CAPPED].iloc[0]
     assert (flag["client_id"], flag["value"], flag["num_examples"]) == (str(ATTACKER), claims[ATTACKER], cap)
     used = {**claims, ATTACKER: cap}
     expected = weighted_mean([a for a, _ in replies.values()], list(used.values()))
@@ -290,11 +289,11 @@ def test_a_claim_that_jumps_between_rounds_is_flagged_not_capped(tmp_path):
 
     review = ClaimReview(jump_factor=3.0)
     _, _, booked, _ = run(tmp_path, rounds=3, claims=review, behaviours_of_round=behaviours_of_round)
-    flags = booked.ledger[booked.ledger["method"].isin([CLAIM_CAPPED, CLAIM_JUMPED])]
+    flags = booked.ledger[booked.ledger["method"].isin([Method.CLAIM_CAPPED, Method.CLAIM_JUMPED])]
     size = len(own_data(ATTACKER)[0])
     # Round 2 jumps from its true size to 4x; round 3 repeats 4x, no jump against round 2.
     assert flags[["round", "client_id", "method", "value", "num_examples"]].values.tolist() == [
-        [2, str(ATTACKER), CLAIM_JUMPED, 4.0 * size, 4 * size]]
+        [2, str(ATTACKER), Method.CLAIM_JUMPED, 4.0 * size, 4 * size]]
     assert audit_run(tmp_path).ok
 
 
@@ -385,13 +384,13 @@ def test_claim_review_caps_books_and_rewrites_the_message_alike():
     records = [reply(0, 1000), reply(1, 30), reply(2, 34), reply(3, 38)]
     flags = ClaimReview(registered={0: 20, 1: 30}).review(records)
     assert [(f.client_id, f.method, f.claimed, f.used, f.limit) for f in flags] == [
-        (0, CLAIM_CAPPED, 1000.0, 20.0, 20.0)]
+        (0, Method.CLAIM_CAPPED, 1000.0, 20.0, 20.0)]
     assert records[0].weight == 20.0 and records[0].metrics["num-examples"] == 20
     metric = records[0].message.content["metrics"]["num-examples"]
     assert metric == 20 and type(metric) is int  # Flower's int metric stays an int
     assert [r.weight for r in records[1:]] == [30.0, 34.0, 38.0]  # at or under their registered size, or unknown
     (row,) = claim_rows(4, [f.entry() for f in flags])
-    assert row == LedgerRow(round=4, client_id=0, method=CLAIM_CAPPED, value=1000.0, stderr=0.0, num_examples=20,
+    assert row == LedgerRow(round=4, client_id=0, method=Method.CLAIM_CAPPED, value=1000.0, stderr=0.0, num_examples=20,
                             status="ok", noisy=None, reason=None)
 
 
@@ -429,7 +428,7 @@ def test_jumps_compare_with_the_clients_own_last_claim():
     assert review.review([reply(0, 30), reply(1, 30)]) == []
     assert review.review([reply(1, 60)]) == []  # exactly 2x is no jump
     flags = review.review([reply(0, 61), reply(1, 121)])
-    assert [(f.client_id, f.method, f.limit) for f in flags] == [(0, CLAIM_JUMPED, 60.0), (1, CLAIM_JUMPED, 120.0)]
+    assert [(f.client_id, f.method, f.limit) for f in flags] == [(0, Method.CLAIM_JUMPED, 60.0), (1, Method.CLAIM_JUMPED, 120.0)]
     assert review.previous_claims == {0: 61.0, 1: 121.0}
 
 
