@@ -112,6 +112,8 @@ def test_valuation_workers_say_when_they_cost_more_than_they_save():
 
 LOCAL_RAY = """
 import logging, ray
+from simulations.runner.engine import ray_init_args
+from simulations.runner.engine_settings import EngineSettings
 class Said(logging.Handler):
     def emit(self, record):
         print(record.getMessage())

@@ -155,7 +155,7 @@ def test_the_wrapper_feeds_its_books_to_a_value_weighted_sampler(tmp_path, utili
 def test_in_round_selection_by_tracin_outflow_keeps_the_largest_outflow_if_all_were_aggregated(tmp_path):
     from clients.app import train_client
 
-    from tests.strategies import test_flow_books as fb
+    from tests.strategies.hooks import test_flow_books as fb
 
     grid = fb.client_app_grid(fb.load_client)
     strategy = ValuingStrategy(
