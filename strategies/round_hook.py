@@ -34,6 +34,7 @@ from fedvalue.rounds.booking import BookedRound
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.valuation.round_game import Aggregator, RoundValuation
+from fedvalue.valuation.settings import RENORMALIZED
 from strategies.book_settings import BookSettings
 from strategies.acceptance_policy import Acceptance
 
@@ -50,6 +51,8 @@ class HookContext:
     strategy_name: str
     weighted_mean: bool
     query_data_key: bool = False
+    #: How the round game aggregates a coalition (:data:`fedvalue.valuation.settings.COALITION_RULES`).
+    coalition_rule: str = RENORMALIZED
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,6 @@ class RoundSetup:
             methods=tuple(valuation.methods), valuation=valuation.ads, seed=seed, strategy=context.strategy_name,
             aggregation=WEIGHTED_MEAN if context.weighted_mean else BY_STRATEGY, weighted_by_key=weighted_by_key,
             flows=context.books.flows, reject_non_finite=reject_non_finite, selection=acceptance.books_selection,
-            acceptance=acceptance.recorded_acceptance, **noted)
+            acceptance=acceptance.recorded_acceptance, coalition_rule=context.coalition_rule, **noted)
         return cls(settings, utility, acceptance, hooks, node_to_client, claims, save_records,
                    ServerLog(settings.methods))

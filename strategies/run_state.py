@@ -25,6 +25,7 @@ from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
 from fedvalue.run.settings import RunSettings
+from fedvalue.valuation.settings import RENORMALIZED
 from fedvalue.schema import LedgerRow, RoundRow
 from fedvalue.run.writer import Restored, RunBooks
 from fedvalue.scoring.kernels import kernel_platform
@@ -218,6 +219,8 @@ def run_json(valuing, num_rounds: int | None) -> dict | None:
         "num_rounds": num_rounds,
         "methods": list(valuing.methods),
         "valuation": valuing.valuation.ads.as_dict(),
+        # Absent for the default rule: run.json of earlier runs reads the same.
+        "coalition_rule": None if valuing.valuation.coalition_rule == RENORMALIZED else valuing.valuation.coalition_rule,
         "sampler": None if sampler is None else described(sampler),
         "clients_per_round": None if sampler is None else sampler.clients_per_round,
         "acceptance": described(valuing.acceptance),

@@ -106,7 +106,8 @@ class ValuingStrategy(Strategy):
                               clients_per_round=None if sampler is None else sampler.clients_per_round)
         #: The books' hooks by kind name (:mod:`strategies.hooks.registry`).
         self._hook_context = hook_context(self.book_settings, self.acceptance, strategy,
-                                          query_data_key=self.intake.query_data_key)
+                                          query_data_key=self.intake.query_data_key,
+                                          coalition_rule=self.valuation.coalition_rule)
         self.hooks = run_hooks(self._hook_context)
         self.rounds: list[RoundRow] = []
         self.last_valuation: RoundValuation | None = None

@@ -57,7 +57,7 @@ from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
-from fedvalue.valuation.round_game import ArraysUtility, round_rng, weighted_mean
+from fedvalue.valuation.round_game import ArraysUtility, coalition_aggregator, round_rng, weighted_mean
 from fedvalue.run.rundir import printable
 from fedvalue.schema import CLAIM_PREFIX, ROUND_COLUMNS, WEIGHED_STATUSES, LedgerRow, Method, RoundRow, Status
 
@@ -182,6 +182,8 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
         problems.append(f"its methods are {list(settings.methods)!r}, run.json says {config['methods']!r}")
     if "seed" in config and settings.seed != config["seed"]:
         problems.append(f"its seed is {settings.seed!r}, run.json says {config['seed']!r}")
+    if "coalition_rule" in config and settings.coalition_rule != config["coalition_rule"]:
+        problems.append(f"its coalition rule is {settings.coalition_rule!r}, run.json says {config['coalition_rule']!r}")
     return problems
 
 
@@ -288,10 +290,12 @@ PLAIN_PATH_TOLERANCE = 1e-5
 def plain_path_problems(record: RoundRecord, game, ok: Sequence[Hashable], utility: ArraysUtility) -> list[str]:
     """Where a seeded sample of the round's coalitions, scored by the recomputation (the fast
     path of :func:`fedvalue.valuation.round_game.fedavg_round_game` when the utility has one),
-    differs from U(weighted mean of the coalition's replies) on the plain path, so an error
-    of the fast path cannot hide behind a recomputation that repeats it. The sample is drawn
-    from ``[seed, round, 2]`` among the coalitions other than ∅ and I_t (always scored plainly)."""
+    differs from U(the coalition's state under the record's coalition rule) on the plain path, so
+    an error of the fast path cannot hide behind a recomputation that repeats it. The sample is
+    drawn from ``[seed, round, 2]`` among the coalitions other than ∅ and I_t (always scored plainly)."""
     position, values = {c: k for k, c in enumerate(ok)}, game.cached_values()
+    aggregate = coalition_aggregator(record.settings.coalition_rule, ok, record.start_arrays,
+                                     [record.replies[c] for c in ok], [record.weights[c] for c in ok])
     coalitions = sorted((sorted(c, key=position.__getitem__) for c in values if 0 < len(c) < len(ok)),
                         key=lambda c: [position[m] for m in c])
     if not coalitions:
@@ -302,7 +306,7 @@ def plain_path_problems(record: RoundRecord, game, ok: Sequence[Hashable], utili
     for k in sorted(picked.tolist()):
         members = coalitions[k]
         with np.errstate(all="ignore"):
-            plain = score(weighted_mean([record.replies[c] for c in members], [record.weights[c] for c in members]))
+            plain = score(aggregate(members))
         fast = values[frozenset(members)]
         if not close(fast, plain, PLAIN_PATH_TOLERANCE):
             problems.append(f"round {record.round}: coalition {members[:6]} scores {fast!r} as the books value it and "

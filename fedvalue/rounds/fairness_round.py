@@ -32,7 +32,7 @@ import numpy as np
 
 from fedvalue.rounds.record_game import valid_clients
 from fedvalue.run.archive import RoundRecord
-from fedvalue.valuation.settings import AdsSettings
+from fedvalue.valuation.settings import RENORMALIZED, AdsSettings
 from fedvalue.valuation.round_game import Aggregator, RoundValuation, round_game_for, value_round
 from fedvalue.schema import Method
 
@@ -110,6 +110,7 @@ class FairnessPlugin:
         ok, weights, settings = valid_clients(record), record.weights, record.settings
         return self.value(ok, record.start_arrays, [record.replies[c] for c in ok], [weights[c] for c in ok],
                           methods=settings.methods, settings=settings.valuation, seed=seed, aggregate=aggregate,
+                          coalition_rule=settings.coalition_rule,
                           loss_gradients=record.loss_gradients, fisher_diagonals=record.fisher_diagonals)
 
     def value(
@@ -125,12 +126,14 @@ class FairnessPlugin:
         aggregate: Aggregator | None = None,
         loss_gradients: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
         fisher_diagonals: Mapping[Hashable, Mapping[str, np.ndarray]] | None = None,
+        coalition_rule: str = RENORMALIZED,
     ) -> RoundFairness:
         """The fairness valuation and influences of a round's valid replies (module docstring).
 
         The round game with U = −F is valued by ``methods`` with ``settings`` and the round's
         generator ``seed`` (the accuracy game's); I^F_t(u) = ∇F(A_{t−1}) · (p_u Δ_u).
-        ``aggregate`` is the strategy's own rule for coalitions (None: the FedAvg weighted mean).
+        ``aggregate`` is the strategy's own rule for coalitions (None: the FedAvg weighted mean, under
+        ``coalition_rule``).
         With a damping, ``loss_gradients`` and ``fisher_diagonals`` (client -> G_u, d_u) give
         I^H_t(u) = −∇Fᵀ(D + δI)⁻¹G_u of the valid replies that sent both
         (:mod:`fedvalue.scoring.fairness.curvature`; D sums theirs).
@@ -141,7 +144,7 @@ class FairnessPlugin:
         objective, damping = self.objective, self.damping
         if not client_ids:
             return RoundFairness(None, {}, objective, curvature=None if damping is None else {})
-        game = round_game_for(client_ids, start_arrays, client_arrays, weights, objective, aggregate)
+        game = round_game_for(client_ids, start_arrays, client_arrays, weights, objective, aggregate, coalition_rule)
         valuation = value_round(game, methods, settings, seed=seed)
         gradient = objective.gradient(start_arrays)
         by_client = dict(zip(client_ids, weights))

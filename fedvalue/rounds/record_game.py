@@ -25,11 +25,11 @@ def valid_clients(record: RoundRecord) -> list[Hashable]:
 
 def record_game(record: RoundRecord, utility: ArraysUtility, aggregate: Aggregator | None = None) -> CoalitionGame:
     """v_t over :func:`valid_clients`, each weighted by its entry's n_u: the weighted mean of the
-    FedAvg family (``aggregate`` None) or the inner strategy's own Agg_t
+    FedAvg family under the record's coalition rule (``aggregate`` None) or the inner strategy's own Agg_t
     (:func:`fedvalue.valuation.round_game.round_game_for`)."""
     ok, weights = valid_clients(record), record.weights
     return round_game_for(ok, record.start_arrays, [record.replies[c] for c in ok], [weights[c] for c in ok],
-                          utility, aggregate)
+                          utility, aggregate, record.settings.coalition_rule)
 
 
 def value_record(record: RoundRecord, utility: ArraysUtility, seed: np.random.Generator,

@@ -24,7 +24,7 @@ import numpy as np
 from fedvalue._checks import check_choice
 from fedvalue.run.seals import Signer
 from fedvalue.schema import NUM_EXAMPLES_KEY
-from fedvalue.valuation.settings import AdsSettings
+from fedvalue.valuation.settings import COALITION_RULES, RENORMALIZED, AdsSettings
 
 #: ``aggregation`` of a round the weighted mean aggregated (the FedAvg family) and of one the
 #: inner strategy's own code aggregated (replayed by the audit).
@@ -149,6 +149,9 @@ class RoundSettings:
     notes
         What book kinds registered outside the package note of the run, by kind name (JSON
         objects; None: none).
+    coalition_rule
+        How the round game aggregates a coalition (:data:`fedvalue.valuation.settings.COALITION_RULES`;
+        absent from the record for the default, ``"renormalized"``, so earlier records read the same).
 
     A run's rounds share one :class:`RoundSettings`, made when its books open; what differs
     from round to round (the partitions the sampler chose from, the replies the inner strategy
@@ -171,11 +174,13 @@ class RoundSettings:
     defences: Mapping[str, Any] | None = None
     acceptance: str | None = None
     notes: Mapping[str, Any] | None = None
+    coalition_rule: str = RENORMALIZED
 
     def __post_init__(self) -> None:
         if not isinstance(self.valuation, AdsSettings):
             raise TypeError(f"valuation: expected an AdsSettings; got {type(self.valuation).__name__}.")
         object.__setattr__(self, "methods", tuple(self.methods))
+        check_choice("coalition_rule", self.coalition_rule, COALITION_RULES)
 
     @property
     def by_strategy(self) -> bool:
@@ -197,7 +202,8 @@ class RoundSettings:
                     "weighting": None if self.weighting is None else dict(self.weighting),
                     "defences": None if self.defences is None else dict(self.defences),
                     "acceptance": self.acceptance,
-                    "notes": None if not self.notes else {kind: dict(note) for kind, note in self.notes.items()}}
+                    "notes": None if not self.notes else {kind: dict(note) for kind, note in self.notes.items()},
+                    "coalition_rule": None if self.coalition_rule == RENORMALIZED else self.coalition_rule}
         return {**written, **{key: value for key, value in optional.items() if value is not None}}
 
     @classmethod
@@ -230,6 +236,8 @@ class RoundSettings:
         for name in ("weighting", "defences"):
             if written.get(name) is not None:
                 fields[name] = _object(name, written[name])
+        if written.get("coalition_rule") is not None:
+            fields["coalition_rule"] = check_choice("coalition_rule", written["coalition_rule"], COALITION_RULES)
         if written.get("notes") is not None:
             notes = _object("notes", written["notes"])
             fields["notes"] = {kind: _object(f"notes.{kind}", note) for kind, note in notes.items()}

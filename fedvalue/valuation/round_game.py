@@ -9,6 +9,16 @@ with Agg_t the strategy's own aggregation rule and U a held-out utility. Within-
 ADS is ADS with the single group I_t on this game (Eq. 10); within-round LOO is
 v_t(I_t) − v_t(I_t ∖ {i}) (App. C.2). Both share one coalition cache.
 
+For FedAvg's family the coalition rule is a setting (:data:`fedvalue.valuation.settings.COALITION_RULES`):
+
+* ``renormalized`` (the default): Agg_t applied to S as FedAvg would, A_S = Σ_{k∈S} (n_k / Σ_{j∈S} n_j) w_k.
+  A reply equal to A_{t−1} (a free-rider's) dilutes every coalition's step, and may earn credit
+  where the steps overshoot.
+* ``fixed-weight``: each member keeps the weight it has in the round,
+  A_S = A_{t−1} + Σ_{k∈S} p_k Δ_k, p_k = n_k / Σ_{j∈I_t} n_j, Δ_k = w_k − A_{t−1}. The grand coalition is
+  A_t (to rounding: summed in this form, so that a reply with Δ_k = 0 is a null player exactly, its ADS
+  and LOO 0.0, not a rounding error).
+
 Arrays are ``dict[str, np.ndarray]`` in a fixed key order (a model's state).
 """
 
@@ -27,7 +37,8 @@ from fedvalue.valuation.plan import exact_num_coalitions
 from fedvalue.valuation.game import CoalitionGame, Progress
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.result import ValuationResult
-from fedvalue.valuation.settings import AdsSettings
+from fedvalue.valuation.settings import COALITION_RULES, FIXED_WEIGHT, RENORMALIZED, AdsSettings
+from fedvalue._checks import check_choice
 from fedvalue.schema import Method, VALUATION_METHODS as SCHEMA_VALUATION_METHODS
 
 Arrays = dict[str, np.ndarray]
@@ -79,29 +90,79 @@ def fedavg_aggregator(
     return aggregate
 
 
+def fixed_weight_aggregator(
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+) -> Aggregator:
+    """The fixed-weight coalition rule: A_S = A_{t−1} + Σ_{k∈S} p_k Δ_k, p_k = n_k / Σ_{j∈I_t} n_j, summed in
+    that form for every S, the grand coalition included (a Δ_k of zeros then leaves A_S bit for bit as it
+    was: a reply equal to A_{t−1} is a null player exactly, not to rounding; A_{I_t} is FedAvg's A_t to
+    rounding, not bit for bit)."""
+    position = {c: k for k, c in enumerate(client_ids)}
+    total = float(sum(weights))
+    deltas = update_arrays(start_arrays, client_arrays)
+
+    def aggregate(coalition: Sequence[Hashable]) -> Arrays:
+        members = sorted(position[c] for c in coalition)
+        state = {key: value * 1.0 for key, value in start_arrays.items()}  # the dtype FedAvg's mean has
+        for k in members:
+            share = weights[k] / total
+            for key, delta in deltas[k].items():
+                state[key] += delta * share
+        return state
+
+    return aggregate
+
+
+def update_arrays(start_arrays: Mapping[str, np.ndarray],
+                  client_arrays: Sequence[Mapping[str, np.ndarray]]) -> list[Arrays]:
+    """Δ_k = w_k − A_{t−1} of each reply, in the arrays' own dtype (exactly zero for a reply equal to A_{t−1})."""
+    return [{key: np.asarray(arrays[key]) - start_arrays[key] for key in start_arrays} for arrays in client_arrays]
+
+
+def coalition_aggregator(
+    rule: str,
+    client_ids: Sequence[Hashable],
+    start_arrays: Mapping[str, np.ndarray],
+    client_arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: Sequence[float],
+) -> Aggregator:
+    """Agg_t of FedAvg's family under the coalition ``rule`` (module docstring), on the plain path."""
+    if rule == FIXED_WEIGHT:
+        return fixed_weight_aggregator(client_ids, start_arrays, client_arrays, weights)
+    return fedavg_aggregator(client_ids, client_arrays, weights)
+
+
 def fedavg_round_game(
     client_ids: Sequence[Hashable],
     start_arrays: Mapping[str, np.ndarray],
     client_arrays: Sequence[Mapping[str, np.ndarray]],
     weights: Sequence[float],
     utility: ArraysUtility,
+    rule: str = RENORMALIZED,
 ) -> CoalitionGame:
-    """v_t of the FedAvg family, with coalitions scored as linear combinations.
+    """v_t of the FedAvg family under the coalition ``rule``, with coalitions scored as linear
+    combinations.
 
     A coalition's state is A_{t−1} for S = ∅ and Σ_{i∈S} (n_i / Σ_{j∈S} n_j) w_i
-    otherwise: a row of coefficients over the basis (A_{t−1}, w_1, ..., w_n). A
+    otherwise (renormalized), or (Σ_{j∉S} n_j / N) A_{t−1} + Σ_{i∈S} (n_i / N) w_i with N = Σ_{j∈I_t} n_j
+    (fixed-weight): a row of coefficients over the basis (A_{t−1}, w_1, ..., w_n). A
     utility with a ``linear`` method (:class:`~fedvalue.scoring.torch_utilities.TorchModelUtility`)
     scores whole batches of such rows without materializing each state, reusing the
     first layer's products; others get the materialized states. v(∅) = U(A_{t−1}) and
     v(I_t) = U(A_t) are always scored on the plain path, so the round's anchors equal
     what anyone recomputes from the saved states, bit for bit.
     """
-    aggregate = fedavg_aggregator(client_ids, client_arrays, weights)
+    check_choice("coalition_rule", rule, COALITION_RULES)
+    aggregate = coalition_aggregator(rule, client_ids, start_arrays, client_arrays, weights)
     if not getattr(utility, "supports_linear", False):
         return round_game(client_ids, start_arrays, aggregate, utility,
                           batch_utility=getattr(utility, "batch", None))
     position = {c: k for k, c in enumerate(client_ids)}
     weights = np.asarray(weights, dtype=np.float64)
+    total = float(weights.sum())
     full = frozenset(client_ids)
     scorer = None
 
@@ -117,6 +178,9 @@ def fedavg_round_game(
             return row
         members = [1 + position[c] for c in coalition]
         row[members] = weights[[m - 1 for m in members]]
+        if rule == FIXED_WEIGHT:  # over the basis (A_{t−1}, Δ_1, ..., Δ_n): A_{t−1} + Σ_{k∈S} p_k Δ_k
+            row[0] = total
+            return row / total
         return row / row.sum()
 
     def batch(coalitions: Sequence[frozenset]) -> list[float]:
@@ -130,7 +194,8 @@ def fedavg_round_game(
                 fast.append(k)
         if fast:
             if scorer is None:
-                scorer = utility.linear([start_arrays, *client_arrays])
+                basis = update_arrays(start_arrays, client_arrays) if rule == FIXED_WEIGHT else client_arrays
+                scorer = utility.linear([start_arrays, *basis])
             rows = np.stack([row_of(coalitions[k]) for k in fast])
             scored = scorer.values(rows, materialize=lambda j: arrays_of(coalitions[fast[j]]), progress=game.advance)
             for k, value in zip(fast, scored):
@@ -202,13 +267,18 @@ def round_game_for(
     weights: Sequence[float],
     utility: ArraysUtility,
     aggregate: Aggregator | None = None,
+    rule: str = RENORMALIZED,
 ) -> CoalitionGame:
-    """v_t over ``client_ids``: the FedAvg family's weighted mean (``aggregate`` None,
-    :func:`fedavg_round_game`), or the inner strategy's own Agg_t (:func:`round_game`, with the
-    utility's batch scoring when it has one). The live books, the fairness books and the audit
-    all build a round's game here."""
+    """v_t over ``client_ids``: the FedAvg family's weighted mean under the coalition ``rule``
+    (``aggregate`` None, :func:`fedavg_round_game`), or the inner strategy's own Agg_t (:func:`round_game`,
+    with the utility's batch scoring when it has one; the renormalized rule only: a coalition is what
+    the strategy makes of its replies). The live books, the fairness books and the audit all build a
+    round's game here."""
     if aggregate is None:
-        return fedavg_round_game(client_ids, start_arrays, client_arrays, weights, utility)
+        return fedavg_round_game(client_ids, start_arrays, client_arrays, weights, utility, rule)
+    if rule != RENORMALIZED:
+        raise ValueError(f"coalition_rule: {rule!r} is defined for FedAvg's weighted mean; a round aggregated by "
+                         "the inner strategy's own code takes 'renormalized' (its own rule on each coalition).")
     return round_game(client_ids, start_arrays, aggregate, utility, batch_utility=getattr(utility, "batch", None))
 
 

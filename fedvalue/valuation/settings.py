@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fedvalue._checks import check_integer, check_non_negative, check_number, check_open_unit, check_positive
+from fedvalue._checks import check_choice, check_integer, check_non_negative, check_number, check_open_unit, check_positive
 from fedvalue.schema import VALUATION_METHODS
 
 Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap"]
@@ -79,6 +79,11 @@ class AdsSettings:
         return dataclasses.asdict(self)
 
 
+#: How the round game aggregates a coalition (:class:`ValuationSettings`' ``coalition_rule``).
+RENORMALIZED, FIXED_WEIGHT = "renormalized", "fixed-weight"
+COALITION_RULES = (RENORMALIZED, FIXED_WEIGHT)
+
+
 @dataclass(frozen=True)
 class ValuationSettings:
     """How each round is valued, checked once when made and passed whole.
@@ -91,6 +96,12 @@ class ValuationSettings:
     ads
         The ADS estimator's settings (:class:`fedvalue.valuation.settings.AdsSettings`; its ``budget``
         bounds the round's distinct coalition evaluations, ADS and LOO together).
+    coalition_rule
+        How the round game aggregates a coalition S of the round's valid replies I_t
+        (:mod:`fedvalue.valuation.round_game`): ``"renormalized"`` (the default, [ADS] Remark 4.1 as
+        the inner strategy's own rule applied to S: FedAvg's weights n_k / Σ_{j∈S} n_j) or
+        ``"fixed-weight"`` (A_{t−1} + Σ_{k∈S} p_k Δ_k with the round's weights p_k = n_k / Σ_{j∈I_t} n_j,
+        for FedAvg's family only: a reply equal to A_{t−1} is then a null player).
 
     A display of the valuation's progress is a callback of the run, not a setting
     (:class:`strategies.valuing_settings.RunCallbacks`).
@@ -98,6 +109,7 @@ class ValuationSettings:
 
     methods: tuple[str, ...] = tuple(VALUATION_METHODS)
     ads: AdsSettings = field(default_factory=AdsSettings)
+    coalition_rule: str = "renormalized"
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str) or not isinstance(self.methods, Sequence | frozenset | set):
@@ -109,3 +121,4 @@ class ValuationSettings:
         object.__setattr__(self, "methods", tuple(self.methods))
         if not isinstance(self.ads, AdsSettings):
             raise TypeError(f"ads: expected a fedvalue.valuation.settings.AdsSettings; got {type(self.ads).__name__}.")
+        check_choice("coalition_rule", self.coalition_rule, COALITION_RULES)

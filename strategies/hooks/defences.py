@@ -15,6 +15,7 @@ import numpy as np
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.rounds.kinds.defences import PREVIOUS_GLOBAL
 from fedvalue.run.archive import read_round_record, record_path
+from fedvalue.valuation.settings import RENORMALIZED
 from strategies.round_hook import HookContext, RoundHook, RoundView
 from strategies.acceptance_policy import REPLIES
 
@@ -67,4 +68,11 @@ class DefenceHook(RoundHook):
 
 
 def defence_hook(context: HookContext) -> DefenceHook | None:
-    return None if context.books.defences is None else DefenceHook(context.books.defences)
+    """The run's defences hook (None without defences); ValueError under a coalition rule other than the
+    renormalized one, for which the defended (quotient) game is defined."""
+    if context.books.defences is None:
+        return None
+    if context.coalition_rule != RENORMALIZED:
+        raise ValueError(f"defences: the defended game values clusters under the renormalized coalition rule; got "
+                         f"coalition_rule={context.coalition_rule!r}: value with 'renormalized' or book no defences.")
+    return DefenceHook(context.books.defences)

@@ -12,6 +12,7 @@ from flwr.serverapp.strategy import Strategy
 
 from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES, Acceptance
 from strategies.aggregation.counterfactual import aggregates_by_weighted_mean
+from fedvalue.valuation.settings import RENORMALIZED
 from strategies.book_settings import BookSettings
 from strategies.hooks.defences import defence_hook
 from strategies.hooks.fairness import fairness_hook
@@ -58,11 +59,18 @@ def unregister_round_hook(name: str) -> None:
 
 
 def hook_context(books: BookSettings, acceptance: Acceptance, strategy: Strategy, *,
-                 query_data_key: bool = False) -> HookContext:
+                 query_data_key: bool = False, coalition_rule: str = RENORMALIZED) -> HookContext:
     """What the hooks of a run of ``strategy`` that keeps ``books`` and accepts by ``acceptance`` are
-    made from (``query_data_key``: its queries carry the train config's data-key)."""
-    return HookContext(books, acceptance, type(strategy).__name__, aggregates_by_weighted_mean(strategy),
-                       query_data_key)
+    made from (``query_data_key``: its queries carry the train config's data-key; ``coalition_rule``:
+    how its round game aggregates a coalition). ValueError for a coalition rule other than the
+    renormalized one where the inner strategy aggregates by its own code (the rule is the weighted
+    mean's)."""
+    weighted_mean = aggregates_by_weighted_mean(strategy)
+    if coalition_rule != RENORMALIZED and not weighted_mean:
+        raise ValueError(f"coalition_rule: {coalition_rule!r} weighs each coalition by FedAvg's round weights; "
+                         f"{type(strategy).__name__} aggregates by its own code, whose coalitions are what it "
+                         "makes of them: use 'renormalized' with it.")
+    return HookContext(books, acceptance, type(strategy).__name__, weighted_mean, query_data_key, coalition_rule)
 
 
 def run_hooks(context: HookContext) -> dict[str, RoundHook]:

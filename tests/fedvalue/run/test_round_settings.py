@@ -63,6 +63,7 @@ round_settings = st.builds(
     defences=st.one_of(st.none(), st.fixed_dictionaries({"norm_cap": st.floats(0.1, 5.0)})),
     acceptance=st.one_of(st.none(), st.just("representatives")),
     notes=st.one_of(st.none(), st.fixed_dictionaries({"my_kind": st.fixed_dictionaries({"k": st.integers(0, 9)})})),
+    coalition_rule=st.sampled_from(["renormalized", "fixed-weight"]),
 )
 round_facts = st.fixed_dictionaries({
     "replay_missing": st.one_of(st.none(), st.text(max_size=20)),
@@ -79,6 +80,7 @@ def test_any_settings_survive_their_json(settings):
     assert written.keys() >= {"methods", "valuation", "seed", "aggregation"}
     for name in ("fairness", "weighting", "defences", "acceptance", "notes"):
         assert (name in written) == (getattr(settings, name) is not None)  # absent, not null: older bytes unchanged
+    assert ("coalition_rule" in written) == (settings.coalition_rule != "renormalized")  # the default: absent
 
 
 @hypothesis_settings(max_examples=100, deadline=None)
@@ -107,6 +109,7 @@ GOOD = RoundSettings(methods=("ads",), seed=3).as_json()
     ({"fairness": {"gap": 3}}, "fairness.gap: expected text"),
     ({"fairness": {"gap": "dp", "curvature": {"damping": "x"}}}, "fairness.curvature.damping"),
     ({"notes": {"my_kind": 3}}, "notes.my_kind: expected a JSON object"),
+    ({"coalition_rule": "shapley"}, "coalition_rule: expected one of"),
     ({"secret": 1}, "settings: expected only the keys"),
     ({"available": [1]}, "settings: expected only the keys"),  # a round's fact, not a setting of the run
 ])
