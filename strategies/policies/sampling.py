@@ -40,6 +40,7 @@ def booked_values(ledger_rows: Sequence[LedgerRow], method: str) -> dict[int, fl
             if row.method == method and row.status == Status.OK and row.value is not None}
 
 
+@runtime_checkable
 class Sampler(Protocol):
     """Chooses each round's clients by partition id (what ValuingStrategy's ``sampler`` is)."""
 

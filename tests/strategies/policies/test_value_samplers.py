@@ -129,3 +129,17 @@ def test_value_elimination_by_ucb_tries_every_client_then_trains_the_largest_upp
     assert sampler.sample(3, range(4)) == sorted([second[0], first[0]])  # 1.5 and 1.0 beat 0.7; -0.5 is out
     with pytest.raises(ValueError, match="selection: expected one of"):
         ValueEliminationSampler(2, selection="greedy")
+
+
+def test_every_shipped_sampler_is_a_sampler_that_simulate_and_the_strategy_take():
+    """simulate(sampler=) and ValuingStrategy(sampler=) are typed by the Sampler protocol: each shipped sampler
+    has what the strategy reads of it (clients_per_round, sample), and a value-driven one also observes."""
+    from strategies import (GreedyFedSampler, PartitionSampler, ReplaySampler, Sampler, ValueEliminationSampler,
+                            ValueWeightedSampler)
+    from strategies.policies.sampling import LearningSampler
+
+    samplers = [PartitionSampler(3, seed=0), ValueWeightedSampler(3, seed=0), GreedyFedSampler(3, seed=0),
+                ValueEliminationSampler(3, seed=0), ReplaySampler({1: [0, 1, 2]})]
+    assert all(isinstance(s, Sampler) and s.clients_per_round == 3 for s in samplers)
+    assert [isinstance(s, LearningSampler) for s in samplers] == [False, True, True, True, False]
+    assert all(len(s.sample(1, list(range(6)))) == 3 for s in samplers)
