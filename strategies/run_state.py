@@ -112,6 +112,8 @@ class RunState:
         self.save_records = settings.save_records and run_dir is not None
         self.checkpoint = settings.checkpoint and run_dir is not None
         self.books: RunBooks | None = None
+        #: The rows of the rounds committed so far (a resumed run's from its directory).
+        self.rounds: list[RoundRow] = []
         self.opened = False
         #: Where a resumed run continues from (None: a new run).
         self.resumed: Restored | None = None
@@ -149,6 +151,7 @@ class RunState:
         if not self.resume:
             return None
         self.resumed = self.books.restored
+        self.rounds = self.books.committed_rounds()
         state = self.resumed.state
         if state is None:
             return None
@@ -175,15 +178,16 @@ class RunState:
     def commit(self, server_round: int, round_row: RoundRow, ledger_rows: list[LedgerRow], record: RoundRecord,
                realized: dict, parts: ServerParts) -> None:
         """Round ``server_round``'s record, rows, commit mark, checkpoint and seal
-        (:meth:`fedvalue.run.writer.RunBooks.commit`); nothing without a run directory."""
-        if self.books is None:
-            return
-        self.books.commit(server_round, round_row, ledger_rows, record=record if self.save_records else None,
-                          realized=realized, state=capture_state(parts) if self.checkpoint else None)
+        (:meth:`fedvalue.run.writer.RunBooks.commit`; nothing on disk without a run directory); its
+        row joins :attr:`rounds` once committed."""
+        if self.books is not None:
+            self.books.commit(server_round, round_row, ledger_rows, record=record if self.save_records else None,
+                              realized=realized, state=capture_state(parts) if self.checkpoint else None)
+        self.rounds.append(round_row)
 
-    def close(self, rounds: list[RoundRow], num_rounds: int | None) -> None:
+    def close(self, num_rounds: int | None) -> None:
         """The final manifest (:mod:`fedvalue.run.seals`), once every planned round committed."""
-        if self.books is None or not rounds or rounds[-1].round != num_rounds:
+        if self.books is None or not self.rounds or self.rounds[-1].round != num_rounds:
             return
         self.books.close(num_rounds)
 

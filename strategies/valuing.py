@@ -24,7 +24,6 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.logger import log
 
 from fedvalue.run.settings import RunSettings
-from fedvalue.schema import RoundRow
 from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
 from fedvalue.valuation.settings import ValuationSettings
 from strategies.acceptance_policy import AcceptAll, Acceptance
@@ -36,7 +35,7 @@ from strategies.round_hook import IdleClients
 from strategies.round_setup import ConfiguredRound, RoundSetup, RoundStart
 from strategies.run_state import RunInterrupted, RunState, ServerParts, run_json
 from strategies.train_round import TrainRound
-from strategies.valuing_settings import IntakeSettings, settings_or_default, utility_of
+from strategies.valuing_settings import IntakeSettings, RoundCallback, settings_or_default, utility_of
 
 
 class ValuingStrategy(Strategy):
@@ -97,7 +96,7 @@ class ValuingStrategy(Strategy):
         self.run_state = RunState(run_dir, settings_or_default("run", run, RunSettings),
                                   noisy_clients=self.book_settings.noisy_clients)
         self.claims = self.intake.claims  # a resume replaces it with the checkpointed review
-        self.on_round: Callable[[RoundRow], None] | None = None
+        self.on_round: RoundCallback | None = None
         self.on_progress: Callable[[int, int, int], None] | None = None
         self.nodes = self.intake.node_directory()
         self.weighted_by_key = getattr(strategy, "weighted_by_key", "num-examples")
@@ -109,7 +108,6 @@ class ValuingStrategy(Strategy):
                                           query_data_key=self.intake.query_data_key,
                                           coalition_rule=self.valuation.coalition_rule)
         self.hooks = run_hooks(self._hook_context)
-        self.rounds: list[RoundRow] = []
         self.last_valuation: RoundValuation | None = None
         #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.
         self.stop_requested = threading.Event()
@@ -128,6 +126,11 @@ class ValuingStrategy(Strategy):
     @property
     def flows(self) -> bool:
         return self.book_settings.flows
+
+    @property
+    def rounds(self) -> list:
+        """The rows of the rounds committed so far (:class:`fedvalue.schema.RoundRow`, a resumed run's first)."""
+        return self.run_state.rounds
 
     @property
     def books(self):
@@ -172,7 +175,6 @@ class ValuingStrategy(Strategy):
             for hook in self.hooks.values():
                 hook.restore(taken.hook_state)
         if self.run_state.resumed is not None:
-            self.rounds = self.books.committed_rounds()
             for hook in self.hooks.values():
                 hook.resume_from(self.books.run_dir, len(self.rounds))
         self._setup = None  # made again from what the books opened with
@@ -210,7 +212,7 @@ class ValuingStrategy(Strategy):
         final = result.arrays if len(result.arrays) else initial_arrays
         for hook in self.hooks.values():
             hook.finish(final, self._idle_clients(grid, busy=()), self.ledger)
-        self.run_state.close(self.rounds, self._num_rounds)
+        self.run_state.close(self._num_rounds)
         return result
 
     # -- delegation -------------------------------------------------------------------------
@@ -278,7 +280,6 @@ class ValuingStrategy(Strategy):
         if isinstance(self.sampler, LearningSampler):
             self.sampler.observe(ledger_rows)
         self.run_state.commit(server_round, round_row, ledger_rows, round_.record, round_.end_arrays(), self._parts())
-        self.rounds.append(round_row)
         self.last_valuation = round_.valuation
         round_.setup.log.committed(server_round, ledger_rows, None if self.ledger is None else self.ledger.run_dir)
         if self.on_round is not None:

@@ -98,6 +98,10 @@ class IntakeSettings:
                 raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")
 
 
+#: What a run calls with each committed round's rounds.csv row.
+RoundCallback = Callable[[RoundRow], None]
+
+
 @dataclass
 class RunCallbacks:
     """What a valued run tells its caller as it goes: displays and measurements that change
@@ -111,7 +115,7 @@ class RunCallbacks:
         Called with (round, coalitions evaluated, coalitions planned) while a round is valued.
     """
 
-    on_round: Callable[[RoundRow], None] | None = None
+    on_round: RoundCallback | None = None
     on_progress: Callable[[int, int, int], None] | None = None
 
     def __post_init__(self) -> None:
