@@ -31,7 +31,7 @@ from fedvalue.rounds.record_game import value_record
 from fedvalue.run.archive import read_round_record, round_record_paths
 from fedvalue.schema import Status
 from fedvalue.valuation.round_game import round_rng
-from fedvalue.valuation.settings import COALITION_RULES, RENORMALIZED, AdsSettings
+from fedvalue.valuation.settings import COALITION_RULES, FIXED_WEIGHT, RENORMALIZED, AdsSettings
 from simulations.cli.audit import _audit_context
 
 EXACT = AdsSettings(method="exact")
@@ -92,26 +92,56 @@ def run_rules(run_dir: Path) -> list[dict]:
     return rows
 
 
+def paired_interval(rows: list[dict], measure: str) -> tuple[float, float, float, int] | None:
+    """(mean, 95% t-interval low and high, runs) of the paired difference fixed-weight − renormalized in
+    ``measure`` over the runs; None below two paired runs."""
+    from scipy import stats
+
+    by_run = defaultdict(dict)
+    for row in rows:
+        by_run[row["run"]][row["rule"]] = row[measure]
+    diffs = [r[FIXED_WEIGHT] - r[RENORMALIZED] for r in by_run.values()
+             if r.get(FIXED_WEIGHT) is not None and r.get(RENORMALIZED) is not None]
+    if len(diffs) < 2:
+        return None
+    mean, half = float(np.mean(diffs)), float(stats.t.ppf(0.975, len(diffs) - 1) * stats.sem(diffs))
+    return mean, mean - half, mean + half, len(diffs)
+
+
+def summary_rows(rows: list[dict]) -> list[dict]:
+    """Each rule's means over the runs, and the paired differences with their intervals."""
+    found = []
+    for rule in COALITION_RULES:
+        mine = [r for r in rows if r["rule"] == rule and r["auc_per_round"] is not None]
+        found.append({"run": "mean over runs", "rule": rule, "rounds": len(mine),
+                      **{m: float(np.mean([r[m] for r in mine if r[m] is not None]))
+                         for m in ("auc_per_round", "auc_total", "bad_valued_above_zero")}})
+    for measure in ("auc_per_round", "auc_total"):
+        interval = paired_interval(rows, measure)
+        if interval is not None:
+            mean, low, high, runs = interval
+            found.append({"run": f"paired {FIXED_WEIGHT} - {RENORMALIZED}", "rule": measure, "rounds": runs,
+                          measure: mean, "low": low, "high": high})
+    return found
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("roots", nargs="+", type=Path, help="folders holding valued run directories")
     parser.add_argument("--out", type=Path, help="CSV of the rows (with the command and commit as a comment)")
     args = parser.parse_args(argv)
     rows = [row for run_dir in valued_runs(args.roots) for row in run_rules(run_dir)]
+    rows += summary_rows(rows)
+    columns = ["run", "rule", "rounds", "auc_per_round", "auc_total", "bad_valued_above_zero", "low", "high"]
     for row in rows:
         shown = {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()}
         print("  ".join(f"{k}={v}" for k, v in shown.items()))
-    for rule in COALITION_RULES:
-        mine = [r for r in rows if r["rule"] == rule and r["auc_per_round"] is not None]
-        if mine:
-            print(f"{rule}: mean AUC per round {np.mean([r['auc_per_round'] for r in mine]):.3f}, over totals "
-                  f"{np.mean([r['auc_total'] for r in mine if r['auc_total'] is not None]):.3f} ({len(mine)} runs)")
     if args.out is not None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as handle:
             handle.write(f"# python -m bench.coalition_rules {' '.join(map(str, args.roots))} (commit {commit})\n")
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)
 

@@ -20,7 +20,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from fedvalue.flows.round_flows import mf_flows as mf
+from fedvalue.flows import mf_flows as mf
 from simulations.experiments.reciprocity.movielens import load_movielens, split_ratings
 
 

@@ -9,6 +9,7 @@ This package is the experiments' face of the runner: an experiment imports from 
 from its modules."""
 
 from fedvalue._checks import check_choice, check_integer, check_number, check_open_unit, check_unit_interval
+from fedvalue.run.run_info import read_run_config, write_json
 from simulations.runner.api import (
     check_some_client_valued,
     initial_model_arrays,
@@ -86,4 +87,6 @@ __all__ = [
     "torch_threads",
     "ValuationProgress",
     "write_run_config",
+    "read_run_config",
+    "write_json",
 ]

@@ -347,11 +347,11 @@ def replay_check(run_dir: str | Path, *, timeout: float = REPLAY_TIMEOUT) -> tup
     (:class:`TimeoutError`: the audit then says not verifiable), and only when the tables
     hold as many stages as run.json names.
     """
-    from fedvalue import MAX_JSON_BYTES, RunDir
-    from fedvalue.ledger import parse_run_config
+    from fedvalue import RunDir
+    from simulations.runner import read_run_config
 
     with RunDir(run_dir) as run:
-        saved = parse_run_config(run.read_text(RUN_CONFIG_FILE, max_bytes=MAX_JSON_BYTES))
+        saved = read_run_config(run)
         where = run.show(RUN_CONFIG_FILE)
         try:
             config = saved_config(ProcurementConfig, saved, source=where)

@@ -370,7 +370,7 @@ def cli_main(config: ReciprocityConfig, options) -> int:
     """``fedvalue run reciprocity``: the reproduction tables (every dataset with --dataset all)."""
     from pathlib import Path
 
-    from fedvalue.ledger import write_json
+    from simulations.runner import write_json
 
     if config.dataset not in (*DATASETS, "all"):
         raise ValueError(f"dataset: expected one of {[*DATASETS, 'all']}; got {config.dataset!r}.")
