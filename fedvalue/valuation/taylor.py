@@ -142,7 +142,7 @@ def expansion_values(structure: FedAvgRound, method: str, settings: AdsSettings 
     weights = np.asarray(structure.weights, dtype=np.float64)
     deltas = [_flat_update(arrays, start) for arrays in structure.client_arrays]
     gradient = _flat(utility.gradient(start), start)
-    a = np.array([float(np.dot(gradient, delta)) for delta in deltas])
+    a = np.array([_dot(gradient, delta) for delta in deltas])
     n = len(deltas)
     if structure.rule == FIXED_WEIGHT:
         shares = weights / float(weights.sum())
@@ -150,13 +150,13 @@ def expansion_values(structure: FedAvgRound, method: str, settings: AdsSettings 
             return shares * a, np.zeros(n), None
         step = sum(share * delta for share, delta in zip(shares, deltas))
         curvature = _flat(utility.hessian_vector_product(start, _arrays_of(step, start)), start)
-        return shares * (a + 0.5 * np.array([float(np.dot(delta, curvature)) for delta in deltas])), np.zeros(n), None
+        return shares * (a + 0.5 * np.array([_dot(delta, curvature) for delta in deltas])), np.zeros(n), None
     if structure.rule != RENORMALIZED:
         raise ValueError(f"rule: expected {FIXED_WEIGHT!r} or {RENORMALIZED!r}; got {structure.rule!r}.")
     pairs = None
     if method == "second-order":
         products = [_flat(utility.hessian_vector_product(start, _arrays_of(delta, start)), start) for delta in deltas]
-        pairs = np.array([[float(np.dot(delta, product)) for product in products] for delta in deltas])
+        pairs = np.array([[_dot(delta, product) for product in products] for delta in deltas])
         pairs = 0.5 * (pairs + pairs.T)
     return renormalized_shapley(a, weights, pairs, settings, seed)
 
@@ -199,6 +199,12 @@ def renormalized_shapley(a: np.ndarray, weights: np.ndarray, pairs: np.ndarray |
     sampled = AdsSettings(method="mc", epsilon=settings.epsilon, delta=settings.delta, r=settings.r)
     result = ads(scalar, [list(range(n))], sampled, seed=check_seed(seed))
     return result.values.to_numpy(), result.stderr.to_numpy(), result.num_permutations
+
+
+def _dot(x: np.ndarray, y: np.ndarray) -> float:
+    """x·y by numpy's pairwise sum of the products: the same order on every machine, and no BLAS threads (whose
+    wake-ups cost milliseconds a call on a busy machine)."""
+    return float(np.sum(x * y))
 
 
 def _flat(arrays: Mapping[str, np.ndarray], like: Mapping[str, np.ndarray]) -> np.ndarray:
