@@ -42,7 +42,7 @@ ESTIMATORS = {
     "second": AdsSettings(method="second-order"),
 }
 COMPARED = ("first", "second", "mc100")
-COLUMNS = ["run", "round", "rule", "n", "bad", "gain",
+COLUMNS = ["run", "regime", "round", "rule", "n", "bad", "gain",
            *[f"spearman_{e}" for e in COMPARED], *[f"auc_{e}" for e in ESTIMATORS],
            *[f"seconds_{e}" for e in ESTIMATORS], "gap_first", "gap_second"]
 
@@ -54,7 +54,19 @@ def spearman(values: np.ndarray, exact: np.ndarray) -> float | None:
     return float(stats.spearmanr(values, exact).statistic)
 
 
-def round_rows(run_dir: Path, utility, bad: set) -> list[dict]:
+def regime_of(config: dict) -> str:
+    """The run's bad clients in words, from its run.json: ``clean``, ``label flips p=… on …%`` and/or ``free-rider …%``."""
+    if config.get("clean") or not config.get("noisy_clients"):
+        return "clean"
+    parts = []
+    if config.get("noisy_fraction"):
+        parts.append(f"label flips p={config.get('flip_probability')} on {config['noisy_fraction']:.0%}")
+    if config.get("extra_bad_kind") not in (None, "none") and config.get("extra_bad_fraction"):
+        parts.append(f"{config['extra_bad_kind']} {config['extra_bad_fraction']:.0%}")
+    return " + ".join(parts) or "bad clients"
+
+
+def round_rows(run_dir: Path, utility, bad: set, regime: str) -> list[dict]:
     """One row per (round, rule) of ``run_dir``: each estimator's agreement with exact ADS, AUC and seconds."""
     rows = []
     for t, path in round_record_paths(run_dir).items():
@@ -70,7 +82,7 @@ def round_rows(run_dir: Path, utility, bad: set) -> list[dict]:
                 found[name] = valuation
             exact = found["exact"].results["ads"].values
             clients = [str(c) for c in exact.index]
-            row = {"run": str(run_dir), "round": t, "rule": rule, "n": len(clients),
+            row = {"run": str(run_dir), "regime": regime, "round": t, "rule": rule, "n": len(clients),
                    "bad": sum(c in bad for c in clients),
                    "gain": found["exact"].utility_after - found["exact"].utility_before}
             for name, valuation in found.items():
@@ -92,12 +104,13 @@ def run_rows(run_dir: Path) -> list[dict]:
     if utility is None or not getattr(utility, "differentiable", False):
         print(f"{run_dir}: skipped, no differentiable utility to recompute with ({why_not})")
         return []
-    bad = {str(c) for c in json.loads((run_dir / "run.json").read_text()).get("noisy_clients", [])}
+    config = json.loads((run_dir / "run.json").read_text())
+    bad = {str(c) for c in config.get("noisy_clients", [])}
     first = read_round_record(next(iter(round_record_paths(run_dir).values())))
     if first.replies and not first.settings.by_strategy:
         value_record(dataclasses.replace(first, settings=dataclasses.replace(
             first.settings, valuation=ESTIMATORS["second"], methods=("ads",))), utility, round_rng(0, 0))
-    return round_rows(run_dir, utility, bad)
+    return round_rows(run_dir, utility, bad, regime_of(config))
 
 
 def _mean(values) -> float | None:
@@ -106,35 +119,35 @@ def _mean(values) -> float | None:
 
 
 def summary_rows(rows: list[dict]) -> list[dict]:
-    """Per rule, over its rounds: mean Spearman and AUC of each estimator, the share of rounds with ρ ≥ 0.9, the
-    median seconds, and the median |gap| / |gain| of the expansions (their remainder relative to the round's gain)."""
+    """Per rule, over every round and over each regime's rounds: mean Spearman and AUC of each estimator, the
+    share of rounds with ρ ≥ 0.9 and the 10th percentile of ρ, the median seconds, and the median |gap| / |gain|
+    of the expansions (their remainder relative to the round's gain)."""
     found = []
-    for rule in COALITION_RULES:
-        mine = [r for r in rows if r["rule"] == rule]
-        if not mine:
-            continue
-        summary = {"run": "mean over rounds", "round": len(mine), "rule": rule,
-                   "n": _mean([r["n"] for r in mine]), "bad": _mean([r["bad"] for r in mine])}
-        for name in COMPARED:
-            summary[f"spearman_{name}"] = _mean([r[f"spearman_{name}"] for r in mine])
-        for name in ESTIMATORS:
-            summary[f"auc_{name}"] = _mean([r[f"auc_{name}"] for r in mine])
-            summary[f"seconds_{name}"] = float(np.median([r[f"seconds_{name}"] for r in mine]))
-        for name in ("first", "second"):
-            summary[f"gap_{name}"] = float(np.median([abs(r[f"gap_{name}"]) / max(abs(r["gain"]), 1e-12)
-                                                      for r in mine]))
-        found.append(summary)
-        share = {"run": "share of rounds with spearman >= 0.9", "round": len(mine), "rule": rule}
-        for name in COMPARED:
-            kept = [r[f"spearman_{name}"] for r in mine if r[f"spearman_{name}"] is not None]
-            share[f"spearman_{name}"] = float(np.mean([v >= 0.9 for v in kept])) if kept else None
-        found.append(share)
-        low = {"run": "10th percentile over rounds", "round": len(mine), "rule": rule}
-        for name in COMPARED:
-            kept = [r[f"spearman_{name}"] for r in mine if r[f"spearman_{name}"] is not None]
-            low[f"spearman_{name}"] = float(np.percentile(kept, 10)) if kept else None
-        found.append(low)
+    for regime in ["all", *sorted({r["regime"] for r in rows})]:
+        for rule in COALITION_RULES:
+            mine = [r for r in rows if r["rule"] == rule and regime in ("all", r["regime"])]
+            if mine:
+                found += _summaries(mine, regime, rule)
     return found
+
+
+def _summaries(mine: list[dict], regime: str, rule: str) -> list[dict]:
+    """The three summary rows of one (regime, rule)'s rounds ``mine`` (:func:`summary_rows`)."""
+    summary = {"run": "mean over rounds", "regime": regime, "round": len(mine), "rule": rule,
+               "n": _mean([r["n"] for r in mine]), "bad": _mean([r["bad"] for r in mine])}
+    share = {"run": "share of rounds with spearman >= 0.9", "regime": regime, "round": len(mine), "rule": rule}
+    low = {"run": "10th percentile over rounds", "regime": regime, "round": len(mine), "rule": rule}
+    for name in COMPARED:
+        kept = [r[f"spearman_{name}"] for r in mine if r[f"spearman_{name}"] is not None]
+        summary[f"spearman_{name}"] = _mean(kept)
+        share[f"spearman_{name}"] = float(np.mean([v >= 0.9 for v in kept])) if kept else None
+        low[f"spearman_{name}"] = float(np.percentile(kept, 10)) if kept else None
+    for name in ESTIMATORS:
+        summary[f"auc_{name}"] = _mean([r[f"auc_{name}"] for r in mine])
+        summary[f"seconds_{name}"] = float(np.median([r[f"seconds_{name}"] for r in mine]))
+    for name in ("first", "second"):
+        summary[f"gap_{name}"] = float(np.median([abs(r[f"gap_{name}"]) / max(abs(r["gain"]), 1e-12) for r in mine]))
+    return [summary, share, low]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         rows += found
         print(f"{run_dir}: {len(found)} round valuations")
     rows += summary_rows(rows)
-    for row in rows[-6:] if len(rows) > 6 else rows:
+    for row in [r for r in rows if r["run"] == "mean over rounds"]:
         shown = {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()}
         print("  ".join(f"{k}={v}" for k, v in shown.items()))
     if args.out is not None:
