@@ -28,7 +28,7 @@ from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
 from fedvalue.valuation.settings import ValuationSettings
 from strategies.acceptance_policy import AcceptAll, Acceptance
 from strategies.book_settings import BookSettings
-from strategies.hooks.registry import hook_context, run_hooks
+from strategies.hooks.registry import check_expansion, hook_context, run_hooks
 from strategies.intake.round_intake import usable_evaluations
 from strategies.policies.sampling import LearningSampler, Sampler, retarget
 from strategies.round_hook import IdleClients
@@ -107,6 +107,7 @@ class ValuingStrategy(Strategy):
         self._hook_context = hook_context(self.book_settings, self.acceptance, strategy,
                                           query_data_key=self.intake.query_data_key,
                                           coalition_rule=self.valuation.coalition_rule)
+        check_expansion(self.valuation, self.book_settings, strategy, self.utility)
         self.hooks = run_hooks(self._hook_context)
         self.last_valuation: RoundValuation | None = None
         #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.

@@ -111,6 +111,27 @@ class CappedUtility:
         return bool(getattr(self.utility, "supports_linear", False))
 
     @property
+    def differentiable(self) -> bool:
+        """Whether the run's utility is differentiable (what the expansion methods need), as it says."""
+        return getattr(self.utility, "differentiable", False) is True
+
+    def gradient(self, arrays):
+        """∇U, for an expansion method's recompute: no coalition is scored; the audit's budget still runs."""
+        self.budget.check("recomputing the values")
+        return self._derivative("gradient")(arrays)
+
+    def hessian_vector_product(self, arrays, vector):
+        """∇²U v, as :meth:`gradient`."""
+        self.budget.check("recomputing the values")
+        return self._derivative("hessian_vector_product")(arrays, vector)
+
+    def _derivative(self, name: str):
+        method = getattr(self.utility, name, None)
+        if not callable(method):
+            raise TypeError(f"the run's utility has no {name}(), which the round's expansion method needs")
+        return method
+
+    @property
     def batch(self):
         batch = getattr(self.utility, "batch", None)
         if batch is None:

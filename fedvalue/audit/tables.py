@@ -18,6 +18,7 @@ from fedvalue.audit.torn_tail import Table, split_torn_tail, table_of
 from fedvalue.run.ledger_reader import LedgerTables, read_ledger_csv, read_rounds_csv
 from fedvalue.run.ledger_tables import chain_links, genesis_of
 from fedvalue.run.rundir import MAX_JSON_BYTES, printable
+from fedvalue.valuation.settings import EXPANSION_METHODS
 from fedvalue.schema import (
     CLAIM_PREFIX,
     CLIENT_STATUSES,
@@ -141,9 +142,22 @@ def check_schema(report: AuditReport, config: dict, ledger_table: Table, rounds_
 
 
 def check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: float, report: AuditReport) -> None:
+    """Check 3: Σ ADS = utility_after − utility_before per round ([ADS] Prop. 4.2), to ``tolerance`` × max(1,
+    Σ|ADS|), in the rounds valued by an efficient estimator. A round valued by an expansion method
+    (:data:`fedvalue.valuation.settings.EXPANSION_METHODS`, rounds.csv's ``ads_method`` ``ads-first-order`` or
+    ``ads-second-order``) is efficient for its expanded game, not for the round game: it is not held to it
+    (its booked ``efficiency_gap``, the expansion's remainder, is recomputed with its values, check 7)."""
     ads = ledger[(ledger["method"] == Method.ADS) & (ledger["status"] == Status.OK)]
     if ads.empty:
         return
+    expanded = set(rounds.loc[rounds["ads_method"].isin([f"ads-{m}" for m in EXPANSION_METHODS]), "round"])
+    if expanded:
+        ads = ads[~ads["round"].isin(expanded)]
+        report.checks.append(f"group efficiency not held in {len(expanded)} rounds valued by a first- or second-order "
+                             "expansion (efficient for the expanded game only; their gap is the expansion's "
+                             "remainder, booked as efficiency_gap and recomputed)")
+        if ads.empty:
+            return
     numbers = pd.to_numeric(ads["value"], errors="coerce")
     sums = numbers.groupby(ads["round"]).sum()
     scale = numbers.abs().groupby(ads["round"]).sum().clip(lower=1.0)  # float sums err relative to size

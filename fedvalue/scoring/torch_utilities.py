@@ -27,6 +27,13 @@ that overflows spoils every combination, even one that gives it a zero coefficie
 scored whole on the plain path.
 
 Every path scores with denormal floats flushed to zero (:mod:`fedvalue.scoring._scoring`).
+
+With a differentiable metric (``neg_loss``, ``neg_mse``; :attr:`TorchModelUtility.differentiable`),
+:meth:`TorchModelUtility.gradient` gives g = ∇U(arrays) and :meth:`TorchModelUtility.hessian_vector_product`
+gives H v = ∇²U(arrays) v (torch autograd, double backward), both with respect to every floating-point
+state entry, in float64 where the model runs in float64 (else in its own dtype), summed over the held-out
+batches in order: deterministic on the CPU. The round game's expansions at A_{t−1} take them
+(:mod:`fedvalue.valuation.taylor`).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from fedvalue.scoring._scoring import RECHECK_ROWS, FastScores, scoring
 from fedvalue.scoring.linear import LinearStates, split_first_linear
 
 UTILITY_METRICS = ("accuracy", "neg_loss", "neg_mse")
+#: The metrics U is differentiable in (accuracy counts argmax hits: its gradient is zero almost everywhere).
+DIFFERENTIABLE_METRICS = ("neg_loss", "neg_mse")
 
 
 class TorchModelUtility:
@@ -220,6 +229,67 @@ class TorchModelUtility:
                 "(integer buffers). Use batch() instead."
             )
         return LinearStates(self, basis)
+
+    # -- derivatives -------------------------------------------------------------------------
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether U is differentiable in the state: its metric is one of :data:`DIFFERENTIABLE_METRICS`."""
+        return self.metric in DIFFERENTIABLE_METRICS
+
+    def gradient(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """g = ∇U(arrays), one float64 array per state key (zeros for integer entries), where
+        U = (1/N) Σ_b (summed metric of held-out batch b); see the module docstring."""
+        return self._derivative("gradient", arrays, None)
+
+    def hessian_vector_product(self, arrays: Mapping[str, np.ndarray],
+                               vector: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """H v = ∇²U(arrays) v for a ``vector`` shaped like the state (its integer entries are
+        ignored), one float64 array per state key, by double backward: ∇(∇U · v)."""
+        missing = [k for k in self.keys if k not in vector]
+        if missing:
+            raise KeyError(f"vector: expected the model's state keys {self.keys}; missing {missing}.")
+        return self._derivative("hessian_vector_product", arrays, vector)
+
+    def _derivative(self, name: str, arrays: Mapping[str, np.ndarray],
+                    vector: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """∇U (``vector`` None) or ∇²U v at ``arrays``, in float64 when the model takes it."""
+        if not self.differentiable:
+            raise ValueError(f"metric: {name} needs a utility differentiable in the state, metric one of "
+                             f"{list(DIFFERENTIABLE_METRICS)}; this one scores {self.metric!r} (a count of argmax hits, "
+                             "whose gradient is zero almost everywhere).")
+        state = self.tensors(arrays)
+        floating = [k for k in self.keys if state[k].is_floating_point()]
+        try:
+            return self._summed_derivative(state, floating, vector, torch.float64)
+        except (RuntimeError, TypeError):  # a model holding tensors of its own that cannot widen: its own dtype
+            return self._summed_derivative(state, floating, vector, None)
+
+    def _summed_derivative(self, state: Mapping[str, torch.Tensor], floating: Sequence[str],
+                           vector: Mapping[str, np.ndarray] | None, dtype: torch.dtype | None) -> dict[str, np.ndarray]:
+        """Σ_b over the held-out batches of the derivative of batch b's summed metric, over N."""
+        leaves = {k: (state[k] if dtype is None else state[k].to(dtype)).detach().requires_grad_() for k in floating}
+        fixed = {k: v for k, v in state.items() if k not in leaves}
+        directions = None if vector is None else [
+            torch.as_tensor(np.asarray(vector[k]), device=self.device).to(leaves[k].dtype) for k in floating]
+        totals = [torch.zeros_like(leaf, dtype=torch.float64) for leaf in leaves.values()]
+        with torch.enable_grad():
+            for b in range(self.num_batches):
+                x = self.x[self.batch_rows(b)]
+                x = x.to(dtype) if dtype is not None and x.is_floating_point() else x
+                out = torch.func.functional_call(self.model, {**fixed, **leaves}, (x,))
+                total = self._summed_metric(out, self.y[self.batch_rows(b)])
+                first = torch.autograd.grad(total, list(leaves.values()), create_graph=vector is not None,
+                                            allow_unused=True)
+                if directions is not None:
+                    product = sum((g * d).sum() for g, d in zip(first, directions) if g is not None)
+                    first = torch.autograd.grad(product, list(leaves.values()), allow_unused=True) \
+                        if torch.is_tensor(product) and product.requires_grad else [None] * len(leaves)
+                for k, g in enumerate(first):
+                    if g is not None:
+                        totals[k] += g.detach().double()
+        by_key = {k: (t / len(self.x)).cpu().numpy() for k, t in zip(floating, totals)}
+        return {k: by_key[k] if k in by_key else np.zeros(tuple(state[k].shape)) for k in self.keys}
 
     # -- metric ------------------------------------------------------------------------
 

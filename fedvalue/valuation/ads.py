@@ -259,8 +259,13 @@ def _subset_masks(base: int, positions: np.ndarray) -> list[int]:
 
 def _exact_group(game: CoalitionGame, base: int, positions: np.ndarray) -> np.ndarray:
     """Eq. 9 for one group on top of ``base`` = U_{t−1}; returns φ in group order."""
-    size = len(positions)
-    utilities = game.values(_subset_masks(base, positions))
+    return subset_form(game.values(_subset_masks(base, positions)), len(positions))
+
+
+def subset_form(utilities: np.ndarray, size: int) -> np.ndarray:
+    """Eq. 9 from a table of the 2^size coalition values of one group (entry s: the coalition of the
+    players whose bits s holds, player k at bit k): φ_k = Σ_{S∌k} [v(S∪{k}) − v(S)] / (size · C(size−1, |S|)),
+    in player order."""
     local = np.arange(1 << size, dtype=np.int64)
     popcount = np.zeros(1 << size, dtype=np.int64)
     for k in range(size):

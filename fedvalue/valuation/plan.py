@@ -14,10 +14,12 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from fedvalue.valuation.settings import AdsSettings
+from fedvalue.valuation.settings import EXPANSION_METHODS, AdsSettings
 
 #: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
 MAX_EXACT_GROUP_SIZE = 25
+#: Coalitions an expansion method evaluates (:mod:`fedvalue.valuation.taylor`): the anchors v(∅) and v(I_t).
+EXPANSION_COST = 2
 
 
 def mc_num_permutations(num_players: int, epsilon: float, delta: float, r: float = 1.0) -> int:
@@ -58,6 +60,11 @@ def budget_method(method: str, sizes: Sequence[int], budget: int, exact_cost: in
     method is checked to fit. ValueError naming ``budget`` when nothing fits."""
     if max_evaluations is not None and budget > max_evaluations:
         raise ValueError(f"budget: {budget} evaluations asked for, more than max_evaluations={max_evaluations}.")
+    if method in EXPANSION_METHODS:
+        if budget < EXPANSION_COST:
+            raise ValueError(f"budget: {method} evaluates the round's anchors v(∅) and v(I_t), {EXPANSION_COST} "
+                             f"evaluations; the budget is {budget}. Raise it.")
+        return method
     if method == "auto":
         if exact_cost is not None and exact_cost <= budget:
             return "exact"
@@ -104,9 +111,27 @@ class AdsPlan:
     caps: dict
 
 
+def plan_expansion(settings: AdsSettings) -> int:
+    """The coalitions an expansion method (:data:`~fedvalue.valuation.settings.EXPANSION_METHODS`) evaluates,
+    :data:`EXPANSION_COST`: the anchors; ValueError naming ``budget`` or ``max_evaluations`` when they do not
+    fit (with LOO, :func:`fedvalue.valuation.round_game.value_round` gives ADS the budget less LOO's n + 1)."""
+    if settings.budget is not None:
+        budget_method(settings.method, [], settings.budget, None, settings.max_evaluations)
+    if settings.max_evaluations is not None and settings.max_evaluations < EXPANSION_COST:
+        raise ValueError(f"max_evaluations: {settings.method} evaluates the round's anchors v(∅) and v(I_t), "
+                         f"{EXPANSION_COST} evaluations; max_evaluations={settings.max_evaluations}. Raise it.")
+    return EXPANSION_COST
+
+
 def plan_ads(groups: Sequence[Sequence[Hashable]], settings: AdsSettings) -> AdsPlan:
     """The :class:`AdsPlan` of ADS over ``groups`` (validated) under ``settings``; ValueError
-    naming ``method``, ``max_evaluations`` or ``budget`` when the call cannot fit."""
+    naming ``method``, ``max_evaluations`` or ``budget`` when the call cannot fit (an expansion
+    method is not planned here: :func:`plan_expansion`)."""
+    if settings.method in EXPANSION_METHODS:
+        raise ValueError(f"method: {settings.method!r} values a round of FedAvg's family from its structure (the "
+                         "round game's expansion at A_{t−1}), which a game of coalition values does not hold; call "
+                         "fedvalue.valuation.round_game.value_round on the game fedavg_round_game builds, or take an "
+                         "estimator of coalitions ('auto', 'exact', 'mc', ...).")
     n = sum(len(g) for g in groups)
     largest = max(len(g) for g in groups)
     exact_cost = exact_num_coalitions(groups) if largest <= MAX_EXACT_GROUP_SIZE else None

@@ -37,7 +37,8 @@ from fedvalue.valuation.plan import exact_num_coalitions
 from fedvalue.valuation.game import CoalitionGame, Progress
 from fedvalue.valuation.loo import loo
 from fedvalue.valuation.result import ValuationResult
-from fedvalue.valuation.settings import COALITION_RULES, FIXED_WEIGHT, RENORMALIZED, AdsSettings
+from fedvalue.valuation.settings import COALITION_RULES, EXPANSION_METHODS, FIXED_WEIGHT, RENORMALIZED, AdsSettings
+from fedvalue.valuation.taylor import FedAvgRound, expansion_ads
 from fedvalue._checks import check_choice
 from fedvalue.schema import Method, VALUATION_METHODS as SCHEMA_VALUATION_METHODS
 
@@ -154,12 +155,19 @@ def fedavg_round_game(
     first layer's products; others get the materialized states. v(∅) = U(A_{t−1}) and
     v(I_t) = U(A_t) are always scored on the plain path, so the round's anchors equal
     what anyone recomputes from the saved states, bit for bit.
+
+    The game carries the round it was built from as ``fedavg_round`` (a
+    :class:`~fedvalue.valuation.taylor.FedAvgRound`), from which :func:`value_round` computes the
+    expansion methods (:data:`~fedvalue.valuation.settings.EXPANSION_METHODS`).
     """
     check_choice("coalition_rule", rule, COALITION_RULES)
+    structure = FedAvgRound(tuple(client_ids), start_arrays, tuple(client_arrays), tuple(float(w) for w in weights),
+                            utility, rule)
     aggregate = coalition_aggregator(rule, client_ids, start_arrays, client_arrays, weights)
     if not getattr(utility, "supports_linear", False):
-        return round_game(client_ids, start_arrays, aggregate, utility,
-                          batch_utility=getattr(utility, "batch", None))
+        game = round_game(client_ids, start_arrays, aggregate, utility, batch_utility=getattr(utility, "batch", None))
+        game.fedavg_round = structure
+        return game
     position = {c: k for k, c in enumerate(client_ids)}
     weights = np.asarray(weights, dtype=np.float64)
     total = float(weights.sum())
@@ -203,6 +211,7 @@ def fedavg_round_game(
         return values
 
     game = CoalitionGame(None, client_ids, batch_utility=batch)
+    game.fedavg_round = structure
     return game
 
 
@@ -313,6 +322,10 @@ def value_round(
     unless exact enumeration fits in it (exact covers LOO's coalitions). ``progress`` is told
     (coalitions evaluated, coalitions planned) as the valuation goes
     (:meth:`fedvalue.valuation.game.CoalitionGame.watch`); it changes nothing that is computed.
+
+    An expansion method (``settings.method`` ``"first-order"`` or ``"second-order"``) values ADS from the
+    structure a game of :func:`fedavg_round_game` carries (:func:`fedvalue.valuation.taylor.expansion_ads`),
+    evaluating the anchors v(∅) and v(I_t) only; ValueError naming ``method`` for any other game.
     """
     settings = AdsSettings() if settings is None else settings
     if not isinstance(settings, AdsSettings):
@@ -331,7 +344,10 @@ def value_round(
             if settings.budget is not None:  # LOO's evaluations come out of the same budget
                 settings = dataclasses.replace(settings, budget=ads_share_of_budget(settings.budget, len(players),
                                                                                     methods))
-            results[Method.ADS] = ads(game, [players], settings, seed=seed)
+            if settings.method in EXPANSION_METHODS:
+                results[Method.ADS] = expansion_ads(game, settings, seed=seed)
+            else:
+                results[Method.ADS] = ads(game, [players], settings, seed=seed)
         if Method.LOO in methods:
             results[Method.LOO] = loo(game, players)
         before, after = game.values([0, game.full_mask])

@@ -13,9 +13,14 @@ from typing import Literal
 from fedvalue._checks import check_choice, check_integer, check_non_negative, check_number, check_open_unit, check_positive
 from fedvalue.schema import VALUATION_METHODS
 
-Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap"]
-#: Every ``method`` :func:`fedvalue.valuation.ads.ads` takes.
-METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
+Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", "first-order",
+                 "second-order"]
+#: The estimators that value a round of FedAvg's family from its structure (the round game's Taylor
+#: expansion at A_{t−1}, :mod:`fedvalue.valuation.taylor`), with no coalition evaluated but v(∅) and v(I_t).
+EXPANSION_METHODS = ("first-order", "second-order")
+#: Every ``method`` :class:`AdsSettings` takes: :func:`fedvalue.valuation.ads.ads`'s, and the expansions that
+#: :func:`fedvalue.valuation.round_game.value_round` computes from a FedAvg round's structure.
+METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", *EXPANSION_METHODS)
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,10 @@ class AdsSettings:
         ``"exact"`` (subset form, Eq. 9), ``"mc"`` (Alg. 1), ``"tmc"``, ``"antithetic"``,
         ``"stratified"``, ``"kernelshap"`` (:mod:`fedvalue.valuation.ads`) or ``"auto"``: exact when
         1 + Σ_t (2^{|D_t|} − 1) ≤ m*·n, otherwise MC, or with ``stderr_target`` the sampler a
-        pilot projects to be cheapest.
+        pilot projects to be cheapest. ``"first-order"`` and ``"second-order"`` value a round of
+        FedAvg's family from the Taylor expansion of its round game at A_{t−1} (the Shapley value of the
+        expanded game, :mod:`fedvalue.valuation.taylor`), for a differentiable utility only; they evaluate
+        no coalition but v(∅) and v(I_t) and are efficient for the expanded game, not for the round game.
     epsilon, delta, r
         MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range of width r
         (r = 1 for accuracy).
@@ -64,7 +72,7 @@ class AdsSettings:
         if self.method not in METHODS:
             raise ValueError(
                 f"method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; "
-                f"got {self.method!r}."
+                f"got {self.method!r} (a round of FedAvg's family also takes 'first-order' or 'second-order')."
             )
         check_non_negative("truncation_tolerance", self.truncation_tolerance)
         check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)

@@ -136,6 +136,19 @@ class RayParallelUtility:
         self._basis_key += 1
         return _ParallelLinearStates(self, basis, self._basis_key)
 
+    @property
+    def differentiable(self) -> bool:
+        return self.utility.differentiable
+
+    def gradient(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """∇U, in this process (one pass over the held-out data: the actors would not shorten it)."""
+        return self.utility.gradient(arrays)
+
+    def hessian_vector_product(self, arrays: Mapping[str, np.ndarray],
+                               vector: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """∇²U v, in this process."""
+        return self.utility.hessian_vector_product(arrays, vector)
+
     # Life cycle ---------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -12,7 +12,9 @@ from flwr.serverapp.strategy import Strategy
 
 from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES, Acceptance
 from strategies.aggregation.counterfactual import aggregates_by_weighted_mean
-from fedvalue.valuation.settings import RENORMALIZED
+from fedvalue.schema import Method
+from fedvalue.valuation.settings import EXPANSION_METHODS, RENORMALIZED, ValuationSettings
+from fedvalue.valuation.taylor import check_expandable
 from strategies.book_settings import BookSettings
 from strategies.hooks.defences import defence_hook
 from strategies.hooks.fairness import fairness_hook
@@ -71,6 +73,26 @@ def hook_context(books: BookSettings, acceptance: Acceptance, strategy: Strategy
                          f"{type(strategy).__name__} aggregates by its own code, whose coalitions are what it "
                          "makes of them: use 'renormalized' with it.")
     return HookContext(books, acceptance, type(strategy).__name__, weighted_mean, query_data_key, coalition_rule)
+
+
+def check_expansion(valuation: ValuationSettings, books: BookSettings, strategy: Strategy, utility: object) -> None:
+    """ValueError naming ``method`` when the run books ADS by an expansion method (:mod:`fedvalue.valuation.taylor`)
+    that cannot value the rounds of a run of ``strategy`` keeping ``books`` with ``utility``, before the run
+    starts: it needs FedAvg's weighted mean, a differentiable U, and no book that values another game by the
+    same method (fairness, defences)."""
+    method = valuation.ads.method
+    if method not in EXPANSION_METHODS or Method.ADS not in valuation.methods:
+        return
+    if not aggregates_by_weighted_mean(strategy):
+        raise ValueError(f"method: {method!r} expands the round game of FedAvg's weighted mean; "
+                         f"{type(strategy).__name__} aggregates by its own code, whose coalitions have no such "
+                         "structure: use an estimator of coalitions ('auto', 'exact', 'mc', ...) with it.")
+    for name, kept in (("fairness", books.fairness is not None), ("defences", books.defences is not None)):
+        if kept:
+            raise ValueError(f"method: {method!r} values the accuracy game from its expansion; the {name} books value "
+                             "another game by the same method, which has no gradient and Hessian of its own: use an "
+                             f"estimator of coalitions with {name}, or book no {name}.")
+    check_expandable(utility, method)
 
 
 def run_hooks(context: HookContext) -> dict[str, RoundHook]:

@@ -210,6 +210,18 @@ class PinnedThreads:
         with torch_threads(self.threads):
             return _PinnedScorer(self.utility.linear(basis), self.threads)
 
+    @property
+    def differentiable(self) -> bool:
+        return self.utility.differentiable
+
+    def gradient(self, arrays):
+        with torch_threads(self.threads):
+            return self.utility.gradient(arrays)
+
+    def hessian_vector_product(self, arrays, vector):
+        with torch_threads(self.threads):
+            return self.utility.hessian_vector_product(arrays, vector)
+
 
 class _PinnedScorer:
     def __init__(self, scorer, threads: int) -> None:

@@ -165,3 +165,28 @@ def test_a_parquet_copy_a_round_behind_is_stale_not_tampered(tmp_path):
     changed.loc[changed.index[0], "value"] = changed["value"].iloc[0] * 2
     changed.to_parquet(run_dir / "ledger.parquet", index=False)
     assert "ledger.parquet differs from ledger.csv" in audit_run(run_dir).problems
+
+
+def test_group_efficiency_holds_only_rounds_valued_by_an_efficient_estimator(tmp_path):
+    """A round valued by a first- or second-order expansion books Σ φ ≠ utility_after − utility_before (the
+    expansion's remainder): the check leaves it out and says so; the same gap in an exact round is a finding."""
+    def run(name, method):
+        writer = LedgerWriter(tmp_path / name, config={"seed": 0})
+        for t, (gap, estimator) in enumerate([(0.0, "ads-exact"), (0.05, method)], start=1):
+            rows = [{"round": t, "client_id": c, "method": "ads", "value": 0.25, "stderr": 0.0, "num_examples": 10,
+                     "status": "ok"} for c in range(3)]
+            writer.write_round(RoundRow(round=t, clients="0 1 2", num_clients=3, num_failed=0, utility_before=0.0,
+                                        utility_after=0.75 - gap, utility_realized=0.75 - gap, num_evaluations=2,
+                                        valuation_seconds=0.01, ads_method=estimator, efficiency_gap=gap),
+                               [LedgerRow.from_mapping(row) for row in rows])
+        writer.close(2)
+        return audit_run(tmp_path / name)
+
+    expanded = run("expanded", "ads-second-order")
+    assert expanded.ok, expanded.problems
+    assert "group efficiency in 1 rounds (max gap 0.0e+00)" in expanded.checks
+    assert any(c.startswith("group efficiency not held in 1 rounds valued by a first- or second-order expansion")
+               for c in expanded.checks), expanded.checks
+    exact = run("exact", "ads-exact")
+    assert any(p.startswith("group efficiency: Σ ADS − (utility_after − utility_before) is 0.05 in round 2")
+               for p in exact.problems), exact.problems
