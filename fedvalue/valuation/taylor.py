@@ -42,7 +42,7 @@ Only a round game of FedAvg's family has this structure (:func:`fedvalue.valuati
 attaches it as :class:`FedAvgRound`), and only a differentiable U: ``differentiable`` true, with
 ``gradient(arrays)`` and ``hessian_vector_product(arrays, vector)``
 (:class:`fedvalue.scoring.torch_utilities.TorchModelUtility` with ``metric="neg_loss"`` or ``"neg_mse"``).
-First-order influence as a client's value: FedIF (arXiv 2509.25560); the fixed-weight step is the FL form
+First-order influence as a client's value: [FEDIF]; the fixed-weight step is the FL form
 of [RECIP]'s TracIn term, −(p_u Δ_u)·g.
 """
 
