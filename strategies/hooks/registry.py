@@ -10,11 +10,12 @@ from collections.abc import Callable
 
 from flwr.serverapp.strategy import Strategy
 
-from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES, Acceptance
-from strategies.aggregation.counterfactual import aggregates_by_weighted_mean
+from fedvalue._registry import Registry
 from fedvalue.schema import Method
 from fedvalue.valuation.settings import EXPANSION_METHODS, RENORMALIZED, ValuationSettings
 from fedvalue.valuation.taylor import check_expandable
+from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES, Acceptance
+from strategies.aggregation.counterfactual import aggregates_by_weighted_mean
 from strategies.book_settings import BookSettings
 from strategies.hooks.defences import defence_hook
 from strategies.hooks.fairness import fairness_hook
@@ -26,12 +27,12 @@ from strategies.hooks.value_weights import value_weight_hook
 HookFactory = Callable[[HookContext], RoundHook | None]
 
 #: name (the book kind's) -> factory, in the order a round calls the hooks.
-ROUND_HOOKS: dict[str, HookFactory] = {
+ROUND_HOOKS: Registry = Registry("round hook", "HookContext -> RoundHook | None", {
     "flows": flow_hook,
     "fairness": fairness_hook,
     "defences": defence_hook,
     "value_weights": value_weight_hook,
-}
+})
 
 #: How a run comes to offer what an acceptance policy may read (:class:`strategies.policies.acceptance.AcceptInputs`).
 OFFER_ADVICE = {
@@ -44,20 +45,12 @@ OFFER_ADVICE = {
 def register_round_hook(name: str, factory: HookFactory, *, replace: bool = False) -> None:
     """Register the hook ``factory`` of the book kind ``name`` (after the hooks registered before it);
     ValueError for a name already taken unless ``replace``."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name: expected a kind's name (an identifier); got {name!r}.")
-    if not callable(factory):
-        raise TypeError(f"factory: expected a callable HookContext -> RoundHook | None; got {type(factory).__name__}.")
-    if name in ROUND_HOOKS and not replace:
-        raise ValueError(f"name: a round hook {name!r} is registered already; pass replace=True to replace it.")
-    ROUND_HOOKS[name] = factory
+    ROUND_HOOKS.register(name, factory, replace=replace)
 
 
 def unregister_round_hook(name: str) -> None:
     """Remove the hook ``name``; ValueError naming the registered ones when there is none."""
-    if name not in ROUND_HOOKS:
-        raise ValueError(f"name: no round hook {name!r}; registered: {sorted(ROUND_HOOKS)}.")
-    del ROUND_HOOKS[name]
+    ROUND_HOOKS.unregister(name)
 
 
 def hook_context(books: BookSettings, acceptance: Acceptance, strategy: Strategy, *,

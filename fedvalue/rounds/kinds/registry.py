@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fedvalue._registry import Registry
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
 from fedvalue.rounds.kinds.claims import claims_book
 from fedvalue.rounds.kinds.defences import defences_book
@@ -20,7 +21,7 @@ from fedvalue.rounds.kinds.value_weights import value_weight_book
 BookKind = Callable[[RoundContext], RoundBook | None]
 
 #: name -> kind, in the order their rows follow.
-ROUND_BOOKS: dict[str, BookKind] = {
+ROUND_BOOKS: Registry = Registry("round book kind", "RoundContext -> RoundBook | None", {
     "selection": selection_book,
     "value_weights": value_weight_book,
     "flows": flows_book,
@@ -28,29 +29,20 @@ ROUND_BOOKS: dict[str, BookKind] = {
     "fair_curvature": fairness_curvature_book,
     "defences": defences_book,
     "claims": claims_book,
-}
+})
 
 
 def register_round_book(name: str, kind: BookKind, *, replace: bool = False) -> None:
     """Register the book kind ``name`` (its rows follow those of every kind registered before it);
     ValueError for a name already taken unless ``replace``."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name: expected a kind's name (an identifier); got {name!r}.")
-    if not callable(kind):
-        raise TypeError(f"kind: expected a callable RoundContext -> RoundBook | None; got {type(kind).__name__}.")
-    if name in ROUND_BOOKS and not replace:
-        raise ValueError(f"name: a round book kind {name!r} is registered already; pass replace=True to replace it.")
-    ROUND_BOOKS[name] = kind
+    ROUND_BOOKS.register(name, kind, replace=replace)
 
 
 def round_book(name: str) -> BookKind:
     """The kind registered as ``name``; ValueError naming the registered kinds for an unknown one."""
-    if name not in ROUND_BOOKS:
-        raise ValueError(f"name: expected a registered round book kind, one of {list(ROUND_BOOKS)}; got {name!r}.")
-    return ROUND_BOOKS[name]
+    return ROUND_BOOKS.named(name)
 
 
 def unregister_round_book(name: str) -> None:
     """Remove the kind ``name`` (ValueError naming the registered kinds for an unknown one)."""
-    round_book(name)
-    del ROUND_BOOKS[name]
+    ROUND_BOOKS.unregister(name)

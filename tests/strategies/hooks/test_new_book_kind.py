@@ -127,9 +127,9 @@ def test_a_policy_that_reads_what_no_book_offers_is_refused_when_the_strategy_is
 def test_the_registries_refuse_a_taken_name_and_name_the_registered_ones(registered):
     with pytest.raises(ValueError, match=f"name: a round hook '{KIND}' is registered already"):
         register_round_hook(KIND, lambda context: None)
-    with pytest.raises(ValueError, match=r"name: no round hook 'nothing'; registered: \["):
+    with pytest.raises(ValueError, match=r"name: expected a registered round hook, one of \[.*'update_norm'\]; got 'nothing'"):
         unregister_round_hook("nothing")
-    with pytest.raises(ValueError, match="name: expected a kind's name"):
+    with pytest.raises(ValueError, match="name: expected a round book kind's name"):
         register_round_book("not a name", update_norm_book)
-    with pytest.raises(TypeError, match="kind: expected a callable"):
+    with pytest.raises(TypeError, match=r"factory: expected a callable RoundContext -> RoundBook \| None; got int"):
         register_round_book("other", 3)
