@@ -26,7 +26,7 @@ from clients.behaviours import (
     SignFlip,
     flip_labels,
 )
-from clients.mods import TorchInferenceGradient, ValuationMod, valuation_mod
+from clients.mods import TorchInferenceGradient, ValuationMod, valuation_mod, valuation_query
 from clients.training import evaluate_model, get_model_arrays, set_model_arrays, train_locally
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "TorchInferenceGradient",
     "ValuationMod",
     "valuation_mod",
+    "valuation_query",
     "ColludingFreeRider",
     "CraftedUpdate",
     "DeltaWeightsFreeRider",

@@ -15,7 +15,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 from ray import cloudpickle
 
-from clients import ClientData, TorchInferenceGradient, make_client_app, valuation_mod
+from clients import ClientData, TorchInferenceGradient, make_client_app, valuation_mod, valuation_query
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
@@ -109,6 +109,32 @@ def test_a_template_app_with_the_mod_is_booked_by_partition_and_found_without_a_
     directory = [m for m in grid.sent if m.content.config_records.get("config", {}).get(QUERY_KEY) == "directory"]
     assert sorted(str(m.metadata.message_type) for m in directory) == ["evaluate"] * 4 + ["query"] * 4
     assert set(strategy.nodes.query_types.values()) == {MessageType.EVALUATE}
+
+
+def test_the_recipe_with_the_mods_query_handler_is_asked_once_and_no_node_raises(tmp_path):
+    """The documented recipe, ``app.query()(valuation_query)`` beside the mod: Flower hands the
+    server's queries (the directory's, TracIn's) to the mod at once. No ClientApp raises, so the
+    engine logs no ERROR traceback; the ledger is the fallback's, byte for byte."""
+    app = template_app([valuation_mod(inference_gradient=TorchInferenceGradient(make_model, inference_split))])
+    app.query()(valuation_query)
+    strategy, grid = run(app, tmp_path / "run", flows=True)
+    assert grid.errors == []
+    queries = [m for m in grid.sent if m.content.config_records.get("config", {}).get(QUERY_KEY) is not None]
+    assert len(queries) > NUM_CLIENTS and {str(m.metadata.message_type) for m in queries} == {MessageType.QUERY}
+    assert set(strategy.nodes.query_types.values()) == {MessageType.QUERY}
+    fallback = template_app([valuation_mod(inference_gradient=TorchInferenceGradient(make_model, inference_split))])
+    _, refused = run(fallback, tmp_path / "fallback", flows=True)
+    assert {kind for kind, _ in refused.errors} == {MessageType.QUERY}  # what the handler spares every node
+    assert (tmp_path / "run" / "ledger.csv").read_bytes() == (tmp_path / "fallback" / "ledger.csv").read_bytes()
+
+
+def test_the_query_handler_without_the_mod_says_the_mod_is_missing(tmp_path):
+    app = template_app()
+    app.query()(valuation_query)
+    with pytest.raises(RuntimeError, match=r"refused it \(first error: ValueError: valuation_query: the server's "
+                                           r"query reached the app's query handler, so the ClientApp has no "
+                                           r"valuation mod; build it as ClientApp\(mods=\[clients.valuation_mod"):
+        run(app, tmp_path / "run")
 
 
 def test_without_the_mod_the_sampler_says_what_to_add(tmp_path):

@@ -39,8 +39,9 @@ NUM_NODES = 3
 
 
 @pytest.fixture(scope="module")
-def app_run(tmp_path_factory) -> Path:
-    """The template app's two apps once, in this process: 3 nodes, 2 rounds, 2 clients a round."""
+def app_grid_run(tmp_path_factory) -> tuple[Path, EngineLikeGrid]:
+    """The template app's two apps once, in this process: 3 nodes, 2 rounds, 2 clients a round;
+    (run directory, the grid that carried its messages)."""
     run_dir = tmp_path_factory.mktemp("flower-app") / "run"
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(APP))
@@ -51,7 +52,12 @@ def app_run(tmp_path_factory) -> Path:
         run_config = {**APP_CONFIG, "run-dir": str(run_dir), "local-epochs": 1}  # the cheapest round
         grid = EngineLikeGrid(client_app, {701 + 13 * k: k for k in range(NUM_NODES)}, run_config)
         server_app(grid, Context(run_id=5, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
-    return run_dir
+    return run_dir, grid
+
+
+@pytest.fixture(scope="module")
+def app_run(app_grid_run) -> Path:
+    return app_grid_run[0]
 
 
 def audit(run_dir: Path, *options: str, capsys, monkeypatch) -> tuple[int, str]:
@@ -72,6 +78,15 @@ def test_the_template_app_books_every_sampled_client_by_partition(app_run):
     assert run.config["utility_reference"]["reference"] == UTILITY
     assert run.config["utility_reference"]["held_out_digest"].startswith("sha256:")
     assert {"flwr", "torch", "python"} <= set(run.config["versions"]) and run.config["platform"]
+
+
+def test_no_node_answers_with_an_error(app_grid_run):
+    """The mod's query handler lets Flower hand the server's queries to the mod: no ClientApp
+    raises (the engine would log each as an ERROR traceback), and no query is asked twice."""
+    _, grid = app_grid_run
+    assert grid.errors == []
+    queries = [m for m in grid.sent if m.content.config_records.get("config", {}).get("fedvalue-query")]
+    assert queries and {str(m.metadata.message_type) for m in queries} == {"query"}
 
 
 def test_the_cli_audit_says_intact_given_the_utility(app_run, capsys, monkeypatch):
@@ -121,6 +136,8 @@ def test_flwr_run_of_the_template_app_then_the_cli_audit_says_intact(tmp_path):
     assert (run_dir / "rounds.csv").exists(), printed[-3000:]
     assert f"fedvalue: round 2: 2 of 2 sampled clients valued, into {run_dir}" in printed, printed[-3000:]
     assert "fraction_evaluate" not in printed  # the template's settings make Flower warn about nothing
+    errors = [line for line in printed.splitlines() if line.lstrip("\x1b[0123456789;m").startswith("ERROR")]
+    assert errors == [], printed[-3000:]  # the query handler: no node refuses the server's queries
     assert not killed and not processes_with_home(env["FLWR_HOME"])
     audited = subprocess.run([sys.executable, "-m", "simulations.cli", "audit", str(run_dir), "--utility", UTILITY],
                              cwd=APP, capture_output=True, text=True, timeout=600)
