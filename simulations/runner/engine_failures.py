@@ -58,8 +58,8 @@ def engine_failure(error: BaseException, *, run_dir: str, committed: int, remove
     """``error`` as one :class:`EngineFailed` (module docstring), or None when it is not an
     engine failure. ``committed`` rounds are in ``run_dir`` (``removed``: the half-made
     directory of a new run that committed none was removed)."""
-    if isinstance(error, QueryTimedOut):
-        cause = f"engine: {error}"
+    if isinstance(error, QueryTimedOut):  # the simulation's own setting (--query-timeout on the command line)
+        cause = f"engine: {error.said_with('--query-timeout')}"
     elif isinstance(error, RuntimeError) and str(error) in _FLOWER_CRASH:
         root = _root(error)
         what = f"{type(root).__name__}: {printable(root, 300)}"

@@ -138,7 +138,7 @@ def test_the_query_handler_without_the_mod_says_the_mod_is_missing(tmp_path):
 
 
 def test_without_the_mod_the_sampler_says_what_to_add(tmp_path):
-    with pytest.raises(RuntimeError, match=r"no client reported its partition id.*mods=\[valuation_mod\(\)\]"):
+    with pytest.raises(RuntimeError, match=r"no node reported its partition id.*mods=\[valuation_mod\(\)\]"):
         run(template_app(), tmp_path / "run")
 
 

@@ -35,8 +35,8 @@ def _one_error_line(done: subprocess.CompletedProcess) -> str:
 def test_a_query_timeout_is_one_line_naming_the_option_and_leaves_no_directory(tmp_path):
     out = tmp_path / "run"
     line = _one_error_line(_run(out, "--query-timeout", "0.0001"))
-    assert "no client reported its partition id to the query within --query-timeout 0.0001 s" in line
-    assert "raise --query-timeout" in line and f"No round was committed, so {out} was removed" in line
+    assert "no node reported its partition id to the server's query: 3 of 3 nodes did not answer within 0.0001 s" in line
+    assert "need longer: raise --query-timeout." in line and f"No round was committed, so {out} was removed" in line
     assert not out.exists()
 
 
