@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import random as random_module
+import shutil
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from flwr.app import ArrayRecord
 
+from fedvalue.run import rundir
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
@@ -115,6 +117,8 @@ class RunState:
         #: The rows of the rounds committed so far (a resumed run's from its directory).
         self.rounds: list[RoundRow] = []
         self.opened = False
+        #: Whether :meth:`open` made the run directory (a new run into a path that did not exist).
+        self.made_dir = False
         #: Where a resumed run continues from (None: a new run).
         self.resumed: Restored | None = None
         self._resumed_random: RandomState | None = None
@@ -139,6 +143,7 @@ class RunState:
             return None
         if self.checkpoint:
             capture_state(parts)  # a state that is not data is refused before anything is written
+        self.made_dir = not self.resume and not rundir.resolve(self.run_dir).exists()
         config = self.settings.run_config if config is None else config
         if parts.claims is not None:  # the audit allows claim rows only in a run whose run.json names a review
             config = {**(config or {}), "claim_review": repr(parts.claims)}
@@ -195,6 +200,18 @@ class RunState:
         """Let go of the run directory's writer lock (the run ended, finished or not)."""
         if self.books is not None:
             self.books.release()
+
+    def remove_unstarted(self) -> str | None:
+        """After a failure: a new run that committed no round removes the directory it made
+        (run.json and the start checkpoint, nothing anyone can use) and returns its path; a
+        directory that was there before, a resumed run, or one that committed a round is kept
+        (None)."""
+        if not self.made_dir or self.rounds or self.run_dir is None:
+            return None
+        self.release()
+        path = rundir.resolve(self.run_dir)
+        shutil.rmtree(path, ignore_errors=True)
+        return None if path.exists() else str(path)
 
 
 def run_json(valuing, num_rounds: int | None) -> dict | None:

@@ -206,9 +206,16 @@ class ValuingStrategy(Strategy):
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
-        result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
-                               train_config=train_config, evaluate_config=evaluate_config,
-                               evaluate_fn=shifted_evaluate_fn)
+        try:
+            result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
+                                   train_config=train_config, evaluate_config=evaluate_config,
+                                   evaluate_fn=shifted_evaluate_fn)
+        except BaseException:
+            removed = self.run_state.remove_unstarted()
+            if removed is not None:
+                log(logging.WARNING, "fedvalue: the run failed before its first round committed; %s, which it had "
+                    "made, was removed", removed)
+            raise
         final = result.arrays if len(result.arrays) else initial_arrays
         for hook in self.hooks.values():
             hook.finish(final, self._idle_clients(grid, busy=()), self.ledger)

@@ -77,6 +77,25 @@ def test_runs_sharing_a_directory_query_each_node_once_and_keep_their_books(tmp_
         assert len(valued) == 2 * 3 * 2 and set(valued["client_id"].astype(int)) <= set(range(NUM_CLIENTS))
 
 
+def test_an_own_app_that_fails_before_its_first_round_leaves_no_directory_it_made(tmp_path):
+    """A ServerApp whose nodes never report a partition id: the run it started goes (it held
+    run.json and the start checkpoint, nothing anyone can use); a directory that was there
+    before keeps what the run wrote, as the docs say."""
+    grid = EngineLikeGrid(ClientApp(), NODES)  # no handler: every node refuses the query
+    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path / "new"),
+                               sampler=PartitionSampler(3, seed=0))
+    initial = numpy_to_arrays({k: v.detach().numpy() for k, v in model_factory().state_dict().items()})
+    with pytest.raises(QueryTimedOut):
+        strategy.start(grid, initial, num_rounds=2, timeout=60)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "given").mkdir()
+    strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path / "given"),
+                               sampler=PartitionSampler(3, seed=0))
+    with pytest.raises(QueryTimedOut):
+        strategy.start(grid, initial, num_rounds=2, timeout=60)
+    assert {"run.json", "checkpoint.json"} <= {p.name for p in (tmp_path / "given").iterdir()}
+
+
 def test_a_node_that_did_not_answer_is_asked_again():
     answered = []
 
