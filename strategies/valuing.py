@@ -252,7 +252,12 @@ class ValuingStrategy(Strategy):
         messages, available = list(self.strategy.configure_train(server_round, arrays, config, grid)), None
         if self.sampler is not None and messages:
             partitions = self.nodes.partition_map(grid, self.intake.query_timeout)
+            sampled_by_inner = len(messages)
             messages, available = retarget(messages, self.sampler, server_round, partitions, self.nodes.client_to_node)
+            chosen = sorted(self.nodes.node_to_client[int(m.metadata.dst_node_id)] for m in messages)
+            log(logging.INFO, "fedvalue: round %s: %s sends the round to %d of %d clients, partitions %s, in place "
+                "of the %d nodes the inner strategy sampled", server_round, type(self.sampler).__name__,
+                len(messages), len(partitions), chosen, sampled_by_inner)
         # The grid gives the messages ids when it sends them: each reply answers one node.
         self._configured = ConfiguredRound(start, [int(m.metadata.dst_node_id) for m in messages], messages, available)
         idle = self._idle_clients(grid, busy=self._configured.targets)

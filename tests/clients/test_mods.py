@@ -128,6 +128,24 @@ def test_the_recipe_with_the_mods_query_handler_is_asked_once_and_no_node_raises
     assert (tmp_path / "run" / "ledger.csv").read_bytes() == (tmp_path / "fallback" / "ledger.csv").read_bytes()
 
 
+def test_the_log_says_whose_sample_the_round_went_to(tmp_path, caplog):
+    """Flower's FedAvg logs the nodes it sampled; the wrapper's line after it says how many
+    clients the sampler sent the round to instead, and which."""
+    app = template_app([valuation_mod()])
+    app.query()(valuation_query)
+    caplog.set_level(logging.INFO, logger="flwr")
+    strategy, _ = run(app, tmp_path / "run")
+    lines = [r.getMessage() for r in caplog.records]
+    inner = [k for k, line in enumerate(lines) if line.startswith("configure_train: Sampled 4 nodes (out of 4)")]
+    ours = [k for k, line in enumerate(lines) if line.startswith("fedvalue: round ") and " sends the round to " in line]
+    assert len(inner) == len(ours) == 2 and all(k + 1 == j for k, j in zip(inner, ours))
+    booked = load_run(tmp_path / "run").ledger
+    for t, k in enumerate(ours, start=1):
+        chosen = sorted(booked.loc[(booked["round"] == t) & (booked["method"] == "ads"), "client_id"].astype(int))
+        assert lines[k] == (f"fedvalue: round {t}: PartitionSampler sends the round to 2 of 4 clients, partitions "
+                            f"{chosen}, in place of the 4 nodes the inner strategy sampled")
+
+
 def test_the_query_handler_without_the_mod_says_the_mod_is_missing(tmp_path):
     app = template_app()
     app.query()(valuation_query)
