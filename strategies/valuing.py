@@ -201,8 +201,10 @@ class ValuingStrategy(Strategy):
         self._num_rounds = num_rounds
         self.open_books()
         if self.books is not None:
-            log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s", type(self.strategy).__name__,
-                list(self.methods), self.books.run_dir)
+            signer = self.run_state.settings.signer
+            log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s, %s", type(self.strategy).__name__,
+                list(self.methods), self.books.run_dir,
+                "unsigned" if signer is None else f"signed by key {signer.fingerprint} ({signer.algorithm})")
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
