@@ -49,9 +49,9 @@ def test_the_recipe_waits_for_the_superlink_before_flwr_run_and_says_why():
     assert "pkill" not in shell and "killall" not in shell and "ray stop" not in shell  # by PID only
 
 
-def _free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports nothing listens on."""
-    for base in range(20000, 60000, 97):
+def _free_ports(count: int, start: int = 20000) -> int:
+    """The first of ``count`` consecutive ports from ``start`` on that nothing listens on."""
+    for base in range(start, 60000, 97):
         sockets = []
         try:
             for port in range(base, base + count):
@@ -70,7 +70,8 @@ def _free_ports(count: int) -> int:
 @pytest.mark.slow
 def test_the_deployment_recipe_runs_as_written_and_stops_every_process_it_started(tmp_path):
     toml, shell, _ = recipe()
-    superlink, supernodes = _free_ports(1), _free_ports(3)
+    superlink = _free_ports(1)
+    supernodes = _free_ports(3, start=superlink + 1)
     moved = {"9000": str(superlink), "9100": str(supernodes)}
     shell, toml = (re.sub(r"\b(9000|9100)\b", lambda m: moved[m.group(1)], code) for code in (shell, toml))
     env = flower_env(tmp_path)
