@@ -13,8 +13,10 @@ after checking on copies that it fits (before the run directory is cut).
 from __future__ import annotations
 
 import copy
+import os
 import random as random_module
 import shutil
+from pathlib import Path
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -22,7 +24,7 @@ import numpy as np
 
 from flwr.app import ArrayRecord
 
-from fedvalue.run import rundir
+from fedvalue._checks import counted
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
@@ -143,7 +145,7 @@ class RunState:
             return None
         if self.checkpoint:
             capture_state(parts)  # a state that is not data is refused before anything is written
-        self.made_dir = not self.resume and not rundir.resolve(self.run_dir).exists()
+        self.made_dir = not self.resume and not Path(os.path.expanduser(os.fspath(self.run_dir))).exists()
         config = self.settings.run_config if config is None else config
         if parts.claims is not None:  # the audit allows claim rows only in a run whose run.json names a review
             config = {**(config or {}), "claim_review": repr(parts.claims)}
@@ -173,7 +175,7 @@ class RunState:
         the run holds more rounds than ``num_rounds``."""
         done = 0 if self.resumed is None else self.resumed.round
         if done > num_rounds:
-            raise ValueError(f"num_rounds: the run in {self.books.run_dir} already completed {done} rounds; got "
+            raise ValueError(f"num_rounds: the run in {self.books.run_dir} already completed {counted(done, 'round')}; got "
                              f"num_rounds={num_rounds}, so there is nothing to resume.")
         if not done:
             return 0, initial_arrays
@@ -206,10 +208,10 @@ class RunState:
         (run.json and the start checkpoint, nothing anyone can use) and returns its path; a
         directory that was there before, a resumed run, or one that committed a round is kept
         (None)."""
-        if not self.made_dir or self.rounds or self.run_dir is None:
+        if not self.made_dir or self.rounds or self.books is None:
             return None
         self.release()
-        path = rundir.resolve(self.run_dir)
+        path = self.books.run_dir  # resolved when the books opened
         shutil.rmtree(path, ignore_errors=True)
         return None if path.exists() else str(path)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fedvalue._checks import counted
 from fedvalue.run.rundir import printable
 
 VERIFIED, FAILED, NOT_VERIFIABLE = "verified", "failed", "not verifiable"
@@ -79,7 +80,6 @@ class AuditReport:
     def summary(self) -> str:
         """The audit's last line: the rounds and ledger rows (as read, when the audit stopped before
         checking them) and the verdict."""
-        rounds = f"{self.rounds} round{'' if self.rounds == 1 else 's'}"
-        rows = f"{self.ledger_rows} ledger row{'' if self.ledger_rows == 1 else 's'}"
         unchecked = "" if self.tables_checked or not self.stopped else " in its tables, not checked"
-        return f"{self.run_dir}: {rounds}, {rows}{unchecked}: {self.verdict}"
+        return (f"{self.run_dir}: {counted(self.rounds, 'round')}, {counted(self.ledger_rows, 'ledger row')}{unchecked}: "
+                f"{self.verdict}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import traceback
 
+from fedvalue._checks import counted
 from fedvalue.run.rundir import printable
 from strategies.intake.nodes import QueryTimedOut
 
@@ -73,6 +74,6 @@ def engine_failure(error: BaseException, *, run_dir: str, committed: int, remove
     if removed:
         cause += f". No round was committed, so {run_dir} was removed"
     else:
-        cause += (f". {run_dir} holds the {committed} rounds committed before it: continue with --resume {run_dir}"
+        cause += (f". {run_dir} holds the {counted(committed, 'round')} committed before it: continue with --resume {run_dir}"
                   if committed else f". No round was committed; continue with --resume {run_dir}")
     return EngineFailed(cause)
