@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulations.experiments.attacks.gains import gains_table, honest_cost
+from fedvalue import gains_table, honest_cost
+
 
 ATTACKS = ("none,sybil-split-2,sybil-split-4,sybil-split-8,sybil-replica-2,sybil-replica-4,sybil-replica-8,"
            "colluding-free-riders,delta-weights,dynamic-free-rider,crafted-update")

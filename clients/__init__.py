@@ -25,8 +25,10 @@ from clients.behaviours import (
     ScaledUpdate,
     SignFlip,
     flip_labels,
+    is_behaviour_reference,
+    load_behaviour,
 )
-from clients.mods import TorchInferenceGradient, ValuationMod, valuation_mod
+from clients.mods import TorchInferenceGradient, ValuationMod, valuation_mod, valuation_query
 from clients.training import evaluate_model, get_model_arrays, set_model_arrays, train_locally
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "SignFlip",
     "evaluate_model",
     "flip_labels",
+    "is_behaviour_reference",
+    "load_behaviour",
     "get_model_arrays",
     "make_client_app",
     "set_model_arrays",
@@ -49,6 +53,7 @@ __all__ = [
     "TorchInferenceGradient",
     "ValuationMod",
     "valuation_mod",
+    "valuation_query",
     "ColludingFreeRider",
     "CraftedUpdate",
     "DeltaWeightsFreeRider",

@@ -22,6 +22,9 @@ Manipulations (what the books do about each is in tests/strategies/policies/test
   client's update;
 - :class:`SignFlip` and :class:`BoostedUpdate` (both :class:`ScaledUpdate`): reply
   A_{t−1} − (w − A_{t−1}), resp. A_{t−1} + λ (w − A_{t−1}), for the honestly trained w.
+
+A behaviour of one's own is a :class:`ClientBehaviour` subclass; :func:`load_behaviour` builds
+it from its ``module:callable`` (as ``fedvalue run attacks --attack module:callable`` does).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedvalue._checks import check_integer, check_non_negative, check_number, check_unit_interval
+from fedvalue.run.run_info import check_reference, import_reference
 from clients.seeding import Seed, as_generator
 
 
@@ -309,3 +313,34 @@ class BoostedUpdate(ScaledUpdate):
         super().__init__(scale)
         if not self.scale > 1:
             raise ValueError(f"scale: expected a number > 1 (a boost); got {scale!r}. Use ScaledUpdate for others.")
+
+
+def is_behaviour_reference(name: object) -> bool:
+    """Whether ``name`` reads ``module:callable`` (a behaviour of one's own, :func:`load_behaviour`)."""
+    try:
+        check_reference(name, "attack")
+    except ValueError:
+        return False
+    return True
+
+
+def load_behaviour(reference: str) -> ClientBehaviour:
+    """The :class:`ClientBehaviour` the ``module:callable`` ``reference`` builds: the callable (a
+    ClientBehaviour subclass, or a function) is called with no arguments. The module is imported
+    with the working directory first on ``sys.path``; it runs that module's code. ValueError
+    naming the reference and what went wrong (not a reference, the module does not import, it
+    has no such name, calling it raised, it built no ClientBehaviour)."""
+    target = import_reference(reference, "attack", where="run from the directory that holds the module, or install it")
+    if isinstance(target, ClientBehaviour):
+        return target
+    if not callable(target):
+        raise ValueError(f"attack {reference!r}: expected a ClientBehaviour or a callable of no arguments building one; "
+                         f"got a {type(target).__name__}.")
+    try:
+        behaviour = target()
+    except Exception as error:  # noqa: BLE001 - the user's code: said, not raised through
+        raise ValueError(f"attack {reference!r}: calling it raised {type(error).__name__}: {error}") from None
+    if not isinstance(behaviour, ClientBehaviour):
+        raise ValueError(f"attack {reference!r}: expected it to build a clients.ClientBehaviour (subclass it and "
+                         f"override transform_training_data or transform_reply); got a {type(behaviour).__name__}.")
+    return behaviour

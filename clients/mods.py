@@ -13,11 +13,19 @@ differential-privacy mods are): ``ClientApp(mods=[valuation_mod()])``. The mod
   when the server asks for the inference gradient with a train message, adds it to the train
   reply, computed at the RECEIVED arrays before the app trains.
 
-Flower dispatches a message to a mod only when the ClientApp registered a handler for its type,
-and Flower's app template registers ``train`` and ``evaluate`` only; the server therefore asks
-a node that answered its ``query`` with an error again with an ``evaluate`` message carrying
-the marker (:class:`strategies.NodeDirectory`), which this mod answers before the app's own
-evaluate handler is reached.
+Flower dispatches a message to a mod only when the ClientApp registered a handler for its type
+(``flwr.clientapp.ClientApp.__call__`` looks the handler up first and raises ``ValueError: No
+query function registered with name 'default'`` without one; the runtime logs that as an ERROR
+traceback and sends an error reply). Flower's app template registers ``train`` and ``evaluate``
+only, so the recipe registers the no-op query handler :func:`valuation_query` beside the mod:
+
+    app = ClientApp(mods=[valuation_mod()])
+    app.query()(valuation_query)
+
+and the server's queries reach the mod at once. Without it the server still finds the
+partitions: it asks a node that answered its ``query`` with an error again with an ``evaluate``
+message carrying the marker (:class:`strategies.NodeDirectory`), which this mod answers before
+the app's own evaluate handler is reached; but every node then logs Flower's error first.
 
 Gradients need the model and the client's inference data: give ``inference_gradient`` (e.g.
 :class:`TorchInferenceGradient`). Without it, a server that books TracIn flows gets an error
@@ -167,6 +175,21 @@ def valuation_mod(partition_id: Callable[[Context], int] | None = None, *,
         (:class:`TorchInferenceGradient`); None: flows are not served.
     """
     return ValuationMod(partition_id, inference_gradient)
+
+
+def valuation_query(message: Message, context: Context) -> Message:
+    """The query handler a ClientApp with :func:`valuation_mod` registers: ``app.query()(valuation_query)``.
+
+    Flower hands a ``query`` message to the app's mods only when a query handler is registered
+    (module docstring); with this one the mod answers the server's queries and no node logs an
+    error. The server's own queries never reach it (the mod answers them first); any other query
+    gets an empty reply. A server query that does reach it means the mod is missing from the
+    ClientApp: that is said as an error reply naming the fix.
+    """
+    if _config(message.content).get(QUERY_KEY) is not None:
+        raise ValueError("valuation_query: the server's query reached the app's query handler, so the ClientApp "
+                         "has no valuation mod; build it as ClientApp(mods=[clients.valuation_mod()]).")
+    return Message(RecordDict(), reply_to=message)
 
 
 def _config(content: RecordDict) -> ConfigRecord | dict:

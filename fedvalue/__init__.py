@@ -11,6 +11,7 @@ imports flwr or ray. The torch side's face is :mod:`fedvalue.utilities`, the led
 
 from fedvalue.analysis.detection import detection_curve, detection_metrics, summarize_metrics
 from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
+from fedvalue.analysis.gains import gains_table, honest_cost, manipulation_gains
 from fedvalue.analysis.payout import paid_share
 from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
 from fedvalue.analysis.top_k_selection import retrain_plan
@@ -65,11 +66,14 @@ __all__ = [
     "detection_metrics",
     "exact_num_coalitions",
     "flagging_rates",
+    "gains_table",
+    "honest_cost",
     "knn_ads",
     "knn_loo",
     "knn_mc_ads",
     "knn_shapley",
     "loo",
+    "manipulation_gains",
     "marginal_flows",
     "mc_num_permutations",
     "mf_fit",

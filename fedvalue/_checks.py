@@ -127,3 +127,8 @@ def check_finite_array(name: str, values: object, ndim: int, shape_hint: str) ->
         where = tuple(int(a[0]) for a in np.nonzero(~np.isfinite(array)))
         raise ValueError(f"{name}: expected finite numbers; got {array[where]!r} at index {list(where)}.")
     return array
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun`` as a message says them: "1 round", "2 rounds", "0 rounds"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -1,13 +1,16 @@
 """The valuation ledger's public face: a run's books read back (:func:`load_run` gives a
 :class:`Run`: the tables as DataFrames, their rows typed as :class:`LedgerRow` and :class:`RoundRow`,
-and what they add up to), the two tables read alone, and the writer of a ledger of one's own.
+and what they add up to), the two tables read alone, a round's saved record (:func:`read_round`:
+A_{t−1} and what every client sent) and the updates in it (:func:`round_updates`), and the writer
+of a ledger of one's own.
 
 The names live in :mod:`fedvalue.analysis.run_summary`, :mod:`fedvalue.run.ledger_reader`,
-:mod:`fedvalue.run.ledger_tables` (the writer and the hash chain) and :mod:`fedvalue.schema`; code
-inside fedvalue imports those modules, not this one.
+:mod:`fedvalue.run.ledger_tables` (the writer and the hash chain), :mod:`fedvalue.run.archive` and
+:mod:`fedvalue.schema`; code inside fedvalue imports those modules, not this one.
 """
 
 from fedvalue.analysis.run_summary import Run, client_summary, load_run, run_summary
+from fedvalue.run.archive import RoundRecord, read_round, round_updates
 from fedvalue.run.ledger_reader import read_ledger_csv, read_rounds_csv
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import LedgerRow, RoundRow
@@ -15,11 +18,14 @@ from fedvalue.schema import LedgerRow, RoundRow
 __all__ = [
     "LedgerRow",
     "LedgerWriter",
+    "RoundRecord",
     "RoundRow",
     "Run",
     "client_summary",
     "load_run",
     "read_ledger_csv",
+    "read_round",
     "read_rounds_csv",
+    "round_updates",
     "run_summary",
 ]

@@ -3,6 +3,7 @@ arrays on the server side): :class:`ValuingStrategy` around any Flower strategy,
 policies it applies to clients, and the interfaces a new policy or kind of book implements."""
 
 from fedvalue.rounds.defences.settings import DefenceSettings
+from fedvalue.run.seals import Signer
 from fedvalue.run.settings import RunSettings
 from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from strategies.acceptance_policy import AcceptInputs, Acceptance
@@ -26,7 +27,7 @@ __all__ = [
     "AcceptAll", "Acceptance", "AcceptInputs", "AdsSettings", "BookSettings", "ClaimFlag", "ClaimReview",
     "DefenceSettings", "FairDropK", "FairReweight", "GreedyFedSampler", "HookContext", "IdleClients",
     "IntakeSettings", "NodeDirectory", "PartitionSampler", "PowerOfChoice", "Replay", "ReplaySampler",
-    "RepresentativesOnly", "RoundHook", "RoundView", "RunCallbacks", "RunInterrupted", "RunSettings", "Sampler",
+    "RepresentativesOnly", "RoundHook", "RoundView", "RunCallbacks", "RunInterrupted", "RunSettings", "Sampler", "Signer",
     "TopK", "ValuationSettings", "ValueEliminationSampler", "ValueWeightedSampler", "ValueWeighting",
     "ValuingStrategy", "arrays_to_numpy", "initial_arrays", "register_round_hook", "replay_aggregator",
     "train_config", "unregister_round_hook",

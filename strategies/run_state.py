@@ -13,14 +13,20 @@ after checking on copies that it fits (before the run directory is cut).
 from __future__ import annotations
 
 import copy
+import logging
+import os
 import random as random_module
+import shutil
+from pathlib import Path
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from flwr.app import ArrayRecord
+from flwr.supercore.logger import log
 
+from fedvalue._checks import counted
 from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.run.run_info import UTILITY_REFERENCE_KEY, package_versions, utility_entry
@@ -115,6 +121,8 @@ class RunState:
         #: The rows of the rounds committed so far (a resumed run's from its directory).
         self.rounds: list[RoundRow] = []
         self.opened = False
+        #: Whether :meth:`open` made the run directory (a new run into a path that did not exist).
+        self.made_dir = False
         #: Where a resumed run continues from (None: a new run).
         self.resumed: Restored | None = None
         self._resumed_random: RandomState | None = None
@@ -139,6 +147,7 @@ class RunState:
             return None
         if self.checkpoint:
             capture_state(parts)  # a state that is not data is refused before anything is written
+        self.made_dir = not self.resume and not Path(os.path.expanduser(os.fspath(self.run_dir))).exists()
         config = self.settings.run_config if config is None else config
         if parts.claims is not None:  # the audit allows claim rows only in a run whose run.json names a review
             config = {**(config or {}), "claim_review": repr(parts.claims)}
@@ -168,7 +177,7 @@ class RunState:
         the run holds more rounds than ``num_rounds``."""
         done = 0 if self.resumed is None else self.resumed.round
         if done > num_rounds:
-            raise ValueError(f"num_rounds: the run in {self.books.run_dir} already completed {done} rounds; got "
+            raise ValueError(f"num_rounds: the run in {self.books.run_dir} already completed {counted(done, 'round')}; got "
                              f"num_rounds={num_rounds}, so there is nothing to resume.")
         if not done:
             return 0, initial_arrays
@@ -195,6 +204,30 @@ class RunState:
         """Let go of the run directory's writer lock (the run ended, finished or not)."""
         if self.books is not None:
             self.books.release()
+
+    def remove_unstarted(self) -> str | None:
+        """After a failure: a new run that committed no round removes the directory it made
+        (run.json and the start checkpoint, nothing anyone can use), says so in the log and
+        returns its path; a directory that was there before, a resumed run, or one that committed
+        a round is kept (None)."""
+        if not self.made_dir or self.rounds or self.books is None:
+            return None
+        self.release()
+        path = self.books.run_dir  # resolved when the books opened
+        shutil.rmtree(path, ignore_errors=True)
+        if path.exists():
+            return None
+        log(logging.WARNING, "fedvalue: the run failed before its first round committed; %s, which it had made, "
+            "was removed", path)
+        return str(path)
+
+    def log_start(self, strategy_name: str, methods) -> None:
+        """The run's start line: the inner strategy, the methods, where the books are, and whether
+        the run is signed (by the key with which fingerprint)."""
+        signer = self.settings.signer
+        log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s, %s", strategy_name, list(methods),
+            self.books.run_dir, "unsigned" if signer is None else f"signed by key {signer.fingerprint} "
+            f"({signer.algorithm})")
 
 
 def run_json(valuing, num_rounds: int | None) -> dict | None:

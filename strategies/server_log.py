@@ -22,7 +22,7 @@ class ServerLog:
         """One line naming every sampled client not valued and why; and, once a run, loudly, that
         replies which say no partition id are booked under node ids that change every run, which
         no one can pay or rank."""
-        problems = [f"{r.client_id} {r.status} ({r.error})" for r in records if r.status in PROBLEM_STATUSES]
+        problems = [f"client {r.client_id} {r.status} ({r.error})" for r in records if r.status in PROBLEM_STATUSES]
         if problems:
             log(logging.WARNING, "round %s: %d of %d sampled clients not valued: %s", server_round, len(problems),
                 len(records), "; ".join(problems))
@@ -46,8 +46,16 @@ def round_line(server_round: int, ledger_rows: list, methods: tuple[str, ...], r
     where = "in memory" if run_dir is None else f"into {run_dir}"
     if not valued:
         return f"fedvalue: round {server_round}: 0 of {len(sampled)} sampled clients valued, {where}"
-    high = max(valued, key=lambda r: r.value)
-    low = min(valued, key=lambda r: r.value)
-    return (f"fedvalue: round {server_round}: {len(valued)} of {len(sampled)} sampled clients valued, {where}; "
-            f"{method} largest {high.value:.4g} (client {high.client_id}), smallest {low.value:.4g} "
-            f"(client {low.client_id})")
+    shown: dict[str, list] = {}  # values as the line prints them: clients whose values read the same are tied
+    for row in valued:
+        shown.setdefault(f"{row.value:.4g}", []).append(row)
+    ranked = sorted(shown.items(), key=lambda item: max(r.value for r in item[1]), reverse=True)
+    head = f"fedvalue: round {server_round}: {len(valued)} of {len(sampled)} sampled clients valued, {where}; {method} "
+    (high, first), (low, last) = ((text, [r.client_id for r in rows]) for text, rows in (ranked[0], ranked[-1]))
+    if len(shown) == 1:
+        return head + (f"{high} (client {first[0]})" if len(first) == 1 else f"{high} for all {len(first)} (a tie)")
+    return head + f"largest {high} ({_clients(first)}), smallest {low} ({_clients(last)})"
+
+
+def _clients(ids: list) -> str:
+    return f"client {ids[0]}" if len(ids) == 1 else f"clients {', '.join(map(str, ids))}, tied"

@@ -202,14 +202,17 @@ class ValuingStrategy(Strategy):
         self._num_rounds = num_rounds
         self.open_books()
         if self.books is not None:
-            log(logging.INFO, "fedvalue: valuing %s's clients by %s into %s", type(self.strategy).__name__,
-                list(self.methods), self.books.run_dir)
+            self.run_state.log_start(type(self.strategy).__name__, self.methods)
         offset, initial_arrays = self.run_state.continue_from(num_rounds, initial_arrays)
         self._round_offset = offset
         shifted_evaluate_fn = None if evaluate_fn is None else (lambda t, arrays: evaluate_fn(t + offset, arrays))
-        result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
-                               train_config=train_config, evaluate_config=evaluate_config,
-                               evaluate_fn=shifted_evaluate_fn)
+        try:
+            result = super().start(grid, initial_arrays, num_rounds=num_rounds - offset, timeout=timeout,
+                                   train_config=train_config, evaluate_config=evaluate_config,
+                                   evaluate_fn=shifted_evaluate_fn)
+        except BaseException:
+            self.run_state.remove_unstarted()
+            raise
         final = result.arrays if len(result.arrays) else initial_arrays
         for hook in self.hooks.values():
             hook.finish(final, self._idle_clients(grid, busy=()), self.ledger)

@@ -1,6 +1,7 @@
 """The suite's one check of the machine: the Debian packages some tests read (real data sets, a
 headless browser) are installed, or one line says which are missing and the command that
-installs them (never a traceback from deep inside a test)."""
+installs them (never a traceback from deep inside a test). And the small real run the tests
+of several folders read (:func:`signed_run`: Ray starts once a session for all of them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from simulations.cli.main import main
 
 #: Debian package -> how the suite tells it is installed (.ci/run installs the same list).
 OS_PACKAGES = {
@@ -36,3 +39,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     missing = missing_os_packages()
     if missing:
         pytest.exit(install_line(missing), returncode=4)
+
+
+TINY = ["--num-clients", "6", "--rounds", "3", "--clients-per-round", "2", "--local-epochs", "2", "--hidden", "8",
+        "--query-timeout", "600",  # a wait, not a duration: Ray actors start slowly on a loaded machine
+        "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def signed_run(tmp_path_factory):
+    """(run directory, private key, public key) of one small real ``noisy-clients`` run (seed 0, 6
+    clients, 3 rounds of 2, ``TINY``) signed with a fresh key, shared by every test that reads a
+    real run's books. Tests copy it before they change anything."""
+    base = tmp_path_factory.mktemp("signed")
+    private, public = base / "key.pem", base / "key.pub"
+    assert main(["keygen", str(private), str(public)]) == 0
+    assert main(["run", "noisy-clients", "--out", str(base / "run"), *TINY, "--sign-key", str(private)]) == 0
+    return base / "run", private, public

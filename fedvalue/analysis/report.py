@@ -387,7 +387,7 @@ def html_report(directory: str | Path | RunDir, out: str | Path | None = None) -
     try:
         run = open_run_dir(directory)
     except (FileNotFoundError, rundir.UnsafeRunFile):
-        raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {printable(directory)} is "
+        raise FileNotFoundError(f"run_dir: expected a run directory (fedvalue run's or a ValuingStrategy's); {printable(directory)} is "
                                 "none.") from None
     config = run.read_json(RUN_CONFIG_FILE) if run.is_file(RUN_CONFIG_FILE) else {}
     name = printable(config.get("simulation", "run") if isinstance(config, dict) else "run", 200)
@@ -434,6 +434,6 @@ def figure_dirs(directory: str | Path | RunDir) -> Sequence[RunDir]:
     try:
         run = open_run_dir(directory)
     except (FileNotFoundError, rundir.UnsafeRunFile):
-        raise FileNotFoundError(f"run_dir: expected a directory written by fedvalue run; {printable(directory)} is "
+        raise FileNotFoundError(f"run_dir: expected a run directory (fedvalue run's or a ValuingStrategy's); {printable(directory)} is "
                                 "none.") from None
     return [run] if run.exists(LEDGER_FILE) else [run.subdir(name) for name in _ledger_dirs(run)]

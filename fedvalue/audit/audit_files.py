@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import time
 
+from fedvalue._checks import counted
 from fedvalue.run import rundir
 from fedvalue.run.rundir import RunDir, printable
 from fedvalue.run.run_info import parse_run_config
@@ -315,7 +316,7 @@ def check_commitments(files: RunFiles, report, seals: list[dict], manifest: dict
         status.append(f"{SEALS_FILE}: rounds {[t for t in unsealed if t not in tolerated][:10]} carry no seal")
     if manifest is None:
         if planned is not None and present > planned:
-            report.problems.append(f"completeness: rounds.csv holds {present} rounds; run.json planned {planned}")
+            report.problems.append(f"completeness: rounds.csv holds {counted(present, 'round')}; run.json planned {planned}")
         elif planned is not None and present == planned:
             report.unverifiable.append(f"completeness: no final manifest ({MANIFEST_FILE}); the run holds all {planned} "
                                        "planned rounds but never committed to its end (killed before writing it, "
@@ -330,7 +331,7 @@ def check_commitments(files: RunFiles, report, seals: list[dict], manifest: dict
         report.problems.append(f"{MANIFEST_FILE}: names {printable(manifest.get('rounds'), 40)} rounds (complete: "
                                f"{printable(manifest.get('complete'), 20)}); rounds.csv holds {present}")
     if manifest.get("planned_rounds") != present:
-        report.problems.append(f"completeness: the run holds {present} rounds; "
+        report.problems.append(f"completeness: the run holds {counted(present, 'round')}; "
                                f"{printable(manifest.get('planned_rounds'), 40)} were planned")
     if planned is not None and manifest.get("planned_rounds") != planned:
         report.problems.append(f"{MANIFEST_FILE}: names {printable(manifest.get('planned_rounds'), 40)} planned rounds; "
@@ -338,5 +339,5 @@ def check_commitments(files: RunFiles, report, seals: list[dict], manifest: dict
     if manifest.get("head") != head:
         report.problems.append(f"{MANIFEST_FILE}: names another final chain head than rounds.csv")
     if len(report.problems) == before:
-        report.checks.append(f"the final manifest: {present} rounds as planned, the chain's head, the digests of "
+        report.checks.append(f"the final manifest: {counted(present, 'round')} as planned, the chain's head, the digests of "
                              f"{len(manifest['files'])} files")

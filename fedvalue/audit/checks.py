@@ -226,6 +226,7 @@ def _audit(files: RunFiles, report: AuditReport, options: _AuditOptions) -> None
     report.seed = config.get("seed")
     commitments = _verified_commitments(files, report, options)
     if commitments is None:
+        _count_unchecked(files, report)
         return
     seals, manifest = commitments
     checked = _checked_tables(files, report, options, config, complete=manifest is not None)
@@ -259,17 +260,33 @@ def _verified_commitments(files: RunFiles, report: AuditReport,
     verifier = options.verifier
     if verifier is not None:  # 6. signatures before anything is parsed; stop at the first failure
         if not check_signatures(verifier, seals, manifest, report):
+            report.key_failed, report.stopped = True, "the signatures"
             return None
         report.key_verified = True
         if not check_model_signature(files, verifier, manifest, report):
+            report.model_failed, report.stopped = True, "model.sig"
             return None
     elif files.exists(MODEL_SIGNATURE_FILE):
         report.notes.append(f"{MODEL_SIGNATURE_FILE}: not checked without the signer's public key (--public-key PEM); "
                             "model_signing verify key checks it too")
     if manifest is not None and options.pinned and not check_manifest_files(files, manifest, report,
                                                                              stop_at_first=True):
+        report.stopped = "the manifest's digests"
         return None
     return seals, manifest
+
+
+def _count_unchecked(files: RunFiles, report: AuditReport) -> None:
+    """The rounds and ledger rows the tables hold, counted as lines (nothing parsed, nothing
+    believed) when the audit stopped before checking them; unknown (0) for a table it cannot read."""
+    counts = []
+    for name in (ROUNDS_FILE, LEDGER_FILE):
+        try:
+            text = files.text(name) if files.exists(name) else ""
+        except (ValueError, OSError):
+            text = ""
+        counts.append(max(0, sum(1 for line in text.splitlines() if line.strip()) - 1))
+    report.rounds, report.ledger_rows = counts
 
 
 def _checked_tables(files: RunFiles, report: AuditReport, options: _AuditOptions, config: dict, *,
@@ -281,6 +298,7 @@ def _checked_tables(files: RunFiles, report: AuditReport, options: _AuditOptions
         return None
     ledger_table, rounds_table = lines
     report.rounds, report.ledger_rows = len(rounds_table.lines), len(ledger_table.lines)
+    report.tables_checked = True
     heads = check_chain(files, report, ledger_table.lines, rounds_table.lines)  # 1.
     report.head = heads[-1] if heads else None
     expect_head = options.expect_head

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fedvalue._checks import counted
 from fedvalue.run.rundir import printable
 
 VERIFIED, FAILED, NOT_VERIFIABLE = "verified", "failed", "not verifiable"
@@ -18,8 +19,11 @@ class AuditReport:
     ``ok`` is True when no check failed; ``intact`` (the verdict ``fedvalue audit`` exits 0
     on) when, besides, nothing went unverified. ``head`` (the chain's last hash), ``seed``
     (run.json's) and ``signed_by`` (the key fingerprint the manifest or seals name;
-    ``key_verified`` when their signatures were checked against a given key) say WHICH run
-    this is.
+    ``key_verified`` when their signatures were checked against a given key, ``key_failed``
+    when they do not verify with it, ``model_failed`` when ``model.sig`` does not) say WHICH run
+    this is. ``stopped`` names the check the audit stopped at before it read the tables (a
+    signature, ``model.sig``, the manifest's digests); ``rounds`` and ``ledger_rows`` then count
+    the tables' lines as the files hold them, unchecked (``tables_checked`` False).
     """
 
     run_dir: str
@@ -33,6 +37,10 @@ class AuditReport:
     seed: object = None
     signed_by: str | None = None
     key_verified: bool = False
+    key_failed: bool = False
+    model_failed: bool = False
+    stopped: str | None = None
+    tables_checked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -54,9 +62,24 @@ class AuditReport:
                 + [(NOT_VERIFIABLE, u) for u in self.unverifiable])
 
     def identity(self) -> str:
-        """Which run this is: its chain head, seed and signing key."""
-        key = ("unsigned" if self.signed_by is None else
-               f"signed by key {self.signed_by} ("
-               + ("verified with the given public key" if self.key_verified else "not verified: no public key given")
-               + ")")
-        return f"head {self.head or 'none'}, seed {printable(self.seed, 40)}, {key}"
+        """Which run this is: its chain head, seed and signing key, claiming only what was verified."""
+        if self.signed_by is None:
+            key = "unsigned"
+        elif self.key_failed:
+            key = f"names key {self.signed_by} (its signatures do NOT verify with the given public key)"
+        elif self.key_verified and self.model_failed:
+            key = (f"signed by key {self.signed_by} (its seals' and manifest's signatures verify with the given public "
+                   "key; model.sig does NOT)")
+        elif self.key_verified:
+            key = f"signed by key {self.signed_by} (verified with the given public key)"
+        else:
+            key = f"signed by key {self.signed_by} (not verified: no public key given)"
+        head = self.head or (f"not read (the audit stopped at {self.stopped})" if self.stopped else "none")
+        return f"head {head}, seed {printable(self.seed, 40)}, {key}"
+
+    def summary(self) -> str:
+        """The audit's last line: the rounds and ledger rows (as read, when the audit stopped before
+        checking them) and the verdict."""
+        unchecked = "" if self.tables_checked or not self.stopped else " in its tables, not checked"
+        return (f"{self.run_dir}: {counted(self.rounds, 'round')}, {counted(self.ledger_rows, 'ledger row')}{unchecked}: "
+                f"{self.verdict}")

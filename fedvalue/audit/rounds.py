@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from fedvalue._checks import counted
 from fedvalue.audit.audit_files import Budget, RunFiles
 from fedvalue.audit.round import (
     CappedUtility,
@@ -92,7 +93,7 @@ class _Outcome:
     def summarise(self, report: AuditReport, options: Recompute, config: dict) -> None:
         """The run-level lines: rounds recomputed, replies retrained, rounds left out and why."""
         if self.recomputed:
-            report.checks.append(f"recomputed every value of {self.recomputed} rounds from the saved arrays "
+            report.checks.append(f"recomputed every value of {counted(self.recomputed, 'round')} from the saved arrays "
                                  f"(largest difference {self.worst:.1e})"
                                  + (", each reply's weight and arrays from the run's seed"
                                     if options.retrain is not None else ""))

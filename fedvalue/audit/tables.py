@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from fedvalue._checks import counted
 from fedvalue.audit.audit_files import RunFiles
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.torn_tail import Table, split_torn_tail, table_of
@@ -96,7 +97,7 @@ def check_chain(files: RunFiles, report: AuditReport, ledger_lines: list[str], r
     if extra:
         report.problems.append(f"ledger.csv: rows for rounds {extra[:5]} that rounds.csv never committed")
     if broken is None:
-        report.checks.append(f"hash chain intact over {len(round_lines)} rounds")
+        report.checks.append(f"hash chain intact over {counted(len(round_lines), 'round')}")
     return heads
 
 
@@ -171,7 +172,7 @@ def check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: floa
         report.problems.append(f"group efficiency: Σ ADS − (utility_after − utility_before) is {worst:.3g} in round "
                                f"{gaps.idxmax() if gaps.notna().any() else '?'} (tolerance {tolerance:g})")
     else:
-        report.checks.append(f"group efficiency in {len(sums)} rounds (max gap {worst:.1e})")
+        report.checks.append(f"group efficiency in {counted(len(sums), 'round')} (max gap {worst:.1e})")
 
 
 def check_parquet(files: RunFiles, ledger: pd.DataFrame, ledger_chars: int, complete: bool,

@@ -334,6 +334,33 @@ def read_round_record(path: str | os.PathLike) -> RoundRecord:
     return round_record_from_bytes(run.read_bytes(name), run.show(name))
 
 
+def read_round(run_dir: str | os.PathLike | RunDir, server_round: int) -> RoundRecord:
+    """Round ``server_round``'s record in ``run_dir`` (what its books were decided from: A_{t−1},
+    every reply's arrays and weight, the gradients). FileNotFoundError naming the rounds that
+    have one when the run saved none for it (a run with ``save_records=False``); ValueError for
+    a file that is not a record."""
+    run = open_run_dir(run_dir)
+    names = round_record_names(run)
+    if server_round not in names:
+        raise FileNotFoundError(f"server_round: expected a round with a saved record in {run.show()} "
+                                f"({sorted(names) or 'none'}); got {server_round!r}.")
+    return round_record_from_bytes(run.read_bytes(names[server_round]), run.show(names[server_round]))
+
+
+def round_updates(run_dir: str | os.PathLike | RunDir, server_round: int) -> dict[Hashable, Arrays]:
+    """The update each client sent in round ``server_round``, Δ_i = w_i − A_{t−1} per array,
+    by client id in reply order (every ``ok`` or ``rejected`` reply: :attr:`RoundRecord.replies`),
+    read from the round's saved record (:func:`read_round`)."""
+    record = read_round(run_dir, server_round)
+    start = record.start_arrays
+    for client, reply in record.replies.items():
+        if set(reply) != set(start):
+            raise ValueError(f"round {server_round}: client {client}'s reply holds the arrays {sorted(reply)[:5]}, "
+                             f"not A_(t-1)'s {sorted(start)[:5]}; it has no update to take.")
+    return {client: {key: np.asarray(value) - np.asarray(start[key]) for key, value in reply.items()}
+            for client, reply in record.replies.items()}
+
+
 def _optional(value, kind):
     if value is None:
         return None

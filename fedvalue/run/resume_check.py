@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedvalue._checks import counted
 from fedvalue.run import rundir
 from fedvalue.run.archive import APPEND_ONLY_FILES, npz_from_bytes, read_checkpoint_pointer, state_from_bytes
 from fedvalue.run.ledger_tables import chain_from_lines, genesis_hash, table_lines
@@ -92,7 +93,7 @@ def verify_resume(run: RunDir, signer: Signer | None = None) -> ResumePlan:
     committed = committed_rounds(tables.get(ROUNDS_FILE, b"").decode("utf-8", "replace"))
     if run.exists(MANIFEST_FILE):
         unsigned = signer is not None and signer.signs_model and not run.exists(MODEL_SIGNATURE_FILE)
-        raise ValueError(f"resume: the run in {run.show()} already completed {committed} rounds (it holds its "
+        raise ValueError(f"resume: the run in {run.show()} already completed {counted(committed, 'round')} (it holds its "
                          "final manifest); there is nothing to resume."
                          + (f" Its {MODEL_SIGNATURE_FILE} is missing (stopped at its close): "
                             "fedvalue.run.model_signature.sign_closed_run(DIR, Signer.from_file(KEY)) writes it once "

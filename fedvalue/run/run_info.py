@@ -17,6 +17,7 @@ so (``--trust-run-utility``); :func:`load_utility` is the one place that imports
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import json
@@ -120,6 +121,34 @@ def _importable_from(directory: Path):
             sys.path.remove(entry)
 
 
+def import_reference(reference: str, name: str, *, search_path: str | Path | None = None,
+                     where: str = "run it where the module is importable (its project directory, or installed)"
+                     ) -> object:
+    """What the ``module:callable`` ``reference`` names (not called), its module imported with
+    ``search_path`` (default: the working directory) first on ``sys.path``. ValueError naming
+    ``name`` and the reference: not a reference; the module does not import (``where`` says
+    what to do); the module has no such name (with the module's close names, a likely typo).
+
+    This runs the named module's code: call it only on a reference the caller chose to trust.
+    """
+    module_name, _, attribute = check_reference(reference, name).partition(":")
+    try:
+        with _importable_from(Path.cwd() if search_path is None else Path(search_path)):
+            target = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - whatever the import does is reported, not raised through
+        raise ValueError(f"{name} {reference!r}: cannot import it ({type(error).__name__}: {error}); "
+                         f"{where}.") from None
+    for depth, part in enumerate(attribute.split(".")):
+        if not hasattr(target, part):
+            owner = ".".join([module_name, *attribute.split(".")[:depth]])
+            known = [n for n in dir(target) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, known, n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(f"{name} {reference!r}: {owner} imports, but has no {part!r}{hint}") from None
+        target = getattr(target, part)
+    return target
+
+
 def load_utility(reference: str, *, search_path: str | Path | None = None) -> Callable:
     """U rebuilt by calling the ``module:callable`` ``reference`` names, importing the module with
     ``search_path`` (default: the working directory) first on ``sys.path``.
@@ -132,15 +161,9 @@ def load_utility(reference: str, *, search_path: str | Path | None = None) -> Ca
         Naming the reference and what went wrong (not a reference, the import failed, no such
         callable, it raised, or it returned something that is not a utility).
     """
-    module_name, _, attribute = check_reference(reference).partition(":")
-    try:
-        with _importable_from(Path.cwd() if search_path is None else Path(search_path)):
-            target = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except Exception as error:  # noqa: BLE001 - whatever the import does is reported, not raised through
-        raise ValueError(f"utility {reference!r}: cannot import it ({type(error).__name__}: {error}); run the audit "
-                         "where the module is importable (its project directory, or installed).") from None
+    target = import_reference(reference, "utility", search_path=search_path,
+                              where="run the audit where the module is importable (its project directory, or "
+                                    "installed)")
     if not callable(target):
         raise ValueError(f"utility {reference!r}: expected a callable returning U; got a {type(target).__name__}.")
     try:

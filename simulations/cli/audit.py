@@ -102,6 +102,10 @@ def audit_command(args: argparse.Namespace) -> int:
     from fedvalue.run.rundir import printable, resolve
     from fedvalue.run.seals import Verifier
 
+    from fedvalue.run.run_info import check_reference
+
+    if args.utility is not None:
+        check_reference(args.utility)  # a malformed --utility is bad input (exit 2), before anything is read
     verifier = Verifier.from_file(args.public_key) if args.public_key else None
     if args.expect_head is not None and not re.fullmatch(r"[0-9a-f]{64}", args.expect_head):
         raise ValueError(f"expect_head: expected a chain head of 64 lowercase hex digits; got {args.expect_head!r}.")
@@ -136,8 +140,7 @@ def audit_command(args: argparse.Namespace) -> int:
     for note in report.notes:
         print(printable(f"note: {note}", 2000))
     print(f"run: {report.identity()}")
-    print(printable(f"{args.run_dir}: {report.rounds} rounds, {report.ledger_rows} ledger rows: {report.verdict}",
-                    2000))
+    print(printable(report.summary(), 2000))
     return 0 if report.intact else 1
 
 

@@ -122,6 +122,10 @@ def subcommand(commands, name: str, **options) -> argparse.ArgumentParser:
     return commands.add_parser(name, allow_abbrev=False, **options)
 
 
+#: Other spellings of an option (``--attack NAME`` for one attack).
+ALIASES = {"attacks": ("--attack",)}
+
+
 def add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
     """One ``--option`` per field of ``config_cls``, its engine options flat (``--num-cpus-per-client``,
     not one option for the nested :class:`~simulations.runner.engine_settings.EngineSettings`: see
@@ -140,7 +144,8 @@ def add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=Non
         else:
             parse, shown = hint, ("unset" if default is None else default)
         parser.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, type=parse, default=default, metavar=f.name.upper(),
+            "--" + f.name.replace("_", "-"), *ALIASES.get(f.name, ()), dest=f.name, type=parse, default=default,
+            metavar=f.name.upper(),
             help=plain(f"{own_help.get(f.name) or PARAMETER_HELP.get(f.name, '')} (default: {shown})"),
         )
 

@@ -10,7 +10,8 @@ from simulations.runner.console import print_run_summary
 
 def add_parser(commands) -> None:
     report = subcommand(commands, "report", help="print a run's per-client summary sorted by value")
-    report.add_argument("run_dir", help="a run directory written by fedvalue run")
+    report.add_argument("run_dir", help="a run directory written by fedvalue run or by a ValuingStrategy in your own "
+                                        "app (flwr run, simulate)")
     report.add_argument("--plots", action="store_true",
                         help="write PNG figures to DIR/figures/ (cumulative value, value heat map, flows, utility)")
     report.add_argument("--html", action="store_true",
@@ -36,7 +37,8 @@ def report_command(args: argparse.Namespace) -> int:
     try:  # opened once: every file below is read and written through it, every path printed is its
         run = RunDir(args.run_dir)
     except (FileNotFoundError, UnsafeRunFile):
-        what = "a directory written by fedvalue run" if args.plots or args.html else "a fedvalue run directory"
+        what = ("a run directory (fedvalue run's or a ValuingStrategy's)" if args.plots or args.html
+                else "a fedvalue run directory")
         raise FileNotFoundError(f"run_dir: expected {what}; {printable(args.run_dir)} is not a directory.") from None
     with run:
         if run.exists(LEDGER_FILE) or not (args.plots or args.html):
@@ -81,8 +83,9 @@ def _print_books(run_dir) -> None:
     lines = []
     try:  # everything is computed before anything is printed: a bad ledger gives one message
         summary = run.summary()
+        shown = summary.loc[:, summary.notna().any()]  # a column without data (noisy without ground truth) is left out
         with pd.option_context("display.max_rows", None, "display.width", 120):
-            lines.append(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+            lines.append(shown.to_string(float_format=lambda v: f"{v:.4f}"))
         if "noisy" in summary and summary["noisy"].notna().any():
             for column in [c for c in summary.columns if c.startswith("total_")]:
                 by_noise = summary.groupby("noisy")[column].mean()

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from fedvalue._checks import counted
 from fedvalue.schema import RoundRow
 
 
@@ -77,11 +78,11 @@ def print_federated_run(run, options: RunOptions) -> int:
     top-k selection keeps (:mod:`fedvalue.analysis.findings`), its flows summary when flows were booked."""
     from fedvalue.analysis.findings import findings_lines, run_findings
 
-    print(f"wrote {options.out} ({len(run.rounds)} rounds, {len(run.ledger)} ledger rows) in "
+    print(f"wrote {options.out} ({counted(len(run.rounds), 'round')}, {counted(len(run.ledger), 'ledger row')}) in "
           f"{options.elapsed():.1f}s")
     if len(run.rounds):
         print(f"held-out utility {run.rounds['utility_before'].iloc[0]:.4f} -> "
-              f"{run.rounds['utility_realized'].iloc[-1]:.4f} over {len(run.rounds)} rounds")
+              f"{run.rounds['utility_realized'].iloc[-1]:.4f} over {counted(len(run.rounds), 'round')}")
     for line in findings_lines(run_findings(run)):
         print(line)
     if run.first_order is not None:

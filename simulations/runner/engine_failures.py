@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import traceback
 
+from fedvalue._checks import counted
 from fedvalue.run.rundir import printable
 from strategies.intake.nodes import QueryTimedOut
 
@@ -58,8 +59,8 @@ def engine_failure(error: BaseException, *, run_dir: str, committed: int, remove
     """``error`` as one :class:`EngineFailed` (module docstring), or None when it is not an
     engine failure. ``committed`` rounds are in ``run_dir`` (``removed``: the half-made
     directory of a new run that committed none was removed)."""
-    if isinstance(error, QueryTimedOut):
-        cause = f"engine: {error}"
+    if isinstance(error, QueryTimedOut):  # the simulation's own setting (--query-timeout on the command line)
+        cause = f"engine: {error.said_with('--query-timeout')}"
     elif isinstance(error, RuntimeError) and str(error) in _FLOWER_CRASH:
         root = _root(error)
         what = f"{type(root).__name__}: {printable(root, 300)}"
@@ -73,6 +74,6 @@ def engine_failure(error: BaseException, *, run_dir: str, committed: int, remove
     if removed:
         cause += f". No round was committed, so {run_dir} was removed"
     else:
-        cause += (f". {run_dir} holds the {committed} rounds committed before it: continue with --resume {run_dir}"
+        cause += (f". {run_dir} holds the {counted(committed, 'round')} committed before it: continue with --resume {run_dir}"
                   if committed else f". No round was committed; continue with --resume {run_dir}")
     return EngineFailed(cause)

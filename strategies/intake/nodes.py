@@ -34,12 +34,51 @@ from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
+from fedvalue.run.rundir import printable
 from strategies.replies import claimed_partition, query_message, reply_node, sent_nodes
 from strategies.protocol import DIRECTORY_QUERY, PARTITION_ID_KEY
 
 
 class QueryTimedOut(RuntimeError):
-    """No node answered the partition query within its timeout (the run cannot sample)."""
+    """No node reported its partition id to the server's query (the run cannot sample): the nodes
+    refused it (each answered with an error), answered without an id, or did not answer within
+    the query timeout. The message says which, with the first error, and what to change.
+
+    ``str(error)`` names the knob of an own ServerApp (``IntakeSettings(query_timeout=...)``);
+    :meth:`said_with` names another (a simulation's ``query_timeout``, ``--query-timeout`` on the
+    command line)."""
+
+    def __init__(self, nodes: int, refused: Mapping[str, tuple[int, str]], unnamed: int, silent: int,
+                 timeout: float) -> None:
+        self.nodes, self.refused, self.unnamed, self.silent, self.timeout = nodes, dict(refused), unnamed, silent, timeout
+        super().__init__(self.said_with("IntakeSettings(query_timeout=…)"))
+
+    def __reduce__(self):
+        return type(self), (self.nodes, self.refused, self.unnamed, self.silent, self.timeout)
+
+    def said_with(self, knob: str) -> str:
+        """The message, naming ``knob`` as the setting that gives the nodes longer to answer."""
+        what = []
+        asked = {MessageType.QUERY: "refused it", MessageType.EVALUATE: "refused it again as an evaluate message"}
+        for kind, (count, first) in self.refused.items():
+            what.append(f"{count} of {self.nodes} nodes {asked.get(kind, 'refused it')} (first error: {first})")
+        if self.unnamed:
+            what.append(f"{self.unnamed} of {self.nodes} nodes answered without a partition id the server "
+                        f"could register (a ConfigRecord 'client' holding '{PARTITION_ID_KEY}')")
+        if self.silent:
+            what.append(f"{self.silent} of {self.nodes} nodes did not answer within {self.timeout:g} s")
+        if not what:
+            what.append("the grid lists no node")
+        fixes = []
+        if self.refused or self.unnamed:
+            fixes.append("the ClientApp must answer it: give it clients.valuation_mod (ClientApp(mods=[valuation_mod()]) "
+                         "and app.query()(valuation_query)), or an @app.query handler replying ConfigRecord 'client' "
+                         f"with '{PARTITION_ID_KEY}' (clients.make_client_app has one)")
+        if self.silent:
+            fixes.append(f"nodes that are slow to start (a loaded machine) need longer: raise {knob}")
+        advice = "; ".join(fixes)
+        return (f"sampler: no node reported its partition id to the server's query: {'; '.join(what)}. "
+                f"{advice[:1].upper()}{advice[1:]}.")
 
 
 class NodeDirectory:
@@ -63,18 +102,21 @@ class NodeDirectory:
         querying the nodes not yet known, waiting at most ``timeout`` seconds for their replies."""
         live = sorted(int(n) for n in grid.get_node_ids())
         unknown = [n for n in live if n not in self.node_to_client]
+        refusals: dict[str, tuple[int, str]] = {}
+        answers: dict[int, tuple[RecordDict, str]] = {}
         if unknown:
             answers, refused = self._ask(grid, unknown, MessageType.QUERY, timeout)
             if refused:  # no query handler: ask as evaluate, which clients.valuation_mod answers
-                answers.update(self._ask(grid, refused, MessageType.EVALUATE, timeout)[0])
+                refusals[MessageType.QUERY] = (len(refused), refused[0][1])
+                again, refused = self._ask(grid, [node for node, _ in refused], MessageType.EVALUATE, timeout)
+                answers.update(again)
+                if refused:
+                    refusals[MessageType.EVALUATE] = (len(refused), refused[0][1])
             self._register(answers, set(live))
         if not self.client_to_node:
-            raise QueryTimedOut(
-                f"sampler: no client reported its partition id to the query within query_timeout={timeout:g} s; "
-                "add clients.valuation_mod to the ClientApp (ClientApp(mods=[valuation_mod()])), or give it an "
-                "@app.query handler replying ConfigRecord 'client' with 'partition-id' (clients.make_client_app "
-                "has one). On a loaded machine raise --query-timeout."
-            )
+            refused_nodes = refusals.get(MessageType.EVALUATE, refusals.get(MessageType.QUERY, (0, "")))[0]
+            raise QueryTimedOut(len(live), refusals, unnamed=len(answers),
+                                silent=max(0, len(unknown) - len(answers) - refused_nodes), timeout=timeout)
         return {client: node for client, node in sorted(self.client_to_node.items()) if node in set(live)}
 
     def query_type(self, node_id: int) -> str:
@@ -83,17 +125,20 @@ class NodeDirectory:
         return self.query_types.get(node_id, MessageType.QUERY)
 
     def _ask(self, grid: Grid, nodes: list[int], message_type: str, timeout: float
-             ) -> tuple[dict[int, tuple[RecordDict, str]], list[int]]:
+             ) -> tuple[dict[int, tuple[RecordDict, str]], list[tuple[int, str]]]:
         """The directory query to ``nodes`` as ``message_type``: (node -> (answer, type)) for
-        the nodes that answered, and the nodes that answered with an error."""
+        the nodes that answered, and (node, error) for those that answered with an error, by node."""
         queries = [query_message(RecordDict(), n, message_type, DIRECTORY_QUERY) for n in nodes]
         self.queries_sent += len(queries)
         replies = list(grid.send_and_receive(queries, timeout=timeout))
         sent_to = sent_nodes(queries)
         answers = {reply_node(r, sent_to): (r.content, message_type) for r in replies if not r.has_error()}
-        refused = [node for node in (reply_node(r, sent_to) for r in replies if r.has_error())
-                   if node in nodes and node not in answers]
-        return answers, sorted(set(refused))
+        refused: dict[int, str] = {}
+        for reply in replies:
+            node = reply_node(reply, sent_to)
+            if reply.has_error() and node in nodes and node not in answers:
+                refused.setdefault(node, _error_text(reply))
+        return answers, sorted(refused.items())
 
     def _register(self, answers: Mapping[int, tuple[RecordDict, str]], live: set[int]) -> None:
         """Register the partition each answering node reports, unless the report is not an id,
@@ -118,3 +163,9 @@ class NodeDirectory:
                 self.node_to_client[node_id] = client_id
                 self.client_to_node[client_id] = node_id
                 self.query_types[node_id] = answers[node_id][1]
+
+
+def _error_text(reply) -> str:
+    """An error reply's reason in one line (Flower's reasons may hold a traceback)."""
+    reason = " ".join(str(reply.error.reason or "").split())
+    return printable(reason[:300] + ("..." if len(reason) > 300 else "")) if reason else f"code {reply.error.code}"

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 from flwr.app import Message
+from flwr.supercore.logger import log
 
 from fedvalue._checks import check_choice, check_integer, check_positive
 from fedvalue.analysis.flagging import FlaggingRule
@@ -198,6 +200,10 @@ def retarget(messages: list[Message], sampler: Sampler, server_round: int, parti
                            f"{len(registered)} registered partitions have a connected node (gone: {gone}); the run "
                            "stops here with every earlier round committed: resume it once the nodes are back.")
     chosen = sampler.sample(server_round, list(partitions))
+    # The inner strategy has logged its own 'Sampled N nodes'; say which clients get the round instead.
+    log(logging.INFO, "fedvalue: round %s: %s sends the round to %d of %d clients, partitions %s, in place of the "
+        "%d nodes the inner strategy sampled", server_round, type(sampler).__name__, len(chosen), len(partitions),
+        sorted(int(c) for c in chosen), len(messages))
     template = messages[0]
     retargeted = [Message(content=template.content, dst_node_id=partitions[client_id],
                           message_type=template.metadata.message_type, group_id=template.metadata.group_id or None)

@@ -15,7 +15,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 from ray import cloudpickle
 
-from clients import ClientData, TorchInferenceGradient, make_client_app, valuation_mod
+from clients import ClientData, TorchInferenceGradient, make_client_app, valuation_mod, valuation_query
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from simulations.datasets.models import make_mlp
@@ -111,8 +111,52 @@ def test_a_template_app_with_the_mod_is_booked_by_partition_and_found_without_a_
     assert set(strategy.nodes.query_types.values()) == {MessageType.EVALUATE}
 
 
+def test_the_recipe_with_the_mods_query_handler_is_asked_once_and_no_node_raises(tmp_path):
+    """The documented recipe, ``app.query()(valuation_query)`` beside the mod: Flower hands the
+    server's queries (the directory's, TracIn's) to the mod at once. No ClientApp raises, so the
+    engine logs no ERROR traceback; the ledger is the fallback's, byte for byte."""
+    app = template_app([valuation_mod(inference_gradient=TorchInferenceGradient(make_model, inference_split))])
+    app.query()(valuation_query)
+    strategy, grid = run(app, tmp_path / "run", flows=True)
+    assert grid.errors == []
+    queries = [m for m in grid.sent if m.content.config_records.get("config", {}).get(QUERY_KEY) is not None]
+    assert len(queries) > NUM_CLIENTS and {str(m.metadata.message_type) for m in queries} == {MessageType.QUERY}
+    assert set(strategy.nodes.query_types.values()) == {MessageType.QUERY}
+    fallback = template_app([valuation_mod(inference_gradient=TorchInferenceGradient(make_model, inference_split))])
+    _, refused = run(fallback, tmp_path / "fallback", flows=True)
+    assert {kind for kind, _ in refused.errors} == {MessageType.QUERY}  # what the handler spares every node
+    assert (tmp_path / "run" / "ledger.csv").read_bytes() == (tmp_path / "fallback" / "ledger.csv").read_bytes()
+
+
+def test_the_log_says_whose_sample_the_round_went_to(tmp_path, caplog):
+    """Flower's FedAvg logs the nodes it sampled; the wrapper's line after it says how many
+    clients the sampler sent the round to instead, and which."""
+    app = template_app([valuation_mod()])
+    app.query()(valuation_query)
+    caplog.set_level(logging.INFO, logger="flwr")
+    strategy, _ = run(app, tmp_path / "run")
+    lines = [r.getMessage() for r in caplog.records]
+    inner = [k for k, line in enumerate(lines) if line.startswith("configure_train: Sampled 4 nodes (out of 4)")]
+    ours = [k for k, line in enumerate(lines) if line.startswith("fedvalue: round ") and " sends the round to " in line]
+    assert len(inner) == len(ours) == 2 and all(k + 1 == j for k, j in zip(inner, ours))
+    booked = load_run(tmp_path / "run").ledger
+    for t, k in enumerate(ours, start=1):
+        chosen = sorted(booked.loc[(booked["round"] == t) & (booked["method"] == "ads"), "client_id"].astype(int))
+        assert lines[k] == (f"fedvalue: round {t}: PartitionSampler sends the round to 2 of 4 clients, partitions "
+                            f"{chosen}, in place of the 4 nodes the inner strategy sampled")
+
+
+def test_the_query_handler_without_the_mod_says_the_mod_is_missing(tmp_path):
+    app = template_app()
+    app.query()(valuation_query)
+    with pytest.raises(RuntimeError, match=r"refused it \(first error: ValueError: valuation_query: the server's "
+                                           r"query reached the app's query handler, so the ClientApp has no "
+                                           r"valuation mod; build it as ClientApp\(mods=\[clients.valuation_mod"):
+        run(app, tmp_path / "run")
+
+
 def test_without_the_mod_the_sampler_says_what_to_add(tmp_path):
-    with pytest.raises(RuntimeError, match=r"no client reported its partition id.*mods=\[valuation_mod\(\)\]"):
+    with pytest.raises(RuntimeError, match=r"no node reported its partition id.*mods=\[valuation_mod\(\)\]"):
         run(template_app(), tmp_path / "run")
 
 

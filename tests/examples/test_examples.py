@@ -80,6 +80,8 @@ def disturb_global_generators() -> None:
     torch.randn(11)
 
 
+@pytest.mark.slow  # a second run of the example; the default suite checks the generators in tests/simulations/runner/
+# test_api.py
 def test_an_unseeded_model_factory_gives_the_same_ledger_whatever_the_global_generators(own_model_run, tmp_path,
                                                                                       monkeypatch):
     """The example's model seeds nothing (torch.nn.Linear draws from torch's global generator).

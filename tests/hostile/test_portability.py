@@ -71,7 +71,7 @@ def made_here(tmp_path_factory) -> Path:
 
 
 #: The kernel sets of the default suite (each audit is a process of its own: ~10 s).
-QUICK = ("portable-aten-and-mkl-sse4.2", "one-openmp-thread")
+QUICK = ("portable-aten-and-mkl-sse4.2",)
 
 
 @pytest.mark.timeout(600)
@@ -110,6 +110,7 @@ def _shrunk_update(start, reply):
     return {k: (start[k] + 0.9 * (reply[k] - start[k])).astype(reply[k].dtype) for k in reply}
 
 
+@pytest.mark.slow  # the default suite audits the same run with the portable kernels (above)
 @pytest.mark.timeout(600)
 def test_a_forged_reply_fails_the_audit_with_other_kernels(made_here, tmp_path):
     forged = tmp_path / "forged"

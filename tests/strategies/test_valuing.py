@@ -235,3 +235,19 @@ def test_wrapper_bad_input(utility):
 def test_bad_estimator_settings_are_refused_when_the_strategy_is_made(utility):
     with pytest.raises(ValueError, match="delta: "):
         ValuingStrategy(FedAvg(), utility, valuation=ValuationSettings(ads=AdsSettings(delta=1.5)))
+
+
+def test_the_round_line_reads_ties_as_ties():
+    """Values the line prints the same are tied: no one client is named largest or smallest."""
+    from fedvalue.schema import LedgerRow, Status
+    from strategies.server_log import round_line
+
+    def rows(*values):
+        return [LedgerRow(1, client, "ads", value, None, 10, Status.OK) for client, value in enumerate(values)]
+
+    assert round_line(1, rows(0.25, 0.25), ("ads",), None) == ("fedvalue: round 1: 2 of 2 sampled clients valued, in "
+                                                               "memory; ads 0.25 for all 2 (a tie)")
+    assert round_line(1, rows(0.5, 0.1, 0.5, 0.1 + 1e-12), ("ads",), "/r").endswith(
+        "ads largest 0.5 (clients 0, 2, tied), smallest 0.1 (clients 1, 3, tied)")
+    assert round_line(1, rows(0.3, 0.2), ("ads",), "/r").endswith("ads largest 0.3 (client 0), smallest 0.2 (client 1)")
+    assert round_line(1, rows(0.3), ("ads",), "/r").endswith("; ads 0.3 (client 0)")

@@ -1,17 +1,20 @@
-"""fedvalue-app: A Flower / PyTorch app (Flower's template ClientApp, one line added)."""
+"""fedvalue-app: A Flower / PyTorch app (Flower's template ClientApp, two lines added)."""
 
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients import valuation_mod
+from clients import valuation_mod, valuation_query
 from fedvalue_app.task import Net, load_data
 from fedvalue_app.task import test as test_fn
 from fedvalue_app.task import train as train_fn
 
 # Flower ClientApp; fedvalue: the mod says which partition every reply is, and answers the
-# server's partition query.
+# server's queries. Flower hands a query to the mods only when a query handler is registered:
+# the mod's no-op one lets it through (without it every node logs an error before the server
+# asks again another way).
 app = ClientApp(mods=[valuation_mod()])
+app.query()(valuation_query)
 
 
 @app.train()

@@ -1,4 +1,5 @@
-"""fedvalue-app: A Flower / PyTorch app (Flower's template ServerApp, its strategy wrapped)."""
+"""fedvalue-app: A Flower / PyTorch app (Flower's template ServerApp, its strategy wrapped; its run
+config kept in run.json; signed when the run config names a key)."""
 
 import os
 
@@ -8,7 +9,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue_app.task import Net
-from strategies import PartitionSampler, ValuingStrategy
+from strategies import PartitionSampler, RunSettings, Signer, ValuingStrategy
 
 # Create ServerApp
 app = ServerApp()
@@ -30,11 +31,14 @@ def main(grid: Grid, context: Context) -> None:
 
     # Initialize FedAvg strategy; fedvalue: wrapped, its clients valued on the server's held-out data
     run_dir = os.path.expanduser(str(context.run_config["run-dir"])).replace("{run_id}", str(context.run_id))
+    sign_key = str(context.run_config.get("sign-key", ""))  # a PEM from `fedvalue keygen`; "" = unsigned
     strategy = ValuingStrategy(
         FedAvg(fraction_evaluate=fraction_evaluate),
         "fedvalue_app.task:held_out_utility",  # U, importable: `fedvalue audit` rebuilds it
         run_dir=run_dir,
         sampler=PartitionSampler(int(context.run_config["clients-per-round"]), seed=0),
+        run=RunSettings(run_config=dict(context.run_config),  # run.json keeps the app's run config
+                        sign_key=Signer.from_file(os.path.expanduser(sign_key)) if sign_key else None),
     )
 
     # Start strategy, run FedAvg for `num_rounds`

@@ -31,7 +31,7 @@ The attacks on identities, free-riders that replay and crafted updates (:mod:`.p
 ``dynamic-free-rider``, ``crafted-update``, and ``group-split`` for the KNN-ADS market,
 :mod:`.shell_groups`) and every option beyond the ones above (seeds, Dirichlet data,
 Fashion-MNIST, robust strategies, the defences' books) run the study of :mod:`.study` instead,
-whose gains are :mod:`.gains`; the runs above stay as they were.
+whose gains are :mod:`fedvalue.analysis.gains`; the runs above stay as they were.
 """
 
 from __future__ import annotations
@@ -59,13 +59,14 @@ from clients import (
     InflatedExampleCount,
     Replicator,
     SignFlip,
+    is_behaviour_reference,
+    load_behaviour,
     make_client_app,
 )
-from fedvalue import Status
+from fedvalue import Status, gains_table, honest_cost
 from fedvalue.ledger import load_run
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
-from simulations.experiments.attacks.gains import gains_table, honest_cost
 from simulations.experiments.attacks.plan import PLAIN_ATTACKS, is_study_attack, plan_of
 from simulations.experiments.attacks.shell_groups import shell_groups_table
 from simulations.experiments.attacks.study import (
@@ -285,9 +286,16 @@ def check_study(config: AttacksConfig) -> None:
             raise ValueError(f"{name}: expected distinct names from {list(allowed)}; got {list(values)}.")
     unknown = [a for a in config.attacks if not (is_study_attack(a) or a == GROUP_SPLIT)]
     if not config.attacks or unknown or len(set(config.attacks)) != len(config.attacks):
-        raise ValueError(f"attacks: expected distinct names from {list(PLAIN_ATTACKS) + [GROUP_SPLIT]} or "
-                         f"sybil-split-K / sybil-replica-K (K >= 2); got {list(config.attacks)} (the study reviews "
-                         "every claim against the registered sizes: inflated-count is reviewed there).")
+        raise ValueError(f"attacks: expected distinct names from {list(PLAIN_ATTACKS) + [GROUP_SPLIT]}, "
+                         f"sybil-split-K / sybil-replica-K (K >= 2) or a ClientBehaviour of your own as "
+                         f"module:callable; got {list(config.attacks)} (the study reviews every claim against the "
+                         "registered sizes: inflated-count is reviewed there).")
+    for attack in config.attacks:  # one's own, built here once: a misspelled one is said before Ray starts
+        if is_behaviour_reference(attack):
+            try:
+                load_behaviour(attack)
+            except ValueError as error:
+                raise ValueError(f"attacks: {error}") from None
     if not 0 <= config.attacker < config.num_clients:
         raise ValueError(f"attacker: expected a client id in [0, {config.num_clients}); got {config.attacker!r}.")
     if "replicator" in config.attacks and not (0 <= config.source < config.num_clients
@@ -477,6 +485,12 @@ def audit_from_run(saved: dict) -> dict:
 
 
 HELP = {
+    "attacks": "attacks to run, comma-separated (--attack names one). The single-seed measurement's: "
+               + ", ".join(ATTACKS) + " (none = the honest baseline). The study's (any of these, or any study "
+               "option, runs the study): " + ", ".join(a for a in PLAIN_ATTACKS if a not in ATTACKS)
+               + ", sybil-split-K, sybil-replica-K (K >= 2 identities), " + GROUP_SPLIT + " (the KNN-ADS market's "
+               "broker), and a ClientBehaviour of your own as module:callable (imported from the working "
+               "directory; client --attacker plays it; its gain is in gains.csv)",
     "dataset": "study: digits (embedded) or fashion-mnist (Debian's dataset-fashion-mnist)",
     "train_examples": "study, fashion-mnist: class-balanced training images shared by the clients (0 = all 60,000)",
     "holdout_examples": "study, fashion-mnist: class-balanced test images of the server's utility (0 = all 10,000)",

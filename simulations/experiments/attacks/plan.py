@@ -14,6 +14,7 @@ attack may add identities (ids N, N+1, ...), each a node of its own:
 ``crafted-update``         the attacker crafts its update (ACE-style)
 ``free-rider``, ``free-rider-noise``, ``inflated-count``, ``replicator``, ``sign-flip``, ``boost``
                            the single-client manipulations of :mod:`clients.behaviours`
+``module:callable``        the attacker plays a ClientBehaviour of one's own (:func:`clients.load_behaviour`)
 
 ``seats`` are the clients the attacking identities stand for: a gain divides what the
 identities earned by what those seats earned in the ``none`` run of the same seed, data and
@@ -39,6 +40,8 @@ from clients import (
     SignFlip,
     SybilReplica,
     SybilShard,
+    is_behaviour_reference,
+    load_behaviour,
 )
 
 #: Attacks of the study without a size in their name.
@@ -69,9 +72,10 @@ class RunPlan:
 
 
 def is_study_attack(name: str) -> bool:
-    """Whether ``name`` is an attack of the study (a sized Sybil attack needs K ≥ 2)."""
+    """Whether ``name`` is an attack of the study (a sized Sybil attack needs K ≥ 2; a
+    ``module:callable`` is a behaviour of one's own)."""
     match = SIZED.fullmatch(name)
-    return name in PLAIN_ATTACKS or (match is not None and int(match.group(2)) >= 2)
+    return name in PLAIN_ATTACKS or (match is not None and int(match.group(2)) >= 2) or is_behaviour_reference(name)
 
 
 def plan_of(attack: str, num_clients: int, attacker: int, colluders: int) -> RunPlan:
@@ -84,7 +88,7 @@ def plan_of(attack: str, num_clients: int, attacker: int, colluders: int) -> Run
     if attack == "colluding-free-riders":
         ring = tuple((attacker + k) % num_clients for k in range(colluders))
         return RunPlan(attack, base, ring, ring)
-    if attack not in PLAIN_ATTACKS:
+    if attack not in PLAIN_ATTACKS and not is_behaviour_reference(attack):
         raise ValueError(f"attack: expected one of {list(PLAIN_ATTACKS)} or sybil-split-K / sybil-replica-K with "
                          f"K >= 2; got {attack!r}.")
     return RunPlan(attack, base, () if attack == "none" else (attacker,), (attacker,))
@@ -132,4 +136,6 @@ def behaviour_of(plan: RunPlan, identity: int, settings: AttackSettings, *, coun
     }
     if kind == "replicator":  # its data is the source's, which the caller holds
         return Replicator(*source_data)
+    if kind not in single:  # a behaviour of one's own (is_study_attack said it is a module:callable)
+        return load_behaviour(kind)
     return single[kind]()

@@ -12,7 +12,7 @@ round; the claim review caps claims at each identity's registered size (its true
 Runs are grouped by how many identities take part (each is a node): one Flower engine per
 group, the runs of a group one after another on it. Run directories:
 ``OUT/<partition>-<strategy>-seed<S>/<attack>/``; tables: ``totals.csv`` (each client's total per
-book in each run), ``runs.csv`` (accuracy and flags per run) and ``gains.csv`` (:mod:`.gains`).
+book in each run), ``runs.csv`` (accuracy and flags per run) and ``gains.csv`` (:mod:`fedvalue.analysis.gains`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ class StudyRun:
 
     @property
     def directory(self) -> str:
-        return f"{self.scheme}-{self.strategy}-seed{self.seed}/{self.plan.attack}"
+        """Where its books go (a ``module:callable`` attack's name with ``-`` for ``:``)."""
+        return f"{self.scheme}-{self.strategy}-seed{self.seed}/{self.plan.attack.replace(':', '-')}"
 
 
 @functools.lru_cache(maxsize=2)

@@ -116,7 +116,7 @@ def test_cli_report_writes_plots_and_html_and_names_bad_directories(tmp_path, ca
     assert main(["report", str(tmp_path / "empty"), "--html"]) == 2
     assert "run_dir: expected a run directory" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing"), "--plots"]) == 2
-    assert "run_dir: expected a directory written by fedvalue run" in capsys.readouterr().err
+    assert "run_dir: expected a run directory (fedvalue run's or a ValuingStrategy's)" in capsys.readouterr().err
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

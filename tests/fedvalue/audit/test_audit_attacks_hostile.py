@@ -501,3 +501,34 @@ def test_the_audit_names_the_runs_head_seed_and_key(signed_run, capsys):
     assert code == 0 and f"run: head {head}, seed 0, signed by key {key} (verified with the given public key)" in out
     code, out = audit(run_dir, capsys, "--no-recompute")
     assert f"signed by key {key} (not verified: no public key given)" in out
+
+
+def test_after_a_signature_failure_the_summary_claims_nothing_unverified_and_counts_what_it_read(
+        signed_run, copy, tmp_path, capsys):
+    """A one-byte change: the seals still verify with the key, model.sig does not; a key that is
+    not the signer's: nothing verifies. Either way the audit stops, the run line says only what
+    was verified, and the last line counts the tables' rounds and rows as read, unchecked."""
+    _, _, public = signed_run
+    rounds, rows = (len(_lines(copy / name)) - 1 for name in ("rounds.csv", "ledger.csv"))
+    key = json.loads((copy / "manifest.json").read_text())["key"]
+    ledger = (copy / "ledger.csv").read_bytes()
+    (copy / "ledger.csv").write_bytes(ledger[:-3] + bytes([ledger[-3] ^ 1]) + ledger[-2:])
+    code, out = audit(copy, capsys, "--no-recompute", "--public-key", str(public))
+    lines = out.rstrip().splitlines()
+    assert code == 1 and "FAILED: " in out and "verified with the given public key)" not in out, out
+    assert lines[-2] == (f"run: head not read (the audit stopped at model.sig), seed 0, signed by key {key} (its seals' "
+                         "and manifest's signatures verify with the given public key; model.sig does NOT)")
+    assert lines[-1] == f"{copy}: {rounds} rounds, {rows} ledger rows in its tables, not checked: NOT intact"
+    assert main(["keygen", str(tmp_path / "other.pem"), str(tmp_path / "other.pub")]) == 0
+    capsys.readouterr()
+    code, out = audit(copy, capsys, "--no-recompute", "--public-key", str(tmp_path / "other.pub"))
+    lines = out.rstrip().splitlines()
+    assert code == 1 and lines[-2] == (f"run: head not read (the audit stopped at the signatures), seed 0, names key "
+                                       f"{key} (its signatures do NOT verify with the given public key)")
+    assert lines[-1].startswith(f"{copy}: {rounds} rounds, {rows} ledger rows in its tables, not checked")
+
+
+def test_one_round_reads_one_round():
+    from fedvalue.audit.report import AuditReport
+
+    assert AuditReport("/r", rounds=1, ledger_rows=1, tables_checked=True).summary() == "/r: 1 round, 1 ledger row: intact"

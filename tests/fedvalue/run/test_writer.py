@@ -125,4 +125,4 @@ def test_a_finished_run_is_not_resumed(tmp_path):
     books = RunBooks(tmp_path / "run", config=CONFIG)
     commit(books, 1)
     books.close(1)
-    _refused(tmp_path / "run", "already completed 1 rounds")
+    _refused(tmp_path / "run", r"already completed 1 round \(it holds")

@@ -15,7 +15,17 @@ from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
 from simulations.experiments.attacks.attacks import audit_from_run
 
-ATTACKS = "none,delta-weights,colluding-free-riders"
+#: A user's own attack, as a module beside where the study is run: the attacker triples its update.
+OWN = "own_attack:Tripled"
+OWN_MODULE = """
+from clients import ClientBehaviour
+
+
+class Tripled(ClientBehaviour):
+    def transform_reply(self, global_arrays, trained_arrays, num_examples, rng):
+        return {k: g + 3 * (trained_arrays[k] - g) for k, g in global_arrays.items()}, num_examples
+"""
+ATTACKS = f"none,delta-weights,colluding-free-riders,{OWN}"
 COMMON = ["--num-clients", "4", "--source", "3", "--rounds", "2", "--local-epochs", "2", "--colluders", "2",
           "--quiet"]
 
@@ -23,8 +33,29 @@ COMMON = ["--num-clients", "4", "--source", "3", "--rounds", "2", "--local-epoch
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study") / "attacks"
-    assert main(["run", "attacks", "--attacks", ATTACKS, "--defences", "1", "--out", str(out), *COMMON]) == 0
+    here = tmp_path_factory.mktemp("own")
+    (here / "own_attack.py").write_text(OWN_MODULE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(here)  # a user runs the study where their module is
+        assert main(["run", "attacks", "--attacks", ATTACKS, "--defences", "1", "--out", str(out), *COMMON]) == 0
     return out
+
+
+def test_an_attack_of_ones_own_runs_by_module_callable_and_its_gain_is_in_the_table(study):
+    """``module:callable`` names a ClientBehaviour of one's own: client 0 plays it, its books are
+    under the attack's name, its gain is in gains.csv, and the public gain function gives the
+    same gains from the two run directories."""
+    from fedvalue import manipulation_gains
+
+    gains = pd.read_csv(study / "gains.csv").set_index(["attack", "book"])
+    assert {("own_attack:Tripled", book) for book in ("ads", "loo", "tracin_outflow")} <= set(gains.index)
+    assert gains.loc[(OWN, "ads"), "gain"] > 0 and gains.loc[(OWN, "ads"), "seeds"] == 1
+    runs = study / "iid-fedavg-seed0"
+    own = manipulation_gains([runs / "none"], [runs / "own_attack-Tripled"], identities=[0], attack=OWN)
+    for column in ("gain", "paid", "paid_honest", "accuracy_change"):
+        assert own.set_index("book")[column].to_dict() == pytest.approx(gains.loc[OWN][column].to_dict())
+    ledger = _ledger(study, "own_attack-Tripled")
+    assert set(ledger.loc[ledger["method"] == "ads", "client_id"]) == {"0", "1", "2", "3"}
 
 
 def _ledger(study, attack: str) -> pd.DataFrame:
@@ -60,7 +91,7 @@ def test_without_attackers_the_defended_books_are_the_plain_ones(study):
 
 def test_every_run_audits_intact_with_the_defences_recomputed(study, capsys):
     for attack in ATTACKS.split(","):
-        run_dir = study / "iid-fedavg-seed0" / attack
+        run_dir = study / "iid-fedavg-seed0" / attack.replace(":", "-")  # a module:callable's directory
         saved = json.loads((run_dir / "run.json").read_text())
         report = audit_run(run_dir, **audit_from_run(saved))
         assert report.intact, report.problems + report.unverifiable

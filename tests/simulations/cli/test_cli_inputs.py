@@ -4,6 +4,7 @@ and nothing left behind on disk. None of these cases starts Ray."""
 from __future__ import annotations
 
 import gzip
+import re
 import struct
 
 import numpy as np
@@ -167,3 +168,37 @@ def test_estimator_options_reach_the_valuing_strategy():
     assert settings.methods == ("ads",)
     assert settings.ads == AdsSettings(method="tmc", truncation_tolerance=5e-3, stderr_target=0.01, budget=900)
     assert valuation_settings(NoisyClientsConfig()).ads == AdsSettings()  # unset: all m* permutations, no budget
+
+
+def test_the_attacks_help_lists_every_attack_it_knows(capsys):
+    from simulations.experiments.attacks.attacks import ATTACKS, GROUP_SPLIT
+    from simulations.experiments.attacks.plan import PLAIN_ATTACKS
+
+    with pytest.raises(SystemExit):
+        main(["run", "attacks", "--help"])
+    shown = re.sub(r"(?<=\w-) ", "", " ".join(capsys.readouterr().out.split()))  # argparse wraps at hyphens
+    for attack in (*ATTACKS, *PLAIN_ATTACKS, GROUP_SPLIT, "sybil-split-K", "sybil-replica-K", "module:callable"):
+        assert attack in shown, attack
+    assert "--attacks ATTACKS, --attack ATTACKS" in shown
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ("own_attack:Tripld", "--attacks: attack 'own_attack:Tripld': own_attack imports, but has no 'Tripld'; did you "
+                          "mean 'Tripled'?"),
+    ("no_such_module:Tripled", "attack 'no_such_module:Tripled': cannot import it (ModuleNotFoundError"),
+    ("own_attack:NOT_A_BEHAVIOUR", "attack 'own_attack:NOT_A_BEHAVIOUR': expected a ClientBehaviour or a callable of "
+                                   "no arguments building one; got a int"),
+    ("own_attack:make_list", "attack 'own_attack:make_list': expected it to build a clients.ClientBehaviour"),
+])
+def test_an_attack_of_ones_own_that_does_not_load_is_named_before_ray_starts(tmp_path, capsys, monkeypatch, spec,
+                                                                            said):
+    (tmp_path / "own_attack.py").write_text("from clients import ClientBehaviour\n"
+                                            "class Tripled(ClientBehaviour):\n    pass\n"
+                                            "NOT_A_BEHAVIOUR = 3\n"
+                                            "def make_list():\n    return []\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(__import__("sys").modules, "own_attack", raising=False)
+    assert main(["run", "attacks", "--attack", spec, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedvalue: error: ") and said in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()

@@ -39,6 +39,8 @@ def test_the_papers_protocol_on_fashion_mnist():
     assert not np.array_equal(other[0].x, train.x) and other[3] != noisy
 
 
+@pytest.mark.slow  # the default suite: the CNN in-process (tests/simulations/datasets/test_models.py, the audit's
+# conv layers in tests/fedvalue/scoring/test_linear_layers.py) and Fashion-MNIST's loader (test_loaders.py)
 def test_a_cnn_run_on_fashion_mnist_audits_intact(tmp_path, capsys):
     out = tmp_path / "cnn"
     argv = ["run", "noisy-clients", "--dataset", "fashion-mnist", "--model", "cnn", "--rounds", "2",

@@ -22,6 +22,8 @@ TINY = ["--num-clients", "6", "--rounds", "2", "--clients-per-round", "3", "--lo
         "--hidden", "16", "--quiet"]
 
 
+@pytest.mark.slow  # the default suite runs every strategy in-process (tests/strategies/test_conformance.py,
+# test_audit_every_strategy.py) and FedAvg on Ray
 def test_fedmedian_and_server_side_dp_noise_run_on_ray_value_exactly_and_audit_intact(tmp_path, capsys):
     runs = {
         "median": ["--strategy", "fedmedian"],

@@ -42,6 +42,9 @@ class EngineLikeGrid(ClientAppGrid):
 
     def __init__(self, client_app: ClientApp, partitions: Mapping[int, int], run_config: Mapping | None = None) -> None:
         super().__init__(client_app, partitions)
+        #: (message type, error) of every exception a ClientApp raised: each is an ERROR traceback
+        #: in the engine's log (and, on a SuperNode, an exit code).
+        self.errors: list[tuple[str, str]] = []
         for context in self.contexts.values():
             context.node_config["num-partitions"] = len(partitions)
             context.run_config.update(run_config or {})
@@ -53,6 +56,7 @@ class EngineLikeGrid(ClientAppGrid):
             try:
                 replies.append(self.client_app(message, self.contexts[int(message.metadata.dst_node_id)]))
             except Exception as error:  # noqa: BLE001 - the engine turns it into an error reply
+                self.errors.append((str(message.metadata.message_type), f"{type(error).__name__}: {error}"))
                 replies.append(Message(error=Error(code=0, reason=f"{type(error).__name__}: {error}"),
                                        reply_to=message))
         return replies

@@ -92,8 +92,12 @@ def test_a_lost_node_is_its_clients_failure_then_no_longer_sampled_and_the_run_a
                        sampled=lambda t, available=None: sampler.sample(t, range(4) if available is None else available))
     assert report.intact, report.verdicts()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fedvalue: round 2:")]
-    assert lines == [f"fedvalue: round 2: 1 of 2 sampled clients valued, into {tmp_path / 'run'}; ads largest "
-                     + lines[0].split("ads largest ", 1)[1]] and "smallest" in lines[0]
+    kept = ledger[(ledger["round"] == 2) & (ledger["method"] == "ads") & (ledger["status"] == "ok")]
+    (valued, value), = zip(kept["client_id"], kept["value"])
+    assert lines == [f"fedvalue: round 2: 1 of 2 sampled clients valued, into {tmp_path / 'run'}; ads {value:.4g} "
+                     f"(client {valued})"]  # one client: neither largest nor smallest
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("round 2: 1 of 2 sampled")]
+    assert warned == [f"round 2: 1 of 2 sampled clients not valued: client {lost_partition} failed ({UNAVAILABLE})"]
 
 
 def test_a_partition_whose_node_is_gone_moves_to_the_node_that_reports_it_next():

@@ -1,4 +1,5 @@
-"""The noisy-clients simulation end to end on Ray (small), through the CLI."""
+"""The noisy-clients simulation end to end on Ray (small), through the CLI: the suite's shared small run read
+back, reported and audited; with `-m slow` a run SIGKILLed mid-way and resumed to the same bytes."""
 
 from __future__ import annotations
 
@@ -46,30 +47,35 @@ def run_and_kill(run_dir: Path, argv: list[str], after_rounds: int) -> int:
 
 @pytest.fixture(scope="module")
 def booked_run(tmp_path_factory) -> Path:
-    """One small real run (Ray, CLI), shared by the tests that read its books."""
+    """One small real run (Ray, CLI) the killed run must book again, byte for byte."""
     run_dir = tmp_path_factory.mktemp("noisy") / "a"
     assert main(["run", "noisy-clients", "--out", str(run_dir), "--seed", "3", *SMALL]) == 0
     return run_dir
 
 
-def test_a_small_run_books_every_client_it_sampled(booked_run):
-    run = load_run(booked_run)
-    assert sorted(run.ledger["client_id"].unique()) == [str(c) for c in range(8)]  # even schedule: each once
+def test_a_small_run_books_every_client_it_sampled(signed_run):
+    """The suite's shared small run (tests/conftest.py: 6 clients, 3 rounds of 2, seed 0)."""
+    run_dir = signed_run[0]
+    run = load_run(run_dir)
+    assert sorted(run.ledger["client_id"].unique()) == [str(c) for c in range(6)]  # even schedule: each once
     assert set(run.ledger["method"]) == {"ads", "loo"} and set(run.ledger["status"]) == {"ok"}
     assert (run.rounds["efficiency_gap"].abs() < 1e-9).all()
     assert (run.rounds["utility_after"] == run.rounds["utility_realized"]).all()
-    assert run.ledger["noisy"].sum() == 4 * 2  # 4 noisy clients × 2 methods
-    assert run.config["seed"] == 3 and "flwr" in run.config["versions"]
-    pd.testing.assert_frame_equal(pd.read_parquet(booked_run / "ledger.parquet"), run.ledger, check_dtype=False)
+    assert run.ledger["noisy"].sum() == 3 * 2  # 3 noisy clients × 2 methods
+    assert run.config["seed"] == 0 and "flwr" in run.config["versions"]
+    pd.testing.assert_frame_equal(pd.read_parquet(run_dir / "ledger.parquet"), run.ledger, check_dtype=False)
 
 
-def test_a_small_run_is_reported_and_passes_its_audit(booked_run, capsys):
-    assert main(["report", str(booked_run)]) == 0
+def test_a_small_run_is_reported_and_passes_its_audit(signed_run, capsys):
+    run_dir = signed_run[0]
+    assert main(["report", str(run_dir)]) == 0
     report = capsys.readouterr().out
     assert "total_ads" in report and "mean total_ads: noisy" in report
-    assert main(["audit", str(booked_run)]) == 0  # the real run's chain, schema and efficiency hold
+    assert main(["audit", str(run_dir)]) == 0  # the real run's chain, schema and efficiency hold
 
 
+@pytest.mark.slow  # the default suite: a real run failing after round 1 resumed (tests/simulations/runner/
+# test_run_dir_paths.py) and a process SIGKILLed at every write step (tests/hostile/crashes/test_kill_points.py)
 def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, capsys):
     second = tmp_path / "b"
     # Killed mid-way (a real SIGKILL of the driver and its Ray processes) and resumed.

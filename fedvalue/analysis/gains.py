@@ -1,7 +1,10 @@
-"""Manipulation gain and what it costs: the study's tables from each run's totals.
+"""Manipulation gain and what it costs: the attack study's tables from each run's totals
+(:func:`gains_table`, :func:`honest_cost`), and the same table for runs of one's own
+(:func:`manipulation_gains`: honest and attacked runs, paired by seed).
 
 For attack a, book b (a ledger method summed over the rounds) and seed s, with I the attacker's
-identities and J the honest seats they stand for (:mod:`.plan`):
+identities and J the honest seats they stand for (the attack study's plan,
+``simulations/experiments/attacks/plan.py``):
 
     A_s = Σ_{i∈I} Φ_b(i) in the attack's run,   H_s = Σ_{j∈J} Φ_b(j) in the ``none`` run (same seed,
     data and strategy),   gain = mean_s A_s / mean_s H_s,
@@ -24,7 +27,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fedvalue import paid_share
+from fedvalue.analysis.payout import paid_share
+from fedvalue.analysis.run_summary import Run, load_run
+from fedvalue.schema import Status
 
 #: Plain book -> its defended counterpart.
 BOOKS = {"ads": "ads_defended", "loo": "loo_defended", "tracin_outflow": "tracin_outflow_defended"}
@@ -118,3 +123,64 @@ def honest_cost(totals: pd.DataFrame) -> pd.DataFrame:
                          "mean_share_change": float(changes.mean()), "max_share_change": float(changes.max()),
                          "free_rider_flags": int(group["defence_free_rider"].sum())})
     return pd.DataFrame(rows)
+
+
+#: The ledger methods a run's totals are summed over (the plain books and the defended ones).
+TOTALS = ("ads", "loo", "tracin_outflow", "tracin_inflow", "ads_defended", "loo_defended", "tracin_outflow_defended",
+          "defence_free_rider")
+
+
+def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str = "attack") -> pd.DataFrame:
+    """The gain table (:func:`gains_table`) of one attack from runs of one's own: ``honest[s]`` and
+    ``attacked[s]`` are the runs of seed s (run directories or :class:`fedvalue.ledger.Run`s,
+    paired by position), ``identities`` the clients the attacker played in the attacked runs and
+    ``seats`` the honest clients they stand for (default: the identities). A row per book that
+    both runs hold (ads, loo, tracin_outflow): the gain with its bootstrap interval over the
+    seeds, the paid shares and the accuracy change; ``partition`` and ``strategy`` read ``own``.
+    """
+    honest, attacked = [_loaded(run) for run in honest], [_loaded(run) for run in attacked]
+    if not honest or len(honest) != len(attacked):
+        raise ValueError(f"attacked: expected one attacked run per honest run (paired by seed); got {len(honest)} "
+                         f"honest and {len(attacked)} attacked.")
+    identities = _client_ids("identities", identities)
+    seats = identities if seats is None else _client_ids("seats", seats)
+    totals, runs = [], []
+    for seed, pair in enumerate(zip(honest, attacked)):
+        for name, run in zip(("none", attack), pair):
+            common = {"partition": "own", "strategy": "own", "seed": seed, "attack": name}
+            for client, row in _book_totals(run).iterrows():
+                if not str(client).isdigit():
+                    raise ValueError(f"{name} run of seed {seed}: expected partition ids as client ids (the valuation "
+                                     f"mod's); it books {str(client)!r}.")
+                totals.append({**common, "client_id": int(client), **{m: float(row[m]) for m in TOTALS}})
+            runs.append({**common, "accuracy": float(run.rounds["utility_realized"].iloc[-1]),
+                         "identities": " ".join(map(str, identities if name == attack else [])),
+                         "seats": " ".join(map(str, seats))})
+    frame = pd.DataFrame(totals)
+    missing = sorted(set(identities) - set(frame.loc[frame["attack"] == attack, "client_id"]))
+    if missing:
+        raise ValueError(f"identities: expected clients booked in the attacked runs; {missing} are not.")
+    table = gains_table(frame, pd.DataFrame(runs))
+    return table[table["book"].isin([b for b in BOOKS if frame[b].notna().any()])].reset_index(drop=True)
+
+
+def _client_ids(name: str, ids) -> list[int]:
+    try:
+        found = [int(c) for c in ids if not isinstance(c, bool) and float(c) == int(c)]
+    except (TypeError, ValueError):
+        found = []
+    if not found or len(found) != len(list(ids)):
+        raise ValueError(f"{name}: expected partition ids (integers) of clients in the runs; got {list(ids)!r}.")
+    return found
+
+
+def _loaded(run) -> Run:
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def _book_totals(run: Run) -> pd.DataFrame:
+    """Each client's total per :data:`TOTALS` book over the run's booked rows (NaN where it has none)."""
+    ledger = run.ledger[run.ledger["status"] == Status.OK]
+    table = ledger[ledger["method"].isin(TOTALS)].pivot_table(index="client_id", columns="method", values="value",
+                                                              aggfunc="sum")
+    return table.reindex(columns=list(TOTALS))
