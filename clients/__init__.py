@@ -1,5 +1,5 @@
 """Flower ClientApps: local torch training, scripted client behaviours and the attacks on the
-books (:mod:`clients.attacks`).
+books (:mod:`clients.attacks`); noisy contributors beyond label flips (:mod:`clients.noise`).
 
 Never imports ``simulations`` (simulations imports clients).
 """
@@ -10,6 +10,8 @@ from clients.attacks import (
     CraftedUpdate,
     DeltaWeightsFreeRider,
     DynamicFreeRider,
+    RoundAware,
+    StaleReplayer,
     SybilReplica,
     SybilShard,
     shard_indices,
@@ -28,11 +30,16 @@ from clients.behaviours import (
     is_behaviour_reference,
     load_behaviour,
 )
+from clients.noise import ClassPairSwap, FeatureNoise, NoisyUpdate
 from clients.mods import TorchInferenceGradient, ValuationMod, valuation_mod, valuation_query
 from clients.training import evaluate_model, get_model_arrays, set_model_arrays, train_locally
 
 __all__ = [
     "BoostedUpdate",
+    "ClassPairSwap",
+    "FeatureNoise",
+    "NoisyUpdate",
+    "StaleReplayer",
     "ClientBehaviour",
     "ClientData",
     "FreeRider",
@@ -58,6 +65,7 @@ __all__ = [
     "CraftedUpdate",
     "DeltaWeightsFreeRider",
     "DynamicFreeRider",
+    "RoundAware",
     "SybilReplica",
     "SybilShard",
     "partition_id_of",

@@ -1,8 +1,9 @@
 """Attacks on the books as client behaviours, one module an attack: Sybil split
 (:mod:`.sybil_split`) and replication (:mod:`.sybil_replication`), the delta-weights free-rider
 (:mod:`.delta_weights`), the dynamic free-rider (:mod:`.dynamic_free_rider`), colluding free-riders
-(:mod:`.colluding_free_riders`) and the ACE-style crafted update (:mod:`.crafted_update`); the
-free-riders and the crafter remember the global models they received (:mod:`.memory`).
+(:mod:`.colluding_free_riders`), the ACE-style crafted update (:mod:`.crafted_update`) and the
+stale replayer (:mod:`.stale_replay`); the free-riders, the replayer and the crafter remember the
+global models they received (:mod:`.memory`).
 
 The simpler manipulations (free-rider, inflated count, replicator, sign-flip, boost) are
 :mod:`clients.behaviours`."""
@@ -12,6 +13,7 @@ from clients.attacks.crafted_update import CraftedUpdate
 from clients.attacks.delta_weights import DeltaWeightsFreeRider
 from clients.attacks.dynamic_free_rider import DynamicFreeRider
 from clients.attacks.memory import RoundAware, prepare_round
+from clients.attacks.stale_replay import StaleReplayer
 from clients.attacks.sybil_replication import SybilReplica
 from clients.attacks.sybil_split import SybilShard, shard_indices
 
@@ -21,6 +23,7 @@ __all__ = [
     "DeltaWeightsFreeRider",
     "DynamicFreeRider",
     "RoundAware",
+    "StaleReplayer",
     "SybilReplica",
     "SybilShard",
     "prepare_round",
