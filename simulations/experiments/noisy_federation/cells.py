@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -36,6 +37,7 @@ from clients import make_client_app
 from fedvalue.ledger import RoundRow
 from fedvalue.utilities import TorchModelUtility
 from simulations.experiments.noisy_federation.data import (
+    REMEMBERING_KINDS,
     Federation,
     client_data,
     data_settings,
@@ -79,6 +81,8 @@ class Cell:
     seed: int
     flip_probability: float
     policy: str
+    #: Whether its bad clients remember what they received: its data key then names the policy too.
+    remembers: bool = False
 
     @property
     def clean(self) -> bool:
@@ -96,7 +100,13 @@ class Cell:
 
     @property
     def data_key(self) -> str:
-        return federation_key(self.seed, self.flip_probability, clean=self.clean)
+        return federation_key(self.seed, self.flip_probability, clean=self.clean,
+                              run=self.policy if self.remembers and not self.clean else None)
+
+
+def remembers(config) -> bool:
+    """Whether ``config``'s bad clients remember the global models they received."""
+    return config.bad_kind in REMEMBERING_KINDS or config.extra_bad_kind in REMEMBERING_KINDS
 
 
 def plan(config) -> list[Cell]:
@@ -106,7 +116,7 @@ def plan(config) -> list[Cell]:
     for seed in range(config.seed, config.seed + config.seeds):
         for model in config.models:
             cells.append(Cell(model, seed, 1.0, CLEAN))
-            cells += [Cell(model, seed, float(p), policy)
+            cells += [Cell(model, seed, float(p), policy, remembers(config))
                       for p in config.flip_probabilities for policy in config.policies]
     return cells
 
@@ -131,12 +141,14 @@ def cell_train_config(config, cell: Cell) -> dict:
 
 
 class RoundClock:
-    """Flower's ``evaluate_fn``: test accuracy of each round's state, and the wall-clock seconds
-    of each round without the evaluation itself."""
+    """Flower's ``evaluate_fn``: test accuracy of each round's state (and, with ``mavericks``, on
+    the test images of the classes mavericks alone hold), and the wall-clock seconds of each round
+    without the evaluation itself."""
 
-    def __init__(self, test: TorchModelUtility) -> None:
-        self.test = test
+    def __init__(self, test: TorchModelUtility, mavericks: TorchModelUtility | None = None) -> None:
+        self.test, self.mavericks = test, mavericks
         self.accuracy: dict[int, float] = {}
+        self.maverick_accuracy: dict[int, float] = {}
         self.seconds: dict[int, float] = {}
         self._mark = time.perf_counter()
 
@@ -144,9 +156,21 @@ class RoundClock:
         started = time.perf_counter()
         if server_round > 0:
             self.seconds[server_round] = started - self._mark
-        self.accuracy[server_round] = float(self.test(arrays_to_numpy(arrays)))
+        state = arrays_to_numpy(arrays)
+        self.accuracy[server_round] = float(self.test(state))
+        if self.mavericks is not None:
+            self.maverick_accuracy[server_round] = float(self.mavericks(state))
         self._mark = time.perf_counter()
         return MetricRecord({"test-accuracy": self.accuracy[server_round]})
+
+
+def maverick_test(fed: Federation, factory, device: str) -> TorchModelUtility | None:
+    """Accuracy on the test images of the classes the federation's mavericks alone hold (None: no maverick)."""
+    if not fed.mavericks:
+        return None
+    rows = np.flatnonzero(np.isin(fed.test.y, [cls for cls, _ in fed.mavericks]))
+    subset = fed.test.subset(rows)
+    return TorchModelUtility(factory(), subset.x, subset.y, device=device)
 
 
 def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) -> None:
@@ -156,7 +180,8 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
     factory = model_factory(cell.model, config.hidden, cell.seed)
     utility = TorchModelUtility(factory(), fed.validation.x, fed.validation.y, metric=config.utility,
                                 device=config.device)
-    clock = RoundClock(TorchModelUtility(factory(), fed.test.x, fed.test.y, device=config.device))
+    clock = RoundClock(TorchModelUtility(factory(), fed.test.x, fed.test.y, device=config.device),
+                       maverick_test(fed, factory, config.device))
     bad = frozenset() if cell.clean else fed.bad
     directory = cell.directory(out)
     if directory.exists():  # an unfinished cell starts again from scratch
@@ -191,6 +216,8 @@ def run_cell(grid: Grid, config, cell: Cell, out: Path, nodes: NodeDirectory) ->
                           "test_accuracy": [clock.accuracy[t] for t in range(config.rounds + 1)],
                           "seconds": [0.0] + [clock.seconds[t] for t in range(1, config.rounds + 1)],
                           "valuation_seconds": [0.0] + [float(r["valuation_seconds"]) for r in strategy.rounds]})
+    if clock.mavericks is not None:
+        curve["maverick_accuracy"] = [clock.maverick_accuracy[t] for t in range(config.rounds + 1)]
     curve.to_csv(directory / CURVE_FILE, index=False)  # last: the cell is done
 
 
@@ -199,7 +226,9 @@ def warm_up(grid: Grid, config, cell: Cell, nodes: NodeDirectory) -> None:
     carrying the seed's initial model and data key (a Ray worker prepares a seed's data once, tens
     of seconds on a loaded machine, which no policy should be charged for), then one training
     round whose replies are discarded (without it the first timed round of a seed took 1-5 s more
-    than the others on the 2-core machine)."""
+    than the others on the 2-core machine). Under the clean federation's data key: a client that
+    remembers the models it received keeps its memory per data key, and a run's must start empty."""
+    cell = Cell(cell.model, cell.seed, cell.flip_probability, CLEAN)
     arrays = initial_model_arrays(model_factory(cell.model, config.hidden, cell.seed), cell.seed)
     query = ConfigRecord({**cell_train_config(config, cell), LOCAL_LOSS_KEY: True})
     node_ids = list(nodes.partition_map(grid, config.query_timeout).values())

@@ -35,8 +35,16 @@ from simulations.runner import (
 #: Every policy the benchmark knows (:mod:`.policies` builds them), in the order tables list them.
 POLICY_NAMES = ("random", "power-of-choice", "greedyfed", "value-ucb", "topk-ads", "topk-loo",
                 "value-weighted", "trimmed-mean", "median", "krum", "oracle")
-#: Kinds of bad client besides label flippers (``extra_bad_kind``).
-EXTRA_BAD_KINDS = ("none", "free-rider")
+#: What the ``noisy_fraction`` clients do (``bad_kind``, :mod:`.data` builds each kind's behaviour):
+#: label noise (symmetric flips, class-pair swaps), corrupted inputs, free-riding (the received model,
+#: exactly or plus noise), a stale model, scaled updates (sign-flipped, boosted), noisy updates; or no
+#: bad client at all (the do-no-harm regime).
+BAD_KINDS = ("label-flip", "class-swap", "feature-noise", "free-rider", "noisy-free-rider", "stale-replayer",
+             "sign-flip", "boosted-update", "noisy-update", "none")
+#: Kinds whose strength is the flip probability p (per label, per example); the others have none.
+KINDS_WITH_STRENGTH = ("label-flip", "class-swap", "feature-noise")
+#: Kinds of bad client mixed in besides the ``bad_kind`` ones (``extra_bad_kind``), at full strength.
+EXTRA_BAD_KINDS = ("none",) + tuple(kind for kind in BAD_KINDS if kind != "none")
 UTILITIES = ("accuracy", "neg_loss")
 ADS_ESTIMATORS = ("auto", "exact", "mc", "tmc", "antithetic")
 WEIGHTING_KINDS = ("positive", "softmax")
@@ -55,8 +63,10 @@ class NoisyFederationConfig:
     policies: tuple[str, ...] = POLICY_NAMES
     flip_probabilities: tuple[float, ...] = (1.0, 0.5)
     noisy_fraction: float = 0.5
+    bad_kind: str = "label-flip"
     extra_bad_kind: str = "none"
     extra_bad_fraction: float = 0.0
+    mavericks: int = 0
     num_clients: int = 100
     clients_per_round: int = 10
     rounds: int = 30
@@ -102,11 +112,16 @@ HELP = {
     "seed": "first seed: the benchmark runs seeds seed, seed+1, ..., seed+seeds-1",
     "seeds": "number of seeds",
     "policies": f"policies to run, comma-separated, from {','.join(POLICY_NAMES)}",
-    "flip_probabilities": "label-flip probabilities p of the noisy clients, one federation each (comma-separated)",
-    "noisy_fraction": "share of the clients that flip labels",
-    "extra_bad_kind": f"a further kind of bad client: {', '.join(EXTRA_BAD_KINDS)} (a free-rider replies the "
+    "flip_probabilities": "label-flip probabilities p of the noisy clients, one federation each (comma-separated); "
+                          f"the strength of the bad kinds {', '.join(KINDS_WITH_STRENGTH)} (per label, per example)",
+    "noisy_fraction": "share of the clients of the bad kind (the ones that flip labels by default)",
+    "bad_kind": f"what the noisy_fraction clients do: {', '.join(BAD_KINDS)} (docs/reproductions.md, "
+                "'Regimes of bad clients'; none: every client honest, the do-no-harm regime)",
+    "extra_bad_kind": f"a further kind of bad client mixed in: {', '.join(EXTRA_BAD_KINDS)} (a free-rider replies the "
                       "model it got, untrained, and claims its example count)",
-    "extra_bad_fraction": "share of the clients of the extra bad kind (drawn among those that do not flip labels)",
+    "extra_bad_fraction": "share of the clients of the extra bad kind (drawn among those not of the bad kind)",
+    "mavericks": "classes each held by one honest client alone (a maverick: its partition gets every example of "
+                 "the class), drawn among the clients that are not bad; 0: none",
     "final_window": "final accuracy is the mean test accuracy of this many last rounds (the targets' base too)",
     "validation_examples": "the server's validation split, class-balanced, drawn from the training images "
                            "(the utility values on it; no client holds it)",
@@ -140,7 +155,7 @@ def _check_choices(config: NoisyFederationConfig) -> None:
         unknown = [v for v in values if v not in choices]
         if not values or unknown or len(set(values)) != len(values):
             raise ValueError(f"{name}: expected distinct names from {list(choices)}; got {list(values)}.")
-    for name, choices in (("extra_bad_kind", EXTRA_BAD_KINDS), ("utility", UTILITIES),
+    for name, choices in (("bad_kind", BAD_KINDS), ("extra_bad_kind", EXTRA_BAD_KINDS), ("utility", UTILITIES),
                           ("ads_method", ADS_ESTIMATORS), ("weighting_kind", WEIGHTING_KINDS),
                           ("elimination_acceptance", ELIMINATION_ACCEPTANCE),
                           ("elimination_selection", ("uniform", "ucb")),
@@ -162,6 +177,9 @@ def _check_fractions(config: NoisyFederationConfig) -> None:
     if (config.extra_bad_kind == "none") != (config.extra_bad_fraction == 0):
         raise ValueError(f"extra_bad_kind, extra_bad_fraction: give both (a kind and a share > 0) or neither; got "
                          f"{config.extra_bad_kind!r} and {config.extra_bad_fraction}.")
+    if config.bad_kind not in KINDS_WITH_STRENGTH and len(config.flip_probabilities) > 1:
+        raise ValueError(f"flip_probabilities: the bad kind {config.bad_kind!r} has no strength p, so one federation "
+                         f"per seed: give one value (e.g. 1); got {list(config.flip_probabilities)}.")
     check_number("trimmed_beta", config.trimmed_beta, low=0.0, high=0.5, high_open=True)
     check_number("greedy_memory", config.greedy_memory, low=0.0, high=1.0, high_open=True, none_ok=True)
 
@@ -171,7 +189,7 @@ def check_config(config: NoisyFederationConfig) -> None:
     check_integers(config, ("seeds", "num_clients", "clients_per_round", "rounds", "local_epochs", "batch_size",
                             "final_window", "validation_examples", "valuation_budget", "topk", "poc_candidates",
                             "elimination_min_rounds"))
-    check_integers(config, ("seed", "test_examples", "krum_malicious"), minimum=0)
+    check_integers(config, ("seed", "test_examples", "krum_malicious", "mavericks"), minimum=0)
     check_numbers(config, ("learning_rate", "dirichlet_alpha", "elimination_confidence", "round_timeout",
                            "query_timeout"))
     _check_choices(config)
@@ -180,6 +198,9 @@ def check_config(config: NoisyFederationConfig) -> None:
     per_round = config.clients_per_round
     if per_round > config.num_clients:
         raise ValueError(f"clients_per_round: expected at most num_clients={config.num_clients}; got {per_round}.")
+    if config.mavericks > 9:
+        raise ValueError(f"mavericks: expected at most 9 of the 10 classes held by a single client; got "
+                         f"{config.mavericks}.")
     if config.final_window > config.rounds:
         raise ValueError(f"final_window: expected at most rounds={config.rounds}; got {config.final_window}.")
     if config.topk > per_round:

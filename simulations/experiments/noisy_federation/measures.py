@@ -29,6 +29,16 @@ Per cell (a run of one policy on one seed's federation):
     clients' replies left out.
 ``valuation_seconds``, ``round_seconds``
     Mean seconds per round of the valuation alone and of the whole round.
+``maverick_accuracy``, ``mavericks_ruled_out``
+    With mavericks (classes each held by one honest client alone): the mean test accuracy on
+    those classes' test images over the last ``final_window`` rounds, and the share of the
+    mavericks the sampler has ruled out after the last round.
+
+:func:`paired_differences` gives the "never worse" test: per seed, a policy's measure minus
+random's on the same federation (same data, same initial model), and the 95% t interval of the
+mean difference over seeds; for the rounds to a target, a run that never reached it counts as
+T + 1 rounds (censored, so the difference is a bound), and the wall-clock is compared as the ratio
+policy / random over the seeds where both reached it.
 
 The tables give each measure's mean over seeds with a 95% interval (mean ± t_{0.975, n−1} s/√n),
 and for the time-to-target measures the number of seeds that reached the target (the mean is over
@@ -50,7 +60,10 @@ TARGETS = (0.90, 0.95)
 MEASURES = ("final_accuracy", "auc", "rounds_to_90", "rounds_to_95", "seconds_to_90", "seconds_to_95",
             "steady_seconds_to_90", "steady_seconds_to_95",
             "bad_trained_share", "bad_aggregated_share", "ruled_out_precision", "ruled_out_recall",
-            "rejected_precision", "rejected_recall", "valuation_seconds", "round_seconds")
+            "rejected_precision", "rejected_recall", "valuation_seconds", "round_seconds",
+            "maverick_accuracy", "mavericks_ruled_out")
+#: The measures of the paired test against random, with whether larger is better.
+PAIRED = (("final_accuracy", True), ("auc", True), ("rounds_to_95", False), ("steady_seconds_to_95", False))
 
 
 def time_to_target(curve: pd.DataFrame, target: float) -> tuple[float, float]:
@@ -105,10 +118,11 @@ def final_accuracy(curve: pd.DataFrame, window: int) -> float:
 
 
 def cell_measures(curve: pd.DataFrame, decisions: pd.DataFrame, run_dir, *, bad: Iterable, clean_final: float,
-                  has_view: bool, window: int) -> dict:
+                  has_view: bool, window: int, mavericks: Iterable = ()) -> dict:
     """The measures of one done cell (module docstring); ``clean_final`` is the clean federation's
-    final test accuracy (NaN when its run is not done), ``has_view`` whether the policy rules clients out."""
-    bad = {str(c) for c in bad}
+    final test accuracy (NaN when its run is not done), ``has_view`` whether the policy rules clients
+    out, ``mavericks`` the clients that alone hold a class."""
+    bad, mavericks = {str(c) for c in bad}, {str(c) for c in mavericks}
     run = load_run(run_dir)
     rounds = curve[curve["round"] > 0]
     measures = {"final_accuracy": final_accuracy(curve, window), "auc": float(rounds["test_accuracy"].mean()),
@@ -123,7 +137,38 @@ def cell_measures(curve: pd.DataFrame, decisions: pd.DataFrame, run_dir, *, bad:
     measures["rejected_precision"], measures["rejected_recall"] = _rejections(run, bad)
     last_round = int(rounds["round"].max())
     measures["ruled_out_precision"], measures["ruled_out_recall"] = _ruled_out(decisions, bad, last_round, has_view)
+    measures["maverick_accuracy"] = (float(rounds["maverick_accuracy"].iloc[-window:].mean())
+                                     if "maverick_accuracy" in rounds else math.nan)
+    measures["mavericks_ruled_out"] = _ruled_out(decisions, mavericks, last_round, has_view)[1]
     return measures
+
+
+def paired_differences(per_cell: pd.DataFrame, rounds: int, baseline: str = "random") -> pd.DataFrame:
+    """Per (model, federation, policy other than ``baseline``): for each :data:`PAIRED` measure the
+    mean over seeds of policy − baseline with its 95% half-width and n (``<measure>_diff``,
+    ``_diff_ci``, ``_diff_n``), and ``seconds_ratio`` (policy / baseline steady seconds to 95%)
+    likewise (module docstring)."""
+    rows = []
+    for (model, fed), group in per_cell.groupby(["model", "federation"], sort=False):
+        base = group[group["policy"] == baseline].set_index("seed")
+        if base.empty:
+            continue
+        for policy, runs in group[group["policy"] != baseline].groupby("policy", sort=False):
+            runs = runs.set_index("seed")
+            seeds = runs.index.intersection(base.index)
+            row = {"model": model, "federation": fed, "policy": policy, "baseline": baseline, "seeds": len(seeds)}
+            for measure, _ in PAIRED:
+                mine, theirs = runs.loc[seeds, measure].astype(float), base.loc[seeds, measure].astype(float)
+                if measure == "rounds_to_95":
+                    mine, theirs = mine.fillna(rounds + 1), theirs.fillna(rounds + 1)
+                mean, half, n = interval(mine - theirs)
+                row.update({f"{measure}_diff": mean, f"{measure}_diff_ci": half, f"{measure}_diff_n": n})
+            ratio = (runs.loc[seeds, "steady_seconds_to_95"].astype(float)
+                     / base.loc[seeds, "steady_seconds_to_95"].astype(float))
+            mean, half, n = interval(ratio)
+            row.update({"seconds_ratio": mean, "seconds_ratio_ci": half, "seconds_ratio_n": n})
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def detection_by_round(decisions: pd.DataFrame, bad: Iterable, rounds: int) -> pd.DataFrame:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from clients import train_client
+from clients import RoundAware, train_client
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import MODELS
 from simulations.experiments.noisy_federation.cells import (
@@ -37,6 +37,7 @@ from simulations.experiments.noisy_federation.cells import (
     cell_train_config,
     plan,
     read_cell,
+    remembers,
     run_cells,
     save_benchmark_config,
     seed_federation,
@@ -48,6 +49,7 @@ from simulations.experiments.noisy_federation.measures import (
     cell_measures,
     detection_by_round,
     final_accuracy,
+    paired_differences,
     summary_table,
 )
 from simulations.experiments.noisy_federation.policies import CLEAN, build_policy, ruled_out
@@ -117,7 +119,8 @@ def collect(config: NoisyFederationConfig, out: Path) -> tuple[pd.DataFrame, pd.
         has_view = ruled_out(build_policy(cell.policy, config, cell.seed, honest=fed.clean,
                                           nodes=NodeDirectory())) is not None
         row = cell_measures(curve, decisions, cell.directory(out) / "run", bad=set() if cell.clean else fed.bad,
-                            clean_final=float(clean_final), has_view=has_view, window=config.final_window)
+                            clean_final=float(clean_final), has_view=has_view, window=config.final_window,
+                            mavericks=[client for _, client in fed.mavericks])
         measures.append({"model": cell.model, "seed": cell.seed, "federation": cell.federation,
                          "policy": cell.policy, **row})
         if has_view and not cell.clean:
@@ -134,10 +137,13 @@ def write_tables(config: NoisyFederationConfig, out: Path) -> dict:
     if not detection.empty:
         detection.to_csv(out / "detection.csv", index=False)
     summary = summary_table(per_cell)
+    paired = paired_differences(per_cell, config.rounds)
     per_cell.to_csv(out / "per_cell.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)
+    paired.to_csv(out / "paired.csv", index=False)
     curves.to_csv(out / "curves.csv", index=False)
-    return {"per_cell": per_cell, "summary": summary, "curves": curves, "figures": accuracy_figures(curves, out)}
+    return {"per_cell": per_cell, "summary": summary, "paired": paired, "curves": curves,
+            "figures": accuracy_figures(curves, out)}
 
 
 def _cell_text(value: float, half: float, n: int, digits: int, seeds: int, counted: bool = False) -> str:
@@ -155,6 +161,8 @@ def table_text(summary: pd.DataFrame) -> str:
                ("bad_trained_share", "bad trained", 2, False), ("ruled_out_precision", "out prec", 2, False),
                ("ruled_out_recall", "out rec", 2, False), ("rejected_precision", "rej prec", 2, False),
                ("rejected_recall", "rej rec", 2, False), ("valuation_seconds", "val s/rd", 2, False))
+    if summary["maverick_accuracy_n"].gt(0).any():
+        columns += (("maverick_accuracy", "mav acc", 3, False), ("mavericks_ruled_out", "mav out", 2, False))
     blocks = []
     for (model, fed), rows in summary.groupby(["model", "federation"], sort=False):
         lines = [{"policy": r["policy"], **{label: _cell_text(r[m], r[f"{m}_ci"], int(r[f"{m}_n"]), d, int(r["seeds"]),
@@ -162,6 +170,20 @@ def table_text(summary: pd.DataFrame) -> str:
                  for _, r in rows.iterrows()]
         blocks.append(f"{model}, federation {fed} (mean ± 95% interval over seeds; (k/n): seeds reaching the target; "
                       "s→: rounds × median seconds a round)\n"
+                      + pd.DataFrame(lines).to_string(index=False))
+    return "\n\n".join(blocks)
+
+
+def paired_text(paired: pd.DataFrame) -> str:
+    """The paired test against random as the console shows it, one block per model and federation."""
+    columns = (("final_accuracy_diff", "Δ final acc", 3), ("auc_diff", "Δ AUC", 3), ("rounds_to_95_diff", "Δ rounds→95%", 1),
+               ("seconds_ratio", "s→95% / random's", 2))
+    blocks = []
+    for (model, fed), rows in paired.groupby(["model", "federation"], sort=False):
+        lines = [{"policy": r["policy"], **{label: _cell_text(r[m], r[f"{m}_ci"], int(r[f"{m}_n"]), d, int(r["seeds"]),
+                                                               True) for m, label, d in columns}}
+                 for _, r in rows.iterrows()]
+        blocks.append(f"{model}, federation {fed}: policy minus random, paired by seed (mean ± 95% interval)\n"
                       + pd.DataFrame(lines).to_string(index=False))
     return "\n\n".join(blocks)
 
@@ -180,6 +202,8 @@ def cli_main(config: NoisyFederationConfig, options) -> int:
     tables = run_benchmark(config, options.out, overwrite=options.overwrite, on_cell=progress)
     if not tables["summary"].empty:
         print(table_text(tables["summary"]))
+    if not tables.get("paired", pd.DataFrame()).empty:
+        print(paired_text(tables["paired"]))
     print(f"wrote {options.out}: {len(tables['per_cell'])} cells done of {total}, in {options.elapsed():.0f}s; "
           f"figures {', '.join(str(p.name) for p in tables['figures'])}; audit a cell with `fedvalue audit "
           f"{options.out}/{config.models[0]}/seed-{config.seed}/clean/clean/run`")
@@ -246,7 +270,7 @@ def _saved_cell(saved: dict) -> tuple[NoisyFederationConfig, Cell]:
         raise ValueError(f"model: expected one of {list(MODELS)} in run.json; got {model!r}.")
     if isinstance(flip, bool) or not isinstance(flip, (int, float)) or not 0 < flip <= 1:
         raise ValueError(f"flip_probability: expected a number in (0, 1] in run.json; got {flip!r}.")
-    return config, Cell(model, config.seed, float(flip), policy)
+    return config, Cell(model, config.seed, float(flip), policy, remembers(config))
 
 
 def audit_from_run(saved: dict) -> dict:
@@ -260,9 +284,16 @@ def audit_from_run(saved: dict) -> dict:
     settings = data_settings(config)
     train = cell_train_config(config, cell)
 
+    received: dict[int, dict[int, dict]] = {}  # client -> round -> A_{t-1}, as the audit meets its rounds in order
+
     def retrain(server_round: int, client, start_arrays) -> dict:
         with torch_threads(max(1, int(config.engine.num_cpus_per_client))):  # as the client's Ray worker had
             data = client_data(int(client), cell.data_key, settings=settings)
+            if isinstance(data.behaviour, RoundAware):  # it remembers the models of its earlier rounds
+                held = received.setdefault(int(client), {})
+                earlier = sorted((t for t in held if t < server_round), reverse=True)
+                data.behaviour.begin_round(server_round, [held[t] for t in earlier[:data.behaviour.history_length]])
+                held.setdefault(server_round, dict(start_arrays))  # the round's own start, not a probe's
             arrays, _, _ = train_client(data, factory, dict(start_arrays), learning_rate=train["lr"],
                                         local_epochs=train["local-epochs"], batch_size=train["batch-size"],
                                         seed=cell.seed, server_round=server_round)
