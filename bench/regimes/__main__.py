@@ -1,0 +1,3 @@
+from bench.regimes.study import main
+
+main()

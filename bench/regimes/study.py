@@ -1,0 +1,110 @@
+"""The noisy-federation benchmark in every regime of bad clients, and the paired "never worse" test per regime.
+
+Each regime is one ``fedvalue run noisy-federation`` configuration (the quick configuration: 100 clients, 10 a
+round, 30 rounds, the MLP, 50% bad clients) that differs only in what the bad clients do (``--bad-kind``,
+``--flip-probabilities``, ``--mavericks``); each runs into its own folder under ``--out``, seed by seed over every
+regime (so that a stopped run has every regime at the same seeds), and resumes per cell like the benchmark. Then
+the tables of every regime are gathered, with a ``regime`` column, into ``regimes_summary.csv`` (each measure's
+mean and 95% interval over seeds) and ``regimes_paired.csv`` (each policy minus random, paired by seed).
+
+    python -m bench.regimes --out ~/fedvalue-runs/regimes --seed 1 --seeds 5 --results docs/results
+    python -m bench.regimes --quick --out /tmp/regimes                     # every regime, tiny: a smoke run
+
+The regimes' settings (the kinds' noise, the strengths, the mavericks' count) were chosen before any result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from simulations.experiments.noisy_federation.config import NoisyFederationConfig, check_config
+from simulations.experiments.noisy_federation.noisy_federation import run_benchmark, write_tables
+
+#: regime -> the settings that make it (the rest is the quick configuration).
+REGIMES = {
+    "clean": {"bad_kind": "none", "flip_probabilities": (1.0,)},
+    "label-flip-1.0": {"bad_kind": "label-flip", "flip_probabilities": (1.0,)},
+    "label-flip-0.5": {"bad_kind": "label-flip", "flip_probabilities": (0.5,)},
+    "class-swap": {"bad_kind": "class-swap", "flip_probabilities": (1.0,)},
+    "feature-noise": {"bad_kind": "feature-noise", "flip_probabilities": (1.0,)},
+    "free-rider": {"bad_kind": "free-rider", "flip_probabilities": (1.0,)},
+    "noisy-free-rider": {"bad_kind": "noisy-free-rider", "flip_probabilities": (1.0,)},
+    "stale-replayer": {"bad_kind": "stale-replayer", "flip_probabilities": (1.0,)},
+    "sign-flip": {"bad_kind": "sign-flip", "flip_probabilities": (1.0,)},
+    "boosted-update": {"bad_kind": "boosted-update", "flip_probabilities": (1.0,)},
+    "noisy-update": {"bad_kind": "noisy-update", "flip_probabilities": (1.0,)},
+    "mavericks": {"bad_kind": "none", "flip_probabilities": (1.0,), "mavericks": 2},
+    "mavericks-flips": {"bad_kind": "label-flip", "flip_probabilities": (1.0,), "mavericks": 2},
+}
+POLICIES = ("random", "value-ucb", "greedyfed", "oracle")
+#: A smoke run of every regime: a few clients and rounds, small splits.
+QUICK = {"num_clients": 12, "clients_per_round": 4, "rounds": 3, "final_window": 2, "validation_examples": 200,
+         "test_examples": 300, "valuation_budget": 16, "hidden": (16,), "poc_candidates": 6}
+
+
+def regime_config(regime: str, *, seed: int, seeds: int, policies: tuple[str, ...], quick: bool) -> NoisyFederationConfig:
+    config = NoisyFederationConfig(seed=seed, seeds=seeds, policies=policies, **REGIMES[regime], **(QUICK if quick else {}))
+    check_config(config)
+    return config
+
+
+def gather(out: Path, regimes: list[str], configs: dict[str, NoisyFederationConfig]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every regime's summary and paired tables, from its done cells, with a regime column."""
+    summaries, paired = [], []
+    for regime in regimes:
+        tables = write_tables(configs[regime], out / regime)
+        if not tables["per_cell"].empty:
+            summaries.append(tables["summary"].assign(regime=regime))
+            paired.append(tables["paired"].assign(regime=regime))
+    first = lambda frames: (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())  # noqa: E731
+    summary, pairs = first(summaries), first(paired)
+    for frame in (summary, pairs):
+        if not frame.empty:
+            frame.insert(0, "regime", frame.pop("regime"))
+    return summary, pairs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.regimes", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
+    parser.add_argument("--out", type=Path, required=True, help="folder of the regimes' benchmark runs (resumable)")
+    parser.add_argument("--seed", type=int, default=1, help="first seed")
+    parser.add_argument("--seeds", type=int, default=5, help="number of seeds")
+    parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated, from " + ",".join(REGIMES))
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated benchmark policies")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny federations, 3 rounds")
+    parser.add_argument("--results", type=Path, help="folder to write regimes_summary.csv and regimes_paired.csv to")
+    args = parser.parse_args(argv)
+    regimes = [r for r in args.regimes.split(",") if r]
+    unknown = [r for r in regimes if r not in REGIMES]
+    if unknown or not regimes:
+        parser.error(f"--regimes: expected names from {list(REGIMES)}; got {args.regimes!r}")
+    policies = tuple(p for p in args.policies.split(",") if p)
+    configs = {r: regime_config(r, seed=args.seed, seeds=args.seeds, policies=policies, quick=args.quick)
+               for r in regimes}
+    started = time.perf_counter()
+    for seed in range(args.seed, args.seed + args.seeds):
+        for regime in regimes:
+            run_benchmark(dataclasses.replace(configs[regime], seed=seed, seeds=1), args.out / regime)
+            print(f"seed {seed} {regime}: done ({time.perf_counter() - started:.0f}s)", flush=True)
+    summary, paired = gather(args.out, regimes, configs)
+    columns = ["regime", "policy", "seeds", "final_accuracy_diff", "final_accuracy_diff_ci", "auc_diff", "auc_diff_ci",
+               "rounds_to_95_diff", "rounds_to_95_diff_ci", "seconds_ratio", "seconds_ratio_ci"]
+    if not paired.empty:
+        print(paired[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"{len(regimes)} regimes x seeds {args.seed}-{args.seed + args.seeds - 1} in {time.perf_counter() - started:.0f}s")
+    if args.results is not None:
+        args.results.mkdir(parents=True, exist_ok=True)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                check=False).stdout.strip()
+        note = f"# python -m bench.regimes {' '.join(argv if argv is not None else sys.argv[1:])} (commit {commit})\n"
+        for name, frame in (("regimes_summary.csv", summary), ("regimes_paired.csv", paired)):
+            (args.results / name).write_text(note + frame.to_csv(index=False))
+
