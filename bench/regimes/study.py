@@ -90,16 +90,23 @@ def main(argv: list[str] | None = None) -> None:
     configs = {r: regime_config(r, seed=args.seed, seeds=args.seeds, policies=policies, quick=args.quick)
                for r in regimes}
     started = time.perf_counter()
+    failed = []
     for seed in range(args.seed, args.seed + args.seeds):
         for regime in regimes:
-            run_benchmark(dataclasses.replace(configs[regime], seed=seed, seeds=1), args.out / regime)
+            try:
+                run_benchmark(dataclasses.replace(configs[regime], seed=seed, seeds=1), args.out / regime)
+            except Exception as error:  # noqa: BLE001 - one regime's failure is reported; the others still run
+                failed.append(f"seed {seed} {regime}: {type(error).__name__}: {error}")
+                print(f"seed {seed} {regime}: FAILED {type(error).__name__}: {error}", flush=True)
+                continue
             print(f"seed {seed} {regime}: done ({time.perf_counter() - started:.0f}s)", flush=True)
     summary, paired = gather(args.out, regimes, configs)
     columns = ["regime", "policy", "seeds", "final_accuracy_diff", "final_accuracy_diff_ci", "auc_diff", "auc_diff_ci",
                "rounds_to_95_diff", "rounds_to_95_diff_ci", "seconds_ratio", "seconds_ratio_ci"]
     if not paired.empty:
         print(paired[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"{len(regimes)} regimes x seeds {args.seed}-{args.seed + args.seeds - 1} in {time.perf_counter() - started:.0f}s")
+    print(f"{len(regimes)} regimes x seeds {args.seed}-{args.seed + args.seeds - 1} in {time.perf_counter() - started:.0f}s"
+          + (f"; {len(failed)} failed: " + "; ".join(failed) if failed else ""))
     if args.results is not None:
         args.results.mkdir(parents=True, exist_ok=True)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
