@@ -154,8 +154,8 @@ def check_efficiency(ledger: pd.DataFrame, rounds: pd.DataFrame, tolerance: floa
     expanded = set(rounds.loc[rounds["ads_method"].isin([f"ads-{m}" for m in EXPANSION_METHODS]), "round"])
     if expanded:
         ads = ads[~ads["round"].isin(expanded)]
-        report.checks.append(f"group efficiency not held in {len(expanded)} rounds valued by a first- or second-order "
-                             "expansion (efficient for the expanded game only; their gap is the expansion's "
+        report.checks.append(f"group efficiency not held in {counted(len(expanded), 'round')} valued by a first- or "
+                             "second-order expansion (efficient for the expanded game only; their gap is the expansion's "
                              "remainder, booked as efficiency_gap and recomputed)")
         if ads.empty:
             return

@@ -184,8 +184,8 @@ def test_group_efficiency_holds_only_rounds_valued_by_an_efficient_estimator(tmp
 
     expanded = run("expanded", "ads-second-order")
     assert expanded.ok, expanded.problems
-    assert "group efficiency in 1 rounds (max gap 0.0e+00)" in expanded.checks
-    assert any(c.startswith("group efficiency not held in 1 rounds valued by a first- or second-order expansion")
+    assert "group efficiency in 1 round (max gap 0.0e+00)" in expanded.checks
+    assert any(c.startswith("group efficiency not held in 1 round valued by a first- or second-order expansion")
                for c in expanded.checks), expanded.checks
     exact = run("exact", "ads-exact")
     assert any(p.startswith("group efficiency: Σ ADS − (utility_after − utility_before) is 0.05 in round 2")

@@ -91,7 +91,8 @@ def test_a_lost_node_is_its_clients_failure_then_no_longer_sampled_and_the_run_a
     report = audit_run(tmp_path / "run", utility=utility(),
                        sampled=lambda t, available=None: sampler.sample(t, range(4) if available is None else available))
     assert report.intact, report.verdicts()
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fedvalue: round 2:")]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fedvalue: round 2:")
+             and "sampled clients valued" in r.getMessage()]
     kept = ledger[(ledger["round"] == 2) & (ledger["method"] == "ads") & (ledger["status"] == "ok")]
     (valued, value), = zip(kept["client_id"], kept["value"])
     assert lines == [f"fedvalue: round 2: 1 of 2 sampled clients valued, into {tmp_path / 'run'}; ads {value:.4g} "
