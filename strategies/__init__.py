@@ -12,9 +12,9 @@ from strategies.book_settings import BookSettings
 from strategies.intake.claims import CLAIM_METHODS, ClaimFlag, ClaimReview
 from strategies.hooks.registry import register_round_hook, unregister_round_hook
 from strategies.intake.nodes import NodeDirectory
-from strategies.policies import (SCHEDULES, AcceptAll, FairDropK, FairReweight, GreedyFedSampler, PartitionSampler,
-                                 PowerOfChoice, Replay, ReplaySampler, RepresentativesOnly, Sampler, TopK,
-                                 ValueEliminationSampler, ValueWeightedSampler, ValueWeighting)
+from strategies.policies import (SCHEDULES, AcceptAll, ChoosesOwnClients, FairDropK, FairReweight, GreedyFedSampler,
+                                 PartitionSampler, PowerOfChoice, Replay, ReplaySampler, RepresentativesOnly, Sampler,
+                                 TopK, ValueEliminationSampler, ValueWeightedSampler, ValueWeighting)
 from strategies.round_hook import HookContext, IdleClients, RoundHook, RoundView
 from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, SERVER_ROUND_KEY, train_config
 from strategies.aggregation.reaggregate import replay_aggregator
@@ -24,7 +24,8 @@ from strategies.valuing_settings import IntakeSettings, RunCallbacks
 
 __all__ = [
     "CLAIM_METHODS", "SCHEDULES", "LOCAL_LOSS_KEY", "SEED_KEY", "SERVER_ROUND_KEY",
-    "AcceptAll", "Acceptance", "AcceptInputs", "AdsSettings", "BookSettings", "ClaimFlag", "ClaimReview",
+    "AcceptAll", "Acceptance", "AcceptInputs", "AdsSettings", "BookSettings", "ChoosesOwnClients", "ClaimFlag",
+    "ClaimReview",
     "DefenceSettings", "FairDropK", "FairReweight", "GreedyFedSampler", "HookContext", "IdleClients",
     "IntakeSettings", "NodeDirectory", "PartitionSampler", "PowerOfChoice", "Replay", "ReplaySampler",
     "RepresentativesOnly", "RoundHook", "RoundView", "RunCallbacks", "RunInterrupted", "RunSettings", "Sampler", "Signer",

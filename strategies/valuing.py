@@ -30,7 +30,7 @@ from strategies.acceptance_policy import AcceptAll, Acceptance
 from strategies.book_settings import BookSettings
 from strategies.hooks.registry import check_expansion, hook_context, run_hooks
 from strategies.intake.round_intake import usable_evaluations
-from strategies.policies.sampling import LearningSampler, Sampler, retarget
+from strategies.policies.sampling import LearningSampler, Sampler, check_sampler, retarget
 from strategies.round_hook import IdleClients
 from strategies.round_setup import ConfiguredRound, RoundSetup, RoundStart
 from strategies.run_state import RunInterrupted, RunState, ServerParts, run_json
@@ -87,7 +87,7 @@ class ValuingStrategy(Strategy):
         self.strategy = strategy
         #: U, and the ``module:callable`` that built it (None: U was given as an object).
         self.utility, self.utility_reference = utility_of(utility)
-        self.sampler = sampler
+        self.sampler = check_sampler(strategy, sampler)
         self.seed = int(seed)
         self.valuation = settings_or_default("valuation", valuation, ValuationSettings)
         self.book_settings = settings_or_default("books", books, BookSettings)

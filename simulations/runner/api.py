@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
@@ -41,12 +41,14 @@ from strategies import (
     SEED_KEY,
     Acceptance,
     BookSettings,
+    ChoosesOwnClients,
     IntakeSettings,
     PartitionSampler,
     Sampler,
     RunSettings,
     ValuationSettings,
     ValuingStrategy,
+    arrays_to_numpy,
     initial_arrays,
 )
 from strategies.aggregation.random_state import RandomState
@@ -74,7 +76,10 @@ def default_sampler(strategy: Strategy, num_clients: int, seed: int) -> Partitio
     """The seeded sampler a run uses when none is given: as many clients per round as the
     inner strategy would sample (Flower's FedAvg family: max(⌊N·fraction_train⌋,
     min_train_nodes)), drawn by partition id from ``seed`` instead of Flower's global
-    ``random`` over random node ids. None for a strategy that trains no client."""
+    ``random`` over random node ids. None for a strategy that trains no client, or that chooses
+    its own clients (:class:`strategies.ChoosesOwnClients`: Power-of-Choice)."""
+    if isinstance(strategy, ChoosesOwnClients):
+        return None
     fraction = getattr(strategy, "fraction_train", None)
     if fraction is None:
         raise ValueError(
@@ -137,6 +142,7 @@ def simulate(
     books: BookSettings | None = None, intake: IntakeSettings | None = None, run: RunSettings | None = None,
     engine: EngineSettings | None = None, callbacks: RunCallbacks | None = None, client_mods: Sequence[Mod] = (),
     overwrite: bool = False, round_timeout: float = 600.0,
+    evaluate: Callable[[int, dict[str, np.ndarray]], Mapping[str, float] | None] | None = None,
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped by
     :class:`strategies.ValuingStrategy`, and return the run's books.
@@ -155,6 +161,11 @@ def simulate(
     ``intake``, ``run`` (run.json's configuration, completed here so that the run can be audited
     from it alone; records, checkpoints, resume, signing) and ``callbacks``; ``engine`` says how Ray
     runs the clients and ``client_mods`` wrap their training (picklable, like the loader).
+    ``evaluate(t, A_t)`` is called on the server with the global arrays (name -> numpy array)
+    after every round t, and with A_0 before the first: to measure what one's own policy does
+    (test accuracy per round, say). It may return a mapping of metrics (Flower logs them), or
+    None; the global generators it draws from are put back after each call, so it changes
+    nothing booked.
 
     The clients are not asked to evaluate (no federated evaluation rounds, whatever the inner
     strategy's ``fraction_evaluate``): the books value every round on ``utility``.
@@ -184,7 +195,8 @@ def simulate(
         if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
             check_ray_address(engine.ray_address)
         _serve(valuing, initial, ConfigRecord(train_config), num_rounds, round_timeout, seed,
-               make_client_app(load_client_data, model_factory, mods=client_mods), num_clients, engine)
+               make_client_app(load_client_data, model_factory, mods=client_mods), num_clients, engine,
+               None if evaluate is None else ServerEvaluation(evaluate))
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger "
                            f"in {run_dir} holds the completed rounds. See the engine's log above.")
@@ -227,12 +239,40 @@ def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettin
     return config
 
 
+class ServerEvaluation:
+    """Flower's ``evaluate_fn`` around a user's ``evaluate(t, arrays)`` (:func:`simulate`): numpy
+    arrays in, the global generators put back after, a returned mapping checked and logged."""
+
+    def __init__(self, evaluate: Callable[[int, dict[str, np.ndarray]], Mapping[str, float] | None]) -> None:
+        if not callable(evaluate):
+            raise TypeError(f"evaluate: expected a callable (round, arrays) -> metrics or None; got "
+                            f"{type(evaluate).__name__}.")
+        self.evaluate = evaluate
+
+    def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        found = RandomState.capture()
+        try:
+            metrics = self.evaluate(int(server_round), arrays_to_numpy(arrays))
+        finally:
+            found.restore()
+        if metrics is None:
+            return None
+        numbers = isinstance(metrics, Mapping) and all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in metrics.items())
+        if not numbers:
+            raise TypeError(f"evaluate: expected it to return None or a mapping of metric names to numbers; got "
+                            f"{metrics!r} in round {server_round}.")
+        return MetricRecord({k: float(v) for k, v in metrics.items()})
+
+
 def _serve(valuing: ValuingStrategy, initial: ArrayRecord, train_record: ConfigRecord, num_rounds: int,
-           round_timeout: float, seed: int, client_app, num_clients: int, engine: EngineSettings) -> None:
+           round_timeout: float, seed: int, client_app, num_clients: int, engine: EngineSettings,
+           evaluate_fn: ServerEvaluation | None = None) -> None:
     """Run the rounds on the engine; Ctrl-C / SIGTERM stops after the round in flight commits."""
     def main(grid: Grid) -> None:
         with seeded_server_generators(seed):
-            valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record)
+            valuing.start(grid, initial, num_rounds=num_rounds, timeout=round_timeout, train_config=train_record,
+                          evaluate_fn=evaluate_fn)
 
     with stop_on_signals(valuing.stop_requested):
         serve(client_app, main, num_supernodes=num_clients, engine=engine, on_worker_lost=valuing.request_stop)

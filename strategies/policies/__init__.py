@@ -17,12 +17,14 @@ from strategies.policies.acceptance import FairDropK, FairReweight, Replay, TopK
 from strategies.policies.greedy_fed import GreedyFedSampler
 from strategies.policies.power_of_choice import PowerOfChoice
 from strategies.policies.representatives import RepresentativesOnly
-from strategies.policies.sampling import SCHEDULES, PartitionSampler, ReplaySampler, Sampler, ValueWeightedSampler
+from strategies.policies.sampling import (SCHEDULES, ChoosesOwnClients, PartitionSampler, ReplaySampler, Sampler,
+                                         ValueWeightedSampler)
 from strategies.policies.value_elimination import ValueEliminationSampler
 from strategies.policies.value_weighting import ValueWeighting
 
 __all__ = [
-    "SCHEDULES", "AcceptAll", "FairDropK", "FairReweight", "GreedyFedSampler", "PartitionSampler", "PowerOfChoice",
+    "SCHEDULES", "AcceptAll", "ChoosesOwnClients", "FairDropK", "FairReweight", "GreedyFedSampler", "PartitionSampler",
+    "PowerOfChoice",
     "Replay", "ReplaySampler", "RepresentativesOnly", "Sampler", "TopK", "ValueEliminationSampler",
     "ValueWeightedSampler", "ValueWeighting",
 ]

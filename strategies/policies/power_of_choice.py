@@ -30,6 +30,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue._checks import check_integer, check_positive
+from strategies.policies.sampling import ChoosesOwnClients
 from strategies.replies import claimed_partition, reply_node, sent_nodes
 from strategies.intake.nodes import NodeDirectory
 from strategies.protocol import ARRAYS_KEY, CLIENT_RECORD_KEY, CONFIG_KEY, LOCAL_LOSS_KEY, SERVER_ROUND_KEY
@@ -38,7 +39,7 @@ from strategies.protocol import ARRAYS_KEY, CLIENT_RECORD_KEY, CONFIG_KEY, LOCAL
 CANDIDATE_STREAM = 0x90C
 
 
-class PowerOfChoice(FedAvg):
+class PowerOfChoice(FedAvg, ChoosesOwnClients):
     """FedAvg whose clients are the ``clients_per_round`` highest-loss of ``candidates`` queried ones.
 
     Parameters

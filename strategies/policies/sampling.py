@@ -187,6 +187,21 @@ class ReplaySampler:
             raise ValueError(f"schedule: round {server_round} replays clients {missing} that are not connected.")
         return list(self.schedule[server_round])
 
+class ChoosesOwnClients:
+    """A Flower strategy that chooses which clients train from what it learns of them (Power-of-Choice
+    from its candidates' losses). A sampler would send its round elsewhere and void that choice (while
+    it still paid for its queries), so :func:`check_sampler` refuses one beside it and ``simulate()``
+    gives it none."""
+
+
+def check_sampler(strategy: object, sampler: Sampler | None) -> Sampler | None:
+    """``sampler``, or a ValueError naming it when the inner ``strategy`` chooses its own clients."""
+    if sampler is not None and isinstance(strategy, ChoosesOwnClients):
+        raise ValueError(f"sampler: expected None with {type(strategy).__name__}, which chooses its own clients (a "
+                         f"sampler would send its rounds elsewhere); got a {type(sampler).__name__}.")
+    return sampler
+
+
 def retarget(messages: list[Message], sampler: Sampler, server_round: int, partitions: Mapping[int, int],
              registered: Mapping[int, int]) -> tuple[list[Message], list[int] | None]:
     """(the inner strategy's train messages sent to the clients ``sampler`` picks instead, the first
