@@ -5,7 +5,8 @@ round, 30 rounds, the MLP, 50% bad clients) that differs only in what the bad cl
 ``--flip-probabilities``, ``--mavericks``); each runs into its own folder under ``--out``, seed by seed over every
 regime (so that a stopped run has every regime at the same seeds), and resumes per cell like the benchmark. Then
 the tables of every regime are gathered, with a ``regime`` column, into ``regimes_summary.csv`` (each measure's
-mean and 95% interval over seeds) and ``regimes_paired.csv`` (each policy minus random, paired by seed).
+mean and 95% interval over seeds) and ``regimes_paired.csv`` (each policy minus random, paired by seed), with a
+``_fixed_weight`` suffix when the valuing policies value by the fixed-weight coalition rule (``--coalition-rule``).
 
     python -m bench.regimes --out ~/fedvalue-runs/regimes --seed 1 --seeds 5 --results docs/results
     python -m bench.regimes --quick --out /tmp/regimes                     # every regime, tiny: a smoke run
@@ -49,13 +50,16 @@ QUICK = {"num_clients": 12, "clients_per_round": 4, "rounds": 3, "final_window":
          "test_examples": 300, "valuation_budget": 16, "hidden": (16,), "poc_candidates": 6}
 
 
-def regime_config(regime: str, *, seed: int, seeds: int, policies: tuple[str, ...], quick: bool) -> NoisyFederationConfig:
-    config = NoisyFederationConfig(seed=seed, seeds=seeds, policies=policies, **REGIMES[regime], **(QUICK if quick else {}))
+def regime_config(regime: str, *, seed: int, seeds: int, policies: tuple[str, ...], quick: bool,
+                  coalition_rule: str = "renormalized") -> NoisyFederationConfig:
+    config = NoisyFederationConfig(seed=seed, seeds=seeds, policies=policies, coalition_rule=coalition_rule,
+                                   **REGIMES[regime], **(QUICK if quick else {}))
     check_config(config)
     return config
 
 
-def gather(out: Path, regimes: list[str], configs: dict[str, NoisyFederationConfig]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def gather(out: Path, regimes: list[str],
+           configs: dict[str, NoisyFederationConfig]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every regime's summary and paired tables, from its done cells, with a regime column."""
     summaries, paired = [], []
     for regime in regimes:
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds")
     parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated, from " + ",".join(REGIMES))
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated benchmark policies")
+    parser.add_argument("--coalition-rule", default="renormalized", help="the round game the valuing policies value "
+                        "with: renormalized or fixed-weight")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny federations, 3 rounds")
     parser.add_argument("--results", type=Path, help="folder to write regimes_summary.csv and regimes_paired.csv to")
     args = parser.parse_args(argv)
@@ -87,8 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     if unknown or not regimes:
         parser.error(f"--regimes: expected names from {list(REGIMES)}; got {args.regimes!r}")
     policies = tuple(p for p in args.policies.split(",") if p)
-    configs = {r: regime_config(r, seed=args.seed, seeds=args.seeds, policies=policies, quick=args.quick)
-               for r in regimes}
+    configs = {r: regime_config(r, seed=args.seed, seeds=args.seeds, policies=policies, quick=args.quick,
+                                coalition_rule=args.coalition_rule) for r in regimes}
     started = time.perf_counter()
     failed = []
     for seed in range(args.seed, args.seed + args.seeds):
@@ -105,13 +111,15 @@ def main(argv: list[str] | None = None) -> None:
                "rounds_to_95_diff", "rounds_to_95_diff_ci", "seconds_ratio", "seconds_ratio_ci"]
     if not paired.empty:
         print(paired[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"{len(regimes)} regimes x seeds {args.seed}-{args.seed + args.seeds - 1} in {time.perf_counter() - started:.0f}s"
+    seeds = f"{args.seed}-{args.seed + args.seeds - 1}"
+    print(f"{len(regimes)} regimes x seeds {seeds} in {time.perf_counter() - started:.0f}s"
           + (f"; {len(failed)} failed: " + "; ".join(failed) if failed else ""))
     if args.results is not None:
         args.results.mkdir(parents=True, exist_ok=True)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 check=False).stdout.strip()
         note = f"# python -m bench.regimes {' '.join(argv if argv is not None else sys.argv[1:])} (commit {commit})\n"
-        for name, frame in (("regimes_summary.csv", summary), ("regimes_paired.csv", paired)):
+        suffix = "" if args.coalition_rule == "renormalized" else "_" + args.coalition_rule.replace("-", "_")
+        for name, frame in ((f"regimes_summary{suffix}.csv", summary), (f"regimes_paired{suffix}.csv", paired)):
             (args.results / name).write_text(note + frame.to_csv(index=False))
 

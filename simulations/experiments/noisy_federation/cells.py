@@ -131,7 +131,9 @@ def cell_run_config(config, cell: Cell, parts: PolicyParts, bad: frozenset) -> d
             "policy": cell.policy, "flip_probability": cell.flip_probability, "clean": cell.clean,
             "noisy_clients": sorted(bad), "num_rounds": config.rounds, "num_clients": config.num_clients,
             "strategy": type(parts.strategy).__name__, "methods": list(parts.methods),
-            "valuation": parts.valuation(config).ads.as_dict(), "train_config": cell_train_config(config, cell),
+            "valuation": parts.valuation(config).ads.as_dict(),
+            "coalition_rule": parts.valuation(config).coalition_rule,  # the rule this policy values with, if it does
+            "train_config": cell_train_config(config, cell),
             "versions": package_versions()}
 
 

@@ -11,6 +11,11 @@ The **full configuration** (``--rounds 100 --final-window 10 --models mlp,cnn
 --validation-examples 2000 --valuation-budget 200``) is meant to let random sampling plateau and adds the
 LeNet-5-style CNN; about 25 minutes a seed for the MLP alone on that machine, more for the CNN.
 
+The **regimes of bad clients**: ``bad_kind`` says what the ``noisy_fraction`` clients do (label flips
+by default; :data:`BAD_KINDS`), ``extra_bad_kind`` mixes a second kind in, ``mavericks`` gives classes
+whole to single honest clients, and ``coalition_rule`` is the round game the valuing policies value
+with (``python -m bench.regimes`` runs them all).
+
 Tuning: the learning rate 0.1 was picked on a pilot of seed 0's clean, random and oracle runs;
 the value-driven policy's options (``elimination_*``, ``weighting_*``), GreedyFed's memory,
 ``trimmed_beta``, ``krum_malicious`` and ``poc_candidates`` on seed 100. Report other seeds.
@@ -21,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fedvalue import COALITION_RULES
 from simulations.datasets import MODELS, check_hidden
 from simulations.runner import (
     EngineSettings,
@@ -82,6 +88,7 @@ class NoisyFederationConfig:
     batch_size: int = 32
     utility: str = "neg_loss"
     ads_method: str = "mc"
+    coalition_rule: str = "renormalized"
     valuation_budget: int = 100
     topk: int = 5
     poc_candidates: int = 20
@@ -130,6 +137,8 @@ HELP = {
     "hidden": "the MLP's hidden layer sizes",
     "utility": f"the valuation's utility on the validation split: {', '.join(UTILITIES)}",
     "ads_method": f"within-round ADS estimator: {', '.join(ADS_ESTIMATORS)}",
+    "coalition_rule": f"the round game's coalition rule the valuing policies value with: {', '.join(COALITION_RULES)} "
+                      "(docs/design.md)",
     "valuation_budget": "coalition evaluations per round (ADS and LOO together) for the valuing policies",
     "topk": "k of the top-k acceptance policies",
     "poc_candidates": "d, the candidates Power-of-Choice asks for their loss per round",
@@ -156,7 +165,8 @@ def _check_choices(config: NoisyFederationConfig) -> None:
         if not values or unknown or len(set(values)) != len(values):
             raise ValueError(f"{name}: expected distinct names from {list(choices)}; got {list(values)}.")
     for name, choices in (("bad_kind", BAD_KINDS), ("extra_bad_kind", EXTRA_BAD_KINDS), ("utility", UTILITIES),
-                          ("ads_method", ADS_ESTIMATORS), ("weighting_kind", WEIGHTING_KINDS),
+                          ("ads_method", ADS_ESTIMATORS), ("coalition_rule", COALITION_RULES),
+                          ("weighting_kind", WEIGHTING_KINDS),
                           ("elimination_acceptance", ELIMINATION_ACCEPTANCE),
                           ("elimination_selection", ("uniform", "ucb")),
                           ("partition", PARTITIONS)):

@@ -81,7 +81,9 @@ class PolicyParts:
 
     def valuation(self, config) -> ValuationSettings:
         ads = AdsSettings(method=config.ads_method, budget=config.valuation_budget)
-        return ValuationSettings(methods=self.methods, ads=ads)
+        # A policy that values nothing has no round game (the robust aggregators refuse a fixed-weight one).
+        rule = config.coalition_rule if self.methods else ValuationSettings().coalition_rule
+        return ValuationSettings(methods=self.methods, ads=ads, coalition_rule=rule)
 
 
 def _acceptance_weighting(config) -> ValueWeighting:
