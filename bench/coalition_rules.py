@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from bench import results_header
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.rounds.record_game import value_record
 from fedvalue.run.archive import read_round_record, round_record_paths
@@ -137,10 +137,9 @@ def main(argv: list[str] | None = None) -> None:
         shown = {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()}
         print("  ".join(f"{k}={v}" for k, v in shown.items()))
     if args.out is not None:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as handle:
-            handle.write(f"# python -m bench.coalition_rules {' '.join(map(str, args.roots))} (commit {commit})\n")
+            handle.write(results_header(f"python -m bench.coalition_rules {' '.join(map(str, args.roots))}"))
             writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)

@@ -22,12 +22,12 @@ import argparse
 import csv
 import dataclasses
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from bench import results_header
 from bench.coalition_rules import roc_auc, valued_runs
 from fedvalue.rounds.record_game import value_record
 from fedvalue.run.archive import read_round_record, round_record_paths
@@ -165,11 +165,10 @@ def main(argv: list[str] | None = None) -> None:
         shown = {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()}
         print("  ".join(f"{k}={v}" for k, v in shown.items()))
     if args.out is not None:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as handle:
-            handle.write(f"# python -m bench.taylor_agreement {' '.join(map(str, args.roots))} --out {args.out} "
-                         f"(commit {commit})\n")
+            handle.write(results_header(f"python -m bench.taylor_agreement {' '.join(map(str, args.roots))} "
+                                        f"--out {args.out}"))
             writer = csv.DictWriter(handle, fieldnames=COLUMNS)
             writer.writeheader()
             writer.writerows([{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}

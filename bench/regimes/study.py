@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from bench import results_header
 from simulations.experiments.noisy_federation.config import NoisyFederationConfig, check_config
 from simulations.experiments.noisy_federation.noisy_federation import run_benchmark, write_tables
 
@@ -116,9 +116,7 @@ def main(argv: list[str] | None = None) -> None:
           + (f"; {len(failed)} failed: " + "; ".join(failed) if failed else ""))
     if args.results is not None:
         args.results.mkdir(parents=True, exist_ok=True)
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=False).stdout.strip()
-        note = f"# python -m bench.regimes {' '.join(argv if argv is not None else sys.argv[1:])} (commit {commit})\n"
+        note = results_header(f"python -m bench.regimes {' '.join(argv if argv is not None else sys.argv[1:])}")
         suffix = "" if args.coalition_rule == "renormalized" else "_" + args.coalition_rule.replace("-", "_")
         for name, frame in ((f"regimes_summary{suffix}.csv", summary), (f"regimes_paired{suffix}.csv", paired)):
             (args.results / name).write_text(note + frame.to_csv(index=False))
