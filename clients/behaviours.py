@@ -34,7 +34,7 @@ import numpy as np
 
 from fedvalue._checks import check_integer, check_non_negative, check_number, check_unit_interval
 from fedvalue.run.run_info import check_reference, import_reference
-from clients.seeding import Seed, as_generator
+from clients.seeding import Seed, as_generator, fixed_entropy
 
 
 def flip_labels(labels: np.ndarray, p: float, num_classes: int, *, seed: Seed) -> np.ndarray:
@@ -128,7 +128,7 @@ class LabelNoise(ClientBehaviour):
         flip_labels(np.zeros(0, dtype=np.int64), p, num_classes, seed=0)
         self.p = float(p)
         self.num_classes = int(num_classes)
-        self._entropy = None if seed is None else int(as_generator(seed).integers(2**63))
+        self._entropy = fixed_entropy(seed)
 
     def transform_training_data(
         self, x: np.ndarray, y: np.ndarray, rng: np.random.Generator

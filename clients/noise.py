@@ -19,13 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from clients.behaviours import ClientBehaviour
-from clients.seeding import Seed, as_generator
+from clients.seeding import Seed, as_generator, fixed_entropy
 from fedvalue._checks import check_integer, check_non_negative, check_unit_interval
-
-
-def _fixed_entropy(seed: Seed) -> int | None:
-    """A seed read once (a Generator included), so the noise is the same in every round."""
-    return None if seed is None else int(as_generator(seed).integers(2**63))
 
 
 class ClassPairSwap(ClientBehaviour):
@@ -56,7 +51,7 @@ class ClassPairSwap(ClientBehaviour):
             raise ValueError("pairs: expected at least one class pair; got none.")
         self.pairs = tuple(sorted((min(a, b), max(a, b)) for a, b in partner.items() if a < b))
         self.p = check_unit_interval("p", p)
-        self._entropy = _fixed_entropy(seed)
+        self._entropy = fixed_entropy(seed)
 
     def transform_training_data(self, x: np.ndarray, y: np.ndarray, rng: np.random.Generator):
         y = np.asarray(y)
@@ -94,7 +89,7 @@ class FeatureNoise(ClientBehaviour):
                 raise ValueError(f"clip: expected (low, high) with low < high; got {clip!r}.")
             clip = (low, high)
         self.clip = clip
-        self._entropy = _fixed_entropy(seed)
+        self._entropy = fixed_entropy(seed)
 
     def transform_training_data(self, x: np.ndarray, y: np.ndarray, rng: np.random.Generator):
         x = np.asarray(x)

@@ -51,6 +51,12 @@ def as_generator(seed: Seed, *, name: str = "seed") -> np.random.Generator:
     )
 
 
+def fixed_entropy(seed: Seed) -> int | None:
+    """One draw from ``seed`` (None for None), read once: a behaviour keeps it so that its noise is the
+    same in every round, as a noisy dataset's is (a numpy Generator is advanced by one draw)."""
+    return None if seed is None else int(as_generator(seed).integers(2**63))
+
+
 def torch_generator(seed: Seed, *, name: str = "seed") -> torch.Generator:
     """A CPU ``torch.Generator`` seeded from ``seed`` (never the global torch RNG).
 
