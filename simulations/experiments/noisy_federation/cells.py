@@ -127,12 +127,13 @@ def seed_federation(config, seed: int) -> Federation:
 
 def cell_run_config(config, cell: Cell, parts: PolicyParts, bad: frozenset) -> dict:
     """run.json of a cell: the benchmark's settings, the cell and what the audit reads."""
+    valuation = parts.valuation(config)
     return {"simulation": "noisy-federation", **config.as_dict(), "seed": cell.seed, "model": cell.model,
             "policy": cell.policy, "flip_probability": cell.flip_probability, "clean": cell.clean,
             "noisy_clients": sorted(bad), "num_rounds": config.rounds, "num_clients": config.num_clients,
             "strategy": type(parts.strategy).__name__, "methods": list(parts.methods),
-            "valuation": parts.valuation(config).ads.as_dict(),
-            "coalition_rule": parts.valuation(config).coalition_rule,  # the rule this policy values with, if it does
+            "valuation": valuation.ads.as_dict(),
+            "coalition_rule": valuation.coalition_rule,  # the rule this policy values with, if it does
             "train_config": cell_train_config(config, cell),
             "versions": package_versions()}
 
