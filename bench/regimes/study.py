@@ -10,6 +10,7 @@ mean and 95% interval over seeds) and ``regimes_paired.csv`` (each policy minus 
 
     python -m bench.regimes --out ~/fedvalue-runs/regimes --seed 1 --seeds 5 --results docs/results
     python -m bench.regimes --quick --out /tmp/regimes                     # every regime, tiny: a smoke run
+    python -m bench.regimes --seed 100 --seeds 1 --set guard_explore=0.3 --out /tmp/tune   # a tuning run
 
 The regimes' settings (the kinds' noise, the strengths, the mavericks' count) were chosen before any result.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -47,15 +49,33 @@ REGIMES = {
 POLICIES = ("random", "value-ucb", "greedyfed", "oracle")
 #: A smoke run of every regime: a few clients and rounds, small splits.
 QUICK = {"num_clients": 12, "clients_per_round": 4, "rounds": 3, "final_window": 2, "validation_examples": 200,
-         "test_examples": 300, "valuation_budget": 16, "hidden": (16,), "poc_candidates": 6}
+         "test_examples": 300, "valuation_budget": 16, "hidden": (16,), "poc_candidates": 6,
+         "topk": 2}
 
 
 def regime_config(regime: str, *, seed: int, seeds: int, policies: tuple[str, ...], quick: bool,
-                  coalition_rule: str = "renormalized") -> NoisyFederationConfig:
+                  coalition_rule: str = "renormalized", settings: dict | None = None) -> NoisyFederationConfig:
     config = NoisyFederationConfig(seed=seed, seeds=seeds, policies=policies, coalition_rule=coalition_rule,
-                                   **REGIMES[regime], **(QUICK if quick else {}))
+                                   **{**REGIMES[regime], **(QUICK if quick else {}), **(settings or {})})
     check_config(config)
     return config
+
+
+def parse_settings(pairs: list[str]) -> dict:
+    """``--set name=value`` pairs as config fields: a value is read as JSON (numbers, null, lists), else as
+    text; ValueError naming ``--set`` for a pair without ``=`` or a name the benchmark has not."""
+    fields = {f.name for f in dataclasses.fields(NoisyFederationConfig)} - {"seed", "seeds", "policies", "engine"}
+    settings = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--set: expected name=value with a name from {sorted(fields)}; got {pair!r}.")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        settings[name] = tuple(value) if isinstance(value, list) else value
+    return settings
 
 
 def gather(out: Path, regimes: list[str],
@@ -86,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--coalition-rule", default="renormalized", help="the round game the valuing policies value "
                         "with: renormalized or fixed-weight")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny federations, 3 rounds")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a benchmark setting for every regime (repeatable), e.g. guard_explore=0.3: tuning runs")
     parser.add_argument("--results", type=Path, help="folder to write regimes_summary.csv and regimes_paired.csv to")
     args = parser.parse_args(argv)
     regimes = [r for r in args.regimes.split(",") if r]
@@ -93,8 +115,12 @@ def main(argv: list[str] | None = None) -> None:
     if unknown or not regimes:
         parser.error(f"--regimes: expected names from {list(REGIMES)}; got {args.regimes!r}")
     policies = tuple(p for p in args.policies.split(",") if p)
-    configs = {r: regime_config(r, seed=args.seed, seeds=args.seeds, policies=policies, quick=args.quick,
-                                coalition_rule=args.coalition_rule) for r in regimes}
+    try:
+        settings = parse_settings(args.set)
+        configs = {r: regime_config(r, seed=args.seed, seeds=args.seeds, policies=policies, quick=args.quick,
+                                    coalition_rule=args.coalition_rule, settings=settings) for r in regimes}
+    except ValueError as error:
+        parser.error(str(error))
     started = time.perf_counter()
     failed = []
     for seed in range(args.seed, args.seed + args.seeds):

@@ -29,6 +29,14 @@ values are high are trained often and the bound's width sends it back to the les
 With ``warm_start`` the first ⌈N / M⌉ rounds instead go round-robin through a seeded permutation
 of the N clients (as GreedyFed's initialization, [GREEDYFED]), so every client is valued once as
 early as possible; uniform sampling among the clients not ruled out follows.
+
+With ``explore`` = ε > 0, e = round(ε M) of each round's M slots are drawn uniformly (a seeded
+stream of its own) among every available client the rule did not pick, ruled-out ones included; the
+rule fills the other M − e. So no client is ever written off: each is trained in every round with
+probability at least e / (N − M + e), whatever its values, which keeps within reach a client that
+values alone cannot tell from a harmful one (one that alone holds a class: its within-round value
+is negative while the others' updates pull the model away from its class). ε = 0 is the rule alone,
+draw for draw.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedvalue._checks import check_integer, check_positive
+from fedvalue._checks import check_integer, check_number, check_positive
 from fedvalue.analysis.flagging import FlaggingRule
 from strategies.policies.sampling import available_ids, booked_values, round_robin
 
@@ -67,13 +75,15 @@ class ValueEliminationSampler:
         Go round-robin through all clients first (every one valued once), then sample.
     selection
         ``"uniform"`` (default) or ``"ucb"``: how the clients not ruled out are drawn.
+    explore
+        ε ∈ [0, 1): the share of each round's slots drawn uniformly among every client (module docstring).
     seed
         Seed of the draws; round t's draw depends on (seed, t) and the values observed.
     """
 
     def __init__(self, clients_per_round: int, *, method: str = "ads", confidence: float = 0.5,
                  min_rounds: int = 1, flagging: FlaggingRule | None = None, warm_start: bool = False,
-                 selection: str = "uniform", seed: int = 0) -> None:
+                 selection: str = "uniform", explore: float = 0.0, seed: int = 0) -> None:
         self.clients_per_round = check_integer("clients_per_round", clients_per_round)
         if method not in ("ads", "loo"):
             raise ValueError(f"method: expected 'ads' or 'loo'; got {method!r}.")
@@ -90,7 +100,10 @@ class ValueEliminationSampler:
         if selection not in SELECTIONS:
             raise ValueError(f"selection: expected one of {list(SELECTIONS)}; got {selection!r}.")
         self.selection = selection
+        self.explore = check_number("explore", explore, low=0.0, high=1.0, high_open=True)
         self.seed = int(seed)
+        #: round -> the clients its exploration slots drew (empty without ``explore``).
+        self.explored: dict[int, frozenset] = {}
         self.sums: dict[int, float] = {}
         self.counts: dict[int, int] = {}
 
@@ -127,22 +140,33 @@ class ValueEliminationSampler:
         ids = available_ids(partition_ids, self.clients_per_round)
         if self.warm_start and server_round <= math.ceil(len(ids) / self.clients_per_round):
             return round_robin(ids, self.clients_per_round, server_round, self.seed)
+        explored = round(self.explore * self.clients_per_round)
+        chosen = self._by_rule(server_round, ids, self.clients_per_round - explored)
+        if explored:
+            rest = [c for c in ids if c not in set(chosen)]
+            drawn = np.random.default_rng([self.seed, server_round, 1]).choice(rest, size=explored, replace=False)
+            self.explored[server_round] = frozenset(int(c) for c in drawn)
+            chosen = chosen + sorted(self.explored[server_round])
+        return sorted(int(c) for c in chosen)
+
+    def _by_rule(self, server_round: int, ids: list[int], slots: int) -> list[int]:
+        """``slots`` clients by the elimination rule (module docstring)."""
         ruled_out = self.flagged
         allowed = [c for c in ids if c not in ruled_out]
         rng = np.random.default_rng([self.seed, server_round])
-        if len(allowed) >= self.clients_per_round and self.selection == "ucb":
+        if len(allowed) >= slots and self.selection == "ucb":
             order = {c: k for k, c in enumerate(rng.permutation(allowed).tolist())}  # seeded ties
-            chosen = sorted(allowed, key=lambda c: (-self.upper_bound(c), order[c]))[:self.clients_per_round]
-        elif len(allowed) >= self.clients_per_round:
-            chosen = rng.choice(allowed, size=self.clients_per_round, replace=False).tolist()
-        else:  # never starve a round: the ruled-out clients least clearly harmful fill it
-            fill = sorted((c for c in ids if c in ruled_out), key=lambda c: (-self.upper_bound(c), c))
-            chosen = allowed + fill[:self.clients_per_round - len(allowed)]
-        return sorted(int(c) for c in chosen)
+            return sorted(allowed, key=lambda c: (-self.upper_bound(c), order[c]))[:slots]
+        if len(allowed) >= slots:
+            return rng.choice(allowed, size=slots, replace=False).tolist()
+        # never starve a round: the ruled-out clients least clearly harmful fill it
+        fill = sorted((c for c in ids if c in ruled_out), key=lambda c: (-self.upper_bound(c), c))
+        return allowed + fill[:slots - len(allowed)]
 
     def __repr__(self) -> str:
         return (f"ValueEliminationSampler({self.clients_per_round}, method={self.method!r}, "
                 f"confidence={self.confidence!r}, min_rounds={self.min_rounds!r}"
                 + (", warm_start=True" if self.warm_start else "")
                 + ("" if self.selection == "uniform" else f", selection={self.selection!r}")
+                + ("" if self.explore == 0 else f", explore={self.explore!r}")
                 + ("" if self.flagging is None else f", flagging={self.flagging!r}") + ")")

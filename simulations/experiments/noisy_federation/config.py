@@ -39,7 +39,7 @@ from simulations.runner import (
 )
 
 #: Every policy the benchmark knows (:mod:`.policies` builds them), in the order tables list them.
-POLICY_NAMES = ("random", "power-of-choice", "greedyfed", "value-ucb", "topk-ads", "topk-loo",
+POLICY_NAMES = ("random", "power-of-choice", "greedyfed", "value-ucb", "value-guard", "topk-ads", "topk-loo",
                 "value-weighted", "trimmed-mean", "median", "krum", "oracle")
 #: What the ``noisy_fraction`` clients do (``bad_kind``, :mod:`.data` builds each kind's behaviour):
 #: label noise (symmetric flips, class-pair swaps), corrupted inputs, free-riding (the received model,
@@ -53,6 +53,8 @@ KINDS_WITH_STRENGTH = ("label-flip", "class-swap", "feature-noise")
 EXTRA_BAD_KINDS = ("none",) + tuple(kind for kind in BAD_KINDS if kind != "none")
 UTILITIES = ("accuracy", "neg_loss")
 ADS_ESTIMATORS = ("auto", "exact", "mc", "tmc", "antithetic")
+#: The value-guard policy's estimators: those, and the round game's expansions (no coalition evaluated).
+GUARD_ESTIMATORS = ADS_ESTIMATORS + ("first-order", "second-order")
 WEIGHTING_KINDS = ("positive", "softmax")
 #: What the value-ucb policy aggregates of the clients it samples.
 ELIMINATION_ACCEPTANCE = ("value-weighted", "all")
@@ -100,6 +102,12 @@ class NoisyFederationConfig:
     elimination_selection: str = "ucb"
     weighting_kind: str = "positive"
     weighting_temperature: float | None = None
+    guard_explore: float = 0.2
+    guard_min_rounds: int = 2
+    guard_weighting_kind: str = "positive"
+    guard_weighting_temperature: float | None = None
+    guard_ads_method: str = "second-order"
+    guard_coalition_rule: str = "fixed-weight"
     trimmed_beta: float = 0.2
     krum_malicious: int = 1
     engine: EngineSettings = EngineSettings()
@@ -152,6 +160,13 @@ HELP = {
                               "weighting rule) or all (plain FedAvg of the clients it samples)",
     "weighting_kind": f"value weighting's rule: {', '.join(WEIGHTING_KINDS)}",
     "weighting_temperature": "temperature of the softmax value weighting",
+    "guard_explore": "share of the value-guard policy's slots drawn uniformly among every client, ruled out or not",
+    "guard_min_rounds": "valued rounds before the value-guard policy may rule a client out (its probation)",
+    "guard_weighting_kind": f"the value-guard policy's value weighting: {', '.join(WEIGHTING_KINDS)}",
+    "guard_weighting_temperature": "temperature of the value-guard policy's softmax weighting",
+    "guard_ads_method": f"the value-guard policy's within-round estimator: {', '.join(GUARD_ESTIMATORS)} "
+                        "(first- and second-order: the round game's expansion, neg_loss utility only)",
+    "guard_coalition_rule": f"the round game the value-guard policy values with: {', '.join(COALITION_RULES)}",
     "trimmed_beta": "fraction cut at each end per coordinate by the trimmed mean",
     "krum_malicious": "f, the Byzantine clients Krum tolerates (it needs clients_per_round > 2f + 2)",
     "device": "torch device of the server's valuation and test evaluation ('cuda' where there is one)",
@@ -166,7 +181,8 @@ def _check_choices(config: NoisyFederationConfig) -> None:
             raise ValueError(f"{name}: expected distinct names from {list(choices)}; got {list(values)}.")
     for name, choices in (("bad_kind", BAD_KINDS), ("extra_bad_kind", EXTRA_BAD_KINDS), ("utility", UTILITIES),
                           ("ads_method", ADS_ESTIMATORS), ("coalition_rule", COALITION_RULES),
-                          ("weighting_kind", WEIGHTING_KINDS),
+                          ("weighting_kind", WEIGHTING_KINDS), ("guard_weighting_kind", WEIGHTING_KINDS),
+                          ("guard_ads_method", GUARD_ESTIMATORS), ("guard_coalition_rule", COALITION_RULES),
                           ("elimination_acceptance", ELIMINATION_ACCEPTANCE),
                           ("elimination_selection", ("uniform", "ucb")),
                           ("partition", PARTITIONS)):
@@ -198,7 +214,7 @@ def check_config(config: NoisyFederationConfig) -> None:
     """ValueError naming the first bad field, before anything is written or started."""
     check_integers(config, ("seeds", "num_clients", "clients_per_round", "rounds", "local_epochs", "batch_size",
                             "final_window", "validation_examples", "valuation_budget", "topk", "poc_candidates",
-                            "elimination_min_rounds"))
+                            "elimination_min_rounds", "guard_min_rounds"))
     check_integers(config, ("seed", "test_examples", "krum_malicious", "mavericks"), minimum=0)
     check_numbers(config, ("learning_rate", "dirichlet_alpha", "elimination_confidence", "round_timeout",
                            "query_timeout"))
@@ -227,8 +243,16 @@ def check_config(config: NoisyFederationConfig) -> None:
     if isinstance(config.elimination_warm_start, bool) or config.elimination_warm_start not in (0, 1):
         raise ValueError(f"elimination_warm_start: expected 1 (round-robin through every client first) or 0; got "
                          f"{config.elimination_warm_start!r}.")
-    if (config.weighting_kind == "softmax") != (config.weighting_temperature is not None):
-        raise ValueError(f"weighting_temperature: the softmax weighting needs one and the positive one none; got "
-                         f"{config.weighting_temperature!r} with weighting_kind={config.weighting_kind!r}.")
+    for prefix in ("", "guard_"):
+        kind, temperature = getattr(config, prefix + "weighting_kind"), getattr(config, prefix + "weighting_temperature")
+        check_number(prefix + "weighting_temperature", temperature, low=0.0, low_open=True, none_ok=True)
+        if (kind == "softmax") != (temperature is not None):
+            raise ValueError(f"{prefix}weighting_temperature: the softmax weighting needs one and the positive one "
+                             f"none; got {temperature!r} with {prefix}weighting_kind={kind!r}.")
+    check_number("guard_explore", config.guard_explore, low=0.0, high=1.0, high_open=True)
+    if "value-guard" in config.policies and config.guard_ads_method in GUARD_ESTIMATORS[len(ADS_ESTIMATORS):] \
+            and config.utility != "neg_loss":
+        raise ValueError(f"guard_ads_method: {config.guard_ads_method!r} expands the round game and needs the "
+                         f"differentiable utility neg_loss; got utility={config.utility!r}.")
     check_engine_keys(config)
     check_devices(config.device, config.engine.num_gpus_per_client)

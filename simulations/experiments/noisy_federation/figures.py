@@ -11,7 +11,7 @@ import pandas as pd
 from simulations.experiments.noisy_federation.measures import accuracy_bands
 
 #: Value-driven policies drawn solid, the others dashed; the references dotted.
-VALUE_DRIVEN = ("greedyfed", "value-ucb", "topk-ads", "topk-loo", "value-weighted")
+VALUE_DRIVEN = ("greedyfed", "value-ucb", "value-guard", "topk-ads", "topk-loo", "value-weighted")
 REFERENCES = ("oracle", "clean")
 GRID_POINTS = 200
 
@@ -19,7 +19,7 @@ GRID_POINTS = 200
 def _style(policy: str) -> dict:
     if policy in REFERENCES:
         return {"linestyle": ":", "linewidth": 1.5}
-    return {"linestyle": "-" if policy in VALUE_DRIVEN else "--", "linewidth": 2.0 if policy == "value-ucb"
+    return {"linestyle": "-" if policy in VALUE_DRIVEN else "--", "linewidth": 2.0 if policy in ("value-ucb", "value-guard")
             else 1.2}
 
 

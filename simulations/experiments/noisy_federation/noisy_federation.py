@@ -3,7 +3,7 @@
 Fashion-MNIST over 100 clients with label skew (Flower Datasets' DirichletPartitioner, α = 0.5),
 half of them flipping labels with probability p (p = 1.0 and p = 0.5, one federation each), 10
 clients a round. Each policy of :mod:`.policies` (random sampling with FedAvg, Power-of-Choice,
-GreedyFed, value-ucb, top-k acceptance by ADS and by LOO, value-weighted aggregation, the
+GreedyFed, value-ucb, value-guard, top-k acceptance by ADS and by LOO, value-weighted aggregation, the
 trimmed mean, the median, Krum, the oracle) trains the same federation from the same initial model;
 the server values on a validation split of the training images and reports test accuracy on the
 10,000 test images. The measures (:mod:`.measures`): rounds and wall-clock seconds to 90% and 95%

@@ -9,6 +9,8 @@ power-of-choice     the m of d queried with largest loss   FedAvg               
 greedyfed           round-robin, then top m by mean value  FedAvg                            ADS
 value-ucb           the largest upper bounds on values,    FedAvg × max(φ, 0)               ADS
                     clients ruled out by them excepted
+value-guard         value-ucb's rule on M − e slots,       FedAvg × the weighting rule      ADS, 2nd
+                    e uniformly among all (probation)                                       order, FW
 topk-ads            m uniformly                            FedAvg of the top k by ADS        ADS
 topk-loo            m uniformly                            FedAvg of the top k by LOO        LOO
 value-weighted      m uniformly                            FedAvg × max(φ, 0)               ADS
@@ -22,7 +24,12 @@ clean (reference)   m uniformly, every client honest       FedAvg               
 Power-of-Choice is [POC]'s pow-d, GreedyFed [GREEDYFED]'s rule, the trimmed mean and the median
 [ROBUSTSTATS]'s, Krum [KRUM]'s (Flower's implementations of the three); value-ucb is
 :class:`strategies.ValueEliminationSampler` (UCB selection) with :class:`strategies.ValueWeighting`
-(this project's design, tuned on a seed that is not reported: docs/reproductions.md). The uniform
+(this project's design, tuned on a seed that is not reported: docs/reproductions.md). value-guard is the
+do-no-harm variant: a share of every round explores uniformly among all clients (none is written off),
+a client is ruled out only after a probation of valued rounds, and it values by the fixed-weight round
+game (a client that returns the model it got is a null player) with the second-order expansion of
+that game (no coalition evaluated: the cheapest estimator that ranks like exact ADS there,
+docs/results/taylor_agreement.csv). The uniform
 samplers share the seed, so in a round they draw the same clients (common random numbers across
 policies). A policy pays for the valuation it uses and only for it.
 """
@@ -78,11 +85,14 @@ class PolicyParts:
     sampler: object | None
     acceptance: object | None
     methods: tuple[str, ...]
+    #: The policy's own estimator and round game (None: the benchmark's ``ads_method`` and ``coalition_rule``).
+    ads_method: str | None = None
+    coalition_rule: str | None = None
 
     def valuation(self, config) -> ValuationSettings:
-        ads = AdsSettings(method=config.ads_method, budget=config.valuation_budget)
+        ads = AdsSettings(method=self.ads_method or config.ads_method, budget=config.valuation_budget)
         # A policy that values nothing has no round game (the robust aggregators refuse a fixed-weight one).
-        rule = config.coalition_rule if self.methods else ValuationSettings().coalition_rule
+        rule = (self.coalition_rule or config.coalition_rule) if self.methods else ValuationSettings().coalition_rule
         return ValuationSettings(methods=self.methods, ads=ads, coalition_rule=rule)
 
 
@@ -114,6 +124,14 @@ def build_policy(name: str, config, seed: int, *, honest: Sequence[int], nodes: 
                                           selection=config.elimination_selection, seed=seed)
         acceptance = _acceptance_weighting(config) if config.elimination_acceptance == "value-weighted" else None
         return PolicyParts(fedavg_without_evaluation(), sampler, acceptance, ("ads",))
+    if name == "value-guard":
+        sampler = ValueEliminationSampler(m, confidence=config.elimination_confidence,
+                                          min_rounds=config.guard_min_rounds, selection="ucb",
+                                          explore=config.guard_explore, seed=seed)
+        acceptance = ValueWeighting("ads", kind=config.guard_weighting_kind,
+                                    temperature=config.guard_weighting_temperature)
+        return PolicyParts(fedavg_without_evaluation(), sampler, acceptance, ("ads",),
+                           ads_method=config.guard_ads_method, coalition_rule=config.guard_coalition_rule)
     if name in ("topk-ads", "topk-loo"):
         score = name.split("-")[1]
         return PolicyParts(fedavg_without_evaluation(), uniform, TopK(config.topk, score), (score,))
