@@ -131,6 +131,44 @@ def test_value_elimination_by_ucb_tries_every_client_then_trains_the_largest_upp
         ValueEliminationSampler(2, selection="greedy")
 
 
+@pytest.mark.parametrize("selection", ["uniform", "ucb"])
+def test_exploration_trains_a_ruled_out_client_at_exactly_its_stated_rate(selection):
+    """With ε M = e exploration slots, a ruled-out client is not among the rule's M − e picks, so it is
+    drawn with probability e / (N − M + e) in every round: the frequency over many rounds matches that
+    rate within a binomial 4-sigma band, and the rule's own picks never include it."""
+    n, m, explore = 20, 5, 0.4  # e = 2 slots
+    sampler = ValueEliminationSampler(m, confidence=0.1, selection=selection, explore=explore, seed=6)
+    sampler.observe(rows(1, {c: (-1.0 if c < 4 else 0.5) for c in range(n)}))
+    assert sampler.eliminated == {0, 1, 2, 3}
+    rounds = range(2, 3002)
+    draws = [sampler.sample(t, range(n)) for t in rounds]
+    assert all(len(d) == m == len(set(d)) for d in draws)
+    assert all(len(sampler.explored[t]) == 2 and sampler.explored[t] <= set(d) for t, d in zip(rounds, draws))
+    assert all(not (set(d) - sampler.explored[t]) & {0, 1, 2, 3} for t, d in zip(rounds, draws))  # rule's picks
+    rate, trials = 2 / (n - m + 2), len(draws)
+    for client in range(4):
+        seen = sum(client in d for d in draws)
+        assert abs(seen / trials - rate) <= 4 * math.sqrt(rate * (1 - rate) / trials), (client, seen / trials, rate)
+
+
+def test_without_exploration_the_draws_are_the_rules_alone():
+    """explore=0 draws exactly what the sampler drew before it had the option (no stream is consumed)."""
+    def draws(**kw):
+        sampler = ValueEliminationSampler(3, selection="ucb", seed=9, **kw)
+        out = []
+        for t in range(1, 25):
+            chosen = sampler.sample(t, range(12))
+            sampler.observe(rows(t, {c: float(np.cos(3 * c + t)) for c in chosen}))
+            out.append(chosen)
+        return out, sampler
+    (bare, _), (zero, zero_sampler), (explored, explored_sampler) = draws(), draws(explore=0.0), draws(explore=0.34)
+    assert bare == zero and zero_sampler.explored == {} and "explore" not in repr(zero_sampler)
+    assert explored != bare and all(len(e) == 1 for e in explored_sampler.explored.values())  # round(0.34 * 3) = 1
+    assert "explore=0.34" in repr(explored_sampler)
+    with pytest.raises(ValueError, match=r"explore: expected a number in \[0, 1\); got 1.0"):
+        ValueEliminationSampler(3, explore=1.0)
+
+
 def test_every_shipped_sampler_is_a_sampler_that_simulate_and_the_strategy_take():
     """simulate(sampler=) and ValuingStrategy(sampler=) are typed by the Sampler protocol: each shipped sampler
     has what the strategy reads of it (clients_per_round, sample), and a value-driven one also observes."""

@@ -1,7 +1,7 @@
 """The benchmark's regimes of bad clients (``--bad-kind``, ``--extra-bad-kind``, ``--mavericks``):
 each kind is its public client behaviour, mavericks hold their class alone, and a real run of a
-mixed federation (stale replayers, noisy updates, a maverick; valued under the fixed-weight
-coalition rule) audits intact cell by cell, with the paired test against random written; under
+mixed federation (stale replayers, noisy updates, a maverick; the do-no-harm policy valuing by the
+fixed-weight round game's second-order expansion) audits intact cell by cell, with the paired test against random written; under
 ``-m slow`` every kind runs and audits intact."""
 
 from __future__ import annotations
@@ -114,9 +114,8 @@ def test_the_paired_test_subtracts_random_seed_by_seed_and_censors_unreached_tar
     assert paired["final_accuracy_diff_ci"] == pytest.approx(t.ppf(0.975, 2) * diffs.std(ddof=1) / np.sqrt(3))
 
 
-MIXED = dataclasses.replace(TINY, policies=("random", "value-ucb", "median"), bad_kind="stale-replayer",
-                            extra_bad_kind="noisy-update", extra_bad_fraction=0.25, mavericks=1, num_clients=12,
-                            coalition_rule="fixed-weight")
+MIXED = dataclasses.replace(TINY, policies=("random", "value-guard", "median"), bad_kind="stale-replayer",
+                            extra_bad_kind="noisy-update", extra_bad_fraction=0.25, mavericks=1, num_clients=12)
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +133,14 @@ def test_a_mixed_federation_runs_and_every_cell_audits_intact(mixed):
         assert any("recomputed every value" in c for c in report.checks), cell
     per_cell = tables["per_cell"]
     assert per_cell["maverick_accuracy"].between(0, 1).all()
-    assert set(tables["paired"]["policy"]) == {"value-ucb", "median"}
+    assert set(tables["paired"]["policy"]) == {"value-guard", "median"}
     rules = {c.policy: json.loads((c.directory(out) / "run" / "run.json").read_text())["coalition_rule"]
              for c in plan(MIXED)}
-    assert rules == {"clean": "renormalized", "random": "renormalized", "value-ucb": "fixed-weight",
-                     "median": "renormalized"}  # the rule of a policy that values; the robust ones value nothing
-    ucb = Cell("mlp", 0, 1.0, "value-ucb", True).directory(out) / "run"
-    assert read_round(ucb, 1).settings.coalition_rule == "fixed-weight"
+    assert rules == {"clean": "renormalized", "random": "renormalized", "value-guard": "fixed-weight",
+                     "median": "renormalized"}  # the policy's own round game; the robust ones value nothing
+    guard = Cell("mlp", 0, 1.0, "value-guard", True).directory(out) / "run"
+    settings = read_round(guard, 1).settings
+    assert settings.coalition_rule == "fixed-weight" and settings.valuation.method == "second-order"
 
 
 def test_stale_replayers_sent_the_model_of_their_previous_round(mixed):
