@@ -56,6 +56,8 @@ ADS_ESTIMATORS = ("auto", "exact", "mc", "tmc", "antithetic")
 #: The value-guard policy's estimators: those, and the round game's expansions (no coalition evaluated).
 GUARD_ESTIMATORS = ADS_ESTIMATORS + ("first-order", "second-order")
 WEIGHTING_KINDS = ("positive", "softmax")
+#: What the value-guard policy aggregates: FedAvg × a value weighting, or plain FedAvg of the clients it samples.
+GUARD_WEIGHTINGS = WEIGHTING_KINDS + ("none",)
 #: What the value-ucb policy aggregates of the clients it samples.
 ELIMINATION_ACCEPTANCE = ("value-weighted", "all")
 #: Label skew by Flower Datasets' DirichletPartitioner, or none.
@@ -162,7 +164,8 @@ HELP = {
     "weighting_temperature": "temperature of the softmax value weighting",
     "guard_explore": "share of the value-guard policy's slots drawn uniformly among every client, ruled out or not",
     "guard_min_rounds": "valued rounds before the value-guard policy may rule a client out (its probation)",
-    "guard_weighting_kind": f"the value-guard policy's value weighting: {', '.join(WEIGHTING_KINDS)}",
+    "guard_weighting_kind": f"the value-guard policy's value weighting: {', '.join(GUARD_WEIGHTINGS)} (none: plain "
+                            "FedAvg of the clients it samples)",
     "guard_weighting_temperature": "temperature of the value-guard policy's softmax weighting",
     "guard_ads_method": f"the value-guard policy's within-round estimator: {', '.join(GUARD_ESTIMATORS)} "
                         "(first- and second-order: the round game's expansion, neg_loss utility only)",
@@ -181,7 +184,7 @@ def _check_choices(config: NoisyFederationConfig) -> None:
             raise ValueError(f"{name}: expected distinct names from {list(choices)}; got {list(values)}.")
     for name, choices in (("bad_kind", BAD_KINDS), ("extra_bad_kind", EXTRA_BAD_KINDS), ("utility", UTILITIES),
                           ("ads_method", ADS_ESTIMATORS), ("coalition_rule", COALITION_RULES),
-                          ("weighting_kind", WEIGHTING_KINDS), ("guard_weighting_kind", WEIGHTING_KINDS),
+                          ("weighting_kind", WEIGHTING_KINDS), ("guard_weighting_kind", GUARD_WEIGHTINGS),
                           ("guard_ads_method", GUARD_ESTIMATORS), ("guard_coalition_rule", COALITION_RULES),
                           ("elimination_acceptance", ELIMINATION_ACCEPTANCE),
                           ("elimination_selection", ("uniform", "ucb")),
@@ -244,10 +247,11 @@ def check_config(config: NoisyFederationConfig) -> None:
         raise ValueError(f"elimination_warm_start: expected 1 (round-robin through every client first) or 0; got "
                          f"{config.elimination_warm_start!r}.")
     for prefix in ("", "guard_"):
-        kind, temperature = getattr(config, prefix + "weighting_kind"), getattr(config, prefix + "weighting_temperature")
+        kind = getattr(config, prefix + "weighting_kind")
+        temperature = getattr(config, prefix + "weighting_temperature")
         check_number(prefix + "weighting_temperature", temperature, low=0.0, low_open=True, none_ok=True)
         if (kind == "softmax") != (temperature is not None):
-            raise ValueError(f"{prefix}weighting_temperature: the softmax weighting needs one and the positive one "
+            raise ValueError(f"{prefix}weighting_temperature: the softmax weighting needs one, the others "
                              f"none; got {temperature!r} with {prefix}weighting_kind={kind!r}.")
     check_number("guard_explore", config.guard_explore, low=0.0, high=1.0, high_open=True)
     if "value-guard" in config.policies and config.guard_ads_method in GUARD_ESTIMATORS[len(ADS_ESTIMATORS):] \

@@ -128,8 +128,8 @@ def build_policy(name: str, config, seed: int, *, honest: Sequence[int], nodes: 
         sampler = ValueEliminationSampler(m, confidence=config.elimination_confidence,
                                           min_rounds=config.guard_min_rounds, selection="ucb",
                                           explore=config.guard_explore, seed=seed)
-        acceptance = ValueWeighting("ads", kind=config.guard_weighting_kind,
-                                    temperature=config.guard_weighting_temperature)
+        acceptance = None if config.guard_weighting_kind == "none" else ValueWeighting(
+            "ads", kind=config.guard_weighting_kind, temperature=config.guard_weighting_temperature)
         return PolicyParts(fedavg_without_evaluation(), sampler, acceptance, ("ads",),
                            ads_method=config.guard_ads_method, coalition_rule=config.guard_coalition_rule)
     if name in ("topk-ads", "topk-loo"):
