@@ -105,6 +105,7 @@ class NoisyFederationConfig:
     weighting_kind: str = "positive"
     weighting_temperature: float | None = None
     guard_explore: float = 0.2
+    guard_selection: str = "ucb"
     guard_min_rounds: int = 2
     guard_weighting_kind: str = "positive"
     guard_weighting_temperature: float | None = None
@@ -163,6 +164,8 @@ HELP = {
     "weighting_kind": f"value weighting's rule: {', '.join(WEIGHTING_KINDS)}",
     "weighting_temperature": "temperature of the softmax value weighting",
     "guard_explore": "share of the value-guard policy's slots drawn uniformly among every client, ruled out or not",
+    "guard_selection": "how the value-guard policy fills its other slots among the clients not ruled out: uniform, or "
+                       "ucb (the largest upper bounds r + c/sqrt(n))",
     "guard_min_rounds": "valued rounds before the value-guard policy may rule a client out (its probation)",
     "guard_weighting_kind": f"the value-guard policy's value weighting: {', '.join(GUARD_WEIGHTINGS)} (none: plain "
                             "FedAvg of the clients it samples)",
@@ -187,7 +190,7 @@ def _check_choices(config: NoisyFederationConfig) -> None:
                           ("weighting_kind", WEIGHTING_KINDS), ("guard_weighting_kind", GUARD_WEIGHTINGS),
                           ("guard_ads_method", GUARD_ESTIMATORS), ("guard_coalition_rule", COALITION_RULES),
                           ("elimination_acceptance", ELIMINATION_ACCEPTANCE),
-                          ("elimination_selection", ("uniform", "ucb")),
+                          ("elimination_selection", ("uniform", "ucb")), ("guard_selection", ("uniform", "ucb")),
                           ("partition", PARTITIONS)):
         if getattr(config, name) not in choices:
             raise ValueError(f"{name}: expected one of {list(choices)}; got {getattr(config, name)!r}.")

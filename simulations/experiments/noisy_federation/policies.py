@@ -126,7 +126,7 @@ def build_policy(name: str, config, seed: int, *, honest: Sequence[int], nodes: 
         return PolicyParts(fedavg_without_evaluation(), sampler, acceptance, ("ads",))
     if name == "value-guard":
         sampler = ValueEliminationSampler(m, confidence=config.elimination_confidence,
-                                          min_rounds=config.guard_min_rounds, selection="ucb",
+                                          min_rounds=config.guard_min_rounds, selection=config.guard_selection,
                                           explore=config.guard_explore, seed=seed)
         acceptance = None if config.guard_weighting_kind == "none" else ValueWeighting(
             "ads", kind=config.guard_weighting_kind, temperature=config.guard_weighting_temperature)
