@@ -1,0 +1,85 @@
+"""The value-guard policy's tuning table: one tuning run of ``python -m bench.regimes`` per variant, gathered.
+
+Each variant is a folder of ``DIR`` made by ``python -m bench.regimes --seed 100 --seeds 1 --regimes
+clean,label-flip-1.0,free-rider,mavericks --policies random,value-guard --set NAME=VALUE ... --out DIR/VARIANT``
+(seed 100 is the tuning seed; the reported seeds are 1-5). The table holds, per variant and regime, the guard's
+and random's final accuracy, their difference, the rounds each took to 95% of the clean accuracy (T + 1: never)
+and the mavericks' class accuracy; the criterion, settled before the variants were compared beyond the first, is
+do-no-harm first: the variant whose worst difference from random over the regimes is largest (maximin), ties
+by the mean difference.
+
+    python -m bench.regimes.tuning /work/tune --results docs/results      # writes guard_tuning.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from bench import results_header
+from simulations.experiments.noisy_federation.config import NoisyFederationConfig
+
+GUARD = "value-guard"
+
+
+def variant_settings(folder: Path) -> str:
+    """The guard settings a variant's runs differ from the defaults by, as NAME=VALUE text."""
+    saved = json.loads(next(folder.glob("*/benchmark.json")).read_text())
+    defaults = NoisyFederationConfig().as_dict()
+    changed = [f"{k}={saved[k]}" for k in sorted(saved) if k.startswith("guard_") and saved[k] != defaults.get(k)]
+    return " ".join(changed) or "defaults"
+
+
+def variant_rows(folder: Path) -> list[dict]:
+    rows = []
+    for per_cell_file in sorted(folder.glob("*/per_cell.csv")):
+        cells = pd.read_csv(per_cell_file).set_index("policy")
+        if not {GUARD, "random"} <= set(cells.index):
+            continue
+        guard, random = cells.loc[GUARD], cells.loc["random"]
+        rows.append({"variant": folder.name, "settings": variant_settings(folder), "regime": per_cell_file.parent.name,
+                     "seed": int(guard["seed"]), "guard_final": guard["final_accuracy"],
+                     "random_final": random["final_accuracy"],
+                     "final_diff": guard["final_accuracy"] - random["final_accuracy"],
+                     "guard_rounds_to_95": guard["rounds_to_95"], "random_rounds_to_95": random["rounds_to_95"],
+                     "guard_maverick_accuracy": guard.get("maverick_accuracy"),
+                     "random_maverick_accuracy": random.get("maverick_accuracy")})
+    return rows
+
+
+def tuning_table(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every variant's rows, one row a variant: worst and mean difference, ranked by the criterion)."""
+    table = pd.DataFrame([row for folder in sorted(p for p in root.iterdir() if p.is_dir())
+                          for row in variant_rows(folder)])
+    if table.empty:
+        return table, table
+    ranking = (table.groupby(["variant", "settings"], as_index=False)
+               .agg(regimes=("regime", "count"), worst_diff=("final_diff", "min"), mean_diff=("final_diff", "mean"))
+               .sort_values(["worst_diff", "mean_diff"], ascending=False, ignore_index=True))
+    return table, ranking
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.regimes.tuning", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
+    parser.add_argument("root", type=Path, help="folder of the variants' tuning runs, one subfolder a variant")
+    parser.add_argument("--results", type=Path, help="folder to write guard_tuning.csv to")
+    args = parser.parse_args(argv)
+    if not args.root.is_dir():
+        parser.error(f"root: expected a folder of tuning runs; got {str(args.root)!r}")
+    table, ranking = tuning_table(args.root)
+    if table.empty:
+        parser.error(f"root: expected tuning runs with random and {GUARD} cells under {args.root}; found none")
+    print(ranking.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
+    if args.results is not None:
+        args.results.mkdir(parents=True, exist_ok=True)
+        note = results_header(f"python -m bench.regimes.tuning {' '.join(argv if argv is not None else sys.argv[1:])}")
+        (args.results / "guard_tuning.csv").write_text(note + table.to_csv(index=False))
+
+
+if __name__ == "__main__":
+    main()
