@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results_header
+
 GUARD = "value-guard"
 
 
