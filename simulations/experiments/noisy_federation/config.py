@@ -18,7 +18,9 @@ with (``python -m bench.regimes`` runs them all).
 
 Tuning: the learning rate 0.1 was picked on a pilot of seed 0's clean, random and oracle runs;
 the value-driven policy's options (``elimination_*``, ``weighting_*``), GreedyFed's memory,
-``trimmed_beta``, ``krum_malicious`` and ``poc_candidates`` on seed 100. Report other seeds.
+``trimmed_beta``, ``krum_malicious`` and ``poc_candidates`` on seed 100; the value-guard policy's
+(``guard_*``) on seed 100 in four regimes, do-no-harm first (``python -m bench.regimes.tuning``). Report
+other seeds.
 """
 
 from __future__ import annotations
@@ -107,8 +109,8 @@ class NoisyFederationConfig:
     guard_explore: float = 0.2
     guard_selection: str = "ucb"
     guard_min_rounds: int = 2
-    guard_weighting_kind: str = "positive"
-    guard_weighting_temperature: float | None = None
+    guard_weighting_kind: str = "softmax"
+    guard_weighting_temperature: float | None = 1.0
     guard_ads_method: str = "second-order"
     guard_coalition_rule: str = "fixed-weight"
     trimmed_beta: float = 0.2
