@@ -49,3 +49,12 @@ def test_a_changed_number_is_caught():
     row = rendered(PAIRS[0])[0]
     changed = re.sub(r"\d(?=[^\d]*$)", lambda m: str((int(m.group()) + 1) % 10), row)
     assert changed != row and changed not in DOC.splitlines()
+
+
+def test_the_value_guard_tuning_table_is_its_results_file():
+    from bench.regimes.tuning import markdown_rows
+
+    rows = markdown_rows(read_results(RESULTS / "guard_tuning.csv"))
+    lines = DOC.splitlines()
+    start = lines.index(rows[0])
+    assert lines[start:start + len(rows)] == rows and lines[start + len(rows)] == ""
