@@ -1,6 +1,7 @@
 """The scripts in examples/, run as a user runs them (a fresh interpreter, small settings),
 their output checked against the library's own readers; and the first one again in this
-process after disturbing every global generator: the same seed, the same ledger bytes."""
+process after disturbing every global generator: the same seed, the same ledger bytes. The
+second run of the first and the value-driven ServerApp run under ``-m slow``."""
 
 from __future__ import annotations
 
@@ -144,6 +145,11 @@ def test_readme_snippets_are_taken_from_the_examples():
                 assert any(line == candidate for candidate in source), f"{name}: not found in order: {line!r}"
 
 
+@pytest.mark.slow  # the fast sibling: test_value_samplers_decide_as_their_rules_replayed_on_the_books and
+# test_topk_accepts_the_k_best_by_its_score_and_value_weighting_books_the_rule_s_factors in
+# tests/simulations/experiments/noisy_federation/test_noisy_federation.py (value-ucb: the same ValueEliminationSampler,
+# UCB, confidence 0.5, and ValueWeighting("ads") around FedAvg on real Ray, replayed on the books and audited intact);
+# an example run as a user runs it: test_a_serverapp_wrapping_fedadam_books_its_clients above
 def test_the_value_driven_serverapp_weighs_by_value_and_rules_out_noisy_clients(tmp_path, monkeypatch):
     out = tmp_path / "value-driven"
     printed = example("value_driven_serverapp.py", "--out", str(out), "--num-clients", "6", "--num-noisy", "2",
