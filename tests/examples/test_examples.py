@@ -1,7 +1,9 @@
 """The scripts in examples/, run as a user runs them (a fresh interpreter, small settings),
 their output checked against the library's own readers; and the first one again in this
-process after disturbing every global generator: the same seed, the same ledger bytes. The
-second run of the first and the value-driven ServerApp run under ``-m slow``."""
+process after disturbing every global generator: the same seed, the same ledger bytes.
+``read_ledger.py`` reads the session's real run (``signed_run``, conftest.py). The default
+suite runs ``value_a_serverapp.py`` and ``read_ledger.py``; ``simulate_own_model.py`` and
+``value_driven_serverapp.py`` run under ``-m slow``."""
 
 from __future__ import annotations
 
@@ -46,6 +48,11 @@ def own_model_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # the fast sibling: the pair fixture of tests/simulations/runner/test_simulate_policies.py
+# (simulate() with a user's own model, data and Flower strategy on real Ray, real training) and
+# test_honest_clients_are_valued_as_in_the_run_without_the_attackers in tests/hostile/replies/test_replies.py (TracIn
+# inflow and outflow booked on real Ray); an example run as a user runs it:
+# test_a_serverapp_wrapping_fedadam_books_its_clients below
 def test_own_model_data_and_strategy_are_valued_with_flows(own_model_run):
     run = load_run(own_model_run)
     assert list(run.rounds["round"]) == [1, 2]
@@ -57,9 +64,10 @@ def test_own_model_data_and_strategy_are_valued_with_flows(own_model_run):
     assert run.config["strategy"] == "DecayingLrFedAvg" and run.config["train_config"]["seed"] == SMALL["seed"]
 
 
-def test_read_ledger_prints_what_the_library_computes(own_model_run):
-    printed = example("read_ledger.py", str(own_model_run), "--k", "1").stdout
-    run = load_run(own_model_run)
+def test_read_ledger_prints_what_the_library_computes(signed_run):
+    """On the session's real noisy-clients run (conftest.py), which it only reads."""
+    printed = example("read_ledger.py", str(signed_run[0]), "--k", "1").stdout
+    run = load_run(signed_run[0])
     summary = run.summary()
     for client, total in summary["total_ads"].items():
         assert any(line.split()[:2] == [str(client), f"{total:.4f}"] for line in printed.splitlines()), printed
