@@ -124,10 +124,13 @@ def test_an_unseeded_model_factory_gives_the_same_ledger_whatever_the_global_gen
 
 def test_a_serverapp_wrapping_fedadam_books_its_clients(tmp_path):
     out = tmp_path / "serverapp"
-    printed = example("value_a_serverapp.py", "--out", str(out), "--num-clients", "4", "--clients-per-round", "3",
-                      "--rounds", "2", "--seed", "2").stdout
+    done = example("value_a_serverapp.py", "--out", str(out), "--num-clients", "4", "--clients-per-round", "3",
+                   "--rounds", "2", "--seed", "2")
+    printed = done.stdout
     run = load_run(out)
     assert "total_ads" in printed and list(run.rounds["round"]) == [1, 2]
+    # A user's ServerApp through run_flower_simulation meets no deprecated Flower feature (Flower warns on stderr).
+    assert "DEPRECATED FEATURE" not in done.stdout + done.stderr
     assert run.config is not None and (run.rounds["num_clients"] == 3).all()
     # FedAdam is a server optimizer: v_t(I_t) is its step, which the run then takes.
     np.testing.assert_allclose(run.rounds["utility_after"], run.rounds["utility_realized"], rtol=0, atol=1e-12)
