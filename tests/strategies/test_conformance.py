@@ -123,16 +123,11 @@ def conformance_cases() -> list:
     each with its fast sibling in the default suite named beside its mark."""
     cases = []
     for name in shipped_strategies():
-        if name == "QFedAvg":
-            cases.append(pytest.param(name, marks=pytest.mark.slow))  # the fast sibling:
-            # test_an_honest_run_with_failed_rejected_and_idle_clients_audits_intact[qfedavg] in
-            # tests/strategies/test_audit_every_strategy.py (QFedAvg wrapped, valued and audited intact by
-            # replaying its own aggregation on real ClientApps)
-        elif name == "Bulyan":
-            cases.append(pytest.param(name, marks=pytest.mark.slow))  # the fast sibling:
-            # test_an_honest_run_with_failed_rejected_and_idle_clients_audits_intact[bulyan] in
-            # tests/strategies/test_audit_every_strategy.py (Bulyan wrapped, valued and audited intact by
-            # replaying its own aggregation, coalitions too small for it included, on real ClientApps)
+        if name in ("Bulyan", "QFedAvg"):
+            cases.append(pytest.param(name, marks=pytest.mark.slow))  # the fast sibling of each:
+            # test_an_honest_run_with_failed_rejected_and_idle_clients_audits_intact[bulyan] and [qfedavg] in
+            # tests/strategies/test_audit_every_strategy.py (the same strategy wrapped, valued and audited intact by
+            # replaying its own aggregation on real ClientApps; Bulyan's coalitions too small for it included)
         else:
             cases.append(name)
     return cases
