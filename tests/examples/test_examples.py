@@ -1,6 +1,9 @@
 """The scripts in examples/, run as a user runs them (a fresh interpreter, small settings),
 their output checked against the library's own readers; and the first one again in this
-process after disturbing every global generator: the same seed, the same ledger bytes."""
+process after disturbing every global generator: the same seed, the same ledger bytes.
+``read_ledger.py`` reads the session's real run (``signed_run``, conftest.py). The default
+suite runs ``value_a_serverapp.py`` and ``read_ledger.py``; ``simulate_own_model.py`` and
+``value_driven_serverapp.py`` run under ``-m slow``."""
 
 from __future__ import annotations
 
@@ -45,6 +48,11 @@ def own_model_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # the fast sibling: the pair fixture of tests/simulations/runner/test_simulate_policies.py
+# (simulate() with a user's own model, data and Flower strategy on real Ray, real training) and
+# test_honest_clients_are_valued_as_in_the_run_without_the_attackers in tests/hostile/replies/test_replies.py (TracIn
+# inflow and outflow booked on real Ray); an example run as a user runs it:
+# test_a_serverapp_wrapping_fedadam_books_its_clients below
 def test_own_model_data_and_strategy_are_valued_with_flows(own_model_run):
     run = load_run(own_model_run)
     assert list(run.rounds["round"]) == [1, 2]
@@ -56,9 +64,10 @@ def test_own_model_data_and_strategy_are_valued_with_flows(own_model_run):
     assert run.config["strategy"] == "DecayingLrFedAvg" and run.config["train_config"]["seed"] == SMALL["seed"]
 
 
-def test_read_ledger_prints_what_the_library_computes(own_model_run):
-    printed = example("read_ledger.py", str(own_model_run), "--k", "1").stdout
-    run = load_run(own_model_run)
+def test_read_ledger_prints_what_the_library_computes(signed_run):
+    """On the session's real noisy-clients run (conftest.py), which it only reads."""
+    printed = example("read_ledger.py", str(signed_run[0]), "--k", "1").stdout
+    run = load_run(signed_run[0])
     summary = run.summary()
     for client, total in summary["total_ads"].items():
         assert any(line.split()[:2] == [str(client), f"{total:.4f}"] for line in printed.splitlines()), printed
@@ -115,10 +124,13 @@ def test_an_unseeded_model_factory_gives_the_same_ledger_whatever_the_global_gen
 
 def test_a_serverapp_wrapping_fedadam_books_its_clients(tmp_path):
     out = tmp_path / "serverapp"
-    printed = example("value_a_serverapp.py", "--out", str(out), "--num-clients", "4", "--clients-per-round", "3",
-                      "--rounds", "2", "--seed", "2").stdout
+    done = example("value_a_serverapp.py", "--out", str(out), "--num-clients", "4", "--clients-per-round", "3",
+                   "--rounds", "2", "--seed", "2")
+    printed = done.stdout
     run = load_run(out)
     assert "total_ads" in printed and list(run.rounds["round"]) == [1, 2]
+    # A user's ServerApp through run_flower_simulation meets no deprecated Flower feature (Flower warns on stderr).
+    assert "DEPRECATED FEATURE" not in done.stdout + done.stderr
     assert run.config is not None and (run.rounds["num_clients"] == 3).all()
     # FedAdam is a server optimizer: v_t(I_t) is its step, which the run then takes.
     np.testing.assert_allclose(run.rounds["utility_after"], run.rounds["utility_realized"], rtol=0, atol=1e-12)
@@ -144,6 +156,11 @@ def test_readme_snippets_are_taken_from_the_examples():
                 assert any(line == candidate for candidate in source), f"{name}: not found in order: {line!r}"
 
 
+@pytest.mark.slow  # the fast sibling: test_value_samplers_decide_as_their_rules_replayed_on_the_books and
+# test_topk_accepts_the_k_best_by_its_score_and_value_weighting_books_the_rule_s_factors in
+# tests/simulations/experiments/noisy_federation/test_noisy_federation.py (value-ucb: the same ValueEliminationSampler,
+# UCB, confidence 0.5, and ValueWeighting("ads") around FedAvg on real Ray, replayed on the books and audited intact);
+# an example run as a user runs it: test_a_serverapp_wrapping_fedadam_books_its_clients above
 def test_the_value_driven_serverapp_weighs_by_value_and_rules_out_noisy_clients(tmp_path, monkeypatch):
     out = tmp_path / "value-driven"
     printed = example("value_driven_serverapp.py", "--out", str(out), "--num-clients", "6", "--num-noisy", "2",

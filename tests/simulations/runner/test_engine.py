@@ -1,5 +1,6 @@
-"""The simulation engine: one real (small) Ray simulation, argument checks, and the
-guard that releases the ServerApp when the engine stops."""
+"""The simulation engine: one real (small) Ray simulation (under ``-m slow``: the default suite
+runs the engine in tests/examples/test_examples.py and tests/simulations/runner/), argument
+checks, and the guard that releases the ServerApp when the engine stops."""
 
 from __future__ import annotations
 
@@ -98,6 +99,10 @@ def run_digits(num_rounds: int, *, fail_partition: int = -1) -> tuple[RecordingF
     return strategy, initial, results, time.perf_counter() - start
 
 
+@pytest.mark.slow  # the fast sibling: test_a_serverapp_wrapping_fedadam_books_its_clients in tests/examples/
+# test_examples.py (a user's own ServerApp and the project's ClientApp on digits through run_flower_simulation on real
+# Ray: every sampled client trains and is booked each round, FedAdam's step is the realized one, no deprecated Flower
+# feature) and the pair fixture of tests/simulations/runner/test_simulate_policies.py (the same engine under simulate())
 def test_real_ray_simulation_of_fedavg_on_digits(caplog):
     caplog.set_level(logging.INFO, logger="flwr")
     strategy, initial, results, seconds = run_digits(num_rounds=2)

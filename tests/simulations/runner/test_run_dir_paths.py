@@ -32,8 +32,9 @@ def test_a_relative_run_keeps_its_committed_round_resumes_through_tilde_and_audi
 
     assert main(["run", "noisy-clients", "--resume", "~/link/runs/x", "--quiet"]) == 0
     capsys.readouterr()
-    for named in ("runs/x", "~/link/runs/x", "../link/runs/x", str(run_dir)):
-        assert main(["audit", named]) == 0
+    for named in ("runs/x", "~/link/runs/x", "../link/runs/x", str(run_dir)):  # the names resolve alike
+        recompute = [] if named == "runs/x" else ["--no-recompute"]  # retraining once is enough
+        assert main(["audit", named, *recompute]) == 0
         assert capsys.readouterr().out.strip().splitlines()[-1] == f"{run_dir}: 2 rounds, 8 ledger rows: intact"
     assert main(["report", "runs/x", "--html"]) == 0
     assert f"wrote {run_dir / 'report.html'}" in capsys.readouterr().out
