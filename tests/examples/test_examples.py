@@ -161,20 +161,26 @@ def test_readme_snippets_are_taken_from_the_examples():
 # tests/simulations/experiments/noisy_federation/test_noisy_federation.py (value-ucb: the same ValueEliminationSampler,
 # UCB, confidence 0.5, and ValueWeighting("ads") around FedAvg on real Ray, replayed on the books and audited intact);
 # an example run as a user runs it: test_a_serverapp_wrapping_fedadam_books_its_clients above
-def test_the_value_driven_serverapp_weighs_by_value_and_rules_out_noisy_clients(tmp_path, monkeypatch):
+@pytest.mark.parametrize("policy", ["value-ucb", "value-guard"])
+def test_the_value_driven_serverapp_weighs_by_value_and_rules_out_noisy_clients(tmp_path, monkeypatch, policy):
     out = tmp_path / "value-driven"
     printed = example("value_driven_serverapp.py", "--out", str(out), "--num-clients", "6", "--num-noisy", "2",
-                      "--clients-per-round", "3", "--rounds", "4", "--seed", "1").stdout
+                      "--clients-per-round", "3", "--rounds", "4", "--seed", "1", "--policy", policy).stdout
     from fedvalue.audit.checks import audit_run
+    from fedvalue.ledger import read_round
     from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
     from fedvalue.scoring.torch_utilities import TorchModelUtility
 
     run = load_run(out)
     assert set(run.ledger["method"]) == {"ads", "selected", "value_weight"} and list(run.rounds["round"]) == [1, 2, 3, 4]
+    rule = weighting_rule("ads", "softmax", 1.0) if policy == "value-guard" else weighting_rule("ads")
     for _, rows in run.ledger.groupby("round"):
         ads = rows[rows["method"] == "ads"].set_index("client_id")["value"].to_dict()
         weights = rows[rows["method"] == "value_weight"].set_index("client_id")["value"].to_dict()
-        assert weights == pytest.approx(value_weight_outcome(weighting_rule("ads"), ads)[1])
+        assert weights == pytest.approx(value_weight_outcome(rule, ads)[1])
+    settings = read_round(out, 1).settings
+    expected = ("second-order", "fixed-weight") if policy == "value-guard" else ("mc", "renormalized")
+    assert (settings.valuation.method, settings.coalition_rule) == expected
     assert sum(line.startswith("round ") and "ruled out" in line for line in printed.splitlines()) == 4
     monkeypatch.syspath_prepend(str(EXAMPLES))
     digits_clients = importlib.import_module("digits_clients")
