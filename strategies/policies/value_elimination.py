@@ -1,10 +1,17 @@
-"""Explore and exploit on accumulated within-round values: uniform sampling among the clients
-the books have not ruled out (successive elimination with upper confidence bounds, [ELIM]).
+"""Explore and exploit on accumulated within-round values: sampling among the clients the books
+have not ruled out (successive elimination with upper confidence bounds, [ELIM]), uniformly (the
+default) or by largest upper bound (``selection="ucb"``).
 
-Why not greedy: under label skew each client holds a few classes, so training only the clients
-with the largest values overfits their classes; the federation is served best by sampling every
-helpful client uniformly, as a clean federation would, and never the harmful ones. So the sampler
-learns one thing, which clients hurt, and otherwise explores.
+Why uniform is the default: under label skew each client holds a few classes, so training only
+the clients with the largest values may overfit their classes; sampling every helpful client
+uniformly, as a clean federation would, and never the harmful ones, uses the values for one thing
+only, which clients hurt. That is an argument, not a measurement. What ships in the benchmark is
+the other choice: ``fedvalue run noisy-federation``'s value-ucb uses ``selection="ucb"``, picked by
+tuning on one seed (seed 100), where UCB with value-weighted aggregation reached 95% of the clean
+federation's accuracy in 10 / 11 rounds (label flips with p = 1.0 / 0.5) against 11 / 15 for
+uniform selection among the survivors (docs/reproductions.md, "How the value-driven policy was
+designed and tuned"). UCB exploits, but the bound's width sends it back to the less-tried clients,
+so it does not train only the highest-valued ones.
 
 After each committed round, client i's within-round value φ_t(i) ([ADS] Remark 4.1, Eq. 10, or
 LOO) is put on the round's own scale, r_t(i) = φ_t(i) / max_j |φ_t(j)| ∈ [−1, 1] (within-round
