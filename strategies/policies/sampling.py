@@ -105,7 +105,8 @@ class ValueWeightedSampler:
     client i's accumulated value Φ_i is the sum of its ``method`` values so far. Round
     t samples ``clients_per_round`` clients without replacement with probability
     ∝ exp((Φ_i − max Φ) / temperature); clients never sampled get the largest Φ seen
-    (optimism: each is tried once before the value decides). Clients flagged by
+    (optimism: an untried client is drawn as readily as the best tried one, though not
+    necessarily before it). Clients flagged by
     ``flagging`` (an online :class:`~fedvalue.analysis.flagging.FlaggingRule` fed the same rows)
     or returned by ``exclude()`` are not sampled while enough others remain.
 
