@@ -55,7 +55,8 @@ class ValuingStrategy(Strategy):
         Where the ledger goes (``None``: keep the books in memory only).
     sampler
         Seeded sampling by partition id (:class:`strategies.policies.sampling.Sampler`); ``None``
-        keeps the inner strategy's own sampling (not reproducible in Flower 1.41).
+        keeps the inner strategy's own sampling (not reproducible in Flower 1.41 or 1.42: unseeded
+        ``random.sample``).
     acceptance
         Which valid replies the inner strategy aggregates (:class:`strategies.policies.acceptance.Acceptance`):
         every one (default), the top k by a score, a replayed plan, or a fairness policy (which
