@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import results_header
+from bench.regimes.table import read_results
 
 GUARD = "value-guard"
 
@@ -41,13 +42,13 @@ def variant_settings(folder: Path) -> str:
 
 
 def variant_rows(folder: Path) -> list[dict]:
-    rows = []
+    rows, settings = [], variant_settings(folder)
     for per_cell_file in sorted(folder.glob("*/per_cell.csv")):
         cells = pd.read_csv(per_cell_file).set_index("policy")
         if not {GUARD, "random"} <= set(cells.index):
             continue
         guard, random = cells.loc[GUARD], cells.loc["random"]
-        rows.append({"variant": folder.name, "settings": variant_settings(folder), "regime": per_cell_file.parent.name,
+        rows.append({"variant": folder.name, "settings": settings, "regime": per_cell_file.parent.name,
                      "seed": int(guard["seed"]), "guard_final": guard["final_accuracy"],
                      "random_final": random["final_accuracy"],
                      "final_diff": guard["final_accuracy"] - random["final_accuracy"],
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs' table instead of the ranking")
     args = parser.parse_args(argv)
     if args.root.is_file():
-        table = pd.read_csv(args.root, comment="#")
+        table = read_results(args.root)
         ranking = rank(table)
     elif args.root.is_dir():
         table, ranking = tuning_table(args.root)

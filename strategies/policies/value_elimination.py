@@ -150,7 +150,8 @@ class ValueEliminationSampler:
         explored = round(self.explore * self.clients_per_round)
         chosen = self._by_rule(server_round, ids, self.clients_per_round - explored)
         if explored:
-            rest = [c for c in ids if c not in set(chosen)]
+            picked = set(chosen)
+            rest = [c for c in ids if c not in picked]
             drawn = np.random.default_rng([self.seed, server_round, 1]).choice(rest, size=explored, replace=False)
             self.explored[server_round] = frozenset(int(c) for c in drawn)
             chosen = chosen + sorted(self.explored[server_round])

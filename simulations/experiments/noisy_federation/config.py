@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedvalue import COALITION_RULES
+from fedvalue.valuation.settings import EXPANSION_METHODS
 from simulations.datasets import MODELS, check_hidden
 from simulations.runner import (
     EngineSettings,
@@ -56,7 +57,7 @@ EXTRA_BAD_KINDS = ("none",) + tuple(kind for kind in BAD_KINDS if kind != "none"
 UTILITIES = ("accuracy", "neg_loss")
 ADS_ESTIMATORS = ("auto", "exact", "mc", "tmc", "antithetic")
 #: The value-guard policy's estimators: those, and the round game's expansions (no coalition evaluated).
-GUARD_ESTIMATORS = ADS_ESTIMATORS + ("first-order", "second-order")
+GUARD_ESTIMATORS = ADS_ESTIMATORS + EXPANSION_METHODS
 WEIGHTING_KINDS = ("positive", "softmax")
 #: What the value-guard policy aggregates: FedAvg × a value weighting, or plain FedAvg of the clients it samples.
 GUARD_WEIGHTINGS = WEIGHTING_KINDS + ("none",)
@@ -259,8 +260,8 @@ def check_config(config: NoisyFederationConfig) -> None:
             raise ValueError(f"{prefix}weighting_temperature: the softmax weighting needs one, the others "
                              f"none; got {temperature!r} with {prefix}weighting_kind={kind!r}.")
     check_number("guard_explore", config.guard_explore, low=0.0, high=1.0, high_open=True)
-    if "value-guard" in config.policies and config.guard_ads_method in GUARD_ESTIMATORS[len(ADS_ESTIMATORS):] \
-            and config.utility != "neg_loss":
+    expands = config.guard_ads_method in EXPANSION_METHODS
+    if "value-guard" in config.policies and expands and config.utility != "neg_loss":
         raise ValueError(f"guard_ads_method: {config.guard_ads_method!r} expands the round game and needs the "
                          f"differentiable utility neg_loss; got utility={config.utility!r}.")
     check_engine_keys(config)

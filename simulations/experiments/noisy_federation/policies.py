@@ -96,8 +96,10 @@ class PolicyParts:
         return ValuationSettings(methods=self.methods, ads=ads, coalition_rule=rule)
 
 
-def _acceptance_weighting(config) -> ValueWeighting:
-    return ValueWeighting("ads", kind=config.weighting_kind, temperature=config.weighting_temperature)
+def _acceptance_weighting(config, prefix: str = "") -> ValueWeighting:
+    """The value weighting of ``config``'s ``weighting_*`` settings (``prefix="guard_"``: value-guard's)."""
+    return ValueWeighting("ads", kind=getattr(config, prefix + "weighting_kind"),
+                          temperature=getattr(config, prefix + "weighting_temperature"))
 
 
 def build_policy(name: str, config, seed: int, *, honest: Sequence[int], nodes: NodeDirectory) -> PolicyParts:
@@ -128,8 +130,7 @@ def build_policy(name: str, config, seed: int, *, honest: Sequence[int], nodes: 
         sampler = ValueEliminationSampler(m, confidence=config.elimination_confidence,
                                           min_rounds=config.guard_min_rounds, selection=config.guard_selection,
                                           explore=config.guard_explore, seed=seed)
-        acceptance = None if config.guard_weighting_kind == "none" else ValueWeighting(
-            "ads", kind=config.guard_weighting_kind, temperature=config.guard_weighting_temperature)
+        acceptance = None if config.guard_weighting_kind == "none" else _acceptance_weighting(config, "guard_")
         return PolicyParts(fedavg_without_evaluation(), sampler, acceptance, ("ads",),
                            ads_method=config.guard_ads_method, coalition_rule=config.guard_coalition_rule)
     if name in ("topk-ads", "topk-loo"):
