@@ -22,7 +22,7 @@ from fedvalue.flows.round_flows import tracin_round_flows
 from fedvalue.run.rundir import MAX_JSON_BYTES, RunDir
 from fedvalue.schema import LEDGER_FILE, ROUNDS_FILE, RUN_CONFIG_FILE, VALUATION_METHODS, Method, Status
 from fedvalue.valuation.ads import ads
-from fedvalue.valuation.settings import COALITION_RULES, AdsSettings, ValuationSettings
+from fedvalue.valuation.settings import COALITION_RULES, EXPANSION_METHODS, AdsSettings, ValuationSettings
 from fedvalue.valuation.game import CoalitionGame
 from fedvalue.valuation.knn.exact import KnnValuation, knn_ads, knn_shapley
 from fedvalue.valuation.knn.monte_carlo import KnnAccuracyPrefixes, KnnLikelihoodPrefixes, knn_loo, knn_mc_ads
@@ -35,6 +35,7 @@ from fedvalue.valuation.round_game import Arrays
 
 __all__ = [
     "COALITION_RULES",
+    "EXPANSION_METHODS",
     "LEDGER_FILE",
     "MAX_EXACT_GROUP_SIZE",
     "MAX_JSON_BYTES",

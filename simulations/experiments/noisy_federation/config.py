@@ -28,8 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedvalue import COALITION_RULES
-from fedvalue.valuation.settings import EXPANSION_METHODS
+from fedvalue import COALITION_RULES, EXPANSION_METHODS
 from simulations.datasets import MODELS, check_hidden
 from simulations.runner import (
     EngineSettings,
