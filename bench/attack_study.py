@@ -14,7 +14,11 @@ tabled in DIR/aggregation-table.md); a part that already wrote its gains.csv is
 skipped, and a part whose Ray engine fails to start (a loaded machine) is tried again, so the
 command can be run again until every part is done. Then the parts' totals.csv and runs.csv are
 combined into DIR/gains.csv, DIR/honest_cost.csv, DIR/shells.csv and DIR/table.md (the docs'
-tables).
+tables). With ``--results FOLDER`` the tables behind the docs go there too, each headed by the command and
+commit that made it (attack_*.csv, :data:`RESULTS`); the docs' tables are rendered from those files alone:
+
+    python -m bench.attack_study --out DIR --results docs/results   # the study, and its results files
+    python -m bench.attack_study --markdown docs/results            # the docs' tables, from the files
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench import results_header
 from fedvalue import gains_table, honest_cost
 
 
@@ -50,6 +55,10 @@ CAPPED = ("none,crafted-update", ["--norm-cap", "1.25"])
 TRIES = 3
 #: The goal: no attack earns more than 1.05 times the honest earnings with the defences on.
 GOAL = 1.05
+#: The results files the docs' tables are rendered from, by what each holds (the prefix of DIR's own tables).
+RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation.csv",
+           "cost": "attack_honest_cost.csv", "norm-cap-gains": "attack_gains_norm_cap.csv",
+           "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv"}
 
 
 def run_part(out: Path, name: str, options: list[str]) -> bool:
@@ -67,31 +76,71 @@ def run_part(out: Path, name: str, options: list[str]) -> bool:
 
 
 def combine(out: Path, names: list[str], prefix: str = "") -> tuple[pd.DataFrame, pd.DataFrame] | None:
-    """DIR/<prefix>gains.csv and <prefix>honest_cost.csv from the parts that finished; (gains, runs)."""
+    """DIR/<prefix>gains.csv and <prefix>honest_cost.csv from the parts that finished; (gains, cost). The cost
+    table counts, per data and strategy, the rows the defences clustered in the attack-free runs."""
     parts = [out / n for n in names if (out / n / "totals.csv").exists()]
     if not parts:
         return None
     totals = pd.concat([pd.read_csv(p / "totals.csv") for p in parts], ignore_index=True)
     runs = pd.concat([pd.read_csv(p / "runs.csv") for p in parts], ignore_index=True)
     gains, cost = gains_table(totals, runs), honest_cost(totals)
+    clean = runs[runs["attack"] == "none"].groupby(["partition", "strategy"])["clustered_rows"].sum()
+    cost["clustered_rows"] = [int(clean.get((p, s), 0)) for p, s in zip(cost["partition"], cost["strategy"])]
     gains.to_csv(out / f"{prefix}gains.csv", index=False)
     cost.to_csv(out / f"{prefix}honest_cost.csv", index=False)
-    (out / f"{prefix}cost.md").write_text(cost_markdown(cost, runs))
-    return gains, runs
+    (out / f"{prefix}cost.md").write_text(cost_markdown(cost))
+    return gains, cost
 
 
-def write_tables(out: Path, names: list[str], capped: list[str], aggregated: list[str]) -> None:
-    """DIR/table.md (the gains), norm-cap-table.md, cost.md files and shells.md from the parts' tables."""
-    main, capped_gains, aggregation = (combine(out, names), combine(out, capped, prefix="norm-cap-"),
-                                       combine(out, aggregated, prefix="aggregation-"))
-    if main is not None:
-        (out / "table.md").write_text(markdown(main[0], None if aggregation is None else aggregation[0]))
-    if capped_gains is not None:
-        (out / "norm-cap-table.md").write_text(markdown(capped_gains[0]))
+def write_tables(out: Path, names: list[str], capped: list[str], aggregated: list[str]) -> dict[str, pd.DataFrame]:
+    """DIR/table.md (the gains), norm-cap-table.md, cost.md files and shells.md from the parts' tables; the
+    tables behind them, by their :data:`RESULTS` key (those of parts that finished)."""
+    frames = {}
+    for prefix, parts in (("", names), ("norm-cap-", capped), ("aggregation-", aggregated)):
+        combined = combine(out, parts, prefix)
+        if combined is not None:
+            frames[f"{prefix}gains"], frames[f"{prefix}cost"] = combined
+    frames["aggregation"] = frames.pop("aggregation-gains", None)
+    frames.pop("aggregation-cost", None)
+    if "gains" in frames:
+        (out / "table.md").write_text(markdown(frames["gains"], frames["aggregation"]))
+    if "norm-cap-gains" in frames:
+        (out / "norm-cap-table.md").write_text(markdown(frames["norm-cap-gains"]))
     if (out / "group-split" / "shells.csv").exists():
-        shells = pd.read_csv(out / "group-split" / "shells.csv")
-        shells.to_csv(out / "shells.csv", index=False)
-        (out / "shells.md").write_text(shells_markdown(shells))
+        frames["shells"] = pd.read_csv(out / "group-split" / "shells.csv")
+        frames["shells"].to_csv(out / "shells.csv", index=False)
+        (out / "shells.md").write_text(shells_markdown(frames["shells"]))
+    return {key: frame for key, frame in frames.items() if frame is not None}
+
+
+def write_results(folder: Path, frames: dict[str, pd.DataFrame], command: str) -> None:
+    """The docs' tables' files in ``folder`` (:data:`RESULTS`), each headed by ``command`` and the commit."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, frame in frames.items():
+        (folder / RESULTS[key]).write_text(results_header(command) + frame.to_csv(index=False))
+
+
+def read_results(folder: Path) -> dict[str, pd.DataFrame]:
+    """The :data:`RESULTS` files ``folder`` holds, by key (the header line skipped)."""
+    return {key: pd.read_csv(folder / name, comment="#") for key, name in RESULTS.items()
+            if (folder / name).is_file()}
+
+
+def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
+    """The docs' tables, in the docs' order, each as its markdown text: the gains (ADS, then outflow and LOO),
+    their cost to honest clients, the norm cap's gains and cost, the shell groups; from the results alone."""
+    tables = []
+    if "gains" in frames:
+        tables += markdown(frames["gains"], frames.get("aggregation")).rstrip("\n").split("\n\n")
+    if "cost" in frames:
+        tables.append(cost_markdown(frames["cost"]).rstrip("\n"))
+    if "norm-cap-gains" in frames:
+        tables += markdown(frames["norm-cap-gains"]).rstrip("\n").split("\n\n")
+    if "norm-cap-cost" in frames:
+        tables.append(cost_markdown(frames["norm-cap-cost"]).rstrip("\n"))
+    if "shells" in frames:
+        tables.append(shells_markdown(frames["shells"]).rstrip("\n"))
+    return tables
 
 
 def _interval(row: pd.Series | None, prefix: str) -> str:
@@ -138,15 +187,13 @@ def markdown(gains: pd.DataFrame, aggregation: pd.DataFrame | None = None) -> st
     return "\n".join(ads) + "\n\n" + "\n".join(flows) + "\n"
 
 
-def cost_markdown(cost: pd.DataFrame, runs: pd.DataFrame) -> str:
-    """The defences' cost to honest clients in the attack-free runs."""
+def cost_markdown(cost: pd.DataFrame) -> str:
+    """The defences' cost to honest clients in the attack-free runs (:func:`combine`'s cost table)."""
     lines = ["| data | strategy | book | mean change of an honest client's paid share | largest | free-rider "
              "flags | clustered rows |", "|---|---|---|---|---|---|---|"]
-    clean = runs[runs["attack"] == "none"].groupby(["partition", "strategy"])["clustered_rows"].sum()
     for _, row in cost.iterrows():
         lines.append(f"| {row['partition']} | {row['strategy']} | {row['book']} | {row['mean_share_change']:.4f} | "
-                     f"{row['max_share_change']:.4f} | {row['free_rider_flags']} | "
-                     f"{clean.get((row['partition'], row['strategy']), 0)} |")
+                     f"{row['max_share_change']:.4f} | {row['free_rider_flags']} | {row['clustered_rows']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -158,12 +205,24 @@ def shells_markdown(shells: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.attack_study", allow_abbrev=False,
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--out", type=Path, help="the study's folder (its parts and combined tables)")
     parser.add_argument("--full", action="store_true", help="the full configuration instead of the quick one")
     parser.add_argument("--tables", action="store_true", help="only combine the parts already written")
-    args = parser.parse_args()
+    parser.add_argument("--results", type=Path, help="also write the docs' tables' files (attack_*.csv) here")
+    parser.add_argument("--markdown", type=Path, metavar="FOLDER",
+                        help="print the docs' tables from FOLDER's attack_*.csv alone (runs nothing)")
+    args = parser.parse_args(argv)
+    if args.markdown is not None:
+        frames = read_results(args.markdown)
+        if not frames:
+            parser.error(f"--markdown: expected a folder holding attack_*.csv; got {str(args.markdown)!r}")
+        print("\n\n".join(docs_tables(frames)))
+        return
+    if args.out is None:
+        parser.error("--out: expected the study's folder")
     options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{p}-{s}" for p, s in PARTS]
@@ -181,7 +240,10 @@ def main() -> None:
         for (partition, strategy), name in zip(PARTS, aggregated):
             run_part(args.out, name, ["--attacks", AGGREGATION, *options, "--defences", "2", "--partitions",
                                       partition, "--strategies", strategy, "--seeds", str(seeds[strategy])])
-    write_tables(args.out, names, capped, aggregated)
+    frames = write_tables(args.out, names, capped, aggregated)
+    if args.results is not None and frames:
+        write_results(args.results, frames, "python -m bench.attack_study "
+                      + " ".join(argv if argv is not None else sys.argv[1:]))
     print((args.out / "table.md").read_text() if (args.out / "table.md").exists() else "no part finished")
 
 
