@@ -185,4 +185,6 @@ def test_a_round_record_that_does_not_name_the_estimator_was_booked_with_the_pla
     assert written["valuation"]["stderr_estimator"] == "by-position"
     assert RoundSettings.from_json(written).valuation.stderr_estimator == "by-position"
     del written["valuation"]["stderr_estimator"]
-    assert RoundSettings.from_json(written).valuation == AdsSettings(method="mc", budget=100, stderr_estimator="plain")
+    plain = RoundSettings.from_json(written)
+    assert plain.valuation == AdsSettings(method="mc", budget=100, stderr_estimator="plain")
+    assert plain.as_json() == written  # and written back as it was written before
