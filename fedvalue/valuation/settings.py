@@ -16,6 +16,8 @@ from fedvalue.valuation.result import STDERR_ESTIMATORS
 
 Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", "first-order",
                  "second-order"]
+#: :data:`fedvalue.valuation.result.STDERR_ESTIMATORS`.
+StderrEstimator = Literal["by-position", "plain"]
 #: The estimators that value a round of FedAvg's family from its structure (the round game's Taylor
 #: expansion at A_{t−1}, :mod:`fedvalue.valuation.taylor`), with no coalition evaluated but v(∅) and v(I_t).
 EXPANSION_METHODS = ("first-order", "second-order")
@@ -76,7 +78,7 @@ class AdsSettings:
     truncation_tolerance: float = 1e-3
     stderr_target: float | None = None
     budget: int | None = None
-    stderr_estimator: str = "by-position"
+    stderr_estimator: StderrEstimator = "by-position"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
