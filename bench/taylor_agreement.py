@@ -13,6 +13,20 @@ the seconds; then each rule's summary over the rounds.
 
     python -m bench.taylor_agreement RUN_ROOT [RUN_ROOT ...] --out docs/results/taylor_agreement.csv
 
+``--coverage``: whether MC-ADS's booked standard errors hold their coverage on the same saved rounds. Of each run,
+``--rounds`` evenly spaced rounds are valued exactly (every coalition scored once) and then ``--repeats`` times by
+MC-ADS at each of ``--budgets`` coalition evaluations a round, each draw through a fresh cache over those scores (so a
+budget counts MC's own evaluations); the first draw at the run's own budget is the run's own valuation of the round
+(its generator and its scoring), checked against the ledger (value and standard error, under the estimator the
+record names). Per regime (the path component after the runs' common folder) and budget: the share of values within
+2 standard errors of exact under the plain estimator and under the by-position one (:mod:`fedvalue.valuation.result`;
+the values are the same under both), Spearman's ρ of the values with exact (mean over rounds and draws), and the
+share of rounds whose booked rows were reproduced; an ``all`` row per budget.
+
+    python -m bench.taylor_agreement --coverage RUN_DIR [RUN_DIR ...] --out docs/results/stderr_coverage.csv
+    python -m bench.taylor_agreement --coverage RUNS/{clean,label-flip-1.0,free-rider}/mlp/seed-1/p1/value-ucb/run \
+        --rounds 10 --budgets 100                                          # quick: about a minute on one core
+
 Nothing is written under the run roots.
 """
 
@@ -22,6 +36,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +44,15 @@ from scipy import stats
 
 from bench import results_header
 from bench.coalition_rules import roc_auc, valued_runs
-from fedvalue.rounds.record_game import value_record
+from fedvalue.analysis.run_summary import load_run
+from fedvalue.audit.round import close
+from fedvalue.rounds.record_game import record_game, value_record
 from fedvalue.run.archive import read_round_record, round_record_paths
-from fedvalue.valuation.round_game import round_rng
+from fedvalue.schema import Method
+from fedvalue.valuation.ads import ads, subset_form
+from fedvalue.valuation.game import CoalitionGame
+from fedvalue.valuation.plan import MAX_EXACT_GROUP_SIZE
+from fedvalue.valuation.round_game import ads_share_of_budget, round_rng
 from fedvalue.valuation.settings import COALITION_RULES, AdsSettings
 from simulations.cli.audit import _audit_context
 
@@ -150,11 +171,160 @@ def _summaries(mine: list[dict], regime: str, rule: str) -> list[dict]:
     return [summary, share, low]
 
 
+#: The estimators compared: the one booked before, then the one booked now.
+COMPARED_STDERR = ("plain", "by-position")
+COVERAGE_COLUMNS = ["regime", "budget", "runs", "rounds", "values", "permutations",
+                    *[f"coverage_{e.replace('-', '_')}" for e in COMPARED_STDERR], "spearman", "booked_reproduced"]
+
+
+def spaced_rounds(run_dir: Path, count: int | None) -> list[int]:
+    """``count`` of the run's recorded rounds, evenly spaced from the first (None: all)."""
+    rounds = sorted(round_record_paths(run_dir))
+    if count is None or count >= len(rounds):
+        return rounds
+    return [rounds[int(k * len(rounds) / count)] for k in range(count)]
+
+
+def booked_ads(run_dir: Path) -> dict[tuple[int, str], tuple[float, float]]:
+    """(value, stderr) of every ``ads`` row of the run's ledger, by (round, client)."""
+    ledger = load_run(run_dir).ledger
+    return {(int(r.round), str(r.client_id)): (r.value, r.stderr) for r in ledger.itertuples() if r.method == "ads"}
+
+
+def table_game(players: list, table: np.ndarray) -> CoalitionGame:
+    """The round game read from ``table`` (entry s: the coalition of the players whose bits s holds) through a
+    fresh cache, so that a budget counts the estimator's own evaluations."""
+    position = {p: k for k, p in enumerate(players)}
+    return CoalitionGame(lambda coalition: float(table[sum(1 << position[p] for p in coalition)]), players)
+
+
+def reproduces(booked: dict, t: int, result) -> bool:
+    """Whether ``result`` is round ``t``'s booked ``ads`` rows: every value and standard error (to rounding)."""
+    for player in result.values.index:
+        value, stderr = booked.get((t, str(player)), (None, None))
+        if not close(value, float(result.values[player]), 1e-12) or not close(stderr, float(result.stderr[player]),
+                                                                               1e-9):
+            return False
+    return True
+
+
+def coverage_draws(run_dir: Path, rounds: int | None, repeats: int, budgets: list[int]) -> list[dict]:
+    """One row per (round, budget, draw) of ``run_dir``: the values within 2 standard errors of exact under each
+    estimator, the permutations, Spearman's ρ with exact, and (the booked draw) whether the ledger's row was
+    reproduced."""
+    _, context, why_not = _audit_context(str(run_dir))
+    utility = context.get("utility")
+    if utility is None:
+        print(f"{run_dir}: skipped, no utility to recompute with ({why_not})")
+        return []
+    booked, rows = booked_ads(run_dir), []
+    paths = round_record_paths(run_dir)
+    for t in spaced_rounds(run_dir, rounds):
+        record = read_round_record(paths[t])
+        if not record.replies or record.settings.by_strategy:
+            continue
+        game = record_game(record, utility)
+        players = list(game.players)
+        if not 1 < len(players) <= MAX_EXACT_GROUP_SIZE:
+            continue
+        table = np.asarray(game.values(list(range(1 << len(players)))))
+        exact = subset_form(table, len(players))
+        settings = record.settings.valuation
+        for budget in budgets:
+            share = ads_share_of_budget(budget, len(players), record.settings.methods)
+            for repeat in range(repeats):
+                as_booked = repeat == 0 and budget == settings.budget and settings.method == "mc"
+                found = {}
+                for estimator in COMPARED_STDERR:
+                    chosen = dataclasses.replace(settings, method="mc", budget=share, stderr_target=None,
+                                                 stderr_estimator=estimator)
+                    if as_booked:  # the run's own valuation of the round, its coalitions scored as it scored them
+                        again = dataclasses.replace(record, settings=dataclasses.replace(
+                            record.settings, valuation=dataclasses.replace(settings, stderr_estimator=estimator)))
+                        found[estimator] = value_record(again, utility, round_rng(record.settings.seed, t)).results[
+                            Method.ADS]
+                        continue
+                    found[estimator] = ads(table_game(players, table), [players], chosen,
+                                           seed=np.random.default_rng([record.settings.seed, t, repeat]))
+                values = found["by-position"].values.to_numpy()
+                row = {"run": str(run_dir), "round": t, "budget": budget, "values": len(players),
+                       "permutations": found["by-position"].num_permutations,
+                       "spearman": spearman(values, exact), "booked_reproduced": None}
+                for estimator, result in found.items():
+                    within = np.abs(result.values.to_numpy() - exact) <= 2 * result.stderr.to_numpy()
+                    row[f"coverage_{estimator.replace('-', '_')}"] = int(within.sum())
+                if as_booked:
+                    row["booked_reproduced"] = reproduces(booked, t, found[settings.stderr_estimator])
+                rows.append(row)
+    return rows
+
+
+def coverage_rows(draws: list[dict], regime_of_run: dict[str, str]) -> list[dict]:
+    """Per regime and budget, and over all regimes per budget: :data:`COVERAGE_COLUMNS`."""
+    found = []
+    for budget in sorted({d["budget"] for d in draws}):
+        for regime in [*sorted(set(regime_of_run.values())), "all"]:
+            mine = [d for d in draws if d["budget"] == budget and regime in ("all", regime_of_run[d["run"]])]
+            if not mine:
+                continue
+            values = sum(d["values"] for d in mine)
+            reproduced = [d["booked_reproduced"] for d in mine if d["booked_reproduced"] is not None]
+            row = {"regime": regime, "budget": budget, "runs": len({d["run"] for d in mine}),
+                   "rounds": len({(d["run"], d["round"]) for d in mine}), "values": values,
+                   "permutations": float(np.mean([d["permutations"] for d in mine])),
+                   "spearman": _mean([d["spearman"] for d in mine]),
+                   "booked_reproduced": float(np.mean(reproduced)) if reproduced else None}
+            for estimator in COMPARED_STDERR:
+                column = f"coverage_{estimator.replace('-', '_')}"
+                row[column] = sum(d[column] for d in mine) / values
+            found.append(row)
+    return found
+
+
+def regimes_of(run_dirs: list[Path]) -> dict[str, str]:
+    """Each run's regime: its path's component after the runs' common folder (the run's own name when alone)."""
+    if len(run_dirs) == 1:
+        return {str(run_dirs[0]): run_dirs[0].name}
+    common = Path(os.path.commonpath([str(r) for r in run_dirs]))
+    return {str(r): r.relative_to(common).parts[0] for r in run_dirs}
+
+
+def coverage_main(args: argparse.Namespace) -> None:
+    run_dirs = valued_runs(args.roots)
+    draws = []
+    for run_dir in run_dirs:
+        found = coverage_draws(run_dir, args.rounds, args.repeats, args.budgets)
+        draws += found
+        print(f"{run_dir}: {len({d['round'] for d in found})} rounds", flush=True)
+    rows = coverage_rows(draws, regimes_of(run_dirs))
+    for row in rows:
+        print("  ".join(f"{k}={row[k]:.3f}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in COVERAGE_COLUMNS))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        rounds = "" if args.rounds is None else f" --rounds {args.rounds}"
+        command = (f"python -m bench.taylor_agreement --coverage {' '.join(map(str, args.roots))}{rounds} --repeats "
+                   f"{args.repeats} --budgets {' '.join(map(str, args.budgets))} --out {args.out}")
+        with args.out.open("w", newline="") as handle:
+            handle.write(results_header(command))
+            writer = csv.DictWriter(handle, fieldnames=COVERAGE_COLUMNS)
+            writer.writeheader()
+            writer.writerows([{k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("roots", nargs="+", type=Path, help="folders holding valued run directories")
     parser.add_argument("--out", type=Path, help="CSV of the rows (with the command and commit as a comment)")
+    parser.add_argument("--coverage", action="store_true",
+                        help="the coverage of MC-ADS's standard errors against exact instead (module docstring)")
+    parser.add_argument("--rounds", type=int, default=None, help="--coverage: rounds per run, evenly spaced (all)")
+    parser.add_argument("--repeats", type=int, default=5, help="--coverage: MC draws per round and budget (5)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[100],
+                        help="--coverage: coalition evaluations a round (100)")
     args = parser.parse_args(argv)
+    if args.coverage:
+        coverage_main(args)
+        return
     rows = []
     for run_dir in valued_runs(args.roots):
         found = run_rows(run_dir)

@@ -26,6 +26,11 @@ from fedvalue.run.seals import Signer
 from fedvalue.schema import NUM_EXAMPLES_KEY
 from fedvalue.valuation.settings import COALITION_RULES, RENORMALIZED, AdsSettings
 
+#: The estimator of MC's standard errors (``AdsSettings.stderr_estimator``) of a round record that does
+#: not name one: records were written so before it was a setting, and a record of it still leaves it out
+#: (an earlier record reads and writes back byte for byte).
+LEGACY_STDERR_ESTIMATOR = "plain"
+
 #: ``aggregation`` of a round the weighted mean aggregated (the FedAvg family) and of one the
 #: inner strategy's own code aggregated (replayed by the audit).
 WEIGHTED_MEAN, BY_STRATEGY = "weighted-mean", "strategy"
@@ -194,7 +199,10 @@ class RoundSettings:
 
     def as_json(self) -> dict:
         """The settings as the record's archive holds them (absent keys for what is None)."""
-        written = {"methods": list(self.methods), "valuation": self.valuation.as_dict(), "seed": self.seed,
+        valuation = self.valuation.as_dict()
+        if valuation.get("stderr_estimator") == LEGACY_STDERR_ESTIMATOR:  # as records were written before it
+            del valuation["stderr_estimator"]
+        written = {"methods": list(self.methods), "valuation": valuation, "seed": self.seed,
                    "strategy": self.strategy, "aggregation": self.aggregation,
                    "weighted_by_key": self.weighted_by_key, "flows": self.flows,
                    "reject_non_finite": self.reject_non_finite, "selection": self.selection}
@@ -216,6 +224,8 @@ class RoundSettings:
                 raise ValueError(f"settings: expected the key {name!r}; the record's settings have "
                                  f"{sorted(written)[:12]}.")
         valuation = _object("valuation", written["valuation"], {f.name for f in dataclasses.fields(AdsSettings)})
+        # A record written before the estimator of MC's standard errors was a setting booked the plain one.
+        valuation.setdefault("stderr_estimator", LEGACY_STDERR_ESTIMATOR)
         try:
             ads_settings = AdsSettings(**valuation)
         except (TypeError, ValueError) as error:

@@ -54,9 +54,12 @@ tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
 draws until its budget is spent, each block cut so that its worst case still fits, and
 ``"auto"`` takes exact when its coalitions fit, else the first of :data:`BUDGET_SAMPLERS`
 whose minimum (two samples, for a standard error) fits (:func:`budget_method`). Every
-sampling method books a standard error per player (``ValuationResult.stderr``): the
-standard deviation of its independent samples over √samples (KernelSHAP: the sandwich
-estimate), which for tmc leaves out truncation's bias (at most the tolerance per group).
+sampling method books a standard error per player (``ValuationResult.stderr``): for mc and tmc
+the marginals' spread post-stratified by each player's position in the permutations, each
+position's moment moderated toward the group's (``AdsSettings.stderr_estimator``, the formula and
+why in :mod:`fedvalue.valuation.result`), which for tmc leaves out truncation's bias (at most the
+tolerance per group); for antithetic and stratified the standard deviation of their independent
+samples over √samples; for KernelSHAP the sandwich estimate.
 
 mc and tmc walk the permutations in waves — step j of every still-active permutation of a
 block is one batched request to the game — so batched coalition evaluation keeps
@@ -75,7 +78,7 @@ import pandas as pd
 from fedvalue._checks import check_seed
 from fedvalue.valuation.game import CoalitionGame, Utility, as_game
 from fedvalue.valuation.plan import AdsPlan, plan_ads
-from fedvalue.valuation.result import ValuationResult
+from fedvalue.valuation.result import ValuationResult, permutation_stderr, positions_in, positions_within_groups
 from fedvalue.valuation.settings import METHODS, AdsSettings, Method  # noqa: F401 (the names ads() is called with)
 from fedvalue.valuation.shapley_sampling import SAMPLERS, choose_sampler
 
@@ -198,34 +201,38 @@ def _estimate(game: CoalitionGame, plan: AdsPlan, settings: AdsSettings, prefix_
               group_positions: list[np.ndarray], rng: np.random.Generator):
     """Run the planned estimator; returns (method, values, stderr, permutations or None)."""
     method, budget, target = plan.method, settings.budget, settings.stderr_target
+    estimator = settings.stderr_estimator
     if budget is not None and method in SAMPLERS:
-        return _by_sampler(game, prefix_masks, group_positions, method, plan.caps, rng, target, False, budget=budget)
+        return _by_sampler(game, prefix_masks, group_positions, method, plan.caps, rng, target, False, budget=budget,
+                           stderr_estimator=estimator)
     if plan.piloted or method in ("antithetic", "stratified", "kernelshap"):
-        return _by_sampler(game, prefix_masks, group_positions, method, plan.caps, rng, target, plan.piloted)
+        return _by_sampler(game, prefix_masks, group_positions, method, plan.caps, rng, target, plan.piloted,
+                           stderr_estimator=estimator)
     if method == "exact":
         values = np.concatenate([_exact_group(game, base, pos) for base, pos in zip(prefix_masks, group_positions)])
         return method, values, np.zeros(len(values)), None
     if method == "mc" and target is None:
-        values, stderr = _monte_carlo(game, group_positions, plan.m_star, rng)
+        values, stderr = _monte_carlo(game, group_positions, plan.m_star, rng, estimator)
         return method, values, stderr, plan.m_star
     tolerance = settings.truncation_tolerance if method == "tmc" else 0.0
     values, stderr, num_permutations = _blockwise_monte_carlo(
         game, group_positions, prefix_masks, plan.m_star if budget is None else budget, rng, tolerance,
-        target, budget=budget, cached_cap=plan.m_star)
+        target, budget=budget, cached_cap=plan.m_star, stderr_estimator=estimator)
     return method, values, stderr, num_permutations
 
 
-def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted, budget=None):
+def _by_sampler(game, prefix_masks, group_positions, method, caps, rng, target, piloted, budget=None,
+                stderr_estimator="by-position"):
     """ADS of every group by a sampler of :mod:`fedvalue.valuation.shapley_sampling` (chosen by a
     pilot when ``piloted``); returns (method, values, stderr, permutations or None). With
     ``budget`` the groups share it: each draws until its share is spent (``caps``: the
-    usual caps, where a group seen whole stops)."""
+    usual caps, where a group seen whole stops). ``stderr_estimator``: the permutation sampler's."""
     groups = list(zip(prefix_masks[:-1], group_positions))
     start = game.num_evaluations
     if piloted:
-        method, samplers = choose_sampler(game, groups, rng, target)
+        method, samplers = choose_sampler(game, groups, rng, target, stderr_estimator)
     else:
-        samplers = [SAMPLERS[method](game, base, positions, rng) for base, positions in groups]
+        samplers = [SAMPLERS[method](game, base, positions, rng, stderr_estimator) for base, positions in groups]
     estimates = []
     for k, sampler in enumerate(samplers):
         cap = caps.get(method, -(-caps["mc"] * sampler.size // 2))
@@ -304,8 +311,10 @@ def _monte_carlo(
     group_positions: list[np.ndarray],
     num_permutations: int,
     rng: np.random.Generator,
+    stderr_estimator: str = "by-position",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Alg. 1: mean and standard error of the marginals over σ-respecting permutations.
+    """Alg. 1: mean and standard error (:func:`fedvalue.valuation.result.permutation_stderr`) of the
+    marginals over σ-respecting permutations.
 
     Columns of the returned arrays follow the concatenated group order.
     """
@@ -330,12 +339,8 @@ def _monte_carlo(
     step_marginals = np.diff(utilities, axis=1)
     marginals = np.empty_like(step_marginals)
     np.put_along_axis(marginals, order, step_marginals, axis=1)
-    mean = marginals.mean(axis=0)
-    if num_permutations > 1:
-        stderr = marginals.std(axis=0, ddof=1) / math.sqrt(num_permutations)
-    else:
-        stderr = np.full(n, np.nan)
-    return mean, stderr
+    stderr = permutation_stderr(marginals, positions_within_groups(order, sizes), sizes, stderr_estimator)
+    return marginals.mean(axis=0), stderr
 
 
 def _blockwise_monte_carlo(
@@ -348,6 +353,7 @@ def _blockwise_monte_carlo(
     stderr_target: float | None,
     budget: int | None = None,
     cached_cap: int = 2,
+    stderr_estimator: str = "by-position",
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """MC (tolerance 0) or truncated MC over blocks of permutations, with an optional
     standard-error stop and an optional ``budget`` of distinct evaluations (a block is cut
@@ -357,12 +363,14 @@ def _blockwise_monte_carlo(
     Within group t every permutation starts from U_{t−1} (earlier groups all come
     first, so a σ-respecting permutation's marginals in group t depend only on its
     order inside the group) and walks its players; a permutation stops being walked
-    once |v(U_t) − v(prefix)| < tolerance.
+    once |v(U_t) − v(prefix)| < tolerance. Standard errors: :func:`fedvalue.valuation.result.permutation_stderr`
+    (a truncated marginal is a 0 at its position).
     """
     sizes = [len(p) for p in group_positions]
     block = max(10, max(sizes))
     columns = np.cumsum([0] + sizes)
     chunks: list[np.ndarray] = []
+    places: list[np.ndarray] = []  # each player's position within its group, per permutation
     used = 0
     spent_from = game.num_evaluations
     while used < max_permutations:
@@ -373,9 +381,11 @@ def _blockwise_monte_carlo(
             if count < 1:
                 break
         marginals = np.zeros((count, columns[-1]))
+        place = np.empty((count, columns[-1]), dtype=np.int64)
         for t, positions in enumerate(group_positions):
             size = len(positions)
             orders = np.stack([rng.permutation(size) for _ in range(count)])
+            place[:, columns[t]: columns[t + 1]] = positions_in(orders)
             full, start = game.values([prefix_masks[t + 1], prefix_masks[t]])
             masks = np.full(count, prefix_masks[t], dtype=object)
             previous = np.full(count, start)
@@ -392,13 +402,14 @@ def _blockwise_monte_carlo(
                 if tolerance > 0:
                     active[rows] = np.abs(full - current) >= tolerance
         chunks.append(marginals)
+        places.append(place)
         used += count
         if budget is not None and game.num_evaluations == before and used >= cached_cap:
             break  # every prefix drawn was cached: the budget cannot be spent; stop at the usual m*
         if stderr_target is not None and used > 1:
-            sample = np.concatenate(chunks)
-            if np.all(sample.std(axis=0, ddof=1) / math.sqrt(used) <= stderr_target):
+            stderr = permutation_stderr(np.concatenate(chunks), np.concatenate(places), sizes, stderr_estimator)
+            if np.all(stderr <= stderr_target):
                 break
     sample = np.concatenate(chunks)
-    stderr = sample.std(axis=0, ddof=1) / math.sqrt(used) if used > 1 else np.full(columns[-1], np.nan)
+    stderr = permutation_stderr(sample, np.concatenate(places), sizes, stderr_estimator)
     return sample.mean(axis=0), stderr, used

@@ -155,7 +155,7 @@ def prefix_mc_ads(
             placed = np.empty_like(block_marginals)
             np.put_along_axis(placed, local, block_marginals, axis=1)
             marginals[np.ix_(rows, np.arange(columns[t], columns[t + 1]))] = placed
-    return result_from_marginals(marginals, players, group_arrays, prefix_utilities, walked=walked,
+    return result_from_marginals(marginals, players, group_arrays, prefix_utilities, order=order, walked=walked,
                                  method="ads-tmc" if truncation_tolerance > 0 else "ads-mc", num_evaluations=steps)
 
 

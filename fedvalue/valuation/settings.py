@@ -12,9 +12,12 @@ from typing import Literal
 
 from fedvalue._checks import check_choice, check_integer, check_non_negative, check_number, check_open_unit, check_positive
 from fedvalue.schema import VALUATION_METHODS
+from fedvalue.valuation.result import STDERR_ESTIMATORS
 
 Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", "first-order",
                  "second-order"]
+#: :data:`fedvalue.valuation.result.STDERR_ESTIMATORS`.
+StderrEstimator = Literal["by-position", "plain"]
 #: The estimators that value a round of FedAvg's family from its structure (the round game's Taylor
 #: expansion at A_{t−1}, :mod:`fedvalue.valuation.taylor`), with no coalition evaluated but v(∅) and v(I_t).
 EXPANSION_METHODS = ("first-order", "second-order")
@@ -57,6 +60,14 @@ class AdsSettings:
         :data:`~fedvalue.valuation.plan.BUDGET_SAMPLERS` whose minimum fits; a sampling method
         draws until the budget is spent, or until ``stderr_target`` is met, instead of stopping
         at m*.
+    stderr_estimator
+        ``"mc"`` and ``"tmc"``: how each player's standard error is estimated
+        (:data:`~fedvalue.valuation.result.STDERR_ESTIMATORS`, the formulas in :mod:`fedvalue.valuation.result`):
+        ``"by-position"``, post-stratified by the player's position in each permutation, or ``"plain"``, the
+        marginals' sample standard deviation over √m, which with a dozen permutations often understates the error
+        (the standard error runs booked before; a round record that does not name the estimator was booked with
+        it). ``stderr_target`` stops on it (and a pilot compares it), so with a target the permutations drawn, and
+        the values, depend on it; without one the values are the same under both.
     """
 
     method: Method = "auto"
@@ -67,6 +78,7 @@ class AdsSettings:
     truncation_tolerance: float = 1e-3
     stderr_target: float | None = None
     budget: int | None = None
+    stderr_estimator: StderrEstimator = "by-position"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -81,6 +93,7 @@ class AdsSettings:
         check_positive("r", self.r)
         check_integer("max_evaluations", self.max_evaluations, none_ok=True)
         check_integer("budget", self.budget, none_ok=True)
+        check_choice("stderr_estimator", self.stderr_estimator, STDERR_ESTIMATORS)
 
     def as_dict(self) -> dict:
         """The settings as the round records and run.json write them (JSON: names to numbers)."""

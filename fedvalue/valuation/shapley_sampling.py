@@ -6,7 +6,8 @@ through the coalition cache and reports a standard error per player, drawing in 
 until every standard error is at most a target (or a cap on samples is reached).
 
 * :class:`PermutationSampler`: MC-ADS ([ADS] Alg. 1) in blocks, the baseline; each
-  permutation gives every player one marginal.
+  permutation gives every player one marginal. Its standard errors are post-stratified by
+  position (:func:`fedvalue.valuation.result.permutation_stderr`), or ``"plain"``.
 * :class:`AntitheticSampler`: permutations in antithetic pairs (π and its reverse)
   [SAMPLPERM]; a sample is the pair's mean marginal. The reverse's prefixes are the
   complements of π's, so for a game whose interactions are at most pairwise,
@@ -47,6 +48,7 @@ import math
 import numpy as np
 
 from fedvalue.valuation.game import CoalitionGame
+from fedvalue.valuation.result import permutation_stderr, positions_in
 
 
 def _masks_of_rows(base: int, positions: np.ndarray, rows: np.ndarray) -> list[int]:
@@ -69,12 +71,16 @@ def _prefix_masks(base: int, positions: np.ndarray, orders: np.ndarray) -> list[
 
 
 class _Sampler:
-    """Common state: a group of ``game`` on top of ``base`` = U_{t−1}, its samples so far."""
+    """Common state: a group of ``game`` on top of ``base`` = U_{t−1}, its samples so far;
+    ``stderr_estimator`` (:data:`fedvalue.valuation.result.STDERR_ESTIMATORS`) is the permutation
+    sampler's (the others' samples are not permutations)."""
 
     name = ""
 
-    def __init__(self, game: CoalitionGame, base: int, positions: np.ndarray, rng: np.random.Generator) -> None:
+    def __init__(self, game: CoalitionGame, base: int, positions: np.ndarray, rng: np.random.Generator,
+                 stderr_estimator: str = "by-position") -> None:
         self.game, self.base, self.positions, self.rng = game, base, positions, rng
+        self.stderr_estimator = stderr_estimator
         self.size = len(positions)
         self.samples = 0
         self._seen: set[int] = set()
@@ -136,8 +142,8 @@ class _Sampler:
 class _MarginalSampler(_Sampler):
     """Samplers whose samples are vectors of per-player marginals (mean and stderr of rows)."""
 
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
+    def __init__(self, *args, **keywords) -> None:
+        super().__init__(*args, **keywords)
         self._rows: list[np.ndarray] = []
 
     def _marginals(self, orders: np.ndarray) -> np.ndarray:
@@ -167,10 +173,20 @@ class PermutationSampler(_MarginalSampler):
     def cost_per_sample(self) -> int:
         return max(self.size, 1)
 
+    def __init__(self, *args, **keywords) -> None:
+        super().__init__(*args, **keywords)
+        self._positions: list[np.ndarray] = []
+
     def draw(self, count: int) -> None:
         orders = self.rng.permuted(np.tile(np.arange(self.size), (count, 1)), axis=1)
         self._rows.append(self._marginals(orders))
+        self._positions.append(positions_in(orders))
         self.samples += count
+
+    def estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.concatenate(self._rows)
+        return rows.mean(axis=0), permutation_stderr(rows, np.concatenate(self._positions),
+                                                     estimator=self.stderr_estimator)
 
 
 class AntitheticSampler(_MarginalSampler):
@@ -201,8 +217,8 @@ class StratifiedSampler(_Sampler):
     name = "stratified"
     antithetic = True
 
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
+    def __init__(self, *args, **keywords) -> None:
+        super().__init__(*args, **keywords)
         d = self.size
         self.exact_sizes = sorted({0, 1, d - 2, d - 1} & set(range(d))) if d > 4 else list(range(d))
         self.sampled_sizes = [s for s in range(d) if s not in self.exact_sizes]
@@ -293,8 +309,8 @@ class KernelSampler(_Sampler):
     #: regression interpolates them and its residuals, hence its errors, vanish.
     pairs_per_player = 4
 
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
+    def __init__(self, *args, **keywords) -> None:
+        super().__init__(*args, **keywords)
         self._z: list[np.ndarray] = []
         self._y: list[np.ndarray] = []
         empty, full = self._values([self.base, self.base | sum(1 << int(p) for p in self.positions.tolist())])
@@ -360,6 +376,7 @@ def choose_sampler(
     groups: list[tuple[int, np.ndarray]],
     rng: np.random.Generator,
     target: float,
+    stderr_estimator: str = "by-position",
 ) -> tuple[str, list[_Sampler]]:
     """The sampler expected to reach every stderr ≤ ``target`` with the fewest coalitions.
 
@@ -369,7 +386,7 @@ def choose_sampler(
     """
     best: tuple[float, str, list[_Sampler]] | None = None
     for name, kind in SAMPLERS.items():
-        samplers = [kind(game, base, positions, rng) for base, positions in groups]
+        samplers = [kind(game, base, positions, rng, stderr_estimator) for base, positions in groups]
         for sampler in samplers:
             sampler.draw(max(sampler.block(), sampler.min_samples))
         worst = max(float(np.nanmax(s.estimate()[1], initial=0.0)) for s in samplers)

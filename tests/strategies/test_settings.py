@@ -1,17 +1,20 @@
 """The valuing strategy's settings objects: each is checked once when made (the error names
 the field), taken whole by the strategy, written into run.json as the round records write
 it, and compared with the records by the audit (runs written before, with the older option
-names, still audit)."""
+names or without ``stderr_estimator``, still audit)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
 from fedvalue.valuation.settings import AdsSettings, ValuationSettings
 from fedvalue.run.archive import read_round_record, record_path
+from fedvalue.analysis.run_summary import load_run
 from fedvalue.audit.checks import audit_run
 from fedvalue.audit.round import settings_problems
 from fedvalue.run.settings import RunSettings
@@ -68,15 +71,17 @@ def test_settings_are_taken_whole_and_normalized_once(utility):
     assert ValuingStrategy(FedAvg(), utility).valuation == ValuationSettings()  # None: the defaults
 
 
-@pytest.fixture
-def mc_run(tmp_path, utility):
-    run_dir = tmp_path / "run"
-    ads = AdsSettings(method="mc", epsilon=0.5, stderr_target=0.05)
+def mc_run_with(run_dir, utility, ads: AdsSettings):
     config = {"seed": 11, "methods": ["ads", "loo"], "valuation": ads.as_dict()}
     ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(run_dir), sampler=PartitionSampler(4, seed=0),
                     seed=11, valuation=ValuationSettings(ads=ads), run=RunSettings(run_config=config)).start(
         InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)
     return run_dir
+
+
+@pytest.fixture
+def mc_run(tmp_path, utility):
+    return mc_run_with(tmp_path / "run", utility, AdsSettings(method="mc", epsilon=0.5, stderr_target=0.05))
 
 
 def test_run_json_holds_the_estimator_as_the_records_write_it_and_the_audit_compares_them(mc_run, utility):
@@ -100,6 +105,33 @@ def test_a_run_json_written_before_with_the_option_names_is_still_compared(mc_ru
     assert settings_problems(record, {**legacy, "ads_method": "tmc"}) == ["its method is 'mc', run.json says 'tmc'"]
     assert settings_problems(record, {**legacy, "stderr_target": 0.0}) == [
         "its stderr_target is 0.05, run.json says None"]
+
+
+def booked_stderr(run_dir) -> dict:
+    ledger = load_run(run_dir).ledger
+    return {(int(r.round), str(r.client_id)): float(r.stderr) for r in ledger.itertuples() if r.method == "ads"}
+
+
+def test_a_run_booked_before_the_standard_error_was_a_setting_audits_with_the_plain_one(tmp_path, utility,
+                                                                                          monkeypatch):
+    """Its records and run.json do not name ``stderr_estimator`` (written here by an ``as_dict`` without it) and its
+    ledger holds the plain standard errors: the audit reads the records as ``"plain"`` and finds the books intact.
+    A run of today names ``"by-position"`` and books other standard errors for the same draws."""
+    ads = AdsSettings(method="mc", epsilon=0.5, budget=40)
+    monkeypatch.setattr(AdsSettings, "as_dict", lambda self: {f.name: getattr(self, f.name) for f in
+                                                              dataclasses.fields(self) if f.name != "stderr_estimator"})
+    old = mc_run_with(tmp_path / "old", utility, dataclasses.replace(ads, stderr_estimator="plain"))
+    monkeypatch.undo()
+    assert "stderr_estimator" not in json.loads((old / "run.json").read_text())["valuation"]
+    assert read_round_record(record_path(old, 1)).settings.valuation.stderr_estimator == "plain"
+    assert audit_run(old, utility=utility).intact
+    new = mc_run_with(tmp_path / "new", utility, ads)
+    assert json.loads((new / "run.json").read_text())["valuation"]["stderr_estimator"] == "by-position"
+    assert audit_run(new, utility=utility).intact
+    plain, by_position = booked_stderr(old), booked_stderr(new)
+    assert plain.keys() == by_position.keys() and plain != by_position
+    old_values = load_run(old).ledger.query("method == 'ads'")["value"].to_numpy()
+    np.testing.assert_array_equal(old_values, load_run(new).ledger.query("method == 'ads'")["value"].to_numpy())
 
 
 @pytest.mark.parametrize("books", [BookSettings(flows=True)])

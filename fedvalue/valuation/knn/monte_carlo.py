@@ -120,7 +120,7 @@ def knn_mc_ads(
                 prefix_hits[t], prefix_hits[t + 1], scale, truncation_tolerance, marginals[rows],
             )
 
-    return result_from_marginals(marginals, players, group_arrays, np.array(prefix_hits) / scale,
+    return result_from_marginals(marginals, players, group_arrays, np.array(prefix_hits) / scale, order=order,
                                  method="ads-tmc" if truncation_tolerance > 0 else "ads-mc", num_evaluations=steps)
 
 
