@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from simulations.experiments.noisy_federation.noisy_federation import PinnedThreads
-from simulations.runner.parallel import RayParallelUtility
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.taylor import check_expandable
+from simulations.experiments.noisy_federation.noisy_federation import PinnedThreads
+from simulations.runner.parallel import RayParallelUtility
 
 
 def test_the_wrappers_forward_the_derivatives_of_the_utility_they_wrap():
