@@ -70,23 +70,31 @@ def made_here(tmp_path_factory) -> Path:
     return _run(tmp_path_factory.mktemp("portable") / "run", seed=0)
 
 
-#: The kernel sets of the default suite (each audit is a process of its own: ~10 s).
-QUICK = ("portable-aten-and-mkl-sse4.2",)
-
-
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("kernels", [pytest.param(kernels, id=name, marks=() if name in QUICK else pytest.mark.slow)
-                                     for name, kernels in OTHER_KERNELS.items()])
-def test_an_honest_run_audits_intact_with_other_kernels(made_here, kernels):
-    audit = _cli(kernels, "audit", str(made_here))
+def _audits_intact_with(run_dir: Path, kernels: dict[str, str], replies: int) -> None:
+    audit = _cli(kernels, "audit", str(run_dir))
     assert audit.returncode == 0 and _verdict(audit) == "intact", audit.stdout[-3000:]
-    assert "local training replayed for 18 replies" in audit.stdout
-    recorded = json.loads((made_here / "run.json").read_text())["platform"]
+    assert f"local training replayed for {replies} replies" in audit.stdout
+    recorded = json.loads((run_dir / "run.json").read_text())["platform"]
     assert recorded["cpu_capability"] and recorded["torch"] and "torch_threads" in recorded
     if "ATEN_CPU_CAPABILITY" in kernels and recorded["cpu_capability"] != "DEFAULT":
         # The replay ran on other kernels than the run's: no reply came back bit for bit.
-        assert "replayed for 18 replies: 0 bit for bit" in audit.stdout
+        assert f"replayed for {replies} replies: 0 bit for bit" in audit.stdout
         assert "training was replayed on another platform than the run's (cpu_capability: " in audit.stdout
+
+
+@pytest.mark.timeout(600)
+def test_the_session_run_audits_intact_with_portable_kernels(signed_run):
+    """The default suite's case: the session's small real run (conftest.py; 3 rounds of 2 clients),
+    audited in a process with torch's portable kernels and MKL without AVX."""
+    _audits_intact_with(signed_run[0], OTHER_KERNELS["portable-aten-and-mkl-sse4.2"], replies=6)
+
+
+@pytest.mark.slow  # the fast sibling: test_the_session_run_audits_intact_with_portable_kernels
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kernels", [pytest.param(kernels, id=name) for name, kernels in OTHER_KERNELS.items()])
+def test_an_honest_run_audits_intact_with_other_kernels(made_here, kernels):
+    """The main job at seed 0, whose round 3 the old element-wise check failed, with every kernel set."""
+    _audits_intact_with(made_here, kernels, replies=18)
 
 
 def _forge_reply(run_dir: Path, change) -> str:
@@ -165,9 +173,12 @@ def test_accuracy_counts_the_same_hits_with_every_kernel_set():
     """Float32 logits move by ~1e-6 with the kernels, which flips near ties; the utility
     decides those rows in float64, so every machine books the same accuracy."""
     code = "import json; from tests.hostile.test_portability import near_tie_hits; print(json.dumps(near_tie_hits()))"
-    found = {}
-    moving_logits = {name: OTHER_KERNELS[name] for name in ("portable-aten-and-mkl-sse4.2", "mkl-compatible-path")}
-    for name, kernels in {"this machine's": {}, **moving_logits}.items():  # threads leave the logits as they are
+    found, kernel_sets = {}, {name: OTHER_KERNELS[name] for name in ("portable-aten-and-mkl-sse4.2", "mkl-compatible-path")}
+    if any(name in os.environ for name in KERNEL_ENVIRONMENT):
+        kernel_sets = {"this machine's": {}, **kernel_sets}  # this process was given other kernels: a fresh one
+    else:
+        found["this machine's"] = near_tie_hits()  # this process computes with this machine's kernels
+    for name, kernels in kernel_sets.items():  # threads leave the logits as they are
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                               env=_environment(kernels), timeout=240, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
