@@ -105,8 +105,9 @@ def _stage_fine_tune_seed(setting, stage: int) -> int:
 
 
 def test_cli_end_to_end_same_seed_same_bytes_and_the_audit_passes(tmp_path, capsys):
-    # Offers of 10 rated profiles, not 50: a fifth of the minibatch steps in each fine-tune (of every coalition).
-    args = ["run", "procurement", "--seeds", "2", "--stages", "3", "--initial-epochs", "30", "--fine-tune-epochs", "3",
+    # Offers of 10 rated profiles, not 50, and fine-tunes of one epoch: a fifteenth of the minibatch steps of every
+    # coalition's fine-tune.
+    args = ["run", "procurement", "--seeds", "2", "--stages", "3", "--initial-epochs", "30", "--fine-tune-epochs", "1",
             "--offer-size", "10"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
