@@ -1,7 +1,10 @@
 """The suite's one check of the machine: the Debian packages some tests read (real data sets, a
 headless browser) are installed, or one line says which are missing and the command that
 installs them (never a traceback from deep inside a test). And the small real run the tests
-of several folders read (:func:`signed_run`: Ray starts once a session for all of them)."""
+of several folders read (:func:`signed_run`: Ray starts once a session for all of them). And how the
+suite is shared between its two worker processes (pyproject.toml: ``-n 2 --dist loadgroup``): a test
+file is one group, so that its module fixtures (a real run each) are made once; a folder whose files
+share a package fixture marks them with one ``xdist_group``."""
 
 from __future__ import annotations
 
@@ -56,3 +59,11 @@ def signed_run(tmp_path_factory):
     assert main(["keygen", str(private), str(public)]) == 0
     assert main(["run", "noisy-clients", "--out", str(base / "run"), *TINY, "--sign-key", str(private)]) == 0
     return base / "run", private, public
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test without an ``xdist_group`` is grouped with its file (``--dist loadgroup`` sends a
+    group to one worker)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -36,6 +36,9 @@ from simulations.experiments.noisy_federation.policies import HonestOnlySampler
 from strategies import GreedyFedSampler, PartitionSampler, ValueEliminationSampler
 from tests.simulations.experiments.noisy_federation.tiny import TINY
 
+#: conftest.py's benchmark run is shared by this folder's files: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("noisy-federation")
+
 ROOT = Path(__file__).resolve().parents[4]
 CLIENTS = range(TINY.num_clients)
 

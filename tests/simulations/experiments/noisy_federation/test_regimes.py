@@ -37,6 +37,9 @@ from simulations.experiments.noisy_federation.noisy_federation import (
 )
 from tests.simulations.experiments.noisy_federation.tiny import PLAIN, TINY
 
+#: conftest.py's benchmark run is shared by this folder's files: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("noisy-federation")
+
 KIND_TYPES = {"label-flip": clients.LabelNoise, "class-swap": clients.ClassPairSwap,
               "feature-noise": clients.FeatureNoise, "free-rider": clients.FreeRider,
               "noisy-free-rider": clients.FreeRider, "stale-replayer": clients.StaleReplayer,
