@@ -61,9 +61,38 @@ def signed_run(tmp_path_factory):
     return base / "run", private, public
 
 
+#: The longest groups (real runs, dozens of processes), longest first: they are handed out before the
+#: many short files, which then fill both workers to a common end (``--no-loadscope-reorder`` keeps this
+#: order instead of xdist's, by number of tests, which handed a one-test real run out last). Only the
+#: suite's speed depends on this list.
+LONGEST_FIRST = (
+    "tests/simulations/experiments/noisy_federation/",
+    "tests/examples/test_examples.py",
+    "tests/hostile/crashes/test_kill_points.py",
+    "tests/simulations/runner/test_run_dir_paths.py",
+    "tests/simulations/experiments/procurement/test_procurement.py",
+    "tests/simulations/runner/test_simulate_policies.py",
+    "tests/hostile/replies/test_replies.py",
+    "tests/hostile/crashes/test_engine_failures.py",
+    "tests/simulations/experiments/reciprocity/test_movielens.py",
+    "tests/hostile/test_portability.py",
+    "tests/simulations/experiments/noisy_clients/test_study.py",
+    "tests/simulations/experiments/fairness/test_federated.py",
+    "tests/fedvalue/analysis/test_report.py",
+    "tests/hostile/manipulation/test_attacks_study.py",
+    "tests/simulations/runner/test_inner_strategies.py",
+)
+
+
+def _rank(nodeid: str) -> int:
+    return next((rank for rank, prefix in enumerate(LONGEST_FIRST) if nodeid.startswith(prefix)), len(LONGEST_FIRST))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test without an ``xdist_group`` is grouped with its file (``--dist loadgroup`` sends a
-    group to one worker)."""
+    group to one worker), and the groups of :data:`LONGEST_FIRST` come first (a stable sort: the
+    order within a file is kept)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: _rank(item.nodeid))

@@ -29,3 +29,10 @@ def test_a_missing_package_is_one_line_naming_it_and_the_command():
     assert "the tests need Debian packages that are not installed: chromium; install them with: sudo apt-get " \
            "update && sudo apt-get install -y chromium dataset-fashion-mnist r-cran-dslabs r-cran-cardata" in printed
     assert "Traceback" not in printed and "INTERNALERROR" not in printed
+
+
+def test_the_suite_s_longest_first_list_names_files_and_folders_that_exist():
+    """A renamed test file would silently drop out of the workers' schedule (tests/conftest.py)."""
+    from tests.conftest import LONGEST_FIRST
+
+    assert [prefix for prefix in LONGEST_FIRST if not (ROOT / prefix).exists()] == []
