@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import OS_PACKAGES
+from tests.conftest import LONGEST_FIRST, OS_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +33,4 @@ def test_a_missing_package_is_one_line_naming_it_and_the_command():
 
 def test_the_suite_s_longest_first_list_names_files_and_folders_that_exist():
     """A renamed test file would silently drop out of the workers' schedule (tests/conftest.py)."""
-    from tests.conftest import LONGEST_FIRST
-
     assert [prefix for prefix in LONGEST_FIRST if not (ROOT / prefix).exists()] == []
