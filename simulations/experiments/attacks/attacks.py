@@ -531,7 +531,7 @@ HELP = {
                 "the plain books; 2 also aggregates only the near-duplicate clusters' representatives and no "
                 "flagged free-rider; 0: none",
     "norm_cap": "study, defences: clip updates to this multiple of the round's median norm in the defended game "
-                "(0 = off)",
+                "(0 = off); adaptive-crafted@M stays within it",
     "valuation_budget": "study: coalition evaluations per round for ADS and LOO together (unset = no budget)",
     "replica_noise": "sybil-replica-K: noise each identity adds to every entry (0 = exact copies)",
     "colluders": "colluding-free-riders: clients in the ring (the attacker and the next ones)",
