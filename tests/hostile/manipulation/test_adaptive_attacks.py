@@ -220,3 +220,21 @@ def test_a_bad_adaptive_attack_is_one_line_naming_the_parameter_before_ray_start
     err = capsys.readouterr().err
     assert err.startswith("fedvalue: error: ") and said in err and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_benchmark_sweep_names_every_adaptive_attack_at_every_margin_and_refuses_another_sweeps_part(tmp_path):
+    from bench.attack_study import ADAPTIVE, parse_margins, run_sweep, sweep_attacks
+    from simulations.experiments.attacks.attacks import AttacksConfig, check
+
+    attacks = sweep_attacks([0.05, 0.5]).split(",")
+    assert attacks[0] == "none" and len(attacks) == 1 + 2 * len(ADAPTIVE) and "adaptive-split-4@0.5" in attacks
+    check(AttacksConfig(attacks=tuple(attacks), norm_cap=1.25, defences=1))  # the study takes every name
+    assert parse_margins("0.05,0.2,0.5") == [0.05, 0.2, 0.5]
+    for bad in ("0.1,-0.1", "0.1,0.1", "x", "inf"):
+        with pytest.raises(ValueError, match="--margins: expected distinct margins M >= 0"):
+            parse_margins(bad)
+    held = tmp_path / "iid-fedavg-adaptive"
+    held.mkdir()
+    (held / "run.json").write_text(json.dumps({"attacks": ["none", "adaptive-replay@0.3"]}))
+    with pytest.raises(ValueError, match="holds a sweep of other attacks"):  # before any part runs
+        run_sweep(tmp_path, [0.05], [], {"fedavg": 1, "fedmedian": 1})
