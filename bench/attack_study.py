@@ -19,11 +19,21 @@ commit that made it (attack_*.csv, :data:`RESULTS`); the docs' tables are render
 
     python -m bench.attack_study --out DIR --results docs/results   # the study, and its results files
     python -m bench.attack_study --markdown docs/results            # the docs' tables, from the files
+
+The adaptive attacks (``clients.attacks.adaptive``: each stays a margin M outside one defence's threshold) are a
+sweep of their own, run only when asked for: ``--margins 0.05,0.2,0.5`` runs, per (partition, strategy), one part
+DIR/<partition>-<strategy>-adaptive/ with every attack of :data:`ADAPTIVE` at every margin (and the norm cap of
+the crafted parts, which ``adaptive-crafted`` stays within), tabled in DIR/adaptive-table.md and
+DIR/adaptive-gains.csv (``--results``: attack_gains_adaptive.csv). A part holds one sweep: other margins need
+another DIR.
+
+    python -m bench.attack_study --out DIR --margins 0.05,0.2,0.5   # the adaptive sweep
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -52,13 +62,17 @@ AGGREGATION = ("none,sybil-replica-2,sybil-replica-4,sybil-replica-8,colluding-f
                "dynamic-free-rider")
 #: The norm cap (crafted updates), FedAvg only (the cap clips in weighted-mean rounds): its own parts.
 CAPPED = ("none,crafted-update", ["--norm-cap", "1.25"])
+#: The adaptive attacks of the sweep (--margins), each run at every margin as NAME@M.
+ADAPTIVE = ("adaptive-cluster-2", "adaptive-cluster-4", "adaptive-replay", "adaptive-split-2", "adaptive-split-4",
+            "adaptive-crafted")
 TRIES = 3
 #: The goal: no attack earns more than 1.05 times the honest earnings with the defences on.
 GOAL = 1.05
 #: The results files the docs' tables are rendered from, by what each holds (the prefix of DIR's own tables).
 RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation.csv",
            "cost": "attack_honest_cost.csv", "norm-cap-gains": "attack_gains_norm_cap.csv",
-           "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv"}
+           "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv",
+           "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv"}
 
 
 def run_part(out: Path, name: str, options: list[str]) -> bool:
@@ -92,11 +106,13 @@ def combine(out: Path, names: list[str], prefix: str = "") -> tuple[pd.DataFrame
     return gains, cost
 
 
-def write_tables(out: Path, names: list[str], capped: list[str], aggregated: list[str]) -> dict[str, pd.DataFrame]:
-    """DIR/table.md (the gains), norm-cap-table.md, cost.md files and shells.md from the parts' tables; the
-    tables behind them, by their :data:`RESULTS` key (those of parts that finished)."""
+def write_tables(out: Path, names: list[str], capped: list[str], aggregated: list[str],
+                 adaptive: list[str] = ()) -> dict[str, pd.DataFrame]:
+    """DIR/table.md (the gains), norm-cap-table.md, adaptive-table.md, cost.md files and shells.md from the parts'
+    tables; the tables behind them, by their :data:`RESULTS` key (those of parts that finished)."""
     frames = {}
-    for prefix, parts in (("", names), ("norm-cap-", capped), ("aggregation-", aggregated)):
+    for prefix, parts in (("", names), ("norm-cap-", capped), ("aggregation-", aggregated),
+                          ("adaptive-", adaptive)):
         combined = combine(out, parts, prefix)
         if combined is not None:
             frames[f"{prefix}gains"], frames[f"{prefix}cost"] = combined
@@ -106,6 +122,8 @@ def write_tables(out: Path, names: list[str], capped: list[str], aggregated: lis
         (out / "table.md").write_text(markdown(frames["gains"], frames["aggregation"]))
     if "norm-cap-gains" in frames:
         (out / "norm-cap-table.md").write_text(markdown(frames["norm-cap-gains"]))
+    if "adaptive-gains" in frames:
+        (out / "adaptive-table.md").write_text(markdown(frames["adaptive-gains"]))
     if (out / "group-split" / "shells.csv").exists():
         frames["shells"] = pd.read_csv(out / "group-split" / "shells.csv")
         frames["shells"].to_csv(out / "shells.csv", index=False)
@@ -205,6 +223,40 @@ def shells_markdown(shells: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sweep_attacks(margins: list[float]) -> str:
+    """--attacks of an adaptive part: the honest run, then every attack of :data:`ADAPTIVE` at every margin."""
+    return ",".join(["none"] + [f"{name}@{margin:g}" for name in ADAPTIVE for margin in margins])
+
+
+def parse_margins(text: str) -> list[float]:
+    """--margins as numbers ≥ 0 (ValueError naming the option and what it got)."""
+    try:
+        margins = [float(part) for part in text.split(",")]
+    except ValueError:
+        margins = []
+    if not margins or any(not (0 <= m < float("inf")) for m in margins) or len(set(margins)) != len(margins):
+        raise ValueError(f"--margins: expected distinct margins M >= 0, comma-separated (e.g. 0.05,0.2,0.5); "
+                         f"got {text!r}")
+    return margins
+
+
+def run_sweep(out: Path, margins: list[float], options: list[str], seeds: dict[str, int]) -> list[str]:
+    """The adaptive parts (one per partition and strategy) at ``margins``; their names. A part already holding
+    a sweep of other attacks is refused (ValueError): its gains.csv would be taken as this sweep's."""
+    attacks, names = sweep_attacks(margins), []
+    for partition, strategy in PARTS:
+        name = f"{partition}-{strategy}-adaptive"
+        saved = out / name / "run.json"
+        held = json.loads(saved.read_text()).get("attacks") if saved.is_file() else None
+        if held is not None and list(held) != attacks.split(","):
+            raise ValueError(f"--margins: {out / name} holds a sweep of other attacks ({','.join(held)}); expected "
+                             f"{attacks}: give another --out")
+        run_part(out, name, ["--attacks", attacks, *options, *CAPPED[1], "--partitions", partition, "--strategies",
+                             strategy, "--seeds", str(seeds[strategy])])
+        names.append(name)
+    return names
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.attack_study", allow_abbrev=False,
                                      description=" ".join(__doc__.split("\n\n")[0].split()))
@@ -212,6 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="the full configuration instead of the quick one")
     parser.add_argument("--tables", action="store_true", help="only combine the parts already written")
     parser.add_argument("--results", type=Path, help="also write the docs' tables' files (attack_*.csv) here")
+    parser.add_argument("--margins", metavar="M,M,...",
+                        help="run only the adaptive sweep: every adaptive attack at each margin M >= 0 (how far "
+                             "outside its defence's threshold), e.g. 0.05,0.2,0.5")
     parser.add_argument("--markdown", type=Path, metavar="FOLDER",
                         help="print the docs' tables from FOLDER's attack_*.csv alone (runs nothing)")
     args = parser.parse_args(argv)
@@ -223,12 +278,22 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.out is None:
         parser.error("--out: expected the study's folder")
+    try:
+        margins = None if args.margins is None else parse_margins(args.margins)
+    except ValueError as error:
+        parser.error(str(error))
     options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{p}-{s}" for p, s in PARTS]
     capped = [f"{p}-fedavg-norm-cap" for p in ("iid", "dirichlet")]
     aggregated = [f"{name}-aggregation" for name in names]
-    if not args.tables:
+    adaptive = [f"{name}-adaptive" for name in names]
+    if margins is not None and not args.tables:
+        try:
+            run_sweep(args.out, margins, options, seeds)
+        except ValueError as error:
+            parser.error(str(error))
+    elif not args.tables:
         for (partition, strategy), name in zip(PARTS, names):
             run_part(args.out, name, ["--attacks", ATTACKS, *options, "--partitions", partition,
                                       "--strategies", strategy, "--seeds", str(seeds[strategy])])
@@ -240,11 +305,12 @@ def main(argv: list[str] | None = None) -> None:
         for (partition, strategy), name in zip(PARTS, aggregated):
             run_part(args.out, name, ["--attacks", AGGREGATION, *options, "--defences", "2", "--partitions",
                                       partition, "--strategies", strategy, "--seeds", str(seeds[strategy])])
-    frames = write_tables(args.out, names, capped, aggregated)
+    frames = write_tables(args.out, names, capped, aggregated, adaptive)
     if args.results is not None and frames:
         write_results(args.results, frames, "python -m bench.attack_study "
                       + " ".join(argv if argv is not None else sys.argv[1:]))
-    print((args.out / "table.md").read_text() if (args.out / "table.md").exists() else "no part finished")
+    shown = args.out / ("adaptive-table.md" if margins is not None else "table.md")
+    print(shown.read_text() if shown.exists() else "no part finished")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,10 @@ Never imports ``simulations`` (simulations imports clients).
 
 from clients.app import ClientData, make_client_app, partition_id_of, train_client
 from clients.attacks import (
+    AdaptiveCraftedUpdate,
+    AdaptiveReplayer,
+    AdaptiveReplica,
+    AdaptiveShard,
     ColludingFreeRider,
     CraftedUpdate,
     DeltaWeightsFreeRider,
@@ -14,6 +18,7 @@ from clients.attacks import (
     StaleReplayer,
     SybilReplica,
     SybilShard,
+    overlapping_shard_indices,
     shard_indices,
 )
 from clients.behaviours import (
@@ -61,6 +66,10 @@ __all__ = [
     "ValuationMod",
     "valuation_mod",
     "valuation_query",
+    "AdaptiveCraftedUpdate",
+    "AdaptiveReplayer",
+    "AdaptiveReplica",
+    "AdaptiveShard",
     "ColludingFreeRider",
     "CraftedUpdate",
     "DeltaWeightsFreeRider",
@@ -68,6 +77,7 @@ __all__ = [
     "RoundAware",
     "SybilReplica",
     "SybilShard",
+    "overlapping_shard_indices",
     "partition_id_of",
     "shard_indices",
     "train_client",

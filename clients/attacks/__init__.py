@@ -3,11 +3,19 @@
 (:mod:`.delta_weights`), the dynamic free-rider (:mod:`.dynamic_free_rider`), colluding free-riders
 (:mod:`.colluding_free_riders`), the ACE-style crafted update (:mod:`.crafted_update`) and the
 stale replayer (:mod:`.stale_replay`); the free-riders, the replayer and the crafter remember the
-global models they received (:mod:`.memory`).
+global models they received (:mod:`.memory`). The adaptive attacks (:mod:`.adaptive`) know one
+defence's threshold each and stay just outside it, by a ``margin``.
 
 The simpler manipulations (free-rider, inflated count, replicator, sign-flip, boost) are
 :mod:`clients.behaviours`."""
 
+from clients.attacks.adaptive import (
+    AdaptiveCraftedUpdate,
+    AdaptiveReplayer,
+    AdaptiveReplica,
+    AdaptiveShard,
+    overlapping_shard_indices,
+)
 from clients.attacks.colluding_free_riders import ColludingFreeRider
 from clients.attacks.crafted_update import CraftedUpdate
 from clients.attacks.delta_weights import DeltaWeightsFreeRider
@@ -18,6 +26,10 @@ from clients.attacks.sybil_replication import SybilReplica
 from clients.attacks.sybil_split import SybilShard, shard_indices
 
 __all__ = [
+    "AdaptiveCraftedUpdate",
+    "AdaptiveReplayer",
+    "AdaptiveReplica",
+    "AdaptiveShard",
     "ColludingFreeRider",
     "CraftedUpdate",
     "DeltaWeightsFreeRider",
@@ -26,6 +38,7 @@ __all__ = [
     "StaleReplayer",
     "SybilReplica",
     "SybilShard",
+    "overlapping_shard_indices",
     "prepare_round",
     "shard_indices",
 ]

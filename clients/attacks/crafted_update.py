@@ -102,7 +102,7 @@ class CraftedUpdate(RoundAware):
         model = self.model_factory()
         start = {**{k: v for k, v in model.state_dict().items() if k not in start}, **start}  # integer buffers too
         delta = {k: honest[k].clone().requires_grad_(True) for k in honest}
-        norm = float(torch.sqrt(sum((v ** 2).sum() for v in honest.values())))
+        norm = _norm(honest)
         radius = self.budget * norm
         rms = norm / max(sum(v.numel() for v in honest.values()), 1) ** 0.5
         optimizer = torch.optim.Adam(list(delta.values()), lr=self.step_size * rms if rms > 0 else 1e-8)
@@ -111,9 +111,19 @@ class CraftedUpdate(RoundAware):
             (-self.surrogate(model, start, delta, others)).backward()
             optimizer.step()
             with torch.no_grad():
-                gap = {k: delta[k] - honest[k] for k in delta}
-                distance = float(torch.sqrt(sum((g ** 2).sum() for g in gap.values())))
-                if distance > radius:
-                    for k in delta:
-                        delta[k].copy_(honest[k] + gap[k] * (radius / distance))
+                self.project(delta, honest)
         return {k: v.detach() for k, v in delta.items()}
+
+    def project(self, delta: dict, honest: dict) -> None:
+        """Onto ‖Δ − Δ_h‖ ≤ β ‖Δ_h‖, in place (after every Adam step)."""
+        radius = self.budget * _norm(honest)
+        gap = {k: delta[k] - honest[k] for k in delta}
+        distance = _norm(gap)
+        if distance > radius:
+            for k in delta:
+                delta[k].copy_(honest[k] + gap[k] * (radius / distance))
+
+
+def _norm(arrays: dict) -> float:
+    """‖·‖ of the tensors of ``arrays`` as one vector."""
+    return float(torch.sqrt(sum((v ** 2).sum() for v in arrays.values())))

@@ -9,6 +9,12 @@ With floor f ≥ 0, the clients with Φ_i > f are eligible, and budget B is shar
 ``equal``              p_i = B / |eligible|                 (a flat payment for clearing the floor)
 
 Everyone else is paid 0. When no client clears the floor the budget is not spent (every p_i = 0).
+
+Some books are not paid without an explicit opt-in (``allow_undefended=True``, the command line's
+``--allow-undefended``): those the defences do not vouch for against identity games, by what the
+attack study of docs/faults-and-audit.md measured (:data:`UNDEFENDED`). TracIn outflow is one: a
+participant's flows to its own other identities are booked as outflow, and nothing in the updates
+links the identities. A table paid from one says so on every row (``undefended``).
 """
 
 from __future__ import annotations
@@ -20,8 +26,24 @@ from fedvalue._checks import check_choice, check_number
 from fedvalue.schema import Status, client_sort_key
 
 RULES = ("share-of-positive", "equal")
-#: The columns of a payout table (rule, floor, budget and method stated on every row).
-PAYOUT_COLUMNS = ("client_id", "method", "total_value", "eligible", "payment", "rule", "floor", "budget")
+#: The columns of a payout table (rule, floor, budget and method stated on every row; ``undefended``: paid
+#: from a book of :data:`UNDEFENDED`, by the opt-in).
+PAYOUT_COLUMNS = ("client_id", "method", "total_value", "eligible", "payment", "rule", "floor", "budget",
+                  "undefended")
+#: Books the defences do not vouch for, with what the attack study measured (docs/faults-and-audit.md).
+UNDEFENDED = {
+    "tracin_outflow": "a participant that splits into identities gains up to 3.43 times its honest TracIn outflow, "
+                      "one that replicates its update up to 36.7 times (docs/faults-and-audit.md, the attack study)",
+    "tracin_outflow_defended": "a participant that splits into identities keeps a TracIn outflow gain of up to 3.43 "
+                               "with every defence on (docs/faults-and-audit.md, the attack study)",
+}
+
+
+def check_payable(method: str, allow_undefended: bool = False) -> None:
+    """ValueError naming ``method`` and why, when it is a book of :data:`UNDEFENDED` and the opt-in is not given."""
+    if method in UNDEFENDED and not allow_undefended:
+        raise ValueError(f"method: {method} is not paid by default: {UNDEFENDED[method]}; pass allow_undefended=True "
+                         f"(--allow-undefended) to pay from it anyway.")
 
 
 def payments(totals: pd.Series, budget: float, *, rule: str = "share-of-positive", floor: float = 0.0) -> pd.Series:
@@ -48,9 +70,14 @@ def client_totals(ledger: pd.DataFrame, method: str) -> pd.Series:
 
 
 def payout_table(ledger: pd.DataFrame, budget: float, *, method: str = "ads", rule: str = "share-of-positive",
-                 floor: float = 0.0) -> pd.DataFrame:
+                 floor: float = 0.0, allow_undefended: bool = False) -> pd.DataFrame:
     """One row per client with a booked ``method`` row: its total, eligibility and payment, with the
-    rule, floor, budget and method stated on every row (:data:`PAYOUT_COLUMNS`)."""
+    rule, floor, budget and method stated on every row (:data:`PAYOUT_COLUMNS`). A book of
+    :data:`UNDEFENDED` is refused (ValueError saying why) unless ``allow_undefended``; its rows then
+    say ``undefended``."""
+    if not isinstance(allow_undefended, bool):
+        raise TypeError(f"allow_undefended: expected True or False; got {allow_undefended!r}.")
+    check_payable(method, allow_undefended)
     totals = client_totals(ledger, method)
     if totals.empty:
         methods = sorted(set(ledger["method"].astype(str)))
@@ -59,7 +86,7 @@ def payout_table(ledger: pd.DataFrame, budget: float, *, method: str = "ads", ru
     paid = payments(totals, budget, rule=rule, floor=floor)
     table = pd.DataFrame({"client_id": totals.index, "method": method, "total_value": totals.to_numpy(),
                           "eligible": (totals > floor).to_numpy(), "payment": paid.to_numpy(), "rule": rule,
-                          "floor": float(floor), "budget": float(budget)})
+                          "floor": float(floor), "budget": float(budget), "undefended": method in UNDEFENDED})
     return table[list(PAYOUT_COLUMNS)]
 
 

@@ -171,10 +171,10 @@ def finite_positive(name: str):
     return parse
 
 
-#: The library names run-directory parameters in Python's words; the command line says them in
+#: The library names run-directory parameters and opt-ins in Python's words; the command line says them in
 #: its own (a message that gives both, "resume=True (--resume DIR)", keeps the second).
 _CLI_WORDS = (
-    (re.compile(r"\b(?:resume|overwrite)=True \((--[\w-]+(?: DIR)?)\)"), r"\1"),
+    (re.compile(r"\b(?:resume|overwrite|allow_undefended)=True \((--[\w-]+(?: DIR)?)\)"), r"\1"),
     (re.compile(r"\bresume=True\b"), "--resume DIR"),
     (re.compile(r"\boverwrite=True\b"), "--overwrite"),
     # An option left out is None in Python; on the command line it is not given at all.

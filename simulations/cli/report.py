@@ -23,17 +23,26 @@ def add_parser(commands) -> None:
                         help="payout rule: share-of-positive (in proportion to total value above the floor) or "
                              "equal (the same to every client above it) (default: share-of-positive)")
     report.add_argument("--method", default="ads",
-                        help="the ledger method whose totals are paid, e.g. ads, loo, tracin_outflow, ads_defended "
-                             "(default: ads)")
+                        help="the ledger method whose totals are paid, e.g. ads, ads_defended, loo (default: ads); "
+                             "tracin_outflow and tracin_outflow_defended only with --allow-undefended")
+    report.add_argument("--allow-undefended", action="store_true",
+                        help="with --payout: pay from a book the defences do not vouch for against identity games "
+                             "(tracin_outflow, tracin_outflow_defended: a split participant gains outflow with every "
+                             "defence on, docs/faults-and-audit.md); payout.csv's rows then say undefended")
     report.add_argument("--floor", type=finite_non_negative("floor"), default=0.0,
                         help="a client is paid only when its total is above this (default: 0)")
 
 
 def report_command(args: argparse.Namespace) -> int:
     from fedvalue.analysis.report import figure_dirs, html_report, write_figures
+    from fedvalue.analysis.payout import check_payable
     from fedvalue.run.rundir import RunDir, UnsafeRunFile, printable
     from fedvalue.schema import LEDGER_FILE
 
+    if args.payout is not None:  # a refused book is said before anything is read or printed
+        check_payable(args.method, args.allow_undefended)
+    elif args.allow_undefended:
+        raise ValueError("allow_undefended: expected --payout BUDGET with it (it opts a payout in); got no --payout.")
     try:  # opened once: every file below is read and written through it, every path printed is its
         run = RunDir(args.run_dir)
     except (FileNotFoundError, UnsafeRunFile):
@@ -59,17 +68,24 @@ def report_command(args: argparse.Namespace) -> int:
 
 def _write_payout(run, args: argparse.Namespace) -> None:
     """DIR/payout.csv from the run's ledger (:func:`fedvalue.analysis.payout.payout_table`), and its table printed."""
-    from fedvalue.analysis.payout import payout_table
+    import sys
+
+    from fedvalue.analysis.payout import UNDEFENDED, payout_table
     from fedvalue.analysis.run_summary import load_run
     from fedvalue.run.rundir import printable
     from fedvalue.schema import PAYOUT_FILE
 
-    table = payout_table(load_run(run).ledger, args.payout, method=args.method, rule=args.rule, floor=args.floor)
+    table = payout_table(load_run(run).ledger, args.payout, method=args.method, rule=args.rule, floor=args.floor,
+                         allow_undefended=args.allow_undefended)
     run.write_text(PAYOUT_FILE, table.to_csv(index=False, lineterminator="\n"))
     for line in table.to_string(index=False, float_format=lambda v: f"{v:.6g}").splitlines():
         print(printable(line, 2000))
+    undefended = args.method in UNDEFENDED
+    if undefended:
+        print(f"fedvalue: warning: --method {args.method}: paid from a book the defences do not vouch for "
+              f"(--allow-undefended): {UNDEFENDED[args.method]}", file=sys.stderr)
     print(f"wrote {printable(run.path / PAYOUT_FILE)} ({args.rule}, floor {args.floor:g}, budget {args.payout:g}, "
-          f"{args.method} totals)")
+          f"{args.method} totals" + (", UNDEFENDED: paid by --allow-undefended" if undefended else "") + ")")
 
 
 def _print_books(run_dir) -> None:

@@ -17,6 +17,12 @@ from fedvalue._checks import check_number
 
 #: The settings' fields that are relative tolerances (None: that test is off).
 TOLERANCES = ("duplicate_tolerance", "zero_tolerance", "replay_tolerance", "collusion_tolerance", "norm_cap")
+#: The thresholds' defaults, by name, so that what reads them (an adaptive attack that stays just
+#: outside them, :mod:`clients.attacks.adaptive`) never repeats the number: τ, ε₀, ρ, ρ₂.
+DUPLICATE_TOLERANCE = 0.05
+ZERO_TOLERANCE = 0.1
+REPLAY_TOLERANCE = 0.05
+COLLUSION_TOLERANCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -46,10 +52,10 @@ class DefenceSettings:
         (rounds aggregated by the weighted mean only). None: off.
     """
 
-    duplicate_tolerance: float | None = 0.05
-    zero_tolerance: float | None = 0.1
-    replay_tolerance: float | None = 0.05
-    collusion_tolerance: float | None = 0.5
+    duplicate_tolerance: float | None = DUPLICATE_TOLERANCE
+    zero_tolerance: float | None = ZERO_TOLERANCE
+    replay_tolerance: float | None = REPLAY_TOLERANCE
+    collusion_tolerance: float | None = COLLUSION_TOLERANCE
     size_weighted: bool = True
     norm_cap: float | None = None
 

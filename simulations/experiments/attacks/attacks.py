@@ -67,17 +67,26 @@ from fedvalue import Status, gains_table, honest_cost
 from fedvalue.ledger import load_run
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import load_dataset, make_linear_model, partition_iid, split_holdout
-from simulations.experiments.attacks.plan import PLAIN_ATTACKS, is_study_attack, plan_of
+from simulations.experiments.attacks.plan import (
+    ADAPTIVE_ATTACKS,
+    PLAIN_ATTACKS,
+    adaptive_behaviour,
+    adaptive_parts,
+    is_study_attack,
+    plan_of,
+)
 from simulations.experiments.attacks.shell_groups import shell_groups_table
 from simulations.experiments.attacks.study import (
     PARTITIONS,
     STRATEGIES,
     StudyRun,
+    attack_settings,
     run_frames,
     run_group,
     study_runs,
     utility_of,
 )
+from simulations.experiments.attacks.study import model_factory as study_model_factory
 from simulations.runner import (
     EngineSettings,
     Simulation,
@@ -284,10 +293,12 @@ def check_study(config: AttacksConfig) -> None:
         values = getattr(config, name)
         if not values or any(v not in allowed for v in values) or len(set(values)) != len(values):
             raise ValueError(f"{name}: expected distinct names from {list(allowed)}; got {list(values)}.")
+    check_adaptive(config)
     unknown = [a for a in config.attacks if not (is_study_attack(a) or a == GROUP_SPLIT)]
     if not config.attacks or unknown or len(set(config.attacks)) != len(config.attacks):
         raise ValueError(f"attacks: expected distinct names from {list(PLAIN_ATTACKS) + [GROUP_SPLIT]}, "
-                         f"sybil-split-K / sybil-replica-K (K >= 2) or a ClientBehaviour of your own as "
+                         f"sybil-split-K / sybil-replica-K (K >= 2), {', '.join(ADAPTIVE_ATTACKS)} (M >= 0) "
+                         f"or a ClientBehaviour of your own as "
                          f"module:callable; got {list(config.attacks)} (the study reviews every claim against the "
                          "registered sizes: inflated-count is reviewed there).")
     for attack in config.attacks:  # one's own, built here once: a misspelled one is said before Ray starts
@@ -315,6 +326,20 @@ def check_study(config: AttacksConfig) -> None:
     if not config.shells or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in config.shells):
         raise ValueError(f"shells: expected numbers of shell groups >= 1; got {list(config.shells)}.")
     FreeRider(config.noise_std), InflatedExampleCount(config.inflation), BoostedUpdate(config.boost)
+
+
+def check_adaptive(config: AttacksConfig) -> None:
+    """Each adaptive attack's name, margin and what it needs (a norm cap to stay within), before Ray starts:
+    its behaviour is built once here (ValueError naming the attack and what is wrong)."""
+    for attack in config.attacks:
+        if adaptive_parts(attack) is None:
+            continue
+        plan = plan_of(attack, config.num_clients, config.attacker, config.colluders)
+        try:
+            adaptive_behaviour(plan, 0, attack_settings(config, config.seed), study_model_factory(config))
+        except ValueError as error:
+            said = str(error)
+            raise ValueError(said if said.startswith("norm_cap:") else f"attacks: {attack}: {said}") from None
 
 
 def summarize(ledger: pd.DataFrame, rounds: pd.DataFrame, attack: str, attacker: int,
@@ -489,7 +514,11 @@ HELP = {
                + ", ".join(ATTACKS) + " (none = the honest baseline). The study's (any of these, or any study "
                "option, runs the study): " + ", ".join(a for a in PLAIN_ATTACKS if a not in ATTACKS)
                + ", sybil-split-K, sybil-replica-K (K >= 2 identities), " + GROUP_SPLIT + " (the KNN-ADS market's "
-               "broker), and a ClientBehaviour of your own as module:callable (imported from the working "
+               "broker), the adaptive attacks, each a margin M >= 0 outside one defence's threshold in its own units "
+               "(a sweep is several names): adaptive-cluster-K@M (K replicas (1+M) x the clustering threshold apart), "
+               "adaptive-replay@M (the last step turned (1+M) x the replay threshold off its line), adaptive-split-K@M "
+               "(overlapping shards, each claim true, claims adding up to (1+M) x the whole), adaptive-crafted@M "
+               "(a crafted update at 1/(1+M) of --norm-cap, which it needs), and a ClientBehaviour of your own as module:callable (imported from the working "
                "directory; client --attacker plays it; its gain is in gains.csv)",
     "dataset": "study: digits (embedded) or fashion-mnist (Debian's dataset-fashion-mnist)",
     "train_examples": "study, fashion-mnist: class-balanced training images shared by the clients (0 = all 60,000)",
@@ -502,7 +531,7 @@ HELP = {
                 "the plain books; 2 also aggregates only the near-duplicate clusters' representatives and no "
                 "flagged free-rider; 0: none",
     "norm_cap": "study, defences: clip updates to this multiple of the round's median norm in the defended game "
-                "(0 = off)",
+                "(0 = off); adaptive-crafted@M stays within it",
     "valuation_budget": "study: coalition evaluations per round for ADS and LOO together (unset = no budget)",
     "replica_noise": "sybil-replica-K: noise each identity adds to every entry (0 = exact copies)",
     "colluders": "colluding-free-riders: clients in the ring (the attacker and the next ones)",

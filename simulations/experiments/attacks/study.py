@@ -29,7 +29,7 @@ from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg
 
-from clients import ClientData, make_client_app, shard_indices
+from clients import ClientData, make_client_app, overlapping_shard_indices, shard_indices
 from fedvalue import Status
 from fedvalue.ledger import load_run
 from fedvalue.utilities import TorchModelUtility
@@ -142,16 +142,32 @@ def _owner(config, identity: int) -> int:
     return identity if identity < config.num_clients else config.attacker
 
 
+def shard_rows(plan: RunPlan, identity: int, num_examples: int, seed) -> np.ndarray | None:
+    """The rows of its owner's ``num_examples`` that a split's identity holds (None: all of them)."""
+    if identity not in plan.identities or plan.kind not in ("sybil-split", "adaptive-split"):
+        return None
+    position = plan.identities.index(identity)
+    if plan.kind == "sybil-split":
+        return shard_indices(num_examples, position, plan.size, seed=seed)
+    return overlapping_shard_indices(num_examples, position, plan.size, plan.margin, seed=seed)
+
+
 def registered_sizes(config, run: StudyRun) -> dict[int, int]:
     """Each identity's true training size, as it registered it (a Sybil shard its shard's)."""
     _, _, splits = data_of(config, run)
     sizes = {}
     for identity in run.plan.participants:
         size = len(splits[_owner(config, identity)][0])
-        if run.plan.kind == "sybil-split" and identity in run.plan.identities:
-            size = len(shard_indices(size, run.plan.identities.index(identity), run.plan.size, seed=run.seed))
-        sizes[identity] = size
+        rows = shard_rows(run.plan, identity, size, run.seed)
+        sizes[identity] = size if rows is None else len(rows)
     return sizes
+
+
+def attack_settings(config, seed: int) -> AttackSettings:
+    """The attacks' own numbers of ``config`` in the run of ``seed``."""
+    return AttackSettings(seed, config.noise_std, config.inflation, config.boost, config.replica_noise,
+                          config.colluder_spread, config.honest_rounds, config.craft_budget, config.craft_steps,
+                          config.norm_cap)
 
 
 def study_client_data(partition_id: int, data_key: str | None = None, *, config_json: str,
@@ -164,11 +180,10 @@ def study_client_data(partition_id: int, data_key: str | None = None, *, config_
     pool, _, splits = data_of(config, run)
     own, infer = splits[_owner(config, partition_id)]
     plan = run.plan
-    if plan.kind == "sybil-split" and partition_id in plan.identities:
-        infer = infer[shard_indices(len(infer), plan.identities.index(partition_id), plan.size, seed=[run.seed, 1])]
+    rows = shard_rows(plan, partition_id, len(infer), [run.seed, 1])
+    infer = infer if rows is None else infer[rows]
     source = splits[config.source if config.source < config.num_clients else config.attacker][0]  # replicator only
-    settings = AttackSettings(run.seed, config.noise_std, config.inflation, config.boost, config.replica_noise,
-                              config.colluder_spread, config.honest_rounds, config.craft_budget, config.craft_steps)
+    settings = attack_settings(config, run.seed)
     behaviour = behaviour_of(plan, partition_id, settings, counts={c: len(splits[_owner(config, c)][0])
                                                                    for c in plan.participants},
                              model_factory=model_factory(config), source_data=(pool.x[source], pool.y[source]))

@@ -1,11 +1,18 @@
-"""What each client is paid from the books: the rule by hand, and the command line's payout.csv."""
+"""What each client is paid from the books: the rule by hand, and the command line's payout.csv; a book the
+defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from fedvalue.analysis.payout import PAYOUT_COLUMNS, paid_share, payments, payout_table
+from fedvalue.analysis.payout import PAYOUT_COLUMNS, UNDEFENDED, check_payable, paid_share, payments, payout_table
+from simulations.cli.main import main
+from tests.fedvalue.analysis.test_report import write_books
+
+LEDGER = pd.DataFrame({"round": [1, 1, 2, 2, 2], "client_id": ["0", "1", "0", "1", "1"],
+                       "method": ["ads", "ads", "ads", "ads", "tracin_outflow"], "value": [0.2, 0.1, 0.1, -0.3, 5.0],
+                       "status": ["ok", "ok", "ok", "ok", "ok"]})
 
 
 def test_share_of_positive_value_and_equal_payments_by_hand():
@@ -31,3 +38,50 @@ def test_the_table_states_its_rule_on_every_row_and_names_an_unknown_method():
     assert set(table["rule"]) == {"share-of-positive"} and set(table["floor"]) == {0.0}
     with pytest.raises(ValueError, match="method: expected a method the ledger books"):
         payout_table(ledger, 10.0, method="ads_defended")
+
+
+def test_an_undefended_book_is_refused_without_the_opt_in_and_its_rows_say_so_with_it():
+    assert set(UNDEFENDED) == {"tracin_outflow", "tracin_outflow_defended"}
+    for method in UNDEFENDED:
+        with pytest.raises(ValueError, match=rf"^method: {method} is not paid by default: a participant that splits "
+                                             r"into identities .*docs/faults-and-audit.md.*allow_undefended=True"):
+            payout_table(LEDGER, 10.0, method=method)
+    check_payable("ads")  # ADS, LOO and the defended ADS and LOO stay payable
+    check_payable("loo_defended")
+    paid = payout_table(LEDGER, 10.0, method="tracin_outflow", allow_undefended=True)
+    assert paid.set_index("client_id")["payment"].to_dict() == pytest.approx({"1": 10.0})
+    assert list(paid.columns) == list(PAYOUT_COLUMNS) and paid["undefended"].tolist() == [True]
+    assert not payout_table(LEDGER, 10.0, allow_undefended=True)["undefended"].any()  # ads: nothing undefended
+    with pytest.raises(TypeError, match="allow_undefended: expected True or False"):
+        payout_table(LEDGER, 10.0, allow_undefended="yes")
+
+
+def test_the_payout_command_refuses_outflow_in_one_line_and_pays_it_with_the_opt_in(tmp_path, capsys):
+    """On a run directory written by the ledger writer (6 clients, 4 rounds, TracIn flows; no Ray); seed 1's
+    outflow totals are positive for clients 0 and 1."""
+    run_dir = tmp_path / "run"
+    write_books(run_dir, seed=1)
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--payout", "100", "--method", "tracin_outflow"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1  # refused before the books are printed
+    assert captured.err.startswith("fedvalue: error: --method: tracin_outflow is not paid by default: a participant "
+                                   "that splits into identities gains up to 3.43 times its honest TracIn outflow")
+    assert captured.err.rstrip().endswith("; pass --allow-undefended to pay from it anyway.")
+    assert not (run_dir / "payout.csv").exists()
+
+    assert main(["report", str(run_dir), "--payout", "100", "--method", "tracin_outflow", "--allow-undefended"]) == 0
+    captured = capsys.readouterr()
+    warning = [line for line in captured.err.splitlines() if line.startswith("fedvalue: warning: ")]
+    assert warning == [f"fedvalue: warning: --method tracin_outflow: paid from a book the defences do not vouch for "
+                       f"(--allow-undefended): {UNDEFENDED['tracin_outflow']}"]
+    assert "tracin_outflow totals, UNDEFENDED: paid by --allow-undefended)" in captured.out
+    table = pd.read_csv(run_dir / "payout.csv", dtype={"client_id": str})
+    assert table["undefended"].all() and set(table["method"]) == {"tracin_outflow"}
+    assert table["payment"].sum() == pytest.approx(100.0) and table.set_index("client_id").loc["0", "payment"] > 0
+
+    assert main(["report", str(run_dir), "--payout", "100", "--method", "ads"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert not pd.read_csv(run_dir / "payout.csv")["undefended"].any()
+    assert main(["report", str(run_dir), "--allow-undefended"]) == 2
+    assert "--allow-undefended: expected --payout BUDGET with it" in capsys.readouterr().err

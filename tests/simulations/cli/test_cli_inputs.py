@@ -172,12 +172,13 @@ def test_estimator_options_reach_the_valuing_strategy():
 
 def test_the_attacks_help_lists_every_attack_it_knows(capsys):
     from simulations.experiments.attacks.attacks import ATTACKS, GROUP_SPLIT
-    from simulations.experiments.attacks.plan import PLAIN_ATTACKS
+    from simulations.experiments.attacks.plan import ADAPTIVE_ATTACKS, PLAIN_ATTACKS
 
     with pytest.raises(SystemExit):
         main(["run", "attacks", "--help"])
     shown = re.sub(r"(?<=\w-) ", "", " ".join(capsys.readouterr().out.split()))  # argparse wraps at hyphens
-    for attack in (*ATTACKS, *PLAIN_ATTACKS, GROUP_SPLIT, "sybil-split-K", "sybil-replica-K", "module:callable"):
+    for attack in (*ATTACKS, *PLAIN_ATTACKS, *ADAPTIVE_ATTACKS, GROUP_SPLIT, "sybil-split-K", "sybil-replica-K",
+                   "module:callable"):
         assert attack in shown, attack
     assert "--attacks ATTACKS, --attack ATTACKS" in shown
 

@@ -74,6 +74,25 @@ def test_a_small_run_is_reported_and_passes_its_audit(signed_run, capsys):
     assert main(["audit", str(run_dir)]) == 0  # the real run's chain, schema and efficiency hold
 
 
+def test_an_undefended_payout_is_refused_and_an_opted_in_one_leaves_the_run_intact(signed_run, tmp_path, capsys):
+    """The payout's refusal and opt-in on the suite's shared real run (a copy; it books ads and loo, so the opt-in
+    pays ads here: its rows say nothing undefended), audited with its key after."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(signed_run[0], run_dir)
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--payout", "100", "--method", "tracin_outflow"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("fedvalue: error: --method: tracin_outflow is not paid by "
+                                                          "default: ") and captured.err.count("\n") == 1
+    assert not (run_dir / "payout.csv").exists()
+    assert main(["report", str(run_dir), "--payout", "100", "--method", "ads", "--allow-undefended"]) == 0
+    table = pd.read_csv(run_dir / "payout.csv")
+    assert list(table.columns)[-1] == "undefended" and not table["undefended"].any()
+    assert main(["audit", str(run_dir), "--public-key", str(signed_run[2])]) == 0  # payout.csv beside it: intact
+
+
 @pytest.mark.slow  # the default suite: a real run failing after round 1 resumed (tests/simulations/runner/
 # test_run_dir_paths.py) and a process SIGKILLed at every write step (tests/hostile/crashes/test_kill_points.py)
 def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, capsys):

@@ -1,0 +1,50 @@
+"""The margin of an adaptive attack and the flat update it shapes.
+
+An adaptive attack places its statistic at (1 + ``margin``) × its defence's threshold, in that
+defence's own units: 0 is on the threshold (where the test's ≤ and float32 rounding decide), a
+margin > 0 is outside it (the defence does not fire), a margin in (−1, 0) inside it (a control that
+the defence catches). The study (``fedvalue run attacks``) takes margins ≥ 0 only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fedvalue._checks import check_number
+
+
+def check_margin(margin: object) -> float:
+    """``margin`` as a float > −1, else ValueError naming it."""
+    return check_number("margin", margin, low=-1.0, low_open=True,
+                        why="the attack sits at (1 + margin) × its defence's threshold: 0 on it, > 0 outside it, "
+                            "< 0 inside it")
+
+
+def float_keys(arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """The floating-point entries of ``arrays`` (integer buffers are never moved)."""
+    return [key for key, value in arrays.items() if np.asarray(value).dtype.kind == "f"]
+
+
+def flat_difference(arrays: Mapping[str, np.ndarray], start: Mapping[str, np.ndarray], keys: list[str]) -> np.ndarray:
+    """The flat ``arrays − start`` over ``keys`` in float64 (an update, or a global step)."""
+    if not keys:
+        return np.zeros(0)
+    return np.concatenate([(np.asarray(arrays[k], np.float64) - np.asarray(start[k], np.float64)).ravel()
+                           for k in keys])
+
+
+def moved_by(start: Mapping[str, np.ndarray], vector: np.ndarray, keys: list[str],
+             rest: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``start + vector`` over ``keys``, cast back to each entry's dtype; the other entries from ``rest``."""
+    reply, offset = {}, 0
+    for key, value in start.items():
+        value = np.asarray(value)
+        if key not in keys:
+            reply[key] = np.array(rest[key], copy=True)
+            continue
+        part = vector[offset:offset + value.size].reshape(value.shape)
+        reply[key] = (value.astype(np.float64) + part).astype(value.dtype)
+        offset += value.size
+    return reply
