@@ -1,10 +1,9 @@
 """The suite's one check of the machine: the Debian packages some tests read (real data sets, a
 headless browser) are installed, or one line says which are missing and the command that
 installs them (never a traceback from deep inside a test). And the small real run the tests
-of several folders read (:func:`signed_run`: Ray starts once a session for all of them). And how the
-suite is shared between its two worker processes (pyproject.toml: ``-n 2 --dist loadgroup``): a test
-file is one group, so that its module fixtures (a real run each) are made once; a folder whose files
-share a package fixture marks them with one ``xdist_group``."""
+of several folders read (:func:`signed_run`: Ray starts once a worker process for all of them). And the order in
+which the suite's two worker processes (pyproject.toml: ``-n 2 --dist loadfile``) are handed its files:
+a file goes whole to one worker, so that its module fixtures (a real run each) are made once."""
 
 from __future__ import annotations
 
@@ -61,7 +60,7 @@ def signed_run(tmp_path_factory):
     return base / "run", private, public
 
 
-#: The longest groups (real runs, dozens of processes), longest first: they are handed out before the
+#: The longest files (real runs, dozens of processes), longest first: they are handed out before the
 #: many short files, which then fill both workers to a common end (``--no-loadscope-reorder`` keeps this
 #: order instead of xdist's, by number of tests, which handed a one-test real run out last). Only the
 #: suite's speed depends on this list.
@@ -89,10 +88,5 @@ def _rank(nodeid: str) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test without an ``xdist_group`` is grouped with its file (``--dist loadgroup`` sends a
-    group to one worker), and the groups of :data:`LONGEST_FIRST` come first (a stable sort: the
-    order within a file is kept)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    """The files of :data:`LONGEST_FIRST` first (a stable sort: the order within a file is kept)."""
     items.sort(key=lambda item: _rank(item.nodeid))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("docs/benchmarks.md", "docs/faults-and-audit.md")
-#: First words of a block that is a command to type, not printed results.
-COMMANDS = ("fedvalue ", "python ", "pip ")
+#: First words of a block that is a command to type, or the one line the CLI prints for bad input: not results.
+COMMANDS = ("fedvalue ", "python ", "pip ", "fedvalue: error: ")
 VALUATION = "python -m bench.valuation --against-floor"
 #: The blocks of printed results, by first line: the command that printed them, and their size.
 PENDING = {

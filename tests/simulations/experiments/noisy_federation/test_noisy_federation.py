@@ -1,8 +1,8 @@
 """The noisy-federation benchmark at its tiniest: one real run of every policy on one engine (Ray, real
 Fashion-MNIST training) over a mixed federation (``tiny.TINY``: stale replayers, noisy updates, a
-maverick), shared by this folder's tests (``conftest.py``); each policy's decisions are checked against
-its rule replayed on the books, every ledger audits intact, the tables and figure are written, and a
-second run continues instead of redoing."""
+maverick), shared by this file's tests; each policy's decisions are checked against its rule replayed
+on the books, every ledger audits intact, the paired test against random and the tables and figure are
+written, stale replayers replay, and a second run continues instead of redoing."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.audit.checks import audit_run
+from fedvalue.ledger import read_round
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
 from fedvalue.schema import LedgerRow
 from simulations.experiments.noisy_federation.cells import (
@@ -36,11 +37,18 @@ from simulations.experiments.noisy_federation.policies import HonestOnlySampler
 from strategies import GreedyFedSampler, PartitionSampler, ValueEliminationSampler
 from tests.simulations.experiments.noisy_federation.tiny import TINY
 
-#: conftest.py's benchmark run is shared by this folder's files: one worker runs them (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("noisy-federation")
-
 ROOT = Path(__file__).resolve().parents[4]
 CLIENTS = range(TINY.num_clients)
+
+
+@pytest.fixture(scope="module")
+def benchmark(tmp_path_factory) -> tuple[Path, dict]:
+    """``TINY`` run once on one engine, shared by this file's tests: (its folder, its tables)."""
+    out = tmp_path_factory.mktemp("noisy-federation")
+    done = []
+    tables = run_benchmark(TINY, out, on_cell=done.append)
+    assert [c.policy for c in done] == ["clean", *TINY.policies]
+    return out, tables
 
 
 def cell(policy: str) -> Cell:
@@ -179,6 +187,38 @@ def test_a_second_run_continues_and_a_changed_setting_is_refused(benchmark):
         (out / "benchmark.json").write_text(json.dumps(saved))
         open_benchmark(dataclasses.replace(TINY, elimination_warm_start=1), out, overwrite=False)
     open_benchmark(TINY, out, overwrite=False)
+
+
+def test_a_mixed_federation_writes_the_paired_test_and_value_guard_values_by_its_own_round_game(benchmark):
+    """Every cell of this mixed federation audits intact (test_every_ledger_audits_intact)."""
+    out, tables = benchmark
+    per_cell = tables["per_cell"]
+    assert per_cell["maverick_accuracy"].between(0, 1).all()
+    assert set(tables["paired"]["policy"]) == set(TINY.policies) - {"random"}
+    rules = {c.policy: json.loads((c.directory(out) / "run" / "run.json").read_text())["coalition_rule"]
+             for c in plan(TINY)}
+    assert rules == {**{c.policy: "renormalized" for c in plan(TINY)},
+                     "value-guard": "fixed-weight"}  # the policy's own round game; the others keep [ADS]'s
+    guard = Cell("mlp", 0, 1.0, "value-guard", True).directory(out) / "run"
+    settings = read_round(guard, 1).settings
+    assert settings.coalition_rule == "fixed-weight" and settings.valuation.method == "second-order"
+
+
+def test_stale_replayers_sent_the_model_of_their_previous_round(benchmark):
+    out, _ = benchmark
+    fed = seed_federation(TINY, 0)
+    run_dir = Cell("mlp", 0, 1.0, "random", True).directory(out) / "run"
+    received: dict[int, dict] = {}
+    checked = 0
+    for t in range(1, TINY.rounds + 1):
+        record = read_round(run_dir, t)
+        for client, reply in record.replies.items():
+            if int(client) in fed.noisy:
+                expected = received.get(int(client), record.start_arrays)
+                assert all(np.array_equal(reply[k], expected[k]) for k in expected), (t, client)
+                checked += 1
+            received[int(client)] = record.start_arrays
+    assert checked > 0
 
 
 @pytest.mark.parametrize("change, match", [

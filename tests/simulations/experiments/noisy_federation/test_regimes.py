@@ -1,8 +1,7 @@
 """The benchmark's regimes of bad clients (``--bad-kind``, ``--extra-bad-kind``, ``--mavericks``):
-each kind is its public client behaviour, mavericks hold their class alone, and the folder's real
-run (``conftest.py``: a mixed federation of stale replayers, noisy updates and a maverick, every policy;
-the do-no-harm policy valuing by the fixed-weight round game's second-order expansion) writes the
-paired test against random; under ``-m slow`` every kind runs and audits intact."""
+each kind is its public client behaviour at its strength, mavericks hold their class alone, the
+paired test subtracts random seed by seed; a real run of a mixed federation is test_noisy_federation.py's
+(``tiny.TINY``), and under ``-m slow`` every kind runs and audits intact."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ import pytest
 
 import clients
 from fedvalue.audit.checks import audit_run
-from fedvalue.ledger import read_round
-from simulations.experiments.noisy_federation.cells import Cell, plan, seed_federation
+from simulations.experiments.noisy_federation.cells import plan
 from simulations.experiments.noisy_federation.config import (
     BAD_KINDS,
     KINDS_WITH_STRENGTH,
@@ -35,10 +33,7 @@ from simulations.experiments.noisy_federation.noisy_federation import (
     audit_from_run,
     run_benchmark,
 )
-from tests.simulations.experiments.noisy_federation.tiny import PLAIN, TINY
-
-#: conftest.py's benchmark run is shared by this folder's files: one worker runs them (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("noisy-federation")
+from tests.simulations.experiments.noisy_federation.tiny import PLAIN
 
 KIND_TYPES = {"label-flip": clients.LabelNoise, "class-swap": clients.ClassPairSwap,
               "feature-noise": clients.FeatureNoise, "free-rider": clients.FreeRider,
@@ -124,40 +119,7 @@ def test_the_paired_test_subtracts_random_seed_by_seed_and_censors_unreached_tar
     assert paired["final_accuracy_diff_ci"] == pytest.approx(t.ppf(0.975, 2) * diffs.std(ddof=1) / np.sqrt(3))
 
 
-def test_a_mixed_federation_writes_the_paired_test_and_value_guard_values_by_its_own_round_game(benchmark):
-    """The folder's one benchmark run is this mixed federation (every cell audits intact in
-    test_noisy_federation.py)."""
-    out, tables = benchmark
-    per_cell = tables["per_cell"]
-    assert per_cell["maverick_accuracy"].between(0, 1).all()
-    assert set(tables["paired"]["policy"]) == set(TINY.policies) - {"random"}
-    rules = {c.policy: json.loads((c.directory(out) / "run" / "run.json").read_text())["coalition_rule"]
-             for c in plan(TINY)}
-    assert rules == {**{c.policy: "renormalized" for c in plan(TINY)},
-                     "value-guard": "fixed-weight"}  # the policy's own round game; the others keep [ADS]'s
-    guard = Cell("mlp", 0, 1.0, "value-guard", True).directory(out) / "run"
-    settings = read_round(guard, 1).settings
-    assert settings.coalition_rule == "fixed-weight" and settings.valuation.method == "second-order"
-
-
-def test_stale_replayers_sent_the_model_of_their_previous_round(benchmark):
-    out, _ = benchmark
-    fed = seed_federation(TINY, 0)
-    run_dir = Cell("mlp", 0, 1.0, "random", True).directory(out) / "run"
-    received: dict[int, dict] = {}
-    checked = 0
-    for t in range(1, TINY.rounds + 1):
-        record = read_round(run_dir, t)
-        for client, reply in record.replies.items():
-            if int(client) in fed.noisy:
-                expected = received.get(int(client), record.start_arrays)
-                assert all(np.array_equal(reply[k], expected[k]) for k in expected), (t, client)
-                checked += 1
-            received[int(client)] = record.start_arrays
-    assert checked > 0
-
-
-@pytest.mark.slow  # the fast sibling: conftest.py's mixed federation (stale replayers, noisy updates, a maverick)
+@pytest.mark.slow  # the fast sibling: test_noisy_federation.py's mixed federation (stale replayers, noisy updates, a maverick)
 @pytest.mark.parametrize("kind", [k for k in BAD_KINDS if k not in ("stale-replayer", "noisy-update")])
 def test_every_bad_kind_runs_and_audits_intact(kind, tmp_path):
     config = dataclasses.replace(PLAIN, policies=("random", "value-ucb"), bad_kind=kind)

@@ -4,7 +4,7 @@
 policy; mini-batches of 128, not 32: a quarter of the SGD steps of each client's epoch and of the
 audit's retraining. ``TINY``: the same policies on a mixed federation of 12 clients (3 stale replayers,
 3 noisy updates, a maverick; 6 honest, enough for the oracle's 4 a round), the one real benchmark run of
-the default suite (``conftest.py``)."""
+the default suite (``test_noisy_federation.py``)."""
 
 from __future__ import annotations
 
