@@ -1,4 +1,4 @@
-"""The margin of an adaptive attack and the flat update it shapes.
+"""The margin of an adaptive attack, and the update it shapes put back into arrays.
 
 An adaptive attack places its statistic at (1 + ``margin``) × its defence's threshold, in that
 defence's own units: 0 is on the threshold (where the test's ≤ and float32 rounding decide), a
@@ -25,14 +25,6 @@ def check_margin(margin: object) -> float:
 def float_keys(arrays: Mapping[str, np.ndarray]) -> list[str]:
     """The floating-point entries of ``arrays`` (integer buffers are never moved)."""
     return [key for key, value in arrays.items() if np.asarray(value).dtype.kind == "f"]
-
-
-def flat_difference(arrays: Mapping[str, np.ndarray], start: Mapping[str, np.ndarray], keys: list[str]) -> np.ndarray:
-    """The flat ``arrays − start`` over ``keys`` in float64 (an update, or a global step)."""
-    if not keys:
-        return np.zeros(0)
-    return np.concatenate([(np.asarray(arrays[k], np.float64) - np.asarray(start[k], np.float64)).ravel()
-                           for k in keys])
 
 
 def moved_by(start: Mapping[str, np.ndarray], vector: np.ndarray, keys: list[str],

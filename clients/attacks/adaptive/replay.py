@@ -19,9 +19,10 @@ import math
 
 import numpy as np
 
-from clients.attacks.adaptive.margin import check_margin, flat_difference, float_keys, moved_by
+from clients.attacks.adaptive.margin import check_margin, float_keys, moved_by
 from clients.attacks.memory import RoundAware
 from fedvalue._checks import check_integer, check_number, check_positive
+from fedvalue.rounds.defences.quotient import flat_update
 from fedvalue.rounds.defences.settings import REPLAY_TOLERANCE
 
 
@@ -68,7 +69,7 @@ class AdaptiveReplayer(RoundAware):
     def transform_reply(self, global_arrays, trained_arrays, num_examples, rng):
         previous = self.previous_global
         keys = float_keys(global_arrays)
-        step = None if previous is None else flat_difference(global_arrays, previous, keys)
+        step = None if previous is None else flat_update(global_arrays, previous, keys)
         if step is None or not np.any(step):  # nothing to replay: what it trained
             return trained_arrays, num_examples
         turn = np.random.default_rng([self.seed, getattr(self, "server_round", 0)])

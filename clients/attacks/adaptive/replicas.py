@@ -25,9 +25,10 @@ import math
 
 import numpy as np
 
-from clients.attacks.adaptive.margin import check_margin, flat_difference, float_keys, moved_by
+from clients.attacks.adaptive.margin import check_margin, float_keys, moved_by
 from clients.attacks.memory import RoundAware
 from fedvalue._checks import check_integer, check_positive
+from fedvalue.rounds.defences.quotient import flat_update
 from fedvalue.rounds.defences.settings import DUPLICATE_TOLERANCE
 
 
@@ -92,7 +93,7 @@ class AdaptiveReplica(RoundAware):
 
     def transform_reply(self, global_arrays, trained_arrays, num_examples, rng):
         keys = float_keys(global_arrays)
-        update = flat_difference(trained_arrays, global_arrays, keys)
+        update = flat_update(trained_arrays, global_arrays, keys)
         if not np.any(update):  # nothing trained: nothing to spread
             return trained_arrays, num_examples
         return moved_by(global_arrays, update + self.perturbation(update), keys, trained_arrays), num_examples

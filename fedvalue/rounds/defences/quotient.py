@@ -87,10 +87,12 @@ class DefendedRound:
         return next((c for c in self.clusters if client in c), None)
 
 
-def flat_update(arrays: Mapping[str, np.ndarray], start: Mapping[str, np.ndarray]) -> Vector:
-    """Δ = w − A_{t−1} as one float64 vector, in the start state's key order."""
+def flat_update(arrays: Mapping[str, np.ndarray], start: Mapping[str, np.ndarray],
+                keys: Sequence[str] | None = None) -> Vector:
+    """Δ = w − A_{t−1} as one float64 vector over ``keys`` (default: the start state's keys, in its order)."""
+    keys = list(start) if keys is None else list(keys)
     return np.concatenate([(np.asarray(arrays[k], np.float64) - np.asarray(start[k], np.float64)).ravel()
-                           for k in start]) if start else np.zeros(0)
+                           for k in keys]) if keys else np.zeros(0)
 
 
 def screen(updates: Mapping[Hashable, Vector], weights: Mapping[Hashable, float], previous_step: Vector | None,
