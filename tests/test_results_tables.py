@@ -58,3 +58,25 @@ def test_the_value_guard_tuning_table_is_its_results_file():
     lines = DOC.splitlines()
     start = lines.index(rows[0])
     assert lines[start:start + len(rows)] == rows and lines[start + len(rows)] == ""
+
+
+def test_the_regimes_curves_end_where_the_summary_says_and_draw_one_panel_a_regime(tmp_path):
+    """regimes_curves.csv's means over the final window are the summary's final accuracy (both are means over
+    seeds and rounds, so the order does not matter), and the figure has a panel for each of its regimes."""
+    from bench.regimes.figure import read_curves, regimes_figure
+
+    curves = read_curves(RESULTS / "regimes_curves.csv")
+    summary = read_results(RESULTS / "regimes_summary.csv")
+    window = 5  # the quick configuration's final window
+    last = curves["round"].max()
+    ends = curves[curves["round"] > last - window].groupby(["regime", "policy"])["mean"].mean()
+    finals = summary.set_index(["regime", "policy"])["final_accuracy"]
+    assert set(ends.index) == set(finals.index)
+    assert max(abs(ends[k] - finals[k]) for k in ends.index) < 1e-9
+
+    import matplotlib.image
+
+    png = regimes_figure(curves, tmp_path / "regimes.png")
+    height, width = matplotlib.image.imread(png).shape[:2]
+    rows = -(-curves["regime"].nunique() // 4)
+    assert width > height and rows == 4

@@ -5,8 +5,9 @@ round, 30 rounds, the MLP, 50% bad clients) that differs only in what the bad cl
 ``--flip-probabilities``, ``--mavericks``); each runs into its own folder under ``--out``, seed by seed over every
 regime (so that a stopped run has every regime at the same seeds), and resumes per cell like the benchmark. Then
 the tables of every regime are gathered, with a ``regime`` column, into ``regimes_summary.csv`` (each measure's
-mean and 95% interval over seeds) and ``regimes_paired.csv`` (each policy minus random, paired by seed), with a
-``_fixed_weight`` suffix when the valuing policies value by the fixed-weight coalition rule (``--coalition-rule``).
+mean and 95% interval over seeds), ``regimes_paired.csv`` (each policy minus random, paired by seed) and
+``regimes_curves.csv`` (test accuracy by round, mean and 95% half-width over seeds; the figure of
+:mod:`bench.regimes.figure`), with a ``_fixed_weight`` suffix when the valuing policies value by the fixed-weight coalition rule (``--coalition-rule``).
 
     python -m bench.regimes --out ~/fedvalue-runs/regimes --seed 1 --seeds 5 --results docs/results
     python -m bench.regimes --quick --out /tmp/regimes                     # every regime, tiny: a smoke run
@@ -28,6 +29,7 @@ import pandas as pd
 
 from bench import results_header
 from simulations.experiments.noisy_federation.config import NoisyFederationConfig, check_config
+from simulations.experiments.noisy_federation.measures import accuracy_bands
 from simulations.experiments.noisy_federation.noisy_federation import run_benchmark, write_tables
 
 #: regime -> the settings that make it (the rest is the quick configuration).
@@ -79,20 +81,24 @@ def parse_settings(pairs: list[str]) -> dict:
 
 
 def gather(out: Path, regimes: list[str],
-           configs: dict[str, NoisyFederationConfig]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every regime's summary and paired tables, from its done cells, with a regime column."""
-    summaries, paired = [], []
+           configs: dict[str, NoisyFederationConfig]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Every regime's summary and paired tables and its accuracy by round (mean and 95% half-width over seeds,
+    :func:`~simulations.experiments.noisy_federation.measures.accuracy_bands`), from its done cells, with a regime
+    column."""
+    summaries, paired, bands = [], [], []
     for regime in regimes:
         tables = write_tables(configs[regime], out / regime)
         if not tables["per_cell"].empty:
             summaries.append(tables["summary"].assign(regime=regime))
             paired.append(tables["paired"].assign(regime=regime))
+            bands.append(accuracy_bands(tables["curves"], by="round").rename(columns={"x": "round"})
+                         .assign(regime=regime))
     first = lambda frames: (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())  # noqa: E731
-    summary, pairs = first(summaries), first(paired)
-    for frame in (summary, pairs):
+    summary, pairs, curves = first(summaries), first(paired), first(bands)
+    for frame in (summary, pairs, curves):
         if not frame.empty:
             frame.insert(0, "regime", frame.pop("regime"))
-    return summary, pairs
+    return summary, pairs, curves
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny federations, 3 rounds")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a benchmark setting for every regime (repeatable), e.g. guard_explore=0.3: tuning runs")
-    parser.add_argument("--results", type=Path, help="folder to write regimes_summary.csv and regimes_paired.csv to")
+    parser.add_argument("--results", type=Path, help="folder to write regimes_summary.csv, regimes_paired.csv and "
+                        "regimes_curves.csv (accuracy by round) to")
     args = parser.parse_args(argv)
     regimes = [r for r in args.regimes.split(",") if r]
     unknown = [r for r in regimes if r not in REGIMES]
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"seed {seed} {regime}: FAILED {type(error).__name__}: {error}", flush=True)
                 continue
             print(f"seed {seed} {regime}: done ({time.perf_counter() - started:.0f}s)", flush=True)
-    summary, paired = gather(args.out, regimes, configs)
+    summary, paired, curves = gather(args.out, regimes, configs)
     columns = ["regime", "policy", "seeds", "final_accuracy_diff", "final_accuracy_diff_ci", "auc_diff", "auc_diff_ci",
                "rounds_to_95_diff", "rounds_to_95_diff_ci", "seconds_ratio", "seconds_ratio_ci"]
     if not paired.empty:
@@ -144,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         args.results.mkdir(parents=True, exist_ok=True)
         note = results_header(f"python -m bench.regimes {' '.join(argv if argv is not None else sys.argv[1:])}")
         suffix = "" if args.coalition_rule == "renormalized" else "_" + args.coalition_rule.replace("-", "_")
-        for name, frame in ((f"regimes_summary{suffix}.csv", summary), (f"regimes_paired{suffix}.csv", paired)):
+        for name, frame in ((f"regimes_summary{suffix}.csv", summary), (f"regimes_paired{suffix}.csv", paired),
+                            (f"regimes_curves{suffix}.csv", curves)):
             (args.results / name).write_text(note + frame.to_csv(index=False))
 

@@ -7,6 +7,7 @@ to bad clients (random's in brackets). The docs quote this output verbatim; a te
 files and finds every row in the docs.
 
     python -m bench.regimes.table docs/results/regimes_paired.csv docs/results/regimes_summary.csv
+    python -m bench.regimes.table ... --policies value-guard,value-ucb,greedyfed     # those policies' rows only
 """
 
 from __future__ import annotations
@@ -57,12 +58,21 @@ def main(argv: list[str] | None = None) -> None:
                                      allow_abbrev=False)
     parser.add_argument("paired", type=Path, help="regimes_paired*.csv")
     parser.add_argument("summary", type=Path, help="regimes_summary*.csv")
+    parser.add_argument("--policies", help="comma-separated: only these policies' rows (default: every policy)")
     args = parser.parse_args(argv)
     for name in ("paired", "summary"):
         if not getattr(args, name).is_file():
             parser.error(f"{name}: expected a results file; got {str(getattr(args, name))!r}")
+    paired = read_results(args.paired)
+    if args.policies is not None:
+        chosen = [p for p in args.policies.split(",") if p]
+        unknown = sorted(set(chosen) - set(paired["policy"]))
+        if unknown or not chosen:
+            parser.error(f"--policies: expected policies of {args.paired.name} ({sorted(set(paired['policy']))}); "
+                         f"got {args.policies!r}")
+        paired = paired[paired["policy"].isin(chosen)]
     print(HEADER)
-    print("\n".join(table_rows(read_results(args.paired), read_results(args.summary))))
+    print("\n".join(table_rows(paired, read_results(args.summary))))
 
 
 if __name__ == "__main__":
