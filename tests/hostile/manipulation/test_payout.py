@@ -1,12 +1,22 @@
 """What each client is paid from the books: the rule by hand, and the command line's payout.csv; a book the
-defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so."""
+defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so; and the book
+paid by default."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.analysis.payout import PAYOUT_COLUMNS, UNDEFENDED, check_payable, paid_share, payments, payout_table
+from fedvalue.analysis.payout import (
+    PAYOUT_COLUMNS,
+    UNDEFENDED,
+    check_payable,
+    default_payout_method,
+    paid_share,
+    payments,
+    payout_table,
+)
 from simulations.cli.main import main
 from tests.fedvalue.analysis.test_report import write_books
 
@@ -85,3 +95,19 @@ def test_the_payout_command_refuses_outflow_in_one_line_and_pays_it_with_the_opt
     assert not pd.read_csv(run_dir / "payout.csv")["undefended"].any()
     assert main(["report", str(run_dir), "--allow-undefended"]) == 2
     assert "--allow-undefended: expected --payout BUDGET with it" in capsys.readouterr().err
+
+
+def test_the_default_book_is_the_defended_ads_when_the_run_booked_it():
+    assert default_payout_method(LEDGER) == "ads"
+    ads = LEDGER[LEDGER["method"] == "ads"]
+    defended = pd.concat([LEDGER, ads.assign(method="ads_defended", value=[0.0, 0.4, 0.0, 0.1])])
+    assert default_payout_method(defended) == "ads_defended"
+    paid = payout_table(defended, 10.0)  # no method: the default book
+    assert set(paid["method"]) == {"ads_defended"} and paid.set_index("client_id")["payment"].to_dict() == \
+        pytest.approx({"0": 0.0, "1": 10.0})
+    assert set(payout_table(defended, 10.0, method="ads")["method"]) == {"ads"}  # a named method wins
+    failed = pd.concat([LEDGER, ads.assign(method="ads_defended", value=np.nan, status="failed")])
+    assert default_payout_method(failed) == "ads"  # only ok rows are a booked book
+    assert default_payout_method(LEDGER[LEDGER["method"] != "ads"]) == "ads"  # neither: ads, which then says so
+    with pytest.raises(ValueError, match="method: expected a method the ledger books for its clients; got 'ads'"):
+        payout_table(LEDGER[LEDGER["method"] != "ads"], 10.0)
