@@ -1,6 +1,6 @@
 """What each client is paid from the books: the rule by hand, and the command line's payout.csv; a book the
-defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so; and the book
-paid by default."""
+defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so; the book paid
+by default; and the audit recomputes payout.csv, reading it as untrusted input."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fedvalue.analysis.payout import (
     payments,
     payout_table,
 )
+from fedvalue.audit.checks import audit_run
 from simulations.cli.main import main
 from tests.fedvalue.analysis.test_report import write_books
 
@@ -111,3 +112,75 @@ def test_the_default_book_is_the_defended_ads_when_the_run_booked_it():
     assert default_payout_method(LEDGER[LEDGER["method"] != "ads"]) == "ads"  # neither: ads, which then says so
     with pytest.raises(ValueError, match="method: expected a method the ledger books for its clients; got 'ads'"):
         payout_table(LEDGER[LEDGER["method"] != "ads"], 10.0)
+
+
+def payout_run(tmp_path, capsys):
+    """A run directory written by the ledger writer (no Ray) and its default payout.csv."""
+    run_dir = tmp_path / "run"
+    write_books(run_dir, seed=1)
+    assert main(["report", str(run_dir), "--payout", "100"]) == 0
+    assert "ads totals, the default: the run booked no ads_defended)" in capsys.readouterr().out
+    return run_dir
+
+
+def payout_findings(run_dir) -> list[str]:
+    report = audit_run(run_dir, recompute=False)
+    return [p for p in report.problems if "payout.csv" in p] + [c for c in report.checks if "payout.csv" in c]
+
+
+def test_the_audit_recomputes_payout_csv_and_names_a_changed_payment(tmp_path, capsys):
+    run_dir = payout_run(tmp_path, capsys)
+    assert payout_findings(run_dir) == ["payout.csv equals the payout the ledger gives (ads, share-of-positive, "
+                                        "floor 0, budget 100; 6 clients), exactly"]
+    assert audit_run(run_dir, recompute=False).ok
+    text = (run_dir / "payout.csv").read_text()
+    rows = [line.split(",") for line in text.splitlines()[1:]]
+    client, payment = next((row[0], float(row[4])) for row in rows if float(row[4]) > 0)
+    changed = payment + 1e-9  # one payment, by far less than any rounding a reader would see
+    (run_dir / "payout.csv").write_text(text.replace(repr(payment), repr(changed), 1))
+    assert payout_findings(run_dir) == [f"payout.csv: client {client}: payment is {changed!r}; the ledger gives "
+                                        f"{payment!r}"]
+    (run_dir / "payout.csv").write_text(text.replace("\n5,", "\n7,"))  # a client the ledger does not have
+    assert payout_findings(run_dir) == ["payout.csv: clients ['7'] are paid, the ledger's ads book values no such "
+                                        "client", "payout.csv: clients ['5'] of the ledger's ads book have no row"]
+    (run_dir / "payout.csv").write_text(text.replace("False\n", "True\n"))  # an opt-in claimed for ads
+    assert all(p.endswith("undefended is True; the ledger gives False") for p in payout_findings(run_dir))
+    flipped = text.replace(",ads,", ",tracin_outflow,")  # another book, its opt-in not stated
+    (run_dir / "payout.csv").write_text(flipped)
+    assert payout_findings(run_dir)[0].startswith("payout.csv: the ledger gives no payout for its settings "
+                                                  "(tracin_outflow, share-of-positive, floor 0, budget 100): "
+                                                  "method: tracin_outflow is not paid by default")
+
+
+HEADER = ",".join(PAYOUT_COLUMNS)
+
+
+@pytest.mark.parametrize(("content", "finding"), [
+    ("", "payout.csv: empty, expected the columns ['client_id', 'method', "),
+    ("client,payment\n0,1.0\n", "payout.csv: columns ['client', 'payment'], expected ['client_id', 'method', "),
+    (HEADER + "\n", "payout.csv: no rows, expected one per client"),
+    (HEADER + "\n0,ads,0.1,True,100.0\n", "payout.csv: line 2 has 5 cells, expected 9"),
+    (HEADER + "\n0,ads,nan,True,1.0,equal,0.0,1.0,False\n", "payout.csv: line 2: total_value is 'nan', expected a "
+                                                             "finite number"),
+    (HEADER + "\n0,ads,0.1,True,1e999,equal,0.0,1.0,False\n", "payout.csv: line 2: payment is '1e999', expected a "
+                                                                "finite number"),
+    (HEADER + "\n0,ads,0.1,yes,1.0,equal,0.0,1.0,False\n", "payout.csv: line 2: eligible is 'yes', expected True or "
+                                                            "False"),
+    (HEADER + "\n0,ads,0.1,True,1.0,equal,0.0,1.0,False\n1,ads,0.1,True,1.0,equal,0.0,2.0,False\n",
+     "payout.csv: rows state 2 values of budget (['1.0', '2.0']), expected one"),
+    (HEADER + "\n0,ads,0.1,True,1.0,equal,0.0,1.0,False\n0,ads,0.1,True,1.0,equal,0.0,1.0,False\n",
+     "payout.csv: clients ['0'] have more than one row, expected one row per client"),
+    (HEADER + "\n0,ads,0.1,True,1.0,rank,0.0,1.0,False\n", "payout.csv: the ledger gives no payout for its settings "
+                                                            "(ads, rank, floor 0, budget 1): rule: expected one of"),
+    ('"unclosed\x00\n\x01', "payout.csv: columns ['unclosed"),  # an unclosed quote: one cell, NUL and all
+])
+def test_a_garbage_payout_csv_is_one_finding_saying_what_was_expected(tmp_path, capsys, content, finding):
+    run_dir = payout_run(tmp_path, capsys)
+    (run_dir / "payout.csv").write_text(content)
+    report = audit_run(run_dir, recompute=False)
+    assert [p for p in report.problems if p.startswith("payout.csv")] == report.problems
+    assert len(report.problems) == 1 and report.problems[0].startswith(finding)
+    assert not any("stopped" in u for u in report.unverifiable)  # a finding, not an exception caught at the top
+    (run_dir / "payout.csv").write_bytes(b"\xff" + content.encode())
+    assert audit_run(run_dir, recompute=False).problems == ["payout.csv: unreadable (UnsafeRunFile: payout.csv: "
+                                                             "expected UTF-8 text (invalid start byte))"]
