@@ -1,8 +1,12 @@
 """What each client is paid from the books: the rule by hand, and the command line's payout.csv; a book the
 defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so; the book paid
-by default; and the audit recomputes payout.csv, reading it as untrusted input."""
+by default; the figures UNDEFENDED quotes are the attack study's; and the audit recomputes payout.csv, reading it as
+untrusted input."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,6 +24,11 @@ from fedvalue.analysis.payout import (
 from fedvalue.audit.checks import audit_run
 from simulations.cli.main import main
 from tests.fedvalue.analysis.test_report import write_books
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "faults-and-audit.md"
+#: The attack study's table of TracIn outflow gains in docs/faults-and-audit.md, by its header.
+OUTFLOW_TABLE = ("| data | strategy | attack | outflow | outflow, books | outflow, books + aggregation | LOO | "
+                 "LOO, books | LOO, books + aggregation |")
 
 LEDGER = pd.DataFrame({"round": [1, 1, 2, 2, 2], "client_id": ["0", "1", "0", "1", "1"],
                        "method": ["ads", "ads", "ads", "ads", "tracin_outflow"], "value": [0.2, 0.1, 0.1, -0.3, 5.0],
@@ -112,6 +121,48 @@ def test_the_default_book_is_the_defended_ads_when_the_run_booked_it():
     assert default_payout_method(LEDGER[LEDGER["method"] != "ads"]) == "ads"  # neither: ads, which then says so
     with pytest.raises(ValueError, match="method: expected a method the ledger books for its clients; got 'ads'"):
         payout_table(LEDGER[LEDGER["method"] != "ads"], 10.0)
+
+
+def outflow_gains(lines: list[str]) -> pd.DataFrame:
+    """The outflow table of ``lines`` (:data:`OUTFLOW_TABLE`): one row per (data, strategy, attack), each gain
+    column's point estimate, NaN for "n/a" and "—" (the aggregation defence left that attack's runs as they are)."""
+    start = lines.index(OUTFLOW_TABLE)
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[start + 2:end]]
+    table = pd.DataFrame(rows, columns=header)
+    for column in header[3:]:
+        table[column] = pd.to_numeric(table[column].str.split(" ").str[0], errors="coerce")
+    return table
+
+
+def undefended_figures(lines: list[str]) -> dict[str, list[str]]:
+    """The figures :data:`UNDEFENDED` should quote, from the outflow table of ``lines``: a split participant's
+    largest gain, plain and with every defence on (the books' gain where the aggregation defence left the runs
+    alone), at the table's two decimals, and a replicated update's largest plain gain to one decimal."""
+    gains = outflow_gains(lines)
+    split = gains[gains["attack"].str.startswith("sybil-split-")]
+    replica = gains[gains["attack"].str.startswith("sybil-replica-")]
+    assert len(split) and len(replica), "the outflow table lists no sybil-split or sybil-replica rows"
+    defended = split["outflow, books + aggregation"].fillna(split["outflow, books"])
+    return {"tracin_outflow": [f"{split['outflow'].max():.2f}", f"{replica['outflow'].max():.1f}"],
+            "tracin_outflow_defended": [f"{defended.max():.2f}"]}
+
+
+def test_the_figures_undefended_quotes_are_the_attack_studys_table():
+    """docs/results holds no attack_*.csv yet, so the figures are held to the docs' table (which
+    tests/test_faults_audit_tables.py holds to those files once the study keeps them), and the doc's quoted
+    refusal is the message the code gives."""
+    lines = DOC.read_text().splitlines()
+    assert {method: re.findall(r"\d+\.\d+", text) for method, text in UNDEFENDED.items()} == \
+        undefended_figures(lines)
+    start = next(i for i, line in enumerate(lines) if line.startswith("fedvalue: error: --method: tracin_outflow "))
+    quoted = " ".join(lines[start:lines.index("```", start)])  # the refusal as the doc wraps it
+    assert quoted == (f"fedvalue: error: --method: tracin_outflow is not paid by default: "
+                      f"{UNDEFENDED['tracin_outflow']}; pass --allow-undefended to pay from it anyway.")
+    at = lines.index(next(line for line in lines if line.startswith("| dirichlet | fedavg | sybil-replica-8 | 36.72")))
+    changed = [*lines[:at], lines[at].replace("36.72", "38.72", 1), *lines[at + 1:]]
+    assert undefended_figures(changed)["tracin_outflow"] == ["3.43", "38.7"]  # a changed table is caught
 
 
 def payout_run(tmp_path, capsys):
