@@ -15,6 +15,9 @@ Some books are not paid without an explicit opt-in (``allow_undefended=True``, t
 attack study of docs/faults-and-audit.md measured (:data:`UNDEFENDED`). TracIn outflow is one: a
 participant's flows to its own other identities are booked as outflow, and nothing in the updates
 links the identities. A table paid from one says so on every row (``undefended``).
+
+Without a method named, the book paid is :func:`default_payout_method`'s: the defended ADS when the run booked it
+(``--defences``), else ADS.
 """
 
 from __future__ import annotations
@@ -37,6 +40,18 @@ UNDEFENDED = {
     "tracin_outflow_defended": "a participant that splits into identities keeps a TracIn outflow gain of up to 3.43 "
                                "with every defence on (docs/faults-and-audit.md, the attack study)",
 }
+
+
+#: The books paid when no method is named, in order of preference (:func:`default_payout_method`).
+DEFAULT_METHODS = ("ads_defended", "ads")
+
+
+def default_payout_method(ledger: pd.DataFrame) -> str:
+    """The book to pay from when none is named: the first of :data:`DEFAULT_METHODS` the ledger has ``ok`` rows of,
+    so ``ads_defended`` in a run with the defences on (plain ADS is not identity-robust: docs/faults-and-audit.md,
+    the attack study), else ``ads`` (also when the ledger books neither: paying it then says what the ledger books)."""
+    booked = set(ledger.loc[ledger["status"] == Status.OK, "method"].astype(str))
+    return next((method for method in DEFAULT_METHODS if method in booked), DEFAULT_METHODS[-1])
 
 
 def check_payable(method: str, allow_undefended: bool = False) -> None:
@@ -69,14 +84,15 @@ def client_totals(ledger: pd.DataFrame, method: str) -> pd.Series:
     return totals.reindex(sorted(totals.index, key=client_sort_key))
 
 
-def payout_table(ledger: pd.DataFrame, budget: float, *, method: str = "ads", rule: str = "share-of-positive",
+def payout_table(ledger: pd.DataFrame, budget: float, *, method: str | None = None, rule: str = "share-of-positive",
                  floor: float = 0.0, allow_undefended: bool = False) -> pd.DataFrame:
     """One row per client with a booked ``method`` row: its total, eligibility and payment, with the
-    rule, floor, budget and method stated on every row (:data:`PAYOUT_COLUMNS`). A book of
-    :data:`UNDEFENDED` is refused (ValueError saying why) unless ``allow_undefended``; its rows then
-    say ``undefended``."""
+    rule, floor, budget and method stated on every row (:data:`PAYOUT_COLUMNS`). ``method`` None: the
+    ledger's :func:`default_payout_method`. A book of :data:`UNDEFENDED` is refused (ValueError saying
+    why) unless ``allow_undefended``; its rows then say ``undefended``."""
     if not isinstance(allow_undefended, bool):
         raise TypeError(f"allow_undefended: expected True or False; got {allow_undefended!r}.")
+    method = default_payout_method(ledger) if method is None else method
     check_payable(method, allow_undefended)
     totals = client_totals(ledger, method)
     if totals.empty:

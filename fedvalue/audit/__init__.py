@@ -3,13 +3,15 @@ and schema checks, and the recomputation of every round from its record. This pa
 face fedvalue.audit: it re-exports the audit's public names.
 
 Modules: audit_files, checks (audit_run: the checks, in their order), noisy_column (the ``noisy``
-column against the run's ground truth), references, report, round (one round recomputed from its
-record and compared with its books), rounds (check 7's loop over the rounds), tables (checks 1 to
-4, on the ledger's tables), torn_tail, training_replay.
+column against the run's ground truth), payout_file (a report's payout.csv recomputed from the
+ledger), references, report, round (one round recomputed from its record and compared with its
+books), rounds (check 7's loop over the rounds), tables (checks 1 to 4, on the ledger's tables),
+torn_tail, training_replay.
 
-May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds
-(and fedvalue._checks, fedvalue.schema). Nothing here imports a subpackage above it or a public
-face (fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/ never imports flwr or ray.
+May import: fedvalue.valuation, fedvalue.scoring, fedvalue.flows, fedvalue.run, fedvalue.rounds,
+fedvalue.analysis (and fedvalue._checks, fedvalue.schema); analysis for payout_file, which recomputes a
+payout by the code that wrote it. Nothing here imports a subpackage above it or a public face
+(fedvalue, fedvalue.ledger, fedvalue.utilities); fedvalue/ never imports flwr or ray.
 """
 
 from fedvalue.audit.checks import DEFAULT_BUDGET_SECONDS, audit_run

@@ -14,7 +14,9 @@ the files alone it re-derives (checks 1 to 4 on the tables: :mod:`fedvalue.audit
 3. group efficiency per round ([ADS], Prop. 4.2): Σ_i φ_t(i) over the round's ADS
    rows equals utility_after − utility_before, to ``tolerance`` × max(1, Σ_i |φ_t(i)|);
 4. the Parquet copy equals the CSV exactly (its row count read from its metadata first),
-   and, once the run has its manifest, holds every row;
+   and, once the run has its manifest, holds every row; and where ``fedvalue report --payout``
+   wrote ``payout.csv`` beside the run, it is the payout the ledger gives for the method, rule,
+   floor and budget it states, exactly (:mod:`fedvalue.audit.payout_file`);
 5. the files (:mod:`fedvalue.audit.audit_files`): every entry at every level is one a run or
    its report writes (no link, no special file); the final manifest (:mod:`fedvalue.run.seals`)
    lists exactly the run's files by their exact names with their digests, names as many
@@ -64,6 +66,7 @@ from fedvalue.audit.audit_files import (
     read_config,
 )
 from fedvalue.audit.noisy_column import check_noisy_column
+from fedvalue.audit.payout_file import check_payout_file
 from fedvalue.audit.rounds import ExampleCounts, Recompute, Replay, Retrain, recompute_run
 from fedvalue.audit.report import AuditReport
 from fedvalue.audit.tables import (
@@ -315,6 +318,7 @@ def _checked_tables(files: RunFiles, report: AuditReport, options: _AuditOptions
     check_efficiency(tables.ledger, tables.rounds, options.tolerance, report)  # 3.
     if files.exists(LEDGER_PARQUET_FILE):  # 4.
         check_parquet(files, tables.ledger, sum(map(len, ledger_table.lines)), complete, report)
+    check_payout_file(files, tables.ledger, report)  # 4., a report's payout.csv against the ledger
     return tables, heads
 
 

@@ -22,9 +22,10 @@ def add_parser(commands) -> None:
     report.add_argument("--rule", choices=("share-of-positive", "equal"), default="share-of-positive",
                         help="payout rule: share-of-positive (in proportion to total value above the floor) or "
                              "equal (the same to every client above it) (default: share-of-positive)")
-    report.add_argument("--method", default="ads",
-                        help="the ledger method whose totals are paid, e.g. ads, ads_defended, loo (default: ads); "
-                             "tracin_outflow and tracin_outflow_defended only with --allow-undefended")
+    report.add_argument("--method",
+                        help="the ledger method whose totals are paid, e.g. ads, ads_defended, loo (default: "
+                             "ads_defended when the run booked it, else ads); tracin_outflow and "
+                             "tracin_outflow_defended only with --allow-undefended")
     report.add_argument("--allow-undefended", action="store_true",
                         help="with --payout: pay from a book the defences do not vouch for against identity games "
                              "(tracin_outflow, tracin_outflow_defended: a split participant gains outflow with every "
@@ -39,7 +40,7 @@ def report_command(args: argparse.Namespace) -> int:
     from fedvalue.run.rundir import RunDir, UnsafeRunFile, printable
     from fedvalue.schema import LEDGER_FILE
 
-    if args.payout is not None:  # a refused book is said before anything is read or printed
+    if args.payout is not None and args.method is not None:  # a refused book is said before anything is read
         check_payable(args.method, args.allow_undefended)
     elif args.allow_undefended:
         raise ValueError("allow_undefended: expected --payout BUDGET with it (it opts a payout in); got no --payout.")
@@ -67,25 +68,35 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def _write_payout(run, args: argparse.Namespace) -> None:
-    """DIR/payout.csv from the run's ledger (:func:`fedvalue.analysis.payout.payout_table`), and its table printed."""
+    """DIR/payout.csv from the run's ledger (:func:`fedvalue.analysis.payout.payout_table`), and its table printed;
+    without ``--method``, from :func:`fedvalue.analysis.payout.default_payout_method`'s book, which the last line
+    names. Floats are written as repr writes them, so the audit reads back the exact numbers."""
     import sys
 
-    from fedvalue.analysis.payout import UNDEFENDED, payout_table
+    from fedvalue.analysis.payout import UNDEFENDED, default_payout_method, payout_table
     from fedvalue.analysis.run_summary import load_run
     from fedvalue.run.rundir import printable
     from fedvalue.schema import PAYOUT_FILE
 
-    table = payout_table(load_run(run).ledger, args.payout, method=args.method, rule=args.rule, floor=args.floor,
+    ledger = load_run(run).ledger
+    method = default_payout_method(ledger) if args.method is None else args.method
+    table = payout_table(ledger, args.payout, method=method, rule=args.rule, floor=args.floor,
                          allow_undefended=args.allow_undefended)
     run.write_text(PAYOUT_FILE, table.to_csv(index=False, lineterminator="\n"))
     for line in table.to_string(index=False, float_format=lambda v: f"{v:.6g}").splitlines():
         print(printable(line, 2000))
-    undefended = args.method in UNDEFENDED
+    undefended = method in UNDEFENDED
     if undefended:
-        print(f"fedvalue: warning: --method {args.method}: paid from a book the defences do not vouch for "
-              f"(--allow-undefended): {UNDEFENDED[args.method]}", file=sys.stderr)
+        print(f"fedvalue: warning: --method {method}: paid from a book the defences do not vouch for "
+              f"(--allow-undefended): {UNDEFENDED[method]}", file=sys.stderr)
+    if args.method is not None:
+        chosen = ""
+    elif method == "ads_defended":
+        chosen = ", the default: the run booked the defended ADS"
+    else:
+        chosen = ", the default: the run booked no ads_defended"
     print(f"wrote {printable(run.path / PAYOUT_FILE)} ({args.rule}, floor {args.floor:g}, budget {args.payout:g}, "
-          f"{args.method} totals" + (", UNDEFENDED: paid by --allow-undefended" if undefended else "") + ")")
+          f"{method} totals{chosen}" + (", UNDEFENDED: paid by --allow-undefended" if undefended else "") + ")")
 
 
 def _print_books(run_dir) -> None:

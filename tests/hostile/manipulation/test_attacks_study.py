@@ -101,13 +101,26 @@ def test_every_run_audits_intact_with_the_defences_recomputed(study, capsys):
     assert "recomputed every value of 2 rounds" in capsys.readouterr().out
 
 
-def test_the_payout_export_writes_the_rule_and_the_run_stays_intact(study, capsys):
+def test_the_payout_export_pays_the_defended_book_by_default_and_the_audit_recomputes_it(study, capsys):
+    """Without --method a run with the defences is paid from ads_defended (the free-rider gets nothing), and the
+    audit recomputes payout.csv from the ledger; a named --method still wins."""
+    from fedvalue.analysis.payout import default_payout_method
+
     run_dir = study / "iid-fedavg-seed0" / "delta-weights"
-    assert main(["report", str(run_dir), "--payout", "100", "--method", "ads_defended", "--floor", "0.01"]) == 0
+    assert default_payout_method(load_run(run_dir).ledger) == "ads_defended"
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--payout", "100", "--method", "ads", "--floor", "0.01"]) == 0
+    assert set(pd.read_csv(run_dir / "payout.csv")["method"]) == {"ads"}
+    assert "ads totals)" in capsys.readouterr().out  # named: no default said
+    assert main(["report", str(run_dir), "--payout", "100", "--floor", "0.01"]) == 0
+    assert "ads_defended totals, the default: the run booked the defended ADS)" in capsys.readouterr().out
     table = pd.read_csv(run_dir / "payout.csv", dtype={"client_id": str}).set_index("client_id")
+    assert set(table["method"]) == {"ads_defended"}
     assert table.loc["0", "payment"] == 0.0 and table["payment"].sum() == pytest.approx(100.0)
     assert set(table["rule"]) == {"share-of-positive"} and set(table["floor"]) == {0.01}
-    assert audit_run(run_dir).ok
+    report = audit_run(run_dir)
+    assert report.ok and "payout.csv equals the payout the ledger gives (ads_defended, share-of-positive, floor " \
+                         "0.01, budget 100; 4 clients), exactly" in report.checks
     capsys.readouterr()
     with pytest.raises(SystemExit) as exited:
         main(["report", str(run_dir), "--payout", "-1"])

@@ -1,14 +1,34 @@
 """What each client is paid from the books: the rule by hand, and the command line's payout.csv; a book the
-defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so."""
+defences do not vouch for (TracIn outflow) is refused without the opt-in, and paid with it, saying so; the book paid
+by default; the figures UNDEFENDED quotes are the attack study's; and the audit recomputes payout.csv, reading it as
+untrusted input."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import pytest
 
-from fedvalue.analysis.payout import PAYOUT_COLUMNS, UNDEFENDED, check_payable, paid_share, payments, payout_table
+from fedvalue.analysis.payout import (
+    PAYOUT_COLUMNS,
+    UNDEFENDED,
+    check_payable,
+    default_payout_method,
+    paid_share,
+    payments,
+    payout_table,
+)
+from fedvalue.audit.checks import audit_run
 from simulations.cli.main import main
 from tests.fedvalue.analysis.test_report import write_books
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "faults-and-audit.md"
+#: The attack study's table of TracIn outflow gains in docs/faults-and-audit.md, by its header.
+OUTFLOW_TABLE = ("| data | strategy | attack | outflow | outflow, books | outflow, books + aggregation | LOO | "
+                 "LOO, books | LOO, books + aggregation |")
 
 LEDGER = pd.DataFrame({"round": [1, 1, 2, 2, 2], "client_id": ["0", "1", "0", "1", "1"],
                        "method": ["ads", "ads", "ads", "ads", "tracin_outflow"], "value": [0.2, 0.1, 0.1, -0.3, 5.0],
@@ -85,3 +105,133 @@ def test_the_payout_command_refuses_outflow_in_one_line_and_pays_it_with_the_opt
     assert not pd.read_csv(run_dir / "payout.csv")["undefended"].any()
     assert main(["report", str(run_dir), "--allow-undefended"]) == 2
     assert "--allow-undefended: expected --payout BUDGET with it" in capsys.readouterr().err
+
+
+def test_the_default_book_is_the_defended_ads_when_the_run_booked_it():
+    assert default_payout_method(LEDGER) == "ads"
+    ads = LEDGER[LEDGER["method"] == "ads"]
+    defended = pd.concat([LEDGER, ads.assign(method="ads_defended", value=[0.0, 0.4, 0.0, 0.1])])
+    assert default_payout_method(defended) == "ads_defended"
+    paid = payout_table(defended, 10.0)  # no method: the default book
+    assert set(paid["method"]) == {"ads_defended"} and paid.set_index("client_id")["payment"].to_dict() == \
+        pytest.approx({"0": 0.0, "1": 10.0})
+    assert set(payout_table(defended, 10.0, method="ads")["method"]) == {"ads"}  # a named method wins
+    failed = pd.concat([LEDGER, ads.assign(method="ads_defended", value=np.nan, status="failed")])
+    assert default_payout_method(failed) == "ads"  # only ok rows are a booked book
+    assert default_payout_method(LEDGER[LEDGER["method"] != "ads"]) == "ads"  # neither: ads, which then says so
+    with pytest.raises(ValueError, match="method: expected a method the ledger books for its clients; got 'ads'"):
+        payout_table(LEDGER[LEDGER["method"] != "ads"], 10.0)
+
+
+def outflow_gains(lines: list[str]) -> pd.DataFrame:
+    """The outflow table of ``lines`` (:data:`OUTFLOW_TABLE`): one row per (data, strategy, attack), each gain
+    column's point estimate, NaN for "n/a" and "—" (the aggregation defence left that attack's runs as they are)."""
+    start = lines.index(OUTFLOW_TABLE)
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[start + 2:end]]
+    table = pd.DataFrame(rows, columns=header)
+    for column in header[3:]:
+        table[column] = pd.to_numeric(table[column].str.split(" ").str[0], errors="coerce")
+    return table
+
+
+def undefended_figures(lines: list[str]) -> dict[str, list[str]]:
+    """The figures :data:`UNDEFENDED` should quote, from the outflow table of ``lines``: a split participant's
+    largest gain, plain and with every defence on (the books' gain where the aggregation defence left the runs
+    alone), at the table's two decimals, and a replicated update's largest plain gain to one decimal."""
+    gains = outflow_gains(lines)
+    split = gains[gains["attack"].str.startswith("sybil-split-")]
+    replica = gains[gains["attack"].str.startswith("sybil-replica-")]
+    assert len(split) and len(replica), "the outflow table lists no sybil-split or sybil-replica rows"
+    defended = split["outflow, books + aggregation"].fillna(split["outflow, books"])
+    return {"tracin_outflow": [f"{split['outflow'].max():.2f}", f"{replica['outflow'].max():.1f}"],
+            "tracin_outflow_defended": [f"{defended.max():.2f}"]}
+
+
+def test_the_figures_undefended_quotes_are_the_attack_studys_table():
+    """docs/results holds no attack_*.csv yet, so the figures are held to the docs' table (which
+    tests/test_faults_audit_tables.py holds to those files once the study keeps them), and the doc's quoted
+    refusal is the message the code gives."""
+    lines = DOC.read_text().splitlines()
+    assert {method: re.findall(r"\d+\.\d+", text) for method, text in UNDEFENDED.items()} == \
+        undefended_figures(lines)
+    start = next(i for i, line in enumerate(lines) if line.startswith("fedvalue: error: --method: tracin_outflow "))
+    quoted = " ".join(lines[start:lines.index("```", start)])  # the refusal as the doc wraps it
+    assert quoted == (f"fedvalue: error: --method: tracin_outflow is not paid by default: "
+                      f"{UNDEFENDED['tracin_outflow']}; pass --allow-undefended to pay from it anyway.")
+    at = lines.index(next(line for line in lines if line.startswith("| dirichlet | fedavg | sybil-replica-8 | 36.72")))
+    changed = [*lines[:at], lines[at].replace("36.72", "38.72", 1), *lines[at + 1:]]
+    assert undefended_figures(changed)["tracin_outflow"] == ["3.43", "38.7"]  # a changed table is caught
+
+
+def payout_run(tmp_path, capsys):
+    """A run directory written by the ledger writer (no Ray) and its default payout.csv."""
+    run_dir = tmp_path / "run"
+    write_books(run_dir, seed=1)
+    assert main(["report", str(run_dir), "--payout", "100"]) == 0
+    assert "ads totals, the default: the run booked no ads_defended)" in capsys.readouterr().out
+    return run_dir
+
+
+def payout_findings(run_dir) -> list[str]:
+    report = audit_run(run_dir, recompute=False)
+    return [p for p in report.problems if "payout.csv" in p] + [c for c in report.checks if "payout.csv" in c]
+
+
+def test_the_audit_recomputes_payout_csv_and_names_a_changed_payment(tmp_path, capsys):
+    run_dir = payout_run(tmp_path, capsys)
+    assert payout_findings(run_dir) == ["payout.csv equals the payout the ledger gives (ads, share-of-positive, "
+                                        "floor 0, budget 100; 6 clients), exactly"]
+    assert audit_run(run_dir, recompute=False).ok
+    text = (run_dir / "payout.csv").read_text()
+    rows = [line.split(",") for line in text.splitlines()[1:]]
+    client, payment = next((row[0], float(row[4])) for row in rows if float(row[4]) > 0)
+    changed = payment + 1e-9  # one payment, by far less than any rounding a reader would see
+    (run_dir / "payout.csv").write_text(text.replace(repr(payment), repr(changed), 1))
+    assert payout_findings(run_dir) == [f"payout.csv: client {client}: payment is {changed!r}; the ledger gives "
+                                        f"{payment!r}"]
+    (run_dir / "payout.csv").write_text(text.replace("\n5,", "\n7,"))  # a client the ledger does not have
+    assert payout_findings(run_dir) == ["payout.csv: clients ['7'] are paid, the ledger's ads book values no such "
+                                        "client", "payout.csv: clients ['5'] of the ledger's ads book have no row"]
+    (run_dir / "payout.csv").write_text(text.replace("False\n", "True\n"))  # an opt-in claimed for ads
+    assert all(p.endswith("undefended is True; the ledger gives False") for p in payout_findings(run_dir))
+    flipped = text.replace(",ads,", ",tracin_outflow,")  # another book, its opt-in not stated
+    (run_dir / "payout.csv").write_text(flipped)
+    assert payout_findings(run_dir)[0].startswith("payout.csv: the ledger gives no payout for its settings "
+                                                  "(tracin_outflow, share-of-positive, floor 0, budget 100): "
+                                                  "method: tracin_outflow is not paid by default")
+
+
+HEADER = ",".join(PAYOUT_COLUMNS)
+
+
+@pytest.mark.parametrize(("content", "finding"), [
+    ("", "payout.csv: empty, expected the columns ['client_id', 'method', "),
+    ("client,payment\n0,1.0\n", "payout.csv: columns ['client', 'payment'], expected ['client_id', 'method', "),
+    (HEADER + "\n", "payout.csv: no rows, expected one per client"),
+    (HEADER + "\n0,ads,0.1,True,100.0\n", "payout.csv: line 2 has 5 cells, expected 9"),
+    (HEADER + "\n0,ads,nan,True,1.0,equal,0.0,1.0,False\n", "payout.csv: line 2: total_value is 'nan', expected a "
+                                                             "finite number"),
+    (HEADER + "\n0,ads,0.1,True,1e999,equal,0.0,1.0,False\n", "payout.csv: line 2: payment is '1e999', expected a "
+                                                                "finite number"),
+    (HEADER + "\n0,ads,0.1,yes,1.0,equal,0.0,1.0,False\n", "payout.csv: line 2: eligible is 'yes', expected True or "
+                                                            "False"),
+    (HEADER + "\n0,ads,0.1,True,1.0,equal,0.0,1.0,False\n1,ads,0.1,True,1.0,equal,0.0,2.0,False\n",
+     "payout.csv: rows state 2 values of budget (['1.0', '2.0']), expected one"),
+    (HEADER + "\n0,ads,0.1,True,1.0,equal,0.0,1.0,False\n0,ads,0.1,True,1.0,equal,0.0,1.0,False\n",
+     "payout.csv: clients ['0'] have more than one row, expected one row per client"),
+    (HEADER + "\n0,ads,0.1,True,1.0,rank,0.0,1.0,False\n", "payout.csv: the ledger gives no payout for its settings "
+                                                            "(ads, rank, floor 0, budget 1): rule: expected one of"),
+    ('"unclosed\x00\n\x01', "payout.csv: columns ['unclosed"),  # an unclosed quote: one cell, NUL and all
+])
+def test_a_garbage_payout_csv_is_one_finding_saying_what_was_expected(tmp_path, capsys, content, finding):
+    run_dir = payout_run(tmp_path, capsys)
+    (run_dir / "payout.csv").write_text(content)
+    report = audit_run(run_dir, recompute=False)
+    assert [p for p in report.problems if p.startswith("payout.csv")] == report.problems
+    assert len(report.problems) == 1 and report.problems[0].startswith(finding)
+    assert not any("stopped" in u for u in report.unverifiable)  # a finding, not an exception caught at the top
+    (run_dir / "payout.csv").write_bytes(b"\xff" + content.encode())
+    assert audit_run(run_dir, recompute=False).problems == ["payout.csv: unreadable (UnsafeRunFile: payout.csv: "
+                                                             "expected UTF-8 text (invalid start byte))"]

@@ -93,6 +93,45 @@ def test_an_undefended_payout_is_refused_and_an_opted_in_one_leaves_the_run_inta
     assert main(["audit", str(run_dir), "--public-key", str(signed_run[2])]) == 0  # payout.csv beside it: intact
 
 
+def test_the_default_payout_pays_ads_and_the_audit_recomputes_it(signed_run, tmp_path, capsys):
+    """On a copy of the suite's shared real run (no defences: it books ads and loo), ``--payout`` without
+    ``--method`` pays ads and says so; the audit (its key, values not recomputed: the payout is read against the
+    ledger) is intact with payout.csv recomputed, NOT intact (exit 1) when one payment changed, and says what a
+    garbage payout.csv holds in one line, without a traceback."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(signed_run[0], run_dir)
+    audit = ["audit", str(run_dir), "--public-key", str(signed_run[2]), "--no-recompute"]
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--payout", "100"]) == 0
+    assert "ads totals, the default: the run booked no ads_defended)" in capsys.readouterr().out
+    table = pd.read_csv(run_dir / "payout.csv", dtype={"client_id": str})
+    assert set(table["method"]) == {"ads"} and table["payment"].sum() == pytest.approx(100.0)
+    assert main(audit) == 0
+    out = capsys.readouterr().out
+    assert "ok: payout.csv equals the payout the ledger gives (ads, share-of-positive, floor 0, budget 100; 6 " \
+           "clients), exactly" in out and out.rstrip().endswith(": intact")
+
+    text = (run_dir / "payout.csv").read_text()
+    client, payment = next((row[0], row[4]) for row in (line.split(",") for line in text.splitlines()[1:])
+                           if float(row[4]) > 0)
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{client},"))
+    lines[at] = lines[at].replace(f",{payment},", f",{float(payment) + 1.0!r},", 1)
+    (run_dir / "payout.csv").write_text("".join(lines))
+    assert main(audit) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED: payout.csv: client {client}: payment is {float(payment) + 1.0!r}; the ledger gives " \
+           f"{payment}\n" in out and out.rstrip().endswith(": NOT intact")
+
+    (run_dir / "payout.csv").write_text("client,payment\n0,1e999\n")
+    assert main(audit) == 1
+    captured = capsys.readouterr()
+    assert "FAILED: payout.csv: columns ['client', 'payment'], expected ['client_id', 'method', " in captured.out
+    assert "Traceback" not in captured.out + captured.err and captured.out.rstrip().endswith(": NOT intact")
+
+
 @pytest.mark.slow  # the default suite: a real run failing after round 1 resumed (tests/simulations/runner/
 # test_run_dir_paths.py) and a process SIGKILLed at every write step (tests/hostile/crashes/test_kill_points.py)
 def test_a_killed_run_resumes_to_the_same_ledger_bytes(booked_run, tmp_path, capsys):
