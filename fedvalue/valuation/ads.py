@@ -85,7 +85,8 @@ from fedvalue.valuation.adaptive import Decision, adaptive_ads
 from fedvalue.valuation.game import CoalitionGame, Utility, as_game
 from fedvalue.valuation.plan import AdsPlan, plan_ads
 from fedvalue.valuation.result import ValuationResult, permutation_stderr, positions_in, positions_within_groups
-from fedvalue.valuation.settings import ADAPTIVE, METHODS, AdsSettings, Method  # noqa: F401 (the names ads() is called with)
+from fedvalue.valuation.settings import METHODS, AdsSettings, Method  # noqa: F401 (the names ads() is called with)
+from fedvalue.valuation.settings import ADAPTIVE
 from fedvalue.valuation.shapley_sampling import SAMPLERS, choose_sampler
 
 def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashable, ...], ...]:

@@ -202,10 +202,9 @@ def _adaptive_worst(groups, settings: AdsSettings, m_star: int) -> int:
     if settings.max_evaluations is not None and worst > settings.max_evaluations:
         raise ValueError(
             f"max_evaluations: adaptive ADS with epsilon={settings.epsilon}, delta={settings.delta}, r={settings.r} "
-            f"draws a player whose decision stays unsure up to the marginals Alg. 1's m*={m_star} permutations give it, "
-            f"and may "
-            f"need {worst} utility evaluations, more than max_evaluations={settings.max_evaluations}. Raise "
-            "max_evaluations or epsilon, or give a budget (adaptive ADS then stops when it is spent)."
+            f"draws a player whose decision stays unsure up to the marginals Alg. 1's m*={m_star} permutations give "
+            f"it, and may need {worst} utility evaluations, more than max_evaluations={settings.max_evaluations}. "
+            "Raise max_evaluations or epsilon, or give a budget (adaptive ADS then stops when it is spent)."
         )
     return worst
 
