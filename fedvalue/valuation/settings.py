@@ -113,8 +113,8 @@ class AdsSettings:
         if self.method not in METHODS:
             raise ValueError(
                 f"method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; "
-                f"got {self.method!r} (a round of FedAvg's family also takes 'first-order' or 'second-order'; a "
-                "decision of yours, 'adaptive')."
+                f"got {self.method!r} (a round of FedAvg's family also takes 'first-order' or 'second-order'); a "
+                "decision of yours (decision=...) takes 'adaptive'."
             )
         check_non_negative("truncation_tolerance", self.truncation_tolerance)
         check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)
