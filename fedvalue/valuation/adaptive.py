@@ -47,8 +47,8 @@ which is efficient (the ledger's group-efficiency check holds), moves a precise 
 every variance. φ̃ and its standard error are what decisions look at and what the result books.
 
 **Spending** (the look schedule). A pilot brings every player to c_0 = max(2, 1 + ⌈:data:`PILOT_DEGREES` / B⌉)
-draws a bin, so that its se has about PILOT_DEGREES residual degrees of freedom (±2 se of a t-statistic with
-16 covers 0.94). Then at each look the players not yet settled (and, with a ``stderr_target``, whose se is still
+draws a bin, so that its se has at least PILOT_DEGREES residual degrees of freedom (±2 se of a t-statistic with
+16 covers 0.937). Then at each look the players not yet settled (and, with a ``stderr_target``, whose se is still
 above it) are brought to the schedule's next count, c_0, 2c_0, 4c_0, ..., up to the cap
 c_max = max(c_0, ⌈m* Σ_b |b|² / d²⌉): with c_max draws a bin, φ̂_i is a mean of independent terms whose
 squared ranges sum to at most r²/m* (Hoeffding's, as Alg. 1's m* permutations give each player m* marginals),
@@ -99,7 +99,7 @@ from fedvalue.valuation.shapley_sampling import exact_strata
 #: Most bins the positions 2, ..., d − 3 are split into (a pilot then costs O(d·MAX_BINS) a player, not O(d²)).
 MAX_BINS = 8
 #: Residual degrees of freedom of a player's standard error after the pilot: ±2 se of a t-statistic with 16
-#: covers 0.94 (15: 0.936, 8: 0.92), the coverage the ledger's standard errors hold by position.
+#: covers 0.937 (8: 0.919), about the 0.94 the ledger's standard errors hold by position.
 PILOT_DEGREES = 16
 #: Prior degrees of freedom of the pool in each player's variance in a bin ([MODVAR]'s d₀; module docstring). Two,
 #: not the one of :data:`fedvalue.valuation.result.POOLED_WEIGHT`: a cell holds only c_0 = 3–17 draws at the pilot,
