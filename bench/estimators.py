@@ -2,6 +2,14 @@
 
     python -m bench.estimators              # n = 6, 8, 10, 12, 14 (about a minute on 2 cores)
     python -m bench.estimators --sizes 6 10
+    python -m bench.estimators --adaptive --sizes 14 --seeds 3   # fixed against adaptive MC-ADS (about 5 minutes)
+
+``--adaptive`` puts fixed MC-ADS with a standard-error target beside adaptive MC-ADS
+(``AdsSettings(method="adaptive")``, :mod:`fedvalue.valuation.adaptive`) with the same target, for two
+decisions: is the client harmful (a cut at 0) and the top half. Per estimator and seed it prints the
+evaluations spent, how many clients the decision calls settled (fixed MC: |φ̂ − c| ≥ 2 se, or intervals
+of ±2 se apart, at its one stop; adaptive: its own looks), how many of those sides agree with exact ADS's,
+and how many of all clients' sides agree (the sign of φ̂ − c, or membership of the top half by φ̂).
 
 Each round game is real: the embedded digits data, an MLP 64-200-200-10 trained for a
 few rounds of FedAvg, then n clients (every second one with 70% flipped labels) each
@@ -22,6 +30,7 @@ import numpy as np
 
 from clients.behaviours import flip_labels
 from clients.training import get_model_arrays, set_model_arrays, train_locally
+from fedvalue.valuation.adaptive import Decision
 from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
 from fedvalue.scoring.torch_utilities import TorchModelUtility
@@ -74,10 +83,75 @@ def round_inputs(num_clients: int, seed: int = 0):
     return state, clients, weights, utility
 
 
+#: The standard-error targets of the fixed and adaptive rows of ``--adaptive``.
+ADAPTIVE_TARGETS = (0.01, 0.005)
+
+
+def decision_sides(values: np.ndarray, stderr: np.ndarray, decision: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each client's side of ``decision`` (``"cut 0"``: φ ≥ 0; ``"top half"``: in the top n // 2) and whether
+    ±2 se settles it at one look (the same rule as :class:`fedvalue.valuation.adaptive.Decision`, at z = 2)."""
+    rule = Decision("threshold", 0.0, None, 2.0) if decision == "cut 0" else Decision("top-k", None, n // 2, 2.0)
+    side = values >= 0.0 if decision == "cut 0" else rule.top_mask(values)
+    return side, rule.settled(values, stderr, 2.0)
+
+
+def adaptive_comparison(sizes: list[int], seeds: int) -> None:
+    """Fixed MC-ADS against adaptive MC-ADS at the same standard-error targets (module docstring); a fixed MC
+    run serves both decisions (it does not depend on them)."""
+    print(f"{'n':>3}  {'decision':<9}{'estimator':<27}{'seed':>5}{'evaluations':>13}{'settled':>9}"
+          f"{'agree (settled)':>17}{'agree (all)':>13}{'max |φ − exact|':>17}")
+    for n in sizes:
+        state, clients, weights, utility = round_inputs(n)
+        ids = list(range(n))
+        exact = value_round(fedavg_round_game(ids, state, clients, weights, utility), ("ads",),
+                            AdsSettings(method="exact")).results["ads"].values.to_numpy()
+        decisions = {"cut 0": {"decision": "threshold", "cut": 0.0},
+                     "top half": {"decision": "top-k", "top_k": n // 2}}
+        rows = []
+        for target in ADAPTIVE_TARGETS:
+            for seed in range(seeds):
+                fixed = _valued(n, (state, clients, weights, utility), AdsSettings(method="mc", stderr_target=target),
+                                seed)
+                for k, (decision, wanted) in enumerate(decisions.items()):
+                    adaptive = _valued(n, (state, clients, weights, utility),
+                                       AdsSettings(method="adaptive", stderr_target=target, **wanted), seed)
+                    for j, (name, (result, evaluations)) in enumerate(
+                            ((f"mc, stderr<={target}", fixed), (f"adaptive, stderr<={target}", adaptive))):
+                        rows.append(((k, target != ADAPTIVE_TARGETS[0], j, seed),
+                                     _decision_row(n, decision, name, seed, result, evaluations, exact)))
+        for _, row in sorted(rows, key=lambda r: r[0]):
+            print(row, flush=True)
+
+
+def _valued(n: int, inputs, settings: AdsSettings, seed: int):
+    """(ADS result, evaluations) of the round of ``inputs`` from an empty cache."""
+    game = fedavg_round_game(list(range(n)), *inputs)
+    return value_round(game, ("ads",), settings, seed=np.random.default_rng([seed, n])).results["ads"], \
+        game.num_evaluations
+
+
+def _decision_row(n: int, decision: str, name: str, seed: int, result, evaluations: int, exact: np.ndarray) -> str:
+    truth, _ = decision_sides(exact, np.zeros(n), decision, n)
+    values, stderr = result.values.to_numpy(), result.stderr.to_numpy()
+    side, settled = decision_sides(values, stderr, decision, n)
+    if result.settled is not None:  # adaptive: its own looks settled them
+        settled = result.settled.to_numpy()
+    agree = side == truth
+    return (f"{n:>3}  {decision:<9}{name:<27}{seed:>5}{evaluations:>13}{f'{settled.sum()}/{n}':>9}"
+            f"{f'{agree[settled].sum()}/{settled.sum()}':>17}{f'{agree.sum()}/{n}':>13}"
+            f"{np.abs(values - exact).max():>17.4f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[6, 8, 10, 12, 14])
+    parser.add_argument("--adaptive", action="store_true",
+                        help="fixed against adaptive MC-ADS: evaluations and decisions against exact")
+    parser.add_argument("--seeds", type=int, default=5, help="--adaptive: seeds of each estimator")
     args = parser.parse_args(argv)
+    if args.adaptive:
+        adaptive_comparison(args.sizes, args.seeds)
+        return 0
     print(f"{'n':>3}  {'estimator':<25}{'max |φ − exact|':>16}{'evaluations':>13}{'permutations':>14}"
           f"{'|gap|':>10}{'seconds':>9}")
     for n in args.sizes:

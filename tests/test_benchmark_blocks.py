@@ -28,6 +28,9 @@ PENDING = {
     "  n  estimator                 max |φ − exact|  evaluations  permutations     |gap|  seconds":
         "python -m bench.estimators (an excerpt); python -m bench.estimators --sizes 14",
     "game      n  estimator   samples  evaluations    max |φ − φ*|": "python -m bench.sampling (summary lines)",
+    "  n  decision estimator                   seed  evaluations  settled"
+    "  agree (settled)  agree (all)  max |φ − exact|":
+        "python -m bench.estimators --adaptive --sizes 14 --seeds 3 (about 5 minutes on 2 busy cores)",
     "  n   plain s   fast s  plain/fast  floor s  fast/floor  evals  peak MB plain/fast  max|plain-fast|":
         "python -m bench.valuation --model cnn --sizes 6 8 --repeats 2 --threads 1",
     "extra busy processes  setting                                min s  median s   max s":

@@ -50,6 +50,11 @@ tests/fedvalue/test_cheaper_estimators.py, and by ``bench/estimators.py``):
   coalitions). Both per group, in :mod:`fedvalue.valuation.shapley_sampling`, with or without
   ``stderr_target``.
 
+* ``method="adaptive"``: adaptive MC-ADS (:mod:`fedvalue.valuation.adaptive`): each player's marginals
+  drawn for it alone, stratified by position with the end positions exact, in looks of a fixed schedule that
+  draw only the players whose side of the caller's decision (``decision``: a threshold ``cut``, or the
+  ``top_k``) is still unsure; its result also books ``settled`` per player.
+
 ``budget`` (distinct coalition evaluations) replaces the sample caps: a sampling method
 draws until its budget is spent, each block cut so that its worst case still fits, and
 ``"auto"`` takes exact when its coalitions fit, else the first of :data:`BUDGET_SAMPLERS`
@@ -76,10 +81,12 @@ import numpy as np
 import pandas as pd
 
 from fedvalue._checks import check_seed
+from fedvalue.valuation.adaptive import Decision, adaptive_ads
 from fedvalue.valuation.game import CoalitionGame, Utility, as_game
 from fedvalue.valuation.plan import AdsPlan, plan_ads
 from fedvalue.valuation.result import ValuationResult, permutation_stderr, positions_in, positions_within_groups
 from fedvalue.valuation.settings import METHODS, AdsSettings, Method  # noqa: F401 (the names ads() is called with)
+from fedvalue.valuation.settings import ADAPTIVE
 from fedvalue.valuation.shapley_sampling import SAMPLERS, choose_sampler
 
 def validate_groups(groups: Sequence[Sequence[Hashable]]) -> tuple[tuple[Hashable, ...], ...]:
@@ -164,7 +171,7 @@ def ads(
     prefix_masks = [0]
     for positions in group_positions:
         prefix_masks.append(prefix_masks[-1] | _mask(positions))
-    method, values, stderr, num_permutations = _estimate(game, plan, settings, prefix_masks, group_positions, rng)
+    method, values, stderr, num_permutations, settled = _run(game, plan, settings, prefix_masks, group_positions, rng)
 
     prefix_utilities = game.values(prefix_masks)
     bounds = np.cumsum([0] + [len(g) for g in groups])
@@ -180,6 +187,7 @@ def ads(
         prefix_utilities=tuple(float(u) for u in prefix_utilities),
         efficiency_gaps=pd.Series(gaps, index=pd.RangeIndex(len(groups), name="group"), name="gap"),
         num_permutations=num_permutations,
+        settled=None if settled is None else pd.Series(settled, index=index, name="settled"),
     )
 
 
@@ -195,6 +203,17 @@ def _settings_of(settings: AdsSettings | None, keywords: dict) -> AdsSettings:
         raise TypeError(f"ads: give the estimator's settings as settings=AdsSettings(...) or as keywords, not "
                         f"both; got settings and {sorted(keywords)}.")
     return settings if settings is not None else AdsSettings(**keywords)
+
+
+def _run(game: CoalitionGame, plan: AdsPlan, settings: AdsSettings, prefix_masks: list[int],
+         group_positions: list[np.ndarray], rng: np.random.Generator):
+    """Run the planned estimator; returns (method, values, stderr, permutations or None, settled flags or None:
+    the adaptive method's, :mod:`fedvalue.valuation.adaptive`)."""
+    if plan.method == ADAPTIVE:
+        found = adaptive_ads(game, prefix_masks, group_positions, Decision.of(settings), plan.m_star, rng,
+                             stderr_target=settings.stderr_target, budget=settings.budget)
+        return ADAPTIVE, found.values, found.stderr, None, found.settled
+    return (*_estimate(game, plan, settings, prefix_masks, group_positions, rng), None)
 
 
 def _estimate(game: CoalitionGame, plan: AdsPlan, settings: AdsSettings, prefix_masks: list[int],

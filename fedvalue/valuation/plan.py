@@ -14,7 +14,8 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from fedvalue.valuation.settings import EXPANSION_METHODS, AdsSettings
+from fedvalue.valuation.adaptive import minimum_coalitions, worst_coalitions
+from fedvalue.valuation.settings import ADAPTIVE, EXPANSION_METHODS, AdsSettings
 
 #: Groups larger than this are never enumerated: 2^25 coalitions already need GBs.
 MAX_EXACT_GROUP_SIZE = 25
@@ -50,6 +51,8 @@ def minimum_budget(method: str, size: int) -> int:
         return 2 * size * size + 2 * size + 2 + (4 * size * size if size > 4 else 0)
     if method == "kernelshap":
         return 8 * size + 2 if size > 1 else 2
+    if method == ADAPTIVE:  # the exact end strata and every player's pilot (fedvalue.valuation.adaptive)
+        return minimum_coalitions(size)
     raise ValueError(f"method: expected a sampling method; got {method!r}.")
 
 
@@ -81,8 +84,9 @@ def budget_method(method: str, sizes: Sequence[int], budget: int, exact_cost: in
         return method
     need = sum(minimum_budget(method, size) for size in sizes)
     if need > budget:
+        why = "its exact end strata and a pilot" if method == ADAPTIVE else "two samples, for a standard error"
         raise ValueError(f"budget: {method} needs at least {need} evaluations for groups of sizes {list(sizes)} "
-                         f"(two samples, for a standard error); the budget is {budget}. Raise it.")
+                         f"({why}); the budget is {budget}. Raise it.")
     return method
 
 
@@ -141,6 +145,8 @@ def plan_ads(groups: Sequence[Sequence[Hashable]], settings: AdsSettings) -> Ads
         method = budget_method(settings.method, [len(g) for g in groups], settings.budget, exact_cost,
                                settings.max_evaluations)
         return AdsPlan(method, False, exact_cost if method == "exact" else settings.budget, m_star, caps)
+    if settings.method == ADAPTIVE:
+        return AdsPlan(ADAPTIVE, False, _adaptive_worst(groups, settings, m_star), m_star, caps)
     # With the cache, MC never needs more distinct coalitions than exact would.
     mc_cost = m_star * n + 1 if exact_cost is None else min(m_star * n + 1, exact_cost)
     sampler_costs = _sampler_costs(groups, caps, m_star, exact_cost)
@@ -187,6 +193,20 @@ def _unbudgeted_method(settings: AdsSettings, exact_cost: int | None, mc_evaluat
     if method == "exact" and settings.max_evaluations is not None and exact_cost > settings.max_evaluations:
         method = "mc"
     return method, method == "mc" and settings.stderr_target is not None
+
+
+def _adaptive_worst(groups, settings: AdsSettings, m_star: int) -> int:
+    """Adaptive MC-ADS's worst case, every player drawn to its cap (:mod:`fedvalue.valuation.adaptive`);
+    ValueError naming ``max_evaluations`` when it does not fit."""
+    worst = sum(worst_coalitions(len(g), m_star) for g in groups)
+    if settings.max_evaluations is not None and worst > settings.max_evaluations:
+        raise ValueError(
+            f"max_evaluations: adaptive ADS with epsilon={settings.epsilon}, delta={settings.delta}, r={settings.r} "
+            f"draws a player whose decision stays unsure up to the marginals Alg. 1's m*={m_star} permutations give "
+            f"it, and may need {worst} utility evaluations, more than max_evaluations={settings.max_evaluations}. "
+            "Raise max_evaluations or epsilon, or give a budget (adaptive ADS then stops when it is spent)."
+        )
+    return worst
 
 
 def _check_exact(groups, exact_cost: int | None, max_evaluations: int | None) -> None:

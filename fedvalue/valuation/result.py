@@ -87,6 +87,9 @@ class ValuationResult:
     num_permutations
         Sampled permutations for ``"ads-mc"``, ``"ads-tmc"``, ``"ads-antithetic"`` and
         ``"ads-stratified"`` (the most over groups), None otherwise.
+    settled
+        ``"ads-adaptive"`` only: whether each player's side of the caller's decision is settled
+        (:mod:`fedvalue.valuation.adaptive`), a boolean Series by player; None otherwise.
     """
 
     method: str
@@ -97,6 +100,7 @@ class ValuationResult:
     prefix_utilities: tuple[float, ...]
     efficiency_gaps: pd.Series
     num_permutations: int | None = None
+    settled: pd.Series | None = None
 
     @property
     def max_efficiency_gap(self) -> float:
@@ -113,7 +117,7 @@ class ValuationResult:
         )
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per player: value, stderr, group, method."""
+        """One row per player: value, stderr, group, method (and settled, for ``"ads-adaptive"``)."""
         frame = pd.DataFrame(
             {
                 "value": self.values,
@@ -121,6 +125,8 @@ class ValuationResult:
                 "group": self.group_of(),
             }
         )
+        if self.settled is not None:
+            frame["settled"] = self.settled
         frame["method"] = self.method
         frame.index.name = "player"
         return frame

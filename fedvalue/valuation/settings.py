@@ -15,15 +15,24 @@ from fedvalue.schema import VALUATION_METHODS
 from fedvalue.valuation.result import STDERR_ESTIMATORS
 
 Method = Literal["auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", "first-order",
-                 "second-order"]
+                 "second-order", "adaptive"]
 #: :data:`fedvalue.valuation.result.STDERR_ESTIMATORS`.
 StderrEstimator = Literal["by-position", "plain"]
+DecisionKind = Literal["threshold", "top-k"]
 #: The estimators that value a round of FedAvg's family from its structure (the round game's Taylor
 #: expansion at A_{t−1}, :mod:`fedvalue.valuation.taylor`), with no coalition evaluated but v(∅) and v(I_t).
 EXPANSION_METHODS = ("first-order", "second-order")
 #: Every ``method`` :class:`AdsSettings` takes: :func:`fedvalue.valuation.ads.ads`'s, and the expansions that
 #: :func:`fedvalue.valuation.round_game.value_round` computes from a FedAvg round's structure.
-METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", *EXPANSION_METHODS)
+#: The method that spends its evaluations on a decision of the caller's (:mod:`fedvalue.valuation.adaptive`).
+ADAPTIVE = "adaptive"
+METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", *EXPANSION_METHODS, ADAPTIVE)
+#: The decisions ``method="adaptive"`` settles: a threshold cut on each value, or the top k.
+THRESHOLD, TOP_K = "threshold", "top-k"
+DECISIONS = (THRESHOLD, TOP_K)
+#: The fields only ``method="adaptive"`` takes, with their defaults; :meth:`AdsSettings.as_dict` leaves them out
+#: for every other method, so that the settings the records and run.json hold read as they did before.
+ADAPTIVE_FIELDS = {"decision": None, "cut": None, "top_k": None, "z": 2.0}
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class AdsSettings:
         FedAvg's family from the Taylor expansion of its round game at A_{t−1} (the Shapley value of the
         expanded game, :mod:`fedvalue.valuation.taylor`), for a differentiable utility only; they evaluate
         no coalition but v(∅) and v(I_t) and are efficient for the expanded game, not for the round game.
+        ``"adaptive"`` (adaptive MC-ADS, :mod:`fedvalue.valuation.adaptive`) draws each player's marginals
+        stratified by position and spends them only on the players whose ``decision`` is still unsure.
     epsilon, delta, r
         MC accuracy: P(‖φ̂ − φ‖_∞ ≤ ε) ≥ 1 − δ when one-step marginals lie in a range of width r
         (r = 1 for accuracy).
@@ -67,7 +78,21 @@ class AdsSettings:
         marginals' sample standard deviation over √m, which with a dozen permutations often understates the error
         (the standard error runs booked before; a round record that does not name the estimator was booked with
         it). ``stderr_target`` stops on it (and a pilot compares it), so with a target the permutations drawn, and
-        the values, depend on it; without one the values are the same under both.
+        the values, depend on it; without one the values are the same under both. ``"adaptive"`` books its own
+        (stratified) standard error and takes the default.
+    decision
+        ``"adaptive"`` only: what the values decide, where the evaluations are spent
+        (:mod:`fedvalue.valuation.adaptive`): ``"threshold"`` (player i settled when |φ̂_i − cut| ≥ z_L·se_i)
+        or ``"top-k"`` (settled when its interval lies wholly on its side of the top ``top_k``'s boundary).
+    cut
+        ``"threshold"`` only: the cut c (0: "is this client harmful?").
+    top_k
+        ``"top-k"`` only: how many players the decision takes.
+    z
+        ``"adaptive"`` only: the one-look quantile of the decision's intervals (2: one-sided level 0.023); each
+        of the L looks the schedule fixes tests at z_L with P(Z ≥ z_L) = P(Z ≥ z) / L (Bonferroni over looks).
+        ``stderr_target`` stops drawing a player whose standard error is at most it, settled or not;
+        ``budget`` caps the distinct evaluations, else ε, δ, r cap the draws (Alg. 1's m* marginals a player).
     """
 
     method: Method = "auto"
@@ -79,12 +104,17 @@ class AdsSettings:
     stderr_target: float | None = None
     budget: int | None = None
     stderr_estimator: StderrEstimator = "by-position"
+    decision: DecisionKind | None = None
+    cut: float | None = None
+    top_k: int | None = None
+    z: float = 2.0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(
                 f"method: expected 'auto', 'exact', 'mc', 'tmc', 'antithetic', 'stratified' or 'kernelshap'; "
-                f"got {self.method!r} (a round of FedAvg's family also takes 'first-order' or 'second-order')."
+                f"got {self.method!r} (a round of FedAvg's family also takes 'first-order' or 'second-order'); a "
+                "decision of yours (decision=...) takes 'adaptive'."
             )
         check_non_negative("truncation_tolerance", self.truncation_tolerance)
         check_number("stderr_target", self.stderr_target, low=0.0, low_open=True, none_ok=True)
@@ -94,10 +124,43 @@ class AdsSettings:
         check_integer("max_evaluations", self.max_evaluations, none_ok=True)
         check_integer("budget", self.budget, none_ok=True)
         check_choice("stderr_estimator", self.stderr_estimator, STDERR_ESTIMATORS)
+        self._check_decision()
+
+    def _check_decision(self) -> None:
+        """The decision fields: all of what ``"adaptive"`` needs, and none of them for another method."""
+        if self.method != ADAPTIVE:
+            for name, default in ADAPTIVE_FIELDS.items():
+                value = getattr(self, name)
+                if value is not default and value != default:
+                    raise ValueError(f"{name}: only method='adaptive' takes a decision; got {name}={value!r} with "
+                                     f"method={self.method!r}. Set method='adaptive', or leave {name} out.")
+            return
+        if self.decision not in DECISIONS:
+            raise ValueError(f"decision: method='adaptive' spends its evaluations on a decision; expected one of "
+                             f"{list(DECISIONS)}; got {self.decision!r}.")
+        if self.decision == THRESHOLD:
+            check_number("cut", self.cut, why="the threshold the values are decided against")
+            if self.top_k is not None:
+                raise ValueError(f"top_k: a 'threshold' decision takes a cut, not top_k; got top_k={self.top_k!r}. "
+                                 "Use decision='top-k', or leave top_k out.")
+        else:
+            check_integer("top_k", self.top_k, why="how many players the 'top-k' decision takes")
+            if self.cut is not None:
+                raise ValueError(f"cut: a 'top-k' decision takes top_k, not a cut; got cut={self.cut!r}. Use "
+                                 "decision='threshold', or leave cut out.")
+        check_positive("z", self.z)
+        if self.stderr_estimator != "by-position":
+            raise ValueError(f"stderr_estimator: method='adaptive' books its own stratified standard error; expected "
+                             f"the default 'by-position'; got {self.stderr_estimator!r}.")
 
     def as_dict(self) -> dict:
-        """The settings as the round records and run.json write them (JSON: names to numbers)."""
-        return dataclasses.asdict(self)
+        """The settings as the round records and run.json write them (JSON: names to numbers); the decision
+        fields (:data:`ADAPTIVE_FIELDS`) only for ``"adaptive"``."""
+        written = dataclasses.asdict(self)
+        if self.method != ADAPTIVE:
+            for name in ADAPTIVE_FIELDS:
+                del written[name]
+        return written
 
 
 #: How the round game aggregates a coalition (:class:`ValuationSettings`' ``coalition_rule``).

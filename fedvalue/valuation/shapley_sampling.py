@@ -44,6 +44,7 @@ from an empty cache), which :func:`choose_sampler` uses to pick the cheapest one
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -68,6 +69,38 @@ def _prefix_masks(base: int, positions: np.ndarray, orders: np.ndarray) -> list[
             mask |= bits[k]
             masks.append(mask)
     return masks
+
+
+def exact_strata(values: Callable[[list[int]], np.ndarray], base: int, positions: np.ndarray,
+                 sizes: Sequence[int]) -> np.ndarray:
+    """Σ over the coalition ``sizes`` s (among 0, 1, d − 2, d − 1) of each player's mean marginal on the s-subsets
+    of the group's other players, on top of ``base`` = U_{t−1}, in group order; ``values`` gives the coalition values
+    of a list of masks (the game's, or a sampler's that counts them). About d² coalitions: 2d + 2 for sizes 0 and
+    d − 1, d(d − 1)/2 more for each of 1 and d − 2."""
+    d = len(positions)
+    bits = [1 << int(p) for p in positions.tolist()]
+    full = base | sum(bits)
+    total = np.zeros(d)
+    for s in sizes:
+        if s == 0:
+            utilities = values([base] + [base | b for b in bits])
+            total += utilities[1:] - utilities[0]
+        elif s == d - 1:
+            utilities = values([full] + [full & ~b for b in bits])
+            total += utilities[0] - utilities[1:]
+        elif s == 1:
+            pairs = [(i, j) for i in range(d) for j in range(d) if i != j]
+            utilities = values([base | bits[i] | bits[j] for i, j in pairs] + [base | bits[j] for _, j in pairs])
+            marginals = utilities[: len(pairs)] - utilities[len(pairs):]
+            np.add.at(total, [i for i, _ in pairs], marginals / (d - 1))
+        elif s == d - 2:  # the others but one
+            pairs = [(i, j) for i in range(d) for j in range(d) if i != j]
+            utilities = values([full & ~bits[j] for _, j in pairs] + [full & ~bits[j] & ~bits[i] for i, j in pairs])
+            marginals = utilities[: len(pairs)] - utilities[len(pairs):]
+            np.add.at(total, [i for i, _ in pairs], marginals / (d - 1))
+        else:
+            raise ValueError(f"sizes: expected sizes among 0, 1, d − 2 and d − 1 (d = {d}); got {s}.")
+    return total
 
 
 class _Sampler:
@@ -229,30 +262,7 @@ class StratifiedSampler(_Sampler):
 
     def _exact_strata(self) -> np.ndarray:
         """Σ over the exact sizes s of the mean marginal of each player on s-subsets of the others."""
-        d = self.size
-        bits = [1 << int(p) for p in self.positions.tolist()]
-        full = self.base | sum(bits)
-        total = np.zeros(d)
-        for s in self.exact_sizes:
-            if s == 0:
-                values = self._values([self.base] + [self.base | b for b in bits])
-                total += values[1:] - values[0]
-            elif s == d - 1:
-                values = self._values([full] + [full & ~b for b in bits])
-                total += values[0] - values[1:]
-            elif s == 1:
-                pairs = [(i, j) for i in range(d) for j in range(d) if i != j]
-                values = self._values([self.base | bits[i] | bits[j] for i, j in pairs]
-                                      + [self.base | bits[j] for _, j in pairs])
-                marginals = values[: len(pairs)] - values[len(pairs):]
-                np.add.at(total, [i for i, _ in pairs], marginals / (d - 1))
-            else:  # s = d − 2: the others but one
-                pairs = [(i, j) for i in range(d) for j in range(d) if i != j]
-                values = self._values([full & ~bits[j] for _, j in pairs]
-                                      + [full & ~bits[j] & ~bits[i] for i, j in pairs])
-                marginals = values[: len(pairs)] - values[len(pairs):]
-                np.add.at(total, [i for i, _ in pairs], marginals / (d - 1))
-        return total
+        return exact_strata(self._values, self.base, self.positions, self.exact_sizes)
 
     def block(self) -> int:
         return 2

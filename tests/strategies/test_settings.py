@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fedvalue.valuation.settings import AdsSettings, ValuationSettings
+from fedvalue.valuation.settings import ADAPTIVE_FIELDS, AdsSettings, ValuationSettings
 from fedvalue.run.archive import read_round_record, record_path
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.audit.checks import audit_run
@@ -71,9 +71,10 @@ def test_settings_are_taken_whole_and_normalized_once(utility):
     assert ValuingStrategy(FedAvg(), utility).valuation == ValuationSettings()  # None: the defaults
 
 
-def mc_run_with(run_dir, utility, ads: AdsSettings):
+def mc_run_with(run_dir, utility, ads: AdsSettings, clients_per_round: int = 4):
     config = {"seed": 11, "methods": ["ads", "loo"], "valuation": ads.as_dict()}
-    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(run_dir), sampler=PartitionSampler(4, seed=0),
+    ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility, run_dir=str(run_dir),
+                    sampler=PartitionSampler(clients_per_round, seed=0),
                     seed=11, valuation=ValuationSettings(ads=ads), run=RunSettings(run_config=config)).start(
         InProcessGrid(NODE_OF.values(), make_handler()), initial_arrays(), num_rounds=2, timeout=10)
     return run_dir
@@ -107,6 +108,21 @@ def test_a_run_json_written_before_with_the_option_names_is_still_compared(mc_ru
         "its stderr_target is 0.05, run.json says None"]
 
 
+def test_a_run_valued_adaptively_books_its_method_and_the_audit_recomputes_it(tmp_path, utility):
+    """Six clients a round (positions 2 and 3 sampled): the records and run.json name the decision, rounds.csv
+    names ``ads-adaptive``, the books are efficient and the audit recomputes them from the records."""
+    ads = AdsSettings(method="adaptive", decision="threshold", cut=0.0, epsilon=0.3)
+    run_dir = mc_run_with(tmp_path / "run", utility, ads, clients_per_round=6)
+    config = json.loads((run_dir / "run.json").read_text())
+    assert config["valuation"]["decision"] == "threshold" and config["valuation"]["cut"] == 0.0
+    assert read_round_record(record_path(run_dir, 1)).settings.valuation == ads
+    run = load_run(run_dir)
+    assert set(run.rounds["ads_method"]) == {"ads-adaptive"}
+    assert (run.ledger.query("method == 'ads'")["stderr"] > 0).any()
+    report = audit_run(run_dir, utility=utility)
+    assert report.intact, report.problems
+
+
 def booked_stderr(run_dir) -> dict:
     ledger = load_run(run_dir).ledger
     return {(int(r.round), str(r.client_id)): float(r.stderr) for r in ledger.itertuples() if r.method == "ads"}
@@ -118,8 +134,9 @@ def test_a_run_booked_before_the_standard_error_was_a_setting_audits_with_the_pl
     ledger holds the plain standard errors: the audit reads the records as ``"plain"`` and finds the books intact.
     A run of today names ``"by-position"`` and books other standard errors for the same draws."""
     ads = AdsSettings(method="mc", epsilon=0.5, budget=40)
+    before = {"stderr_estimator", *ADAPTIVE_FIELDS}  # the fields as_dict did not write then
     monkeypatch.setattr(AdsSettings, "as_dict", lambda self: {f.name: getattr(self, f.name) for f in
-                                                              dataclasses.fields(self) if f.name != "stderr_estimator"})
+                                                              dataclasses.fields(self) if f.name not in before})
     old = mc_run_with(tmp_path / "old", utility, dataclasses.replace(ads, stderr_estimator="plain"))
     monkeypatch.undo()
     assert "stderr_estimator" not in json.loads((old / "run.json").read_text())["valuation"]
