@@ -3,7 +3,7 @@ and schema checks, and the recomputation of every round from its record. This pa
 face fedvalue.audit: it re-exports the audit's public names.
 
 Modules: audit_files, checks (audit_run: the checks, in their order), noisy_column (the ``noisy``
-column against the run's ground truth), references, report, round (one round recomputed from its
+column against the run's ground truth), projected_vectors, references, report, round (one round recomputed from its
 record and compared with its books), rounds (check 7's loop over the rounds), tables (checks 1 to
 4, on the ledger's tables), torn_tail, training_replay.
 
