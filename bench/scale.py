@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {wall:.0f} s ({wall / args.rounds:.1f} s a round); accuracy {run.rounds['utility_realized'].iloc[-1]:.4f}")
     print(f"peak resident memory: server {peak[0]:.0f} MB, process tree {peak[1]:.0f} MB; server at rounds "
           f"{first['round']}/{middle['round']}/{last['round']}: {first['server_mb']:.0f}/{middle['server_mb']:.0f}/"
-          f"{last['server_mb']:.0f} MB (slope {np.polyfit([r['round'] for r in records], [r['server_mb'] for r in records], 1)[0]:+.2f} MB a round)")
+          f"{last['server_mb']:.0f} MB (slope {_slope(records)} MB a round)")
     files = {name: (out / name).stat().st_size / 2**20 for name in ("ledger.csv", "ledger.parquet", "rounds.csv")
              if (out / name).exists()}
     records_mb = _size_mb(out / "records") if (out / "records").exists() else 0.0
@@ -201,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
                                                "report_s": report_seconds, "files_mb": files,
                                                "records_mb": records_mb}, indent=1))
     return 0
+
+
+def _slope(records: list[dict]) -> str:
+    """The server's memory growth a round, fitted over the rounds (none to fit for one round)."""
+    if len(records) < 2:
+        return "n/a"
+    return f"{np.polyfit([r['round'] for r in records], [r['server_mb'] for r in records], 1)[0]:+.2f}"
 
 
 def _audit(out: Path, held_out: int) -> None:
