@@ -3,6 +3,7 @@
     python -m bench.scale                                  # 1,000 clients, 50 a round, 50 rounds, flows
     python -m bench.scale --clients 200 --per-round 20 --rounds 10 --out /tmp/scale
     python -m bench.scale --rounds 3 --projection-dim 2048 --audit   # projected records, then fedvalue audit
+    python -m bench.scale --flow-cost --projection-dim 2048           # the server's flows arithmetic, by part
 
 Fashion-MNIST (Debian's dataset-fashion-mnist): the 60,000 training images split IID
 among the clients, each client's share cut 80/20 into a training and an inference split
@@ -22,6 +23,13 @@ the sampled clients' full replies that the valuation's audit needs (``--projecti
 take 50 · 199,210 · 4 bytes = 39.8 MB). ``--audit`` then runs ``fedvalue audit OUT --utility
 bench.scale:held_out_utility`` on the run and prints its verdict and seconds.
 
+``--flow-cost`` runs no federation: it times the server's TracIn flows arithmetic of one round of these shapes
+(A_{t−1} of the MLP, ``--per-round`` replies, every client's float32 inference gradient, filled with seeded random
+numbers) by part, without a projection (:func:`fedvalue.flows.round_flows.fedavg_round_flows`, and its flattening
+of the gradients to float64 alone) and with it (:func:`fedvalue.flows.projected_flows.project_round`,
+:func:`~fedvalue.flows.projected_flows.projected_round_flows`), and the bytes of the round record each way; each
+timing the least of 3.
+
 Printed: per round, the wall clock, the valuation's seconds, and the resident memory of
 the server process and of its whole process tree (the Ray workers included), so that
 memory flat in rounds can be seen; at the end, the run's wall time, peak memory (server,
@@ -32,6 +40,7 @@ seconds of ``load_run`` and of ``fedvalue report`` on it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -80,6 +89,69 @@ def _model_factory(seed: int):
     return functools.partial(make_mlp, 784, 10, hidden=(200, 200), seed=seed)
 
 
+#: The MLP's arrays (784-200-200-10), as make_mlp names them.
+SHAPES = {"0.weight": (200, 784), "0.bias": (200,), "2.weight": (200, 200), "2.bias": (200,),
+          "4.weight": (10, 200), "4.bias": (10,)}
+
+
+def synthetic_round(clients: int, trained: int, seed: int = 0):
+    """(A_{t−1}, the trained clients' arrays, their weights, every client's gradient), seeded."""
+    rng = np.random.default_rng(seed)
+    start = {key: (0.05 * rng.standard_normal(shape)).astype(np.float32) for key, shape in SHAPES.items()}
+    replies = {c: {key: (v + 0.01 * rng.standard_normal(v.shape)).astype(np.float32) for key, v in start.items()}
+               for c in range(trained)}
+    weights = {c: float(48 + c % 3) for c in replies}
+    gradients = {c: {key: rng.standard_normal(v.shape).astype(np.float32) for key, v in start.items()}
+                 for c in range(clients)}
+    return start, replies, weights, gradients
+
+
+def flow_cost(clients: int, trained: int, dim: int, repeats: int = 3) -> int:
+    """``--flow-cost`` (module docstring): the flows arithmetic of one synthetic round, by part."""
+    from fedvalue.flows.projected_flows import FlowsProjection, project_round, projected_round_flows
+    from fedvalue.flows.round_flows import fedavg_round_flows
+    from fedvalue.run.archive import RoundRecord, record_bytes
+    from fedvalue.run.settings import RoundSettings
+    from fedvalue.schema import ClientEntry
+    from fedvalue.scoring.projection import flatten
+
+    start, replies, weights, gradients = synthetic_round(clients, trained)
+    p, keys = sum(v.size for v in start.values()), list(start)
+    projection = FlowsProjection.of_run(dim, 0)
+    print(f"{clients} clients, {trained} trained, p = {p:,}, k = {dim} ({projection.kind})")
+
+    def timed(name: str, compute, repeats: int = repeats):
+        best, result = None, None
+        for _ in range(repeats):
+            began = time.perf_counter()
+            result = compute()
+            seconds = time.perf_counter() - began
+            best = seconds if best is None else min(best, seconds)
+        print(f"  {name:44s} {best:7.3f} s", flush=True)
+        return result
+
+    settings = RoundSettings(methods=("ads",), flows=True)
+    full = RoundRecord(round=1, start_arrays=start, replies=replies, accepted=list(replies),
+                       entries=[ClientEntry(c, "ok", w, int(w)) for c, w in weights.items()],
+                       gradients=gradients, losses={c: 1.0 for c in gradients}, settings=settings)
+    print("without a projection")
+    timed("flatten every gradient to float64", lambda: [flatten(g, keys=keys) for g in gradients.values()])
+    timed("fedavg_round_flows (the flows, whole)", lambda: fedavg_round_flows(start, replies, weights, gradients))
+    size = len(timed("record_bytes (every gradient)", lambda: record_bytes(full), repeats=1)) / 2**20
+    print(f"  record {size:.1f} MB")
+    print("with the projection")
+    drawn = projection.for_round(p, 1)
+    projected, updates = timed("project_round (gradients and updates)",
+                               lambda: project_round(drawn, start, gradients, replies))
+    timed("projected_round_flows (the flows)", lambda: projected_round_flows(updates, projected, weights))
+    kept = dataclasses.replace(full, gradients={}, projected_gradients=projected, projected_updates=updates,
+                               settings=dataclasses.replace(settings, flows_projection=projection.as_json()))
+    size = len(timed("record_bytes (projected vectors)", lambda: record_bytes(kept), repeats=1)) / 2**20
+    print(f"  record {size:.1f} MB")
+    return 0
+
+
+
 def _tree_rss_mb(pid: int) -> tuple[float, float]:
     """(resident MB of ``pid``, of ``pid`` and all its descendants)."""
     import psutil
@@ -116,9 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audit", action="store_true",
                         help="run fedvalue audit on the run afterwards (values recomputed with "
                              "--utility bench.scale:held_out_utility) and print its verdict")
+    parser.add_argument("--flow-cost", action="store_true",
+                        help="time the server's flows arithmetic of one round by part (no federation) and exit")
     parser.add_argument("--out", default="/tmp/fedvalue-scale")
     parser.add_argument("--json", default=None, help="write the per-round records here")
     args = parser.parse_args(argv)
+    if args.flow_cost:
+        return flow_cost(args.clients, args.per_round, args.projection_dim or 2048)
 
     import subprocess
 
