@@ -40,10 +40,10 @@ class BookSettings:
         k, a positive integer, or None (default): book the flows through a seeded random
         projection to k numbers (a count sketch drawn afresh each round from the run's seed,
         :mod:`fedvalue.flows.projected_flows`). The server projects every inference gradient and
-        every valid update as they arrive; the round record keeps the k numbers of each instead
-        of its p, and the flows are those of the recorded vectors (an unbiased estimate, standard
-        deviation at most p_u ‖Δ_u‖ ‖g_v‖ √(2/k) a flow; exact for k ≥ p). Needs ``flows``;
-        not with ``defences``, whose defended outflow takes the full gradients.
+        every valid update as the round's record is made; the record keeps the k numbers of each
+        in place of its p, and the flows are those of the recorded vectors (an unbiased estimate,
+        standard deviation at most p_u ‖Δ_u‖ ‖g_v‖ √(2/k) a flow; exact for k ≥ p). Needs
+        ``flows``; not with ``defences``, whose defended outflow takes the full gradients.
     fairness
         A :class:`fedvalue.scoring.fairness.objectives.GroupFairness` objective on held-out data with a sensitive
         attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round

@@ -14,8 +14,10 @@ With a projection (``BookSettings(flows_projection_dim=k)``) the hook projects t
 gradients and its valid replies' updates with the round's R_t as the record is made
 (:func:`fedvalue.flows.projected_flows.project_round`): the record keeps k numbers a vector, and the
 flows, the outflows a selection rule ranks and the predicted loss changes all come from them. The
-clients still send their full gradients (the server projects: a client drawing R_t for itself would
-generate the whole sketch each query, and the reply checks read the gradient against the model).
+clients still send their full gradients and the server projects them: a client could sketch its own
+(O(p) with the count sketch), but every query would then carry the round's projection and the reply
+checks would read a k-vector in place of the model's arrays, a second reply form for the ClientApp,
+the valuation mod of one's own app and the server alike.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from fedvalue.flows.projected_flows import FlowsProjection, project_round, proje
 from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
 from fedvalue.rounds.booking import BookedRound
 from fedvalue.rounds.kinds.flows import FlowsBook
+from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from strategies.arrays import arrays_to_numpy
@@ -53,7 +56,7 @@ def outflows_if_all_aggregated(start_arrays: Mapping[str, np.ndarray], ok: list[
     return {r.client_id: outflow[r.client_id] for r in ok}
 
 
-def projected_outflows_if_all_aggregated(record, ok: list[ClientReply]) -> dict:
+def projected_outflows_if_all_aggregated(record: RoundRecord, ok: list[ClientReply]) -> dict:
     """:func:`outflows_if_all_aggregated` from the record's projected vectors (the round's R_t)."""
     flows, _ = projected_round_flows({r.client_id: record.projected_updates[r.client_id] for r in ok},
                                      record.projected_gradients, {r.client_id: r.weight for r in ok})

@@ -21,7 +21,7 @@ from fedvalue.audit.round import settings_problems
 from fedvalue.flows.projected_flows import FlowsProjection
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.run.archive import load_npz, read_round, record_path, write_round_record
-from strategies import PartitionSampler, ValuingStrategy
+from strategies import PartitionSampler, TopK, ValuingStrategy
 from strategies.arrays import numpy_to_arrays
 from strategies.book_settings import BookSettings
 
@@ -34,10 +34,10 @@ from tests.strategies.hooks.test_flow_books import (NUM_CLIENTS, client_app_grid
 ROUNDS, K, P = 3, 4, 10  # the model Linear(4, 2): p = 10 parameters
 
 
-def run_with(run_dir, books: BookSettings):
+def run_with(run_dir, books: BookSettings, **options):
     set_server_identity()
     strategy = ValuingStrategy(FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(run_dir),
-                               sampler=PartitionSampler(4, seed=1), seed=3, books=books)
+                               sampler=PartitionSampler(4, seed=1), seed=3, books=books, **options)
     strategy.start(client_app_grid(load_client), numpy_to_arrays(initial_state()), num_rounds=ROUNDS, timeout=10,
                    train_config=ConfigRecord({"lr": 0.1, "local-epochs": 2, "batch-size": 0, "seed": 0}))
     return run_dir
@@ -145,6 +145,20 @@ def test_a_projected_update_that_is_not_r_of_its_reply_is_caught_even_with_the_b
     assert any(f"round {ROUNDS}: the projected update of client {client} is not R_t" in p
                for p in report.problems), report.problems
     assert not any("tracin" in p for p in report.problems)  # the rebooked flows themselves recompute
+
+
+def test_top_k_by_outflow_ranks_the_projected_outflows_and_audits_intact(tmp_path):
+    run_dir = run_with(tmp_path / "topk", BookSettings(flows=True, flows_projection_dim=K),
+                       acceptance=TopK(2, "tracin_outflow"))
+    for t in range(1, ROUNDS + 1):
+        record = read_round(run_dir, t)
+        ok = [e.client_id for e in record.entries if e.status == "ok"]
+        total = sum(record.weights[u] for u in ok)
+        outflow = {u: sum(-(record.weights[u] / total) * python_dot(record.projected_updates[u], g.astype(np.float64))
+                          for v, g in record.projected_gradients.items() if v != u) for u in ok}
+        assert set(record.accepted) == set(sorted(ok, key=lambda u: -outflow[u])[:2])
+    report = audit_run(run_dir, utility=utility())
+    assert report.ok, report.problems
 
 
 def test_a_record_noting_another_projection_than_run_json_is_not_taken_on(projected_run):
