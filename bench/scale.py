@@ -2,6 +2,8 @@
 
     python -m bench.scale                                  # 1,000 clients, 50 a round, 50 rounds, flows
     python -m bench.scale --clients 200 --per-round 20 --rounds 10 --out /tmp/scale
+    python -m bench.scale --rounds 3 --projection-dim 2048 --audit   # projected records, then fedvalue audit
+    python -m bench.scale --flow-cost --projection-dim 2048           # the server's flows arithmetic, by part
 
 Fashion-MNIST (Debian's dataset-fashion-mnist): the 60,000 training images split IID
 among the clients, each client's share cut 80/20 into a training and an inference split
@@ -13,16 +15,32 @@ round valued by ADS + LOO within ``--budget`` coalition evaluations (``auto``: a
 clients a sampler) and the flows booked. Everything runs through ``simulate()``:
 Flower's simulation engine and Ray, real files.
 
+With ``--projection-dim K`` the flows are booked through a seeded random projection to K numbers
+(``BookSettings(flows_projection_dim=K)``, :mod:`fedvalue.flows.projected_flows`): a round record then
+keeps K float32 numbers per client for its inference gradient instead of its p = 199,210, beside
+the sampled clients' full replies that the valuation's audit needs (``--projection-dim 2048``:
+1,000 · 2,048 · 4 bytes = 8.2 MB of gradients and 50 · 2,048 · 8 of updates, where the replies
+take 50 · 199,210 · 4 bytes = 39.8 MB). ``--audit`` then runs ``fedvalue audit OUT --utility
+bench.scale:held_out_utility`` on the run and prints its verdict and seconds.
+
+``--flow-cost`` runs no federation: it times the server's TracIn flows arithmetic of one round of these shapes
+(A_{t−1} of the MLP, ``--per-round`` replies, every client's float32 inference gradient, filled with seeded random
+numbers) by part, without a projection (:func:`fedvalue.flows.round_flows.fedavg_round_flows`, and its flattening
+of the gradients to float64 alone) and with it (:func:`fedvalue.flows.projected_flows.project_round`,
+:func:`~fedvalue.flows.projected_flows.projected_round_flows`), and the bytes of the round record each way; each
+timing the least of 3.
+
 Printed: per round, the wall clock, the valuation's seconds, and the resident memory of
 the server process and of its whole process tree (the Ray workers included), so that
 memory flat in rounds can be seen; at the end, the run's wall time, peak memory (server,
-tree), the run directory's size (ledger, records, seals), and the seconds of
-``load_run`` and of ``fedvalue report`` on it.
+tree), the run directory's size (ledger, records, seals) and its records per round, and the
+seconds of ``load_run`` and of ``fedvalue report`` on it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -52,6 +70,86 @@ def _train_split():
     from simulations.datasets.loaders import load_dataset
 
     return load_dataset("fashion-mnist", split="train")
+
+
+def held_out_utility(held_out: int = 1000, seed: int = 0):
+    """U: the MLP's accuracy on ``held_out`` class-balanced Fashion-MNIST test images (what the
+    run is valued on; ``fedvalue audit --utility bench.scale:held_out_utility`` rebuilds it)."""
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
+    from simulations.datasets.loaders import load_dataset, sample_per_class
+
+    test = load_dataset("fashion-mnist", split="test")
+    held = sample_per_class(test.y, held_out, seed=seed)
+    return TorchModelUtility(_model_factory(seed)(), test.x[held], test.y[held])
+
+
+def _model_factory(seed: int):
+    from simulations.datasets.models import make_mlp
+
+    return functools.partial(make_mlp, 784, 10, hidden=(200, 200), seed=seed)
+
+
+#: The MLP's arrays (784-200-200-10), as make_mlp names them.
+SHAPES = {"0.weight": (200, 784), "0.bias": (200,), "2.weight": (200, 200), "2.bias": (200,),
+          "4.weight": (10, 200), "4.bias": (10,)}
+
+
+def synthetic_round(clients: int, trained: int, seed: int = 0):
+    """(A_{t−1}, the trained clients' arrays, their weights, every client's gradient), seeded."""
+    rng = np.random.default_rng(seed)
+    start = {key: (0.05 * rng.standard_normal(shape)).astype(np.float32) for key, shape in SHAPES.items()}
+    replies = {c: {key: (v + 0.01 * rng.standard_normal(v.shape)).astype(np.float32) for key, v in start.items()}
+               for c in range(trained)}
+    weights = {c: float(48 + c % 3) for c in replies}
+    gradients = {c: {key: rng.standard_normal(v.shape).astype(np.float32) for key, v in start.items()}
+                 for c in range(clients)}
+    return start, replies, weights, gradients
+
+
+def flow_cost(clients: int, trained: int, dim: int, repeats: int = 3) -> int:
+    """``--flow-cost`` (module docstring): the flows arithmetic of one synthetic round, by part."""
+    from fedvalue.flows.projected_flows import FlowsProjection, project_round, projected_round_flows
+    from fedvalue.flows.round_flows import fedavg_round_flows
+    from fedvalue.run.archive import RoundRecord, record_bytes
+    from fedvalue.run.settings import RoundSettings
+    from fedvalue.schema import ClientEntry
+    from fedvalue.scoring.projection import flatten
+
+    start, replies, weights, gradients = synthetic_round(clients, trained)
+    p, keys = sum(v.size for v in start.values()), list(start)
+    projection = FlowsProjection.of_run(dim, 0)
+    print(f"{clients} clients, {trained} trained, p = {p:,}, k = {dim} ({projection.kind})")
+
+    def timed(name: str, compute, repeats: int = repeats):
+        best, result = None, None
+        for _ in range(repeats):
+            began = time.perf_counter()
+            result = compute()
+            seconds = time.perf_counter() - began
+            best = seconds if best is None else min(best, seconds)
+        print(f"  {name:44s} {best:7.3f} s", flush=True)
+        return result
+
+    settings = RoundSettings(methods=("ads",), flows=True)
+    full = RoundRecord(round=1, start_arrays=start, replies=replies, accepted=list(replies),
+                       entries=[ClientEntry(c, "ok", w, int(w)) for c, w in weights.items()],
+                       gradients=gradients, losses={c: 1.0 for c in gradients}, settings=settings)
+    print("without a projection")
+    timed("flatten every gradient to float64", lambda: [flatten(g, keys=keys) for g in gradients.values()])
+    timed("fedavg_round_flows (the flows, whole)", lambda: fedavg_round_flows(start, replies, weights, gradients))
+    size = len(timed("record_bytes (every gradient)", lambda: record_bytes(full), repeats=1)) / 2**20
+    print(f"  record {size:.1f} MB")
+    print("with the projection")
+    drawn = projection.for_round(p, 1)
+    projected, updates = timed("project_round (gradients and updates)",
+                               lambda: project_round(drawn, start, gradients, replies))
+    timed("projected_round_flows (the flows)", lambda: projected_round_flows(updates, projected, weights))
+    kept = dataclasses.replace(full, gradients={}, projected_gradients=projected, projected_updates=updates,
+                               settings=dataclasses.replace(settings, flows_projection=projection.as_json()))
+    size = len(timed("record_bytes (projected vectors)", lambda: record_bytes(kept), repeats=1)) / 2**20
+    print(f"  record {size:.1f} MB")
+    return 0
+
 
 
 def _tree_rss_mb(pid: int) -> tuple[float, float]:
@@ -84,9 +182,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-records", action="store_true",
                         help="save no round records (with flows a record holds every client's inference gradient: "
                              "0.8 MB per client per round for this MLP)")
+    parser.add_argument("--projection-dim", type=int, default=None, metavar="K",
+                        help="book the flows through a seeded random projection to K numbers: a record keeps K "
+                             "per client instead of 199,210 (BookSettings(flows_projection_dim=K))")
+    parser.add_argument("--audit", action="store_true",
+                        help="run fedvalue audit on the run afterwards (values recomputed with "
+                             "--utility bench.scale:held_out_utility) and print its verdict")
+    parser.add_argument("--flow-cost", action="store_true",
+                        help="time the server's flows arithmetic of one round by part (no federation) and exit")
     parser.add_argument("--out", default="/tmp/fedvalue-scale")
     parser.add_argument("--json", default=None, help="write the per-round records here")
     args = parser.parse_args(argv)
+    if args.flow_cost:
+        return flow_cost(args.clients, args.per_round, args.projection_dim or 2048)
 
     import subprocess
 
@@ -97,17 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     from fedvalue.valuation.settings import AdsSettings, ValuationSettings
     from fedvalue.run.settings import RunSettings
     from fedvalue.schema import RoundRow
-    from fedvalue.scoring.torch_utilities import TorchModelUtility
     from simulations.runner.api import simulate
-    from simulations.datasets.loaders import load_dataset, sample_per_class
-    from simulations.datasets.models import make_mlp
     from strategies import BookSettings, IntakeSettings, PartitionSampler, RunCallbacks, train_config
 
     seed = 0
-    test = load_dataset("fashion-mnist", split="test")
-    held = sample_per_class(test.y, args.held_out, seed=seed)
-    model_factory = functools.partial(make_mlp, 784, 10, hidden=(200, 200), seed=seed)
-    utility = TorchModelUtility(model_factory(), test.x[held], test.y[held])
+    books = BookSettings(flows=not args.no_flows, flows_projection_dim=args.projection_dim)  # refuses a bad K first
+    model_factory = _model_factory(seed)
+    utility = held_out_utility(args.held_out, seed)
     # The loader travels to Ray's workers by reference to this module (its cache must stay
     # there): they find it on the PYTHONPATH they inherit.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -131,13 +235,14 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     print(f"{args.clients} clients, {args.per_round} a round, {args.rounds} rounds, flows {not args.no_flows}, "
-          f"records {not args.no_records}, budget {args.budget}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
+          f"projection {args.projection_dim or 'none'}, records {not args.no_records}, budget {args.budget}; load "
+          f"average {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
     run = simulate(
         strategy=FedAvg(fraction_evaluate=0.0), model_factory=model_factory, load_client_data=loader,
         num_clients=args.clients, num_rounds=args.rounds, utility=utility, out=args.out, overwrite=True,
         train_config=train_config(learning_rate=0.05, local_epochs=5, batch_size=0, seed=seed),
         sampler=PartitionSampler(args.per_round, schedule="random", seed=seed), seed=seed,
-        valuation=ValuationSettings(ads=AdsSettings(budget=args.budget)), books=BookSettings(flows=not args.no_flows),
+        valuation=ValuationSettings(ads=AdsSettings(budget=args.budget)), books=books,
         intake=IntakeSettings(query_timeout=600.0), run=RunSettings(save_records=not args.no_records),
         callbacks=RunCallbacks(on_round=on_round),
         round_timeout=3600.0,
@@ -156,18 +261,46 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {wall:.0f} s ({wall / args.rounds:.1f} s a round); accuracy {run.rounds['utility_realized'].iloc[-1]:.4f}")
     print(f"peak resident memory: server {peak[0]:.0f} MB, process tree {peak[1]:.0f} MB; server at rounds "
           f"{first['round']}/{middle['round']}/{last['round']}: {first['server_mb']:.0f}/{middle['server_mb']:.0f}/"
-          f"{last['server_mb']:.0f} MB (slope {np.polyfit([r['round'] for r in records], [r['server_mb'] for r in records], 1)[0]:+.2f} MB a round)")
+          f"{last['server_mb']:.0f} MB (slope {_slope(records)} MB a round)")
     files = {name: (out / name).stat().st_size / 2**20 for name in ("ledger.csv", "ledger.parquet", "rounds.csv")
              if (out / name).exists()}
+    records_mb = _size_mb(out / "records") if (out / "records").exists() else 0.0
     print(f"run directory {_size_mb(out):.1f} MB (" + ", ".join(f"{k} {v:.1f} MB" for k, v in files.items())
-          + f", records {_size_mb(out / 'records') if (out / 'records').exists() else 0:.1f} MB); ledger rows "
+          + f", records {records_mb:.1f} MB, {records_mb / args.rounds:.1f} MB a round); ledger rows "
           f"{len(loaded.ledger):,}")
     print(f"load_run {load_seconds:.2f} s; fedvalue report {report_seconds:.2f} s (exit {report.returncode})")
+    if args.audit:
+        _audit(out, args.held_out)
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": records, "wall_s": wall, "peak_server_mb": peak[0],
                                                "peak_tree_mb": peak[1], "load_run_s": load_seconds,
-                                               "report_s": report_seconds, "files_mb": files}, indent=1))
+                                               "report_s": report_seconds, "files_mb": files,
+                                               "records_mb": records_mb}, indent=1))
     return 0
+
+
+def _slope(records: list[dict]) -> str:
+    """The server's memory growth a round, fitted over the rounds (none to fit for one round)."""
+    if len(records) < 2:
+        return "n/a"
+    return f"{np.polyfit([r['round'] for r in records], [r['server_mb'] for r in records], 1)[0]:+.2f}"
+
+
+def _audit(out: Path, held_out: int) -> None:
+    """``fedvalue audit OUT --utility bench.scale:held_out_utility``: its verdict and seconds."""
+    import subprocess
+
+    if held_out != 1000:
+        print("audit: not run (bench.scale:held_out_utility rebuilds the default --held-out 1000 only)")
+        return
+    began = time.perf_counter()
+    audit = subprocess.run([sys.executable, "-m", "simulations.cli", "audit", str(out), "--utility",
+                            "bench.scale:held_out_utility"], capture_output=True, text=True, check=False, cwd=ROOT)
+    lines = [line for line in audit.stdout.splitlines() if line.strip()]
+    shown = [line for line in lines if "recomputed every value" in line or line.startswith(("FAILED", "NOT"))]
+    print(f"fedvalue audit {time.perf_counter() - began:.1f} s (exit {audit.returncode}): {lines[-1] if lines else ''}")
+    for line in shown[:6] or audit.stderr.splitlines()[-3:]:
+        print(f"  {line[:300]}")
 
 
 if __name__ == "__main__":

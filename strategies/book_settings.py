@@ -14,7 +14,8 @@ from flwr.serverapp.strategy import (
     Strategy,
 )
 
-from fedvalue._checks import check_positive
+from fedvalue._checks import check_integer, check_positive
+from fedvalue.flows.projected_flows import FlowsProjection
 from fedvalue.rounds.defences.settings import DefenceSettings
 
 if TYPE_CHECKING:  # a torch module: loaded by whoever builds a fairness objective
@@ -35,6 +36,14 @@ class BookSettings:
         gradient at A_{t−1} with their update; every other client is asked for it with a
         query carrying A_{t−1} (one forward and backward pass, no training), so it receives
         inflow too (:mod:`strategies.hooks.flows`).
+    flows_projection_dim
+        k, a positive integer, or None (default): book the flows through a seeded random
+        projection to k numbers (a count sketch drawn afresh each round from the run's seed,
+        :mod:`fedvalue.flows.projected_flows`). The server projects every inference gradient and
+        every valid update as the round's record is made; the record keeps the k numbers of each
+        in place of its p, and the flows are those of the recorded vectors (an unbiased estimate,
+        standard deviation at most p_u ‖Δ_u‖ ‖g_v‖ √(2/k) a flow; exact for k ≥ p). Needs
+        ``flows``; not with ``defences``, whose defended outflow takes the full gradients.
     fairness
         A :class:`fedvalue.scoring.fairness.objectives.GroupFairness` objective on held-out data with a sensitive
         attribute: each round then also books ``ads_fairness`` / ``loo_fairness`` (the round
@@ -53,6 +62,7 @@ class BookSettings:
     """
 
     flows: bool = False
+    flows_projection_dim: int | None = None
     fairness: GroupFairness | None = None
     fair_curvature: float | None = None
     noisy_clients: Collection[int] | None = None
@@ -61,6 +71,7 @@ class BookSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.flows, bool):
             raise TypeError(f"flows: expected True or False; got {self.flows!r}.")
+        self._check_projection()
         if self.fairness is not None and not (callable(self.fairness)
                                               and callable(getattr(self.fairness, "gradient", None))):
             raise TypeError(f"fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness (or None); got "
@@ -77,6 +88,26 @@ class BookSettings:
         if self.defences is not None and not isinstance(self.defences, DefenceSettings):
             raise TypeError(f"defences: expected a fedvalue.rounds.defences.settings.DefenceSettings (or None); got "
                             f"{type(self.defences).__name__}.")
+
+    def _check_projection(self) -> None:
+        """``flows_projection_dim`` a positive integer or None, with flows and without defences."""
+        if self.flows_projection_dim is None:
+            return
+        object.__setattr__(self, "flows_projection_dim", check_integer("flows_projection_dim", self.flows_projection_dim,
+                                                                       none_ok=True))
+        if not self.flows:
+            raise ValueError(f"flows_projection_dim: projects the vectors of TracIn flows, which this run does not "
+                             f"book (flows=False); got flows_projection_dim={self.flows_projection_dim}. Pass "
+                             "flows=True with it, or leave it None.")
+        if self.defences is not None:
+            raise ValueError("flows_projection_dim: the defences book a defended TracIn outflow from the full "
+                             "inference gradients, which a projected run does not keep; leave flows_projection_dim "
+                             "None with defences.")
+
+    def flows_projection(self, seed: int) -> FlowsProjection | None:
+        """The flows' projection of a run seeded ``seed`` (its seed derived from the run's:
+        :meth:`fedvalue.flows.projected_flows.FlowsProjection.of_run`); None without one."""
+        return None if self.flows_projection_dim is None else FlowsProjection.of_run(self.flows_projection_dim, seed)
 
     def check_strategy(self, strategy: Strategy) -> None:
         """ValueError when ``strategy`` would fail every reply these books ask for: flows and

@@ -42,9 +42,9 @@ from strategies.acceptance_policy import Acceptance
 @dataclass(frozen=True)
 class HookContext:
     """What a hook's factory is given when the strategy is built: the run's books, its acceptance
-    policy, the inner strategy's class name and whether it aggregates by FedAvg's weighted mean, and
+    policy, the inner strategy's class name and whether it aggregates by FedAvg's weighted mean,
     whether the queries to idle clients carry the train config's data-key (so that a client of an
-    engine serving several runs answers from this run's data)."""
+    engine serving several runs answers from this run's data), and the run's seed."""
 
     books: BookSettings
     acceptance: Acceptance
@@ -53,6 +53,8 @@ class HookContext:
     query_data_key: bool = False
     #: How the round game aggregates a coalition (:data:`fedvalue.valuation.settings.COALITION_RULES`).
     coalition_rule: str = RENORMALIZED
+    #: The run's seed (what a hook draws is derived from it: the flows' projection).
+    seed: int = 0
 
 
 @dataclass(frozen=True)

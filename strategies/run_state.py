@@ -262,10 +262,15 @@ def run_json(valuing, num_rounds: int | None) -> dict | None:
         "clients_per_round": None if sampler is None else sampler.clients_per_round,
         "acceptance": described(valuing.acceptance),
         "flows": valuing.flows,
+        "flows_projection": _as_json(valuing.book_settings.flows_projection(valuing.seed)),
         UTILITY_REFERENCE_KEY: utility,
         "versions": package_versions(),
     }
     return {key: value for key, value in config.items() if value is not None}
+
+
+def _as_json(setting) -> dict | None:
+    return None if setting is None else setting.as_json()
 
 
 def described(policy: object) -> dict:

@@ -107,7 +107,7 @@ class ValuingStrategy(Strategy):
         #: The books' hooks by kind name (:mod:`strategies.hooks.registry`).
         self._hook_context = hook_context(self.book_settings, self.acceptance, strategy,
                                           query_data_key=self.intake.query_data_key,
-                                          coalition_rule=self.valuation.coalition_rule)
+                                          coalition_rule=self.valuation.coalition_rule, seed=self.seed)
         check_expansion(self.valuation, self.book_settings, strategy, self.utility)
         self.hooks = run_hooks(self._hook_context)
         self.last_valuation: RoundValuation | None = None

@@ -43,6 +43,9 @@ PENDING = {
         "python -m bench.large_rounds --models cnn --sizes 20 50",
     "round   1: elapsed     64.8 s, valuation    1.8 s (950 evaluations, ads-kernelshap), server    3180 MB, tree"
     "    4503 MB": "python -m bench.scale --no-records (1,000 clients, 50 rounds)",
+    "round   1: elapsed    237.8 s, valuation    3.9 s (950 evaluations, ads-kernelshap), server    2342 MB, tree"
+    "    3639 MB": "python -m bench.scale --clients 1000 --per-round 50 --rounds 1 --projection-dim 2048 --audit "
+                   "--out /tmp/flowrec-scale1 (1,000 clients, 1 round; ~9 minutes)",
     "before (one actor, partition query per run, checkpoints, 0.1 s reply poll)":
         "python -m bench.study --seeds 4, here and on the version before",
     "rounds   wall s  s/round  server peak MB  tree peak MB  records MB": "python -m bench.load (200 clients)",

@@ -5,7 +5,9 @@ For a round aggregated by the FedAvg family the round game is rebuilt from the r
 :func:`fedvalue.rounds.booking.book_round`: ADS and LOO with their standard errors (MC reruns with
 the recorded seed, round t's generator ``[seed, t]``), v_t(∅), v_t(I_t), U(A_t) (A_t =
 the weighted mean of the accepted replies, which must also be the next round's start
-state), the harm of rejected replies, the ``selected`` marks and the TracIn flows. Every
+state), the harm of rejected replies, the ``selected`` marks and the TracIn flows (through a
+projection, from the projected vectors the record keeps, each projected update checked against
+its reply: :mod:`fedvalue.audit.projected_vectors`). Every
 ledger row of the round must then equal the recomputed one in ``value``, ``stderr``,
 ``status`` and ``num_examples`` (the weight, when the strategy weighs by examples; the
 ``noisy`` column is the run's ground truth, checked against it over the whole ledger by
@@ -49,6 +51,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fedvalue.audit.projected_vectors import projection_problems
 from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import BookedRound, CountingAggregator, book_round
@@ -193,7 +196,7 @@ def _run_settings(config: Mapping) -> dict:
 
 
 def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
-    """Where the record's estimator, methods or seed disagree with run.json."""
+    """Where the record's estimator, methods, seed, coalition rule or flows projection disagree with run.json."""
     settings, problems = record.settings, []
     valuation = settings.valuation.as_dict()
     for field, expected in _run_settings(config).items():
@@ -205,6 +208,9 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
         problems.append(f"its seed is {settings.seed!r}, run.json says {config['seed']!r}")
     if "coalition_rule" in config and settings.coalition_rule != config["coalition_rule"]:
         problems.append(f"its coalition rule is {settings.coalition_rule!r}, run.json says {config['coalition_rule']!r}")
+    if "flows_projection" in config and settings.flows_projection != config["flows_projection"]:
+        problems.append(f"its flows projection is {settings.flows_projection!r}, run.json says "
+                        f"{config['flows_projection']!r}")
     return problems
 
 
@@ -366,8 +372,10 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, booked: BookedRo
     """What in round t's ``booked`` rows (its rounds.csv row and ledger rows, read back typed)
     differs from the rows recomputed from its record, and the largest value difference seen:
     values, standard errors and utilities to ``tolerance`` × max(1, |booked|), everything else
-    exactly; and whether the next round started from the aggregate of this one's replies."""
+    exactly; whether the next round started from the aggregate of this one's replies; and whether the
+    projected vectors of its flows are those of its replies (:mod:`fedvalue.audit.projected_vectors`)."""
     books, realized, by_examples, problems = recompute_books(record, utility, fairness, replay)
+    problems += projection_problems(record, tolerance)
     found, worst = _ledger_problems(record, books.ledger_rows, booked.ledger_rows, by_examples, tolerance)
     problems += found
     problems += _round_row_problems(record.round, books.round_row, booked.round_row, tolerance)

@@ -5,7 +5,8 @@ A run directory (:mod:`fedvalue.run.ledger_tables`) may also hold
 ``records/round-NNNNNN.npz``
     The round record (:class:`RoundRecord`), the single input of the round's books: the
     state the round started from, A_{t−1}; every ok or rejected reply's arrays; the
-    inference gradients and losses of TracIn flows; and, as JSON, every sampled client's
+    inference gradients and losses of TracIn flows (or, with a projection, each gradient and
+    each valid reply's update projected to k numbers); and, as JSON, every sampled client's
     outcome in reply order (status, weight, example count, reason), who was accepted, the
     claim review's flags and the round's settings. The live books are booked from it, and
     from it and the run's utility the audit books the round again (``fedvalue audit``). Written once, before
@@ -184,6 +185,11 @@ class RoundRecord:
     gradients, losses
         TracIn flows: client id -> inference gradient at A_{t−1} and the summed inference
         loss there (sampled and idle clients).
+    projected_gradients, projected_updates
+        TracIn flows through a random projection R_t (``settings.flows_projection``;
+        :mod:`fedvalue.flows.projected_flows`), kept instead of ``gradients``: client id -> R_t g_v
+        (float32; sampled and idle clients) and, for every valid reply, R_t Δ_u (float64), each a
+        vector of k numbers.
     loss_gradients, fisher_diagonals
         Fairness influence with curvature (:mod:`fedvalue.scoring.fairness.curvature`): client id ->
         its training loss gradient G_u and empirical Fisher diagonal d_u at A_{t−1}.
@@ -225,6 +231,8 @@ class RoundRecord:
     #: Name -> arrays the round's books compare replies with (the defences' free-rider test:
     #: ``"previous-global"``, A_{t−2}); the audit checks each against the earlier record it names.
     references: dict[str, Arrays] = field(default_factory=dict)
+    projected_gradients: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    projected_updates: dict[Hashable, np.ndarray] = field(default_factory=dict)
     replay_missing: str | None = None
     available: tuple | None = None
     passed: tuple[int, ...] | None = None
@@ -264,7 +272,8 @@ def record_bytes(record: RoundRecord) -> bytes:
     """The bytes of ``record``'s archive. Client ids must be ints or strings."""
     clients = list(dict.fromkeys([*(e.client_id for e in record.entries), *record.replies, *record.gradients,
                                   *(c.client_id for c in record.claims), *record.loss_gradients,
-                                  *record.fisher_diagonals]))
+                                  *record.fisher_diagonals, *record.projected_gradients,
+                                  *record.projected_updates]))
     for client in clients:
         if isinstance(client, bool) or not isinstance(client, (int, np.integer, str)):
             raise TypeError(f"client ids: expected ints or strings to save a round record; got {client!r}.")
@@ -306,7 +315,36 @@ def record_bytes(record: RoundRecord) -> bytes:
         meta["fisher_diagonals"] = [index[c] for c in record.fisher_diagonals]
     if record.references:  # absent otherwise: other records' bytes unchanged
         meta["references"] = list(record.references)
+    for name, member, vectors in _projected(record):  # absent otherwise: other records' bytes unchanged
+        meta[name] = [index[c] for c in vectors]
+        arrays[member] = np.stack(list(vectors.values())) if vectors else np.zeros((0, 0))
     return npz_bytes(arrays, meta)
+
+
+#: (metadata key, archive member, RoundRecord field) of the projected vectors: one k-column matrix
+#: each, its rows the clients the metadata lists.
+PROJECTED = (("projected_gradients", "projected-gradients", "projected_gradients"),
+             ("projected_updates", "projected-updates", "projected_updates"))
+
+
+def _projected(record: RoundRecord) -> list[tuple[str, str, dict]]:
+    """The record's projected vectors to save, by :data:`PROJECTED` (none for a record without a projection)."""
+    if record.settings.flows_projection is None and not (record.projected_gradients or record.projected_updates):
+        return []
+    return [(name, member, getattr(record, attribute)) for name, member, attribute in PROJECTED]
+
+
+def _projected_vectors(arrays: Arrays, meta: dict, clients: list) -> dict[str, dict]:
+    """The record's projected vectors by field (client -> row of its member's matrix)."""
+    found = {}
+    for name, member, attribute in PROJECTED:
+        if name not in meta:
+            continue
+        rows, matrix = meta[name], arrays[member]
+        if not isinstance(rows, list) or len(set(rows)) != len(rows) or matrix.ndim != 2 or len(matrix) != len(rows):
+            raise ValueError(f"'{name}' does not list one client per row of its {member} matrix")
+        found[attribute] = {clients[k]: matrix[i] for i, k in enumerate(rows)}
+    return found
 
 
 def write_round_record(run_dir: str | os.PathLike | RunDir, record: RoundRecord) -> Path:
@@ -423,6 +461,7 @@ def _round_record(arrays: Arrays, meta: dict) -> RoundRecord:
         fisher_diagonals={clients[k]: _split_prefix(arrays, f"fisher/{k}/") for k in meta.get("fisher_diagonals", [])},
         lossless=lossless,
         references=_references(arrays, meta.get("references", [])),
+        **_projected_vectors(arrays, meta, clients),
         **round_facts_from_json(meta["meta"]),
     )
 

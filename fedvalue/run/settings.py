@@ -8,7 +8,7 @@ replay, the audit); the record's archive holds it as one JSON object (:meth:`Rou
 read back by :meth:`RoundSettings.from_json`, which treats it as untrusted: a wrong key or value
 is a ValueError naming the field. The defences' and the rules' settings stay JSON objects here
 because their types live in the layers above (:class:`fedvalue.rounds.defences.settings.DefenceSettings`
-parses ``defences``).
+parses ``defences``, :class:`fedvalue.flows.projected_flows.FlowsProjection` ``flows_projection``).
 """
 
 from __future__ import annotations
@@ -138,6 +138,11 @@ class RoundSettings:
         The reply metric holding each client's aggregation weight n_u.
     flows
         Whether the round books TracIn flows ([RECIP]) from the clients' gradients.
+    flows_projection
+        The random projection the flows were booked through, as JSON (``dim``, ``seed``, ``kind``,
+        ``chunk_size``: :class:`fedvalue.flows.projected_flows.FlowsProjection` parses it); the record
+        then keeps every gradient and update projected, k numbers each. None (absent from the
+        record): the full vectors.
     reject_non_finite
         Whether replies with NaN or ±inf were kept from the inner strategy.
     selection
@@ -172,6 +177,7 @@ class RoundSettings:
     aggregation: str = WEIGHTED_MEAN
     weighted_by_key: str = NUM_EXAMPLES_KEY
     flows: bool = False
+    flows_projection: Mapping[str, Any] | None = None
     reject_non_finite: bool = True
     selection: bool = False
     fairness: FairnessNote | None = None
@@ -208,6 +214,7 @@ class RoundSettings:
                    "reject_non_finite": self.reject_non_finite, "selection": self.selection}
         optional = {"fairness": None if self.fairness is None else self.fairness.as_json(),
                     "weighting": None if self.weighting is None else dict(self.weighting),
+                    "flows_projection": None if self.flows_projection is None else dict(self.flows_projection),
                     "defences": None if self.defences is None else dict(self.defences),
                     "acceptance": self.acceptance,
                     "notes": None if not self.notes else {kind: dict(note) for kind, note in self.notes.items()},
@@ -243,7 +250,7 @@ class RoundSettings:
                 fields[name] = _flag(name, written[name])
         if written.get("fairness") is not None:
             fields["fairness"] = FairnessNote.from_json(written["fairness"])
-        for name in ("weighting", "defences"):
+        for name in ("weighting", "defences", "flows_projection"):
             if written.get(name) is not None:
                 fields[name] = _object(name, written[name])
         if written.get("coalition_rule") is not None:

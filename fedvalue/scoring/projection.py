@@ -1,11 +1,18 @@
 """Flat parameter vectors and a seeded random projection for TracIn dot products at large p.
 
 **Random projection** ([RECIP] §4 at large p). With R ∈ ℝ^{k×p}, R_ij i.i.d. N(0, 1/k)
-(Gaussian) or ±1/√k (Rademacher), E[RᵀR] = I, so (R s_u)·(R g_v) is an unbiased
-estimate of s_u·g_v with standard deviation ≈ ‖s_u‖‖g_v‖ √(2/k) (Johnson–Lindenstrauss).
+(Gaussian) or ±1/√k (Rademacher), or a count sketch (each column j holds one ±1, at a row
+h(j) drawn uniformly: Rx sums the signed coordinates hashed to each row), E[RᵀR] = I, so
+(R s_u)·(R g_v) is an unbiased estimate of s_u·g_v with variance
+
+    (‖s_u‖²‖g_v‖² + (s_u·g_v)² − c Σ_i s_ui² g_vi²) / k,   c = 0 (Gaussian), 2 (the others),
+
+at most 2‖s_u‖²‖g_v‖²/k: standard deviation ≈ ‖s_u‖‖g_v‖ √(2/k) (Johnson–Lindenstrauss).
+The dense kinds cost O(k·p) a vector, the count sketch O(p) (one pass, a weighted
+``bincount``, whose sums do not depend on how many vectors are projected together).
 The SAME R is applied to updates and gradients; it is generated from the seed in column
-chunks, so memory stays O(k · chunk) however large p is. For k ≥ p no projection is
-done (identity: exact and cheaper).
+chunks, so memory stays O(k · chunk) (count sketch: O(chunk)) however large p is. For
+k ≥ p no projection is done (identity: exact and cheaper).
 """
 
 from __future__ import annotations
@@ -72,11 +79,13 @@ class RandomProjection:
     """A seeded k×p random projection R, applied without holding R in memory.
 
     R_ij are i.i.d. N(0, 1/k) (``kind="gaussian"``) or ±1/√k with probability 1/2
-    (``kind="rademacher"``); E[RᵀR] = I, so projected dot products are unbiased with
-    standard deviation ≈ ‖x‖‖y‖ √(2/k) (module docstring). Columns are generated in
-    chunks of ``chunk_size``; chunk j comes from its own child of the seed's
+    (``kind="rademacher"``), or R is a count sketch (``kind="count-sketch"``: column j is
+    ±e_{h(j)}, sign and row h(j) uniform); E[RᵀR] = I, so projected dot products are
+    unbiased with standard deviation ≈ ‖x‖‖y‖ √(2/k) (module docstring). Columns are
+    generated in chunks of ``chunk_size``; chunk j comes from its own child of the seed's
     SeedSequence, so the matrix depends only on (seed, k, kind, chunk_size) and memory is
-    O(k · chunk_size) plus, when it fits in ``max_cache_bytes``, the cached matrix.
+    O(k · chunk_size) (count sketch: O(chunk_size)) plus, when it fits in
+    ``max_cache_bytes``, the cached matrix.
 
     When k ≥ p the projection is the identity (``output_dim = p``): exact, and a random
     k×p matrix with k ≥ p could only add noise.
@@ -88,17 +97,19 @@ class RandomProjection:
     k
         Target dimension.
     kind
-        ``"gaussian"`` or ``"rademacher"``.
+        ``"gaussian"``, ``"rademacher"`` or ``"count-sketch"``.
     seed
         Non-negative int, SeedSequence, numpy Generator (one draw of entropy is taken
         from it) or None (fresh entropy: not reproducible).
     chunk_size
-        Columns per generated block; default ≈ 2^20 / k (8 MiB blocks).
+        Columns per generated block; default ≈ 2^20 / k (8 MiB blocks; count sketch: 2^20
+        columns, 16 MiB) (:meth:`default_chunk_size`).
     max_cache_bytes
-        Keep the generated blocks when k·p·8 bytes is at most this (default 128 MiB).
+        Keep the generated blocks when k·p·8 bytes (count sketch: 16·p) is at most this
+        (default 128 MiB).
     """
 
-    KINDS = ("gaussian", "rademacher")
+    KINDS = ("gaussian", "rademacher", "count-sketch")
 
     def __init__(
         self,
@@ -114,7 +125,7 @@ class RandomProjection:
         check_integer("k", k)
         check_choice("kind", kind, self.KINDS)
         if chunk_size is None:
-            chunk_size = max(1, (1 << 20) // int(k))
+            chunk_size = self.default_chunk_size(k, kind)
         check_integer("chunk_size", chunk_size, none_ok=True)
         if isinstance(seed, np.random.Generator):
             sequence = np.random.SeedSequence(seed.integers(0, 2**63, size=4).tolist())
@@ -132,9 +143,16 @@ class RandomProjection:
         self.chunk_size = int(chunk_size)
         self._entropy = sequence.entropy
         self._spawn_key = tuple(sequence.spawn_key)
-        self._cache: dict[int, np.ndarray] | None = (
-            {} if self.k * self.dim * 8 <= max_cache_bytes else None
+        held = self.dim * 16 if kind == "count-sketch" else self.k * self.dim * 8
+        self._cache: dict[int, np.ndarray | tuple[np.ndarray, np.ndarray]] | None = (
+            {} if held <= max_cache_bytes else None
         )
+
+    @staticmethod
+    def default_chunk_size(k: int, kind: str) -> int:
+        """Columns per generated block when none is given: 2^20 / k for the dense kinds (blocks
+        of 8 MiB), 2^20 for the count sketch (its block is a row index and a sign per column)."""
+        return 1 << 20 if kind == "count-sketch" else max(1, (1 << 20) // int(k))
 
     @property
     def identity(self) -> bool:
@@ -146,12 +164,18 @@ class RandomProjection:
         """min(k, p)."""
         return self.dim if self.identity else self.k
 
-    def _block(self, j: int) -> np.ndarray:
+    def _block(self, j: int) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         if self._cache is not None and j in self._cache:
             return self._cache[j]
         start = j * self.chunk_size
         width = min(self.chunk_size, self.dim - start)
         rng = np.random.default_rng(np.random.SeedSequence(self._entropy, spawn_key=(*self._spawn_key, j)))
+        if self.kind == "count-sketch":  # (row h(j) of each column, its sign)
+            rows = rng.integers(0, self.k, size=width)
+            block = (rows, rng.integers(0, 2, size=width).astype(np.float64) * 2.0 - 1.0)
+            if self._cache is not None:
+                self._cache[j] = block
+            return block
         if self.kind == "gaussian":
             block = rng.standard_normal((self.k, width))
         else:
@@ -184,7 +208,11 @@ class RandomProjection:
         out = np.zeros((len(rows), self.k))
         for j in range(math.ceil(self.dim / self.chunk_size)):
             lo, hi = j * self.chunk_size, min(self.dim, (j + 1) * self.chunk_size)
-            if rows:
+            if self.kind == "count-sketch":  # one vector at a time: the same sums however many are projected
+                hashed, signs = self._block(j)
+                for i, row in enumerate(rows):
+                    out[i] += np.bincount(hashed, weights=row[lo:hi] * signs, minlength=self.k)
+            else:
                 out += np.stack([row[lo:hi] for row in rows]) @ self._block(j).T
         return out
 

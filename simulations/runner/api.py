@@ -178,7 +178,7 @@ def simulate(
     valuation, books, run, engine = _settings_or_defaults(valuation, books, run, engine)
     train_config = dict(train_config or {})
     train_config.setdefault(SEED_KEY, seed)  # clients draw from the run's seed unless told otherwise
-    config = _run_config(run, strategy, valuation, train_config, seed, num_rounds, num_clients)
+    config = _run_config(run, strategy, valuation, train_config, seed, num_rounds, num_clients, books)
     _check_before_writing(engine, run, books, load_client_data, num_clients)
     sampler = default_sampler(strategy, num_clients, seed) if sampler is None else sampler
     initial = initial_model_arrays(model_factory, seed)
@@ -224,9 +224,10 @@ def _check_before_writing(engine: EngineSettings, run: RunSettings, books: BookS
 
 
 def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettings, train_config: dict, seed: int,
-                num_rounds: int, num_clients: int) -> dict:
+                num_rounds: int, num_clients: int, books: BookSettings) -> dict:
     """run.json's configuration: the caller's, completed with what the audit needs to read the
-    run from run.json alone (seed, rounds, clients, strategy, training, the estimator, versions)."""
+    run from run.json alone (seed, rounds, clients, strategy, training, the estimator, the flows'
+    projection where there is one, versions)."""
     config = dict(run.run_config or {})
     config.setdefault("seed", seed)
     config.setdefault("num_rounds", num_rounds)
@@ -235,6 +236,9 @@ def _run_config(run: RunSettings, strategy: Strategy, valuation: ValuationSettin
     config.setdefault("train_config", train_config)
     config.setdefault("methods", list(valuation.methods))
     config.setdefault("valuation", valuation.ads.as_dict())  # the estimator, as the round records write it
+    projection = books.flows_projection(seed)
+    if projection is not None:  # absent otherwise: run.json of other runs reads the same
+        config.setdefault("flows_projection", projection.as_json())
     config["versions"] = package_versions()
     return config
 

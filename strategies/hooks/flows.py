@@ -9,6 +9,15 @@ other client is asked for it by a query carrying A_{t−1}
 changes Σ_u flow(u → v) are checked in round t + 1 against the losses the clients then
 report at A_t (:meth:`FlowQueries.check_first_order`, the table ``first_order.csv``); the pending
 check is part of the server's state a checkpoint keeps.
+
+With a projection (``BookSettings(flows_projection_dim=k)``) the hook projects the round's
+gradients and its valid replies' updates with the round's R_t as the record is made
+(:func:`fedvalue.flows.projected_flows.project_round`): the record keeps k numbers a vector, and the
+flows, the outflows a selection rule ranks and the predicted loss changes all come from them. The
+clients still send their full gradients and the server projects them: a client could sketch its own
+(O(p) with the count sketch), but every query would then carry the round's projection and the reply
+checks would read a k-vector in place of the model's arrays, a second reply form for the ClientApp,
+the valuation mod of one's own app and the server alike.
 """
 
 from __future__ import annotations
@@ -21,9 +30,11 @@ from flwr.app import ArrayRecord, ConfigRecord, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
+from fedvalue.flows.projected_flows import FlowsProjection, project_round, projected_round_flows
 from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
 from fedvalue.rounds.booking import BookedRound
 from fedvalue.rounds.kinds.flows import FlowsBook
+from fedvalue.run.archive import RoundRecord
 from fedvalue.run.ledger_tables import LedgerWriter
 from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from strategies.arrays import arrays_to_numpy
@@ -41,6 +52,14 @@ def outflows_if_all_aggregated(start_arrays: Mapping[str, np.ndarray], ok: list[
     flows, _ = fedavg_round_flows(start_arrays, {r.client_id: r.arrays for r in ok},
                                   {r.client_id: r.weight for r in ok},
                                   {c: g.gradient for c, g in gradients.items()})
+    outflow = dict(zip(flows.clients, flows.outflow.tolist()))
+    return {r.client_id: outflow[r.client_id] for r in ok}
+
+
+def projected_outflows_if_all_aggregated(record: RoundRecord, ok: list[ClientReply]) -> dict:
+    """:func:`outflows_if_all_aggregated` from the record's projected vectors (the round's R_t)."""
+    flows, _ = projected_round_flows({r.client_id: record.projected_updates[r.client_id] for r in ok},
+                                     record.projected_gradients, {r.client_id: r.weight for r in ok})
     outflow = dict(zip(flows.clients, flows.outflow.tolist()))
     return {r.client_id: outflow[r.client_id] for r in ok}
 
@@ -87,16 +106,16 @@ class FlowQueries:
             gradients[client] = InferenceGradient(client, *read)
         return gradients
 
-    def expect(self, server_round: int, flows: RoundFlows, gradients: Mapping[object, InferenceGradient]) -> None:
-        """Keep round ``server_round``'s predicted loss changes for the next round's check."""
+    def expect(self, server_round: int, flows: RoundFlows, losses: Mapping[object, float]) -> None:
+        """Keep round ``server_round``'s predicted loss changes (and the losses at A_{t−1}, by client)
+        for the next round's check."""
         predicted = flows.predicted_loss_change()
-        self.pending = (server_round, {c: (g.loss, float(predicted[c])) for c, g in gradients.items()})
+        self.pending = (server_round, {c: (loss, float(predicted[c])) for c, loss in losses.items()})
 
-    def check_first_order(self, gradients: Mapping[object, InferenceGradient], ledger: LedgerWriter | None) -> None:
-        """Book last round's predicted loss changes against the losses now reported at A_t."""
+    def check_first_order(self, losses: Mapping[object, float], ledger: LedgerWriter | None) -> None:
+        """Book last round's predicted loss changes against the ``losses`` now reported at A_t."""
         if self.pending is None:
             return
-        losses = {c: g.loss for c, g in gradients.items()}
         previous_round, previous = self.pending
         self.pending = None
         rows = [
@@ -114,18 +133,26 @@ PENDING_FIRST_ORDER = "pending_first_order"
 
 class FlowHook(RoundHook):
     """TracIn flows' hook of one run (module docstring): every round asks the sampled clients
-    for their inference gradient and the idle ones by a query; the record keeps them all."""
+    for their inference gradient and the idle ones by a query; the record keeps them all (with
+    ``projection``, projected)."""
 
     offers = frozenset({OUTFLOWS})
 
-    def __init__(self, *, query_data_key: bool = False) -> None:
+    def __init__(self, *, query_data_key: bool = False, projection: FlowsProjection | None = None) -> None:
         self.queries = FlowQueries()
         self.query_data_key = query_data_key
+        self.projection = projection
         #: What every gradient query's config carries besides the request (the run's data-key).
         self.query_config: dict = {}
         self._idle: dict = {}
-        #: The round's inference gradients, idle clients' first (client -> InferenceGradient).
+        #: The round's inference gradients, idle clients' first (client -> InferenceGradient); none
+        #: are kept with a projection (the record keeps them projected).
         self.gradients: dict = {}
+        #: The round's inference losses at A_{t−1} (client -> summed loss), for the first-order check.
+        self.losses: dict = {}
+
+    def settings(self) -> dict:
+        return {} if self.projection is None else {"flows_projection": self.projection.as_json()}
 
     def saved(self) -> dict:
         return {PENDING_FIRST_ORDER: self.queries.pending}
@@ -149,27 +176,40 @@ class FlowHook(RoundHook):
                                            idle.query_type, self.query_config)
 
     def note(self, round: RoundView) -> dict:
-        self.gradients = {**self._idle, **round.gradients}
-        return {"gradients": {c: g.gradient for c, g in self.gradients.items()},
-                "losses": {c: g.loss for c, g in self.gradients.items()}}
+        gradients, self._idle = {**self._idle, **round.gradients}, {}
+        self.losses = {c: g.loss for c, g in gradients.items()}
+        if self.projection is None:
+            self.gradients = gradients
+            return {"gradients": {c: g.gradient for c, g in gradients.items()}, "losses": dict(self.losses)}
+        start = round.start_arrays
+        size = sum(int(np.asarray(v).size) for v in start.values())
+        projected, updates = project_round(self.projection.for_round(size, round.server_round), start,
+                                           {c: g.gradient for c, g in gradients.items()},
+                                           {r.client_id: r.arrays for r in round.ok})
+        return {"projected_gradients": projected, "projected_updates": updates, "losses": dict(self.losses)}
 
     def offer(self, round: RoundView, inputs) -> dict:
+        if self.projection is not None:
+            return {OUTFLOWS: lambda: projected_outflows_if_all_aggregated(round.record, list(round.ok))}
         gradients = self.gradients
         return {OUTFLOWS: lambda: outflows_if_all_aggregated(round.start_arrays, list(round.ok), gradients)}
 
     def before_commit(self, round: RoundView, books: BookedRound, ledger: LedgerWriter | None) -> None:
         """Last round's predicted loss changes meet the losses reported now, at A_{t−1}; this
         round's are kept for the next."""
-        self.queries.check_first_order(self.gradients, ledger)
+        self.queries.check_first_order(self.losses, ledger)
         book = books.parts.get("flows")
         if isinstance(book, FlowsBook):
-            self.queries.expect(round.server_round, book.flows, self.gradients)
+            self.queries.expect(round.server_round, book.flows, self.losses)
 
     def finish(self, final_arrays: ArrayRecord, idle: IdleClients, ledger: LedgerWriter | None) -> None:
         """One more gradient query at the final state gives the last round's check its actual loss change."""
         if self.queries.pending is not None:
-            self.queries.check_first_order(self.query(final_arrays, idle), ledger)
+            final = self.query(final_arrays, idle)
+            self.queries.check_first_order({c: g.loss for c, g in final.items()}, ledger)
 
 
 def flow_hook(context: HookContext) -> FlowHook | None:
-    return FlowHook(query_data_key=context.query_data_key) if context.books.flows else None
+    if not context.books.flows:
+        return None
+    return FlowHook(query_data_key=context.query_data_key, projection=context.books.flows_projection(context.seed))

@@ -54,10 +54,10 @@ def unregister_round_hook(name: str) -> None:
 
 
 def hook_context(books: BookSettings, acceptance: Acceptance, strategy: Strategy, *,
-                 query_data_key: bool = False, coalition_rule: str = RENORMALIZED) -> HookContext:
+                 query_data_key: bool = False, coalition_rule: str = RENORMALIZED, seed: int = 0) -> HookContext:
     """What the hooks of a run of ``strategy`` that keeps ``books`` and accepts by ``acceptance`` are
     made from (``query_data_key``: its queries carry the train config's data-key; ``coalition_rule``:
-    how its round game aggregates a coalition). ValueError for a coalition rule other than the
+    how its round game aggregates a coalition; ``seed``: the run's). ValueError for a coalition rule other than the
     renormalized one where the inner strategy aggregates by its own code (the rule is the weighted
     mean's)."""
     weighted_mean = aggregates_by_weighted_mean(strategy)
@@ -65,7 +65,7 @@ def hook_context(books: BookSettings, acceptance: Acceptance, strategy: Strategy
         raise ValueError(f"coalition_rule: {coalition_rule!r} weighs each coalition by FedAvg's round weights; "
                          f"{type(strategy).__name__} aggregates by its own code, whose coalitions are what it "
                          "makes of them: use 'renormalized' with it.")
-    return HookContext(books, acceptance, type(strategy).__name__, weighted_mean, query_data_key, coalition_rule)
+    return HookContext(books, acceptance, type(strategy).__name__, weighted_mean, query_data_key, coalition_rule, seed)
 
 
 def check_expansion(valuation: ValuationSettings, books: BookSettings, strategy: Strategy, utility: object) -> None:

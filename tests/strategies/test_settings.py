@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
+from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.valuation.settings import ADAPTIVE_FIELDS, AdsSettings, ValuationSettings
 from fedvalue.run.archive import read_round_record, record_path
 from fedvalue.analysis.run_summary import load_run
@@ -36,6 +37,22 @@ utility = _utility_fixture
     (lambda: ValuationSettings(ads={"method": "mc"}), TypeError, "ads: expected a fedvalue.valuation.settings.AdsSettings; got dict"),
     (lambda: RunCallbacks(on_progress=3), TypeError, "on_progress: expected a callable"),
     (lambda: BookSettings(flows=1), TypeError, "flows: expected True or False; got 1"),
+    (lambda: BookSettings(flows=True, flows_projection_dim=0), ValueError,
+     "^flows_projection_dim: expected a positive integer or None; got 0"),
+    (lambda: BookSettings(flows=True, flows_projection_dim=-4), ValueError,
+     "^flows_projection_dim: expected a positive integer or None; got -4"),
+    (lambda: BookSettings(flows=True, flows_projection_dim=2.5), ValueError,
+     "^flows_projection_dim: expected a positive integer or None; got 2.5"),
+    (lambda: BookSettings(flows=True, flows_projection_dim=4096.0), ValueError,
+     "^flows_projection_dim: expected a positive integer or None; got 4096.0"),
+    (lambda: BookSettings(flows=True, flows_projection_dim=True), ValueError,
+     "^flows_projection_dim: expected a positive integer or None; got True"),
+    (lambda: BookSettings(flows=True, flows_projection_dim="4096"), ValueError,
+     "^flows_projection_dim: expected a positive integer or None; got '4096'"),
+    (lambda: BookSettings(flows_projection_dim=4096), ValueError,
+     r"^flows_projection_dim: projects the vectors of TracIn flows, which this run does not book \(flows=False\)"),
+    (lambda: BookSettings(flows=True, flows_projection_dim=4096, defences=DefenceSettings()), ValueError,
+     "^flows_projection_dim: the defences book a defended TracIn outflow from the full inference gradients"),
     (lambda: BookSettings(fairness="dp"), TypeError, "fairness: expected a fedvalue.scoring.fairness.objectives.GroupFairness"),
     (lambda: BookSettings(fair_curvature=0.5), ValueError, "fair_curvature: fairness influence with curvature needs"),
     (lambda: BookSettings(noisy_clients="0,1"), TypeError, "noisy_clients: expected a collection of client ids"),

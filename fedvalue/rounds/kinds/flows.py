@@ -2,11 +2,14 @@
 ``tracin_outflow`` and ``tracin_self`` rows, then those of the clients that did not train
 this round (``idle``: they still receive inflow). Booked when the round records inference
 gradients (``record.settings.flows``). The flows are those of the aggregated clients' step,
-F(u→v) = −(p_u Δ_u)·g_v (:func:`fedvalue.flows.round_flows.fedavg_round_flows`); a client whose
+F(u→v) = −(p_u Δ_u)·g_v (:func:`fedvalue.flows.round_flows.fedavg_round_flows`), or, when the record
+keeps the vectors projected (``record.settings.flows_projection``), −p_u (R_t Δ_u)·(R_t g_v) from the
+projected vectors it keeps (:func:`fedvalue.flows.projected_flows.projected_round_flows`); a client whose
 inference gradient is missing has no known inflow (booked empty)."""
 
 from __future__ import annotations
 
+from fedvalue.flows.projected_flows import projected_round_flows
 from fedvalue.flows.round_flows import RoundFlows, fedavg_round_flows
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
 from fedvalue.schema import FLOW_METHODS, ClientEntry, LedgerRow, Status
@@ -47,9 +50,18 @@ def flows_book(context: RoundContext) -> FlowsBook | None:
     accepted = set(record.accepted)
     ok = [e for e in record.entries if e.status == Status.OK]
     aggregated = [e.client_id for e in ok if e.client_id in accepted]
-    if not (record.gradients or aggregated):
+    projected = context.settings.flows_projection is not None
+    if not ((record.projected_gradients if projected else record.gradients) or aggregated):
         return None
     weights = {e.client_id: e.weight for e in ok}
-    flows, missing = fedavg_round_flows(record.start_arrays, {c: record.replies[c] for c in aggregated},
-                                        {c: weights[c] for c in aggregated}, record.gradients)
+    if projected:
+        unprojected = [c for c in aggregated if c not in record.projected_updates]
+        if unprojected:
+            raise ValueError(f"projected_updates: expected the projected update of every aggregated client; "
+                             f"missing {unprojected[:5]}.")
+        flows, missing = projected_round_flows({c: record.projected_updates[c] for c in aggregated},
+                                               record.projected_gradients, {c: weights[c] for c in aggregated})
+    else:
+        flows, missing = fedavg_round_flows(record.start_arrays, {c: record.replies[c] for c in aggregated},
+                                            {c: weights[c] for c in aggregated}, record.gradients)
     return FlowsBook(context, flows, missing)

@@ -105,6 +105,47 @@ def test_curvature_comes_back_and_a_record_without_it_writes_no_trace_of_it(tmp_
     assert same_arrays(read.replies[4], arrays(1)) and list(read.gradients) == [4, 12]  # prefixes do not mix
 
 
+def projected(base: RoundRecord, k: int, rng: np.random.Generator, idle: int = 0) -> RoundRecord:
+    """``base`` with its flows kept projected: k float32 numbers per gradient (its clients' and ``idle``
+    more), k float64 numbers per valid reply's update, and no full gradients."""
+    import dataclasses
+
+    clients = [*base.gradients, *(f"idle-{i}" for i in range(idle))]
+    note = {"dim": k, "seed": 5, "kind": "count-sketch", "chunk_size": 1 << 20}
+    return dataclasses.replace(
+        base, gradients={}, settings=dataclasses.replace(base.settings, flows=True, flows_projection=note),
+        projected_gradients={c: rng.standard_normal(k).astype(np.float32) for c in clients},
+        projected_updates={c: rng.standard_normal(k) for c in base.replies})
+
+
+def test_projected_vectors_come_back_and_a_record_without_them_writes_no_trace_of_them(tmp_path):
+    _, meta = npz_from_bytes(record_bytes(record()), "plain")
+    assert "projected_gradients" not in meta and "projected_updates" not in meta  # other records' bytes unchanged
+    written = projected(record(), 5, np.random.default_rng(0), idle=2)
+    read = read_round_record(write_round_record(tmp_path, written))
+    assert read.settings == written.settings and read.gradients == {}
+    assert list(read.projected_gradients) == [4, 12, "idle-0", "idle-1"] and list(read.projected_updates) == [4, "edge-a", 9]
+    for kept, back in ((written.projected_gradients, read.projected_gradients),
+                       (written.projected_updates, read.projected_updates)):
+        for client, vector in kept.items():
+            again = back[int(client) if isinstance(client, np.integer) else client]
+            assert again.dtype == vector.dtype and again.tobytes() == vector.tobytes()
+
+
+def test_a_projected_record_is_the_size_of_its_k_numbers_a_client():
+    """p = 20,000 parameters, 300 clients with a gradient, 3 replies: the full gradients take 300·p·4 bytes
+    (24 MB); projected to k = 256 they take 300·k·4 + 3·k·8 bytes (313 KB) and a few hundred bytes of metadata."""
+    rng = np.random.default_rng(1)
+    p, n, k = 20_000, 300, 256
+    base = {**record().__dict__, "losses": {}}
+    full = RoundRecord(**{**base, "gradients": {f"c{i}": {"w": rng.standard_normal(p).astype(np.float32)}
+                                                for i in range(n)}})
+    bare = len(record_bytes(RoundRecord(**{**base, "gradients": {}})))
+    assert len(record_bytes(full)) - bare >= n * p * 4
+    grown = len(record_bytes(projected(full, k, rng))) - bare
+    assert n * k * 4 + 3 * k * 8 <= grown <= n * k * 4 + 3 * k * 8 + 8 * n + 2048
+
+
 @pytest.mark.parametrize("bad_id", [True, 1.5, ("a", 1)])
 def test_a_record_refuses_client_ids_it_cannot_save(tmp_path, bad_id):
     bad = record()
