@@ -12,6 +12,8 @@ mean and 95% interval over seeds), ``regimes_paired.csv`` (each policy minus ran
     python -m bench.regimes --out ~/fedvalue-runs/regimes --seed 1 --seeds 5 --results docs/results
     python -m bench.regimes --quick --out /tmp/regimes                     # every regime, tiny: a smoke run
     python -m bench.regimes --seed 100 --seeds 1 --set guard_explore=0.3 --out /tmp/tune   # a tuning run
+    python -m bench.regimes --full --regimes matched-0.7 --set 'models=["mlp","cnn"]' --out ~/fedvalue-runs/full \
+        --policies random,value-guard,value-ucb,greedyfed,oracle --results docs/results    # the full configuration
 
 The regimes' settings (the kinds' noise, the strengths, the mavericks' count) were chosen before any result.
 """
@@ -48,6 +50,16 @@ REGIMES = {
     "mavericks": {"bad_kind": "none", "flip_probabilities": (1.0,), "mavericks": 2},
     "mavericks-flips": {"bad_kind": "label-flip", "flip_probabilities": (1.0,), "mavericks": 2},
 }
+#: The full configuration's regimes: the public benchmarks' protocol (40% of the clients flip labels at p = 0.7)
+#: beside this project's own (half of them, at p = 1.0 and 0.5).
+FULL_REGIMES = {
+    "matched-0.7": {"bad_kind": "label-flip", "flip_probabilities": (0.7,), "noisy_fraction": 0.4},
+    "label-flip-1.0": REGIMES["label-flip-1.0"],
+    "label-flip-0.5": REGIMES["label-flip-0.5"],
+}
+#: The full configuration: long enough for random sampling to plateau, a larger validation split and budget; the
+#: models are chosen per run (``--set models=[\"mlp\",\"cnn\"]``).
+FULL = {"rounds": 120, "final_window": 10, "validation_examples": 2000, "valuation_budget": 200}
 POLICIES = ("random", "value-ucb", "greedyfed", "oracle")
 #: A smoke run of every regime: a few clients and rounds, small splits.
 QUICK = {"num_clients": 12, "clients_per_round": 4, "rounds": 3, "final_window": 2, "validation_examples": 200,
@@ -56,9 +68,13 @@ QUICK = {"num_clients": 12, "clients_per_round": 4, "rounds": 3, "final_window":
 
 
 def regime_config(regime: str, *, seed: int, seeds: int, policies: tuple[str, ...], quick: bool,
-                  coalition_rule: str = "renormalized", settings: dict | None = None) -> NoisyFederationConfig:
+                  coalition_rule: str = "renormalized", settings: dict | None = None,
+                  full: bool = False) -> NoisyFederationConfig:
+    """The benchmark's configuration of ``regime``: the quick one (or :data:`FULL`, ``full``), the regime's settings,
+    :data:`QUICK` for a smoke run, then ``settings``."""
+    made = {**FULL_REGIMES[regime], **FULL} if full else REGIMES[regime]
     config = NoisyFederationConfig(seed=seed, seeds=seeds, policies=policies, coalition_rule=coalition_rule,
-                                   **{**REGIMES[regime], **(QUICK if quick else {}), **(settings or {})})
+                                   **{**made, **(QUICK if quick else {}), **(settings or {})})
     check_config(config)
     return config
 
@@ -107,7 +123,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder of the regimes' benchmark runs (resumable)")
     parser.add_argument("--seed", type=int, default=1, help="first seed")
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds")
-    parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated, from " + ",".join(REGIMES))
+    parser.add_argument("--regimes", help="comma-separated, from " + ",".join(REGIMES) + "; with --full from "
+                        + ",".join(FULL_REGIMES) + " (default: every one)")
+    parser.add_argument("--full", action="store_true", help="the full configuration (120 rounds, a final window of "
+                        "10, 2,000 validation images, 200 evaluations a round); results files get a _full suffix")
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated benchmark policies")
     parser.add_argument("--coalition-rule", default="renormalized", help="the round game the valuing policies value "
                         "with: renormalized or fixed-weight")
@@ -117,15 +136,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, help="folder to write regimes_summary.csv, regimes_paired.csv and "
                         "regimes_curves.csv (accuracy by round) to")
     args = parser.parse_args(argv)
-    regimes = [r for r in args.regimes.split(",") if r]
-    unknown = [r for r in regimes if r not in REGIMES]
+    known = FULL_REGIMES if args.full else REGIMES
+    regimes = list(known) if args.regimes is None else [r for r in args.regimes.split(",") if r]
+    unknown = [r for r in regimes if r not in known]
     if unknown or not regimes:
-        parser.error(f"--regimes: expected names from {list(REGIMES)}; got {args.regimes!r}")
+        parser.error(f"--regimes: expected names from {list(known)}; got {args.regimes!r}")
     policies = tuple(p for p in args.policies.split(",") if p)
     try:
         settings = parse_settings(args.set)
         configs = {r: regime_config(r, seed=args.seed, seeds=args.seeds, policies=policies, quick=args.quick,
-                                    coalition_rule=args.coalition_rule, settings=settings) for r in regimes}
+                                    coalition_rule=args.coalition_rule, settings=settings, full=args.full) for r in regimes}
     except ValueError as error:
         parser.error(str(error))
     started = time.perf_counter()
@@ -150,7 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.results is not None:
         args.results.mkdir(parents=True, exist_ok=True)
         note = results_header(f"python -m bench.regimes {' '.join(argv if argv is not None else sys.argv[1:])}")
-        suffix = "" if args.coalition_rule == "renormalized" else "_" + args.coalition_rule.replace("-", "_")
+        suffix = ("" if args.coalition_rule == "renormalized" else "_" + args.coalition_rule.replace("-", "_")) \
+            + ("_full" if args.full else "")
         for name, frame in ((f"regimes_summary{suffix}.csv", summary), (f"regimes_paired{suffix}.csv", paired),
                             (f"regimes_curves{suffix}.csv", curves)):
             (args.results / name).write_text(note + frame.to_csv(index=False))

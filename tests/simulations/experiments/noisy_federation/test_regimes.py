@@ -18,6 +18,7 @@ from simulations.experiments.noisy_federation.cells import plan
 from simulations.experiments.noisy_federation.config import (
     BAD_KINDS,
     KINDS_WITH_STRENGTH,
+    NoisyFederationConfig,
     check_config,
 )
 from simulations.experiments.noisy_federation.data import (
@@ -129,3 +130,22 @@ def test_every_bad_kind_runs_and_audits_intact(kind, tmp_path):
         run_dir = cell.directory(tmp_path) / "run"
         report = audit_run(run_dir, **audit_from_run(json.loads((run_dir / "run.json").read_text())))
         assert report.intact, (kind, cell, report.problems, report.unverifiable)
+
+
+def test_the_full_configuration_matches_the_public_benchmarks_protocol_and_the_documented_options():
+    """--full --regimes matched-0.7 is 100 clients, 10 a round, 40% flipping labels at p = 0.7, 120 rounds; and it
+    is the configuration the documented options of ``fedvalue run noisy-federation`` give, so a run begun from the
+    command line continues under the bench (the benchmark compares every setting it may not change)."""
+    from bench.regimes.study import regime_config
+    from simulations.experiments.noisy_federation.noisy_federation import ADJUSTABLE
+
+    policies = ("random", "value-guard")
+    config = regime_config("matched-0.7", seed=1, seeds=2, policies=policies, quick=False, full=True)
+    assert (config.num_clients, config.clients_per_round, config.noisy_fraction, config.flip_probabilities,
+            config.rounds, config.bad_kind) == (100, 10, 0.4, (0.7,), 120, "label-flip")
+    documented = NoisyFederationConfig(seed=1, seeds=2, policies=policies, flip_probabilities=(0.7,),
+                                       noisy_fraction=0.4, rounds=120, final_window=10, validation_examples=2000,
+                                       valuation_budget=200)
+    fixed = lambda c: {k: v for k, v in c.as_dict().items() if k not in ADJUSTABLE}  # noqa: E731
+    assert fixed(config) == fixed(documented)
+    assert fixed(regime_config("label-flip-1.0", seed=1, seeds=2, policies=policies, quick=False)) != fixed(config)
