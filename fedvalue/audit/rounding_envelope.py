@@ -45,6 +45,10 @@ sets), and in the benchmark-sized cell there K E_x of an ADS value was at most 3
 1.8e-3 to 0.32 from 0, their MC standard errors 0.026 to 0.084), of a utility at most 1.9e-6 (|U|
 1.3 to 2.3).
 
+The envelope applies whatever platform run.json records, the auditor's own included: a run resumed
+elsewhere keeps the platform it started on, and run.json is the run's own claim, so the files do not
+tell which rounds were booked on this machine (where they would recompute bit for bit).
+
 Not covered (compared exactly, to τ_x, as before): harms of rejected replies (states outside the
 game), TracIn flows and fairness books (they score no coalition with U), and decisions taken on the
 values (``selected`` marks, the clients a value-weighting rule accepts), which differ only where two
