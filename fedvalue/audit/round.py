@@ -453,8 +453,10 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, booked: BookedRo
     envelope = None
     if compared.numbers_differ and rounding_envelope.applies(utility):
         _aggregated_by_booked_factors(record, done, booked, utility)
+        budget = getattr(utility, "budget", None)
         envelope = rounding_envelope.measure(record, done.valuation, utility, state_of=done.state_of(record),
-                                             realized=done.realized, recomputed=books.round_row, ok=done.ok)
+                                             realized=done.realized, recomputed=books.round_row, ok=done.ok,
+                                             budget=None if budget is None else budget.check)
         if envelope.unmeasured is None:
             compared = _compared(record, done, booked, tolerance, envelope)
     problems += compared.problems

@@ -74,6 +74,9 @@ from fedvalue.valuation.round_game import RoundValuation, round_rng, value_round
 ENVELOPE_FACTOR = 10.0
 #: Least e_S relative to |U64(S)|: float32's unit roundoff, 2^-24.
 ROUNDOFF_FLOOR = 2.0 ** -24
+#: Most coalitions of a round whose rounding is probed: each probe reruns the valuation, which reads
+#: every coalition, so a round costs about the square of its coalitions (1.1 ms a rerun at 93 of them).
+MAX_PROBED_COALITIONS = 1024
 
 Arrays = Mapping[str, np.ndarray]
 #: A booked number: ("round", rounds.csv column) or (method, client id as text, "value" | "stderr").
@@ -190,11 +193,13 @@ def _same(a: Mapping[CellKey, float], b: Mapping[CellKey, float] | None) -> bool
 
 
 def measure(record: RoundRecord, valuation: RoundValuation | None, utility, *, state_of: Callable[[frozenset], Arrays],
-            realized: Arrays | None, recomputed: RoundRow, ok: list[Hashable]) -> RoundEnvelope:
+            realized: Arrays | None, recomputed: RoundRow, ok: list[Hashable],
+            budget: Callable[[str], None] | None = None) -> RoundEnvelope:
     """The round's envelope (module docstring): e_S of every coalition its game scored (``state_of``
     materializes one), of A_t (``realized``) and, without a valuation, of A_{t−1}, against the
     ``recomputed`` rounds.csv row's U32; then E_x of every number of :func:`_numbers` by reruns of the
-    valuation; K E_x in ``allowed``."""
+    valuation; K E_x in ``allowed``. ``budget`` is called before each rerun (the audit's time budget).
+    A round of more than :data:`MAX_PROBED_COALITIONS` coalitions is left unmeasured."""
     envelope = RoundEnvelope()
     memo: dict[bytes, float | None] = {}
 
@@ -208,7 +213,8 @@ def measure(record: RoundRecord, valuation: RoundValuation | None, utility, *, s
         return rounding_error(float32_value, wide)
 
     try:
-        _measure_into(envelope.allowed, record, valuation, error_of, state_of, realized, recomputed, ok)
+        _measure_into(envelope.allowed, record, valuation, error_of, state_of, realized, recomputed, ok,
+                      budget or (lambda doing: None))
     except _Unmeasured as reason:
         envelope.allowed.clear()
         envelope.unmeasured = str(reason)
@@ -222,13 +228,17 @@ class _Unmeasured(Exception):
 
 def _measure_into(allowed: dict[CellKey, float], record: RoundRecord, valuation: RoundValuation | None,
                   error_of: Callable[[Arrays, float], float], state_of: Callable[[frozenset], Arrays],
-                  realized: Arrays | None, recomputed: RoundRow, ok: list[Hashable]) -> None:
+                  realized: Arrays | None, recomputed: RoundRow, ok: list[Hashable],
+                  budget: Callable[[str], None]) -> None:
     """:func:`measure`'s work: K E_x by number into ``allowed``; :class:`_Unmeasured` says why not."""
     if valuation is None:
         allowed[("round", "utility_before")] = ENVELOPE_FACTOR * error_of(record.start_arrays,
                                                                            recomputed.utility_before)
     else:
         cached = valuation.game.cached_values()
+        if len(cached) > MAX_PROBED_COALITIONS:
+            raise _Unmeasured(f"it scored {len(cached)} coalitions; the audit probes the rounding of at most "
+                              f"{MAX_PROBED_COALITIONS} (each probe reruns its valuation)")
         errors = {coalition: error_of(state_of(coalition), value) for coalition, value in cached.items()}
         rule = record.settings.weighting or None
         base = _numbers(valuation, rule, ok)
@@ -240,6 +250,7 @@ def _measure_into(allowed: dict[CellKey, float], record: RoundRecord, valuation:
             raise _Unmeasured("its valuation does not rerun on its scored coalitions as it was recomputed")
         sums = dict.fromkeys(base, 0.0)
         for coalition, error in errors.items():
+            budget("measuring float32 rounding of the utility")
             try:
                 moved = _numbers(_revalued(record, valuation, {**cached, coalition: cached[coalition] + error}),
                                  rule, ok)

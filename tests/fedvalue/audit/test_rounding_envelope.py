@@ -148,3 +148,15 @@ def test_an_accuracy_run_is_still_compared_exactly(tmp_path):
     found = round_problems(rec, u, BookedRound(booked.round_row, rows), 1e-9, next_start=None)[0]
     assert len(found) == 1 and found[0].startswith("round 1 ads of client 1: value is booked"), found
     assert "rounding" not in found[0]
+
+
+def test_a_round_past_the_probed_coalitions_keeps_its_difference_as_a_finding(tmp_path, monkeypatch):
+    """Each probe reruns the valuation: a round of more coalitions than the audit probes is left unmeasured,
+    and its numbers that differ past 1e-9 stay findings, saying why."""
+    monkeypatch.setattr(rounding_envelope, "MAX_PROBED_COALITIONS", 2 ** len(CLIENTS) - 1)
+    u, rec = utility("neg_loss"), record()
+    other = booked_as_written(recompute_books(rec, utility("neg_loss", batch_size=7))[0], tmp_path)
+    found = round_problems(rec, u, other, 1e-9, next_start=None)[0]
+    assert found[-1] == ("round 1: its float32 rounding envelope was not measured: it scored 8 coalitions; the audit "
+                         "probes the rounding of at most 7 (each probe reruns its valuation)"), found
+    assert len(found) > 1
