@@ -27,6 +27,11 @@ PENDING = {
     "| kernel set of the audit (runs made with AVX-512 kernels) | replies bit for bit · to 1e-5 · only within "
     "rounding (of 180) | largest drift of a reply, of its update | audits intact before | after |":
         "fedvalue run noisy-clients --rounds 3 --seed S (S = 0-9), audited under each kernel set; no script yet",
+    "| run (3 rounds, `--utility neg_loss`) | kernel set of the audit | before | after | numbers only within rounding "
+    "· largest difference · over E_x |":
+        "fedvalue run noisy-federation --rounds 3 --final-window 3 --flip-probabilities 1.0 (the benchmark's sizes, "
+        "topk-ads and value-guard; tiny.PLAIN's, every policy), fedvalue run noisy-clients --utility neg_loss with "
+        "conftest's TINY, each audited under each kernel set, here and on the version before; no script yet",
     "| count (of 40) | before | after |":
         "python -m tests.hostile.run_dirs.battery --json FILE, here and on the version before; no renderer yet",
     "| attack | class | before: audit (no key · key), reader | after |":

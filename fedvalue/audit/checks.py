@@ -31,8 +31,9 @@ the files alone it re-derives (checks 1 to 4 on the tables: :mod:`fedvalue.audit
 7. with a ``utility``, every recomputable field of every round from its saved record
    (:mod:`fedvalue.audit.round`), with the estimator settings, methods and seed of
    run.json, at most run.json's clients per round and no more evaluations than the round
-   booked; with ``example_counts`` and ``retrain`` (a simulation rebuilds them from its
-   seed) each reply's weight and arrays too. Missing or unreadable records, rounds
+   booked (a loss utility's numbers to within its float32 rounding on the auditor's machine:
+   :mod:`fedvalue.audit.rounding_envelope`); with ``example_counts`` and ``retrain`` (a
+   simulation rebuilds them from its seed) each reply's weight and arrays too. Missing or unreadable records, rounds
    aggregated by another strategy's own code, and a run audited without its utility (or,
    for a run that booked fairness, without its fairness objective) are *not verifiable*.
 
@@ -136,7 +137,10 @@ def audit_run(run_dir: str | os.PathLike, *, tolerance: float = 1e-6, utility: A
         field is recomputed from the round records (check 7).
     recompute_tolerance
         Allowed |recomputed − booked| relative to max(1, |booked|); the same code on the same
-        arrays reproduces the values exactly, so any larger difference is a changed number.
+        arrays reproduces the values exactly on the run's machine, so any larger difference is a
+        changed number, except that a utility rounding by the machine's kernels (a float32 loss) is
+        allowed its float32 rounding measured on this machine besides
+        (:mod:`fedvalue.audit.rounding_envelope`).
     verifier
         The signer's public key (:class:`fedvalue.run.seals.Verifier`): seals and manifest must
         carry its signatures.

@@ -33,6 +33,11 @@ A value-weighted round (:mod:`fedvalue.rounds.kinds.value_weights`) has its fact
 clients re-derived from the recomputed values and the rule saved in its record; A_t is then the
 mean weighted by n_u w_u and its ``value_weight`` rows are checked like every other row.
 
+With a utility that rounds by the machine's kernels (a float32 loss: ``neg_loss``, ``neg_mse``), a
+round whose numbers differ from its books past the tolerance is compared again within the float32
+rounding of U measured on the auditor's machine (:mod:`fedvalue.audit.rounding_envelope`), and a
+value-weighted round then aggregates A_t by the factors it booked (checked within their envelope).
+
 The record holds every sampled client's outcome in reply order, with its example count
 and reason, and the claim review's flags: a round's ``clients`` order, ``num_examples``,
 the ``reason`` of failed and rejected clients and the claim rows are checked against it
@@ -47,11 +52,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
+from fedvalue.audit import rounding_envelope
 from fedvalue.audit.projected_vectors import projection_problems
+from fedvalue.audit.rounding_envelope import EnvelopeTally, RoundEnvelope, state_digest
 from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
 from fedvalue.rounds.booking import BookedRound, CountingAggregator, book_round
@@ -60,7 +68,13 @@ from fedvalue.rounds.fairness_round import FairnessPlugin, RoundFairness
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome
 from fedvalue.scoring.fairness.objectives import GroupFairness
 from fedvalue.run.ledger_tables import spreadsheet_safe
-from fedvalue.valuation.round_game import ArraysUtility, coalition_aggregator, round_rng, weighted_mean
+from fedvalue.valuation.round_game import (
+    ArraysUtility,
+    RoundValuation,
+    coalition_aggregator,
+    round_rng,
+    weighted_mean,
+)
 from fedvalue.run.rundir import printable
 from fedvalue.schema import CLAIM_PREFIX, ROUND_COLUMNS, WEIGHED_STATUSES, LedgerRow, Method, RoundRow, Status
 
@@ -70,13 +84,14 @@ LEGACY_SETTING_KEYS = {"ads_method": "method", "epsilon": "epsilon", "delta": "d
                        "truncation_tolerance": "truncation_tolerance", "stderr_target": "stderr_target"}
 
 
-def close(booked, recomputed, tolerance: float) -> bool:
-    """Equal up to ``tolerance`` × max(1, |booked|); missing equals missing only."""
+def close(booked, recomputed, tolerance: float, allowance: float = 0.0) -> bool:
+    """Equal up to ``tolerance`` × max(1, |booked|) + ``allowance`` (a rounding envelope:
+    :mod:`fedvalue.audit.rounding_envelope`); missing equals missing only."""
     missing_booked = booked is None or (isinstance(booked, float) and math.isnan(booked))
     if missing_booked or recomputed is None:
         return missing_booked and recomputed is None
     try:
-        return abs(float(booked) - float(recomputed)) <= tolerance * max(1.0, abs(float(booked)))
+        return abs(float(booked) - float(recomputed)) <= tolerance * max(1.0, abs(float(booked))) + allowance
     except (TypeError, ValueError, OverflowError):
         return False
 
@@ -92,6 +107,7 @@ class CappedUtility:
 
     def __init__(self, utility: ArraysUtility, limit: int, budget) -> None:
         self.utility, self.limit, self.budget, self.used = utility, int(limit), budget, 0
+        self._derivatives: dict[tuple, object] = {}  # an expansion's ∇U and ∇²U v, kept for the envelope's reruns
 
     def count(self, states: int) -> None:
         self.used += states
@@ -119,14 +135,33 @@ class CappedUtility:
         return getattr(self.utility, "differentiable", False) is True
 
     def gradient(self, arrays):
-        """∇U, for an expansion method's recompute: no coalition is scored; the audit's budget still runs."""
+        """∇U, for an expansion method's recompute: no coalition is scored; the audit's budget still runs.
+        Computed once per state (the rounding envelope reruns the valuation)."""
         self.budget.check("recomputing the values")
-        return self._derivative("gradient")(arrays)
+        key = ("gradient", state_digest(arrays))
+        if key not in self._derivatives:
+            self._derivatives[key] = self._derivative("gradient")(arrays)
+        return self._derivatives[key]
 
     def hessian_vector_product(self, arrays, vector):
         """∇²U v, as :meth:`gradient`."""
         self.budget.check("recomputing the values")
-        return self._derivative("hessian_vector_product")(arrays, vector)
+        key = ("hessian_vector_product", state_digest(arrays), state_digest(vector))
+        if key not in self._derivatives:
+            self._derivatives[key] = self._derivative("hessian_vector_product")(arrays, vector)
+        return self._derivatives[key]
+
+    @property
+    def rounded_by_machine(self) -> bool:
+        """Whether the run's utility rounds by the machine's kernels, as it says (a float32 loss sum)."""
+        return getattr(self.utility, "rounded_by_machine", False) is True
+
+    def float64_value(self, arrays):
+        """U in float64, for the rounding envelope, outside the round's limit (None where the utility
+        has none)."""
+        self.budget.check("measuring float32 rounding of the utility")
+        method = getattr(self.utility, "float64_value", None)
+        return method(arrays) if callable(method) else None
 
     def _derivative(self, name: str):
         method = getattr(self.utility, name, None)
@@ -269,10 +304,50 @@ def _replayed(replay: Callable[[RoundRecord], ReplayedRound], record: RoundRecor
         raise ReplayUnavailable(str(error)) from None
 
 
+@dataclass
+class Recomputed:
+    """One round rebuilt from its record (:func:`recompute`): its books, A_t, whether weights are
+    example counts, the record's own disagreements, the round game's valuation over the ``ok``
+    clients, Agg_t (None for the FedAvg family's weighted mean), and the clients A_t aggregates
+    with their factors w_i on n_i (value weighting's or I-JACK's; none: 1)."""
+
+    books: BookedRound
+    realized: Mapping[str, np.ndarray] | None
+    by_examples: bool
+    problems: list[str]
+    valuation: RoundValuation | None
+    ok: list[Hashable]
+    aggregator: ReplayedRound | None
+    aggregated: list[Hashable]
+    factors: dict
+
+    def state_of(self, record: RoundRecord) -> Callable[[frozenset], Mapping[str, np.ndarray]]:
+        """coalition -> its state as the round game materializes it: A_{t−1} for ∅, else Agg_t of its
+        members in round order (the weighted mean under the record's coalition rule)."""
+        position = {c: k for k, c in enumerate(self.ok)}
+        aggregate = self.aggregator or coalition_aggregator(
+            record.settings.coalition_rule, self.ok, record.start_arrays, [record.replies[c] for c in self.ok],
+            [record.weights[c] for c in self.ok])
+
+        def state(coalition: frozenset) -> Mapping[str, np.ndarray]:
+            if not coalition:
+                return record.start_arrays
+            with np.errstate(all="ignore"):
+                return aggregate(sorted(coalition, key=position.__getitem__))
+        return state
+
+
 def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: GroupFairness | None = None,
                     replay: Callable[[RoundRecord], ReplayedRound] | None = None):
     """The books of one round rebuilt from its record alone, A_t, whether weights are
-    example counts, and the fairness rule's disagreements. A FedAvg-family round
+    example counts, and the fairness rule's disagreements (:func:`recompute`)."""
+    done = recompute(record, utility, fairness, replay)
+    return done.books, done.realized, done.by_examples, done.problems
+
+
+def recompute(record: RoundRecord, utility: ArraysUtility, fairness: GroupFairness | None = None,
+              replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> Recomputed:
+    """One round rebuilt from its record alone (:class:`Recomputed`). A FedAvg-family round
     aggregates by the weighted mean; any other round by ``replay(record)``, the inner
     strategy's own aggregation from its saved state (:func:`strategies.aggregation.reaggregate.replay_aggregator`)."""
     statuses, round_settings = record.statuses, record.settings
@@ -304,7 +379,7 @@ def recompute_books(record: RoundRecord, utility: ArraysUtility, fairness: Group
     problems += entry_problems(record, by_examples)
     if aggregator is None and valuation is not None:
         problems += plain_path_problems(record, valuation.game, ok, utility)
-    return books, realized, by_examples, problems
+    return Recomputed(books, realized, by_examples, problems, valuation, ok, aggregator, aggregated, factors)
 
 
 #: Coalitions of each FedAvg-family round the audit scores again on the plain path.
@@ -368,28 +443,112 @@ _ROUND_NUMBERS = ("utility_before", "utility_after", "utility_realized", "effici
 
 def round_problems(record: RoundRecord, utility: ArraysUtility, booked: BookedRound, tolerance: float, *,
                    next_start: Mapping[str, np.ndarray] | None, fairness: GroupFairness | None = None,
-                   replay: Callable[[RoundRecord], ReplayedRound] | None = None) -> tuple[list[str], float]:
+                   replay: Callable[[RoundRecord], ReplayedRound] | None = None,
+                   envelopes: EnvelopeTally | None = None) -> tuple[list[str], float]:
     """What in round t's ``booked`` rows (its rounds.csv row and ledger rows, read back typed)
     differs from the rows recomputed from its record, and the largest value difference seen:
     values, standard errors and utilities to ``tolerance`` × max(1, |booked|), everything else
     exactly; whether the next round started from the aggregate of this one's replies; and whether the
-    projected vectors of its flows are those of its replies (:mod:`fedvalue.audit.projected_vectors`)."""
-    books, realized, by_examples, problems = recompute_books(record, utility, fairness, replay)
-    problems += projection_problems(record, tolerance)
-    found, worst = _ledger_problems(record, books.ledger_rows, booked.ledger_rows, by_examples, tolerance)
-    problems += found
-    problems += _round_row_problems(record.round, books.round_row, booked.round_row, tolerance)
+    projected vectors of its flows are those of its replies (:mod:`fedvalue.audit.projected_vectors`).
+
+    With a utility that rounds by the machine (a float32 loss), a round whose numbers differ by
+    more is compared again to within its rounding envelope measured here
+    (:mod:`fedvalue.audit.rounding_envelope`); ``envelopes`` counts what passed only so."""
+    done = recompute(record, utility, fairness, replay)
+    books, problems = done.books, list(done.problems) + projection_problems(record, tolerance)
+    compared = _compared(record, done, booked, tolerance, None)
+    envelope = None
+    if compared.numbers_differ and rounding_envelope.applies(utility):
+        _aggregated_by_booked_factors(record, done, booked, utility)
+        budget = getattr(utility, "budget", None)
+        envelope = rounding_envelope.measure(record, done.valuation, utility, state_of=done.state_of(record),
+                                             realized=done.realized, recomputed=books.round_row, ok=done.ok,
+                                             budget=None if budget is None else budget.check)
+        if envelope.unmeasured is None:
+            compared = _compared(record, done, booked, tolerance, envelope)
+    problems += compared.problems
+    if envelope is not None and envelope.unmeasured is not None:
+        problems.append(f"round {record.round}: its float32 rounding envelope was not measured: {envelope.unmeasured}")
+    elif envelope is not None and envelopes is not None and not compared.problems:
+        for difference, allowance in compared.within_envelope:
+            envelopes.count(record.round, difference, allowance)
+    realized = done.realized
     if realized is not None and next_start is not None and (
         set(realized) != set(next_start)
         or not all(np.array_equal(realized[k], next_start[k]) for k in next_start)
     ):
         problems.append(f"round {record.round}: the state after it is not the aggregate of its accepted replies (the "
                         "next round started elsewhere)")
-    return problems, worst
+    return problems, compared.worst
+
+
+def _aggregated_by_booked_factors(record: RoundRecord, done: Recomputed, booked: BookedRound,
+                                  utility: ArraysUtility) -> None:
+    """A value-weighted round of the FedAvg family whose recomputed factors w_i differ from its booked
+    ones (its values rounded otherwise on this machine): A_t = the mean weighted by n_i w_i with the
+    booked w_i, and U(A_t) of it, in ``done``. The booked factors are compared with the recomputed
+    ones within their envelope; A_t from them is the run's own, bit for bit, which the next round's
+    start must equal."""
+    if not record.settings.weighting or done.aggregator is not None or not done.factors or not done.aggregated:
+        return
+    written = {str(row.client_id): row.value for row in booked.ledger_rows if str(row.method) == Method.VALUE_WEIGHT}
+    factors = {c: written.get(str(c)) for c in done.factors}
+    if factors == done.factors or not all(isinstance(f, float) and math.isfinite(f) for f in factors.values()):
+        return
+    with np.errstate(all="ignore"):
+        done.realized = weighted_mean([record.replies[c] for c in done.aggregated],
+                                      [record.weights[c] * factors[c] if c in factors else record.weights[c]
+                                       for c in done.aggregated])
+    done.books.round_row = replace(done.books.round_row, utility_realized=float(utility(done.realized)))
+
+
+@dataclass
+class _Comparison:
+    """A round's booked rows against its recomputed ones: the findings, the largest value difference,
+    whether a number differed past the tolerance, and (difference, K E_x) of each number that
+    passed only within its rounding envelope."""
+
+    problems: list[str]
+    worst: float
+    numbers_differ: bool
+    within_envelope: list[tuple[float, float]]
+
+
+def _compared(record: RoundRecord, done: Recomputed, booked: BookedRound, tolerance: float,
+              envelope: RoundEnvelope | None) -> _Comparison:
+    """The round's ledger rows and rounds.csv row compared (:func:`_ledger_problems`,
+    :func:`_round_row_problems`), numbers to ``tolerance`` plus their ``envelope``'s allowance."""
+    comparison = _Comparison([], 0.0, False, [])
+    comparison.problems, comparison.worst = _ledger_problems(record, done.books.ledger_rows, booked.ledger_rows,
+                                                             done.by_examples, tolerance, envelope, comparison)
+    comparison.problems += _round_row_problems(record.round, done.books.round_row, booked.round_row, tolerance,
+                                               envelope, comparison)
+    return comparison
+
+
+def _number_close(booked, recomputed, tolerance: float, key: tuple, envelope: RoundEnvelope | None,
+                  comparison: _Comparison | None) -> tuple[bool, str]:
+    """Whether a booked number equals its recomputation to ``tolerance``, or else within its envelope's
+    allowance K E_x (noted in ``comparison``); and what a failure message adds."""
+    if close(booked, recomputed, tolerance):
+        return True, ""
+    if comparison is not None:
+        comparison.numbers_differ = True
+    allowance = 0.0 if envelope is None else envelope.allowance(key)
+    if allowance > 0 and close(booked, recomputed, tolerance, allowance):
+        if comparison is not None:
+            comparison.within_envelope.append((abs(float(booked) - float(recomputed)), allowance))
+        return True, ""
+    if allowance > 0:
+        return False, (f" (off by {abs(float(booked) - float(recomputed)):.2e}; float32 rounding of the utility moves "
+                       f"it by at most {allowance / rounding_envelope.ENVELOPE_FACTOR:.2e} on this machine, "
+                       f"{rounding_envelope.ENVELOPE_FACTOR:g} times that allowed)")
+    return False, ""
 
 
 def _ledger_problems(record: RoundRecord, expected_rows: list[LedgerRow], booked_rows: list[LedgerRow],
-                     by_examples: bool, tolerance: float) -> tuple[list[str], float]:
+                     by_examples: bool, tolerance: float, envelope: RoundEnvelope | None = None,
+                     comparison: _Comparison | None = None) -> tuple[list[str], float]:
     """Where the round's booked ledger rows differ from the recomputed ones (a row missing or
     extra, or a cell), and the largest value difference. An older record holds no claim flags
     (its claim rows are not compared) and example counts only as weights."""
@@ -411,25 +570,28 @@ def _ledger_problems(record: RoundRecord, expected_rows: list[LedgerRow], booked
             continue
         counted = lossless or (by_examples and want.status in WEIGHED_STATUSES)
         found, difference = _cell_problems(f"round {t} {key[0]} of client {key[1]}", got, want, tolerance,
-                                           reasons=lossless, counts=counted)
+                                           reasons=lossless, counts=counted, key=key, envelope=envelope,
+                                           comparison=comparison)
         problems += found
         worst = max(worst, difference)
     return problems, worst
 
 
 def _cell_problems(where: str, got: LedgerRow, want: LedgerRow, tolerance: float, *, reasons: bool,
-                   counts: bool) -> tuple[list[str], float]:
+                   counts: bool, key: tuple = (), envelope: RoundEnvelope | None = None,
+                   comparison: _Comparison | None = None) -> tuple[list[str], float]:
     """Where one booked ledger row differs from its recomputed row: its reason as written
-    (``reasons``), value and standard error (to ``tolerance``), status and example count
-    (``counts``); and the difference of its value."""
+    (``reasons``), value and standard error (to ``tolerance``, or within the row's rounding
+    ``envelope``), status and example count (``counts``); and the difference of its value."""
     problems, difference = [], 0.0
     written = None if want.reason is None else (spreadsheet_safe(want.reason) or None)
     if reasons and got.reason != written:
         problems.append(f"{where}: its reason is booked {printable(_text(got.reason), 80)!r}; the record gives "
                         f"{printable(_text(written), 80)!r}")
     for column, value, wanted in (("value", got.value, want.value), ("stderr", got.stderr, want.stderr)):
-        if not close(value, wanted, tolerance):
-            problems.append(f"{where}: {column} is booked {value!r}; the saved arrays give {wanted!r}")
+        same, why = _number_close(value, wanted, tolerance, (*key, column), envelope, comparison)
+        if not same:
+            problems.append(f"{where}: {column} is booked {value!r}; the saved arrays give {wanted!r}{why}")
         elif column == "value" and value is not None and wanted is not None:
             difference = abs(float(value) - float(wanted))
     if got.status != want.status:
@@ -440,24 +602,28 @@ def _cell_problems(where: str, got: LedgerRow, want: LedgerRow, tolerance: float
     return problems, difference
 
 
-def _round_row_problems(t: int, want: RoundRow, got: RoundRow, tolerance: float) -> list[str]:
+def _round_row_problems(t: int, want: RoundRow, got: RoundRow, tolerance: float,
+                        envelope: RoundEnvelope | None = None, comparison: _Comparison | None = None) -> list[str]:
     """Where the round's booked rounds.csv row differs from the recomputed one: the utilities and
-    the efficiency gap to ``tolerance`` (the gap also absolutely, being a difference near 0),
-    every other cell exactly (``valuation_seconds``, a timing, is not recomputable)."""
+    the efficiency gap to ``tolerance`` (the gap also absolutely, being a difference near 0) or
+    within their rounding ``envelope``, every other cell exactly (``valuation_seconds``, a timing,
+    is not recomputable)."""
     problems = []
     for column in ROUND_COLUMNS[:-1]:
         if column in ("round", "valuation_seconds"):
             continue
         booked, recomputed = getattr(got, column), getattr(want, column)
+        why = ""
         if column in _ROUND_NUMBERS:
-            same = close(booked, recomputed, tolerance) or (
-                column == "efficiency_gap" and booked is not None and recomputed is not None
-                and abs(booked - recomputed) <= tolerance)
+            same = column == "efficiency_gap" and booked is not None and recomputed is not None and (
+                abs(booked - recomputed) <= tolerance)
+            if not same:
+                same, why = _number_close(booked, recomputed, tolerance, ("round", column), envelope, comparison)
         else:
             same = booked == recomputed
         if not same:
             problems.append(f"round {t} {column}: booked {_text(booked)!r} in rounds.csv; the saved arrays give "
-                            f"{_text(recomputed)!r}")
+                            f"{_text(recomputed)!r}{why}")
     return problems
 
 

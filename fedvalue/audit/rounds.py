@@ -33,6 +33,7 @@ from fedvalue.audit.round import (
 )
 from fedvalue.audit.references import reference_problems
 from fedvalue.audit.report import AuditReport
+from fedvalue.audit.rounding_envelope import EnvelopeTally
 from fedvalue.audit.training_replay import ReplayTally, platform_note
 from fedvalue.rounds.booking import BookedRound
 from fedvalue.run.archive import RoundRecord, npz_from_bytes, parse_checkpoint_pointer, round_record_from_bytes
@@ -89,6 +90,7 @@ class _Outcome:
     skipped_by: set[str] = field(default_factory=set)
     unfair: list[int] = field(default_factory=list)  # booked fairness, audited without the fairness objective
     replays: ReplayTally = field(default_factory=ReplayTally)
+    envelopes: EnvelopeTally = field(default_factory=EnvelopeTally)
 
     def summarise(self, report: AuditReport, options: Recompute, config: dict) -> None:
         """The run-level lines: rounds recomputed, replies retrained, rounds left out and why."""
@@ -97,6 +99,8 @@ class _Outcome:
                                  f"(largest difference {self.worst:.1e})"
                                  + (", each reply's weight and arrays from the run's seed"
                                     if options.retrain is not None else ""))
+        if self.envelopes.numbers:
+            report.checks.append(self.envelopes.summary())
         if self.replays.replies:
             report.checks.append(self.replays.summary())
         if options.retrain is not None:
@@ -191,7 +195,8 @@ def recompute_run(files: RunFiles, tables: LedgerTables, report: AuditReport, op
         if booked is None or not _taken_on(record, previous, booked, tables.config, options, report):
             continue
         problems = replay_problems(record, options.example_counts, options.retrain, outcome.replays)
-        found = _recomputed(record, booked, records.next_start(position, report), options, files.budget, report)
+        found = _recomputed(record, booked, records.next_start(position, report), options, files.budget, report,
+                            outcome.envelopes)
         if found is None:
             continue
         problems += found[0]
@@ -260,15 +265,17 @@ def _taken_on(record: RoundRecord, previous, booked: BookedRound, config: dict, 
 
 
 def _recomputed(record: RoundRecord, booked: BookedRound, next_start: Mapping | None, options: Recompute,
-                budget: Budget, report: AuditReport) -> tuple[list[str], float] | None:
+                budget: Budget, report: AuditReport, envelopes: EnvelopeTally) -> tuple[list[str], float] | None:
     """(problems, largest difference) of the record's round recomputed and compared with its
     ``booked`` rows, with U capped at the evaluations the round booked and by the audit's
-    ``budget``; None when it could not be (reported)."""
+    ``budget``; None when it could not be (reported). ``envelopes`` counts the numbers that
+    passed only within float32 rounding of U (:mod:`fedvalue.audit.rounding_envelope`)."""
     t = record.round
     capped = CappedUtility(options.utility, booked.round_row.num_evaluations + 2 * len(record.replies) + 8, budget)
     try:
         return round_problems(record, capped, booked, options.tolerance, next_start=next_start,
-                              fairness=options.fairness, replay=options.replay if record.settings.by_strategy else None)
+                              fairness=options.fairness, replay=options.replay if record.settings.by_strategy else None,
+                              envelopes=envelopes)
     except ReplayUnavailable as error:
         report.unverifiable.append(f"values of round {t}: not recomputed, {printable(error)}")
     except CappedUtility.Exceeded as error:

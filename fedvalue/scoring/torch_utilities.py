@@ -28,6 +28,11 @@ scored whole on the plain path.
 
 Every path scores with denormal floats flushed to zero (:mod:`fedvalue.scoring._scoring`).
 
+A loss (``neg_loss``, ``neg_mse``) is a float32 sum, so it rounds by the machine's kernels
+(:attr:`TorchModelUtility.rounded_by_machine`); :meth:`TorchModelUtility.float64_value` scores a state
+with a float64 forward pass and metric, the reference an audit measures that rounding against
+(:mod:`fedvalue.audit.rounding_envelope`).
+
 With a differentiable metric (``neg_loss``, ``neg_mse``; :attr:`TorchModelUtility.differentiable`),
 :meth:`TorchModelUtility.gradient` gives g = ∇U(arrays) and :meth:`TorchModelUtility.hessian_vector_product`
 gives H v = ∇²U(arrays) v (torch autograd, double backward), both with respect to every floating-point
@@ -51,6 +56,9 @@ from fedvalue.scoring.linear import LinearStates, split_first_linear
 UTILITY_METRICS = ("accuracy", "neg_loss", "neg_mse")
 #: The metrics U is differentiable in (accuracy counts argmax hits: its gradient is zero almost everywhere).
 DIFFERENTIABLE_METRICS = ("neg_loss", "neg_mse")
+#: The metrics whose value is a float32 sum of per-row losses, rounded by the machine's kernels
+#: (accuracy is a count, its near ties decided in float64: the same number on every machine).
+MACHINE_ROUNDED_METRICS = ("neg_loss", "neg_mse")
 
 
 class TorchModelUtility:
@@ -193,6 +201,34 @@ class TorchModelUtility:
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> float:
         state = self.tensors(arrays)
         return sum(self._plain_sum(state, b) for b in range(self.num_batches)) / len(self.x)
+
+    # -- float32 rounding ---------------------------------------------------------------------
+
+    @property
+    def rounded_by_machine(self) -> bool:
+        """Whether U's value rounds by the machine's kernels: its metric is one of
+        :data:`MACHINE_ROUNDED_METRICS` (a float32 sum of per-row losses), not accuracy."""
+        return self.metric in MACHINE_ROUNDED_METRICS
+
+    @scoring()
+    def float64_value(self, arrays: Mapping[str, np.ndarray]) -> float | None:
+        """U(arrays) from a float64 forward pass and metric (the state's floating entries and the
+        held-out inputs widened, batch by batch as the plain path), or None for a model holding
+        tensors of its own that cannot widen. Float64 rounds ~1e-16 of U, so it stands for the
+        exact U against which float32's rounding (~1e-7 of U) on this machine is measured."""
+        state = self.tensors(arrays)
+        wide = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
+        total = 0.0
+        try:
+            for b in range(self.num_batches):
+                rows = self.batch_rows(b)
+                x = self.x[rows].double() if self.x.is_floating_point() else self.x[rows]
+                out = torch.func.functional_call(self.model, wide, (x,))
+                y = self.y[rows].double() if self.metric == "neg_mse" else self.y[rows]
+                total += float(self._summed_metric(out, y))
+        except (RuntimeError, TypeError):
+            return None
+        return total / len(self.x)
 
     # -- many states ------------------------------------------------------------------------
 

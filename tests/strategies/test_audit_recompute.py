@@ -70,7 +70,9 @@ def test_a_changed_value_with_a_forged_chain_is_caught_by_recomputation(tmp_path
     index = next(i for i, line in enumerate(lines) if f",{method}," in line and line.startswith("2,")
                  and ",ok," in line)
     cells = lines[index].split(",")
-    cells[3] = repr(float(cells[3]) * 1.001 + 1e-6)
+    # The run's U is a loss: its values are compared within 10 times their float32 rounding on the auditor's
+    # machine (8e-7 for round 2's LOO values here: fedvalue.audit.rounding_envelope), its flows exactly.
+    cells[3] = repr(float(cells[3]) * 1.001 + (1e-5 if method in ("ads", "loo") else 1e-6))
     lines[index] = ",".join(cells)
     (run_dir / "ledger.csv").write_text("".join(lines))
     if method == "ads":  # keep group efficiency too: move the same amount off another client

@@ -246,6 +246,14 @@ class PinnedThreads:
         with torch_threads(self.threads):
             return self.utility.hessian_vector_product(arrays, vector)
 
+    @property
+    def rounded_by_machine(self) -> bool:
+        return self.utility.rounded_by_machine
+
+    def float64_value(self, arrays):
+        with torch_threads(self.threads):
+            return self.utility.float64_value(arrays)
+
 
 class _PinnedScorer:
     def __init__(self, scorer, threads: int) -> None:

@@ -6,8 +6,12 @@ written, stale replayers replay, and a second run continues instead of redoing."
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +21,15 @@ import pandas as pd
 import pytest
 
 from fedvalue.analysis.run_summary import load_run
+from fedvalue.audit import rounding_envelope
 from fedvalue.audit.checks import audit_run
+from fedvalue.audit.round import recompute
 from fedvalue.ledger import read_round
 from fedvalue.rounds.kinds.value_weights import value_weight_outcome, weighting_rule
-from fedvalue.schema import LedgerRow
+from fedvalue.run.ledger_reader import read_ledger_csv
+from fedvalue.run.ledger_tables import csv_lines
+from fedvalue.schema import LEDGER_COLUMNS, LedgerRow
+from fedvalue.scoring.kernels import KERNEL_ENVIRONMENT
 from simulations.experiments.noisy_federation.cells import (
     CURVE_FILE,
     Cell,
@@ -35,6 +44,7 @@ from simulations.experiments.noisy_federation.noisy_federation import (
 )
 from simulations.experiments.noisy_federation.policies import HonestOnlySampler
 from strategies import GreedyFedSampler, PartitionSampler, ValueEliminationSampler
+from tests.fedvalue.forgery import rechain
 from tests.simulations.experiments.noisy_federation.tiny import TINY
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -149,6 +159,75 @@ def test_fedvalue_audit_calls_a_cell_intact(benchmark):
                             cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "recomputed every value of 3 rounds" in result.stdout and result.stdout.strip().endswith("intact")
+
+
+#: A CPU's other MKL code path (conditional numerical reproducibility: float32 sums in another order) and
+#: torch's portable kernels: the neg_loss utility rounds otherwise there (docs/faults-and-audit.md).
+MKL_COMPATIBLE = {"MKL_CBWR": "COMPATIBLE"}
+PORTABLE_TORCH = {"ATEN_CPU_CAPABILITY": "default"}
+
+
+def audit_with(kernels: dict[str, str], run_dir: Path) -> subprocess.CompletedProcess:
+    """``fedvalue audit run_dir`` in a process computing with ``kernels`` (this one's kernel settings dropped)."""
+    environment = {k: v for k, v in os.environ.items() if k not in KERNEL_ENVIRONMENT}
+    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.run([sys.executable, "-m", "simulations.cli", "audit", str(run_dir)], cwd=ROOT,
+                          env={**environment, **kernels}, capture_output=True, text=True, timeout=600, check=False)
+
+
+WITHIN_ROUNDING = "recompute only within float32 rounding of the utility on this machine"
+
+
+@pytest.mark.parametrize("kernels", [pytest.param(MKL_COMPATIBLE, id="mkl-compatible-path"),
+                                     pytest.param(PORTABLE_TORCH, id="torch-portable", marks=pytest.mark.slow)])
+def test_a_loss_cell_audits_intact_where_the_kernels_round_otherwise(benchmark, kernels):
+    """The value-weighted cell (MC-ADS, value weights from its values, A_t weighted by them), valued with
+    neg_loss and audited where its sums round otherwise: its numbers differ past 1e-9, pass within their
+    float32 rounding envelope measured there, and A_t is the run's own by its booked factors."""
+    out, _ = benchmark
+    audit = audit_with(kernels, cell("value-weighted").directory(out) / "run")
+    assert audit.returncode == 0 and audit.stdout.strip().endswith(": intact"), audit.stdout[-3000:]
+    assert WITHIN_ROUNDING in audit.stdout, audit.stdout[-3000:]
+
+
+def _forge_values(run_dir: Path) -> tuple[str, str, float]:
+    """Round 1's ADS value of one client moved up and another's down (group efficiency kept) by twice
+    the larger of their rounding envelopes measured on this machine, re-chained and resealed (a forger
+    without a key); (the two clients, the move)."""
+    saved = json.loads((run_dir / "run.json").read_text())
+    utility = audit_from_run(saved)["utility"]
+    record = read_round(run_dir, 1)
+    done = recompute(record, utility)
+    envelope = rounding_envelope.measure(record, done.valuation, utility, state_of=done.state_of(record),
+                                         realized=done.realized, recomputed=done.books.round_row, ok=done.ok)
+    up, down = (str(c) for c in done.ok[:2])
+    move = 2 * max(envelope.allowance(("ads", c, "value")) for c in (up, down))
+    with open(run_dir / "ledger.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        if (row["round"], row["method"], row["client_id"]) in (("1", "ads", up), ("1", "ads", down)):
+            row["value"] = repr(float(row["value"]) + (move if row["client_id"] == up else -move))
+    (run_dir / "ledger.csv").write_text(",".join(LEDGER_COLUMNS) + "\n" + "".join(csv_lines(LEDGER_COLUMNS, rows)))
+    read_ledger_csv(io.StringIO((run_dir / "ledger.csv").read_text(), newline="")).to_parquet(
+        run_dir / "ledger.parquet", index=False)
+    rechain(run_dir)
+    return up, down, move
+
+
+@pytest.mark.slow  # the fast sibling: tests/fedvalue/audit/test_rounding_envelope.py (the same check, one round)
+def test_a_value_forged_past_its_rounding_envelope_fails_where_the_kernels_round_otherwise(benchmark, tmp_path):
+    out, _ = benchmark
+    forged = tmp_path / "forged"
+    shutil.copytree(cell("topk-ads").directory(out) / "run", forged)
+    up, down, move = _forge_values(forged)
+    audit = audit_with(MKL_COMPATIBLE, forged)
+    assert audit.returncode == 1 and audit.stdout.strip().endswith(": NOT intact"), audit.stdout[-3000:]
+    failed = [line for line in audit.stdout.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 2, failed  # the two values, and nothing else: the chain and efficiency were kept
+    for client in (up, down):
+        assert any(f"round 1 ads of client {client}: value is booked" in line
+                   and "float32 rounding of the utility moves it by at most" in line for line in failed), failed
+    assert move < 1e-4  # what a forger may not do: a move this small, past rounding, is still found
 
 
 def test_the_tables_and_the_figure(benchmark):
