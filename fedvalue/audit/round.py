@@ -58,7 +58,6 @@ from typing import Protocol
 import numpy as np
 
 from fedvalue.audit import rounding_envelope
-from fedvalue.audit.projected_vectors import projection_problems
 from fedvalue.audit.rounding_envelope import EnvelopeTally, RoundEnvelope, state_digest
 from fedvalue.audit.training_replay import ReplayTally, reply_problem
 from fedvalue.run.archive import RoundRecord
@@ -448,14 +447,14 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, booked: BookedRo
     """What in round t's ``booked`` rows (its rounds.csv row and ledger rows, read back typed)
     differs from the rows recomputed from its record, and the largest value difference seen:
     values, standard errors and utilities to ``tolerance`` × max(1, |booked|), everything else
-    exactly; whether the next round started from the aggregate of this one's replies; and whether the
-    projected vectors of its flows are those of its replies (:mod:`fedvalue.audit.projected_vectors`).
+    exactly; and whether the next round started from the aggregate of this one's replies (the projected
+    vectors of its flows are checked beside it: :mod:`fedvalue.audit.projected_vectors`).
 
     With a utility that rounds by the machine (a float32 loss), a round whose numbers differ by
     more is compared again to within its rounding envelope measured here
     (:mod:`fedvalue.audit.rounding_envelope`); ``envelopes`` counts what passed only so."""
     done = recompute(record, utility, fairness, replay)
-    books, problems = done.books, list(done.problems) + projection_problems(record, tolerance)
+    books, problems = done.books, list(done.problems)
     compared = _compared(record, done, booked, tolerance, None)
     envelope = None
     if compared.numbers_differ and rounding_envelope.applies(utility):

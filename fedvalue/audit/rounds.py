@@ -22,6 +22,7 @@ import pandas as pd
 
 from fedvalue._checks import counted
 from fedvalue.audit.audit_files import Budget, RunFiles
+from fedvalue.audit.projected_vectors import projection_problems
 from fedvalue.audit.round import (
     CappedUtility,
     ReplayedRound,
@@ -251,6 +252,7 @@ def _taken_on(record: RoundRecord, previous, booked: BookedRound, config: dict, 
     problems = [f"round {t}'s record: {p}" for p in settings_problems(record, config)]
     problems += sample_problems(record, options.sampled)
     problems += reference_problems(record, None if isinstance(previous, ValueError) else previous)
+    problems += projection_problems(record, options.tolerance)
     cap = players_cap(config)
     if len(record.statuses) > cap or len(record.replies) > cap:
         problems.append(f"round {t}: its record holds {len(record.statuses)} clients; run.json samples at most "
