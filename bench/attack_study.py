@@ -244,7 +244,8 @@ def run_sweep(out: Path, margins: list[float], options: list[str], seeds: dict[s
     """The adaptive parts (one per partition and strategy) at ``margins``; their names. A part already holding
     a sweep of other attacks is refused (ValueError): its gains.csv would be taken as this sweep's."""
     attacks, names = sweep_attacks(margins), []
-    for partition, strategy in PARTS:
+    # FedAvg's parts first: minutes each, where FedMedian's take an hour, so a sitting cut short still tables them.
+    for partition, strategy in sorted(PARTS, key=lambda part: part[1] != "fedavg"):
         name = f"{partition}-{strategy}-adaptive"
         saved = out / name / "run.json"
         held = json.loads(saved.read_text()).get("attacks") if saved.is_file() else None
