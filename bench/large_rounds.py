@@ -24,11 +24,35 @@ against). Every run is a fresh game (no shared cache) and the reference has its 
 Exact ADS is out of reach at these n (2^20 = 1,048,576 coalitions). ``--json`` keeps every
 record; ``--from-json A.json B.json`` prints the table and draws the plot from kept records
 without running anything.
+
+``--cost``: what every estimator costs a round, side by side in one process. For each model
+and n in 10, 20, 50, 100 (``--sizes``), the same real round with U = −loss on the held-out
+images (``neg_loss``: the expansions need a differentiable U), under each coalition rule
+(``--rules``: fixed-weight, for which the expansions are exact to their order, and the
+default renormalized), is valued by :data:`COST_ESTIMATORS`: exact ADS (n ≤ 10 only), MC-ADS
+with 100 evaluations (2n + 1 where 100 do not fit MC's two samples a client), MC-ADS with
+10·n, adaptive MC-ADS deciding a threshold at 0 (its own stop: every client settled or Alg. 1's
+cap; ``--adaptive-budget`` caps it), and the first- and second-order expansions. Each
+estimator's seconds are the median over ``--repeats`` valuations (one torch thread, a fresh
+game each, the estimators interleaved within each repeat so that the machine's load falls on
+all of them; one taking over ``--repeat-under`` seconds is timed once), after an untimed
+warm-up; ``over_mc100`` is that median over MC-ADS-100's, measured in the same run. Per
+estimator: its distinct evaluations, Spearman's ρ against the reference and the ROC AUC of its
+values for clean against noisy clients (lower value = noisy). The reference is exact ADS for
+n ≤ 10 and otherwise ``auto`` at ``--cost-reference`` × n evaluations with its own seed (a
+sampled reference, its row in the file). ``--results PATH`` writes the rows headed by the
+command and commit; ``--table PATH`` prints the docs' table of such a file; ``--quick``: the
+MLP at n = 6 and 8 with 200 held-out images (well under a minute).
+
+    python -m bench.large_rounds --cost --results docs/results/estimator_cost.csv
+    python -m bench.large_rounds --cost --quick --results docs/results/estimator_cost.csv
+    python -m bench.large_rounds --table docs/results/estimator_cost.csv
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import pickle
@@ -42,6 +66,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 #: Seed of the reference's samples (the runs use 0).
 REFERENCE_SEED = 10_000
+#: ``--cost``'s clients per round (``--quick``'s), and the largest n valued exactly (the reference up to it).
+COST_SIZES, QUICK_SIZES, EXACT_UP_TO = (10, 20, 50, 100), (6, 8), 10
+#: ``--cost``'s estimators, in the order each repeat runs them (:func:`cost_settings`); BASELINE divides the seconds.
+COST_ESTIMATORS = ("exact", "mc-100", "mc-10n", "adaptive", "first-order", "second-order")
+BASELINE = "mc-100"
+#: The columns of ``--cost``'s results file, one row per (model, n, rule, estimator) and the reference's.
+COST_COLUMNS = ["model", "n", "rule", "held_out", "estimator", "method", "budget", "repeats", "seconds",
+                "seconds_min", "seconds_max", "evaluations", "spearman", "auc", "over_mc100", "reference", "load"]
 
 
 def real_round(kind: str, num_clients: int, held_out: int, seed: int = 0):
@@ -119,10 +151,159 @@ def _child(*args) -> dict:
     return json_from_child([sys.executable, "-m", "bench.large_rounds", "--one", *map(str, args)])
 
 
+def cost_settings(name: str, n: int, adaptive_budget: int | None = None):
+    """The AdsSettings of ``--cost``'s estimator ``name`` at ``n`` clients, or None where it does not run
+    (exact past :data:`EXACT_UP_TO`). MC-ADS's budget is raised to its minimum, 2n + 1 (two samples a
+    client), where it does not fit; ``adaptive_budget`` (per client) caps adaptive MC-ADS, raised to its
+    pilot's minimum likewise (None: its own stop)."""
+    from fedvalue.valuation.plan import minimum_budget
+    from fedvalue.valuation.settings import EXPANSION_METHODS, AdsSettings
+
+    if name == "exact":
+        return AdsSettings(method="exact") if n <= EXACT_UP_TO else None
+    if name in ("mc-100", "mc-10n"):
+        asked = 100 if name == "mc-100" else 10 * n
+        return AdsSettings(method="mc", budget=max(asked, minimum_budget("mc", n)))
+    if name == "adaptive":
+        budget = None if adaptive_budget is None else max(adaptive_budget * n, minimum_budget("adaptive", n))
+        return AdsSettings(method="adaptive", decision="threshold", cut=0.0, budget=budget)
+    if name in EXPANSION_METHODS:
+        return AdsSettings(method=name)
+    raise ValueError(f"name: expected one of {list(COST_ESTIMATORS)}; got {name!r}.")
+
+
+def loss_valuation(round_: tuple, rule: str, settings, seed: int):
+    """``value_round`` of ADS alone on a fresh game of ``round_`` (:func:`real_round`'s tuple) under the
+    coalition ``rule``, with U = −loss on its held-out images."""
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
+    from fedvalue.valuation.round_game import fedavg_round_game, value_round
+
+    model, x, y, start, clients, weights = round_
+    utility = TorchModelUtility(model, x, y, metric="neg_loss")
+    game = fedavg_round_game(list(range(len(clients))), start, clients, weights, utility, rule)
+    return value_round(game, ("ads",), settings, seed=seed)
+
+
+def _round_values(valuation) -> np.ndarray:
+    values = valuation.results["ads"].values
+    return values.reindex(range(len(values))).to_numpy()
+
+
+def cost_rows(round_: tuple, model: str, rule: str, *, repeats: int = 3, repeat_under: float = 60.0,
+              reference_budget: int = 400, adaptive_budget: int | None = None) -> list[dict]:
+    """``--cost``'s rows (:data:`COST_COLUMNS`) of one round under one rule: each estimator of
+    :func:`cost_settings` timed ``repeats`` times, interleaved, after an untimed warm-up; then the reference
+    (exact's values up to :data:`EXACT_UP_TO` clients, else ``auto`` at ``reference_budget`` × n evaluations
+    with :data:`REFERENCE_SEED`, a row of its own)."""
+    from fedvalue.valuation.settings import AdsSettings
+
+    n = len(round_[4])
+    chosen = {name: cost_settings(name, n, adaptive_budget) for name in COST_ESTIMATORS}
+    chosen = {name: settings for name, settings in chosen.items() if settings is not None}
+    loss_valuation(round_, rule, cost_settings("second-order", n), 0)  # torch's first autograd calls, untimed
+    first, seconds = {}, {name: [] for name in chosen}
+    for repeat in range(repeats):
+        for name, settings in chosen.items():
+            if repeat and seconds[name][0] > repeat_under:
+                continue
+            load = os.getloadavg()[0]
+            valuation = loss_valuation(round_, rule, settings, 0)
+            seconds[name].append(valuation.seconds)
+            first.setdefault(name, (valuation, load))
+    if "exact" in first:
+        reference, label = first["exact"][0], "exact"
+    else:
+        load = os.getloadavg()[0]
+        settings = AdsSettings(method="auto", budget=reference_budget * n)
+        reference = loss_valuation(round_, rule, settings, REFERENCE_SEED)
+        label = f"{reference.results['ads'].method}, {settings.budget} evaluations asked, seed {REFERENCE_SEED}"
+        chosen["reference"], seconds["reference"], first["reference"] = settings, [reference.seconds], (reference, load)
+    reference_values = _round_values(reference)
+    baseline = float(np.median(seconds[BASELINE]))
+    rows = []
+    for name, (valuation, load) in first.items():
+        rho, auc = _agreement(_round_values(valuation), reference_values)
+        times = seconds[name]
+        rows.append({"model": model, "n": n, "rule": rule, "held_out": len(round_[2]), "estimator": name,
+                     "method": valuation.results["ads"].method, "budget": chosen[name].budget, "repeats": len(times),
+                     "seconds": float(np.median(times)), "seconds_min": min(times), "seconds_max": max(times),
+                     "evaluations": valuation.num_evaluations, "spearman": None if name == "reference" else rho,
+                     "auc": auc, "over_mc100": float(np.median(times)) / baseline, "reference": label, "load": load})
+    return rows
+
+
+def write_cost(path: Path, rows: list[dict], command: str) -> None:
+    """``--cost``'s rows as a CSV headed by the command and commit (:func:`bench.results_header`)."""
+    from bench import results_header
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        handle.write(results_header(command))
+        writer = csv.DictWriter(handle, fieldnames=COST_COLUMNS)
+        writer.writeheader()
+        writer.writerows([{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows])
+
+
+def read_cost(path: Path) -> list[dict]:
+    """The rows of a file :func:`write_cost` wrote, as strings (its first line, the command, skipped)."""
+    lines = Path(path).read_text().splitlines()
+    return list(csv.DictReader(line for line in lines if not line.startswith("#")))
+
+
+COST_TABLE_HEADER = ("| model | n | rule | estimator | budget | evaluations | seconds (median) | min–max s | repeats "
+                     "| ÷ MC-100's seconds | ρ vs reference | AUC |")
+
+
+def cost_table(rows: list[dict]) -> list[str]:
+    """The docs' table of ``--cost``'s rows (:func:`read_cost`'s strings): one line a row, in the file's order."""
+    def number(text: str, digits: int = 3) -> str:
+        return "" if text in ("", "nan", "None") else f"{float(text):.{digits}g}"
+
+    lines = [COST_TABLE_HEADER, "|---|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for row in rows:
+        name = row["estimator"]
+        if name == "reference":
+            name = f"reference ({row['method'].removeprefix('ads-')}, seed {REFERENCE_SEED})"
+        span = f"{number(row['seconds_min'])}–{number(row['seconds_max'])}"
+        rho = "" if row["spearman"] in ("", "nan", "None") else f"{float(row['spearman']):.3f}"
+        auc = "" if row["auc"] in ("", "nan", "None") else f"{float(row['auc']):.3f}"
+        lines.append(f"| {row['model']} | {row['n']} | {row['rule']} | {name} | {row['budget']} | {row['evaluations']} "
+                     f"| {number(row['seconds'])} | {span} | {row['repeats']} | {number(row['over_mc100'])} | {rho} "
+                     f"| {auc} |")
+    return lines
+
+
+def cost_main(args: argparse.Namespace, command: str) -> int:
+    """``--cost``: every estimator's rows per (model, n, rule), printed as they come and kept with ``--results``."""
+    import torch
+
+    torch.set_num_threads(1)
+    models, sizes, held = (["mlp"], QUICK_SIZES, (200, 200)) if args.quick else (
+        args.models, args.sizes or COST_SIZES, args.held_out)
+    references = dict(zip(("mlp", "cnn"), args.cost_reference))
+    print(f"estimator cost, U = -loss; one torch thread; load average before: "
+          f"{' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
+    rows = []
+    for kind in models:
+        for n in sizes:
+            round_ = real_round(kind, n, held[0] if kind == "mlp" else held[1])
+            for rule in args.rules:
+                found = cost_rows(round_, kind, rule, repeats=args.repeats, repeat_under=args.repeat_under,
+                                  reference_budget=references[kind], adaptive_budget=args.adaptive_budget)
+                for row in found:
+                    print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+                                    if k not in ("held_out", "reference")), flush=True)
+                rows += found
+                if args.results:  # kept as it goes: a long run cut short keeps its finished rounds
+                    write_cost(Path(args.results), rows, command)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=("mlp", "cnn"), default=["mlp", "cnn"])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[20, 50, 100], help="clients per round")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="clients per round (20 50 100; --cost: 10 20 50 100)")
     parser.add_argument("--budgets", type=int, nargs="+", default=[20, 80],
                         help="budgets per client: n × each, distinct coalition evaluations per round")
     parser.add_argument("--reference", type=int, default=400, help="the reference's budget per client")
@@ -134,7 +315,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", nargs="+", default=None, metavar="JSON",
                         help="print the table (and --plot) from records kept by --json; runs nothing")
     parser.add_argument("--one", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--cost", action="store_true", help="every estimator's cost side by side (module docstring)")
+    parser.add_argument("--quick", action="store_true", help="--cost: the MLP at n = 6 and 8, 200 held-out images")
+    parser.add_argument("--rules", nargs="+", choices=("fixed-weight", "renormalized"),
+                        default=["fixed-weight", "renormalized"], help="--cost: the coalition rules")
+    parser.add_argument("--repeats", type=int, default=3, help="--cost: timed valuations an estimator (median)")
+    parser.add_argument("--repeat-under", type=float, default=60.0,
+                        help="--cost: an estimator whose first valuation took longer is timed once")
+    parser.add_argument("--cost-reference", type=int, nargs=2, default=[400, 240], metavar=("MLP", "CNN"),
+                        help="--cost: the sampled reference's budget per client past exact")
+    parser.add_argument("--adaptive-budget", type=int, default=None,
+                        help="--cost: cap adaptive MC-ADS at this many evaluations per client (default: its own stop)")
+    parser.add_argument("--results", default=None, help="--cost: write the rows here (CSV)")
+    parser.add_argument("--table", default=None, metavar="CSV", help="print the docs' table of a --cost results file")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(cost_table(read_cost(Path(args.table)))))
+        return 0
+    if args.cost:
+        shown = sys.argv[1:] if argv is None else argv
+        return cost_main(args, " ".join(["python -m bench.large_rounds", *shown]))
+    args.sizes = args.sizes or [20, 50, 100]
     if args.from_json:
         records = [r for path in args.from_json for r in json.loads(Path(path).read_text())]
         _print_kept(records)
