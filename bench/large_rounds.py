@@ -192,15 +192,18 @@ def _round_values(valuation) -> np.ndarray:
 def cost_rows(round_: tuple, model: str, rule: str, *, repeats: int = 3, repeat_under: float = 60.0,
               reference_budget: int = 400, adaptive_budget: int | None = None) -> list[dict]:
     """``--cost``'s rows (:data:`COST_COLUMNS`) of one round under one rule: each estimator of
-    :func:`cost_settings` timed ``repeats`` times, interleaved, after an untimed warm-up; then the reference
-    (exact's values up to :data:`EXACT_UP_TO` clients, else ``auto`` at ``reference_budget`` × n evaluations
-    with :data:`REFERENCE_SEED`, a row of its own)."""
+    :func:`cost_settings` timed ``repeats`` times, interleaved, after an untimed warm-up (an expansion and
+    MC-ADS at its minimum); then the reference (exact's values up to :data:`EXACT_UP_TO` clients, else
+    ``auto`` at ``reference_budget`` × n evaluations with :data:`REFERENCE_SEED`, a row of its own)."""
+    from fedvalue.valuation.plan import minimum_budget
     from fedvalue.valuation.settings import AdsSettings
 
     n = len(round_[4])
     chosen = {name: cost_settings(name, n, adaptive_budget) for name in COST_ESTIMATORS}
     chosen = {name: settings for name, settings in chosen.items() if settings is not None}
-    loss_valuation(round_, rule, cost_settings("second-order", n), 0)  # torch's first autograd calls, untimed
+    # Untimed: torch's first autograd calls, and the first linear scorer's.
+    loss_valuation(round_, rule, cost_settings("second-order", n), 0)
+    loss_valuation(round_, rule, AdsSettings(method="mc", budget=minimum_budget("mc", n)), 0)
     first, seconds = {}, {name: [] for name in chosen}
     for repeat in range(repeats):
         for name, settings in chosen.items():
