@@ -12,8 +12,18 @@ import numpy as np
 import pytest
 import torch
 
-from bench.large_rounds import (BASELINE, COST_COLUMNS, COST_ESTIMATORS, COST_TABLE_HEADER, EXACT_UP_TO, cost_rows,
-                                cost_settings, cost_table, read_cost, write_cost)
+from bench.large_rounds import (
+    BASELINE,
+    COST_COLUMNS,
+    COST_ESTIMATORS,
+    COST_TABLE_HEADER,
+    EXACT_UP_TO,
+    cost_rows,
+    cost_settings,
+    cost_table,
+    read_cost,
+    write_cost,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "estimator_cost.csv"
@@ -28,8 +38,8 @@ def test_the_docs_table_is_the_results_file():
     assert COST_TABLE_HEADER in lines, "the docs hold no estimator-cost table (python -m bench.large_rounds --table)"
     start = lines.index(COST_TABLE_HEADER)
     end = next((k for k in range(start, len(lines)) if not lines[k].startswith("|")), len(lines))
-    assert lines[start:end] == rows, "the docs' table is not the results file's (python -m bench.large_rounds --table " \
-                                     "docs/results/estimator_cost.csv)"
+    assert lines[start:end] == rows, ("the docs' table is not the results file's (python -m bench.large_rounds "
+                                      "--table docs/results/estimator_cost.csv)")
 
 
 def test_every_estimator_runs_at_the_budget_the_docs_state():
