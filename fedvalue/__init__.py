@@ -11,7 +11,7 @@ imports flwr or ray. The torch side's face is :mod:`fedvalue.utilities`, the led
 
 from fedvalue.analysis.detection import detection_curve, detection_metrics, summarize_metrics
 from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
-from fedvalue.analysis.gains import gains_table, honest_cost, manipulation_gains
+from fedvalue.analysis.gains import gains_table, honest_cost, manipulation_gains, mean_interval, ratio_interval
 from fedvalue.analysis.payout import paid_share
 from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
 from fedvalue.analysis.top_k_selection import retrain_plan
@@ -77,6 +77,7 @@ __all__ = [
     "loo",
     "manipulation_gains",
     "marginal_flows",
+    "mean_interval",
     "mc_num_permutations",
     "mf_fit",
     "mf_flows",
@@ -85,6 +86,7 @@ __all__ = [
     "prefix_mc_ads",
     "prefix_values",
     "reciprocity",
+    "ratio_interval",
     "reciprocity_ratio",
     "retrain_plan",
     "run_procurement",

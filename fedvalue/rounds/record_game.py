@@ -6,14 +6,22 @@ same two functions, so the two cannot build different games."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from fedvalue.run.archive import RoundRecord
+from fedvalue.run.archive import RoundRecord, read_round_record, round_record_paths
 from fedvalue.schema import Status
 from fedvalue.valuation.game import CoalitionGame
-from fedvalue.valuation.round_game import Aggregator, ArraysUtility, RoundValuation, round_game_for, value_round
+from fedvalue.valuation.round_game import (
+    Aggregator,
+    ArraysUtility,
+    RoundValuation,
+    round_game_for,
+    round_rng,
+    value_round,
+)
 
 
 def valid_clients(record: RoundRecord) -> list[Hashable]:
@@ -40,3 +48,22 @@ def value_record(record: RoundRecord, utility: ArraysUtility, seed: np.random.Ge
     settings = record.settings
     return value_round(record_game(record, utility, aggregate), settings.methods, settings.valuation, seed=seed,
                        progress=progress)
+
+
+def value_recorded_rounds(run_dir: str | os.PathLike, utility: ArraysUtility,
+                          aggregate: Aggregator | None = None) -> dict[int, RoundValuation]:
+    """Every saved round of ``run_dir`` valued again under ``utility`` (another test set, another metric), each by
+    its record's own game, methods, estimator and round seed (:func:`value_record` with ``[seed, t]``), so that
+    with the run's own utility the books come back as booked; round -> its valuation (rounds with no valid reply
+    are left out). A round aggregated by its strategy's own code needs that ``aggregate`` (ValueError naming the
+    round otherwise)."""
+    valued = {}
+    for server_round, path in round_record_paths(run_dir).items():
+        record = read_round_record(path)
+        if record.settings.by_strategy and aggregate is None:
+            raise ValueError(f"aggregate: round {server_round} of {os.fspath(run_dir)!r} was aggregated by its "
+                             "strategy's own code; expected that aggregation to value it again; got None")
+        if valid_clients(record):
+            valued[server_round] = value_record(record, utility, round_rng(record.settings.seed, server_round),
+                                                aggregate)
+    return valued

@@ -99,24 +99,34 @@ class StudyRun:
 
 
 @functools.lru_cache(maxsize=2)
-def _loaded(name: str, split: str):
+def cached_dataset(name: str, split: str):
     return load_dataset(name, split=split) if name == "fashion-mnist" else load_dataset(name)
+
+
+def _data_seeds(seed: int) -> list[np.random.SeedSequence]:
+    """The seeds of the training pool, the held-out sample, the partition and the halves."""
+    return np.random.SeedSequence([seed, 41]).spawn(4)
+
+
+def holdout_rows(test_labels: np.ndarray, seed: int, holdout_examples: int) -> np.ndarray:
+    """Fashion-MNIST: the test rows of the server's held-out set (all of them when ``holdout_examples`` is 0)."""
+    if not holdout_examples:
+        return np.arange(len(test_labels))
+    return sample_per_class(test_labels, holdout_examples, seed=_data_seeds(seed)[1], name="holdout_examples")
 
 
 @functools.lru_cache(maxsize=16)
 def study_data(dataset: str, seed: int, num_clients: int, scheme: str, alpha: float, train_examples: int,
                holdout_examples: int, holdout_fraction: float):
     """(training pool, held-out set, per client (training rows, inference rows)), from the seed."""
-    pool_seed, holdout_seed, partition_seed, halves_seed = np.random.SeedSequence([seed, 41]).spawn(4)
+    pool_seed, holdout_seed, partition_seed, halves_seed = _data_seeds(seed)
     if dataset == "fashion-mnist":
-        pool, holdout = _loaded(dataset, "train"), _loaded(dataset, "test")
+        pool, holdout = cached_dataset(dataset, "train"), cached_dataset(dataset, "test")
         if train_examples:
             pool = pool.subset(sample_per_class(pool.y, train_examples, seed=pool_seed, name="train_examples"))
-        if holdout_examples:
-            holdout = holdout.subset(sample_per_class(holdout.y, holdout_examples, seed=holdout_seed,
-                                                      name="holdout_examples"))
+        holdout = holdout.subset(holdout_rows(holdout.y, seed, holdout_examples))
     else:
-        pool, holdout = split_holdout(_loaded(dataset, "all"), holdout_fraction, seed=holdout_seed)
+        pool, holdout = split_holdout(cached_dataset(dataset, "all"), holdout_fraction, seed=holdout_seed)
     labels = pool.y if scheme == "dirichlet" else np.zeros(len(pool), dtype=np.int64)
     shares = partition(labels, num_clients, scheme=scheme, seed=partition_seed, alpha=alpha, min_partition_size=32)
     halves = np.random.default_rng(halves_seed)
