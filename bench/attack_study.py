@@ -28,6 +28,14 @@ DIR/adaptive-gains.csv (``--results``: attack_gains_adaptive.csv). A part holds 
 another DIR.
 
     python -m bench.attack_study --out DIR --margins 0.05,0.2,0.5   # the adaptive sweep
+
+``--unseen`` runs nothing new: the FedAvg runs of the crafted updates (``crafted-update``, ``adaptive-crafted@M``)
+and their honest runs, in every part of DIR that holds them, are valued again on test images the server's
+valuation never used (:mod:`simulations.experiments.attacks.unseen_split`), tabled in DIR/unseen-table.md and
+DIR/unseen-gains.csv (``--results``: attack_gains_unseen.csv): is the crafted update's gain the estimator's or the
+model's?
+
+    python -m bench.attack_study --out DIR --unseen --results docs/results
 """
 
 from __future__ import annotations
@@ -43,6 +51,9 @@ import pandas as pd
 
 from bench import results_header
 from fedvalue import gains_table, honest_cost
+from simulations.experiments.attacks.attacks import AttacksConfig
+from simulations.experiments.attacks.plan import adaptive_parts
+from simulations.experiments.attacks.unseen_split import unseen_frames, unseen_gains
 
 
 ATTACKS = ("none,sybil-split-2,sybil-split-4,sybil-split-8,sybil-replica-2,sybil-replica-4,sybil-replica-8,"
@@ -72,7 +83,12 @@ GOAL = 1.05
 RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation.csv",
            "cost": "attack_honest_cost.csv", "norm-cap-gains": "attack_gains_norm_cap.csv",
            "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv",
-           "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv"}
+           "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv",
+           "unseen": "attack_gains_unseen.csv"}
+#: The adaptive sweep's cost table's header note: its parts run with the crafted parts' norm cap on.
+ADAPTIVE_COST = ", norm cap on"
+#: The attacks whose runs ``--unseen`` values again on the unseen split: the crafted updates.
+CRAFTED = ("crafted-update", "adaptive-crafted")
 
 
 def run_part(out: Path, name: str, options: list[str]) -> bool:
@@ -123,7 +139,7 @@ def write_tables(out: Path, names: list[str], capped: list[str], aggregated: lis
     if "norm-cap-gains" in frames:
         (out / "norm-cap-table.md").write_text(markdown(frames["norm-cap-gains"]))
     if "adaptive-gains" in frames:
-        (out / "adaptive-table.md").write_text(markdown(frames["adaptive-gains"]))
+        (out / "adaptive-table.md").write_text(adaptive_markdown(frames["adaptive-gains"]))
     if (out / "group-split" / "shells.csv").exists():
         frames["shells"] = pd.read_csv(out / "group-split" / "shells.csv")
         frames["shells"].to_csv(out / "shells.csv", index=False)
@@ -158,6 +174,12 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
         tables.append(cost_markdown(frames["norm-cap-cost"]).rstrip("\n"))
     if "shells" in frames:
         tables.append(shells_markdown(frames["shells"]).rstrip("\n"))
+    if "adaptive-gains" in frames:
+        tables.append(adaptive_markdown(frames["adaptive-gains"]).rstrip("\n"))
+    if "adaptive-cost" in frames:
+        tables.append(cost_markdown(frames["adaptive-cost"], ADAPTIVE_COST).rstrip("\n"))
+    if "unseen" in frames:
+        tables.append(unseen_markdown(frames["unseen"]).rstrip("\n"))
     return tables
 
 
@@ -205,10 +227,34 @@ def markdown(gains: pd.DataFrame, aggregation: pd.DataFrame | None = None) -> st
     return "\n".join(ads) + "\n\n" + "\n".join(flows) + "\n"
 
 
-def cost_markdown(cost: pd.DataFrame) -> str:
-    """The defences' cost to honest clients in the attack-free runs (:func:`combine`'s cost table)."""
-    lines = ["| data | strategy | book | mean change of an honest client's paid share | largest | free-rider "
-             "flags | clustered rows |", "|---|---|---|---|---|---|---|"]
+#: The defence each adaptive attack stays outside of, by its kind (``clients.attacks.adaptive``).
+OUTSIDE = {"adaptive-cluster": "near-duplicate clusters", "adaptive-replay": "replay test",
+           "adaptive-split": "arrivals by claimed size", "adaptive-crafted": "norm cap"}
+
+
+def adaptive_markdown(gains: pd.DataFrame) -> str:
+    """The adaptive sweep's table: a row per (data, strategy, attack, margin), the defence the attack stays
+    outside of, and each payable book's gain with the defences on (ADS also without), the identities' paid
+    share of ADS with the defences on beside their seats' honest one, and the accuracy change."""
+    lines = ["| data | strategy | attack | stays outside | margin M | ADS | ADS, defended | paid, defended "
+             "(honestly) | outflow, defended | LOO, defended | accuracy change |", "|" + "---|" * 11]
+    for key in dict.fromkeys(zip(gains["partition"], gains["strategy"], gains["attack"])):
+        kind, size, margin = adaptive_parts(key[2])
+        ads, outflow, loo = (_row(gains, key, book) for book in ("ads", "tracin_outflow", "loo"))
+        name = kind if kind in ("adaptive-replay", "adaptive-crafted") else f"{kind}-{size}"
+        lines.append(f"| {key[0]} | {key[1]} | {name} | {OUTSIDE[kind]} | {margin:g} | {_interval(ads, '')} | "
+                     f"{_interval(ads, 'defended_')} | {ads['defended_paid']:.3f} ({ads['defended_paid_honest']:.3f}) | "
+                     f"{_interval(outflow, 'defended_')} | {_interval(loo, 'defended_')} | "
+                     f"{ads['accuracy_change']:+.3f} [{ads['accuracy_change_low']:+.3f}, "
+                     f"{ads['accuracy_change_high']:+.3f}] |")
+    return "\n".join(lines) + "\n"
+
+
+def cost_markdown(cost: pd.DataFrame, setting: str = "") -> str:
+    """The defences' cost to honest clients in the attack-free runs (:func:`combine`'s cost table); ``setting``
+    names what differs from the study's defences (the adaptive sweep's norm cap) in the header."""
+    lines = [f"| data | strategy | book | mean change of an honest client's paid share{setting} | largest | "
+             "free-rider flags | clustered rows |", "|---|---|---|---|---|---|---|"]
     for _, row in cost.iterrows():
         lines.append(f"| {row['partition']} | {row['strategy']} | {row['book']} | {row['mean_share_change']:.4f} | "
                      f"{row['max_share_change']:.4f} | {row['free_rider_flags']} | {row['clustered_rows']} |")
@@ -258,6 +304,44 @@ def run_sweep(out: Path, margins: list[float], options: list[str], seeds: dict[s
     return names
 
 
+def unseen_study(out: Path) -> pd.DataFrame | None:
+    """DIR/unseen-gains.csv and unseen-table.md: the crafted updates' runs of every part under ``out`` valued on
+    the unseen split (None when no part holds one)."""
+    tables = []
+    for part in sorted(p for p in out.iterdir() if (p / "runs.csv").is_file()):
+        ran = pd.read_csv(part / "runs.csv")
+        crafted = sorted({a for a in ran.loc[ran["strategy"] == "fedavg", "attack"]
+                          if str(a).split("@")[0] in CRAFTED})
+        if crafted:
+            print(f"{part.name}: valuing {', '.join(crafted)} again on the unseen split", flush=True)
+            tables.append(unseen_gains(*unseen_frames(part, AttacksConfig, crafted)))
+    if not tables:
+        return None
+    gains = pd.concat(tables, ignore_index=True)
+    gains.to_csv(out / "unseen-gains.csv", index=False)
+    (out / "unseen-table.md").write_text(unseen_markdown(gains))
+    return gains
+
+
+def _ratio(row: pd.Series, prefix: str, signed: bool = False) -> str:
+    form = "{:+.3f}" if signed else "{:.2f}"
+    return (form.format(row[prefix]) + " [" + form.format(row[f"{prefix}_low"]) + ", "
+            + form.format(row[f"{prefix}_high"]) + "]")
+
+
+def unseen_markdown(gains: pd.DataFrame) -> str:
+    """The unseen split's table: per crafted attack, its ADS gain and the other clients' ratio on the server's
+    held-out set and on the unseen split, and the accuracy change on each."""
+    lines = ["| data | attack | seeds | ADS gain, held-out | ADS gain, unseen | others' ADS, held-out | "
+             "others' ADS, unseen | accuracy change, held-out | accuracy change, unseen |", "|" + "---|" * 9]
+    for _, row in gains.iterrows():
+        lines.append(f"| {row['partition']} | {row['attack']} | {row['seeds']} | {_ratio(row, 'gain_held_out')} | "
+                     f"{_ratio(row, 'gain_unseen')} | {_ratio(row, 'others_held_out')} | "
+                     f"{_ratio(row, 'others_unseen')} | {_ratio(row, 'accuracy_change_held_out', True)} | "
+                     f"{_ratio(row, 'accuracy_change_unseen', True)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.attack_study", allow_abbrev=False,
                                      description=" ".join(__doc__.split("\n\n")[0].split()))
@@ -268,6 +352,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--margins", metavar="M,M,...",
                         help="run only the adaptive sweep: every adaptive attack at each margin M >= 0 (how far "
                              "outside its defence's threshold), e.g. 0.05,0.2,0.5")
+    parser.add_argument("--unseen", action="store_true",
+                        help="run nothing new: value the crafted updates' FedAvg runs of DIR's parts again on test "
+                             "images the server's valuation never used")
     parser.add_argument("--markdown", type=Path, metavar="FOLDER",
                         help="print the docs' tables from FOLDER's attack_*.csv alone (runs nothing)")
     args = parser.parse_args(argv)
@@ -284,6 +371,17 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         parser.error(str(error))
     options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
+    if args.unseen:
+        if not args.out.is_dir():
+            parser.error(f"--out: expected the study's folder holding its parts; got {str(args.out)!r}")
+        gains = unseen_study(args.out)
+        if gains is None:
+            parser.error(f"--unseen: no part of {str(args.out)!r} holds a FedAvg run of a crafted update")
+        if args.results is not None:
+            write_results(args.results, {"unseen": gains}, "python -m bench.attack_study "
+                          + " ".join(argv if argv is not None else sys.argv[1:]))
+        print((args.out / "unseen-table.md").read_text())
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{p}-{s}" for p, s in PARTS]
     capped = [f"{p}-fedavg-norm-cap" for p in ("iid", "dirichlet")]
