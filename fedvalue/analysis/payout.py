@@ -10,11 +10,13 @@ With floor f ≥ 0, the clients with Φ_i > f are eligible, and budget B is shar
 
 Everyone else is paid 0. When no client clears the floor the budget is not spent (every p_i = 0).
 
-Some books are not paid without an explicit opt-in (``allow_undefended=True``, the command line's
-``--allow-undefended``): those the defences do not vouch for against identity games, by what the
-attack study of docs/faults-and-audit.md measured (:data:`UNDEFENDED`). TracIn outflow is one: a
-participant's flows to its own other identities are booked as outflow, and nothing in the updates
-links the identities. A table paid from one says so on every row (``undefended``).
+No book is paid without an explicit opt-in (``allow_undefended=True``, the command line's
+``--allow-undefended``) where the attack study of docs/faults-and-audit.md measured that identities buy it with
+every defence on (:data:`UNDEFENDED`), and it measured that for every book: an attacker that knows the defences'
+thresholds stays outside them (the adaptive sweep), so K identities holding one participant's data are paid as K
+participants by ADS and TracIn outflow, and overlapping shards whose claims are each true are paid more by LOO.
+The opt-in states what the books cannot check: that each identity is a distinct participant (a verified
+registration). A table paid under it says so on every row (``undefended``).
 
 Without a method named, the book paid is :func:`default_payout_method`'s: the defended ADS when the run booked it
 (``--defences``), else ADS.
@@ -33,8 +35,17 @@ RULES = ("share-of-positive", "equal")
 #: from a book of :data:`UNDEFENDED`, by the opt-in).
 PAYOUT_COLUMNS = ("client_id", "method", "total_value", "eligible", "payment", "rule", "floor", "budget",
                   "undefended")
-#: Books the defences do not vouch for, with what the attack study measured (docs/faults-and-audit.md).
+#: Books the defences do not vouch for, with what the attack study measured (docs/faults-and-audit.md): its
+#: table of TracIn outflow gains, and the adaptive sweep (docs/results/attack_gains_adaptive.csv).
+_IDENTITIES_ADS = ("4 identities holding one participant's data, their updates (1 + M) times the clustering "
+                   "threshold apart, gain up to 1.97 times its honest ADS")
+_SHARDS_LOO = ("4 identities on overlapping shards of one participant's data, each claim true, are paid 0.270 of a "
+               "budget by LOO against 0.146 honestly")
 UNDEFENDED = {
+    "ads": f"{_IDENTITIES_ADS} (docs/faults-and-audit.md, the adaptive sweep)",
+    "ads_defended": f"{_IDENTITIES_ADS} with every defence on (docs/faults-and-audit.md, the adaptive sweep)",
+    "loo": f"{_SHARDS_LOO} (docs/faults-and-audit.md, the adaptive sweep)",
+    "loo_defended": f"{_SHARDS_LOO} with every defence on (docs/faults-and-audit.md, the adaptive sweep)",
     "tracin_outflow": "a participant that splits into identities gains up to 3.43 times its honest TracIn outflow, "
                       "one that replicates its update up to 36.7 times (docs/faults-and-audit.md, the attack study)",
     "tracin_outflow_defended": "a participant that splits into identities keeps a TracIn outflow gain of up to 3.43 "
@@ -52,6 +63,16 @@ def default_payout_method(ledger: pd.DataFrame) -> str:
     the attack study), else ``ads`` (also when the ledger books neither: paying it then says what the ledger books)."""
     booked = set(ledger.loc[ledger["status"] == Status.OK, "method"].astype(str))
     return next((method for method in DEFAULT_METHODS if method in booked), DEFAULT_METHODS[-1])
+
+
+def check_default_payable(allow_undefended: bool = False) -> None:
+    """ValueError naming ``payout`` when no book :func:`default_payout_method` can pick is paid without the opt-in
+    (so a payout without a method is refused before any ledger is read)."""
+    if not allow_undefended and all(method in UNDEFENDED for method in DEFAULT_METHODS):
+        raise ValueError(f"payout: no book is paid by default: the books paid without --method ("
+                         f"{' or '.join(DEFAULT_METHODS)}) can be bought by identities: {UNDEFENDED['ads_defended']}; "
+                         f"pass allow_undefended=True (--allow-undefended) where each identity is a distinct, verified "
+                         f"participant.")
 
 
 def check_payable(method: str, allow_undefended: bool = False) -> None:
@@ -92,7 +113,9 @@ def payout_table(ledger: pd.DataFrame, budget: float, *, method: str | None = No
     why) unless ``allow_undefended``; its rows then say ``undefended``."""
     if not isinstance(allow_undefended, bool):
         raise TypeError(f"allow_undefended: expected True or False; got {allow_undefended!r}.")
-    method = default_payout_method(ledger) if method is None else method
+    if method is None:
+        check_default_payable(allow_undefended)
+        method = default_payout_method(ledger)
     check_payable(method, allow_undefended)
     totals = client_totals(ledger, method)
     if totals.empty:

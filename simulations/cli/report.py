@@ -24,24 +24,27 @@ def add_parser(commands) -> None:
                              "equal (the same to every client above it) (default: share-of-positive)")
     report.add_argument("--method",
                         help="the ledger method whose totals are paid, e.g. ads, ads_defended, loo (default: "
-                             "ads_defended when the run booked it, else ads); tracin_outflow and "
-                             "tracin_outflow_defended only with --allow-undefended")
+                             "ads_defended when the run booked it, else ads); every book of identity-gamed value "
+                             "(ads, loo, tracin_outflow and their defended books) only with --allow-undefended")
     report.add_argument("--allow-undefended", action="store_true",
                         help="with --payout: pay from a book the defences do not vouch for against identity games "
-                             "(tracin_outflow, tracin_outflow_defended: a split participant gains outflow with every "
-                             "defence on, docs/faults-and-audit.md); payout.csv's rows then say undefended")
+                             "(every book: an attacker that knows the defences' thresholds buys ADS, LOO and TracIn "
+                             "outflow with several identities, docs/faults-and-audit.md); give it where each "
+                             "identity is a distinct, verified participant; payout.csv's rows then say undefended")
     report.add_argument("--floor", type=finite_non_negative("floor"), default=0.0,
                         help="a client is paid only when its total is above this (default: 0)")
 
 
 def report_command(args: argparse.Namespace) -> int:
     from fedvalue.analysis.report import figure_dirs, html_report, write_figures
-    from fedvalue.analysis.payout import check_payable
+    from fedvalue.analysis.payout import check_default_payable, check_payable
     from fedvalue.run.rundir import RunDir, UnsafeRunFile, printable
     from fedvalue.schema import LEDGER_FILE
 
     if args.payout is not None and args.method is not None:  # a refused book is said before anything is read
         check_payable(args.method, args.allow_undefended)
+    elif args.payout is not None:
+        check_default_payable(args.allow_undefended)
     elif args.allow_undefended:
         raise ValueError("allow_undefended: expected --payout BUDGET with it (it opts a payout in); got no --payout.")
     try:  # opened once: every file below is read and written through it, every path printed is its

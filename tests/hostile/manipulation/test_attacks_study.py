@@ -109,11 +109,12 @@ def test_the_payout_export_pays_the_defended_book_by_default_and_the_audit_recom
     run_dir = study / "iid-fedavg-seed0" / "delta-weights"
     assert default_payout_method(load_run(run_dir).ledger) == "ads_defended"
     capsys.readouterr()
-    assert main(["report", str(run_dir), "--payout", "100", "--method", "ads", "--floor", "0.01"]) == 0
+    opt_in = "--allow-undefended"  # identities buy every book (the adaptive sweep): the opt-in is always asked for
+    assert main(["report", str(run_dir), "--payout", "100", "--method", "ads", "--floor", "0.01", opt_in]) == 0
     assert set(pd.read_csv(run_dir / "payout.csv")["method"]) == {"ads"}
-    assert "ads totals)" in capsys.readouterr().out  # named: no default said
-    assert main(["report", str(run_dir), "--payout", "100", "--floor", "0.01"]) == 0
-    assert "ads_defended totals, the default: the run booked the defended ADS)" in capsys.readouterr().out
+    assert "ads totals, UNDEFENDED" in capsys.readouterr().out  # named: no default said
+    assert main(["report", str(run_dir), "--payout", "100", "--floor", "0.01", opt_in]) == 0
+    assert "ads_defended totals, the default: the run booked the defended ADS, UNDEFENDED" in capsys.readouterr().out
     table = pd.read_csv(run_dir / "payout.csv", dtype={"client_id": str}).set_index("client_id")
     assert set(table["method"]) == {"ads_defended"}
     assert table.loc["0", "payment"] == 0.0 and table["payment"].sum() == pytest.approx(100.0)

@@ -89,13 +89,13 @@ def test_an_undefended_payout_is_refused_and_an_opted_in_one_leaves_the_run_inta
     assert not (run_dir / "payout.csv").exists()
     assert main(["report", str(run_dir), "--payout", "100", "--method", "ads", "--allow-undefended"]) == 0
     table = pd.read_csv(run_dir / "payout.csv")
-    assert list(table.columns)[-1] == "undefended" and not table["undefended"].any()
+    assert list(table.columns)[-1] == "undefended" and table["undefended"].all()  # identities buy ADS too
     assert main(["audit", str(run_dir), "--public-key", str(signed_run[2])]) == 0  # payout.csv beside it: intact
 
 
 def test_the_default_payout_pays_ads_and_the_audit_recomputes_it(signed_run, tmp_path, capsys):
     """On a copy of the suite's shared real run (no defences: it books ads and loo), ``--payout`` without
-    ``--method`` pays ads and says so; the audit (its key, values not recomputed: the payout is read against the
+    ``--method`` is refused without the opt-in and with it pays ads and says so; the audit (its key, values not recomputed: the payout is read against the
     ledger) is intact with payout.csv recomputed, NOT intact (exit 1) when one payment changed, and says what a
     garbage payout.csv holds in one line, without a traceback."""
     import shutil
@@ -104,8 +104,11 @@ def test_the_default_payout_pays_ads_and_the_audit_recomputes_it(signed_run, tmp
     shutil.copytree(signed_run[0], run_dir)
     audit = ["audit", str(run_dir), "--public-key", str(signed_run[2]), "--no-recompute"]
     capsys.readouterr()
-    assert main(["report", str(run_dir), "--payout", "100"]) == 0
-    assert "ads totals, the default: the run booked no ads_defended)" in capsys.readouterr().out
+    assert main(["report", str(run_dir), "--payout", "100"]) == 2  # no book is paid without the opt-in
+    assert "--payout: no book is paid by default" in capsys.readouterr().err
+    assert main(["report", str(run_dir), "--payout", "100", "--allow-undefended"]) == 0
+    assert ("ads totals, the default: the run booked no ads_defended, UNDEFENDED: paid by --allow-undefended)"
+            in capsys.readouterr().out)
     table = pd.read_csv(run_dir / "payout.csv", dtype={"client_id": str})
     assert set(table["method"]) == {"ads"} and table["payment"].sum() == pytest.approx(100.0)
     assert main(audit) == 0
