@@ -99,7 +99,10 @@ def unseen_frames(part: Path, config_type, attacks: list[str] | None = None) -> 
 
 
 def _ids(text) -> set[int]:
-    return set() if isinstance(text, float) else {int(float(part)) for part in str(text).split()}
+    """Client ids from runs.csv's space-separated list (one id may read as a float, an empty list as NaN)."""
+    if isinstance(text, float) and text != text:
+        return set()
+    return {int(float(part)) for part in str(text).split()}
 
 
 def unseen_gains(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
