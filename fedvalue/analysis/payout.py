@@ -39,8 +39,8 @@ PAYOUT_COLUMNS = ("client_id", "method", "total_value", "eligible", "payment", "
 #: table of TracIn outflow gains, and the adaptive sweep (docs/results/attack_gains_adaptive.csv).
 _IDENTITIES_ADS = ("4 identities holding one participant's data, their updates (1 + M) times the clustering "
                    "threshold apart, gain up to 1.97 times its honest ADS")
-_SHARDS_LOO = ("4 identities on overlapping shards of one participant's data, each claim true, are paid 0.270 of a "
-               "budget by LOO against 0.146 honestly")
+_SHARDS_LOO = ("4 identities on overlapping shards of one participant's data, each claim true, are paid 0.496 of a "
+               "budget by LOO against 0.184 honestly")
 UNDEFENDED = {
     "ads": f"{_IDENTITIES_ADS} (docs/faults-and-audit.md, the adaptive sweep)",
     "ads_defended": f"{_IDENTITIES_ADS} with every defence on (docs/faults-and-audit.md, the adaptive sweep)",
