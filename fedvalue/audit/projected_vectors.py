@@ -1,7 +1,8 @@
 """The audit's check of the projected vectors a round record keeps for TracIn flows
 (:mod:`fedvalue.flows.projected_flows`): the flows are recomputed from them like every other book,
 so a record could steer its flows by keeping made-up vectors. What the record itself makes
-checkable is checked here: every vector holds k numbers (min(k, p)), and each projected update is
+checkable is checked here: every vector holds k numbers (min(k, p)), every ok reply has its projected update
+(the writer projects each one; a record that drops one could leave a client out of the flows), and each one is
 R_t Δ_u of the reply it was made from, with R_t drawn again from the noted seed (to ``tolerance``
 × max(1, |entry|): the count sketch gives the same bits on every machine, a dense R_t may differ
 in the last bits across BLAS builds). The projected gradients are the clients' own, like the full
@@ -14,6 +15,7 @@ import numpy as np
 
 from fedvalue.flows.projected_flows import FlowsProjection, project_round
 from fedvalue.run.archive import RoundRecord
+from fedvalue.schema import Status
 
 
 def projection_problems(record: RoundRecord, tolerance: float) -> list[str]:
@@ -37,6 +39,11 @@ def projection_problems(record: RoundRecord, tolerance: float) -> list[str]:
     unknown = [c for c in record.projected_updates if c not in record.replies]
     if unknown:
         problems.append(f"round {t}: its record keeps projected updates of clients without a reply: {unknown[:4]}")
+    statuses = record.statuses
+    dropped = [c for c in record.replies if statuses.get(c) == Status.OK and c not in record.projected_updates]
+    if dropped:  # the writer projects every ok reply: one missing is a vector kept out of the flows
+        problems.append(f"round {t}: its record keeps no projected update of clients whose reply was ok: "
+                        f"{dropped[:4]}")
     if problems:
         return problems
     try:

@@ -167,3 +167,25 @@ def test_a_record_noting_another_projection_than_run_json_is_not_taken_on(projec
     assert settings_problems(record, config) == []
     other = {**config, "flows_projection": FlowsProjection.of_run(K, 4).as_json()}
     assert any("its flows projection is" in p for p in settings_problems(record, other))
+
+
+@pytest.mark.parametrize("acceptance", [None, "top-k"])
+def test_a_record_that_drops_an_ok_replys_projected_update_is_caught(projected_run, tmp_path, acceptance):
+    """Every ok reply is projected by the writer, so a record without one of them (an aggregated client's, or one
+    that Top-K by outflow left out of the aggregate) has a vector kept out of the flows: named, NOT intact."""
+    if acceptance is None:
+        run_dir = copy_of(projected_run, tmp_path)
+    else:
+        run_dir = run_with(tmp_path / "topk", BookSettings(flows=True, flows_projection_dim=K),
+                           acceptance=TopK(2, "tracin_outflow"))
+    record = read_round(run_dir, ROUNDS)
+    ok = [e.client_id for e in record.entries if e.status == "ok"]
+    dropped = next(c for c in ok if (c in record.accepted) == (acceptance is None))
+    del record.projected_updates[dropped]
+    write_round_record(run_dir, record)
+    reseal(run_dir)
+    report = audit_run(run_dir, utility=utility())
+    assert not report.ok
+    assert any(p.startswith(f"recompute: round {ROUNDS}: its record keeps no projected update of clients whose reply "
+                            f"was ok: "
+                            f"[{dropped!r}]") for p in report.problems), report.problems
