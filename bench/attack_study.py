@@ -254,10 +254,11 @@ def cost_markdown(cost: pd.DataFrame, setting: str = "") -> str:
     """The defences' cost to honest clients in the attack-free runs (:func:`combine`'s cost table); ``setting``
     names what differs from the study's defences (the adaptive sweep's norm cap) in the header."""
     lines = [f"| data | strategy | book | mean change of an honest client's paid share{setting} | largest | "
-             "free-rider flags | clustered rows |", "|---|---|---|---|---|---|---|"]
+             "typical share (median, no defences) | free-rider flags | clustered rows |", "|---|---|---|---|---|---|---|---|"]
     for _, row in cost.iterrows():
+        typical = f"{row['typical_share']:.4f}" if "typical_share" in row else "—"
         lines.append(f"| {row['partition']} | {row['strategy']} | {row['book']} | {row['mean_share_change']:.4f} | "
-                     f"{row['max_share_change']:.4f} | {row['free_rider_flags']} | {row['clustered_rows']} |")
+                     f"{row['max_share_change']:.4f} | {typical} | {row['free_rider_flags']} | {row['clustered_rows']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -108,19 +108,22 @@ def gains_table(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 def honest_cost(totals: pd.DataFrame) -> pd.DataFrame:
     """Per (partition, strategy, book), in the attack-free runs: the mean and largest change of an
-    honest client's paid share (budget 1) when the defences are on, and the free-rider flags raised."""
+    honest client's paid share (budget 1) when the defences are on, beside a typical share (the median of the
+    clients' paid shares without the defences), and the free-rider flags raised."""
     rows = []
     clean = totals[totals["attack"] == "none"]
     for (scheme, strategy), group in clean.groupby(KEYS, sort=False):
         for plain, defended in BOOKS.items():
-            changes = []
+            changes, typical = [], []
             for _, run in group.groupby("seed"):
                 shares = {book: {c: paid_share(run.set_index("client_id")[book], [c]) for c in run["client_id"]}
                           for book in (plain, defended)}
                 changes += [shares[defended][c] - shares[plain][c] for c in run["client_id"]]
+                typical += list(shares[plain].values())
             changes = np.abs(np.asarray(changes))
             rows.append({"partition": scheme, "strategy": strategy, "book": plain,
                          "mean_share_change": float(changes.mean()), "max_share_change": float(changes.max()),
+                         "typical_share": float(np.median(typical)),
                          "free_rider_flags": int(group["defence_free_rider"].sum())})
     return pd.DataFrame(rows)
 
