@@ -204,10 +204,10 @@ def test_estimator_options_reach_the_valuing_strategy():
      AdsSettings(method="adaptive", decision="top-k", top_k=6, budget=400)),
 ])
 def test_the_expansions_and_adaptive_mc_ads_reach_the_valuing_strategy(options, expected):
-    from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, _check, valuation_settings
+    from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build, valuation_settings
 
     config = NoisyClientsConfig(**options)
-    _check(config)
+    build(config)  # checked as a run checks it, before Ray starts
     assert valuation_settings(config).ads == expected
 
 
