@@ -17,6 +17,7 @@ from strategies.policies import (SCHEDULES, AcceptAll, ChoosesOwnClients, FairDr
                                  TopK, ValueEliminationSampler, ValueWeightedSampler, ValueWeighting)
 from strategies.round_hook import HookContext, IdleClients, RoundHook, RoundView
 from strategies.protocol import LOCAL_LOSS_KEY, SEED_KEY, SERVER_ROUND_KEY, train_config
+from strategies.aggregation.counterfactual import aggregates_by_weighted_mean
 from strategies.aggregation.reaggregate import replay_aggregator
 from strategies.run_state import RunInterrupted
 from strategies.valuing import ValuingStrategy
@@ -30,6 +31,6 @@ __all__ = [
     "IntakeSettings", "NodeDirectory", "PartitionSampler", "PowerOfChoice", "Replay", "ReplaySampler",
     "RepresentativesOnly", "RoundHook", "RoundView", "RunCallbacks", "RunInterrupted", "RunSettings", "Sampler", "Signer",
     "TopK", "ValuationSettings", "ValueEliminationSampler", "ValueWeightedSampler", "ValueWeighting",
-    "ValuingStrategy", "arrays_to_numpy", "initial_arrays", "register_round_hook", "replay_aggregator",
+    "ValuingStrategy", "aggregates_by_weighted_mean", "arrays_to_numpy", "initial_arrays", "register_round_hook", "replay_aggregator",
     "train_config", "unregister_round_hook",
 ]

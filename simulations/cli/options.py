@@ -38,7 +38,17 @@ PARAMETER_HELP = {
     "strategy": "inner Flower strategy: " + ", ".join(STRATEGIES),
     "methods": "valuations per round, comma-separated: ads,loo",
     "ads_method": "auto (exact when no dearer than MC; with --stderr-target the cheapest sampler), exact, mc, "
-                  "tmc (truncated MC), antithetic, stratified or kernelshap",
+                  "tmc (truncated MC), antithetic, stratified, kernelshap; first-order or second-order (the round "
+                  "game's Taylor expansion at the round's start: --utility neg_loss, fedavg or fedprox); or adaptive "
+                  "(MC-ADS drawing only clients whose side of --adaptive-decision is unsure)",
+    "adaptive_decision": "--ads-method adaptive: threshold (is a client's value above --adaptive-cut?) or top-k "
+                         "(is it among the round's --adaptive-top-k best?)",
+    "adaptive_cut": "--ads-method adaptive, threshold decision: the cut the values are decided against (0: is a "
+                    "client harmful?)",
+    "adaptive_top_k": "--ads-method adaptive, top-k decision: how many clients of a round the decision takes "
+                      "(1 to --clients-per-round)",
+    "adaptive_z": "--ads-method adaptive: one-look quantile of the decision's intervals (2: one-sided level 0.023; "
+                  "each look tests at a Bonferroni-corrected one)",
     "epsilon": "MC-ADS accuracy ε",
     "delta": "MC-ADS failure probability δ",
     "truncation_tolerance": "tmc: a permutation stops when |v(I_t) − v(prefix)| is within this",

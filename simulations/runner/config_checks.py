@@ -49,14 +49,16 @@ def check_devices(device: object, num_gpus_per_client: float, *, ray_address: st
 def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, source: str = "the saved settings"):
     """``config_cls`` rebuilt from a saved mapping (``run.json``, named ``source`` in errors):
     tuple fields from JSON lists; a field missing from ``saved`` is an error when
-    ``strict``, else its default. The engine settings are read flat, as run.json has them
-    (:func:`~simulations.runner.engine_settings.flat_fields`)."""
+    ``strict``, else its default. A field the config lists in ``OPTIONAL_KEYS`` is its default
+    when missing, even when ``strict``: a run that does not use it does not write it. The engine
+    settings are read flat, as run.json has them (:func:`~simulations.runner.engine_settings.flat_fields`)."""
     from simulations.runner.engine_settings import flat_fields, nest_settings
 
+    optional = getattr(config_cls, "OPTIONAL_KEYS", ())
     values = {}
     for field in flat_fields(config_cls):
         if field.name not in saved:
-            if strict:
+            if strict and field.name not in optional:
                 raise ValueError(f"resume: {source} lacks the setting {field.name!r}; it was not written by this "
                                  "version.")
             continue

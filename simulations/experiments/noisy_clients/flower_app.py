@@ -46,6 +46,7 @@ from simulations.runner import (
     check_some_client_valued,
     client_mods,
     flat_fields,
+    flat_settings,
     initial_model_arrays,
     nest_settings,
     package_versions,
@@ -168,7 +169,8 @@ def federation_size(grid: Grid, num_clients: int, *, wait_s: float = NODE_WAIT_S
 
 def same_ledger_command(config: NoisyClientsConfig, out: str) -> str:
     """The ``fedvalue run noisy-clients`` command that books the same ledger as ``config``."""
-    settings, defaults = config.as_dict(), NoisyClientsConfig().as_dict()
+    # Every setting, the adaptive ones too: a default config's run.json leaves those out.
+    settings, defaults = config.as_dict(), flat_settings(NoisyClientsConfig())
     options = []
     for name, value in settings.items():
         if value != defaults[name]:

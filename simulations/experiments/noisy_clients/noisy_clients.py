@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 
 from clients import ClientData, HonestClient, LabelNoise
-from fedvalue import VALUATION_METHODS
+from fedvalue import EXPANSION_METHODS, VALUATION_METHODS
 from fedvalue.ledger import RoundRow, Run
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import (
@@ -73,6 +73,7 @@ from strategies import (
     RunCallbacks,
     RunSettings,
     ValuationSettings,
+    aggregates_by_weighted_mean,
     train_config,
 )
 
@@ -80,9 +81,19 @@ from strategies import (
 #: accepted: a typo must not exhaust memory.
 MAX_PARAMETERS = 50_000_000
 MAX_VALUATION_WORKERS = 256
-#: ``ads_method`` choices (fedvalue.ads) and ``utility`` metrics (fedvalue.scoring.torch_utilities).
-ADS_METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap")
+#: ``ads_method`` choices (:class:`fedvalue.AdsSettings`' methods: the estimators of coalitions, the
+#: expansions of a FedAvg round, adaptive MC-ADS) and ``utility`` metrics (fedvalue.scoring.torch_utilities).
+ADAPTIVE = "adaptive"
+ADS_METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", *EXPANSION_METHODS, ADAPTIVE)
 UTILITIES = ("accuracy", "neg_loss")
+#: The one utility of :data:`UTILITIES` the expansion methods can differentiate (accuracy's gradient is zero).
+DIFFERENTIABLE_UTILITY = "neg_loss"
+#: The decisions adaptive MC-ADS spends its evaluations on (:class:`fedvalue.AdsSettings`' ``decision``).
+ADAPTIVE_DECISIONS = ("threshold", "top-k")
+#: The ``ads_method="adaptive"`` settings, written to run.json only by an adaptive run (as
+#: :meth:`fedvalue.AdsSettings.as_dict` leaves out its decision fields for other methods), so that the run.json of
+#: a run by any other method reads as before, byte for byte, and such a run written before them resumes.
+ADAPTIVE_KEYS = ("adaptive_decision", "adaptive_cut", "adaptive_top_k", "adaptive_z")
 
 
 
@@ -125,6 +136,10 @@ class NoisyClientsConfig:
     delta: float = 0.05
     truncation_tolerance: float = 1e-3
     stderr_target: float | None = None
+    adaptive_decision: str = "threshold"
+    adaptive_cut: float = 0.0
+    adaptive_top_k: int | None = None
+    adaptive_z: float = 2.0
     utility: str = "accuracy"
     engine: EngineSettings = EngineSettings()
     device: str = "cpu"
@@ -140,9 +155,20 @@ class NoisyClientsConfig:
     #: it always stood (:func:`simulations.runner.engine_settings.flat_fields`).
     ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "num_gpus_per_client", "device",
                                               "max_parallel_clients", "ray_address")
+    #: Settings a saved run.json may lack: the adaptive ones (:data:`ADAPTIVE_KEYS`), absent from the run.json
+    #: of a run by another method and read back as their defaults
+    #: (:func:`simulations.runner.config_checks.saved_config`).
+    OPTIONAL_KEYS: ClassVar[tuple[str, ...]] = ADAPTIVE_KEYS
 
     def as_dict(self) -> dict:
-        return flat_settings(self)
+        """The settings as run.json writes them (:func:`simulations.runner.flat_settings`), the adaptive ones
+        only for ``ads_method="adaptive"`` (:data:`ADAPTIVE_KEYS`; :func:`_check` holds them at their defaults
+        for any other method)."""
+        settings = flat_settings(self)
+        if self.ads_method != ADAPTIVE:
+            for name in ADAPTIVE_KEYS:
+                del settings[name]
+        return settings
 
 
 def valuation_settings(config: NoisyClientsConfig, utility=None) -> ValuationSettings:
@@ -155,8 +181,18 @@ def valuation_settings(config: NoisyClientsConfig, utility=None) -> ValuationSet
         check_budget(evaluations, config.ads_method, config.clients_per_round, config.methods)
     ads = AdsSettings(method=config.ads_method, epsilon=config.epsilon, delta=config.delta,
                       truncation_tolerance=config.truncation_tolerance, stderr_target=config.stderr_target,
-                      budget=evaluations)
+                      budget=evaluations, **_decision(config))
     return ValuationSettings(methods=config.methods, ads=ads)
+
+
+def _decision(config: NoisyClientsConfig) -> dict:
+    """The decision of adaptive MC-ADS as :class:`fedvalue.AdsSettings` takes it (``decision``, then ``cut`` for
+    a threshold or ``top_k`` for the top k, and ``z``); nothing for any other method."""
+    if config.ads_method != ADAPTIVE:
+        return {}
+    chosen = {"cut": config.adaptive_cut} if config.adaptive_decision == "threshold" else {
+        "top_k": config.adaptive_top_k}
+    return {"decision": config.adaptive_decision, **chosen, "z": config.adaptive_z}
 
 
 def _check(config: NoisyClientsConfig) -> None:
@@ -207,6 +243,8 @@ def _check(config: NoisyClientsConfig) -> None:
         raise ValueError(f"ads_method: expected one of {list(ADS_METHODS)}; got {config.ads_method!r}.")
     if config.utility not in UTILITIES:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
+    _check_expansion(config)
+    _check_adaptive(config)
     check_hidden(config.hidden)
     parameters = num_parameters(config.model, 784, 10, hidden=config.hidden)
     if parameters > MAX_PARAMETERS:
@@ -219,6 +257,57 @@ def _check(config: NoisyClientsConfig) -> None:
                          f"{config.valuation_workers}.")
     if config.engine.ray_address:
         check_ray_address(config.engine.ray_address)
+
+
+def _check_expansion(config: NoisyClientsConfig) -> None:
+    """An expansion method (:data:`fedvalue.EXPANSION_METHODS`) only where the valuing strategy would take it
+    (:func:`strategies.hooks.registry.check_expansion`), refused here before Ray starts: it differentiates U
+    (``neg_loss``) and reads a round of FedAvg's weighted mean (not a strategy that aggregates by its own code)."""
+    method = config.ads_method
+    if method not in EXPANSION_METHODS or "ads" not in config.methods:  # no ADS booked: nothing expanded
+        return
+    if config.utility != DIFFERENTIABLE_UTILITY:
+        raise ValueError(f"ads_method: {method!r} expands the round game at A_{{t−1}} and needs the differentiable "
+                         f"utility; expected utility={DIFFERENTIABLE_UTILITY!r} with it; got utility={config.utility!r}. "
+                         "Pass utility=neg_loss, or an estimator of coalitions ('auto', 'exact', 'mc', ...).")
+    if not aggregates_by_weighted_mean(build_strategy(config, config.clients_per_round)):
+        raise ValueError(f"ads_method: {method!r} expands the round game of FedAvg's weighted mean; expected a "
+                         f"strategy that aggregates by it ('fedavg', 'fedprox'); got strategy={config.strategy!r}, "
+                         "which aggregates by its own code. Use such a strategy, or an estimator of coalitions "
+                         "('auto', 'exact', 'mc', ...).")
+
+
+def _check_adaptive(config: NoisyClientsConfig) -> None:
+    """The adaptive settings (:data:`ADAPTIVE_KEYS`): each in its range with ``ads_method="adaptive"``, at its
+    default with any other method (a decision no estimator reads is refused, not ignored)."""
+    if config.ads_method != ADAPTIVE:
+        for name in ADAPTIVE_KEYS:
+            value = getattr(config, name)
+            default = getattr(NoisyClientsConfig, name)  # the field's default
+            if value != default:
+                raise ValueError(f"{name}: only ads_method='adaptive' reads it; expected the default {default!r} "
+                                 f"with ads_method={config.ads_method!r}; got {value!r}. Set ads_method=adaptive, "
+                                 "or leave it out.")
+        return
+    if config.adaptive_decision not in ADAPTIVE_DECISIONS:
+        raise ValueError(f"adaptive_decision: expected one of {list(ADAPTIVE_DECISIONS)}; got "
+                         f"{config.adaptive_decision!r}.")
+    check_number("adaptive_z", config.adaptive_z, low=0.0, low_open=True)
+    if config.adaptive_decision == "threshold":
+        check_number("adaptive_cut", config.adaptive_cut)
+        if config.adaptive_top_k is not None:
+            raise ValueError(f"adaptive_top_k: a 'threshold' decision takes a cut, not a top k; expected none; got "
+                             f"{config.adaptive_top_k!r}. Set adaptive_decision=top-k, or leave it out.")
+        return
+    if config.adaptive_cut != NoisyClientsConfig.adaptive_cut:
+        raise ValueError(f"adaptive_cut: a 'top-k' decision takes a top k, not a cut; expected the default "
+                         f"{NoisyClientsConfig.adaptive_cut!r}; got {config.adaptive_cut!r}. Set "
+                         "adaptive_decision=threshold, or leave it out.")
+    top_k = config.adaptive_top_k
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= config.clients_per_round:
+        raise ValueError(f"adaptive_top_k: a 'top-k' decision takes how many clients of a round it decides; expected "
+                         f"an integer from 1 to clients_per_round={config.clients_per_round}; got "
+                         f"{'none' if top_k is None else repr(top_k)}.")
 
 
 @functools.lru_cache(maxsize=2)

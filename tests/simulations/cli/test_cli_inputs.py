@@ -10,6 +10,7 @@ import struct
 import numpy as np
 import pytest
 
+from fedvalue import AdsSettings
 from simulations.cli.main import main
 
 
@@ -19,6 +20,28 @@ from simulations.cli.main import main
     (["run", "noisy-clients", "--methods", "ads,shapley"], "methods"),
     (["run", "noisy-clients", "--methods", "ads,ads"], "methods"),
     (["run", "noisy-clients", "--ads-method", "kernel"], "ads_method"),
+    # the expansions differentiate U and read FedAvg's weighted mean; the adaptive options need adaptive
+    (["run", "noisy-clients", "--ads-method", "second-order"], "ads_method"),
+    (["run", "noisy-clients", "--ads-method", "first-order", "--utility", "neg_loss", "--strategy", "fedmedian"],
+     "ads_method"),
+    (["run", "noisy-clients", "--ads-method", "second-order", "--utility", "neg_loss", "--strategy", "fedadam"],
+     "ads_method"),
+    (["run", "noisy-clients", "--adaptive-cut", "0.5"], "adaptive_cut"),
+    (["run", "noisy-clients", "--ads-method", "mc", "--adaptive-decision", "top-k"], "adaptive_decision"),
+    (["run", "noisy-clients", "--ads-method", "exact", "--adaptive-top-k", "2"], "adaptive_top_k"),
+    (["run", "noisy-clients", "--adaptive-z", "3"], "adaptive_z"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-decision", "bottom-k"], "adaptive_decision"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-decision", "top-k"], "adaptive_top_k"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-decision", "top-k", "--adaptive-top-k", "0"],
+     "adaptive_top_k"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-decision", "top-k", "--adaptive-top-k", "7"],
+     "adaptive_top_k"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-top-k", "2"], "adaptive_top_k"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-decision", "top-k", "--adaptive-top-k", "2",
+      "--adaptive-cut", "0.1"], "adaptive_cut"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-cut", "inf"], "adaptive_cut"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-z", "0"], "adaptive_z"),
+    (["run", "noisy-clients", "--ads-method", "adaptive", "--adaptive-z", "nan"], "adaptive_z"),
     (["run", "noisy-clients", "--strategy", "fedsgd"], "strategy"),
     (["run", "noisy-clients", "--utility", "f1"], "utility"),
     (["run", "noisy-clients", "--schedule", "roundrobin"], "schedule"),
@@ -168,6 +191,51 @@ def test_estimator_options_reach_the_valuing_strategy():
     assert settings.methods == ("ads",)
     assert settings.ads == AdsSettings(method="tmc", truncation_tolerance=5e-3, stderr_target=0.01, budget=900)
     assert valuation_settings(NoisyClientsConfig()).ads == AdsSettings()  # unset: all m* permutations, no budget
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"ads_method": "first-order", "utility": "neg_loss"}, AdsSettings(method="first-order")),
+    ({"ads_method": "second-order", "utility": "neg_loss", "strategy": "fedprox"}, AdsSettings(method="second-order")),
+    ({"ads_method": "second-order", "methods": ("loo",)}, AdsSettings(method="second-order")),  # no ADS: no expansion
+    ({"ads_method": "adaptive"}, AdsSettings(method="adaptive", decision="threshold", cut=0.0)),
+    ({"ads_method": "adaptive", "adaptive_cut": -0.01, "adaptive_z": 3.0, "stderr_target": 0.01},
+     AdsSettings(method="adaptive", decision="threshold", cut=-0.01, z=3.0, stderr_target=0.01)),
+    ({"ads_method": "adaptive", "adaptive_decision": "top-k", "adaptive_top_k": 6, "valuation_budget": "400"},
+     AdsSettings(method="adaptive", decision="top-k", top_k=6, budget=400)),
+])
+def test_the_expansions_and_adaptive_mc_ads_reach_the_valuing_strategy(options, expected):
+    from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build, valuation_settings
+
+    config = NoisyClientsConfig(**options)
+    build(config)  # checked as a run checks it, before Ray starts
+    assert valuation_settings(config).ads == expected
+
+
+def test_the_adaptive_settings_are_written_by_an_adaptive_run_only_and_a_resume_keeps_them(tmp_path, capsys):
+    """run.json of a run by any other method holds no adaptive key (its bytes are as before), and reads back,
+    strictly, as the defaults; an adaptive run writes all four, and resuming either refuses a changed one."""
+    import json
+
+    from simulations.experiments.noisy_clients.noisy_clients import ADAPTIVE_KEYS, NoisyClientsConfig
+    from simulations.runner import saved_config
+
+    default = NoisyClientsConfig().as_dict()
+    assert not set(ADAPTIVE_KEYS) & set(default)
+    assert saved_config(NoisyClientsConfig, default) == NoisyClientsConfig()
+    adaptive = NoisyClientsConfig(ads_method="adaptive", adaptive_decision="top-k", adaptive_top_k=3)
+    written = adaptive.as_dict()
+    assert {name: written[name] for name in ADAPTIVE_KEYS} == {
+        "adaptive_decision": "top-k", "adaptive_cut": 0.0, "adaptive_top_k": 3, "adaptive_z": 2.0}
+    assert saved_config(NoisyClientsConfig, json.loads(json.dumps(written))) == adaptive
+    for settings, argv, named in ((default, ["--ads-method", "adaptive"], "--ads-method"),
+                                  (default, ["--adaptive-z", "3"], "--adaptive-z"),
+                                  (written, ["--adaptive-top-k", "2"], "--adaptive-top-k")):
+        run_dir = tmp_path / named.strip("-")
+        run_dir.mkdir(exist_ok=True)
+        (run_dir / "run.json").write_text(json.dumps({"simulation": "noisy-clients", **settings}))
+        assert main(["run", "noisy-clients", "--resume", str(run_dir), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedvalue: error: {named}: the run in ") and "keeps its settings" in err, err
 
 
 def test_the_attacks_help_lists_every_attack_it_knows(capsys):

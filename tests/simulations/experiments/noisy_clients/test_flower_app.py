@@ -69,6 +69,9 @@ def test_sizes_from_the_federation_value_every_client_once():
         "fedvalue run noisy-clients --out DIR --num-clients 2 --clients-per-round 1")
     assert same_ledger_command(NoisyClientsConfig(hidden=(32, 16), seed=3), "x") == (
         "fedvalue run noisy-clients --out DIR --seed 3 --hidden 32,16")
+    adaptive = NoisyClientsConfig(ads_method="adaptive", adaptive_decision="top-k", adaptive_top_k=2)
+    assert same_ledger_command(adaptive, "x") == (  # the adaptive settings, which a default run.json leaves out
+        "fedvalue run noisy-clients --out DIR --ads-method adaptive --adaptive-decision top-k --adaptive-top-k 2")
 
 
 def test_run_config_values_are_typed_and_bad_ones_named():

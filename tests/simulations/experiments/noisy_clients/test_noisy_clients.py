@@ -1,5 +1,6 @@
 """The noisy-clients simulation end to end on Ray (small), through the CLI: the suite's shared small run read
-back, reported and audited; with `-m slow` a run SIGKILLed mid-way and resumed to the same bytes."""
+back, reported and audited; two as small valued by adaptive MC-ADS and the second-order expansion, audited; with
+`-m slow` a run SIGKILLed mid-way and resumed to the same bytes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from fedvalue.analysis.run_summary import load_run
 from simulations.cli.main import main
+from tests.conftest import TINY
 
 SMALL = ["--num-clients", "8", "--rounds", "4", "--clients-per-round", "2", "--local-epochs", "3",
          "--hidden", "16", "--quiet"]
@@ -72,6 +74,33 @@ def test_a_small_run_is_reported_and_passes_its_audit(signed_run, capsys):
     report = capsys.readouterr().out
     assert "total_ads" in report and "mean total_ads: noisy" in report
     assert main(["audit", str(run_dir)]) == 0  # the real run's chain, schema and efficiency hold
+
+
+def test_adaptive_and_second_order_runs_from_the_cli_book_their_methods_and_audit_intact(tmp_path, capsys):
+    """``--ads-method adaptive`` (one round of all 6 clients, so that positions 2 and 3 are sampled, not exact)
+    and ``--ads-method second-order --utility neg_loss`` (``TINY`` as it is), each as small as the suite's shared
+    run: the rounds book ``ads-adaptive`` / ``ads-second-order``, run.json holds the adaptive settings for the
+    adaptive run only, and ``fedvalue audit`` recomputes every value and finds each run intact."""
+    runs = {
+        "adaptive": (["--ads-method", "adaptive", "--rounds", "1", "--clients-per-round", "6"], "ads-adaptive"),
+        "second-order": (["--ads-method", "second-order", "--utility", "neg_loss"], "ads-second-order"),
+    }
+    for name, (argv, booked) in runs.items():
+        run_dir = tmp_path / name
+        assert main(["run", "noisy-clients", "--out", str(run_dir), *TINY, *argv]) == 0, name
+        run = load_run(run_dir)
+        assert set(run.rounds["ads_method"]) == {booked}
+        assert set(run.ledger["method"]) == {"ads", "loo"} and set(run.ledger["status"]) == {"ok"}
+        assert ("adaptive_decision" in run.config) == (name == "adaptive")
+        assert run.config["valuation"]["method"] == name
+        capsys.readouterr()
+        assert main(["audit", str(run_dir)]) == 0, capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "recomputed every value of" in out and out.rstrip().endswith(": intact"), out
+    assert run.config["utility"] == "neg_loss"
+    adaptive = load_run(tmp_path / "adaptive").config
+    assert (adaptive["adaptive_decision"], adaptive["adaptive_cut"]) == ("threshold", 0.0)
+    assert (adaptive["valuation"]["decision"], adaptive["valuation"]["cut"]) == ("threshold", 0.0)
 
 
 def test_an_undefended_payout_is_refused_and_an_opted_in_one_leaves_the_run_intact(signed_run, tmp_path, capsys):
