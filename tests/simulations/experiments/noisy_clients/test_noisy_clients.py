@@ -76,6 +76,7 @@ def test_a_small_run_is_reported_and_passes_its_audit(signed_run, capsys):
     assert main(["audit", str(run_dir)]) == 0  # the real run's chain, schema and efficiency hold
 
 
+@pytest.mark.slow  # two real runs (54 s); the estimators are booked and audited in process in tests/fedvalue/valuation
 def test_adaptive_and_second_order_runs_from_the_cli_book_their_methods_and_audit_intact(tmp_path, capsys):
     """``--ads-method adaptive`` (one round of all 6 clients, so that positions 2 and 3 are sampled, not exact)
     and ``--ads-method second-order --utility neg_loss`` (``TINY`` as it is), each as small as the suite's shared
