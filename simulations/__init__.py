@@ -6,7 +6,7 @@ Importing it before torch sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set already):
 OpenMP threads then sleep at the end of a parallel region instead of spinning. On a
 machine whose cores are busy with other work (Ray's clients, other jobs), spinning
 threads made identical valuation rounds take 11–56 s instead of 1.9–2.3 s
-(``python bench/valuation.py --spread``, docs/benchmarks.md). Ray's workers inherit it.
+(``python -m bench.valuation --spread``, docs/benchmarks.md). Ray's workers inherit it.
 """
 
 import os
