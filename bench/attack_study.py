@@ -315,7 +315,7 @@ def unseen_study(out: Path) -> pd.DataFrame | None:
                           if str(a).split("@")[0] in CRAFTED})
         if crafted:
             print(f"{part.name}: valuing {', '.join(crafted)} again on the unseen split", flush=True)
-            tables.append(unseen_gains(*unseen_frames(part, AttacksConfig, crafted)))
+            tables.append(unseen_gains(*unseen_frames(part, AttacksConfig, crafted)).assign(part=part.name))
     if not tables:
         return None
     gains = pd.concat(tables, ignore_index=True)
@@ -331,12 +331,14 @@ def _ratio(row: pd.Series, prefix: str, signed: bool = False) -> str:
 
 
 def unseen_markdown(gains: pd.DataFrame) -> str:
-    """The unseen split's table: per crafted attack, its ADS gain and the other clients' ratio on the server's
+    """The unseen split's table: per study part (its folder: data, strategy and the defences it ran with, e.g.
+    ``-norm-cap``, ``-adaptive``) and crafted attack, its ADS gain and the other clients' ratio on the server's
     held-out set and on the unseen split, and the accuracy change on each."""
-    lines = ["| data | attack | seeds | ADS gain, held-out | ADS gain, unseen | others' ADS, held-out | "
-             "others' ADS, unseen | accuracy change, held-out | accuracy change, unseen |", "|" + "---|" * 9]
+    lines = ["| part (data-strategy-defences) | attack | seeds | ADS gain, held-out | ADS gain, unseen | "
+             "others' ADS, held-out | others' ADS, unseen | accuracy change, held-out | accuracy change, unseen |",
+             "|" + "---|" * 9]
     for _, row in gains.iterrows():
-        lines.append(f"| {row['partition']} | {row['attack']} | {row['seeds']} | {_ratio(row, 'gain_held_out')} | "
+        lines.append(f"| {row['part']} | {row['attack']} | {row['seeds']} | {_ratio(row, 'gain_held_out')} | "
                      f"{_ratio(row, 'gain_unseen')} | {_ratio(row, 'others_held_out')} | "
                      f"{_ratio(row, 'others_unseen')} | {_ratio(row, 'accuracy_change_held_out', True)} | "
                      f"{_ratio(row, 'accuracy_change_unseen', True)} |")

@@ -60,7 +60,7 @@ def test_the_server_utility_reproduces_the_booked_ads_and_the_gain(study):
 def test_the_bench_tables_the_unseen_split_and_keeps_its_results_file(study, tmp_path, capsys):
     attack_study.main(["--out", str(study.parent), "--unseen", "--results", str(tmp_path)])
     printed = capsys.readouterr().out
-    assert "| iid | crafted-update | 2 |" in printed
+    assert "| iid-fedavg | crafted-update | 2 |" in printed
     kept = pd.read_csv(tmp_path / "attack_gains_unseen.csv", comment="#")
     assert list(kept["attack"]) == ["crafted-update"]
     with pytest.raises(SystemExit):
