@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = (ROOT / "docs" / "faults-and-audit.md").read_text().splitlines()
 
-STUDY = "python -m bench.attack_study --out DIR --results docs/results, then --markdown docs/results"
 #: Measured tables whose results files are not kept yet, by header line: the command(s) that would make them.
 PENDING = {
     "| audit of a 1 GiB record | before | after |":
@@ -38,13 +37,6 @@ PENDING = {
         "python -m tests.hostile.run_dirs.battery --json FILE, here and on the version before; no renderer yet",
     "| attack | ADS (honest) | LOO (honest) | TracIn outflow (honest) | inflow (honest) | accuracy change |":
         "fedvalue run attacks --out DIR (its attacks.csv); no renderer yet",
-    "| data | strategy | attack | ADS | ADS, books | ADS, books + aggregation | paid | paid, books | paid, books + "
-    "aggregation | paid honestly (plain / books) | accuracy change | accuracy change, books + aggregation |": STUDY,
-    "| data | strategy | attack | outflow | outflow, books | outflow, books + aggregation | LOO | LOO, books | "
-    "LOO, books + aggregation |": STUDY,
-    "| data | strategy | book | mean change of an honest client's paid share | largest | free-rider flags | "
-    "clustered rows |": STUDY,
-    "| shells | method | gain (mean over seeds) | min | max |": STUDY,
 }
 
 REWRITE_HEADER = "| rewrite | before | after, no key | after, `--public-key` |"

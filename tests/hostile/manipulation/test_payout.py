@@ -179,9 +179,9 @@ def adaptive_figures(gains: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def test_the_figures_undefended_quotes_are_the_attack_studys():
-    """TracIn outflow's figures are held to the docs' table (no attack_gains.csv is kept yet; once it is,
-    tests/test_faults_audit_tables.py holds that table to it), ADS's and LOO's to the adaptive sweep's results file,
-    and the doc's quoted refusal is the message the code gives."""
+    """TracIn outflow's figures are held to the docs' table (which tests/test_faults_audit_tables.py holds to
+    docs/results/attack_gains.csv), ADS's and LOO's to the adaptive sweep's results file, and the doc's quoted
+    refusal is the message the code gives."""
     lines = DOC.read_text().splitlines()
     adaptive = pd.read_csv(RESULTS / "attack_gains_adaptive.csv", comment="#")
     assert {method: re.findall(r"\d+\.\d+", text) for method, text in UNDEFENDED.items()} == \
