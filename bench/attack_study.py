@@ -36,6 +36,9 @@ DIR/unseen-gains.csv (``--results``: attack_gains_unseen.csv): is the crafted up
 model's?
 
     python -m bench.attack_study --out DIR --unseen --results docs/results
+
+``--digits RUN_DIR`` runs nothing either: the single-seed digits measurement of ``fedvalue run attacks --out RUN_DIR``
+(its attacks.csv) as the docs' table, kept as attack_digits.csv with ``--results``.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation
            "cost": "attack_honest_cost.csv", "norm-cap-gains": "attack_gains_norm_cap.csv",
            "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv",
            "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv",
-           "unseen": "attack_gains_unseen.csv"}
+           "unseen": "attack_gains_unseen.csv", "digits": "attack_digits.csv"}
 #: The adaptive sweep's cost table's header note: its parts run with the crafted parts' norm cap on.
 ADAPTIVE_COST = ", norm cap on"
 #: The attacks whose runs ``--unseen`` values again on the unseen split: the crafted updates.
@@ -164,6 +167,8 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
     """The docs' tables, in the docs' order, each as its markdown text: the gains (ADS, then outflow and LOO),
     their cost to honest clients, the norm cap's gains and cost, the shell groups; from the results alone."""
     tables = []
+    if "digits" in frames:
+        tables.append(digits_markdown(frames["digits"]).rstrip("\n"))
     if "gains" in frames:
         tables += markdown(frames["gains"], frames.get("aggregation")).rstrip("\n").split("\n\n")
     if "cost" in frames:
@@ -305,6 +310,52 @@ def run_sweep(out: Path, margins: list[float], options: list[str], seeds: dict[s
     return names
 
 
+#: The single-seed digits measurement's attacks (``fedvalue run attacks``, its attacks.csv), as the docs label them;
+#: ``none`` is the honest baseline the prose quotes, not a row.
+DIGITS_LABELS = {"free-rider": "free-rider `FreeRider()`", "free-rider-noise": "free-rider + noise {noise_std:g}",
+                 "inflated-count": "inflated count ×{inflation:g}", "inflated-count-reviewed": "inflated count, reviewed",
+                 "replicator": "replicator of client {source}", "sign-flip": "sign-flip", "boost": "boost ×{boost:g}"}
+
+
+#: The settings that name the digits measurement's attacks, kept beside its rows in the results file.
+DIGITS_SETTINGS = ("noise_std", "inflation", "source", "boost")
+
+
+def digits_results(run_dir: Path) -> pd.DataFrame:
+    """The results-file frame of a ``fedvalue run attacks`` directory: its attacks.csv with the settings that name
+    the attacks (:data:`DIGITS_SETTINGS`) from its run.json (ValueError naming ``--digits`` for another folder)."""
+    if not ((run_dir / "attacks.csv").is_file() and (run_dir / "run.json").is_file()):
+        raise ValueError(f"--digits: expected a fedvalue run attacks directory (attacks.csv, run.json); got "
+                         f"{str(run_dir)!r}")
+    saved = json.loads((run_dir / "run.json").read_text())
+    return pd.read_csv(run_dir / "attacks.csv").assign(**{key: saved.get(key) for key in DIGITS_SETTINGS})
+
+
+def _figure(value: float, decimals: int = 3) -> str:
+    """A table figure: 0 as 0, |x| ≥ 1 rounded to a whole number, else ``decimals`` places; minus as U+2212."""
+    if value == 0:
+        return "0"
+    text = f"{value:.0f}" if abs(value) >= 1 else f"{value:.{decimals}f}"
+    return text.replace("-", "−")
+
+
+def digits_markdown(attacks: pd.DataFrame, settings: dict | None = None) -> str:
+    """The single-seed digits table of docs/faults-and-audit.md from ``fedvalue run attacks``' attacks.csv: per
+    attack, the attacker's totals beside the honest clients' mean (ADS, LOO, TracIn outflow and inflow) and the
+    accuracy change; the attacks are named by their settings (:data:`DIGITS_SETTINGS`: the file's columns of them,
+    else ``settings``, else the run's defaults)."""
+    named = {"noise_std": 1e-3, "inflation": 50.0, "source": 7, "boost": 5.0}
+    named |= {key: attacks[key].iloc[0] for key in DIGITS_SETTINGS if key in attacks} | (settings or {})
+    lines = ["| attack | ADS (honest) | LOO (honest) | TracIn outflow (honest) | inflow (honest) | accuracy change |",
+             "|---|---|---|---|---|---|"]
+    for _, row in attacks[attacks["attack"] != "none"].iterrows():
+        cells = [f"{_figure(row[book])} ({_figure(row[f'{book}_honest'])})" for book in ("ads", "loo")]
+        cells += [f"{_figure(row[book], 2)} ({_figure(row[f'{book}_honest'], 2)})" for book in ("outflow", "inflow")]
+        label = DIGITS_LABELS.get(row["attack"], row["attack"]).format(**named)
+        lines.append(f"| {label} | {' | '.join(cells)} | {_figure(row['accuracy_change'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def unseen_study(out: Path) -> pd.DataFrame | None:
     """DIR/unseen-gains.csv and unseen-table.md: the crafted updates' runs of every part under ``out`` valued on
     the unseen split (None when no part holds one)."""
@@ -358,6 +409,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--unseen", action="store_true",
                         help="run nothing new: value the crafted updates' FedAvg runs of DIR's parts again on test "
                              "images the server's valuation never used")
+    parser.add_argument("--digits", type=Path, metavar="RUN_DIR",
+                        help="run nothing: the single-seed digits measurement of `fedvalue run attacks --out RUN_DIR` "
+                             "as the docs' table (with --results: attack_digits.csv)")
     parser.add_argument("--markdown", type=Path, metavar="FOLDER",
                         help="print the docs' tables from FOLDER's attack_*.csv alone (runs nothing)")
     args = parser.parse_args(argv)
@@ -366,6 +420,16 @@ def main(argv: list[str] | None = None) -> None:
         if not frames:
             parser.error(f"--markdown: expected a folder holding attack_*.csv; got {str(args.markdown)!r}")
         print("\n\n".join(docs_tables(frames)))
+        return
+    if args.digits is not None:
+        try:
+            frame = digits_results(args.digits)
+        except ValueError as error:
+            parser.error(str(error))
+        if args.results is not None:
+            write_results(args.results, {"digits": frame}, "python -m bench.attack_study "
+                          + " ".join(argv if argv is not None else sys.argv[1:]))
+        print(digits_markdown(frame))
         return
     if args.out is None:
         parser.error("--out: expected the study's folder")

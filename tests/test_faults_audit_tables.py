@@ -35,8 +35,6 @@ PENDING = {
         "python -m tests.hostile.run_dirs.battery --json FILE, here and on the version before; no renderer yet",
     "| attack | class | before: audit (no key · key), reader | after |":
         "python -m tests.hostile.run_dirs.battery --json FILE, here and on the version before; no renderer yet",
-    "| attack | ADS (honest) | LOO (honest) | TracIn outflow (honest) | inflow (honest) | accuracy change |":
-        "fedvalue run attacks --out DIR (its attacks.csv); no renderer yet",
 }
 
 REWRITE_HEADER = "| rewrite | before | after, no key | after, `--public-key` |"
