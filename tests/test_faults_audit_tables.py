@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from bench.attack_study import docs_tables, read_results, write_results
 
@@ -180,3 +181,12 @@ def test_a_changed_verdict_in_the_audit_attacks_table_is_caught():
     changed = list(DOC)
     changed[at] = changed[at].replace("NOT verifiable", "NOT intact")
     assert rewrite_mismatches(changed) == [changed[at]]
+
+
+def test_the_digits_table_needs_a_run_of_the_attacks(tmp_path, capsys):
+    """--digits reads a ``fedvalue run attacks`` directory; any other folder is one line naming the option."""
+    from bench.attack_study import main
+
+    with pytest.raises(SystemExit):
+        main(["--digits", str(tmp_path)])
+    assert "--digits: expected a fedvalue run attacks directory (attacks.csv, run.json)" in capsys.readouterr().err
