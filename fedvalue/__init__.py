@@ -11,7 +11,14 @@ imports flwr or ray. The torch side's face is :mod:`fedvalue.utilities`, the led
 
 from fedvalue.analysis.detection import detection_curve, detection_metrics, summarize_metrics
 from fedvalue.analysis.flagging import FlaggingRule, flagging_rates
-from fedvalue.analysis.gains import gains_table, honest_cost, manipulation_gains, mean_interval, ratio_interval
+from fedvalue.analysis.gains import (
+    gains_table,
+    honest_cost,
+    listed_clients,
+    manipulation_gains,
+    mean_interval,
+    ratio_interval,
+)
 from fedvalue.analysis.payout import paid_share
 from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
 from fedvalue.analysis.top_k_selection import retrain_plan
@@ -74,6 +81,7 @@ __all__ = [
     "knn_loo",
     "knn_mc_ads",
     "knn_shapley",
+    "listed_clients",
     "loo",
     "manipulation_gains",
     "marginal_flows",

@@ -37,7 +37,7 @@ RESAMPLES = 2000
 KEYS = ["partition", "strategy"]
 
 
-def _members(text) -> list[int]:
+def listed_clients(text) -> list[int]:
     """Client ids from runs.csv's space-separated list (a CSV reader may have made one id a float,
     and an empty list NaN)."""
     if isinstance(text, float) and text != text:
@@ -73,7 +73,7 @@ def _per_seed(totals: pd.DataFrame, runs: pd.DataFrame, attack: str, book: str) 
     for _, run in runs[runs["attack"] == attack].iterrows():
         mine = totals[(totals["seed"] == run["seed"]) & (totals["attack"] == attack)].set_index("client_id")[book]
         honest = totals[(totals["seed"] == run["seed"]) & (totals["attack"] == "none")].set_index("client_id")[book]
-        identities, seats = _members(run["identities"]), _members(run["seats"])
+        identities, seats = listed_clients(run["identities"]), listed_clients(run["seats"])
         rows.append({"seed": run["seed"], "attacked": float(mine.reindex(identities).sum()),
                      "honest": float(honest.reindex(seats).sum()),
                      "paid": paid_share(mine, identities), "paid_honest": paid_share(honest, seats)})

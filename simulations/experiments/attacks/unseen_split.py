@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue import mean_interval, ratio_interval
+from fedvalue import listed_clients, mean_interval, ratio_interval
 from fedvalue.ledger import value_recorded_rounds
 from fedvalue.utilities import TorchModelUtility
 from simulations.datasets import sample_per_class
@@ -76,8 +76,8 @@ def revalued(run_dir: Path, utility) -> tuple[dict[int, float], float]:
 
 def unseen_frames(part: Path, config_type, attacks: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A study part's FedAvg runs valued on the unseen split: (totals with ``ads`` and ``ads_unseen`` per run and
-    client, runs with ``accuracy`` and ``accuracy_unseen``), in the study's table shapes (:func:`.study.run_frames`),
-    for the ``attacks`` given (all the part ran when None) and its ``none`` runs."""
+    client, runs with ``accuracy_recomputed`` (the server's held-out set) and ``accuracy_unseen``), in the study's
+    table shapes (:func:`.study.run_frames`), for the ``attacks`` given (all the part ran when None) and its ``none`` runs."""
     config = saved_config(config_type, json.loads((part / "run.json").read_text()), strict=False)
     runs = pd.read_csv(part / "runs.csv")
     runs = runs[(runs["strategy"] == "fedavg")
@@ -97,14 +97,6 @@ def unseen_frames(part: Path, config_type, attacks: list[str] | None = None) -> 
     return pd.DataFrame(totals_rows), pd.DataFrame(run_rows)
 
 
-
-def _ids(text) -> set[int]:
-    """Client ids from runs.csv's space-separated list (one id may read as a float, an empty list as NaN)."""
-    if isinstance(text, float) and text != text:
-        return set()
-    return {int(float(part)) for part in str(text).split()}
-
-
 def unseen_gains(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Per (partition, strategy, attack): the identities' ADS gain on the server's held-out set and on the unseen
     split (:mod:`fedvalue.analysis.gains`' ratio of seed means, paired by seed, with its 95% bootstrap interval),
@@ -118,7 +110,8 @@ def unseen_gains(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
             sums = {key: [] for key in ("mine", "seat", "others", "honest_others")}
             changes = {"ads": [], "ads_unseen": []}
             for _, run in group[group["attack"] == attack].iterrows():
-                seed, mine, seats = run["seed"], _ids(run["identities"]), _ids(run["seats"])
+                seed = run["seed"]
+                mine, seats = set(listed_clients(run["identities"])), set(listed_clients(run["seats"]))
                 books = ["ads", "ads_unseen"]
                 attacked = part[(part["seed"] == seed) & (part["attack"] == attack)].set_index("client_id")[books]
                 honest = part[(part["seed"] == seed) & (part["attack"] == "none")].set_index("client_id")[books]
