@@ -37,6 +37,13 @@ model's?
 
     python -m bench.attack_study --out DIR --unseen --results docs/results
 
+``--identity-seeds N`` runs one more part, DIR/dirichlet-fedavg-identities-N/: the identity attacks alone
+(:data:`IDENTITIES`, every one participant's data under several identities) and the attack-free runs, on
+Dirichlet data under FedAvg, over N seeds, where 20 leave the defended gains' intervals too wide to place
+against the goal; tabled in DIR/identities-table.md (``--results``: attack_gains_identities.csv).
+
+    python -m bench.attack_study --out DIR --identity-seeds 100 --results docs/results
+
 ``--digits RUN_DIR`` runs nothing either: the single-seed digits measurement of ``fedvalue run attacks --out RUN_DIR``
 (its attacks.csv) as the docs' table, kept as attack_digits.csv with ``--results``.
 """
@@ -87,7 +94,11 @@ RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation
            "cost": "attack_honest_cost.csv", "norm-cap-gains": "attack_gains_norm_cap.csv",
            "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv",
            "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv",
-           "unseen": "attack_gains_unseen.csv", "digits": "attack_digits.csv"}
+           "unseen": "attack_gains_unseen.csv", "digits": "attack_digits.csv",
+           "identities": "attack_gains_identities.csv"}
+#: The identity attacks of the study: one participant's data under several identities (split or replicated).
+IDENTITIES = ("sybil-split-2", "sybil-split-4", "sybil-split-8", "sybil-replica-2", "sybil-replica-4",
+              "sybil-replica-8")
 #: The adaptive sweep's cost table's header note: its parts run with the crafted parts' norm cap on.
 ADAPTIVE_COST = ", norm cap on"
 #: The attacks whose runs ``--unseen`` values again on the unseen split: the crafted updates.
@@ -185,6 +196,8 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
         tables.append(cost_markdown(frames["adaptive-cost"], ADAPTIVE_COST).rstrip("\n"))
     if "unseen" in frames:
         tables.append(unseen_markdown(frames["unseen"]).rstrip("\n"))
+    if "identities" in frames:
+        tables.append(identities_markdown(frames["identities"]).rstrip("\n"))
     return tables
 
 
@@ -230,6 +243,20 @@ def markdown(gains: pd.DataFrame, aggregation: pd.DataFrame | None = None) -> st
             cells += [_interval(row, ""), _interval(row, "defended_"), _interval(agg_row, "defended_")]
         flows.append(f"| {' | '.join(key)} | " + " | ".join(cells) + " |")
     return "\n".join(ads) + "\n\n" + "\n".join(flows) + "\n"
+
+
+def identities_markdown(gains: pd.DataFrame) -> str:
+    """The identity attacks over more seeds (``--identity-seeds``): a row per attack, each payable book's gain
+    with the defences on (ADS also without) with its interval, and the accuracy change."""
+    lines = ["| data | strategy | attack | seeds | ADS | ADS, defended | outflow, defended | LOO, defended | "
+             "accuracy change |", "|" + "---|" * 9]
+    for key in dict.fromkeys(zip(gains["partition"], gains["strategy"], gains["attack"])):
+        ads, outflow, loo = (_row(gains, key, book) for book in ("ads", "tracin_outflow", "loo"))
+        lines.append(f"| {' | '.join(key)} | {int(ads['seeds'])} | {_interval(ads, '')} | "
+                     f"{_interval(ads, 'defended_')} | {_interval(outflow, 'defended_')} | "
+                     f"{_interval(loo, 'defended_')} | {ads['accuracy_change']:+.3f} "
+                     f"[{ads['accuracy_change_low']:+.3f}, {ads['accuracy_change_high']:+.3f}] |")
+    return "\n".join(lines) + "\n"
 
 
 #: The defence each adaptive attack stays outside of, by its kind (``clients.attacks.adaptive``).
@@ -412,6 +439,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--digits", type=Path, metavar="RUN_DIR",
                         help="run nothing: the single-seed digits measurement of `fedvalue run attacks --out RUN_DIR` "
                              "as the docs' table (with --results: attack_digits.csv)")
+    parser.add_argument("--identity-seeds", type=int, metavar="N",
+                        help="run only the identity attacks on Dirichlet data under FedAvg over N seeds (with "
+                             "--results: attack_gains_identities.csv)")
     parser.add_argument("--markdown", type=Path, metavar="FOLDER",
                         help="print the docs' tables from FOLDER's attack_*.csv alone (runs nothing)")
     args = parser.parse_args(argv)
@@ -454,6 +484,23 @@ def main(argv: list[str] | None = None) -> None:
     capped = [f"{p}-fedavg-norm-cap" for p in ("iid", "dirichlet")]
     aggregated = [f"{name}-aggregation" for name in names]
     adaptive = [f"{name}-adaptive" for name in names]
+    if args.identity_seeds is not None:
+        if args.identity_seeds < 2:
+            parser.error(f"--identity-seeds: expected a whole number of seeds >= 2; got {args.identity_seeds}")
+        name = f"dirichlet-fedavg-identities-{args.identity_seeds}"
+        run_part(args.out, name, ["--attacks", ",".join(("none", *IDENTITIES)), *options, "--partitions",
+                                  "dirichlet", "--strategies", "fedavg", "--seeds", str(args.identity_seeds)])
+        combined = combine(args.out, [name], "identities-")
+        if combined is None:
+            print("no part finished")
+            return
+        gains = combined[0][combined[0]["attack"].isin(IDENTITIES)].reset_index(drop=True)
+        (args.out / "identities-table.md").write_text(identities_markdown(gains))
+        if args.results is not None:
+            write_results(args.results, {"identities": gains}, "python -m bench.attack_study "
+                          + " ".join(argv if argv is not None else sys.argv[1:]))
+        print((args.out / "identities-table.md").read_text())
+        return
     if margins is not None and not args.tables:
         try:
             run_sweep(args.out, margins, options, seeds)

@@ -126,7 +126,7 @@ def _gains() -> dict[str, pd.DataFrame]:
     shells = pd.DataFrame([{"seed": s, "shells": m, "method": "party-ds", "broker_total": 0.3,
                             "gain": 1 + m / (s + 7)} for s in (0, 1) for m in (1, 2)])
     return {"gains": gains, "aggregation": gains.iloc[:3], "cost": cost, "norm-cap-gains": gains,
-            "norm-cap-cost": cost, "shells": shells}
+            "norm-cap-cost": cost, "shells": shells, "identities": gains}
 
 
 def test_the_attack_study_results_files_render_the_tables_their_frames_do(tmp_path):
@@ -135,7 +135,7 @@ def test_the_attack_study_results_files_render_the_tables_their_frames_do(tmp_pa
     write_results(tmp_path, frames, "python -m bench.attack_study --out DIR --results FOLDER")
     assert (tmp_path / "attack_gains.csv").read_text().startswith("# python -m bench.attack_study --out DIR")
     from_files = docs_tables(read_results(tmp_path))
-    assert len(from_files) == 7 and from_files == docs_tables(frames)
+    assert len(from_files) == 8 and from_files == docs_tables(frames)
 
 
 def test_a_changed_number_in_an_attack_table_is_caught():
@@ -190,3 +190,13 @@ def test_the_digits_table_needs_a_run_of_the_attacks(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--digits", str(tmp_path)])
     assert "--digits: expected a fedvalue run attacks directory (attacks.csv, run.json)" in capsys.readouterr().err
+
+
+def test_the_identity_seeds_need_at_least_two(tmp_path, capsys):
+    """--identity-seeds N runs N seeds of a part; fewer than two give no interval, and the CLI says so."""
+    from bench.attack_study import main
+
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path), "--identity-seeds", "1"])
+    assert "--identity-seeds: expected a whole number of seeds >= 2; got 1" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
