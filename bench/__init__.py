@@ -1,6 +1,11 @@
 """Performance scripts: each runs as ``python -m bench.NAME`` from the project root (``--help`` for its options)."""
 
+import contextlib
+import io
 import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def results_header(command: str) -> str:
@@ -8,3 +13,34 @@ def results_header(command: str) -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             check=False).stdout.strip()
     return f"# {command} (commit {commit})\n"
+
+
+class _Tee(io.TextIOBase):
+    """A text stream that writes to the terminal and keeps a copy."""
+
+    def __init__(self, terminal, copy: io.StringIO) -> None:
+        self.terminal, self.copy = terminal, copy
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.terminal.write(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+
+
+@contextlib.contextmanager
+def kept_output(path: Path | None, command: str) -> Iterator[None]:
+    """Print as usual; with a ``path``, also keep what was printed there under :func:`results_header`, so a
+    printed block the docs quote is a results file (written only when the block finishes without an error)."""
+    if path is None:
+        yield
+        return
+    copy, terminal = io.StringIO(), sys.stdout
+    sys.stdout = _Tee(terminal, copy)
+    try:
+        yield
+    finally:
+        sys.stdout = terminal
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(results_header(command) + copy.getvalue())

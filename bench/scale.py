@@ -50,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import kept_output
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -192,7 +194,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the server's flows arithmetic of one round by part (no federation) and exit")
     parser.add_argument("--out", default="/tmp/fedvalue-scale")
     parser.add_argument("--json", default=None, help="write the per-round records here")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
+    with kept_output(args.keep, "python -m bench.scale " + " ".join(sys.argv[1:] if argv is None else argv)):
+        return _scale(args)
+
+
+def _scale(args: argparse.Namespace) -> int:
+    """The run (or, with ``--flow-cost``, the flows arithmetic alone) of :func:`main`'s parsed options."""
     if args.flow_cost:
         return flow_cost(args.clients, args.per_round, args.projection_dim or 2048)
 

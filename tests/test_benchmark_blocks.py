@@ -1,15 +1,19 @@
-"""Every block of printed results in docs/benchmarks.md and docs/faults-and-audit.md names the run that would keep
-it as a results file.
+"""Every block of printed results in docs/benchmarks.md and docs/faults-and-audit.md is held to the results file
+its run kept, or names the run that would keep one.
 
-The benchmarks print their results; none writes a results file yet, and no block was kept from the run that made
-it, so no block is held to a file. :data:`PENDING` lists each block by its first line with the command that made
-it and what it costs, so a new block of results without an entry fails here, and an entry whose block is gone
-does too. A block that is a command to type is not a result.
+A benchmark run with ``--keep FILE`` keeps what it printed in docs/results/FILE under the command and commit
+(:func:`bench.kept_output`). :data:`HELD` maps a block, by its first line, to that file: every line of the block
+must be a line of the file, in the file's order (a block may quote an excerpt, never a changed line).
+:data:`PENDING` lists each block not kept yet by its first line with the command that made it and what it costs,
+so a new block of results without an entry fails here, and an entry whose block is gone does too. A block that
+is a command to type is not a result.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from bench import kept_output
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("docs/benchmarks.md", "docs/faults-and-audit.md")
@@ -52,17 +56,66 @@ PENDING = {
 }
 
 
-def result_blocks() -> list[str]:
-    """The first line of every fenced block of :data:`DOCS` that is not a command."""
-    firsts = []
-    for name in DOCS:
-        lines = (ROOT / name).read_text().splitlines()
-        opens = [i for i, line in enumerate(lines) if line.startswith("```")][::2]
-        firsts += [lines[i + 1] for i in opens if not lines[i + 1].startswith(COMMANDS)]
-    return firsts
+#: Blocks kept by their run, by first line: the file of docs/results/ that holds them.
+HELD: dict[str, str] = {}
 
 
-def test_every_block_of_results_names_the_run_that_would_keep_it():
-    firsts = result_blocks()
-    assert not [first for first in firsts if first not in PENDING], "blocks of results not in PENDING"
-    assert not [first for first in PENDING if first not in firsts], "PENDING names blocks the docs no longer hold"
+def blocks(lines: list[str]) -> list[list[str]]:
+    """Every fenced block of ``lines`` that is not a command, as its lines."""
+    opens = [i for i, line in enumerate(lines) if line.startswith("```")]
+    found = [lines[start + 1:end] for start, end in zip(opens[::2], opens[1::2])]
+    return [block for block in found if block and not block[0].startswith(COMMANDS)]
+
+
+def result_blocks() -> list[list[str]]:
+    """Every block of results of :data:`DOCS`."""
+    return [block for name in DOCS for block in blocks((ROOT / name).read_text().splitlines())]
+
+
+def unkept_lines(block: list[str], kept: list[str]) -> list[str]:
+    """The lines of ``block`` that are not lines of ``kept`` in ``kept``'s order (none: the block is an excerpt)."""
+    rest = iter(kept)
+    return [line for line in block if not any(line == other for other in rest)]
+
+
+def test_every_block_of_results_is_held_or_names_the_run_that_would_keep_it():
+    firsts = [block[0] for block in result_blocks()]
+    assert not [first for first in firsts if first not in PENDING and first not in HELD], \
+        "blocks of results neither held nor in PENDING"
+    assert not [first for first in [*PENDING, *HELD] if first not in firsts], \
+        "PENDING or HELD names blocks the docs no longer hold"
+    assert not set(PENDING) & set(HELD), "held blocks: drop them from PENDING"
+
+
+def test_the_held_blocks_are_excerpts_of_their_results_files():
+    for block in result_blocks():
+        if block[0] in HELD:
+            kept = (ROOT / "docs" / "results" / HELD[block[0]]).read_text().splitlines()
+            assert kept[0].startswith("# python -m bench."), HELD[block[0]]
+            assert not unkept_lines(block, kept[1:]), f"{HELD[block[0]]}: lines not as the run printed them"
+
+
+def test_a_changed_line_or_order_in_a_block_is_caught(tmp_path, capsys):
+    """A block kept by --keep is an excerpt of its file; one digit changed, or two lines swapped, is not."""
+    path = tmp_path / "kept.txt"
+    with kept_output(path, "python -m bench.example --keep kept.txt"):
+        for index in range(1, 6):
+            print(f"round {index:>3}: elapsed {index * 45.7:8.1f} s")
+    kept = path.read_text().splitlines()
+    assert kept[0].startswith("# python -m bench.example --keep kept.txt (commit ")
+    assert capsys.readouterr().out.splitlines() == kept[1:]
+    excerpt = [kept[1], kept[3], kept[5]]
+    assert not unkept_lines(excerpt, kept[1:])
+    assert unkept_lines([kept[1], kept[3].replace("137.1", "137.2"), kept[5]], kept[1:])
+    assert unkept_lines([kept[3], kept[1]], kept[1:])
+
+
+def test_nothing_is_kept_from_a_run_that_fails(tmp_path):
+    path = tmp_path / "kept.txt"
+    try:
+        with kept_output(path, "python -m bench.example"):
+            print("half a block")
+            raise RuntimeError("the run failed")
+    except RuntimeError:
+        pass
+    assert not path.exists()
