@@ -23,20 +23,22 @@ and "|gap|" is the group-efficiency gap (below the tolerance for tmc).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-
+from pathlib import Path
 
 import numpy as np
 
+from bench import kept_output
 from clients.behaviours import flip_labels
 from clients.training import get_model_arrays, set_model_arrays, train_locally
-from fedvalue.valuation.adaptive import Decision
-from fedvalue.valuation.settings import AdsSettings
-from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
 from fedvalue.scoring.torch_utilities import TorchModelUtility
+from fedvalue.valuation.adaptive import Decision
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
+from fedvalue.valuation.settings import AdsSettings
 from simulations.datasets.loaders import load_dataset, split_holdout
-from simulations.datasets.partitions import partition_iid
 from simulations.datasets.models import make_mlp
+from simulations.datasets.partitions import partition_iid
 
 ESTIMATORS = {
     "exact": {"method": "exact"},
@@ -148,31 +150,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adaptive", action="store_true",
                         help="fixed against adaptive MC-ADS: evaluations and decisions against exact")
     parser.add_argument("--seeds", type=int, default=5, help="--adaptive: seeds of each estimator")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
-    if args.adaptive:
-        adaptive_comparison(args.sizes, args.seeds)
+    with kept_output(args.keep, "python -m bench.estimators " + " ".join(sys.argv[1:] if argv is None else argv)):
+        if args.adaptive:
+            adaptive_comparison(args.sizes, args.seeds)
+            return 0
+        print(f"{'n':>3}  {'estimator':<25}{'max |φ − exact|':>16}{'evaluations':>13}{'permutations':>14}"
+              f"{'|gap|':>10}{'seconds':>9}")
+        for n in args.sizes:
+            state, clients, weights, utility = round_inputs(n)
+            ids = list(range(n))
+            exact = None
+            for name, options in ESTIMATORS.items():
+                game = fedavg_round_game(ids, state, clients, weights, utility)
+                started = time.perf_counter()
+                result = value_round(game, ("ads",), AdsSettings(**options),
+                                     seed=np.random.default_rng([0, n])).results["ads"]
+                seconds = time.perf_counter() - started
+                if exact is None:
+                    exact = result.values
+                error = float((result.values - exact).abs().max())
+                if name.startswith("auto"):
+                    name = f"auto ({result.method[4:]}), <=0.01"
+                print(f"{n:>3}  {name:<25}{error:>16.4f}{game.num_evaluations:>13}"
+                      f"{result.num_permutations or '-':>14}{result.max_efficiency_gap:>10.1e}{seconds:>9.2f}",
+                      flush=True)
         return 0
-    print(f"{'n':>3}  {'estimator':<25}{'max |φ − exact|':>16}{'evaluations':>13}{'permutations':>14}"
-          f"{'|gap|':>10}{'seconds':>9}")
-    for n in args.sizes:
-        state, clients, weights, utility = round_inputs(n)
-        ids = list(range(n))
-        exact = None
-        for name, options in ESTIMATORS.items():
-            game = fedavg_round_game(ids, state, clients, weights, utility)
-            started = time.perf_counter()
-            result = value_round(game, ("ads",), AdsSettings(**options),
-                                 seed=np.random.default_rng([0, n])).results["ads"]
-            seconds = time.perf_counter() - started
-            if exact is None:
-                exact = result.values
-            error = float((result.values - exact).abs().max())
-            if name.startswith("auto"):
-                name = f"auto ({result.method[4:]}), <=0.01"
-            print(f"{n:>3}  {name:<25}{error:>16.4f}{game.num_evaluations:>13}"
-                  f"{result.num_permutations or '-':>14}{result.max_efficiency_gap:>10.1e}{seconds:>9.2f}",
-                  flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -121,9 +121,9 @@ def value(kind: str, num_clients: int, held_out: int, method: str, budget: int, 
     import torch
 
     torch.set_num_threads(1)
-    from fedvalue.valuation.settings import AdsSettings
-    from fedvalue.valuation.round_game import fedavg_round_game, value_round
     from fedvalue.scoring.torch_utilities import TorchModelUtility
+    from fedvalue.valuation.round_game import fedavg_round_game, value_round
+    from fedvalue.valuation.settings import AdsSettings
 
     model, x, y, start, clients, weights = real_round(kind, num_clients, held_out)
     utility = TorchModelUtility(model, x, y)
@@ -303,6 +303,8 @@ def cost_main(args: argparse.Namespace, command: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench import kept_output
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=("mlp", "cnn"), default=["mlp", "cnn"])
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
@@ -331,59 +333,62 @@ def main(argv: list[str] | None = None) -> int:
                         help="--cost: cap adaptive MC-ADS at this many evaluations per client (default: its own stop)")
     parser.add_argument("--results", default=None, help="--cost: write the rows here (CSV)")
     parser.add_argument("--table", default=None, metavar="CSV", help="print the docs' table of a --cost results file")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
-    if args.table:
-        print("\n".join(cost_table(read_cost(Path(args.table)))))
-        return 0
-    if args.cost:
-        shown = sys.argv[1:] if argv is None else argv
-        return cost_main(args, " ".join(["python -m bench.large_rounds", *shown]))
-    args.sizes = args.sizes or [20, 50, 100]
-    if args.from_json:
-        records = [r for path in args.from_json for r in json.loads(Path(path).read_text())]
-        _print_kept(records)
+    with kept_output(args.keep, "python -m bench.large_rounds " + " ".join(sys.argv[1:] if argv is None else argv)):
+        if args.table:
+            print("\n".join(cost_table(read_cost(Path(args.table)))))
+            return 0
+        if args.cost:
+            shown = sys.argv[1:] if argv is None else argv
+            return cost_main(args, " ".join(["python -m bench.large_rounds", *shown]))
+        args.sizes = args.sizes or [20, 50, 100]
+        if args.from_json:
+            records = [r for path in args.from_json for r in json.loads(Path(path).read_text())]
+            _print_kept(records)
+            if args.plot:
+                _plot(records, Path(args.plot))
+                print(f"wrote {args.plot}")
+            return 0
+        if args.one:
+            kind, n, held, method, budget, seed = args.one
+            print(json.dumps(value(kind, int(n), int(held), method, int(budget), int(seed))))
+            return 0
+        from fedvalue.valuation.plan import budget_method
+
+        print(f"real Fashion-MNIST rounds; held-out images: MLP {args.held_out[0]}, CNN {args.held_out[1]}; one torch "
+              f"thread; load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
+        print(HEADER, flush=True)
+        records = []
+        for kind in args.models:
+            held = args.held_out[0] if kind == "mlp" else args.held_out[1]
+            for n in args.sizes:
+                # Its own seed: sharing the runs' first samples would make their errors look small.
+                reference = {"model": kind, "n": n, "budget": args.reference * n, "reference": True,
+                             **_child(kind, n, held, "auto", args.reference * n, REFERENCE_SEED)}
+                print(_line(reference, reference), flush=True)
+                records.append(reference)
+                for per_client in args.budgets:
+                    budget = per_client * n
+                    for estimator in args.estimators:
+                        try:  # an estimator whose minimum does not fit is left out (and said so)
+                            budget_method(estimator, [n], budget - (n + 1), None)
+                        except ValueError:
+                            print(f"{kind:>5} {n:>4} {budget:>7} {estimator:<22} does not fit", flush=True)
+                            continue
+                        record = {"model": kind, "n": n, "budget": budget, "estimator": estimator,
+                                  **_child(kind, n, held, estimator, budget, 0)}
+                        error = np.abs(np.array(record["values"]) - np.array(reference["values"]))
+                        record.update(max_error=float(error.max()), mean_error=float(error.mean()))
+                        print(_line(record, reference), flush=True)
+                        records.append(record)
+        if args.json:
+            Path(args.json).write_text(json.dumps(records, indent=1))
         if args.plot:
             _plot(records, Path(args.plot))
             print(f"wrote {args.plot}")
         return 0
-    if args.one:
-        kind, n, held, method, budget, seed = args.one
-        print(json.dumps(value(kind, int(n), int(held), method, int(budget), int(seed))))
-        return 0
-    from fedvalue.valuation.plan import budget_method
-
-    print(f"real Fashion-MNIST rounds; held-out images: MLP {args.held_out[0]}, CNN {args.held_out[1]}; one torch "
-          f"thread; load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
-    print(HEADER, flush=True)
-    records = []
-    for kind in args.models:
-        held = args.held_out[0] if kind == "mlp" else args.held_out[1]
-        for n in args.sizes:
-            # Its own seed: sharing the runs' first samples would make their errors look small.
-            reference = {"model": kind, "n": n, "budget": args.reference * n, "reference": True,
-                         **_child(kind, n, held, "auto", args.reference * n, REFERENCE_SEED)}
-            print(_line(reference, reference), flush=True)
-            records.append(reference)
-            for per_client in args.budgets:
-                budget = per_client * n
-                for estimator in args.estimators:
-                    try:  # an estimator whose minimum does not fit is left out (and said so)
-                        budget_method(estimator, [n], budget - (n + 1), None)
-                    except ValueError:
-                        print(f"{kind:>5} {n:>4} {budget:>7} {estimator:<22} does not fit", flush=True)
-                        continue
-                    record = {"model": kind, "n": n, "budget": budget, "estimator": estimator,
-                              **_child(kind, n, held, estimator, budget, 0)}
-                    error = np.abs(np.array(record["values"]) - np.array(reference["values"]))
-                    record.update(max_error=float(error.max()), mean_error=float(error.mean()))
-                    print(_line(record, reference), flush=True)
-                    records.append(record)
-    if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=1))
-    if args.plot:
-        _plot(records, Path(args.plot))
-        print(f"wrote {args.plot}")
-    return 0
 
 
 HEADER = (f"{'model':>5} {'n':>4} {'budget':>7} {'estimator':<22} {'seconds':>8} {'evals':>7} {'max err':>8} "

@@ -25,15 +25,16 @@ mean max error is at most that row's, and that as a fraction of MC m*'s evaluati
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-
+from pathlib import Path
 
 import numpy as np
 
+from bench import kept_output
 from fedvalue.valuation.ads import ads
-
-from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.game import CoalitionGame
+from fedvalue.valuation.plan import mc_num_permutations
 from fedvalue.valuation.shapley_sampling import SAMPLERS
 
 #: Permutations per budget, as fractions of m* (antithetic draws half as many pairs).
@@ -120,16 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", type=int, nargs="*", default=[12, 16], help="clients of real round games")
     parser.add_argument("--closed", type=int, nargs="*", default=[12, 16, 20], help="players of closed-form games")
     parser.add_argument("--repeats", type=int, default=10, help="seeds per row (means printed)")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
-    print(f"{'game':<8}{'n':>3}  {'estimator':<11}{'samples':>8}{'evaluations':>13}{'max |φ − φ*|':>16}")
-    for n in args.real:
-        table, exact, seconds = real_table(n)
-        print(f"# real round game, n = {n}: 2^{n} coalitions scored and exact ADS in {seconds:.1f} s", flush=True)
-        report("real", n, curve(table, exact, n, args.repeats))
-    for n in args.closed:
-        table, shapley = dividend_table(n)
-        report("closed", n, curve(table, shapley, n, args.repeats))
-    return 0
+    with kept_output(args.keep, "python -m bench.sampling " + " ".join(sys.argv[1:] if argv is None else argv)):
+        print(f"{'game':<8}{'n':>3}  {'estimator':<11}{'samples':>8}{'evaluations':>13}{'max |φ − φ*|':>16}")
+        for n in args.real:
+            table, exact, seconds = real_table(n)
+            print(f"# real round game, n = {n}: 2^{n} coalitions scored and exact ADS in {seconds:.1f} s", flush=True)
+            report("real", n, curve(table, exact, n, args.repeats))
+        for n in args.closed:
+            table, shapley = dividend_table(n)
+            report("closed", n, curve(table, shapley, n, args.repeats))
+        return 0
 
 
 if __name__ == "__main__":

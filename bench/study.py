@@ -29,20 +29,26 @@ import argparse
 import functools
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-
 import numpy as np
 import pandas as pd
 
+from bench import kept_output
 from clients.app import train_client
-from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
 from fedvalue.analysis.top_k_selection import top_k
-from simulations.runner.engine import torch_threads
+from fedvalue.valuation.round_game import fedavg_round_game, value_round, weighted_mean
 from simulations.experiments.noisy_clients.noisy_clients import build
-from simulations.experiments.noisy_clients.study import RANKINGS, NoisyClientsStudyConfig, _base, run_study
+from simulations.experiments.noisy_clients.study import (
+    RANKINGS,
+    NoisyClientsStudyConfig,
+    _base,
+    run_study,
+)
+from simulations.runner.engine import torch_threads
 from strategies.policies.sampling import PartitionSampler
 
 
@@ -152,67 +158,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--study-dir", metavar="DIR",
                         help="take the engine's side from a study already run with `fedvalue run "
                              "noisy-clients-study --seeds N --out DIR` (default settings) instead of running it again")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
-    config = NoisyClientsStudyConfig(seeds=args.seeds)
+    with kept_output(args.keep, "python -m bench.study " + " ".join(sys.argv[1:] if argv is None else argv)):
+        config = NoisyClientsStudyConfig(seeds=args.seeds)
 
-    handlers = None
-    if args.study_dir:
-        engine_total, result = _finished_study(Path(args.study_dir), config)
-    else:
-        with tempfile.TemporaryDirectory() as out:
-            log_path = Path(out) / "handlers.txt"
-            started = time.perf_counter()
-            result = run_study(config, str(Path(out) / "study"),
-                               client_mods=[functools.partial(_timed_training, str(log_path))])
-            engine_total = time.perf_counter() - started
-            handlers = handler_seconds(log_path)
-    timings = result["timings"]
-    started = time.perf_counter()
-    bare, bare_accuracy = bare_study(config)
-    bare_total = time.perf_counter() - started
-    keys = ["seed", "method", "k", "round"]
-    both = result["accuracy"].merge(bare_accuracy, on=keys, suffixes=("_engine", "_bare"), validate="one_to_one")
-    if len(both) != len(bare_accuracy) or len(both) != len(result["accuracy"]):
-        raise RuntimeError(f"bare_study: expected the engine's {len(result['accuracy'])} accuracy rows; "
-                           f"matched {len(both)} of the bare run's {len(bare_accuracy)}.")
-    gap = (both["accuracy_engine"] - both["accuracy_bare"]).abs()
+        handlers = None
+        if args.study_dir:
+            engine_total, result = _finished_study(Path(args.study_dir), config)
+        else:
+            with tempfile.TemporaryDirectory() as out:
+                log_path = Path(out) / "handlers.txt"
+                started = time.perf_counter()
+                result = run_study(config, str(Path(out) / "study"),
+                                   client_mods=[functools.partial(_timed_training, str(log_path))])
+                engine_total = time.perf_counter() - started
+                handlers = handler_seconds(log_path)
+        timings = result["timings"]
+        started = time.perf_counter()
+        bare, bare_accuracy = bare_study(config)
+        bare_total = time.perf_counter() - started
+        keys = ["seed", "method", "k", "round"]
+        both = result["accuracy"].merge(bare_accuracy, on=keys, suffixes=("_engine", "_bare"), validate="one_to_one")
+        if len(both) != len(bare_accuracy) or len(both) != len(result["accuracy"]):
+            raise RuntimeError(f"bare_study: expected the engine's {len(result['accuracy'])} accuracy rows; "
+                               f"matched {len(both)} of the bare run's {len(bare_accuracy)}.")
+        gap = (both["accuracy_engine"] - both["accuracy_bare"]).abs()
 
-    print(f"noisy-clients study, {args.seeds} seeds, {timings['runs']} runs of {config.rounds} rounds")
-    print(f"{'':44}{'seconds':>10}{'share':>8}")
+        print(f"noisy-clients study, {args.seeds} seeds, {timings['runs']} runs of {config.rounds} rounds")
+        print(f"{'':44}{'seconds':>10}{'share':>8}")
 
-    def row(label: str, seconds: float, share: bool = True) -> None:
-        print(f"{label:44}{seconds:>10.1f}" + (f"{seconds / engine_total:>8.0%}" if share else ""))
+        def row(label: str, seconds: float, share: bool = True) -> None:
+            print(f"{label:44}{seconds:>10.1f}" + (f"{seconds / engine_total:>8.0%}" if share else ""))
 
-    row("engine run, total", engine_total)
-    if handlers is not None:  # run here: its tables and figure are written within engine_total
-        row("  output tables and figure", engine_total - timings["total"])
-    row("  engine start/stop, between runs", timings["total"] - timings["rounds"] if handlers is not None
-        else engine_total - timings["rounds"])
-    waiting, messages = timings.get("waiting", {}), timings.get("messages", {})
-    if waiting:  # studies run before the grid counted its messages have the total only
-        train_wait, query_wait = waiting.get("train", 0.0), waiting.get("query", 0.0)
-        row(f"  rounds: waiting for {messages.get('train', 0)} training replies", train_wait)
-        if handlers is not None:
-            warm_up, handled, actors = handlers
-            row(f"    client warm-up (imports, data; {actors} actors)", warm_up / actors)
-            row(f"    client training handlers (sum / {actors} actors)", handled / actors)
-            row("    messaging, the rest", train_wait - (warm_up + handled) / actors)
-        row(f"  rounds: {messages.get('query', 0)} partition-id queries (actor start)", query_wait)
-        row("  rounds: server valuation", timings["valuation"])
-        row("  rounds: server books (records, ledger, seals)",
-            timings["rounds"] - train_wait - query_wait - timings["valuation"])
-    else:
-        row("  rounds: training + messaging + books", timings["rounds"] - timings["valuation"])
-        row("  rounds: server valuation", timings["valuation"])
-    row("bare arithmetic, total", bare_total, share=False)
-    row("  training", bare["training"], share=False)
-    row("  valuation", bare["valuation"], share=False)
-    row("  data, models, state accuracies", bare_total - bare["training"] - bare["valuation"], share=False)
-    print(f"engine / bare wall time: {engine_total / bare_total:.2f}   (bare: one process, one torch thread; "
-          f"engine: {os.cpu_count()} cores, clients in Ray workers)")
-    print(f"same computation: {int((gap < 1e-9).sum())} of {len(gap)} (seed, method, k, round) accuracies equal, "
-          f"largest difference {gap.max():.4f}")
-    return 0
+        row("engine run, total", engine_total)
+        if handlers is not None:  # run here: its tables and figure are written within engine_total
+            row("  output tables and figure", engine_total - timings["total"])
+        row("  engine start/stop, between runs", timings["total"] - timings["rounds"] if handlers is not None
+            else engine_total - timings["rounds"])
+        waiting, messages = timings.get("waiting", {}), timings.get("messages", {})
+        if waiting:  # studies run before the grid counted its messages have the total only
+            train_wait, query_wait = waiting.get("train", 0.0), waiting.get("query", 0.0)
+            row(f"  rounds: waiting for {messages.get('train', 0)} training replies", train_wait)
+            if handlers is not None:
+                warm_up, handled, actors = handlers
+                row(f"    client warm-up (imports, data; {actors} actors)", warm_up / actors)
+                row(f"    client training handlers (sum / {actors} actors)", handled / actors)
+                row("    messaging, the rest", train_wait - (warm_up + handled) / actors)
+            row(f"  rounds: {messages.get('query', 0)} partition-id queries (actor start)", query_wait)
+            row("  rounds: server valuation", timings["valuation"])
+            row("  rounds: server books (records, ledger, seals)",
+                timings["rounds"] - train_wait - query_wait - timings["valuation"])
+        else:
+            row("  rounds: training + messaging + books", timings["rounds"] - timings["valuation"])
+            row("  rounds: server valuation", timings["valuation"])
+        row("bare arithmetic, total", bare_total, share=False)
+        row("  training", bare["training"], share=False)
+        row("  valuation", bare["valuation"], share=False)
+        row("  data, models, state accuracies", bare_total - bare["training"] - bare["valuation"], share=False)
+        print(f"engine / bare wall time: {engine_total / bare_total:.2f}   (bare: one process, one torch thread; "
+              f"engine: {os.cpu_count()} cores, clients in Ray workers)")
+        print(f"same computation: {int((gap < 1e-9).sum())} of {len(gap)} (seed, method, k, round) accuracies equal, "
+              f"largest difference {gap.max():.4f}")
+        return 0
 
 
 if __name__ == "__main__":

@@ -46,8 +46,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+
+from bench import kept_output
 
 NUM_HELD_OUT = 10_000
 HIDDEN = (200, 200)
@@ -115,12 +118,12 @@ def _one(num_clients: int, way: str, permutations: int, threads: int = 0) -> dic
 
     if threads:
         torch.set_num_threads(threads)
+    from fedvalue.scoring.torch_utilities import TorchModelUtility
     from fedvalue.valuation.ads import ads
-    from fedvalue.valuation.settings import AdsSettings
     from fedvalue.valuation.game import CoalitionGame
     from fedvalue.valuation.loo import loo
     from fedvalue.valuation.round_game import fedavg_round_game, value_round
-    from fedvalue.scoring.torch_utilities import TorchModelUtility
+    from fedvalue.valuation.settings import AdsSettings
 
     model, x, y, start, clients, weights = _setup(num_clients)
     ids = list(range(num_clients))
@@ -227,9 +230,14 @@ def _one_cnn(num_clients: int, way: str, threads: int = 0) -> dict:
     if threads:
         torch.set_num_threads(threads)
     from fedvalue.scoring._scoring import scoring
-    from fedvalue.valuation.settings import AdsSettings
-    from fedvalue.valuation.round_game import fedavg_aggregator, fedavg_round_game, round_game, value_round
     from fedvalue.scoring.torch_utilities import TorchModelUtility
+    from fedvalue.valuation.round_game import (
+        fedavg_aggregator,
+        fedavg_round_game,
+        round_game,
+        value_round,
+    )
+    from fedvalue.valuation.settings import AdsSettings
 
     model, x, y, start, clients, weights = _setup_cnn(num_clients)
     ids = list(range(num_clients))
@@ -314,64 +322,67 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     parser.add_argument("--spread-child", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--busy", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
-    if args.busy:
-        _busy(args.busy)
-        return 0
-    if args.spread_child:
-        print(json.dumps(_spread_round(*args.spread_child)))
-        return 0
-    if args.spread:
-        return _spread(args.repeats if args.repeats > 1 else 5, args.loads)
-    if args.one and args.one[1].startswith("cnn-"):
-        print(json.dumps(_one_cnn(int(args.one[0]), args.one[1].removeprefix("cnn-"), args.threads)))
-        return 0
-    if args.model == "cnn":
-        return _cnn(args.sizes if args.sizes != [6, 8, 10] else [6, 8], args.repeats, args.threads)
-    if args.one:
-        record = _one(int(args.one[0]), args.one[1], args.permutations, args.threads)
-        print(json.dumps(record))
-        return 0
-    if args.against_floor:
-        if args.before is None:
-            return _against_floor(args.sizes, args.repeats, args.threads)
-        with tempfile.TemporaryDirectory() as tree:
-            root = __import__("pathlib").Path(__file__).resolve().parents[1]
-            archive = subprocess.run(["git", "-C", str(root), "archive", args.before], capture_output=True, check=False)
-            if archive.returncode != 0:
-                parser.error(f"--before: expected a git revision of this repository; got {args.before!r} "
-                             f"({archive.stderr.decode().strip()})")
-            subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
-            return _against_floor(args.sizes, args.repeats, args.threads, (args.before, tree))
+    with kept_output(args.keep, "python -m bench.valuation " + " ".join(sys.argv[1:] if argv is None else argv)):
+        if args.busy:
+            _busy(args.busy)
+            return 0
+        if args.spread_child:
+            print(json.dumps(_spread_round(*args.spread_child)))
+            return 0
+        if args.spread:
+            return _spread(args.repeats if args.repeats > 1 else 5, args.loads)
+        if args.one and args.one[1].startswith("cnn-"):
+            print(json.dumps(_one_cnn(int(args.one[0]), args.one[1].removeprefix("cnn-"), args.threads)))
+            return 0
+        if args.model == "cnn":
+            return _cnn(args.sizes if args.sizes != [6, 8, 10] else [6, 8], args.repeats, args.threads)
+        if args.one:
+            record = _one(int(args.one[0]), args.one[1], args.permutations, args.threads)
+            print(json.dumps(record))
+            return 0
+        if args.against_floor:
+            if args.before is None:
+                return _against_floor(args.sizes, args.repeats, args.threads)
+            with tempfile.TemporaryDirectory() as tree:
+                root = __import__("pathlib").Path(__file__).resolve().parents[1]
+                archive = subprocess.run(["git", "-C", str(root), "archive", args.before], capture_output=True, check=False)
+                if archive.returncode != 0:
+                    parser.error(f"--before: expected a git revision of this repository; got {args.before!r} "
+                                 f"({archive.stderr.decode().strip()})")
+                subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+                return _against_floor(args.sizes, args.repeats, args.threads, (args.before, tree))
 
-    ways = ("naive", "mc-no-cache", "fedvalue", "tail-matmuls")
-    print(f"exact within-round ADS + LOO per round; MLP 784-{'-'.join(map(str, HIDDEN))}-10, "
-          f"{NUM_HELD_OUT:,} held-out examples, accuracy; {args.repeats} run(s) each, minimum shown")
-    print(f"torch threads per child: {args.threads or 'default'}; load average before: {_load()}", flush=True)
-    header = (f"{'n':>3} {'(a) naive s':>12} {'(b) MC-200 s':>13} {'(c) ours s':>11} {'(a)/(c)':>8} "
-              f"{'(b)/(c)':>8} {'evals a/b/c':>16} {'peak MB a/b/c':>17} {'growth MB c':>12} "
-              f"{'max|a-c|':>9} {'MC err b':>9} {'(d) floor s':>12} {'(c)/(d)':>8}")
-    print(header)
-    for n in args.sizes:
-        best: dict[str, dict] = {}
-        for _ in range(args.repeats):
-            for way in ways:
-                record = _child(n, way, args.permutations, args.threads)
-                if way not in best or record["seconds"] < best[way]["seconds"]:
-                    best[way] = record
-        a, b, c, d = (best[w] for w in ways)
-        exact_gap = max(float(np.max(np.abs(np.subtract(a[k], c[k])))) for k in ("ads", "loo"))
-        mc_error = float(np.max(np.abs(np.subtract(b["ads"], c["ads"]))))
-        print(f"{n:>3} {a['seconds']:>12.2f} {b['seconds']:>13.2f} {c['seconds']:>11.2f} "
-              f"{a['seconds'] / c['seconds']:>8.1f} {b['seconds'] / c['seconds']:>8.1f} "
-              f"{a['evaluations']:>5}/{b['evaluations']:>4}/{c['evaluations']:>5} "
-              f"{a['peak_mb']:>5.0f}/{b['peak_mb']:>5.0f}/{c['peak_mb']:>5.0f} "
-              f"{c['peak_mb'] - c['setup_mb']:>12.0f} {exact_gap:>9.1e} {mc_error:>9.1e} "
-              f"{d['seconds']:>12.2f} {c['seconds'] / d['seconds']:>8.2f}", flush=True)
-        if not math.isfinite(exact_gap) or exact_gap > 1e-6:
-            print(f"    values of (a) and (c) differ by {exact_gap:.2e} > 1e-6", flush=True)
-    print(f"threads used: {c['threads']}; load average after: {_load()}")
-    return 0
+        ways = ("naive", "mc-no-cache", "fedvalue", "tail-matmuls")
+        print(f"exact within-round ADS + LOO per round; MLP 784-{'-'.join(map(str, HIDDEN))}-10, "
+              f"{NUM_HELD_OUT:,} held-out examples, accuracy; {args.repeats} run(s) each, minimum shown")
+        print(f"torch threads per child: {args.threads or 'default'}; load average before: {_load()}", flush=True)
+        header = (f"{'n':>3} {'(a) naive s':>12} {'(b) MC-200 s':>13} {'(c) ours s':>11} {'(a)/(c)':>8} "
+                  f"{'(b)/(c)':>8} {'evals a/b/c':>16} {'peak MB a/b/c':>17} {'growth MB c':>12} "
+                  f"{'max|a-c|':>9} {'MC err b':>9} {'(d) floor s':>12} {'(c)/(d)':>8}")
+        print(header)
+        for n in args.sizes:
+            best: dict[str, dict] = {}
+            for _ in range(args.repeats):
+                for way in ways:
+                    record = _child(n, way, args.permutations, args.threads)
+                    if way not in best or record["seconds"] < best[way]["seconds"]:
+                        best[way] = record
+            a, b, c, d = (best[w] for w in ways)
+            exact_gap = max(float(np.max(np.abs(np.subtract(a[k], c[k])))) for k in ("ads", "loo"))
+            mc_error = float(np.max(np.abs(np.subtract(b["ads"], c["ads"]))))
+            print(f"{n:>3} {a['seconds']:>12.2f} {b['seconds']:>13.2f} {c['seconds']:>11.2f} "
+                  f"{a['seconds'] / c['seconds']:>8.1f} {b['seconds'] / c['seconds']:>8.1f} "
+                  f"{a['evaluations']:>5}/{b['evaluations']:>4}/{c['evaluations']:>5} "
+                  f"{a['peak_mb']:>5.0f}/{b['peak_mb']:>5.0f}/{c['peak_mb']:>5.0f} "
+                  f"{c['peak_mb'] - c['setup_mb']:>12.0f} {exact_gap:>9.1e} {mc_error:>9.1e} "
+                  f"{d['seconds']:>12.2f} {c['seconds'] / d['seconds']:>8.2f}", flush=True)
+            if not math.isfinite(exact_gap) or exact_gap > 1e-6:
+                print(f"    values of (a) and (c) differ by {exact_gap:.2e} > 1e-6", flush=True)
+        print(f"threads used: {c['threads']}; load average after: {_load()}")
+        return 0
 
 
 def _against_floor(sizes: list[int], repeats: int, threads: int, before: tuple[str, str] | None = None) -> int:
@@ -423,9 +434,12 @@ def _spread_round(threads: int, repeats: int) -> list[float]:
     import torch
 
     torch.set_num_threads(threads)
-    from fedvalue.valuation.settings import AdsSettings
     from fedvalue.valuation.round_game import fedavg_round_game, value_round
-    from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build
+    from fedvalue.valuation.settings import AdsSettings
+    from simulations.experiments.noisy_clients.noisy_clients import (
+        NoisyClientsConfig,
+        build,
+    )
 
     _, _, utility, _ = build(NoisyClientsConfig())
     rng = np.random.default_rng(0)
