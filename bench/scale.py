@@ -187,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--projection-dim", type=int, default=None, metavar="K",
                         help="book the flows through a seeded random projection to K numbers: a record keeps K "
                              "per client instead of 199,210 (BookSettings(flows_projection_dim=K))")
+    parser.add_argument("--query-batch", type=int, default=None, metavar="B",
+                        help="send the idle clients' gradient queries B at a time (IntakeSettings(query_batch=B); "
+                             "default: all at once)")
     parser.add_argument("--audit", action="store_true",
                         help="run fedvalue audit on the run afterwards (values recomputed with "
                              "--utility bench.scale:held_out_utility) and print its verdict")
@@ -245,7 +248,8 @@ def _scale(args: argparse.Namespace) -> int:
               flush=True)
 
     print(f"{args.clients} clients, {args.per_round} a round, {args.rounds} rounds, flows {not args.no_flows}, "
-          f"projection {args.projection_dim or 'none'}, records {not args.no_records}, budget {args.budget}; load "
+          f"projection {args.projection_dim or 'none'}, records {not args.no_records}, budget {args.budget}, "
+          f"query batch {args.query_batch or 'all'}; load "
           f"average {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
     run = simulate(
         strategy=FedAvg(fraction_evaluate=0.0), model_factory=model_factory, load_client_data=loader,
@@ -253,7 +257,7 @@ def _scale(args: argparse.Namespace) -> int:
         train_config=train_config(learning_rate=0.05, local_epochs=5, batch_size=0, seed=seed),
         sampler=PartitionSampler(args.per_round, schedule="random", seed=seed), seed=seed,
         valuation=ValuationSettings(ads=AdsSettings(budget=args.budget)), books=books,
-        intake=IntakeSettings(query_timeout=600.0), run=RunSettings(save_records=not args.no_records),
+        intake=IntakeSettings(query_timeout=600.0, query_batch=args.query_batch), run=RunSettings(save_records=not args.no_records),
         callbacks=RunCallbacks(on_round=on_round),
         round_timeout=3600.0,
     )

@@ -62,13 +62,15 @@ class IdleClients:
     """The clients a hook may query while a round trains (TracIn's gradient queries): through
     ``grid``, every connected partition (``partitions()``: partition -> node, asked of the node
     directory when first needed) whose node is not in ``busy``, each with a message of
-    ``query_type(node)``, waiting at most ``timeout`` seconds."""
+    ``query_type(node)``, waiting at most ``timeout`` seconds in all, at most ``batch`` messages in flight
+    at a time (None: all at once)."""
 
     grid: Grid
     partitions: Callable[[], Mapping[int, int]]
     busy: frozenset[int]
     timeout: float
     query_type: Callable[[int], str]
+    batch: int | None = None
 
 
 class RoundView(Protocol):

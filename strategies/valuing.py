@@ -262,7 +262,7 @@ class ValuingStrategy(Strategy):
         """The clients whose nodes are not in ``busy``, as a hook may query them (partition -> node
         from the node directory, which asks each node once)."""
         return IdleClients(grid, functools.partial(self.nodes.partition_map, grid, self.intake.query_timeout),
-                           frozenset(busy), self.intake.query_timeout, self.nodes.query_type)
+                           frozenset(busy), self.intake.query_timeout, self.nodes.query_type, self.intake.query_batch)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Take the replies in, value the round, accept, aggregate with the inner strategy (live),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedvalue._checks import check_positive
+from fedvalue._checks import check_integer, check_positive
 from fedvalue.run.run_info import load_utility
 from fedvalue.schema import RoundRow
 from fedvalue.valuation.round_game import ArraysUtility
@@ -62,6 +62,12 @@ class IntakeSettings:
     query_timeout
         Seconds to wait for clients to report their partition ids (and, with flows, their
         inference gradients); > 0.
+    query_batch
+        With flows, the idle clients' gradient queries go out at most this many at a time, each batch
+        answered before the next is sent, within ``query_timeout`` in all; None (default): all at once.
+        Flower's simulation engine scans every queued message for every node each time it polls
+        (O(nodes × queued)), so asking 1,000 clients at once spends the server's time on that scan;
+        a batch keeps the queue short. The flows are the same whatever the batch.
     query_data_key
         Send the train config's ``data-key`` with every gradient query too, so a client of an
         engine that serves several runs answers from the run's own data. False (default): the
@@ -78,6 +84,7 @@ class IntakeSettings:
     query_timeout: float = 120.0
     query_data_key: bool = False
     federated_evaluation: bool = True
+    query_batch: int | None = None
 
     def node_directory(self) -> NodeDirectory:
         """The node directory given, or (None) a new one for the run."""
@@ -93,6 +100,8 @@ class IntakeSettings:
             raise TypeError(f"nodes: expected a strategies.intake.nodes.NodeDirectory (or None); got "
                             f"{type(self.nodes).__name__}.")
         object.__setattr__(self, "query_timeout", check_positive("query_timeout", self.query_timeout))
+        if self.query_batch is not None:
+            object.__setattr__(self, "query_batch", check_integer("query_batch", self.query_batch, 1))
         for name in ("query_data_key", "federated_evaluation"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")

@@ -23,6 +23,7 @@ the valuation mod of one's own app and the server alike.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -64,6 +65,21 @@ def projected_outflows_if_all_aggregated(record: RoundRecord, ok: list[ClientRep
     return {r.client_id: outflow[r.client_id] for r in ok}
 
 
+def _send_in_batches(grid: Grid, queries: list, timeout: float, batch: int | None) -> list:
+    """The replies to ``queries``, sent ``batch`` at a time (None: all at once), each batch answered (or timed
+    out) before the next goes, all within ``timeout`` seconds."""
+    size = len(queries) if batch is None else batch
+    deadline, replies = time.monotonic() + timeout, []
+    for start in range(0, len(queries), size):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            log(logging.WARNING, "%d gradient queries not sent: the query timeout (%.0f s) ran out",
+                len(queries) - start, timeout)
+            break
+        replies += list(grid.send_and_receive(queries[start:start + size], timeout=remaining))
+    return replies
+
+
 class FlowQueries:
     """Gradient queries and the pending first-order check of one run.
 
@@ -76,13 +92,15 @@ class FlowQueries:
 
     def idle_gradients(self, grid: Grid, arrays: ArrayRecord, client_to_node: Mapping[int, int], busy: set[int],
                        timeout: float, query_type: Callable[[int], str] = lambda node: MessageType.QUERY,
-                       config: Mapping = ()) -> dict:
+                       config: Mapping = (), batch: int | None = None) -> dict:
         """Inference gradients at ``arrays`` of every client whose node is not in ``busy``, each
         the queried node's registered client's, asked with a message of ``query_type(node)``
         whose config carries ``config`` too (a run's data-key)
         (:meth:`strategies.intake.nodes.NodeDirectory.query_type`); a reply claiming another id, or
         whose gradient or loss fails its checks (:func:`strategies.replies.read_inference_gradient`),
-        is left out and logged (that client then receives no inflow this round)."""
+        is left out and logged (that client then receives no inflow this round). At most ``batch``
+        queries are in flight at a time (None: all), within ``timeout`` seconds in all; queries not
+        sent by then are left out and counted in the log."""
         queried = {node: client for client, node in client_to_node.items() if node not in busy}
         queries = [
             query_message(RecordDict({"arrays": arrays, "config": ConfigRecord({**dict(config), GRADIENT_KEY: True})}),
@@ -91,7 +109,7 @@ class FlowQueries:
         ]
         if not queries:
             return {}
-        replies = list(grid.send_and_receive(queries, timeout=timeout))
+        replies = _send_in_batches(grid, queries, timeout, batch)
         model, sent_to, gradients = arrays_to_numpy(arrays), sent_nodes(queries), {}
         for reply in replies:
             record, node = take_record(reply, GRADIENT_KEY), reply_node(reply, sent_to)
@@ -173,7 +191,7 @@ class FlowHook(RoundHook):
     def query(self, arrays: ArrayRecord, idle: IdleClients) -> dict:
         """Inference gradients at ``arrays`` of every client ``idle`` reaches."""
         return self.queries.idle_gradients(idle.grid, arrays, idle.partitions(), set(idle.busy), idle.timeout,
-                                           idle.query_type, self.query_config)
+                                           idle.query_type, self.query_config, idle.batch)
 
     def note(self, round: RoundView) -> dict:
         gradients, self._idle = {**self._idle, **round.gradients}, {}

@@ -8,6 +8,7 @@ and F(u→v) = −(p_u Δ_u)·g_v by explicit pairwise loops.
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 import pandas as pd
@@ -83,12 +84,12 @@ def flat(state) -> np.ndarray:
     return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in state.values()])
 
 
-def run_with_flows(tmp_path, load, rounds=3, per_round=3):
+def run_with_flows(tmp_path, load, rounds=3, per_round=3, intake=None):
     grid = client_app_grid(load)
     strategy = ValuingStrategy(
         FedAvg(fraction_evaluate=0.0), utility(), run_dir=str(tmp_path),
         sampler=PartitionSampler(per_round, seed=5), valuation=ValuationSettings(methods=("ads",)),
-        books=BookSettings(flows=True)
+        books=BookSettings(flows=True), **({} if intake is None else {"intake": intake})
     )
     train_config = {"lr": 0.05, "local-epochs": 2, "batch-size": 0, "seed": 0}
     from flwr.app import ConfigRecord
@@ -181,3 +182,49 @@ def test_a_free_rider_has_no_outflow_and_receives_inflow(tmp_path):
     values = rider.groupby("method")["value"].sum()
     assert values["tracin_outflow"] == 0.0 and values["tracin_self"] == 0.0
     assert values["tracin_inflow"] > 0  # honest clients on the same task lower its loss
+
+
+class BatchCountingGrid(InProcessGrid):
+    """The in-process grid, noting how many messages each send_and_receive carried."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.batches: list[tuple[str, int]] = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.batches.append((messages[0].metadata.message_type if messages else "", len(messages)))
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+def test_gradient_queries_in_batches_book_the_same_flows_bit_for_bit(tmp_path, monkeypatch):
+    """IntakeSettings(query_batch=2): the idle clients' queries go out two at a time, and every file of the run is
+    the same as with all of them at once."""
+    from strategies import IntakeSettings
+
+    counted, plain = [], client_app_grid
+
+    def counting_grid(load):
+        grid = plain(load)
+        counted.append(BatchCountingGrid(grid.node_ids, grid.handler))
+        return counted[-1]
+
+    run_with_flows(tmp_path / "all", load_client, rounds=3, per_round=2)
+    monkeypatch.setattr(sys.modules[__name__], "client_app_grid", counting_grid)
+    run_with_flows(tmp_path / "batched", load_client, rounds=3, per_round=2, intake=IntakeSettings(query_batch=3))
+    queries = [size for kind, size in counted[0].batches if kind == "query"]
+    # The node directory's queries first (all nodes at once); then 6 clients, 2 training: 4 idle a round, sent 3
+    # then 1; and after the last round, the final state's query of all 6 for the first-order check.
+    assert queries[1:] == [3, 1] * 3 + [3, 3], queries
+    for name in ("ledger.csv", "rounds.csv", "first_order.csv"):
+        all_at_once = (tmp_path / "all" / name).read_bytes()
+        batched = (tmp_path / "batched" / name).read_bytes()
+        if name == "rounds.csv":  # each row holds the valuation's wall time and the hash chain over it
+            all_at_once, batched = (pd.read_csv(tmp_path / d / name).drop(columns=["valuation_seconds", "hash"])
+                                    for d in ("all", "batched"))
+            pd.testing.assert_frame_equal(all_at_once, batched)
+        else:
+            assert all_at_once == batched, name
+    assert (tmp_path / "all" / "records").is_dir()
+    for record in sorted((tmp_path / "all" / "records").iterdir()):
+        assert record.read_bytes() == (tmp_path / "batched" / "records" / record.name).read_bytes(), record.name
