@@ -37,6 +37,15 @@ Messages (Flower 1.41 Message API):
 Randomness: round t of partition i with run seed s draws everything from
 ``SeedSequence([s, i, t])``: the same run seed gives the same training.
 
+Device: ``make_client_app(..., device="cuda")`` trains, evaluates and takes gradients on that
+device (the model is moved there; the data follow it, :mod:`clients.training`); replies are CPU
+arrays either way, and on CPU the results are bit for bit those of a run without the argument. A
+Ray worker sees only the GPUs of its share: Ray sets ``CUDA_VISIBLE_DEVICES=''`` for a client
+holding no GPU share, so CUDA clients need ``num_gpus_per_client > 0``, and the GPU a worker is
+given is its ``"cuda"`` (index 0 of what it sees). On CUDA, bit-for-bit equality across runs is not
+promised (cuDNN's algorithm choice, atomic reductions) unless torch's deterministic algorithms are
+on (``torch.use_deterministic_algorithms(True)``).
+
 Under Ray the ClientApp (and what its handlers close over: ``load_client_data``,
 ``model_factory``) is pickled and sent to a worker with every message, so both must be
 picklable (module-level functions or ``functools.partial`` of them) and should not
@@ -184,29 +193,67 @@ def _wants_gradient(content: RecordDict, key: str = GRADIENT_KEY) -> bool:
     return CONFIG_KEY in configs and configs[CONFIG_KEY].get(key) is True
 
 
-def _add_curvature(content: RecordDict, data: ClientData, model_factory, global_arrays) -> None:
+def _add_curvature(content: RecordDict, data: ClientData, model_factory, global_arrays, device: torch.device) -> None:
     """Put the training split's loss gradient and Fisher diagonal at ``global_arrays`` into a reply."""
-    model = _model(model_factory, global_arrays, [data.partition_id])
+    model = _model(model_factory, global_arrays, [data.partition_id], device)
     gradient, fisher = loss_gradient_and_fisher(model, data.x_train, data.y_train, loss=data.loss)
     content[CURVATURE_KEY] = ArrayRecord({
         **{CURVATURE_GRADIENT_PREFIX + key: Array(value) for key, value in gradient.items()},
         **{CURVATURE_FISHER_PREFIX + key: Array(value) for key, value in fisher.items()}})
 
 
-def _model(model_factory: Callable[[], torch.nn.Module], global_arrays, entropy: list[int]) -> torch.nn.Module:
-    """``model_factory()`` holding ``global_arrays``; the factory runs with the global generators
+_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def _client_device(device: str | torch.device) -> torch.device:
+    """``device`` as a :class:`torch.device` of type ``"cpu"`` or ``"cuda"``; ValueError naming it otherwise.
+    Whether this process has that device is checked where the model is built (:func:`_usable_device`)."""
+    try:
+        parsed = torch.device(device) if isinstance(device, (str, torch.device)) else None
+    except RuntimeError:
+        parsed = None
+    if parsed is None or parsed.type not in _DEVICE_TYPES:
+        raise ValueError(f"device: expected a torch device string of type {' or '.join(_DEVICE_TYPES)} "
+                         f"('cpu', 'cuda', 'cuda:0', ...); got {device!r}.")
+    return parsed
+
+
+def _usable_device(device: str | torch.device) -> torch.device:
+    """:func:`_client_device`, refused with a clear ValueError when this process sees no such CUDA device
+    (in a Ray worker: a client holding no GPU share)."""
+    parsed = _client_device(device)
+    if parsed.type != "cuda":
+        return parsed
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device: the clients were asked to train on {str(parsed)!r}, but this worker sees no CUDA device. Ray "
+            "hides the GPUs (CUDA_VISIBLE_DEVICES='') from a client holding no GPU share: give num_gpus_per_client "
+            "> 0 (e.g. 0.1: ten clients share a GPU), or train the clients on 'cpu'.")
+    visible = torch.cuda.device_count()
+    if (parsed.index or 0) >= visible:
+        raise ValueError(f"device: the clients were asked to train on {str(parsed)!r}, but this worker sees "
+                         f"{visible} CUDA device(s); use 'cuda' (a Ray worker's GPU is its cuda:0).")
+    return parsed
+
+
+def _model(model_factory: Callable[[], torch.nn.Module], global_arrays, entropy: list[int],
+           device: str | torch.device = "cpu") -> torch.nn.Module:
+    """``model_factory()`` holding ``global_arrays``, on ``device``; the factory runs with the global generators
     seeded from ``entropy`` (an unseeded factory draws the same, and leaves the caller's draws alone)."""
-    return set_model_arrays(seeded_call(model_factory, entropy, name="model_factory"), global_arrays)
+    device = _usable_device(device)
+    model = set_model_arrays(seeded_call(model_factory, entropy, name="model_factory"), global_arrays)
+    return model.to(device)
 
 
-def _add_inference_gradient(content: RecordDict, data: ClientData, model_factory, global_arrays) -> None:
+def _add_inference_gradient(content: RecordDict, data: ClientData, model_factory, global_arrays,
+                            device: torch.device) -> None:
     """Put g = ∇ Σ ℓ over the inference split at ``global_arrays`` into a reply's content."""
     if len(data.x_infer) == 0:
         raise ValueError(
             f"x_infer, y_infer: the server asked client {data.partition_id} for its inference gradient (TracIn "
             "flows), but its ClientData holds no inference split; give every client one or turn flows off."
         )
-    model = _model(model_factory, global_arrays, [data.partition_id])
+    model = _model(model_factory, global_arrays, [data.partition_id], device)
     loss, gradient = summed_loss_gradient(model, data.x_infer, data.y_infer, loss=data.loss)
     content[GRADIENT_KEY] = ArrayRecord({key: Array(value) for key, value in gradient.items()})
     content[CLIENT_RECORD_KEY][INFERENCE_LOSS_KEY] = loss
@@ -229,11 +276,12 @@ def _load(load_client_data: Callable[[int], ClientData], partition_id: int, cont
 
 
 def local_loss(data: ClientData, model_factory: Callable[[], torch.nn.Module],
-               global_arrays: dict[str, np.ndarray], *, seed: int, server_round: int) -> float:
+               global_arrays: dict[str, np.ndarray], *, seed: int, server_round: int,
+               device: str | torch.device = "cpu") -> float:
     """Mean training loss of ``global_arrays`` on the data the client trains on in ``server_round``
-    (its behaviour's transform, drawn from the same generator as :func:`train_client`'s)."""
+    (its behaviour's transform, drawn from the same generator as :func:`train_client`'s), computed on ``device``."""
     data_seed = np.random.SeedSequence([seed, data.partition_id, server_round]).spawn(3)[0]
-    model = _model(model_factory, global_arrays, [seed, data.partition_id, server_round])
+    model = _model(model_factory, global_arrays, [seed, data.partition_id, server_round], device)
     x, y = data.behaviour.transform_training_data(data.x_train, data.y_train, np.random.default_rng(data_seed))
     with torch.no_grad():
         return float(evaluate_model(model, x, y, loss=data.loss)["loss"])
@@ -250,8 +298,10 @@ def train_client(
     seed: int,
     server_round: int,
     proximal_mu: float = 0.0,
+    device: str | torch.device = "cpu",
 ) -> tuple[dict[str, np.ndarray], int, float]:
-    """One client's round without Flower: behaviour, local SGD, behaviour.
+    """One client's round without Flower: behaviour, local SGD on ``device`` (``"cpu"`` or a CUDA device
+    this process sees), behaviour.
 
     Returns
     -------
@@ -259,7 +309,7 @@ def train_client(
         (arrays to send, num-examples to claim, last epoch's mean train loss).
     """
     data_seed, train_seed, reply_seed = np.random.SeedSequence([seed, data.partition_id, server_round]).spawn(3)
-    model = _model(model_factory, global_arrays, [seed, data.partition_id, server_round])
+    model = _model(model_factory, global_arrays, [seed, data.partition_id, server_round], device)
     x, y = data.behaviour.transform_training_data(data.x_train, data.y_train, np.random.default_rng(data_seed))
     train_loss = train_locally(
         model, x, y, epochs=local_epochs, learning_rate=learning_rate,
@@ -296,6 +346,7 @@ def make_client_app(
     model_factory: Callable[[], torch.nn.Module],
     *,
     mods: Sequence[Mod] = (),
+    device: str | torch.device = "cpu",
 ) -> ClientApp:
     """A ClientApp that trains ``model_factory()`` on ``load_client_data(partition_id)``.
 
@@ -314,6 +365,10 @@ def make_client_app(
         training replies only and refuse messages without exactly one ArrayRecord, so
         they never wrap ``evaluate`` or ``query``; with TracIn flows a training reply
         carries a second ArrayRecord, which these mods refuse.)
+    device
+        Torch device the clients train, evaluate and take gradients on: ``"cpu"`` or a CUDA device
+        (``"cuda"``: in a Ray worker, the GPU of its share). Checked here; a worker that sees no such
+        device refuses the message with a ValueError (see the module docstring).
 
     Returns
     -------
@@ -327,6 +382,7 @@ def make_client_app(
             "model_factory: expected a callable that builds a fresh torch.nn.Module (e.g. "
             f"functools.partial(make_mlp, ...)); got {type(model_factory).__name__}."
         )
+    device = _client_device(device)
     mods = list(mods)
     if not all(callable(mod) for mod in mods):
         raise TypeError(f"mods: expected Flower client mods (callables (message, context, call_next) -> "
@@ -350,6 +406,7 @@ def make_client_app(
             seed=_config_int(config, SEED_KEY, 0, 0),
             server_round=_config_int(config, SERVER_ROUND_KEY, 0, 0),
             proximal_mu=_proximal_mu(config),
+            device=device,
         )
         content = RecordDict({
             ARRAYS_KEY: ArrayRecord({key: Array(value) for key, value in arrays.items()}),
@@ -357,9 +414,9 @@ def make_client_app(
             CLIENT_RECORD_KEY: _client_record(partition_id),
         })
         if _wants_gradient(msg.content):
-            _add_inference_gradient(content, data, model_factory, global_arrays)
+            _add_inference_gradient(content, data, model_factory, global_arrays, device)
         if _wants_gradient(msg.content, CURVATURE_KEY):
-            _add_curvature(content, data, model_factory, global_arrays)
+            _add_curvature(content, data, model_factory, global_arrays, device)
         return Message(content=content, reply_to=msg)
 
     @app.evaluate()
@@ -367,7 +424,7 @@ def make_client_app(
         partition_id = partition_id_of(context)
         data = _load(load_client_data, partition_id, msg.content)
         global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
-        model = _model(model_factory, global_arrays, [partition_id])
+        model = _model(model_factory, global_arrays, [partition_id], device)
         x, y = (data.x_infer, data.y_infer) if len(data.x_infer) else (data.x_train, data.y_train)
         scores = evaluate_model(model, x, y, loss=data.loss)
         metrics = {NUM_EXAMPLES_KEY: len(x), "eval-loss": scores["loss"]}
@@ -383,13 +440,14 @@ def make_client_app(
         if _wants_gradient(msg.content):
             global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
             _add_inference_gradient(content, _load(load_client_data, partition_id, msg.content), model_factory,
-                                    global_arrays)
+                                    global_arrays, device)
         if _wants_gradient(msg.content, LOCAL_LOSS_KEY):
             config = _record(msg.content, CONFIG_KEY, "ConfigRecord")
             global_arrays = {key: array.numpy() for key, array in _record(msg.content, ARRAYS_KEY, "ArrayRecord").items()}
             content[CLIENT_RECORD_KEY][LOCAL_LOSS_KEY] = local_loss(
                 _load(load_client_data, partition_id, msg.content), model_factory, global_arrays,
-                seed=_config_int(config, SEED_KEY, 0, 0), server_round=_config_int(config, SERVER_ROUND_KEY, 0, 0))
+                seed=_config_int(config, SEED_KEY, 0, 0), server_round=_config_int(config, SERVER_ROUND_KEY, 0, 0),
+                device=device)
         return Message(content=content, reply_to=msg)
 
     return app

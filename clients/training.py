@@ -5,6 +5,11 @@ in [ADS] App. C.2. It is deterministic: mini-batch order comes from a
 ``torch.Generator`` seeded from ``seed`` and the global torch RNG is never touched.
 Bit-for-bit equality across runs also needs the same torch thread count (CPU matmul
 reductions are split by thread); Ray actors run with one thread per CPU they hold.
+
+Every function here computes on the device the model's parameters live on (the data are moved
+there) and returns CPU numbers and numpy arrays. On a CUDA device bit-for-bit equality across runs
+is not promised (cuDNN's algorithm choice and atomic reductions vary) unless torch's deterministic
+algorithms are on (``torch.use_deterministic_algorithms(True)``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,19 @@ def _tensor(values: np.ndarray | torch.Tensor) -> torch.Tensor:
     values = np.ascontiguousarray(values)
     # torch warns on read-only arrays (and could not keep them read-only): copy those.
     return torch.from_numpy(values if values.flags.writeable else values.copy())
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter (first buffer without parameters; CPU without either)."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _on_device(model: torch.nn.Module, x_t: torch.Tensor, y_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x_t, y_t) on the model's device (the same tensors on CPU: results stay bit for bit)."""
+    device = _model_device(model)
+    return x_t.to(device), y_t.to(device)
 
 
 def as_tensors(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,7 +128,7 @@ def train_locally(
     if batch_size is not None:
         batch_size = check_integer("batch_size", batch_size)
     check_non_negative("proximal_mu", proximal_mu)
-    x_t, y_t = as_tensors(x, y, loss)
+    x_t, y_t = _on_device(model, *as_tensors(x, y, loss))
     num_examples = len(x_t)
     if num_examples == 0:
         raise ValueError("x: expected at least one training example; got 0.")
@@ -172,7 +190,7 @@ def evaluate_model(
         ``{"loss": ..., "accuracy": ...}`` for ``"cross_entropy"``; ``{"loss": ...}``
         for ``"mse"``.
     """
-    x_t, y_t = as_tensors(x, y, loss)
+    x_t, y_t = _on_device(model, *as_tensors(x, y, loss))
     if len(x_t) == 0:
         raise ValueError("x: expected at least one example to evaluate on; got 0.")
     model.eval()
@@ -197,7 +215,7 @@ def summed_loss_gradient(
     fedvalue.flows.round_flows, "Federated form"). Returns g for every ``state_dict`` entry, in its
     order (zeros for buffers); an empty split gives L = 0 and g = 0.
     """
-    x_t, y_t = as_tensors(x, y, loss)
+    x_t, y_t = _on_device(model, *as_tensors(x, y, loss))
     model.eval()
     parameters = dict(model.named_parameters())
     for parameter in parameters.values():
@@ -261,7 +279,7 @@ def loss_gradient_and_fisher(
     float64: the training loss gradient and the diagonal empirical Fisher of [FAIRIJ] App. A
     (fedvalue.scoring.fairness.curvature). Per-example gradients by ``torch.func`` (vmap over examples);
     one array per ``state_dict`` entry, in its order (zeros for buffers)."""
-    x_t, y_t = as_tensors(x, y, loss)
+    x_t, y_t = _on_device(model, *as_tensors(x, y, loss))
     model = model.eval()
     params = {k: v.detach().to(torch.float64) for k, v in model.named_parameters()}
     buffers = {k: v.detach() for k, v in model.named_buffers()}
@@ -283,6 +301,6 @@ def loss_gradient_and_fisher(
             gradient[key] = np.zeros(value.shape, dtype=np.float64)
             fisher[key] = np.zeros(value.shape, dtype=np.float64)
         else:
-            gradient[key] = g.sum(dim=0).numpy().astype(np.float64)
-            fisher[key] = (g * g).sum(dim=0).numpy().astype(np.float64)
+            gradient[key] = g.sum(dim=0).cpu().numpy().astype(np.float64)
+            fisher[key] = (g * g).sum(dim=0).cpu().numpy().astype(np.float64)
     return gradient, fisher

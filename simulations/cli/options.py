@@ -57,7 +57,9 @@ PARAMETER_HELP = {
     "utility": "accuracy, neg_loss",
     "num_cpus_per_client": "CPUs Ray gives each client",
     "num_gpus_per_client": "GPUs Ray gives each client (0 = none; fractions share a GPU)",
-    "device": "torch device of the server's valuation (the utility's forward passes): cpu, cuda, cuda:1, ...",
+    "device": "torch device of the server's valuation (the utility's forward passes) and of the clients' training: "
+              "cpu, cuda, cuda:1, ... (a CUDA device trains each client on the GPU of its Ray share: give "
+              "--num-gpus-per-client > 0, e.g. 0.1)",
     "max_parallel_clients": "clients training at once (unset = sized for the machine)",
     "ray_address": "attach to an existing Ray cluster at this address (unset = a local Ray)",
     "round_timeout": "seconds to wait for a round's replies",

@@ -18,7 +18,7 @@ from simulations.runner.api import (
     simulate,
 )
 from simulations.runner.budget import check_budget, parse_budget
-from simulations.runner.config_checks import check_devices, check_integers, check_numbers, saved_config
+from simulations.runner.config_checks import check_devices, check_integers, check_numbers, clients_device, saved_config
 from simulations.runner.console import print_federated_run, progress_bar, round_progress
 from simulations.runner.engine import run_flower_simulation, serve, torch_threads
 from simulations.runner.engine_settings import (
@@ -60,6 +60,7 @@ __all__ = [
     "check_strategy",
     "check_unit_interval",
     "client_mods",
+    "clients_device",
     "default_max_parallel_clients",
     "EngineSettings",
     "fedavg_without_evaluation",

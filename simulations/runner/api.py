@@ -23,6 +23,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
@@ -143,6 +144,7 @@ def simulate(
     engine: EngineSettings | None = None, callbacks: RunCallbacks | None = None, client_mods: Sequence[Mod] = (),
     overwrite: bool = False, round_timeout: float = 600.0,
     evaluate: Callable[[int, dict[str, np.ndarray]], Mapping[str, float] | None] | None = None,
+    client_device: str = "cpu",
 ) -> Run:
     """Simulate ``num_rounds`` of FL on Ray with ``strategy`` wrapped by
     :class:`strategies.ValuingStrategy`, and return the run's books.
@@ -160,7 +162,9 @@ def simulate(
     inference split, :func:`check_inference_splits`; fairness; the clients known to be noisy),
     ``intake``, ``run`` (run.json's configuration, completed here so that the run can be audited
     from it alone; records, checkpoints, resume, signing) and ``callbacks``; ``engine`` says how Ray
-    runs the clients and ``client_mods`` wrap their training (picklable, like the loader).
+    runs the clients and ``client_mods`` wrap their training (picklable, like the loader);
+    ``client_device`` is the torch device the clients train on (``"cuda"`` needs GPU shares,
+    ``engine.num_gpus_per_client > 0``: :func:`clients.make_client_app`).
     ``evaluate(t, A_t)`` is called on the server with the global arrays (name -> numpy array)
     after every round t, and with A_0 before the first: to measure what one's own policy does
     (test accuracy per round, say). It may return a mapping of metrics (Flower logs them), or
@@ -182,6 +186,7 @@ def simulate(
     _check_before_writing(engine, run, books, load_client_data, num_clients)
     sampler = default_sampler(strategy, num_clients, seed) if sampler is None else sampler
     initial = initial_model_arrays(model_factory, seed)
+    client_app = _client_app(load_client_data, model_factory, client_mods, client_device, engine)
     run_dir, lock = claim_run_dir(out, overwrite=overwrite, resume=run.resume)  # one writer at a time
     with RunHold(run_dir, lock, resume=run.resume) as hold:
         valuing = hold.books = ValuingStrategy(
@@ -195,7 +200,7 @@ def simulate(
         if engine.ray_address is not None and run.resume:  # probed once the directory is verified as the run's
             check_ray_address(engine.ray_address)
         _serve(valuing, initial, ConfigRecord(train_config), num_rounds, round_timeout, seed,
-               make_client_app(load_client_data, model_factory, mods=client_mods), num_clients, engine,
+               client_app, num_clients, engine,
                None if evaluate is None else ServerEvaluation(evaluate))
     if len(valuing.rounds) < num_rounds:
         raise RuntimeError(f"the simulation stopped after {len(valuing.rounds)} of {num_rounds} rounds; the ledger "
@@ -210,6 +215,17 @@ def _settings_or_defaults(valuation: ValuationSettings | None, books: BookSettin
     return (settings_or_default("valuation", valuation, ValuationSettings),
             settings_or_default("books", books, BookSettings), settings_or_default("run", run, RunSettings),
             settings_or_default("engine", engine, EngineSettings))
+
+
+def _client_app(load_client_data: Callable[[int], ClientData], model_factory: Callable[[], torch.nn.Module],
+                client_mods: Sequence[Mod], client_device: str, engine: EngineSettings) -> ClientApp:
+    """The clients' app on ``client_device``, checked before anything is written: a CUDA device needs GPU shares."""
+    client_app = make_client_app(load_client_data, model_factory, mods=client_mods, device=client_device)
+    if torch.device(client_device).type == "cuda" and engine.num_gpus_per_client == 0:
+        raise ValueError(f"engine.num_gpus_per_client: clients training on {client_device!r} need Ray GPU shares (Ray "
+                         "hides the GPUs from a client holding none); got 0. Give a share, e.g. 0.1 (ten clients "
+                         "share a GPU), or client_device='cpu'.")
+    return client_app
 
 
 def _check_before_writing(engine: EngineSettings, run: RunSettings, books: BookSettings,

@@ -27,7 +27,8 @@ def check_numbers(config: object, names: Iterable[str], *, zero_ok: bool = False
 def check_devices(device: object, num_gpus_per_client: float, *, ray_address: str | None = None) -> None:
     """``device`` is a torch device this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), and
     GPUs per client are asked for only where there are GPUs (Ray would wait for them forever);
-    on an existing Ray cluster (``ray_address``) the cluster's GPUs count, not this machine's."""
+    on an existing Ray cluster (``ray_address``) the cluster's GPUs count, not this machine's. A CUDA
+    ``device`` trains the clients on the GPU too (:func:`clients_device`), which needs GPU shares."""
     import torch
 
     try:
@@ -44,6 +45,18 @@ def check_devices(device: object, num_gpus_per_client: float, *, ray_address: st
     if num_gpus_per_client > 0 and not ray_address and visible == 0:
         raise ValueError(f"num_gpus_per_client: {num_gpus_per_client} GPUs per client asked for, but this machine "
                          "has no CUDA device (Ray would wait for one forever); use 0.")
+    if parsed.type == "cuda" and num_gpus_per_client == 0:
+        raise ValueError(f"num_gpus_per_client: device {device!r} trains the clients on the GPU too, which needs Ray "
+                         "GPU shares (Ray hides the GPUs from a client holding none); got 0. Give a share, e.g. 0.1 "
+                         "(ten clients share a GPU), or use device 'cpu'.")
+
+
+def clients_device(device: str) -> str:
+    """The device the clients of a run on ``device`` train on: ``"cuda"`` for a CUDA device (in a Ray worker
+    the GPU of its share is its cuda:0, whatever the server's index), else ``"cpu"``."""
+    import torch
+
+    return "cuda" if torch.device(device).type == "cuda" else "cpu"
 
 
 def saved_config(config_cls: type, saved: Mapping, *, strict: bool = True, source: str = "the saved settings"):

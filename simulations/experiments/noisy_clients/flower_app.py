@@ -45,6 +45,7 @@ from simulations.runner import (
     build_strategy,
     check_some_client_valued,
     client_mods,
+    clients_device,
     flat_fields,
     flat_settings,
     initial_model_arrays,
@@ -248,7 +249,8 @@ def client_app_for(context: Context, message: Message | None = None) -> ClientAp
     key = json.dumps(config.as_dict(), sort_keys=True)
     if key not in _CLIENT_APPS:
         loader, model_factory, _, _ = build(config)
-        _CLIENT_APPS[key] = make_client_app(loader, model_factory, mods=client_mods(config.strategy))
+        _CLIENT_APPS[key] = make_client_app(loader, model_factory, mods=client_mods(config.strategy),
+                                             device=clients_device(config.device))
     return _CLIENT_APPS[key]
 
 

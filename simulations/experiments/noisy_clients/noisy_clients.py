@@ -57,6 +57,7 @@ from simulations.runner import (
     check_ray_address,
     check_strategy,
     client_mods,
+    clients_device,
     flat_settings,
     parse_budget,
     saved_config,
@@ -402,6 +403,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
     return simulate(
         strategy=build_strategy(config, config.clients_per_round),
         client_mods=client_mods(config.strategy),
+        client_device=clients_device(config.device),
         model_factory=model_factory,
         load_client_data=loader,
         num_clients=config.num_clients,

@@ -67,6 +67,7 @@ from simulations.experiments.noisy_clients.noisy_clients import (
 from simulations.runner import (
     Simulation,
     check_integers,
+    clients_device,
     default_max_parallel_clients,
     fedavg_without_evaluation,
     initial_model_arrays,
@@ -233,7 +234,8 @@ def run_study(
     loader = functools.partial(study_client_data, config_json=json.dumps(base.as_dict(), sort_keys=True))
     _, model_factory, _, _ = build(base)
     with torch_threads(SERVER_TORCH_THREADS):  # the valuation's forward passes, in this process
-        serve(make_client_app(loader, model_factory, mods=client_mods), main, num_supernodes=config.num_clients,
+        client_app = make_client_app(loader, model_factory, mods=client_mods, device=clients_device(config.device))
+        serve(client_app, main, num_supernodes=config.num_clients,
               engine=dataclasses.replace(config.engine, max_parallel_clients=_parallel_clients(config)))
     runs.timings["total"] = time.perf_counter() - started
     return write_outputs(out_dir, seeds, pd.DataFrame(runs.accuracy_rows), runs.timings)

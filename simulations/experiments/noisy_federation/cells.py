@@ -48,6 +48,7 @@ from simulations.experiments.noisy_federation.data import data_key as federation
 from simulations.experiments.noisy_federation.policies import CLEAN, PolicyParts, build_policy, ruled_out
 from simulations.runner import (
     EngineSettings,
+    clients_device,
     default_max_parallel_clients,
     initial_model_arrays,
     package_versions,
@@ -273,7 +274,9 @@ def run_cells(config, out: Path, cells: list[Cell], *, on_cell: Callable[[Cell],
 
         loader = functools.partial(client_data, settings=settings)
         with torch_threads(SERVER_TORCH_THREADS):
-            serve(make_client_app(loader, model_factory(model, config.hidden, config.seed)), main,
+            client_app = make_client_app(loader, model_factory(model, config.hidden, config.seed),
+                                         device=clients_device(config.device))
+            serve(client_app, main,
                   num_supernodes=config.num_clients, engine=engine_options(config))
 
 

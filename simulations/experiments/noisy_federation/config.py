@@ -177,7 +177,8 @@ HELP = {
     "guard_coalition_rule": f"the round game the value-guard policy values with: {', '.join(COALITION_RULES)}",
     "trimmed_beta": "fraction cut at each end per coordinate by the trimmed mean",
     "krum_malicious": "f, the Byzantine clients Krum tolerates (it needs clients_per_round > 2f + 2)",
-    "device": "torch device of the server's valuation and test evaluation ('cuda' where there is one)",
+    "device": "torch device of the server's valuation and test evaluation and of the clients' training ('cuda' where "
+              "there is one; it needs --num-gpus-per-client > 0, e.g. 0.1: ten clients share a GPU)",
 }
 
 

@@ -1,5 +1,6 @@
 """simulate()'s seeding and input checks without an engine: A_0 from an unseeded factory, the
-default sampler, TracIn flows refused without inference splits (server and client side)."""
+default sampler, TracIn flows refused without inference splits (server and client side), a bad client
+device refused."""
 
 from __future__ import annotations
 
@@ -83,6 +84,19 @@ def test_flows_without_inference_splits_are_refused_before_anything_starts(tmp_p
         simulate(strategy=FedAvg(fraction_evaluate=0.0), model_factory=unseeded_model,
                  load_client_data=no_inference_split, num_clients=3, num_rounds=1, utility=utility,
                  out=tmp_path / "run", books=BookSettings(flows=True), train_config={"lr": 0.1, "local-epochs": 1})
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("client_device, match", [
+    ("tpu", r"device: expected a torch device string of type cpu or cuda"),
+    ("cuda", r"engine\.num_gpus_per_client: clients training on 'cuda' need Ray GPU shares .*got 0"),
+])
+def test_a_bad_client_device_is_refused_before_anything_starts(tmp_path, client_device, match):
+    utility = TorchModelUtility(unseeded_model(), np.zeros((2, 4), np.float32), np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=match):
+        simulate(strategy=FedAvg(fraction_evaluate=0.0), model_factory=unseeded_model,
+                 load_client_data=no_inference_split, num_clients=3, num_rounds=1, utility=utility,
+                 out=tmp_path / "run", train_config={"lr": 0.1, "local-epochs": 1}, client_device=client_device)
     assert not (tmp_path / "run").exists()
 
 
