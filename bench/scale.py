@@ -4,6 +4,7 @@
     python -m bench.scale --clients 200 --per-round 20 --rounds 10 --out /tmp/scale
     python -m bench.scale --rounds 3 --projection-dim 2048 --audit   # projected records, then fedvalue audit
     python -m bench.scale --flow-cost --projection-dim 2048           # the server's flows arithmetic, by part
+    python -m bench.scale --rounds 3 --no-records --vs-batch 32 --repeats 2   # idle queries: all at once against 32
 
 Fashion-MNIST (Debian's dataset-fashion-mnist): the 60,000 training images split IID
 among the clients, each client's share cut 80/20 into a training and an inference split
@@ -29,6 +30,12 @@ numbers) by part, without a projection (:func:`fedvalue.flows.round_flows.fedavg
 of the gradients to float64 alone) and with it (:func:`fedvalue.flows.projected_flows.project_round`,
 :func:`~fedvalue.flows.projected_flows.projected_round_flows`), and the bytes of the round record each way; each
 timing the least of 3.
+
+``--vs-batch B`` runs the configuration as child processes, alternately with the idle clients' gradient queries
+all at once and ``B`` at a time (``IntakeSettings(query_batch=B)``), ``--repeats`` pairs, and prints each run's
+seconds a round after the first (the first holds the engine's start and the node directory's queries) and wall
+time, and the batched runs' seconds a round over the unbatched ones, pair by pair: measured side by side, so that the
+machine's load falls on both.
 
 Printed: per round, the wall clock, the valuation's seconds, and the resident memory of
 the server process and of its whole process tree (the Ray workers included), so that
@@ -174,7 +181,8 @@ def _size_mb(path: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--per-round", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=50)
@@ -190,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query-batch", type=int, default=None, metavar="B",
                         help="send the idle clients' gradient queries B at a time (IntakeSettings(query_batch=B); "
                              "default: all at once)")
+    parser.add_argument("--vs-batch", type=int, default=None, metavar="B",
+                        help="run the configuration alternately with the idle queries all at once and B at a time, "
+                             "--repeats pairs, and print the seconds a round of each")
+    parser.add_argument("--repeats", type=int, default=2, help="--vs-batch: pairs of runs")
     parser.add_argument("--audit", action="store_true",
                         help="run fedvalue audit on the run afterwards (values recomputed with "
                              "--utility bench.scale:held_out_utility) and print its verdict")
@@ -200,8 +212,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, metavar="FILE",
                         help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
-    with kept_output(args.keep, "python -m bench.scale " + " ".join(sys.argv[1:] if argv is None else argv)):
-        return _scale(args)
+    if args.vs_batch is not None and (args.vs_batch < 1 or args.repeats < 1 or args.rounds < 2):
+        parser.error(f"--vs-batch, --repeats, --rounds: expected a batch >= 1, repeats >= 1 and rounds >= 2 (a round "
+                     f"after the first to time); got {args.vs_batch}, {args.repeats}, {args.rounds}")
+    shown = sys.argv[1:] if argv is None else argv
+    with kept_output(args.keep, "python -m bench.scale " + " ".join(shown)):
+        return _batches_side_by_side(args, shown) if args.vs_batch is not None else _scale(args)
+
+
+#: Options of a ``--vs-batch`` run its children do not take (each child gets its own output, batch and record).
+PARENT_ONLY = {"--vs-batch": 1, "--repeats": 1, "--keep": 1, "--json": 1, "--query-batch": 1, "--out": 1, "--audit": 0}
+
+
+def child_options(shown: list[str]) -> list[str]:
+    """``shown`` without the options of :data:`PARENT_ONLY` (and their values, given apart or after "=")."""
+    kept, items = [], iter(shown)
+    for item in items:
+        name = item.split("=")[0]
+        if name in PARENT_ONLY:
+            if "=" not in item:
+                for _ in range(PARENT_ONLY[name]):
+                    next(items, None)
+            continue
+        kept.append(item)
+    return kept
+
+
+def _batches_side_by_side(args: argparse.Namespace, shown: list[str]) -> int:
+    """``--vs-batch``: the same run as child processes, all at once then batched, ``--repeats`` times."""
+    import subprocess
+    import tempfile
+
+    base = child_options(shown)
+    print(f"{args.clients} clients, {args.per_round} a round, {args.rounds} rounds; idle queries all at once against "
+          f"{args.vs_batch} at a time, {args.repeats} pairs; load average "
+          f"{' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
+    print(f"{'pair':>4}  {'queries':>9}  {'s a round (rounds 2+)':>22}  {'wall s':>7}  {'batched / all':>13}")
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="scale-vs-batch-") as scratch:
+        for pair in range(1, args.repeats + 1):
+            per_round = {}
+            for batch in (None, args.vs_batch):
+                name = "all" if batch is None else str(batch)
+                record = Path(scratch) / f"{pair}-{name}.json"
+                command = [sys.executable, "-m", "bench.scale", *base, "--out", str(Path(scratch) / name),
+                           "--json", str(record), *([] if batch is None else ["--query-batch", str(batch)])]
+                done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+                if done.returncode != 0 or not record.exists():
+                    print(f"pair {pair}, queries {name}: the run failed (exit {done.returncode}):\n"
+                          + done.stderr[-2000:])
+                    return 1
+                measured = json.loads(record.read_text())
+                elapsed = [r["elapsed_s"] for r in measured["rounds"]]
+                per_round[name] = (elapsed[-1] - elapsed[0]) / (len(elapsed) - 1)
+                ratio = "" if batch is None else f"{per_round[name] / per_round['all']:13.3f}"
+                print(f"{pair:>4}  {name:>9}  {per_round[name]:22.1f}  {measured['wall_s']:7.0f}  {ratio}", flush=True)
+            ratios.append(per_round[str(args.vs_batch)] / per_round["all"])
+    print(f"batched / all, seconds a round: median {np.median(ratios):.3f}, min {min(ratios):.3f}, "
+          f"max {max(ratios):.3f} over {len(ratios)} pairs")
+    return 0
 
 
 def _scale(args: argparse.Namespace) -> int:

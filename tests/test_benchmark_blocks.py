@@ -119,3 +119,12 @@ def test_nothing_is_kept_from_a_run_that_fails(tmp_path):
     except RuntimeError:
         pass
     assert not path.exists()
+
+
+def test_a_side_by_side_runs_children_on_the_same_configuration():
+    """bench.scale --vs-batch's children take every option of the parent but its own output, batch and record."""
+    from bench.scale import child_options
+
+    shown = ["--clients", "1000", "--rounds=3", "--vs-batch", "32", "--no-records", "--keep", "k.txt", "--audit",
+             "--out=/tmp/x", "--json", "j.json", "--repeats", "2", "--query-batch=8", "--projection-dim", "2048"]
+    assert child_options(shown) == ["--clients", "1000", "--rounds=3", "--no-records", "--projection-dim", "2048"]
