@@ -266,7 +266,8 @@ def _batches_side_by_side(args: argparse.Namespace, shown: list[str]) -> int:
                 elapsed = [r["elapsed_s"] for r in measured["rounds"]]
                 per_round[name] = (elapsed[-1] - elapsed[0]) / (len(elapsed) - 1)
                 ratio = "" if batch is None else f"{per_round[name] / per_round['all']:13.3f}"
-                print(f"{pair:>4}  {name:>9}  {per_round[name]:22.1f}  {measured['wall_s']:7.0f}  {ratio}", flush=True)
+                print(f"{pair:>4}  {name:>9}  {per_round[name]:22.1f}  {measured['wall_s']:7.0f}  {ratio}".rstrip(),
+                      flush=True)
             ratios.append(per_round[str(args.vs_batch)] / per_round["all"])
     print(f"batched / all, seconds a round: median {np.median(ratios):.3f}, min {min(ratios):.3f}, "
           f"max {max(ratios):.3f} over {len(ratios)} pairs")
