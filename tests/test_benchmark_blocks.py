@@ -47,9 +47,6 @@ PENDING = {
         "python -m bench.large_rounds --models cnn --sizes 20 50",
     "round   1: elapsed     64.8 s, valuation    1.8 s (950 evaluations, ads-kernelshap), server    3180 MB, tree"
     "    4503 MB": "python -m bench.scale --no-records (1,000 clients, 50 rounds)",
-    "round   1: elapsed    237.8 s, valuation    3.9 s (950 evaluations, ads-kernelshap), server    2342 MB, tree"
-    "    3639 MB": "python -m bench.scale --clients 1000 --per-round 50 --rounds 1 --projection-dim 2048 --audit "
-                   "--out /tmp/flowrec-scale1 (1,000 clients, 1 round; ~9 minutes)",
     "before (one actor, partition query per run, checkpoints, 0.1 s reply poll)":
         "python -m bench.study --seeds 4, here and on the version before",
     "rounds   wall s  s/round  server peak MB  tree peak MB  records MB": "python -m bench.load (200 clients)",
@@ -60,6 +57,8 @@ PENDING = {
 HELD: dict[str, str] = {
     "1000 clients, 50 a round, 3 rounds; idle queries all at once against 32 at a time, 2 pairs; load average 3.2 4.3 5.7":
         "scale_query_batch.txt",
+    "1000 clients, 50 a round, 50 rounds, flows True, projection 2048, records True, budget 1000, query batch 32; load "
+    "average 4.0 7.2 7.8": "scale_projected_50.txt",
 }
 
 
