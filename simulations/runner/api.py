@@ -35,6 +35,7 @@ from fedvalue.analysis.run_summary import Run, load_run
 from fedvalue.run.run_info import package_versions
 from fedvalue.schema import PROBLEM_STATUSES, Status
 from fedvalue.valuation.round_game import ArraysUtility
+from simulations.runner.config_checks import check_gpu_shares
 from simulations.runner.engine import serve, stop_on_signals
 from simulations.runner.engine_settings import EngineSettings, check_ray_address
 from simulations.runner.out_dir import RunHold, claim_run_dir
@@ -221,10 +222,8 @@ def _client_app(load_client_data: Callable[[int], ClientData], model_factory: Ca
                 client_mods: Sequence[Mod], client_device: str, engine: EngineSettings) -> ClientApp:
     """The clients' app on ``client_device``, checked before anything is written: a CUDA device needs GPU shares."""
     client_app = make_client_app(load_client_data, model_factory, mods=client_mods, device=client_device)
-    if torch.device(client_device).type == "cuda" and engine.num_gpus_per_client == 0:
-        raise ValueError(f"engine.num_gpus_per_client: clients training on {client_device!r} need Ray GPU shares (Ray "
-                         "hides the GPUs from a client holding none); got 0. Give a share, e.g. 0.1 (ten clients "
-                         "share a GPU), or client_device='cpu'.")
+    check_gpu_shares(client_device, engine.num_gpus_per_client, name="engine.num_gpus_per_client",
+                     subject=f"clients training on {client_device!r} need", instead="client_device='cpu'")
     return client_app
 
 

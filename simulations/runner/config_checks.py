@@ -45,10 +45,20 @@ def check_devices(device: object, num_gpus_per_client: float, *, ray_address: st
     if num_gpus_per_client > 0 and not ray_address and visible == 0:
         raise ValueError(f"num_gpus_per_client: {num_gpus_per_client} GPUs per client asked for, but this machine "
                          "has no CUDA device (Ray would wait for one forever); use 0.")
-    if parsed.type == "cuda" and num_gpus_per_client == 0:
-        raise ValueError(f"num_gpus_per_client: device {device!r} trains the clients on the GPU too, which needs Ray "
-                         "GPU shares (Ray hides the GPUs from a client holding none); got 0. Give a share, e.g. 0.1 "
-                         "(ten clients share a GPU), or use device 'cpu'.")
+    check_gpu_shares(device, num_gpus_per_client)
+
+
+def check_gpu_shares(device: str, num_gpus_per_client: float, *, name: str = "num_gpus_per_client",
+                     subject: str = "", instead: str = "use device 'cpu'") -> None:
+    """Clients training on a CUDA ``device`` hold Ray GPU shares: Ray sets ``CUDA_VISIBLE_DEVICES=''`` for a client
+    holding none, so it would see no GPU. ValueError naming ``name`` otherwise (``subject``: who trains there, said
+    first; ``instead``: the other way out)."""
+    import torch
+
+    if torch.device(device).type == "cuda" and num_gpus_per_client == 0:
+        subject = subject or f"device {device!r} trains the clients on the GPU too, which needs"
+        raise ValueError(f"{name}: {subject} Ray GPU shares (Ray hides the GPUs from a client holding none); got 0. "
+                         f"Give a share, e.g. 0.1 (ten clients share a GPU), or {instead}.")
 
 
 def clients_device(device: str) -> str:
