@@ -44,6 +44,15 @@ against the goal; tabled in DIR/identities-table.md (``--results``: attack_gains
 
     python -m bench.attack_study --out DIR --identity-seeds 100 --results docs/results
 
+``--rebook`` runs nothing new either: the identity attacks' FedAvg runs (:data:`REBOOKED`: splits, replicas, the
+adaptive clusters and overlapping shards, the colluding ring) and their honest runs, in every part of DIR that holds
+them, are booked again under U = −loss by the fixed-weight round game's second-order expansion, which pays any group
+of identities what one client replying their summed weighted update is paid, and beside it by the run's own game,
+the fixed-weight game and its first-order expansion (:mod:`simulations.experiments.attacks.rebook`), tabled in
+DIR/rebook-table.md (``--results``: attack_gains_second_order.csv, attack_honest_cost_second_order.csv).
+
+    python -m bench.attack_study --out DIR --rebook --results docs/results
+
 ``--digits RUN_DIR`` runs nothing either: the single-seed digits measurement of ``fedvalue run attacks --out RUN_DIR``
 (its attacks.csv) as the docs' table, kept as attack_digits.csv with ``--results``.
 """
@@ -63,6 +72,7 @@ from bench import results_header
 from fedvalue import gains_table, honest_cost
 from simulations.experiments.attacks.attacks import AttacksConfig
 from simulations.experiments.attacks.plan import adaptive_parts
+from simulations.experiments.attacks.rebook import BOOKS, rebooked_cost, rebooked_frames, rebooked_gains
 from simulations.experiments.attacks.unseen_split import unseen_frames, unseen_gains
 
 
@@ -95,10 +105,14 @@ RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation
            "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv",
            "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv",
            "unseen": "attack_gains_unseen.csv", "digits": "attack_digits.csv",
-           "identities": "attack_gains_identities.csv"}
+           "identities": "attack_gains_identities.csv", "rebook-gains": "attack_gains_second_order.csv",
+           "rebook-cost": "attack_honest_cost_second_order.csv"}
 #: The identity attacks of the study: one participant's data under several identities (split or replicated).
 IDENTITIES = ("sybil-split-2", "sybil-split-4", "sybil-split-8", "sybil-replica-2", "sybil-replica-4",
               "sybil-replica-8")
+#: The attacks ``--rebook`` books again (by name, or an adaptive attack by its kind): every way of presenting one
+#: participant's data under several identities the study runs, and the colluding ring (perturbations that cancel).
+REBOOKED = (*IDENTITIES, "adaptive-cluster", "adaptive-split", "colluding-free-riders")
 #: The adaptive sweep's cost table's header note: its parts run with the crafted parts' norm cap on.
 ADAPTIVE_COST = ", norm cap on"
 #: The attacks whose runs ``--unseen`` values again on the unseen split: the crafted updates.
@@ -198,6 +212,10 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
         tables.append(unseen_markdown(frames["unseen"]).rstrip("\n"))
     if "identities" in frames:
         tables.append(identities_markdown(frames["identities"]).rstrip("\n"))
+    if "rebook-gains" in frames:
+        tables.append(rebook_markdown(frames["rebook-gains"]).rstrip("\n"))
+    if "rebook-cost" in frames:
+        tables.append(rebook_cost_markdown(frames["rebook-cost"]).rstrip("\n"))
     return tables
 
 
@@ -402,6 +420,66 @@ def unseen_study(out: Path) -> pd.DataFrame | None:
     return gains
 
 
+def _rebooked(attack: str) -> bool:
+    """Whether ``attack`` is one :data:`REBOOKED` names (an adaptive one by its kind, ``adaptive-split-2@0.2``)."""
+    return attack in REBOOKED or attack.split("@")[0].rsplit("-", 1)[0] in REBOOKED
+
+
+def rebook_study(out: Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """DIR/rebook-gains.csv, rebook-cost.csv and rebook-table.md: the identity attacks' FedAvg runs of every part
+    under ``out`` (those that aggregate every reply: not ``-aggregation``) booked again (None when no part holds
+    one)."""
+    gains, costs = [], []
+    for part in sorted(p for p in out.iterdir() if (p / "runs.csv").is_file() and not p.name.endswith("-aggregation")):
+        ran = pd.read_csv(part / "runs.csv")
+        attacks = [a for a in dict.fromkeys(ran.loc[ran["strategy"] == "fedavg", "attack"]) if _rebooked(str(a))]
+        if attacks:
+            print(f"{part.name}: booking {len(attacks)} identity attacks again", flush=True)
+            totals, runs = rebooked_frames(part, AttacksConfig, attacks)
+            gains.append(rebooked_gains(totals, runs).assign(part=part.name))
+            costs.append(rebooked_cost(totals).assign(part=part.name))
+    if not gains:
+        return None
+    gains, costs = pd.concat(gains, ignore_index=True), pd.concat(costs, ignore_index=True)
+    gains.to_csv(out / "rebook-gains.csv", index=False)
+    costs.to_csv(out / "rebook-cost.csv", index=False)
+    (out / "rebook-table.md").write_text(rebook_markdown(gains) + "\n" + rebook_cost_markdown(costs))
+    return gains, costs
+
+
+def _gain(row: pd.Series) -> str:
+    if not np.isfinite(row["gain"]) or not row["honest_positive"]:
+        return "n/a"
+    return f"{row['gain']:.3f} [{row['gain_low']:.3f}, {row['gain_high']:.3f}]" + (" ✗" if row["gain"] > GOAL else "")
+
+
+def rebook_markdown(gains: pd.DataFrame) -> str:
+    """``--rebook``'s gains: a row per (part, attack), each book's gain under −loss with its interval, and the
+    identities' paid share of the second-order book beside their seats' honest share."""
+    heads = {"ads": "ADS, the run's game", "ads_fixed_weight": "ADS, fixed-weight game",
+             "ads_first_order": "first order", "ads_second_order": "second order"}
+    lines = ["| part | attack | seeds | " + " | ".join(heads[b] for b in BOOKS) + " | paid, second order (honestly) |",
+             "|" + "---|" * (len(BOOKS) + 4)]
+    for (part, attack), group in gains.groupby(["part", "attack"], sort=False):
+        books = group.set_index("book")
+        second = books.loc["ads_second_order"]
+        lines.append(f"| {part} | {attack} | {int(second['seeds'])} | "
+                     + " | ".join(_gain(books.loc[b]) for b in BOOKS)
+                     + f" | {second['paid']:.3f} ({second['paid_honest']:.3f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def rebook_cost_markdown(cost: pd.DataFrame) -> str:
+    """``--rebook``'s cost to honest clients: per part and book, the change of an honest client's paid share
+    against the run's own game under −loss, beside a typical share."""
+    lines = ["| part | book | mean change of an honest client's paid share against the run's game | largest | "
+             "typical share (median, the run's game) |", "|---|---|---|---|---|"]
+    for _, row in cost.iterrows():
+        lines.append(f"| {row['part']} | {row['book']} | {row['mean_share_change']:.4f} | "
+                     f"{row['max_share_change']:.4f} | {row['typical_share']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _ratio(row: pd.Series, prefix: str, signed: bool = False) -> str:
     form = "{:+.3f}" if signed else "{:.2f}"
     return (form.format(row[prefix]) + " [" + form.format(row[f"{prefix}_low"]) + ", "
@@ -436,6 +514,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--unseen", action="store_true",
                         help="run nothing new: value the crafted updates' FedAvg runs of DIR's parts again on test "
                              "images the server's valuation never used")
+    parser.add_argument("--rebook", action="store_true",
+                        help="run nothing new: book the identity attacks' FedAvg runs of DIR's parts again by the "
+                             "fixed-weight game's second-order expansion (and beside it three more books), U = -loss")
     parser.add_argument("--digits", type=Path, metavar="RUN_DIR",
                         help="run nothing: the single-seed digits measurement of `fedvalue run attacks --out RUN_DIR` "
                              "as the docs' table (with --results: attack_digits.csv)")
@@ -478,6 +559,17 @@ def main(argv: list[str] | None = None) -> None:
             write_results(args.results, {"unseen": gains}, "python -m bench.attack_study "
                           + " ".join(argv if argv is not None else sys.argv[1:]))
         print((args.out / "unseen-table.md").read_text())
+        return
+    if args.rebook:
+        if not args.out.is_dir():
+            parser.error(f"--out: expected the study's folder holding its parts; got {str(args.out)!r}")
+        booked = rebook_study(args.out)
+        if booked is None:
+            parser.error(f"--rebook: no part of {str(args.out)!r} holds a FedAvg run of an identity attack")
+        if args.results is not None:
+            write_results(args.results, {"rebook-gains": booked[0], "rebook-cost": booked[1]},
+                          "python -m bench.attack_study " + " ".join(argv if argv is not None else sys.argv[1:]))
+        print((args.out / "rebook-table.md").read_text())
         return
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{p}-{s}" for p, s in PARTS]

@@ -67,7 +67,7 @@ def mean_interval(values: np.ndarray, seed: int = 0) -> tuple[float, float, floa
     return float(values.mean()), float(low), float(high)
 
 
-def _per_seed(totals: pd.DataFrame, runs: pd.DataFrame, attack: str, book: str) -> pd.DataFrame:
+def seed_sums(totals: pd.DataFrame, runs: pd.DataFrame, attack: str, book: str) -> pd.DataFrame:
     """Per seed of one (partition, strategy): the identities' sum, the seats' honest sum, paid shares."""
     rows = []
     for _, run in runs[runs["attack"] == attack].iterrows():
@@ -94,7 +94,7 @@ def gains_table(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
                 row = {"partition": scheme, "strategy": strategy, "attack": attack, "book": plain,
                        "seeds": len(mine)}
                 for label, book in (("", plain), ("defended_", defended)):
-                    seeds = _per_seed(part, group, attack, book)
+                    seeds = seed_sums(part, group, attack, book)
                     gain, low, high = ratio_interval(seeds["attacked"].to_numpy(), seeds["honest"].to_numpy())
                     honest_low = mean_interval(seeds["honest"].to_numpy())[1]
                     row |= {f"{label}gain": gain, f"{label}gain_low": low, f"{label}gain_high": high,
