@@ -230,7 +230,8 @@ def _run_settings(config: Mapping) -> dict:
 
 
 def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
-    """Where the record's estimator, methods, seed, coalition rule or flows projection disagree with run.json."""
+    """Where the record's estimator, methods, seed, coalition rule, flows projection or fixed-weight second-order
+    book disagree with run.json (each where run.json names it)."""
     settings, problems = record.settings, []
     valuation = settings.valuation.as_dict()
     for field, expected in _run_settings(config).items():
@@ -245,6 +246,9 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
     if "flows_projection" in config and settings.flows_projection != config["flows_projection"]:
         problems.append(f"its flows projection is {settings.flows_projection!r}, run.json says "
                         f"{config['flows_projection']!r}")
+    if "fixed_second_order" in config and settings.fixed_second_order != config["fixed_second_order"]:
+        problems.append(f"its fixed_second_order is {settings.fixed_second_order!r}, run.json says "
+                        f"{config['fixed_second_order']!r}")
     return problems
 
 
