@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -120,6 +121,18 @@ def test_the_audit_recomputes_the_rows_and_fails_a_changed_one_naming_the_method
     run_dir = valued_run(tmp_path / "run", utility, make_handler(), range(4), num_rounds=2)
     report = audit_run(run_dir, utility=utility)
     assert report.intact, report.problems
+
+    # A record rewritten to say the book was off is caught against run.json before anything is recomputed.
+    dropped = tmp_path / "dropped"
+    shutil.copytree(run_dir, dropped)
+    path = round_record_paths(dropped)[1]
+    record = read_round_record(path)
+    path.write_bytes(record_bytes(dataclasses.replace(
+        record, settings=dataclasses.replace(record.settings, fixed_second_order=False))))
+    report = audit_run(dropped, utility=utility)
+    assert not report.intact
+    assert "recompute: round 1's record: its fixed_second_order is False, run.json says True" in report.problems, (
+        report.problems)
 
     with open(run_dir / "ledger.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
