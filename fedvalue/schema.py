@@ -110,6 +110,9 @@ class Method(StrEnum):
     FAIRNESS_WEIGHT_DERIVATIVE = "fairness_weight_derivative"
     #: Value-weighted aggregation (fedvalue.rounds.kinds.value_weights): the factor w_i on FedAvg's weight.
     VALUE_WEIGHT = "value_weight"
+    #: The Shapley value of the fixed-weight round game's second-order expansion, booked beside ADS
+    #: (fedvalue.rounds.kinds.fixed_second_order): u_k·(g + ½ H U).
+    ADS_FIXED_SECOND_ORDER = "ads_fixed_second_order"
     #: Claim-review flags: a claimed weight lowered by a cap, a claim that jumped.
     CLAIM_CAPPED = "claim_capped"
     CLAIM_JUMPED = "claim_jumped"

@@ -1,5 +1,6 @@
 """Which books a valued round keeps besides ADS and LOO (:class:`BookSettings`): TracIn flows,
-fairness and its curvature, defences, and the clients known to be noisy. Checked once when
+fairness and its curvature, defences, the fixed-weight game's second-order expansion, and the
+clients known to be noisy. Checked once when
 made (errors name the parameter); the strategy's hooks (:mod:`strategies.hooks`) read it whole."""
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ class BookSettings:
         A :class:`fedvalue.rounds.defences.settings.DefenceSettings`: each round also books its
         defended values (near-duplicate clusters as one player, free-riders at 0, arrivals by
         size) beside the plain ones (:mod:`fedvalue.rounds.kinds.defences`). None (default): off.
+    fixed_second_order
+        Book ``ads_fixed_second_order`` beside ADS each round: the Shapley value of the second-order
+        expansion of the fixed-weight round game at A_{t−1}, φ_k = u_k·(g + ½ H U) with u_k = p_k Δ_k,
+        U = Σ_j u_j (:mod:`fedvalue.rounds.kinds.fixed_second_order`), from one gradient and one
+        Hessian-vector product of U and two evaluations. Identities whose claims and claim-weighted
+        updates add up to one client's are paid together what it would be. Needs a differentiable
+        utility (``neg_loss``, ``neg_mse``) and an inner strategy that aggregates by FedAvg's weighted
+        mean (checked when the strategy is made). False (default): off.
     """
 
     flows: bool = False
@@ -67,10 +76,12 @@ class BookSettings:
     fair_curvature: float | None = None
     noisy_clients: Collection[int] | None = None
     defences: DefenceSettings | None = None
+    fixed_second_order: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.flows, bool):
-            raise TypeError(f"flows: expected True or False; got {self.flows!r}.")
+        for name in ("flows", "fixed_second_order"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected True or False; got {getattr(self, name)!r}.")
         self._check_projection()
         if self.fairness is not None and not (callable(self.fairness)
                                               and callable(getattr(self.fairness, "gradient", None))):

@@ -75,13 +75,15 @@ class RoundSetup:
         """The setup of a run whose hooks were made from ``context`` (the inner strategy, how it
         aggregates, the books, the acceptance policy) and whose round records note: its valuation
         settings, seed, the strategy and how it aggregates, the weight key, flows, how non-finite
-        replies are taken, the acceptance policy's marks and rule, and what every hook notes of the run."""
+        replies are taken, the acceptance policy's marks and rule, whether the fixed-weight game's
+        second-order expansion is booked, and what every hook notes of the run."""
         acceptance = context.acceptance
         noted = merged_fields(hook.settings() for hook in hooks.values())
         settings = RoundSettings(
             methods=tuple(valuation.methods), valuation=valuation.ads, seed=seed, strategy=context.strategy_name,
             aggregation=WEIGHTED_MEAN if context.weighted_mean else BY_STRATEGY, weighted_by_key=weighted_by_key,
             flows=context.books.flows, reject_non_finite=reject_non_finite, selection=acceptance.books_selection,
-            acceptance=acceptance.recorded_acceptance, coalition_rule=context.coalition_rule, **noted)
+            acceptance=acceptance.recorded_acceptance, coalition_rule=context.coalition_rule,
+            fixed_second_order=context.books.fixed_second_order, **noted)
         return cls(settings, utility, acceptance, hooks, node_to_client, claims, save_records,
                    ServerLog(settings.methods))

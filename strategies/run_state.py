@@ -236,9 +236,10 @@ def run_json(valuing, num_rounds: int | None) -> dict | None:
     The caller's ``RunSettings.run_config`` when given (the simulations write their own), with the
     utility's reference added when U was given as one. Otherwise what the wrapper knows, so that
     a run of anyone's own ServerApp can be read and audited from its directory: the inner
-    strategy, seed, methods and estimator, sampler and acceptance, planned rounds, the utility
-    (its ``module:callable`` when given as one, its type, the digest of its held-out data), the
-    package versions (and, added when the books open, the platform).
+    strategy, seed, methods and estimator, sampler and acceptance, planned rounds, flows and their
+    projection, the fixed-weight game's second-order expansion (only when booked), the utility (its
+    ``module:callable`` when given as one, its type, the digest of its held-out data), the package
+    versions (and, added when the books open, the platform).
     """
     if valuing.run_state.run_dir is None:
         return None
@@ -263,6 +264,8 @@ def run_json(valuing, num_rounds: int | None) -> dict | None:
         "acceptance": described(valuing.acceptance),
         "flows": valuing.flows,
         "flows_projection": _as_json(valuing.book_settings.flows_projection(valuing.seed)),
+        # Absent when off: run.json of earlier runs reads the same.
+        "fixed_second_order": True if valuing.book_settings.fixed_second_order else None,
         UTILITY_REFERENCE_KEY: utility,
         "versions": package_versions(),
     }

@@ -28,7 +28,7 @@ from fedvalue.valuation.round_game import ArraysUtility, RoundValuation
 from fedvalue.valuation.settings import ValuationSettings
 from strategies.acceptance_policy import AcceptAll, Acceptance
 from strategies.book_settings import BookSettings
-from strategies.hooks.registry import check_expansion, hook_context, run_hooks
+from strategies.hooks.registry import check_expansion, check_fixed_second_order, hook_context, run_hooks
 from strategies.intake.round_intake import usable_evaluations
 from strategies.policies.sampling import LearningSampler, Sampler, check_sampler, retarget
 from strategies.round_hook import IdleClients
@@ -67,7 +67,7 @@ class ValuingStrategy(Strategy):
         Settings objects, each checked when made (None: its defaults):
         :class:`fedvalue.valuation.settings.ValuationSettings` (methods, the ADS estimator's settings),
         :class:`strategies.book_settings.BookSettings` (TracIn flows, fairness and its curvature,
-        defences, noisy clients), :class:`strategies.valuing_settings.IntakeSettings` (claim review,
+        defences, the fixed-weight game's second-order expansion, noisy clients), :class:`strategies.valuing_settings.IntakeSettings` (claim review,
         NaN/inf replies, node directory, query timeout, federated evaluation) and
         :class:`fedvalue.run.settings.RunSettings` (run.json's configuration, records,
         checkpoints, resume, signing key). Resuming continues the run in ``run_dir`` from its
@@ -109,6 +109,7 @@ class ValuingStrategy(Strategy):
                                           query_data_key=self.intake.query_data_key,
                                           coalition_rule=self.valuation.coalition_rule, seed=self.seed)
         check_expansion(self.valuation, self.book_settings, strategy, self.utility)
+        check_fixed_second_order(self.book_settings, strategy, self.utility)
         self.hooks = run_hooks(self._hook_context)
         self.last_valuation: RoundValuation | None = None
         #: Set (by a signal handler, or :meth:`request_stop`) to stop after the round in flight commits.

@@ -50,6 +50,10 @@ UNDEFENDED = {
                       "one that replicates its update up to 36.7 times (docs/faults-and-audit.md, the attack study)",
     "tracin_outflow_defended": "a participant that splits into identities keeps a TracIn outflow gain of up to 3.43 "
                                "with every defence on (docs/faults-and-audit.md, the attack study)",
+    "ads_fixed_second_order": "one participant's identities are paid what one client replying their summed weighted "
+                              "update is paid: a split whose claims add up gains nothing, but replicas and overlapping "
+                              "shards are paid as one claim inflated to their summed claims (docs/faults-and-audit.md, "
+                              "the identity attacks booked again)",
 }
 
 

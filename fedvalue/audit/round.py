@@ -29,6 +29,12 @@ n_u w_u), and group efficiency of ``ads_fairness``; with curvature, the
 gradients and Fisher diagonals the record keeps, and a drop rule's choice by the score it
 names (first-order, renormalized, curvature or exact).
 
+A round that booked the fixed-weight game's second-order expansion
+(:mod:`fedvalue.rounds.kinds.fixed_second_order`) has its ``ads_fixed_second_order`` rows booked again
+from the record and the run's utility (one gradient and one Hessian-vector product at A_{t−1}, and the
+two anchor evaluations rounds.csv counts), compared like every other row, and its record's switch
+against run.json's where run.json names it.
+
 A value-weighted round (:mod:`fedvalue.rounds.kinds.value_weights`) has its factors and accepted
 clients re-derived from the recomputed values and the rule saved in its record; A_t is then the
 mean weighted by n_u w_u and its ``value_weight`` rows are checked like every other row.
@@ -230,7 +236,8 @@ def _run_settings(config: Mapping) -> dict:
 
 
 def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
-    """Where the record's estimator, methods, seed, coalition rule or flows projection disagree with run.json."""
+    """Where the record's estimator, methods, seed, coalition rule, flows projection or fixed-weight second-order
+    book disagree with run.json (each where run.json names it)."""
     settings, problems = record.settings, []
     valuation = settings.valuation.as_dict()
     for field, expected in _run_settings(config).items():
@@ -245,6 +252,9 @@ def settings_problems(record: RoundRecord, config: Mapping) -> list[str]:
     if "flows_projection" in config and settings.flows_projection != config["flows_projection"]:
         problems.append(f"its flows projection is {settings.flows_projection!r}, run.json says "
                         f"{config['flows_projection']!r}")
+    if "fixed_second_order" in config and settings.fixed_second_order != config["fixed_second_order"]:
+        problems.append(f"its fixed_second_order is {settings.fixed_second_order!r}, run.json says "
+                        f"{config['fixed_second_order']!r}")
     return problems
 
 

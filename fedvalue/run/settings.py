@@ -1,7 +1,8 @@
 """The run layer's settings: how a valued run keeps its directory (:class:`RunSettings`), and what
 a round record notes of the run that wrote it (:class:`RoundSettings`): the settings its books were computed
 under (methods, ADS estimator, seed), how the round was aggregated and what it books beside
-the valuation (flows, selection marks, fairness, value weights, defences).
+the valuation (flows, selection marks, fairness, value weights, defences, the fixed-weight game's
+second-order expansion).
 
 One typed object from the strategy that writes it to every reader (the books' plug-ins, the
 replay, the audit); the record's archive holds it as one JSON object (:meth:`RoundSettings.as_json`),
@@ -162,6 +163,10 @@ class RoundSettings:
     coalition_rule
         How the round game aggregates a coalition (:data:`fedvalue.valuation.settings.COALITION_RULES`;
         absent from the record for the default, ``"renormalized"``, so earlier records read the same).
+    fixed_second_order
+        Whether the round books ``ads_fixed_second_order``, the Shapley value of the fixed-weight round
+        game's second-order expansion (:mod:`fedvalue.rounds.kinds.fixed_second_order`); absent from the
+        record when False, so every other record's bytes are as before.
 
     A run's rounds share one :class:`RoundSettings`, made when its books open; what differs
     from round to round (the partitions the sampler chose from, the replies the inner strategy
@@ -186,12 +191,15 @@ class RoundSettings:
     acceptance: str | None = None
     notes: Mapping[str, Any] | None = None
     coalition_rule: str = RENORMALIZED
+    fixed_second_order: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.valuation, AdsSettings):
             raise TypeError(f"valuation: expected an AdsSettings; got {type(self.valuation).__name__}.")
         object.__setattr__(self, "methods", tuple(self.methods))
         check_choice("coalition_rule", self.coalition_rule, COALITION_RULES)
+        if not isinstance(self.fixed_second_order, bool):
+            raise TypeError(f"fixed_second_order: expected True or False; got {self.fixed_second_order!r}.")
 
     @property
     def by_strategy(self) -> bool:
@@ -218,7 +226,8 @@ class RoundSettings:
                     "defences": None if self.defences is None else dict(self.defences),
                     "acceptance": self.acceptance,
                     "notes": None if not self.notes else {kind: dict(note) for kind, note in self.notes.items()},
-                    "coalition_rule": None if self.coalition_rule == RENORMALIZED else self.coalition_rule}
+                    "coalition_rule": None if self.coalition_rule == RENORMALIZED else self.coalition_rule,
+                    "fixed_second_order": True if self.fixed_second_order else None}
         return {**written, **{key: value for key, value in optional.items() if value is not None}}
 
     @classmethod
@@ -255,6 +264,8 @@ class RoundSettings:
                 fields[name] = _object(name, written[name])
         if written.get("coalition_rule") is not None:
             fields["coalition_rule"] = check_choice("coalition_rule", written["coalition_rule"], COALITION_RULES)
+        if written.get("fixed_second_order") is not None:
+            fields["fixed_second_order"] = _flag("fixed_second_order", written["fixed_second_order"])
         if written.get("notes") is not None:
             notes = _object("notes", written["notes"])
             fields["notes"] = {kind: _object(f"notes.{kind}", note) for kind, note in notes.items()}

@@ -81,16 +81,28 @@ class FedAvgRound:
     rule: str
 
 
-def check_expandable(utility: object, method: str) -> None:
-    """ValueError naming ``method`` unless ``utility`` is differentiable (``differentiable`` true) and has
-    ``gradient`` (both methods) and ``hessian_vector_product`` (second order)."""
-    needs = ("gradient",) if method == "first-order" else ("gradient", "hessian_vector_product")
-    missing = [name for name in needs if not callable(getattr(utility, name, None))]
+def expansion_shortfall(utility: object, method: str) -> str | None:
+    """None when ``utility`` can expand the round game by ``method``: differentiable (``differentiable`` true)
+    with ``gradient`` (both methods) and ``hessian_vector_product`` (second order); else what it is, for an
+    error's "got" ("TorchModelUtility with metric='accuracy' (not differentiable)")."""
+    missing = [name for name in _derivatives_needed(method) if not callable(getattr(utility, name, None))]
     if getattr(utility, "differentiable", False) is True and not missing:
-        return
+        return None
     metric = getattr(utility, "metric", None)
-    got = f"{type(utility).__name__}" + (f" with metric={metric!r}" if metric is not None else "") + (
+    return f"{type(utility).__name__}" + (f" with metric={metric!r}" if metric is not None else "") + (
         f" (no {', '.join(missing)})" if missing else " (not differentiable)")
+
+
+def _derivatives_needed(method: str) -> tuple[str, ...]:
+    return ("gradient",) if method == "first-order" else ("gradient", "hessian_vector_product")
+
+
+def check_expandable(utility: object, method: str) -> None:
+    """ValueError naming ``method`` unless ``utility`` can expand the round game by it (:func:`expansion_shortfall`)."""
+    got = expansion_shortfall(utility, method)
+    if got is None:
+        return
+    needs = _derivatives_needed(method)
     raise ValueError(f"method: {method!r} expands the round game at A_{{t−1}} and needs a differentiable utility "
                      f"with differentiable=True and {' and '.join(f'{n}()' for n in needs)} of U itself "
                      "(TorchModelUtility with metric='neg_loss' or 'neg_mse'); got "

@@ -72,6 +72,9 @@ PARAMETER_HELP = {
     "holdout_examples": "class-balanced sample of the held-out set for the utility (0 = all of it)",
     "valuation_budget": "coalition evaluations per round (e.g. 2000) or seconds per round (e.g. 30s) for ADS and "
                         "LOO together; auto then picks exact or a sampler that fits (unset = no budget)",
+    "fixed_second_order": "also book ads_fixed_second_order each round: the Shapley value of the fixed-weight round "
+                          "game's second-order expansion, u_k·(g + ½ H U), which pays identities whose claims and "
+                          "weighted updates add up what one client is paid (--utility neg_loss, fedavg or fedprox)",
     "seeds": "number of seeds averaged over (the study runs them all on one engine)",
     "first_seed": "first seed of the study",
     "ks": "top-k sizes retrained, comma-separated",
@@ -141,12 +144,16 @@ ALIASES = {"attacks": ("--attack",)}
 def add_config_options(parser: argparse.ArgumentParser, config_cls, own_help=None) -> None:
     """One ``--option`` per field of ``config_cls``, its engine options flat (``--num-cpus-per-client``,
     not one option for the nested :class:`~simulations.runner.engine_settings.EngineSettings`: see
-    :func:`~simulations.runner.engine_settings.flat_fields`); its help from ``own_help`` (the simulation's
-    own texts), else :data:`PARAMETER_HELP`."""
+    :func:`~simulations.runner.engine_settings.flat_fields`), a field ``bool = False`` a flag taking no
+    value; its help from ``own_help`` (the simulation's own texts), else :data:`PARAMETER_HELP`."""
     own_help = own_help or {}
     for f in flat_fields(config_cls):
         hint = f.hint
         default = f.default
+        if hint is bool and default is False:
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, action="store_true",
+                                help=plain(own_help.get(f.name) or PARAMETER_HELP.get(f.name, "")))
+            continue
         if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None: None unless given
             (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         if typing.get_origin(hint) is tuple:

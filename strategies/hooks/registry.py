@@ -13,7 +13,7 @@ from flwr.serverapp.strategy import Strategy
 from fedvalue._registry import Registry
 from fedvalue.schema import Method
 from fedvalue.valuation.settings import EXPANSION_METHODS, RENORMALIZED, ValuationSettings
-from fedvalue.valuation.taylor import check_expandable
+from fedvalue.valuation.taylor import check_expandable, expansion_shortfall
 from strategies.acceptance_policy import FAIRNESS, OUTFLOWS, REPLIES, Acceptance
 from strategies.aggregation.counterfactual import aggregates_by_weighted_mean
 from strategies.book_settings import BookSettings
@@ -86,6 +86,25 @@ def check_expansion(valuation: ValuationSettings, books: BookSettings, strategy:
                              "another game by the same method, which has no gradient and Hessian of its own: use an "
                              f"estimator of coalitions with {name}, or book no {name}.")
     check_expandable(utility, method)
+
+
+def check_fixed_second_order(books: BookSettings, strategy: Strategy, utility: object) -> None:
+    """ValueError naming ``fixed_second_order`` when the run books the fixed-weight game's second-order expansion
+    (:mod:`fedvalue.rounds.kinds.fixed_second_order`) and cannot, before the run starts: the fixed-weight rule is
+    defined for FedAvg's weighted mean only, and the expansion differentiates U twice."""
+    if not books.fixed_second_order:
+        return
+    if not aggregates_by_weighted_mean(strategy):
+        raise ValueError(f"fixed_second_order: expected an inner strategy that aggregates by FedAvg's weighted mean "
+                         f"(FedAvg, FedProx: the fixed-weight coalition rule is defined for their family only); got "
+                         f"{type(strategy).__name__}, which aggregates by its own code. Use such a strategy, or "
+                         "leave fixed_second_order False.")
+    got = expansion_shortfall(utility, "second-order")
+    if got is not None:
+        raise ValueError("fixed_second_order: expected a differentiable utility, with differentiable=True and "
+                         "gradient() and hessian_vector_product() of U itself (TorchModelUtility with "
+                         f"metric='neg_loss' or 'neg_mse'), to expand the fixed-weight round game; got {got}. Use "
+                         "such a utility, or leave fixed_second_order False.")
 
 
 def run_hooks(context: HookContext) -> dict[str, RoundHook]:

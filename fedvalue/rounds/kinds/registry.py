@@ -13,6 +13,7 @@ from fedvalue.rounds.kinds.claims import claims_book
 from fedvalue.rounds.kinds.defences import defences_book
 from fedvalue.rounds.kinds.fairness import fairness_book
 from fedvalue.rounds.kinds.fairness_curvature import fairness_curvature_book
+from fedvalue.rounds.kinds.fixed_second_order import fixed_second_order_book
 from fedvalue.rounds.kinds.flows import flows_book
 from fedvalue.rounds.kinds.selection import selection_book
 from fedvalue.rounds.kinds.value_weights import value_weight_book
@@ -28,6 +29,7 @@ ROUND_BOOKS: Registry = Registry("round book kind", "RoundContext -> RoundBook |
     "fairness": fairness_book,
     "fair_curvature": fairness_curvature_book,
     "defences": defences_book,
+    "fixed_second_order": fixed_second_order_book,
     "claims": claims_book,
 })
 

@@ -114,7 +114,7 @@ def config_from_run_config(run_config: typing.Mapping) -> tuple[NoisyClientsConf
                 raise ValueError(f"{key}: expected comma-separated {kind.__name__} values; got {value!r}.") from None
         elif kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)  # TOML writes 1 for 1.0
-        elif not isinstance(value, kind) or isinstance(value, bool):
+        elif not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             raise ValueError(f"{key}: expected a {kind.__name__}; got {value!r}.")
         values[f.name] = value
     config = NoisyClientsConfig(**nest_settings(NoisyClientsConfig, values))
@@ -174,7 +174,9 @@ def same_ledger_command(config: NoisyClientsConfig, out: str) -> str:
     settings, defaults = config.as_dict(), flat_settings(NoisyClientsConfig())
     options = []
     for name, value in settings.items():
-        if value != defaults[name]:
+        if value is True and defaults[name] is False:  # a flag: given, it takes no value
+            options.append(f"--{run_config_key(name)}")
+        elif value != defaults[name]:
             shown = ",".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
             options.append(f"--{run_config_key(name)} {shown}")
     return " ".join(["fedvalue run noisy-clients --out DIR", *options])
@@ -211,7 +213,8 @@ def main(grid: Grid, context: Context) -> None:
         build_strategy(config, config.clients_per_round), utility, run_dir=str(run_dir),
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         seed=config.seed, valuation=valuation,  # every estimator option, as `fedvalue run` passes them
-        books=BookSettings(noisy_clients=noisy), intake=IntakeSettings(query_timeout=config.query_timeout),
+        books=BookSettings(noisy_clients=noisy, fixed_second_order=config.fixed_second_order),
+        intake=IntakeSettings(query_timeout=config.query_timeout),
         run=RunSettings(run_config=run_config),
     )
     initial = initial_model_arrays(model_factory, config.seed)

@@ -95,6 +95,8 @@ ADAPTIVE_DECISIONS = ("threshold", "top-k")
 #: :meth:`fedvalue.AdsSettings.as_dict` leaves out its decision fields for other methods), so that the run.json of
 #: a run by any other method reads as before, byte for byte, and such a run written before them resumes.
 ADAPTIVE_KEYS = ("adaptive_decision", "adaptive_cut", "adaptive_top_k", "adaptive_z")
+#: The switch of the fixed-weight game's second-order book, written to run.json only when on (the same reason).
+FIXED_SECOND_ORDER = "fixed_second_order"
 
 
 
@@ -151,24 +153,27 @@ class NoisyClientsConfig:
     examples_per_client: int = 0
     holdout_examples: int = 0
     valuation_budget: str | None = None
+    fixed_second_order: bool = False
 
     #: run.json and the command line have the engine's settings flat, ``device`` among them where
     #: it always stood (:func:`simulations.runner.engine_settings.flat_fields`).
     ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "num_gpus_per_client", "device",
                                               "max_parallel_clients", "ray_address")
     #: Settings a saved run.json may lack: the adaptive ones (:data:`ADAPTIVE_KEYS`), absent from the run.json
-    #: of a run by another method and read back as their defaults
+    #: of a run by another method, and :data:`FIXED_SECOND_ORDER`, absent when off; read back as their defaults
     #: (:func:`simulations.runner.config_checks.saved_config`).
-    OPTIONAL_KEYS: ClassVar[tuple[str, ...]] = ADAPTIVE_KEYS
+    OPTIONAL_KEYS: ClassVar[tuple[str, ...]] = (*ADAPTIVE_KEYS, FIXED_SECOND_ORDER)
 
     def as_dict(self) -> dict:
         """The settings as run.json writes them (:func:`simulations.runner.flat_settings`), the adaptive ones
         only for ``ads_method="adaptive"`` (:data:`ADAPTIVE_KEYS`; :func:`_check` holds them at their defaults
-        for any other method)."""
+        for any other method) and ``fixed_second_order`` only when on."""
         settings = flat_settings(self)
         if self.ads_method != ADAPTIVE:
             for name in ADAPTIVE_KEYS:
                 del settings[name]
+        if not self.fixed_second_order:
+            del settings[FIXED_SECOND_ORDER]
         return settings
 
 
@@ -245,6 +250,7 @@ def _check(config: NoisyClientsConfig) -> None:
     if config.utility not in UTILITIES:
         raise ValueError(f"utility: expected one of {list(UTILITIES)}; got {config.utility!r}.")
     _check_expansion(config)
+    _check_fixed_second_order(config)
     _check_adaptive(config)
     check_hidden(config.hidden)
     parameters = num_parameters(config.model, 784, 10, hidden=config.hidden)
@@ -276,6 +282,25 @@ def _check_expansion(config: NoisyClientsConfig) -> None:
                          f"strategy that aggregates by it ('fedavg', 'fedprox'); got strategy={config.strategy!r}, "
                          "which aggregates by its own code. Use such a strategy, or an estimator of coalitions "
                          "('auto', 'exact', 'mc', ...).")
+
+
+def _check_fixed_second_order(config: NoisyClientsConfig) -> None:
+    """The fixed-weight game's second-order book only where the valuing strategy would take it
+    (:func:`strategies.hooks.registry.check_fixed_second_order`), refused here before Ray starts: it
+    differentiates U (``neg_loss``) and weighs coalitions by FedAvg's round weights ('fedavg', 'fedprox')."""
+    if not isinstance(config.fixed_second_order, bool):
+        raise ValueError(f"fixed_second_order: expected true or false; got {config.fixed_second_order!r}.")
+    if not config.fixed_second_order:
+        return
+    if config.utility != DIFFERENTIABLE_UTILITY:
+        raise ValueError(f"fixed_second_order: expected utility={DIFFERENTIABLE_UTILITY!r}, the differentiable "
+                         f"utility the second-order expansion of the fixed-weight round game needs; got "
+                         f"utility={config.utility!r}. Pass utility=neg_loss, or leave it off.")
+    if not aggregates_by_weighted_mean(build_strategy(config, config.clients_per_round)):
+        raise ValueError(f"fixed_second_order: expected a strategy that aggregates by FedAvg's weighted mean "
+                         f"('fedavg', 'fedprox'; the fixed-weight coalition rule is defined for it only); got "
+                         f"strategy={config.strategy!r}, which aggregates by its own code. Use such a strategy, or "
+                         "leave it off.")
 
 
 def _check_adaptive(config: NoisyClientsConfig) -> None:
@@ -414,7 +439,7 @@ def _simulate(config, loader, model_factory, utility, noisy, out, on_round, over
                                   batch_size=config.batch_size, seed=config.seed),
         sampler=PartitionSampler(config.clients_per_round, schedule=config.schedule, seed=config.seed),
         seed=config.seed,
-        books=BookSettings(noisy_clients=noisy),
+        books=BookSettings(noisy_clients=noisy, fixed_second_order=config.fixed_second_order),
         valuation=valuation_settings(config, utility),
         intake=IntakeSettings(query_timeout=config.query_timeout),
         run=RunSettings(run_config={"simulation": "noisy-clients", **config.as_dict(), "noisy_clients": sorted(noisy)},

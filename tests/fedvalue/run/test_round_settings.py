@@ -64,6 +64,7 @@ round_settings = st.builds(
     acceptance=st.one_of(st.none(), st.just("representatives")),
     notes=st.one_of(st.none(), st.fixed_dictionaries({"my_kind": st.fixed_dictionaries({"k": st.integers(0, 9)})})),
     coalition_rule=st.sampled_from(["renormalized", "fixed-weight"]),
+    fixed_second_order=st.booleans(),
 )
 round_facts = st.fixed_dictionaries({
     "replay_missing": st.one_of(st.none(), st.text(max_size=20)),
@@ -81,6 +82,7 @@ def test_any_settings_survive_their_json(settings):
     for name in ("fairness", "weighting", "defences", "acceptance", "notes"):
         assert (name in written) == (getattr(settings, name) is not None)  # absent, not null: older bytes unchanged
     assert ("coalition_rule" in written) == (settings.coalition_rule != "renormalized")  # the default: absent
+    assert ("fixed_second_order" in written) == settings.fixed_second_order  # off: absent
 
 
 @hypothesis_settings(max_examples=100, deadline=None)
@@ -110,6 +112,7 @@ GOOD = RoundSettings(methods=("ads",), seed=3).as_json()
     ({"fairness": {"gap": "dp", "curvature": {"damping": "x"}}}, "fairness.curvature.damping"),
     ({"notes": {"my_kind": 3}}, "notes.my_kind: expected a JSON object"),
     ({"coalition_rule": "shapley"}, "coalition_rule: expected one of"),
+    ({"fixed_second_order": 1}, "fixed_second_order: expected true or false"),
     ({"secret": 1}, "settings: expected only the keys"),
     ({"available": [1]}, "settings: expected only the keys"),  # a round's fact, not a setting of the run
 ])

@@ -27,6 +27,10 @@ from simulations.cli.main import main
     (["run", "noisy-clients", "--ads-method", "second-order", "--utility", "neg_loss", "--strategy", "fedadam"],
      "ads_method"),
     (["run", "noisy-clients", "--adaptive-cut", "0.5"], "adaptive_cut"),
+    # the fixed-weight game's second-order book differentiates U and weighs by FedAvg's round weights
+    (["run", "noisy-clients", "--fixed-second-order"], "fixed_second_order"),
+    (["run", "noisy-clients", "--fixed-second-order", "--utility", "neg_loss", "--strategy", "fedmedian"],
+     "fixed_second_order"),
     (["run", "noisy-clients", "--ads-method", "mc", "--adaptive-decision", "top-k"], "adaptive_decision"),
     (["run", "noisy-clients", "--ads-method", "exact", "--adaptive-top-k", "2"], "adaptive_top_k"),
     (["run", "noisy-clients", "--adaptive-z", "3"], "adaptive_z"),
@@ -236,6 +240,40 @@ def test_the_adaptive_settings_are_written_by_an_adaptive_run_only_and_a_resume_
         assert main(["run", "noisy-clients", "--resume", str(run_dir), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"fedvalue: error: {named}: the run in ") and "keeps its settings" in err, err
+
+
+def test_the_fixed_second_order_flag_reaches_the_run_and_its_run_json_only_when_given(tmp_path, capsys):
+    """``--fixed-second-order`` is a flag: given, the config books the fixed-weight game's second-order expansion and
+    its run.json says so; not given, run.json holds no such key (its bytes are as before) and reads back strictly as
+    off. Its refusal names the option, what was expected and what was got; a resume refuses turning it on."""
+    import json
+
+    from simulations.experiments.noisy_clients.flower_app import config_from_run_config, same_ledger_command
+    from simulations.experiments.noisy_clients.noisy_clients import NoisyClientsConfig, build
+    from simulations.runner import saved_config
+
+    assert main(["run", "noisy-clients", "--fixed-second-order", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedvalue: error: --fixed-second-order: expected --utility 'neg_loss', the differentiable "
+                          "utility the second-order expansion of the fixed-weight round game needs; got --utility "
+                          "'accuracy'. "), err
+    on = NoisyClientsConfig(fixed_second_order=True, utility="neg_loss", strategy="fedprox")
+    build(on)  # checked as a run checks it, before Ray starts
+    default = NoisyClientsConfig().as_dict()
+    assert "fixed_second_order" not in default and on.as_dict()["fixed_second_order"] is True
+    assert saved_config(NoisyClientsConfig, default) == NoisyClientsConfig()
+    assert saved_config(NoisyClientsConfig, json.loads(json.dumps(on.as_dict()))) == on
+    assert same_ledger_command(on, "x") == (
+        "fedvalue run noisy-clients --out DIR --strategy fedprox --utility neg_loss --fixed-second-order")
+    assert config_from_run_config({"fixed-second-order": True, "utility": "neg_loss"})[0].fixed_second_order
+    with pytest.raises(ValueError, match="fixed-second-order: expected a bool; got 1"):
+        config_from_run_config({"fixed-second-order": 1})
+    run_dir = tmp_path / "resumed"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"simulation": "noisy-clients", **default}))
+    assert main(["run", "noisy-clients", "--resume", str(run_dir), "--fixed-second-order"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedvalue: error: --fixed-second-order: the run in ") and "keeps its settings" in err, err
 
 
 def test_the_attacks_help_lists_every_attack_it_knows(capsys):
