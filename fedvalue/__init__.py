@@ -18,6 +18,7 @@ from fedvalue.analysis.gains import (
     manipulation_gains,
     mean_interval,
     ratio_interval,
+    seed_sums,
 )
 from fedvalue.analysis.payout import paid_share
 from fedvalue.analysis.staged_procurement import PURCHASE_RULES, Offer, ProcurementRun, StageOutcome, run_procurement
@@ -94,6 +95,7 @@ __all__ = [
     "prefix_mc_ads",
     "prefix_values",
     "ratio_interval",
+    "seed_sums",
     "reciprocity",
     "reciprocity_ratio",
     "retrain_plan",

@@ -42,23 +42,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Hashable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fedvalue import mean_interval, ratio_interval
-from fedvalue.analysis.gains import seed_sums
-from fedvalue.analysis.payout import paid_share
-from fedvalue.rounds.record_game import valid_clients
-from fedvalue.run.archive import read_round_record, round_record_paths
-from fedvalue.valuation.round_game import ArraysUtility, round_game_for, round_rng, value_round
-from fedvalue.valuation.settings import FIXED_WEIGHT, RENORMALIZED, AdsSettings
+from fedvalue import COALITION_RULES, AdsSettings, mean_interval, paid_share, ratio_interval, seed_sums
+from fedvalue.ledger import value_recorded_rounds
 from simulations.experiments.attacks.plan import plan_of
 from simulations.experiments.attacks.study import StudyRun, utility_of
 from simulations.runner import saved_config
 
+RENORMALIZED, FIXED_WEIGHT = COALITION_RULES
 #: Book -> (coalition rule, ADS method: None for the record's own estimator settings).
 BOOKS: dict[str, tuple[str, str | None]] = {
     "ads": (RENORMALIZED, None),
@@ -70,25 +65,16 @@ BOOKS: dict[str, tuple[str, str | None]] = {
 PLAIN = "ads"
 
 
-def rebooked_totals(run_dir: Path, utility: ArraysUtility, books=tuple(BOOKS)) -> dict[str, dict[int, float]]:
-    """Each client's total over ``run_dir``'s rounds under each of ``books`` (:data:`BOOKS`), each round valued with
-    its record's round seed ([seed, t]: :func:`fedvalue.valuation.round_game.round_rng`) and U = ``utility`` (with
-    the run's own U, ``ads`` is the booked ADS)."""
+def rebooked_totals(run_dir: Path, utility, books=tuple(BOOKS)) -> dict[str, dict[int, float]]:
+    """Each client's total over ``run_dir``'s rounds under each of ``books`` (:data:`BOOKS`), every round valued
+    again from its record with its round seed and U = ``utility`` (:func:`fedvalue.ledger.value_recorded_rounds`;
+    with the run's own U, ``ads`` is the booked ADS). A round aggregated by the strategy's own code is refused
+    (ValueError naming the round: the fixed-weight rule is FedAvg's)."""
     totals: dict[str, dict[int, float]] = {book: {} for book in books}
-    for server_round, path in round_record_paths(run_dir).items():
-        record = read_round_record(path)
-        if record.settings.by_strategy:
-            raise ValueError(f"run_dir: round {server_round} of {str(run_dir)!r} was aggregated by its strategy's "
-                             "own code; expected a FedAvg run (the fixed-weight rule is FedAvg's)")
-        ok: list[Hashable] = valid_clients(record)
-        if not ok:
-            continue
-        for book in books:
-            rule, method = BOOKS[book]
-            game = round_game_for(ok, record.start_arrays, [record.replies[c] for c in ok],
-                                  [record.weights[c] for c in ok], utility, None, rule)
-            settings = record.settings.valuation if method is None else AdsSettings(method=method)
-            valuation = value_round(game, ("ads",), settings, seed=round_rng(record.settings.seed, server_round))
+    for book in books:
+        rule, method = BOOKS[book]
+        estimator = None if method is None else AdsSettings(method=method)
+        for valuation in value_recorded_rounds(run_dir, utility, rule=rule, estimator=estimator).values():
             for client, value in valuation.results["ads"].values.items():
                 totals[book][int(client)] = totals[book].get(int(client), 0.0) + float(value)
     return totals
