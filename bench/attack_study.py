@@ -549,27 +549,23 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         parser.error(str(error))
     options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
-    if args.unseen:
+    if args.unseen or args.rebook:
         if not args.out.is_dir():
             parser.error(f"--out: expected the study's folder holding its parts; got {str(args.out)!r}")
-        gains = unseen_study(args.out)
-        if gains is None:
-            parser.error(f"--unseen: no part of {str(args.out)!r} holds a FedAvg run of a crafted update")
+        if args.unseen:
+            gains = unseen_study(args.out)
+            frames = None if gains is None else {"unseen": gains}
+            option, missing, table = "--unseen", "a FedAvg run of a crafted update", "unseen-table.md"
+        else:
+            booked = rebook_study(args.out)
+            frames = None if booked is None else {"rebook-gains": booked[0], "rebook-cost": booked[1]}
+            option, missing, table = "--rebook", "a FedAvg run of an identity attack", "rebook-table.md"
+        if frames is None:
+            parser.error(f"{option}: no part of {str(args.out)!r} holds {missing}")
         if args.results is not None:
-            write_results(args.results, {"unseen": gains}, "python -m bench.attack_study "
+            write_results(args.results, frames, "python -m bench.attack_study "
                           + " ".join(argv if argv is not None else sys.argv[1:]))
-        print((args.out / "unseen-table.md").read_text())
-        return
-    if args.rebook:
-        if not args.out.is_dir():
-            parser.error(f"--out: expected the study's folder holding its parts; got {str(args.out)!r}")
-        booked = rebook_study(args.out)
-        if booked is None:
-            parser.error(f"--rebook: no part of {str(args.out)!r} holds a FedAvg run of an identity attack")
-        if args.results is not None:
-            write_results(args.results, {"rebook-gains": booked[0], "rebook-cost": booked[1]},
-                          "python -m bench.attack_study " + " ".join(argv if argv is not None else sys.argv[1:]))
-        print((args.out / "rebook-table.md").read_text())
+        print((args.out / table).read_text())
         return
     args.out.mkdir(parents=True, exist_ok=True)
     names = [f"{p}-{s}" for p, s in PARTS]
