@@ -32,9 +32,6 @@ PENDING = {
     "  n  estimator                 max |φ − exact|  evaluations  permutations     |gap|  seconds":
         "python -m bench.estimators (an excerpt); python -m bench.estimators --sizes 14",
     "game      n  estimator   samples  evaluations    max |φ − φ*|": "python -m bench.sampling (summary lines)",
-    "  n  decision estimator                   seed  evaluations  settled"
-    "  agree (settled)  agree (all)  max |φ − exact|":
-        "python -m bench.estimators --adaptive --sizes 14 --seeds 3 (about 5 minutes on 2 busy cores)",
     "  n   plain s   fast s  plain/fast  floor s  fast/floor  evals  peak MB plain/fast  max|plain-fast|":
         "python -m bench.valuation --model cnn --sizes 6 8 --repeats 2 --threads 1",
     "extra busy processes  setting                                min s  median s   max s":
@@ -55,6 +52,8 @@ PENDING = {
 
 #: Blocks kept by their run, by first line: the file of docs/results/ that holds them.
 HELD: dict[str, str] = {
+    "  n  decision estimator                   seed  evaluations  settled  agree (settled)  agree (all)  max |φ − exact|":
+        "estimators_adaptive.txt",
     "1000 clients, 50 a round, 3 rounds; idle queries all at once against 32 at a time, 2 pairs; load average 3.2 4.3 5.7":
         "scale_query_batch.txt",
     "1000 clients, 50 a round, 50 rounds, flows True, projection 2048, records True, budget 1000, query batch 32; load "
