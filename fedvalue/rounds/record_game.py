@@ -14,7 +14,6 @@ import numpy as np
 from fedvalue.run.archive import RoundRecord, read_round_record, round_record_paths
 from fedvalue.schema import Status
 from fedvalue.valuation.game import CoalitionGame
-from fedvalue.valuation.settings import AdsSettings
 from fedvalue.valuation.round_game import (
     Aggregator,
     ArraysUtility,
@@ -23,6 +22,7 @@ from fedvalue.valuation.round_game import (
     round_rng,
     value_round,
 )
+from fedvalue.valuation.settings import AdsSettings
 
 
 def valid_clients(record: RoundRecord) -> list[Hashable]:

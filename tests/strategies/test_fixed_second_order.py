@@ -23,7 +23,12 @@ from flwr.serverapp.strategy import FedAvg, FedMedian
 from fedvalue.analysis.run_summary import load_run
 from fedvalue.audit.checks import audit_run
 from fedvalue.rounds.record_game import valid_clients, value_record
-from fedvalue.run.archive import npz_from_bytes, read_round_record, record_bytes, round_record_paths
+from fedvalue.run.archive import (
+    npz_from_bytes,
+    read_round_record,
+    record_bytes,
+    round_record_paths,
+)
 from fedvalue.run.ledger_reader import read_ledger_csv
 from fedvalue.run.ledger_tables import csv_lines
 from fedvalue.schema import LEDGER_COLUMNS
@@ -34,8 +39,15 @@ from strategies import BookSettings, PartitionSampler, ValuingStrategy
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
 from tests.fedvalue.forgery import rechain
 from tests.strategies.harness.inprocess import InProcessGrid
-from tests.strategies.test_valuing import NODE_OF, PID_OF, initial_arrays, local_training, make_handler, make_model
-from tests.strategies.test_valuing import utility  # noqa: F401 (a fixture)
+from tests.strategies.test_valuing import (
+    NODE_OF,
+    PID_OF,
+    initial_arrays,
+    local_training,
+    make_handler,
+    make_model,
+    utility,  # noqa: F401 (a fixture)
+)
 
 METHOD = "ads_fixed_second_order"
 BOOKED = BookSettings(fixed_second_order=True)

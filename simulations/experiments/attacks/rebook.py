@@ -47,7 +47,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedvalue import COALITION_RULES, AdsSettings, mean_interval, paid_share, ratio_interval, seed_sums
+from fedvalue import (
+    COALITION_RULES,
+    AdsSettings,
+    mean_interval,
+    paid_share,
+    ratio_interval,
+    seed_sums,
+)
 from fedvalue.ledger import value_recorded_rounds
 from simulations.experiments.attacks.plan import plan_of
 from simulations.experiments.attacks.study import StudyRun, utility_of
