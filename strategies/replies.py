@@ -6,12 +6,16 @@ every field checked (:func:`read_reply`)."""
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.logger import log
 
 from fedvalue.schema import Status
 from strategies.arrays import arrays_to_numpy
@@ -55,6 +59,24 @@ def query_message(content: RecordDict, node_id: int, message_type: str, query: s
     config = dict(records.get(CONFIG_KEY, {}))
     records[CONFIG_KEY] = ConfigRecord({**config, QUERY_KEY: query})
     return Message(RecordDict(records), dst_node_id=node_id, message_type=message_type)
+
+
+def send_in_batches(grid: Grid, queries: list[Message], timeout: float, batch: int | None,
+                    what: str = "queries") -> list[Message]:
+    """The replies to ``queries``, sent ``batch`` at a time (None: all at once), each batch answered (or timed out)
+    before the next goes, all within ``timeout`` seconds; queries not sent by then are logged as ``what``. Flower's
+    in-memory link state scans every queued message on each node's poll, so a thousand queries queued at once cost
+    O(nodes × queued) a poll (docs/benchmarks.md, the flows at 1,000 clients)."""
+    size = len(queries) if batch is None else batch
+    deadline, replies = time.monotonic() + timeout, []
+    for start in range(0, len(queries), max(size, 1)):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            log(logging.WARNING, "%d %s not sent: the query timeout (%.0f s) ran out", len(queries) - start, what,
+                timeout)
+            break
+        replies += list(grid.send_and_receive(queries[start:start + size], timeout=remaining))
+    return replies
 
 
 def claimed_partition(content: RecordDict) -> tuple[int | None, str | None]:

@@ -250,7 +250,7 @@ class ValuingStrategy(Strategy):
             config = hook.train_config(config)
         messages, available = list(self.strategy.configure_train(server_round, arrays, config, grid)), None
         if self.sampler is not None and messages:
-            partitions = self.nodes.partition_map(grid, self.intake.query_timeout)
+            partitions = self.nodes.partition_map(grid, self.intake.query_timeout, self.intake.query_batch)
             messages, available = retarget(messages, self.sampler, server_round, partitions, self.nodes.client_to_node)
         # The grid gives the messages ids when it sends them: each reply answers one node.
         self._configured = ConfiguredRound(start, [int(m.metadata.dst_node_id) for m in messages], messages, available)
@@ -262,7 +262,8 @@ class ValuingStrategy(Strategy):
     def _idle_clients(self, grid: Grid, busy: Iterable[int]) -> IdleClients:
         """The clients whose nodes are not in ``busy``, as a hook may query them (partition -> node
         from the node directory, which asks each node once)."""
-        return IdleClients(grid, functools.partial(self.nodes.partition_map, grid, self.intake.query_timeout),
+        return IdleClients(grid, functools.partial(self.nodes.partition_map, grid, self.intake.query_timeout,
+                                                     self.intake.query_batch),
                            frozenset(busy), self.intake.query_timeout, self.nodes.query_type, self.intake.query_batch)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:

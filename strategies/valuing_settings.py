@@ -63,8 +63,9 @@ class IntakeSettings:
         Seconds to wait for clients to report their partition ids (and, with flows, their
         inference gradients); > 0.
     query_batch
-        With flows, the idle clients' gradient queries go out at most this many at a time, each batch
-        answered before the next is sent, within ``query_timeout`` in all; None (default): all at once.
+        The node directory's queries and, with flows, the idle clients' gradient queries go out at most
+        this many at a time, each batch answered before the next is sent, within ``query_timeout`` in all;
+        None (default): all at once.
         Flower's simulation engine scans every queued message for every node each time it polls
         (O(nodes × queued)), so asking 1,000 clients at once spends the server's time on that scan;
         a batch keeps the queue short. The flows are the same whatever the batch.

@@ -23,7 +23,6 @@ the valuation mod of one's own app and the server alike.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -41,7 +40,7 @@ from fedvalue.schema import FIRST_ORDER_COLUMNS, FIRST_ORDER_FILE
 from strategies.arrays import arrays_to_numpy
 from strategies.round_hook import HookContext, IdleClients, RoundHook, RoundView
 from strategies.replies import (ClientReply, InferenceGradient, query_message, read_inference_gradient, reply_node,
-                                sender_identity, sent_nodes, take_record)
+                                send_in_batches, sender_identity, sent_nodes, take_record)
 from strategies.acceptance_policy import OUTFLOWS
 from strategies.protocol import DATA_KEY, GRADIENT_KEY, GRADIENT_QUERY
 
@@ -63,21 +62,6 @@ def projected_outflows_if_all_aggregated(record: RoundRecord, ok: list[ClientRep
                                      record.projected_gradients, {r.client_id: r.weight for r in ok})
     outflow = dict(zip(flows.clients, flows.outflow.tolist()))
     return {r.client_id: outflow[r.client_id] for r in ok}
-
-
-def _send_in_batches(grid: Grid, queries: list, timeout: float, batch: int | None) -> list:
-    """The replies to ``queries``, sent ``batch`` at a time (None: all at once), each batch answered (or timed
-    out) before the next goes, all within ``timeout`` seconds."""
-    size = len(queries) if batch is None else batch
-    deadline, replies = time.monotonic() + timeout, []
-    for start in range(0, len(queries), size):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            log(logging.WARNING, "%d gradient queries not sent: the query timeout (%.0f s) ran out",
-                len(queries) - start, timeout)
-            break
-        replies += list(grid.send_and_receive(queries[start:start + size], timeout=remaining))
-    return replies
 
 
 class FlowQueries:
@@ -109,7 +93,7 @@ class FlowQueries:
         ]
         if not queries:
             return {}
-        replies = _send_in_batches(grid, queries, timeout, batch)
+        replies = send_in_batches(grid, queries, timeout, batch, "gradient queries")
         model, sent_to, gradients = arrays_to_numpy(arrays), sent_nodes(queries), {}
         for reply in replies:
             record, node = take_record(reply, GRADIENT_KEY), reply_node(reply, sent_to)

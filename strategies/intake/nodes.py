@@ -35,7 +35,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.logger import log
 
 from fedvalue.run.rundir import printable
-from strategies.replies import claimed_partition, query_message, reply_node, sent_nodes
+from strategies.replies import claimed_partition, query_message, reply_node, send_in_batches, sent_nodes
 from strategies.protocol import DIRECTORY_QUERY, PARTITION_ID_KEY
 
 
@@ -97,18 +97,20 @@ class NodeDirectory:
         #: Query messages sent so far (the cost this directory saves when shared).
         self.queries_sent = 0
 
-    def partition_map(self, grid: Grid, timeout: float) -> dict[int, int]:
+    def partition_map(self, grid: Grid, timeout: float, batch: int | None = None) -> dict[int, int]:
         """partition id -> node id of the nodes the grid lists now (sorted by partition id),
-        querying the nodes not yet known, waiting at most ``timeout`` seconds for their replies."""
+        querying the nodes not yet known, ``batch`` at a time (None: all at once;
+        :func:`strategies.replies.send_in_batches`), waiting at most ``timeout`` seconds for their replies."""
         live = sorted(int(n) for n in grid.get_node_ids())
         unknown = [n for n in live if n not in self.node_to_client]
         refusals: dict[str, tuple[int, str]] = {}
         answers: dict[int, tuple[RecordDict, str]] = {}
         if unknown:
-            answers, refused = self._ask(grid, unknown, MessageType.QUERY, timeout)
+            answers, refused = self._ask(grid, unknown, MessageType.QUERY, timeout, batch)
             if refused:  # no query handler: ask as evaluate, which clients.valuation_mod answers
                 refusals[MessageType.QUERY] = (len(refused), refused[0][1])
-                again, refused = self._ask(grid, [node for node, _ in refused], MessageType.EVALUATE, timeout)
+                again, refused = self._ask(grid, [node for node, _ in refused], MessageType.EVALUATE, timeout,
+                                          batch)
                 answers.update(again)
                 if refused:
                     refusals[MessageType.EVALUATE] = (len(refused), refused[0][1])
@@ -124,13 +126,13 @@ class NodeDirectory:
         answered only the ``evaluate`` form)."""
         return self.query_types.get(node_id, MessageType.QUERY)
 
-    def _ask(self, grid: Grid, nodes: list[int], message_type: str, timeout: float
+    def _ask(self, grid: Grid, nodes: list[int], message_type: str, timeout: float, batch: int | None = None
              ) -> tuple[dict[int, tuple[RecordDict, str]], list[tuple[int, str]]]:
         """The directory query to ``nodes`` as ``message_type``: (node -> (answer, type)) for
         the nodes that answered, and (node, error) for those that answered with an error, by node."""
         queries = [query_message(RecordDict(), n, message_type, DIRECTORY_QUERY) for n in nodes]
         self.queries_sent += len(queries)
-        replies = list(grid.send_and_receive(queries, timeout=timeout))
+        replies = send_in_batches(grid, queries, timeout, batch, "directory queries")
         sent_to = sent_nodes(queries)
         answers = {reply_node(r, sent_to): (r.content, message_type) for r in replies if not r.has_error()}
         refused: dict[int, str] = {}

@@ -198,8 +198,8 @@ class BatchCountingGrid(InProcessGrid):
 
 
 def test_gradient_queries_in_batches_book_the_same_flows_bit_for_bit(tmp_path, monkeypatch):
-    """IntakeSettings(query_batch=2): the idle clients' queries go out two at a time, and every file of the run is
-    the same as with all of them at once."""
+    """IntakeSettings(query_batch=3): the node directory's and the idle clients' queries go out three at a time, and
+    every file of the run is the same as with all of them at once."""
     from strategies import IntakeSettings
 
     counted, plain = [], client_app_grid
@@ -213,9 +213,9 @@ def test_gradient_queries_in_batches_book_the_same_flows_bit_for_bit(tmp_path, m
     monkeypatch.setattr(sys.modules[__name__], "client_app_grid", counting_grid)
     run_with_flows(tmp_path / "batched", load_client, rounds=3, per_round=2, intake=IntakeSettings(query_batch=3))
     queries = [size for kind, size in counted[0].batches if kind == "query"]
-    # The node directory's queries first (all nodes at once); then 6 clients, 2 training: 4 idle a round, sent 3
-    # then 1; and after the last round, the final state's query of all 6 for the first-order check.
-    assert queries[1:] == [3, 1] * 3 + [3, 3], queries
+    # The node directory's queries of the 6 nodes first, 3 at a time; then 6 clients, 2 training: 4 idle a round,
+    # sent 3 then 1; and after the last round, the final state's query of all 6 for the first-order check.
+    assert queries == [3, 3] + [3, 1] * 3 + [3, 3], queries
     for name in ("ledger.csv", "rounds.csv", "first_order.csv"):
         all_at_once = (tmp_path / "all" / name).read_bytes()
         batched = (tmp_path / "batched" / name).read_bytes()

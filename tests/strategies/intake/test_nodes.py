@@ -160,3 +160,25 @@ def test_nodes_that_do_not_answer_in_time_name_the_knob_of_an_own_app_and_of_the
 def test_bad_query_timeout_or_directory_is_named(kwargs, error, named):
     with pytest.raises(error, match=named):
         ValuingStrategy(FedAvg(), utility(), intake=IntakeSettings(**kwargs))
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5])
+def test_queries_in_batches_map_the_same_partitions(batch):
+    """partition_map(..., batch=B): the directory queries go out B at a time, each batch answered before the next,
+    and the map is the one of all at once."""
+    from flwr.app import ConfigRecord as Record, RecordDict
+
+    sizes = []
+
+    class CountingGrid(InProcessGrid):
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            sizes.append(len(messages))
+            return super().send_and_receive(messages, timeout=timeout)
+
+    def handler(message, node_id):
+        return RecordDict({"client": Record({"partition-id": NODES[node_id]})})
+
+    whole = NodeDirectory().partition_map(InProcessGrid(list(NODES), handler), timeout=5)
+    assert NodeDirectory().partition_map(CountingGrid(list(NODES), handler), timeout=5, batch=batch) == whole
+    assert sizes == [batch] * (NUM_CLIENTS // batch) + ([NUM_CLIENTS % batch] if NUM_CLIENTS % batch else [])
