@@ -5,14 +5,14 @@ replies k ∈ I_t claim n_k examples and reply updates Δ_k; under the fixed-wei
 is x_S = Σ_{k∈S} u_k with u_k = p_k Δ_k, p_k = n_k / N, N = Σ_{j∈I_t} n_j. The Shapley value of the round game's
 second-order expansion at A (:mod:`fedvalue.valuation.taylor`, ``"second-order"``) is
 
-    φ_k = u_k · (g + ½ H U),   g = ∇U(A),  H = ∇²U(A),  U = Σ_{j∈I_t} u_j,
+    φ_k = u_k · (g + ½ H s),   g = ∇U(A),  H = ∇²U(A),  s = Σ_{j∈I_t} u_j,
 
-linear in u_k once the round's step U is fixed. So for every set T ⊆ I_t,
+linear in u_k once the round's step s is fixed. So for every set T ⊆ I_t,
 
-    Σ_{k∈T} φ_k = u_T · (g + ½ H U),   u_T = Σ_{k∈T} u_k,
+    Σ_{k∈T} φ_k = u_T · (g + ½ H s),   u_T = Σ_{k∈T} u_k,
 
-which is what one client replying the weighted update u_T in its place is paid, in a round whose step U and total
-claim N are the same; and every client outside T is paid u_j · (g + ½ H U), unchanged. Nothing in the bound depends
+which is what one client replying the weighted update u_T in its place is paid, in a round whose step s and total
+claim N are the same; and every client outside T is paid u_j · (g + ½ H s), unchanged. Nothing in the bound depends
 on how the identities share u_T among themselves: perturbations that cancel across them (near-duplicates moved
 apart to pass a clustering test, colluders' perturbations) are paid exactly nothing, and no arrival order exists
 to gain from. What identities can still move is u_T itself, and only as one client could:
