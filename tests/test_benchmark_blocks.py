@@ -31,7 +31,6 @@ PENDING = {
         f"{VALUATION} --sizes 8 10 --repeats 5 --before f881710 --threads 1",
     "  n  estimator                 max |φ − exact|  evaluations  permutations     |gap|  seconds":
         "python -m bench.estimators (an excerpt); python -m bench.estimators --sizes 14",
-    "game      n  estimator   samples  evaluations    max |φ − φ*|": "python -m bench.sampling (summary lines)",
     "  n   plain s   fast s  plain/fast  floor s  fast/floor  evals  peak MB plain/fast  max|plain-fast|":
         "python -m bench.valuation --model cnn --sizes 6 8 --repeats 2 --threads 1",
     "extra busy processes  setting                                min s  median s   max s":
@@ -52,6 +51,7 @@ PENDING = {
 
 #: Blocks kept by their run, by first line: the file of docs/results/ that holds them.
 HELD: dict[str, str] = {
+    "game      n  estimator   samples  evaluations    max |φ − φ*|": "sampling.txt",
     "  n  decision estimator                   seed  evaluations  settled  agree (settled)  agree (all)  max |φ − exact|":
         "estimators_adaptive.txt",
     "1000 clients, 50 a round, 3 rounds; idle queries all at once against 32 at a time, 2 pairs; load average 3.2 4.3 5.7":
