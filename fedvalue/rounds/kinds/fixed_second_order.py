@@ -23,10 +23,10 @@ evaluations, v(∅) and v(I_t) for the efficiency gap of the expansion, are adde
 from __future__ import annotations
 
 from fedvalue.rounds.book_kind import RoundBook, RoundContext
-from fedvalue.rounds.record_game import valid_clients
+from fedvalue.rounds.record_game import record_game, valid_clients
 from fedvalue.schema import ClientEntry, LedgerRow, Method, Status
 from fedvalue.valuation.result import ValuationResult
-from fedvalue.valuation.round_game import round_game_for, round_rng, value_round
+from fedvalue.valuation.round_game import round_rng, value_round
 from fedvalue.valuation.settings import FIXED_WEIGHT, AdsSettings
 
 #: The expansion the book values the fixed-weight round game by (:mod:`fedvalue.valuation.taylor`).
@@ -56,8 +56,6 @@ def fixed_second_order_book(context: RoundContext) -> FixedSecondOrderBook | Non
         return FixedSecondOrderBook(context, None, 0)
     if context.utility is None:
         raise ValueError("fixed_second_order: expected the run's utility to expand the round game with; got None.")
-    weights = record.weights
-    game = round_game_for(ok, record.start_arrays, [record.replies[c] for c in ok], [weights[c] for c in ok],
-                          context.utility, rule=FIXED_WEIGHT)
+    game = record_game(record, context.utility, rule=FIXED_WEIGHT)
     valuation = value_round(game, (Method.ADS,), SECOND_ORDER, seed=round_rng(context.settings.seed, record.round))
     return FixedSecondOrderBook(context, valuation.results[Method.ADS], valuation.num_evaluations)
