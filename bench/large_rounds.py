@@ -42,7 +42,8 @@ values for clean against noisy clients (lower value = noisy). The reference is e
 n ≤ 10 and otherwise ``auto`` at ``--cost-reference`` × n evaluations with its own seed (a
 sampled reference, its row in the file). ``--results PATH`` writes the rows headed by the
 command and commit; ``--table PATH`` prints the docs' table of such a file; ``--quick``: the
-MLP at n = 6 and 8 with 200 held-out images (well under a minute).
+MLP at n = 6 and 8 with 200 held-out images (well under a minute). ``--resume`` keeps the rows of
+``--results`` and adds the (model, n, rule) it lacks, headed by each run's command in turn.
 
     python -m bench.large_rounds --cost --results docs/results/estimator_cost.csv
     python -m bench.large_rounds --cost --quick --results docs/results/estimator_cost.csv
@@ -235,16 +236,23 @@ def cost_rows(round_: tuple, model: str, rule: str, *, repeats: int = 3, repeat_
     return rows
 
 
-def write_cost(path: Path, rows: list[dict], command: str) -> None:
-    """``--cost``'s rows as a CSV headed by the command and commit (:func:`bench.results_header`)."""
+def write_cost(path: Path, rows: list[dict], command: str, earlier: tuple[str, ...] = ()) -> None:
+    """``--cost``'s rows as a CSV headed by the command and commit (:func:`bench.results_header`), after the
+    ``earlier`` header lines of the runs whose rows it resumed (:func:`cost_commands`)."""
     from bench import results_header
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
+        handle.writelines(f"{line}\n" for line in earlier)
         handle.write(results_header(command))
         writer = csv.DictWriter(handle, fieldnames=COST_COLUMNS)
         writer.writeheader()
         writer.writerows([{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows])
+
+
+def cost_commands(path: Path) -> tuple[str, ...]:
+    """The header lines of a file :func:`write_cost` wrote: one a run that made its rows, in order."""
+    return tuple(line for line in Path(path).read_text().splitlines() if line.startswith("#"))
 
 
 def read_cost(path: Path) -> list[dict]:
@@ -286,19 +294,32 @@ def cost_main(args: argparse.Namespace, command: str) -> int:
     references = dict(zip(("mlp", "cnn"), args.cost_reference))
     print(f"estimator cost, U = -loss; one torch thread; load average before: "
           f"{' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
-    rows = []
+    results = Path(args.results) if args.results else None
+    earlier: tuple[str, ...] = ()
+    rows: list[dict] = []
+    if args.resume:  # the file's rows stay, and their (model, n, rule) are not run again
+        if results is None or not results.is_file():
+            raise SystemExit(f"--resume: expected --results naming a file an earlier --cost run wrote; got "
+                             f"{args.results!r}")
+        earlier, rows = cost_commands(results), read_cost(results)
+    done = {(row["model"], int(row["n"]), row["rule"]) for row in rows}
     for kind in models:
         for n in sizes:
+            if all((kind, n, rule) in done for rule in args.rules):
+                print(f"{kind} n={n}: in {results}, kept", flush=True)
+                continue
             round_ = real_round(kind, n, held[0] if kind == "mlp" else held[1])
             for rule in args.rules:
+                if (kind, n, rule) in done:
+                    continue
                 found = cost_rows(round_, kind, rule, repeats=args.repeats, repeat_under=args.repeat_under,
                                   reference_budget=references[kind], adaptive_budget=args.adaptive_budget)
                 for row in found:
                     print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
                                     if k not in ("held_out", "reference")), flush=True)
                 rows += found
-                if args.results:  # kept as it goes: a long run cut short keeps its finished rounds
-                    write_cost(Path(args.results), rows, command)
+                if results:  # kept as it goes: a long run cut short keeps its finished rounds
+                    write_cost(results, rows, command, earlier)
     return 0
 
 
@@ -332,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adaptive-budget", type=int, default=None,
                         help="--cost: cap adaptive MC-ADS at this many evaluations per client (default: its own stop)")
     parser.add_argument("--results", default=None, help="--cost: write the rows here (CSV)")
+    parser.add_argument("--resume", action="store_true",
+                        help="--cost: keep --results' rows and run only the (model, n, rule) it lacks, after them")
     parser.add_argument("--table", default=None, metavar="CSV", help="print the docs' table of a --cost results file")
     parser.add_argument("--keep", type=Path, metavar="FILE",
                         help="also keep what is printed in FILE, headed by the command and commit (a results file)")

@@ -18,6 +18,7 @@ from bench.large_rounds import (
     COST_ESTIMATORS,
     COST_TABLE_HEADER,
     EXACT_UP_TO,
+    cost_commands,
     cost_rows,
     cost_settings,
     cost_table,
@@ -90,6 +91,14 @@ def test_a_small_round_books_every_estimator_against_exact(rule, tmp_path):
     table = cost_table(kept)
     assert table[0] == COST_TABLE_HEADER and len(table) == 2 + len(rows)
     assert all(line.count("|") == COST_TABLE_HEADER.count("|") for line in table)
+    # Resumed: the earlier run's rows and command stay first, the new run's follow under its own command.
+    more = cost_rows(a_round(4, seed=2), "mlp", rule, repeats=1)
+    write_cost(path, kept + more, "python -m bench.large_rounds --cost --resume", cost_commands(path))
+    commands = cost_commands(path)
+    assert commands[0].startswith("# python -m bench.large_rounds --cost --quick (commit ")
+    assert commands[1].startswith("# python -m bench.large_rounds --cost --resume (commit ") and len(commands) == 2
+    again = read_cost(path)
+    assert again[:len(kept)] == kept and [row["n"] for row in again[len(kept):]] == ["4"] * len(more)
 
 
 def test_past_exact_the_reference_is_sampled_with_its_own_seed_and_has_its_row():
