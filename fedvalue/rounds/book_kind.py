@@ -82,8 +82,6 @@ class RoundBook:
 
     num_evaluations: int = 0
 
-    num_evaluations: int = 0
-
     def entry_rows(self, entry: ClientEntry) -> list[LedgerRow]:
         """Rows of a sampled client, after its valuation rows (none by default)."""
         return []

@@ -40,6 +40,7 @@ def study(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # its fixture runs a study through Ray
 def test_the_server_utility_reproduces_the_booked_ads_and_the_gain(study):
     totals, runs = unseen_frames(study, AttacksConfig, ["crafted-update"])
     assert sorted(runs["attack"]) == ["crafted-update", "crafted-update", "none", "none"]
@@ -57,6 +58,7 @@ def test_the_server_utility_reproduces_the_booked_ads_and_the_gain(study):
     assert table.loc["crafted-update", "gain_held_out"] == pytest.approx(gains.loc[("crafted-update", "ads"), "gain"])
 
 
+@pytest.mark.slow  # its fixture runs a study through Ray
 def test_the_bench_tables_the_unseen_split_and_keeps_its_results_file(study, tmp_path, capsys):
     attack_study.main(["--out", str(study.parent), "--unseen", "--results", str(tmp_path)])
     printed = capsys.readouterr().out
