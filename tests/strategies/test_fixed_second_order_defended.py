@@ -55,14 +55,14 @@ BOTH = BookSettings(defences=DefenceSettings(), fixed_second_order=True)
 DIM = 24
 
 
-def booked(start, replies: dict, claims: dict, utility, previous=None) -> tuple[dict, dict]:
+def booked(start, replies: dict, claims: dict, smooth, previous=None) -> tuple[dict, dict]:
     """(client -> plain value, client -> defended value) of the book on a round record of ``replies``."""
     entries = [ClientEntry(c, "ok", float(claims[c]), int(claims[c])) for c in replies]
     record = RoundRecord(round=2, start_arrays=start, entries=entries, replies=dict(replies), accepted=list(replies),
                          settings=RoundSettings(methods=("ads",), defences=DefenceSettings().as_meta(),
                                                 fixed_second_order=True),
                          references={} if previous is None else {PREVIOUS_GLOBAL: previous})
-    book = fixed_second_order_book(RoundContext(record, None, utility))
+    book = fixed_second_order_book(RoundContext(record, None, smooth))
     rows = [row for entry in entries for row in book.entry_rows(entry)]
     assert [row.method for row in rows] == [PLAIN, DEFENDED] * len(entries)
     assert {row.stderr for row in rows} == {0.0}
@@ -79,12 +79,12 @@ def honest_round(rng: np.random.Generator, clients: int = 4):
     return start, previous, replies, claims
 
 
-def weighted_step_value(start, replies: dict, claims: dict, utility, update: np.ndarray, claim: float) -> float:
+def weighted_step_value(start, replies: dict, claims: dict, smooth, update: np.ndarray, claim: float) -> float:
     """u·(g + ½ H s) with u = (claim / N) ``update``, s = Σ_k (n_k / N) Δ_k: what one client replying ``update`` with
     ``claim`` is paid in the round of ``replies`` (the proposition's closed form, from U's gradient and Hessian)."""
     total = float(sum(claims.values()))
     step = sum((claims[c] / total) * (replies[c]["x"] - start["x"]) for c in replies)
-    w = utility.gradient(start)["x"] + 0.5 * utility.hessian_vector_product(start, {"x": step})["x"]
+    w = smooth.gradient(start)["x"] + 0.5 * smooth.hessian_vector_product(start, {"x": step})["x"]
     return float((claim / total) * update @ w)
 
 
@@ -96,10 +96,10 @@ def test_k_exact_replicas_are_paid_one_copys_value_and_the_others_their_plain_va
     update = rng.normal(size=DIM)
     for j in range(copies):
         replies[f"r{j}"], claims[f"r{j}"] = {"x": start["x"] + update}, 40
-    utility = LogDistanceUtility(rng.normal(size=DIM))
-    plain, defended = booked(start, replies, claims, utility, previous)
+    smooth = LogDistanceUtility(rng.normal(size=DIM))
+    plain, defended = booked(start, replies, claims, smooth, previous)
     scale = max(abs(v) for v in plain.values())
-    one_copy = weighted_step_value(start, replies, claims, utility, update, 40)
+    one_copy = weighted_step_value(start, replies, claims, smooth, update, 40)
     assert plain["r0"] == pytest.approx(one_copy, abs=1e-9 * scale)
     assert sum(defended[f"r{j}"] for j in range(copies)) == pytest.approx(plain["r0"], abs=1e-9 * scale)
     assert sum(plain[f"r{j}"] for j in range(copies)) == pytest.approx(copies * plain["r0"], abs=1e-9 * scale)
@@ -122,8 +122,8 @@ def test_a_zero_update_a_replay_and_colluders_are_paid_nothing_and_the_others_th
     for j, move in enumerate(ring):
         replies[f"ring{j}"] = {"x": start["x"] + last_step + move}
     claims.update({"zero": 30, "replay": 50, "ring0": 25, "ring1": 25, "ring2": 25})
-    utility = LogDistanceUtility(rng.normal(size=DIM))
-    plain, defended = booked(start, replies, claims, utility, previous)
+    smooth = LogDistanceUtility(rng.normal(size=DIM))
+    plain, defended = booked(start, replies, claims, smooth, previous)
     for c in ("zero", "replay", "ring0", "ring1", "ring2"):
         assert defended[c] == 0.0, c
     scale = max(abs(v) for v in plain.values())
@@ -141,18 +141,18 @@ def test_a_cluster_is_paid_as_one_claim_and_a_split_whose_shards_cluster_its_lar
     moves = {c: 0.01 * np.linalg.norm(update) * rng.normal(size=DIM) / np.sqrt(DIM) for c in ("s0", "s1")}
     moves["s2"] = -(10 * moves["s0"] + 25 * moves["s1"]) / 15
     shards = {c: {"x": start["x"] + update + moves[c]} for c in shard_claims}
-    utility = LogDistanceUtility(rng.normal(size=DIM))
-    plain, defended = booked(start, {**replies, **shards}, {**claims, **shard_claims}, utility, previous)
+    smooth = LogDistanceUtility(rng.normal(size=DIM))
+    plain, defended = booked(start, {**replies, **shards}, {**claims, **shard_claims}, smooth, previous)
     scale = max(abs(v) for v in plain.values())
     # The cluster: one client claiming its largest claim (25) and replying its claim-weighted mean update.
     mean = sum(shard_claims[c] * (shards[c]["x"] - start["x"]) for c in shards) / 50
     paid = sum(defended[c] for c in shards)
     assert paid == pytest.approx(weighted_step_value(start, {**replies, **shards}, {**claims, **shard_claims},
-                                                     utility, mean, 25), abs=1e-9 * scale)
+                                                     smooth, mean, 25), abs=1e-9 * scale)
     for c in shards:  # each member by its own plain value's share
         assert defended[c] == pytest.approx(0.5 * plain[c], abs=1e-12 * scale)
     # The whole replying alone in the same round (same step, same total claim): the split is paid 25/50 of it.
-    whole_plain, _ = booked(start, {**replies, "whole": {"x": start["x"] + update}}, {**claims, "whole": 50}, utility,
+    whole_plain, _ = booked(start, {**replies, "whole": {"x": start["x"] + update}}, {**claims, "whole": 50}, smooth,
                             previous)
     assert paid == pytest.approx(0.5 * whole_plain["whole"], abs=1e-9 * scale)
     assert abs(paid - whole_plain["whole"]) > 0.1 * abs(whole_plain["whole"])
@@ -171,12 +171,12 @@ def test_adaptive_replicas_escape_the_clusters_and_are_paid_as_plain_replicas(ma
     distance = AdaptiveReplica(0, copies, margin=margin).distance(float(np.linalg.norm(update)))
     spread = simplex_perturbations(update, copies, distance, rng)
     ids = [f"r{j}" for j in range(copies)]
-    utility = LogDistanceUtility(rng.normal(size=DIM))
+    smooth = LogDistanceUtility(rng.normal(size=DIM))
     adaptive = {c: {"x": start["x"] + update + move} for c, move in zip(ids, spread)}
     exact = {c: {"x": start["x"] + update} for c in ids}
     all_claims = {**claims, **dict.fromkeys(ids, 40)}
-    adaptive_plain, adaptive_defended = booked(start, {**replies, **adaptive}, all_claims, utility, previous)
-    exact_plain, exact_defended = booked(start, {**replies, **exact}, all_claims, utility, previous)
+    adaptive_plain, adaptive_defended = booked(start, {**replies, **adaptive}, all_claims, smooth, previous)
+    exact_plain, exact_defended = booked(start, {**replies, **exact}, all_claims, smooth, previous)
     scale = max(abs(v) for v in exact_plain.values())
     assert all(adaptive_defended[c] == adaptive_plain[c] for c in ids)  # no cluster: every factor 1
     assert sum(adaptive_defended[c] for c in ids) == pytest.approx(sum(exact_plain[c] for c in ids), abs=1e-9 * scale)
