@@ -113,6 +113,9 @@ class Method(StrEnum):
     #: The Shapley value of the fixed-weight round game's second-order expansion, booked beside ADS
     #: (fedvalue.rounds.kinds.fixed_second_order): u_k·(g + ½ H U).
     ADS_FIXED_SECOND_ORDER = "ads_fixed_second_order"
+    #: Its defended form, booked with the defences (fedvalue.rounds.defences.second_order): free-riders 0, a
+    #: near-duplicate cluster paid as one claim.
+    ADS_FIXED_SECOND_ORDER_DEFENDED = "ads_fixed_second_order_defended"
     #: Claim-review flags: a claimed weight lowered by a cap, a claim that jumped.
     CLAIM_CAPPED = "claim_capped"
     CLAIM_JUMPED = "claim_jumped"

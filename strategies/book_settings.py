@@ -65,7 +65,9 @@ class BookSettings:
         expansion of the fixed-weight round game at A_{t−1}, φ_k = u_k·(g + ½ H U) with u_k = p_k Δ_k,
         U = Σ_j u_j (:mod:`fedvalue.rounds.kinds.fixed_second_order`), from one gradient and one
         Hessian-vector product of U and two evaluations. Identities whose claims and claim-weighted
-        updates add up to one client's are paid together what it would be. Needs a differentiable
+        updates add up to one client's are paid together what it would be. With ``defences`` too, each
+        client's ``ads_fixed_second_order_defended`` follows: 0 for a flagged free-rider, a near-duplicate
+        cluster paid as one claim (:mod:`fedvalue.rounds.defences.second_order`). Needs a differentiable
         utility (``neg_loss``, ``neg_mse``) and an inner strategy that aggregates by FedAvg's weighted
         mean (checked when the strategy is made). False (default): off.
     """

@@ -54,6 +54,11 @@ UNDEFENDED = {
                               "update is paid: a split whose claims add up gains nothing, but replicas and overlapping "
                               "shards are paid as one claim inflated to their summed claims (docs/faults-and-audit.md, "
                               "the identity attacks booked again)",
+    "ads_fixed_second_order_defended": "replicas of one participant's update, each moved just past the clustering "
+                                       "threshold by perturbations that cancel, escape its clusters at no cost to "
+                                       "their summed weighted update, so identities are still paid as one claim "
+                                       "inflated to their summed claims, whatever the threshold "
+                                       "(docs/faults-and-audit.md, the defended second-order book)",
 }
 
 

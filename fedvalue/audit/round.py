@@ -33,7 +33,9 @@ A round that booked the fixed-weight game's second-order expansion
 (:mod:`fedvalue.rounds.kinds.fixed_second_order`) has its ``ads_fixed_second_order`` rows booked again
 from the record and the run's utility (one gradient and one Hessian-vector product at A_{t−1}, and the
 two anchor evaluations rounds.csv counts), compared like every other row, and its record's switch
-against run.json's where run.json names it.
+against run.json's where run.json names it; with the defences on too, its ``ads_fixed_second_order_defended``
+rows are booked again from the same values and the record's screen of the replies
+(:mod:`fedvalue.rounds.defences.second_order`).
 
 A value-weighted round (:mod:`fedvalue.rounds.kinds.value_weights`) has its factors and accepted
 clients re-derived from the recomputed values and the rule saved in its record; A_t is then the

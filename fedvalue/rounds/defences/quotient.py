@@ -107,6 +107,16 @@ def screen(updates: Mapping[Hashable, Vector], weights: Mapping[Hashable, float]
     return flags, near_duplicate_clusters(kept, settings.duplicate_tolerance)
 
 
+def screen_replies(start: Mapping[str, np.ndarray], replies: Mapping[Hashable, Arrays],
+                   weights: Mapping[Hashable, float], previous: Mapping[str, np.ndarray] | None,
+                   settings: DefenceSettings) -> tuple[dict, list]:
+    """:func:`screen` of the replies' updates from A_{t−1} (``start``), the previous global step from A_{t−2}
+    (``previous``; None in the first round)."""
+    updates = {c: flat_update(a, start) for c, a in replies.items()}
+    step = None if previous is None else flat_update(start, previous)
+    return screen(updates, weights, step, settings)
+
+
 #: The round record's ``settings.acceptance`` when the inner strategy aggregated only the representatives.
 REPRESENTATIVES = "representatives"
 
@@ -116,9 +126,7 @@ def accepted_representatives(start: Mapping[str, np.ndarray], replies: Mapping[H
                              settings: DefenceSettings) -> set:
     """The clusters' representatives among the replies, free-riders left out: what
     :class:`strategies.policies.representatives.RepresentativesOnly` aggregates, and the audit re-derives."""
-    updates = {c: flat_update(a, start) for c, a in replies.items()}
-    step = None if previous is None else flat_update(start, previous)
-    _, clusters = screen(updates, weights, step, settings)
+    _, clusters = screen_replies(start, replies, weights, previous, settings)
     return set(representatives(clusters))
 
 

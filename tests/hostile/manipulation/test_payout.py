@@ -65,7 +65,7 @@ def test_an_undefended_book_is_refused_without_the_opt_in_and_its_rows_say_so_wi
     """Every book a payout can be made from is one identities buy (the adaptive sweep), so every one is refused
     without the opt-in, the default included, and paid with it, saying so on every row."""
     assert set(UNDEFENDED) == {"ads", "ads_defended", "loo", "loo_defended", "tracin_outflow",
-                               "tracin_outflow_defended", "ads_fixed_second_order"}
+                               "tracin_outflow_defended", "ads_fixed_second_order", "ads_fixed_second_order_defended"}
     for method in UNDEFENDED:
         with pytest.raises(ValueError, match=rf"^method: {method} is not paid by default: .*identit.*"
                                              r"docs/faults-and-audit.md.*allow_undefended=True"):
@@ -184,10 +184,11 @@ def test_the_figures_undefended_quotes_are_the_attack_studys():
     refusal is the message the code gives."""
     lines = DOC.read_text().splitlines()
     adaptive = pd.read_csv(RESULTS / "attack_gains_adaptive.csv", comment="#")
-    # The fixed-weight second-order book quotes no figure: what identities are paid there is its formula's
-    # (tests/strategies/test_fixed_second_order.py).
+    # The fixed-weight second-order books quote no figure: what identities are paid there is their formula's
+    # (tests/strategies/test_fixed_second_order.py, tests/strategies/test_fixed_second_order_defended.py).
     assert {method: re.findall(r"\d+\.\d+", text) for method, text in UNDEFENDED.items()} == \
-        undefended_figures(lines) | adaptive_figures(adaptive) | {"ads_fixed_second_order": []}
+        undefended_figures(lines) | adaptive_figures(adaptive) | {"ads_fixed_second_order": [],
+                                                                  "ads_fixed_second_order_defended": []}
     changed = adaptive.copy()
     changed.loc[changed["book"] == "ads", "defended_gain"] += 0.01
     assert adaptive_figures(changed)["ads_defended"] != adaptive_figures(adaptive)["ads_defended"]
