@@ -42,12 +42,12 @@ import numpy as np
 from fedvalue.flows.round_flows import fedavg_round_flows
 from fedvalue.rounds.defences.clusters import near_duplicate_clusters, representatives
 from fedvalue.rounds.defences.free_riders import FreeRiderFlag, free_rider_flags
-from fedvalue.rounds.defences.relative_clusters import relative_duplicate_clusters
 from fedvalue.rounds.defences.random_order import (
     MAX_EXACT_PLAYERS,
     exact_random_order_values,
     sampled_random_order_values,
 )
+from fedvalue.rounds.defences.relative_clusters import relative_duplicate_clusters
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.valuation.ads import ads
 from fedvalue.valuation.settings import AdsSettings

@@ -39,14 +39,19 @@ import numpy as np
 
 from fedvalue.rounds.defences.clusters import near_duplicate_clusters
 
-#: The fewest non-zero updates whose pairwise distances have a median to judge by (3 pairs).
+#: The fewest non-zero updates whose pairwise distances have a spread to judge by (3 of them give 3 pairs).
 MIN_SPREAD_REPLIES = 3
+
+
+def _non_zero(updates: Mapping[Hashable, np.ndarray]) -> list[np.ndarray]:
+    """The updates of norm > 0 (float64, reply order): the ones that have a direction."""
+    vectors = [np.asarray(u, dtype=np.float64) for u in updates.values()]
+    return [v for v in vectors if float(np.linalg.norm(v)) > 0.0]
 
 
 def scale_free_distances(updates: Mapping[Hashable, np.ndarray]) -> np.ndarray:
     """r_ij for the pairs i < j (reply order) of the non-zero updates of ``updates``."""
-    vectors = [np.asarray(u, dtype=np.float64) for u in updates.values()]
-    vectors = [v for v in vectors if float(np.linalg.norm(v)) > 0.0]
+    vectors = _non_zero(updates)
     norms = [float(np.linalg.norm(v)) for v in vectors]
     return np.array([float(np.linalg.norm(vectors[i] - vectors[j])) / min(norms[i], norms[j])
                      for i in range(len(vectors)) for j in range(i + 1, len(vectors))], dtype=np.float64)
@@ -54,10 +59,9 @@ def scale_free_distances(updates: Mapping[Hashable, np.ndarray]) -> np.ndarray:
 
 def relative_threshold(updates: Mapping[Hashable, np.ndarray], tolerance: float, median_fraction: float) -> float:
     """t = max(τ, κ · median r_ij) over the non-zero updates; τ when fewer than 3 of them (module docstring)."""
-    distances = scale_free_distances(updates)
-    if distances.size < MIN_SPREAD_REPLIES:  # n non-zero updates give n(n − 1)/2 pairs: < 3 pairs is n < 3
+    if len(_non_zero(updates)) < MIN_SPREAD_REPLIES:
         return float(tolerance)
-    return max(float(tolerance), float(median_fraction) * float(np.median(distances)))
+    return max(float(tolerance), float(median_fraction) * float(np.median(scale_free_distances(updates))))
 
 
 def relative_duplicate_clusters(updates: Mapping[Hashable, np.ndarray], tolerance: float,
