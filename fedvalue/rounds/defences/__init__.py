@@ -1,5 +1,6 @@
 """Defences of a round's books against manipulation by identity: near-duplicate updates valued as
-one player and split within their cluster (:mod:`.clusters`, :mod:`.quotient`), a free-rider test on
+one player and split within their cluster (:mod:`.clusters`, :mod:`.quotient`; linked by a fixed
+tolerance, or by the round's own spread of distances: :mod:`.relative_clusters`), a free-rider test on
 updates that reproduce past global models (:mod:`.free_riders`), arrival in proportion to the
 examples claimed, so that splitting one's data across identities buys no extra arrivals
 (:mod:`.random_order`), and a cap on the size of an update (:mod:`.quotient`). Their settings, as a

@@ -5,8 +5,9 @@ From the round game v_t over the valid replies I_t ([ADS] Remark 4.1, Eq. 10):
 
 1. Free-riders F (:mod:`.free_riders`) are taken out: they are paid nothing, whatever their
    reply did to the aggregate.
-2. The rest are clustered into near-duplicates C_1, ..., C_m (:mod:`.clusters`); cluster C_k is
-   one player, stood for by its first member r_k (its update, with one copy's weight).
+2. The rest are clustered into near-duplicates C_1, ..., C_m (:mod:`.clusters`, or by the round's
+   own spread with ``duplicate_median_fraction``: :mod:`.relative_clusters`); cluster C_k is one
+   player, stood for by its first member r_k (its update, with one copy's weight).
 3. The defended game is v_t restricted to R = {r_1, ..., r_m}: v'(T) = v_t(T), T ⊆ R, the
    quotient of I_t by the clusters. Its coalitions are coalitions of the round game, so they
    come from the round's coalition cache. With a norm cap c, a representative whose update is
@@ -46,6 +47,7 @@ from fedvalue.rounds.defences.random_order import (
     exact_random_order_values,
     sampled_random_order_values,
 )
+from fedvalue.rounds.defences.relative_clusters import relative_duplicate_clusters
 from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.valuation.ads import ads
 from fedvalue.valuation.settings import AdsSettings
@@ -104,6 +106,8 @@ def screen(updates: Mapping[Hashable, Vector], weights: Mapping[Hashable, float]
     kept = {c: u for c, u in updates.items() if c not in flags}
     if settings.duplicate_tolerance is None:
         return flags, [(c,) for c in kept]
+    if settings.duplicate_median_fraction is not None:  # judged among the kept replies: free-riders set no spread
+        return flags, relative_duplicate_clusters(kept, settings.duplicate_tolerance, settings.duplicate_median_fraction)
     return flags, near_duplicate_clusters(kept, settings.duplicate_tolerance)
 
 

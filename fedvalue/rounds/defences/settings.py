@@ -4,7 +4,8 @@ Every threshold is relative, so one setting fits models of any size; each was ch
 attack-free rounds of a prototype before any attack was measured (Fashion-MNIST softmax
 regression, 8 IID clients: honest updates of a round lay at least 0.35 of their norm apart and at
 most 0.65 in cosine from the previous global step, the smallest honest update norm about half the
-round's median).
+round's median). The relative near-duplicate rule's κ was fixed the same way, from attack-free
+rounds only (:mod:`.relative_clusters`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ DUPLICATE_TOLERANCE = 0.05
 ZERO_TOLERANCE = 0.1
 REPLAY_TOLERANCE = 0.05
 COLLUSION_TOLERANCE = 0.5
+#: κ of the relative near-duplicate rule when it is on (:mod:`.relative_clusters`; off by default).
+DUPLICATE_MEDIAN_FRACTION = 0.25
+#: Fields a round record notes only when they differ from their default, so that a record of settings
+#: that leave them at it is written byte for byte as before they existed.
+NOTED_WHEN_SET = ("duplicate_median_fraction",)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,10 @@ class DefenceSettings:
     norm_cap
         c: a representative's update is clipped to c · median_j ‖Δ_j‖ in the defended game
         (rounds aggregated by the weighted mean only). None: off.
+    duplicate_median_fraction
+        κ in (0, 1): link replies by the round's own spread instead, when r_ij ≤ max(τ, κ · median of the
+        round's r), r_ij = ‖Δ_i − Δ_j‖ / min(‖Δ_i‖, ‖Δ_j‖) (:mod:`.relative_clusters`; τ alone in a round of
+        fewer than 3 non-zero updates). None: τ alone, the fixed rule. Needs ``duplicate_tolerance``.
     """
 
     duplicate_tolerance: float | None = DUPLICATE_TOLERANCE
@@ -58,12 +68,19 @@ class DefenceSettings:
     collusion_tolerance: float | None = COLLUSION_TOLERANCE
     size_weighted: bool = True
     norm_cap: float | None = None
+    duplicate_median_fraction: float | None = None
 
     def __post_init__(self) -> None:
         for name in TOLERANCES:
             low_open = name == "norm_cap"
             object.__setattr__(self, name, check_number(name, getattr(self, name), low=0.0, low_open=low_open,
                                                         none_ok=True))
+        object.__setattr__(self, "duplicate_median_fraction", check_number(
+            "duplicate_median_fraction", self.duplicate_median_fraction, low=0.0, high=1.0, low_open=True,
+            high_open=True, none_ok=True, why="κ links pairs closer than κ × the round's median distance"))
+        if self.duplicate_median_fraction is not None and self.duplicate_tolerance is None:
+            raise ValueError("duplicate_median_fraction: the relative rule never links below duplicate_tolerance τ "
+                             "and is off with it; set duplicate_tolerance too, or duplicate_median_fraction=None.")
         if not isinstance(self.size_weighted, bool):
             raise TypeError(f"size_weighted: expected True or False; got {self.size_weighted!r}.")
         if self.collusion_tolerance is not None and self.replay_tolerance is None:
@@ -79,8 +96,13 @@ class DefenceSettings:
         return self.replay_tolerance is not None
 
     def as_meta(self) -> dict:
-        """The settings as the round record's settings note them (JSON)."""
-        return dataclasses.asdict(self)
+        """The settings as the round record's settings note them (JSON): the fields of
+        :data:`NOTED_WHEN_SET` only when set, so older settings are noted as they always were."""
+        meta = dataclasses.asdict(self)
+        for name in NOTED_WHEN_SET:
+            if meta[name] is None:
+                del meta[name]
+        return meta
 
     @classmethod
     def from_meta(cls, meta: object) -> DefenceSettings:
