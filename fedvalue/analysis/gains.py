@@ -146,6 +146,9 @@ def honest_cost(totals: pd.DataFrame) -> pd.DataFrame:
 #: The ledger methods a run's totals are summed over (the plain books and the defended ones).
 TOTALS = ("ads", "loo", "tracin_outflow", "tracin_inflow", "ads_defended", "loo_defended", "tracin_outflow_defended",
           "defence_free_rider")
+#: The ones :func:`manipulation_gains` sums over runs of one's own: :data:`TOTALS` and the second-order books (NaN
+#: where a run did not book them, and then left out of its table).
+OWN_TOTALS = (*TOTALS, *SECOND_ORDER_BOOKS, *SECOND_ORDER_BOOKS.values())
 
 
 def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str = "attack") -> pd.DataFrame:
@@ -154,7 +157,8 @@ def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str 
     paired by position), ``identities`` the clients the attacker played in the attacked runs and
     ``seats`` the honest clients they stand for (default: the identities). A row per book that
     both runs hold (ads, loo, tracin_outflow): the gain with its bootstrap interval over the
-    seeds, the paid shares and the accuracy change; ``partition`` and ``strategy`` read ``own``.
+    seeds, the paid shares and the accuracy change; ``partition`` and ``strategy`` read ``own``. Runs that booked the
+    fixed-weight game's second-order book add its row (:data:`SECOND_ORDER_BOOKS`).
     """
     honest, attacked = [_loaded(run) for run in honest], [_loaded(run) for run in attacked]
     if not honest or len(honest) != len(attacked):
@@ -170,7 +174,7 @@ def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str 
                 if not str(client).isdigit():
                     raise ValueError(f"{name} run of seed {seed}: expected partition ids as client ids (the valuation "
                                      f"mod's); it books {str(client)!r}.")
-                totals.append({**common, "client_id": int(client), **{m: float(row[m]) for m in TOTALS}})
+                totals.append({**common, "client_id": int(client), **{m: float(row[m]) for m in OWN_TOTALS}})
             runs.append({**common, "accuracy": float(run.rounds["utility_realized"].iloc[-1]),
                          "identities": " ".join(map(str, identities if name == attack else [])),
                          "seats": " ".join(map(str, seats))})
@@ -179,7 +183,7 @@ def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str 
     if missing:
         raise ValueError(f"identities: expected clients booked in the attacked runs; {missing} are not.")
     table = gains_table(frame, pd.DataFrame(runs))
-    return table[table["book"].isin([b for b in BOOKS if frame[b].notna().any()])].reset_index(drop=True)
+    return table[table["book"].isin([b for b in booked_pairs(frame) if frame[b].notna().any()])].reset_index(drop=True)
 
 
 def _client_ids(name: str, ids) -> list[int]:
@@ -197,8 +201,8 @@ def _loaded(run) -> Run:
 
 
 def _book_totals(run: Run) -> pd.DataFrame:
-    """Each client's total per :data:`TOTALS` book over the run's booked rows (NaN where it has none)."""
+    """Each client's total per :data:`OWN_TOTALS` book over the run's booked rows (NaN where it has none)."""
     ledger = run.ledger[run.ledger["status"] == Status.OK]
-    table = ledger[ledger["method"].isin(TOTALS)].pivot_table(index="client_id", columns="method", values="value",
-                                                              aggfunc="sum")
-    return table.reindex(columns=list(TOTALS))
+    table = ledger[ledger["method"].isin(OWN_TOTALS)].pivot_table(index="client_id", columns="method", values="value",
+                                                                  aggfunc="sum")
+    return table.reindex(columns=list(OWN_TOTALS))
