@@ -49,7 +49,12 @@ adaptive clusters and overlapping shards, the colluding ring) and their honest r
 them, are booked again under U = −loss by the fixed-weight round game's second-order expansion, which pays any group
 of identities what one client replying their summed weighted update is paid, and beside it by the run's own game,
 the fixed-weight game and its first-order expansion (:mod:`simulations.experiments.attacks.rebook`), tabled in
-DIR/rebook-table.md (``--results``: attack_gains_second_order.csv, attack_honest_cost_second_order.csv).
+DIR/rebook-table.md (``--results``: attack_gains_second_order.csv, attack_honest_cost_second_order.csv). A part run
+with the defences (the quick and full configurations' ``--defences 1``) adds the defended second-order book,
+``ads_second_order_defended`` (free-riders 0, a near-duplicate cluster one claim, each round screened again from its
+record), as a book of both files and a column of the table. To book both second-order books live instead, a study
+runs with ``fedvalue run attacks --fixed-second-order --utility neg_loss`` (FedAvg parts only), and its gains.csv
+has them as the book ``ads_fixed_second_order``, defended gain and all.
 
     python -m bench.attack_study --out DIR --rebook --results docs/results
 
