@@ -373,7 +373,7 @@ def check_fixed_second_order(config: AttacksConfig) -> None:
         raise ValueError(f"fixed_second_order: expected utility={DIFFERENTIABLE_UTILITY!r}, the differentiable "
                          f"utility the second-order expansion of the fixed-weight round game needs; got "
                          f"utility={config.utility!r}. Pass utility=neg_loss (every book of the study is then "
-                         "valued under it), or leave fixed_second_order off.")
+                         "valued under it), or leave it off.")
     robust = [name for name in config.strategies if not aggregates_by_weighted_mean(STRATEGIES[name]())]
     if robust:
         raise ValueError(f"fixed_second_order: expected strategies that aggregate by FedAvg's weighted mean "
