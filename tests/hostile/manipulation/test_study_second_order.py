@@ -26,6 +26,7 @@ from fedvalue.analysis.run_summary import load_run
 from fedvalue.rounds.defences.settings import DefenceSettings
 from simulations.cli.main import main
 from simulations.experiments.attacks.attacks import AttacksConfig, check
+from simulations.experiments.attacks.plan import plan_of
 from simulations.experiments.attacks.rebook import (
     BOOKS,
     part_books,
@@ -36,7 +37,9 @@ from simulations.experiments.attacks.rebook import (
 from simulations.experiments.attacks.study import (
     SECOND_ORDER_TOTALS,
     TOTALS,
+    StudyRun,
     _strategy,
+    run_frames,
     study_run_config,
     study_runs,
     study_totals,
@@ -183,32 +186,35 @@ def test_the_rebooks_tables_gain_the_defended_book_as_rows(tmp_path, utility):  
 
 
 def test_live_runs_that_booked_the_books_have_them_in_the_gains_tables(tmp_path, utility):  # noqa: F811
-    honest, attacked = replicated_run(tmp_path / "none", utility, 1), replicated_run(tmp_path / "attack", utility, 2)
-    own = manipulation_gains([honest], [attacked], identities=[3, 4], seats=[3], attack="sybil-replica-2")
-    assert list(own["book"]) == ["ads", "loo", PLAIN]  # no flows booked: no outflow row
-    row = own.set_index("book").loc[PLAIN]
-    assert row["defended_gain"] == pytest.approx(row["gain"] / 2, rel=1e-9)  # replicas one copy, the seat c = 1
-    assert row["defended_paid"] < row["paid"]
-    without = manipulation_gains([valued_run(tmp_path / "plain-none", utility, make_handler(), range(4),
-                                             num_rounds=1, books=BookSettings(defences=DefenceSettings()))],
-                                 [valued_run(tmp_path / "plain-attack", utility, replica_handler(2), range(5),
-                                             num_rounds=1, books=BookSettings(defences=DefenceSettings()))],
-                                 identities=[3, 4], seats=[3])
-    assert list(without["book"]) == ["ads", "loo"]
-    # The study's tables: the second-order book's rows only for the parts whose totals hold it.
-    totals = pd.DataFrame([{"partition": p, "strategy": "fedavg", "seed": 0, "attack": a, "client_id": c,
-                            **{m: float(1 + c + (a != "none") * (c == 0)) for m in TOTALS},
-                            **({m: float(1 + c) for m in SECOND_ORDER_TOTALS} if p == "iid" else {})}
-                           for p in ("iid", "dirichlet") for a in ("none", "sybil-split-2") for c in range(3)])
-    runs = pd.DataFrame([{"partition": p, "strategy": "fedavg", "seed": 0, "attack": a, "accuracy": 0.5,
-                          "identities": "0" if a != "none" else "", "seats": "0"}
-                         for p in ("iid", "dirichlet") for a in ("none", "sybil-split-2")])
+    """Real runs of the study's plan for client 3 (an honest run, and one with a replica of it), summed as the study
+    sums them: with the switch, totals.csv holds both books and gains.csv the plain one as a book, its defended gain
+    half its gain (the replicas one copy, the honest seat c = 1); without, the same runs' tables are as before."""
+    done = []
+    for attack, copies in (("none", 1), ("sybil-replica-2", 2)):
+        run = StudyRun("iid", "fedavg", 0, plan_of(attack, 4, ORIGINAL, 2))
+        done.append((run, load_run(replicated_run(tmp_path / attack, utility, copies))))
+    totals, runs = run_frames(done, study_totals(STUDY))
+    assert list(totals.columns[-2:]) == list(SECOND_ORDER_TOTALS) and totals[list(SECOND_ORDER_TOTALS)].notna().all().all()
     table = gains_table(totals, runs)
+    assert list(table["book"]) == ["ads", "loo", "tracin_outflow", PLAIN]
+    row = table.set_index("book").loc[PLAIN]
+    assert row["defended_gain"] == pytest.approx(row["gain"] / 2, rel=1e-9)
+    assert row["defended_paid"] < row["paid"]
+    assert list(honest_cost(totals)["book"]) == ["ads", "loo", "tracin_outflow", PLAIN]
+    plain_totals, _ = run_frames(done)  # the study without the switch sums the same runs' other books
+    assert list(plain_totals.columns) == [c for c in totals.columns if c not in SECOND_ORDER_TOTALS]
+    pd.testing.assert_frame_equal(gains_table(plain_totals, runs), table[table["book"] != PLAIN].reset_index(drop=True))
+    # One's own runs: manipulation_gains gives the same row (no flows booked here: no outflow row).
+    own = manipulation_gains([tmp_path / "none"], [tmp_path / "sybil-replica-2"], identities=[3, 4], seats=[3])
+    assert list(own["book"]) == ["ads", "loo", PLAIN]
+    for column in ("gain", "defended_gain", "paid", "defended_paid"):
+        assert own.set_index("book").loc[PLAIN, column] == pytest.approx(row[column], rel=1e-12)
+    # A study's parts each by their own runs: the book's rows only for the part whose totals hold it.
+    mixed = pd.concat([totals, plain_totals.assign(partition="dirichlet")], ignore_index=True)
+    both = pd.concat([runs, runs.assign(partition="dirichlet")], ignore_index=True)
+    table = gains_table(mixed, both)
     assert list(table.loc[table["partition"] == "iid", "book"]) == ["ads", "loo", "tracin_outflow", PLAIN]
     assert list(table.loc[table["partition"] == "dirichlet", "book"]) == ["ads", "loo", "tracin_outflow"]
-    assert list(honest_cost(totals)["book"]) == ["ads", "loo", "tracin_outflow", PLAIN, "ads", "loo", "tracin_outflow"]
-    plain_only = totals.drop(columns=list(SECOND_ORDER_TOTALS))
-    pd.testing.assert_frame_equal(gains_table(plain_only, runs), table[table["book"] != PLAIN].reset_index(drop=True))
 
 
 def test_the_rebook_table_renders_the_defended_book_only_where_its_file_holds_it():
