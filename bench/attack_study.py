@@ -49,7 +49,12 @@ adaptive clusters and overlapping shards, the colluding ring) and their honest r
 them, are booked again under U = −loss by the fixed-weight round game's second-order expansion, which pays any group
 of identities what one client replying their summed weighted update is paid, and beside it by the run's own game,
 the fixed-weight game and its first-order expansion (:mod:`simulations.experiments.attacks.rebook`), tabled in
-DIR/rebook-table.md (``--results``: attack_gains_second_order.csv, attack_honest_cost_second_order.csv).
+DIR/rebook-table.md (``--results``: attack_gains_second_order.csv, attack_honest_cost_second_order.csv). A part run
+with the defences (the quick and full configurations' ``--defences 1``) adds the defended second-order book,
+``ads_second_order_defended`` (free-riders 0, a near-duplicate cluster one claim, each round screened again from its
+record), as a book of both files and a column of the table. To book both second-order books live instead, a study
+runs with ``fedvalue run attacks --fixed-second-order --utility neg_loss`` (FedAvg parts only), and its gains.csv
+has them as the book ``ads_fixed_second_order``, defended gain and all.
 
     python -m bench.attack_study --out DIR --rebook --results docs/results
 
@@ -72,7 +77,13 @@ from bench import results_header
 from fedvalue import gains_table, honest_cost
 from simulations.experiments.attacks.attacks import AttacksConfig
 from simulations.experiments.attacks.plan import adaptive_parts
-from simulations.experiments.attacks.rebook import BOOKS, rebooked_cost, rebooked_frames, rebooked_gains
+from simulations.experiments.attacks.rebook import (
+    BOOKS,
+    DEFENDED_BOOKS,
+    rebooked_cost,
+    rebooked_frames,
+    rebooked_gains,
+)
 from simulations.experiments.attacks.unseen_split import unseen_frames, unseen_gains
 
 
@@ -455,18 +466,31 @@ def _gain(row: pd.Series) -> str:
 
 def rebook_markdown(gains: pd.DataFrame) -> str:
     """``--rebook``'s gains: a row per (part, attack), each book's gain under −loss with its interval, and the
-    identities' paid share of the second-order book beside their seats' honest share."""
+    identities' paid share of the second-order book beside their seats' honest share; where the file holds the
+    defended second-order book (parts run with the defences on), its gain and paid share too, "—" in a part without
+    it (a file without it renders as before)."""
     heads = {"ads": "ADS, the run's game", "ads_fixed_weight": "ADS, fixed-weight game",
-             "ads_first_order": "first order", "ads_second_order": "second order"}
-    lines = ["| part | attack | seeds | " + " | ".join(heads[b] for b in BOOKS) + " | paid, second order (honestly) |",
-             "|" + "---|" * (len(BOOKS) + 4)]
+             "ads_first_order": "first order", "ads_second_order": "second order",
+             "ads_second_order_defended": "second order, defended"}
+    defended = [b for b in DEFENDED_BOOKS if b in set(gains["book"])]
+    shown = [*BOOKS, *defended]
+    paid = ["paid, second order (honestly)"] + [f"paid, {heads[b]} (honestly)" for b in defended]
+    lines = ["| part | attack | seeds | " + " | ".join([*(heads[b] for b in shown), *paid]) + " |",
+             "|" + "---|" * (len(shown) + len(paid) + 3)]
     for (part, attack), group in gains.groupby(["part", "attack"], sort=False):
         books = group.set_index("book")
         second = books.loc["ads_second_order"]
-        lines.append(f"| {part} | {attack} | {int(second['seeds'])} | "
-                     + " | ".join(_gain(books.loc[b]) for b in BOOKS)
-                     + f" | {second['paid']:.3f} ({second['paid_honest']:.3f}) |")
+        cells = [_gain(books.loc[b]) if b in books.index else "—" for b in shown]
+        cells += [_paid(books, b) for b in ("ads_second_order", *defended)]
+        lines.append(f"| {part} | {attack} | {int(second['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _paid(books: pd.DataFrame, book: str) -> str:
+    """The identities' paid share under ``book`` beside their seats' honest one ("—" where the part lacks it)."""
+    if book not in books.index:
+        return "—"
+    return f"{books.loc[book, 'paid']:.3f} ({books.loc[book, 'paid_honest']:.3f})"
 
 
 def rebook_cost_markdown(cost: pd.DataFrame) -> str:

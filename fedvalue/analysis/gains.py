@@ -15,8 +15,11 @@ meaningful when the honest earnings are clearly positive: ``honest_positive`` sa
 bootstrap interval of mean_s H_s lies above 0 (LOO of interchangeable IID updates is about 0,
 and a ratio to it says nothing). A defended book b' is
 compared with the defended honest run (what the participant earns honestly with the defences
-on). Payment: the share of a budget of 1 paid to I under ``share-of-positive`` with floor 0
-(:mod:`fedvalue.analysis.payout`), against J's share in the ``none`` run. Accuracy change: the
+on). The books: ADS, LOO and TracIn outflow, each beside its defended counterpart, and, where the runs
+booked it, the fixed-weight game's second-order book ``ads_fixed_second_order`` beside
+``ads_fixed_second_order_defended`` (:mod:`fedvalue.rounds.kinds.fixed_second_order`). Payment: the share
+of a budget of 1 paid to I under ``share-of-positive`` with floor 0 (:mod:`fedvalue.analysis.payout`),
+against J's share in the ``none`` run. Accuracy change: the
 final held-out accuracy of the run minus the ``none`` run's, mean over seeds with its bootstrap
 interval. The cost of the defences to honest clients is read off the ``none`` runs: each honest
 client's paid share with the defences against without.
@@ -33,6 +36,9 @@ from fedvalue.schema import Status
 
 #: Plain book -> its defended counterpart.
 BOOKS = {"ads": "ads_defended", "loo": "loo_defended", "tracin_outflow": "tracin_outflow_defended"}
+#: The fixed-weight game's second-order book and its defended counterpart: in a table only where the runs booked it
+#: (a study run with ``fixed_second_order``), so that the tables of runs without it read as before.
+SECOND_ORDER_BOOKS = {"ads_fixed_second_order": "ads_fixed_second_order_defended"}
 RESAMPLES = 2000
 KEYS = ["partition", "strategy"]
 
@@ -80,9 +86,17 @@ def seed_sums(totals: pd.DataFrame, runs: pd.DataFrame, attack: str, book: str) 
     return pd.DataFrame(rows)
 
 
+def booked_pairs(totals: pd.DataFrame) -> dict[str, str]:
+    """:data:`BOOKS`, and :data:`SECOND_ORDER_BOOKS` where ``totals`` holds a value of its plain book."""
+    found = {plain: defended for plain, defended in SECOND_ORDER_BOOKS.items()
+             if plain in totals.columns and totals[plain].notna().any()}
+    return BOOKS | found
+
+
 def gains_table(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """A row per (partition, strategy, attack, book): gain without and with the defences (and
-    intervals), paid shares, and the accuracy change (module docstring)."""
+    intervals), paid shares, and the accuracy change (module docstring); the second-order book's rows
+    only for the (partition, strategy) whose runs booked it (:func:`booked_pairs`)."""
     rows = []
     for (scheme, strategy), group in runs.groupby(KEYS, sort=False):
         part = totals[(totals["partition"] == scheme) & (totals["strategy"] == strategy)]
@@ -90,7 +104,7 @@ def gains_table(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
         for attack in [a for a in dict.fromkeys(group["attack"]) if a != "none"]:
             mine = group[group["attack"] == attack].set_index("seed")["accuracy"]
             change = mean_interval((mine - baseline.reindex(mine.index)).dropna().to_numpy())
-            for plain, defended in BOOKS.items():
+            for plain, defended in booked_pairs(part).items():
                 row = {"partition": scheme, "strategy": strategy, "attack": attack, "book": plain,
                        "seeds": len(mine)}
                 for label, book in (("", plain), ("defended_", defended)):
@@ -109,11 +123,12 @@ def gains_table(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def honest_cost(totals: pd.DataFrame) -> pd.DataFrame:
     """Per (partition, strategy, book), in the attack-free runs: the mean and largest change of an
     honest client's paid share (budget 1) when the defences are on, beside a typical share (the median of the
-    clients' paid shares without the defences), and the free-rider flags raised."""
+    clients' paid shares without the defences), and the free-rider flags raised; the second-order book's rows only
+    where the runs booked it (:func:`booked_pairs`)."""
     rows = []
     clean = totals[totals["attack"] == "none"]
     for (scheme, strategy), group in clean.groupby(KEYS, sort=False):
-        for plain, defended in BOOKS.items():
+        for plain, defended in booked_pairs(group).items():
             changes, typical = [], []
             for _, run in group.groupby("seed"):
                 shares = {book: {c: paid_share(run.set_index("client_id")[book], [c]) for c in run["client_id"]}
@@ -131,6 +146,9 @@ def honest_cost(totals: pd.DataFrame) -> pd.DataFrame:
 #: The ledger methods a run's totals are summed over (the plain books and the defended ones).
 TOTALS = ("ads", "loo", "tracin_outflow", "tracin_inflow", "ads_defended", "loo_defended", "tracin_outflow_defended",
           "defence_free_rider")
+#: The ones :func:`manipulation_gains` sums over runs of one's own: :data:`TOTALS` and the second-order books (NaN
+#: where a run did not book them, and then left out of its table).
+OWN_TOTALS = (*TOTALS, *SECOND_ORDER_BOOKS, *SECOND_ORDER_BOOKS.values())
 
 
 def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str = "attack") -> pd.DataFrame:
@@ -139,7 +157,8 @@ def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str 
     paired by position), ``identities`` the clients the attacker played in the attacked runs and
     ``seats`` the honest clients they stand for (default: the identities). A row per book that
     both runs hold (ads, loo, tracin_outflow): the gain with its bootstrap interval over the
-    seeds, the paid shares and the accuracy change; ``partition`` and ``strategy`` read ``own``.
+    seeds, the paid shares and the accuracy change; ``partition`` and ``strategy`` read ``own``. Runs that booked the
+    fixed-weight game's second-order book add its row (:data:`SECOND_ORDER_BOOKS`).
     """
     honest, attacked = [_loaded(run) for run in honest], [_loaded(run) for run in attacked]
     if not honest or len(honest) != len(attacked):
@@ -155,7 +174,7 @@ def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str 
                 if not str(client).isdigit():
                     raise ValueError(f"{name} run of seed {seed}: expected partition ids as client ids (the valuation "
                                      f"mod's); it books {str(client)!r}.")
-                totals.append({**common, "client_id": int(client), **{m: float(row[m]) for m in TOTALS}})
+                totals.append({**common, "client_id": int(client), **{m: float(row[m]) for m in OWN_TOTALS}})
             runs.append({**common, "accuracy": float(run.rounds["utility_realized"].iloc[-1]),
                          "identities": " ".join(map(str, identities if name == attack else [])),
                          "seats": " ".join(map(str, seats))})
@@ -164,7 +183,7 @@ def manipulation_gains(honest, attacked, identities, seats=None, *, attack: str 
     if missing:
         raise ValueError(f"identities: expected clients booked in the attacked runs; {missing} are not.")
     table = gains_table(frame, pd.DataFrame(runs))
-    return table[table["book"].isin([b for b in BOOKS if frame[b].notna().any()])].reset_index(drop=True)
+    return table[table["book"].isin([b for b in booked_pairs(frame) if frame[b].notna().any()])].reset_index(drop=True)
 
 
 def _client_ids(name: str, ids) -> list[int]:
@@ -182,8 +201,8 @@ def _loaded(run) -> Run:
 
 
 def _book_totals(run: Run) -> pd.DataFrame:
-    """Each client's total per :data:`TOTALS` book over the run's booked rows (NaN where it has none)."""
+    """Each client's total per :data:`OWN_TOTALS` book over the run's booked rows (NaN where it has none)."""
     ledger = run.ledger[run.ledger["status"] == Status.OK]
-    table = ledger[ledger["method"].isin(TOTALS)].pivot_table(index="client_id", columns="method", values="value",
-                                                              aggfunc="sum")
-    return table.reindex(columns=list(TOTALS))
+    table = ledger[ledger["method"].isin(OWN_TOTALS)].pivot_table(index="client_id", columns="method", values="value",
+                                                                  aggfunc="sum")
+    return table.reindex(columns=list(OWN_TOTALS))

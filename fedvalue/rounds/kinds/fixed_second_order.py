@@ -67,9 +67,16 @@ class FixedSecondOrderBook(RoundBook):
         return rows
 
 
-def defended_factors(record: RoundRecord, clients: list) -> dict:
-    """Client -> c_k for the round's valid replies ``clients``: the round's free-rider tests and near-duplicate
-    clusters, screened as the defended ADS book screens them, made claim factors."""
+def recorded_claim_factors(record: RoundRecord, clients: list | None = None) -> dict:
+    """Client -> c_k for the round's valid replies ``clients`` (None: :func:`valid_clients` of the record): the
+    round's free-rider tests and near-duplicate clusters, screened as the defended ADS book screens them under the
+    record's own defence settings and previous global model, made claim factors. A record of a round without the
+    defences has no screen to repeat: ValueError naming ``defences``."""
+    if record.settings.defences is None:
+        raise ValueError(f"defences: expected round {record.round}'s record to hold the defence settings its replies "
+                         "were screened under; got none (a run without the defences). Book the defended rows of a "
+                         "run made with the defences on.")
+    clients = valid_clients(record) if clients is None else clients
     settings = DefenceSettings.from_meta(record.settings.defences)
     weights = {c: record.weights[c] for c in clients}
     flags, clusters = screen_replies(record.start_arrays, {c: record.replies[c] for c in clients}, weights,
@@ -90,4 +97,4 @@ def fixed_second_order_book(context: RoundContext) -> FixedSecondOrderBook | Non
     game = record_game(record, context.utility, rule=FIXED_WEIGHT)
     valuation = value_round(game, (Method.ADS,), SECOND_ORDER, seed=round_rng(context.settings.seed, record.round))
     return FixedSecondOrderBook(context, valuation.results[Method.ADS], valuation.num_evaluations,
-                                defended_factors(record, ok) if defended else None)
+                                recorded_claim_factors(record, ok) if defended else None)

@@ -30,7 +30,8 @@ The attacks on identities, free-riders that replay and crafted updates (:mod:`.p
 ``sybil-split-K``, ``sybil-replica-K``, ``colluding-free-riders``, ``delta-weights``,
 ``dynamic-free-rider``, ``crafted-update``, and ``group-split`` for the KNN-ADS market,
 :mod:`.shell_groups`) and every option beyond the ones above (seeds, Dirichlet data,
-Fashion-MNIST, robust strategies, the defences' books) run the study of :mod:`.study` instead,
+Fashion-MNIST, robust strategies, the defences' books, the fixed-weight game's second-order books) run the
+study of :mod:`.study` instead,
 whose gains are :mod:`fedvalue.analysis.gains`; the runs above stay as they were.
 """
 
@@ -84,6 +85,7 @@ from simulations.experiments.attacks.study import (
     run_frames,
     run_group,
     study_runs,
+    study_totals,
     utility_of,
 )
 from simulations.experiments.attacks.study import model_factory as study_model_factory
@@ -113,6 +115,7 @@ from strategies import (
     RunSettings,
     ValuationSettings,
     ValuingStrategy,
+    aggregates_by_weighted_mean,
     train_config,
 )
 
@@ -121,6 +124,10 @@ ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated
 #: The KNN-ADS market's broker splitting into shell groups (no federated run: :mod:`.shell_groups`).
 GROUP_SPLIT = "group-split"
 UTILITIES = ("accuracy", "neg_loss")
+#: The one utility of :data:`UTILITIES` the second-order expansion can differentiate (accuracy's gradient is zero).
+DIFFERENTIABLE_UTILITY = "neg_loss"
+#: The study's switch of the fixed-weight game's second-order books, in run.json only when on.
+FIXED_SECOND_ORDER = "fixed_second_order"
 #: Ledger methods summed per client, and their column names in the table.
 BOOKS = {"ads": "ads", "loo": "loo", "tracin_outflow": "outflow", "tracin_inflow": "inflow"}
 
@@ -164,12 +171,21 @@ class AttacksConfig:
     craft_budget: float = 0.5
     craft_steps: int = 50
     shells: tuple[int, ...] = (1, 2, 4, 8)
+    fixed_second_order: bool = False
 
     #: The engine settings this job takes (CPUs only), flat in run.json and on the command line.
     ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "max_parallel_clients", "ray_address")
+    #: Settings a saved run.json may lack: :data:`FIXED_SECOND_ORDER`, written only when on
+    #: (:func:`simulations.runner.saved_config` reads it back as its default).
+    OPTIONAL_KEYS: ClassVar[tuple[str, ...]] = (FIXED_SECOND_ORDER,)
 
     def as_dict(self) -> dict:
-        return flat_settings(self)
+        """The settings as run.json writes them, ``fixed_second_order`` only when on: the run.json of a study
+        without it reads as before, byte for byte."""
+        settings = flat_settings(self)
+        if not self.fixed_second_order:
+            del settings[FIXED_SECOND_ORDER]
+        return settings
 
     def classic_dict(self) -> dict:
         """The settings of the single-seed measurement alone, as its run.json has always held them."""
@@ -179,7 +195,7 @@ class AttacksConfig:
     def is_study(self) -> bool:
         """Whether this asks for the study (:mod:`.study`) rather than the single-seed measurement."""
         settings, defaults = self.as_dict(), AttacksConfig().as_dict()
-        moved = [name for name in STUDY_FIELDS if settings[name] != defaults[name]]
+        moved = [name for name in STUDY_FIELDS if settings.get(name) != defaults.get(name)]
         return bool(moved) or any(attack not in ATTACKS for attack in self.attacks)
 
 
@@ -294,6 +310,7 @@ def check_study(config: AttacksConfig) -> None:
         if not values or any(v not in allowed for v in values) or len(set(values)) != len(values):
             raise ValueError(f"{name}: expected distinct names from {list(allowed)}; got {list(values)}.")
     check_adaptive(config)
+    check_fixed_second_order(config)
     unknown = [a for a in config.attacks if not (is_study_attack(a) or a == GROUP_SPLIT)]
     if not config.attacks or unknown or len(set(config.attacks)) != len(config.attacks):
         raise ValueError(f"attacks: expected distinct names from {list(PLAIN_ATTACKS) + [GROUP_SPLIT]}, "
@@ -340,6 +357,29 @@ def check_adaptive(config: AttacksConfig) -> None:
         except ValueError as error:
             said = str(error)
             raise ValueError(said if said.startswith("norm_cap:") else f"attacks: {attack}: {said}") from None
+
+
+def check_fixed_second_order(config: AttacksConfig) -> None:
+    """The fixed-weight game's second-order books only where every run of the study can book them
+    (``strategies.ValuingStrategy`` would refuse them inside the engine), refused here before Ray starts: the
+    expansion differentiates U twice (``neg_loss``; the study books accuracy by default, and is not switched to
+    −loss behind the user's back: every book of the runs is valued under the utility chosen) and the fixed-weight
+    coalition rule is FedAvg's (no robust strategy)."""
+    if not isinstance(config.fixed_second_order, bool):
+        raise ValueError(f"fixed_second_order: expected true or false; got {config.fixed_second_order!r}.")
+    if not config.fixed_second_order:
+        return
+    if config.utility != DIFFERENTIABLE_UTILITY:
+        raise ValueError(f"fixed_second_order: expected utility={DIFFERENTIABLE_UTILITY!r}, the differentiable "
+                         f"utility the second-order expansion of the fixed-weight round game needs; got "
+                         f"utility={config.utility!r}. Pass utility=neg_loss (every book of the study is then "
+                         "valued under it), or leave it off.")
+    robust = [name for name in config.strategies if not aggregates_by_weighted_mean(STRATEGIES[name]())]
+    if robust:
+        raise ValueError(f"fixed_second_order: expected strategies that aggregate by FedAvg's weighted mean "
+                         f"('fedavg'; the fixed-weight coalition rule is defined for it only); got strategies="
+                         f"{list(config.strategies)}, of which {robust} aggregate by their own code. Run those "
+                         "without it, or pass strategies=fedavg.")
 
 
 def summarize(ledger: pd.DataFrame, rounds: pd.DataFrame, attack: str, attacker: int,
@@ -454,7 +494,7 @@ def run_study(config: AttacksConfig, out, *, on_run=None, overwrite: bool = Fals
     done = [finished for runs in by_size.values() for finished in run_group(config, runs, out_dir, on_run)]
     table = pd.DataFrame()
     if done:
-        totals, runs = run_frames(done)
+        totals, runs = run_frames(done, study_totals(config))
         table = gains_table(totals, runs)
         totals.to_csv(out_dir / "totals.csv", index=False)
         runs.to_csv(out_dir / "runs.csv", index=False)
@@ -540,6 +580,13 @@ HELP = {
     "craft_budget": "crafted-update: the crafted update stays within this multiple of its honest update's norm",
     "craft_steps": "crafted-update: Adam steps of the crafting",
     "shells": "group-split: numbers of shell groups the broker splits into, comma-separated",
+    "fixed_second_order": "study: every run also books ads_fixed_second_order, the Shapley value of the fixed-weight "
+                          "round game's second-order expansion, u_k·(g + ½ H U), which pays identities whose claims "
+                          "and weighted updates add up what one client is paid, and with --defences 1 or 2 "
+                          "ads_fixed_second_order_defended (flagged free-riders 0, a near-duplicate cluster one "
+                          "claim); both are books of gains.csv. Needs --utility neg_loss (refused otherwise; it is "
+                          "not set for you: every book of the study is then valued under -loss) and --strategies "
+                          "fedavg",
 }
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).

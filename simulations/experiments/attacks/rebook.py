@@ -35,7 +35,12 @@ The study's runs kept their round records (A_{t−1}, every reply and claim), so
 attack's runs and of their attack-free runs is valued again here, with U = −loss on the server's held-out images
 (the expansion needs a differentiable U; the study's booked utility is accuracy), by four books of one round seed
 each (:data:`BOOKS`): ADS of the round game under its own rule and estimator (the run's booked game, under −loss),
-the same under the fixed-weight rule, and that rule's first- and second-order expansions.
+the same under the fixed-weight rule, and that rule's first- and second-order expansions. Where the runs had the
+defences on, a fifth (:data:`DEFENDED_BOOKS`) follows: the second-order values screened by the round's own
+defences, φ^D_k = c_k φ_k (c_k = 0 for a flagged free-rider, n_max(C) / n_C in a near-duplicate cluster C, 1
+alone: :mod:`fedvalue.rounds.defences.second_order`), the factors from each round's record, its defence settings
+and previous global model (:func:`fedvalue.ledger.recorded_claim_factors`): what the live
+``ads_fixed_second_order_defended`` rows pay, under −loss.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from fedvalue import (
     ratio_interval,
     seed_sums,
 )
-from fedvalue.ledger import value_recorded_rounds
+from fedvalue.ledger import read_round, recorded_claim_factors, value_recorded_rounds
 from simulations.experiments.attacks.plan import plan_of
 from simulations.experiments.attacks.study import StudyRun, utility_of
 from simulations.runner import saved_config
@@ -68,23 +73,41 @@ BOOKS: dict[str, tuple[str, str | None]] = {
     "ads_first_order": (FIXED_WEIGHT, "first-order"),
     "ads_second_order": (FIXED_WEIGHT, "second-order"),
 }
+#: Defended book -> the book of :data:`BOOKS` whose values it screens by the round's defences (c_k φ_k).
+DEFENDED_BOOKS: dict[str, str] = {"ads_second_order_defended": "ads_second_order"}
 #: The book every other one's cost to honest clients is measured against: the run's own game under −loss.
 PLAIN = "ads"
 
 
 def rebooked_totals(run_dir: Path, utility, books=tuple(BOOKS)) -> dict[str, dict[int, float]]:
-    """Each client's total over ``run_dir``'s rounds under each of ``books`` (:data:`BOOKS`), every round valued
-    again from its record with its round seed and U = ``utility`` (:func:`fedvalue.ledger.value_recorded_rounds`;
-    with the run's own U, ``ads`` is the booked ADS). A round aggregated by the strategy's own code is refused
-    (ValueError naming the round: the fixed-weight rule is FedAvg's)."""
+    """Each client's total over ``run_dir``'s rounds under each of ``books`` (:data:`BOOKS`, :data:`DEFENDED_BOOKS`),
+    every round valued again from its record with its round seed and U = ``utility``
+    (:func:`fedvalue.ledger.value_recorded_rounds`; with the run's own U, ``ads`` is the booked ADS), a defended book
+    its book's values times the round's claim factors. A round aggregated by the strategy's own code is refused
+    (ValueError naming the round: the fixed-weight rule is FedAvg's), and a defended book of a run without the
+    defences (ValueError naming ``defences``)."""
     totals: dict[str, dict[int, float]] = {book: {} for book in books}
+    valued: dict[str, dict] = {}  # each book's rounds, valued once for it and for its defended book
     for book in books:
-        rule, method = BOOKS[book]
-        estimator = None if method is None else AdsSettings(method=method)
-        for valuation in value_recorded_rounds(run_dir, utility, rule=rule, estimator=estimator).values():
-            for client, value in valuation.results["ads"].values.items():
+        screened = DEFENDED_BOOKS.get(book, book)
+        if screened not in valued:
+            rule, method = BOOKS[screened]
+            estimator = None if method is None else AdsSettings(method=method)
+            valued[screened] = value_recorded_rounds(run_dir, utility, rule=rule, estimator=estimator)
+        for server_round, valuation in valued[screened].items():
+            values = valuation.results["ads"].values
+            if book in DEFENDED_BOOKS:
+                factors = recorded_claim_factors(read_round(run_dir, server_round), list(values.index))
+                values = values * values.index.map(factors).to_numpy(dtype=float)
+            for client, value in values.items():
                 totals[book][int(client)] = totals[book].get(int(client), 0.0) + float(value)
     return totals
+
+
+def part_books(config) -> tuple[str, ...]:
+    """The books a study part of ``config`` is booked again by: :data:`BOOKS`, and :data:`DEFENDED_BOOKS` when its
+    runs had the defences on (their records hold the settings and the previous global model the screen needs)."""
+    return (*BOOKS, *DEFENDED_BOOKS) if config.defences else tuple(BOOKS)
 
 
 def rebooked_frames(part: Path, config_type, attacks: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -95,16 +118,22 @@ def rebooked_frames(part: Path, config_type, attacks: list[str]) -> tuple[pd.Dat
     config = dataclasses.replace(config, utility="neg_loss")
     runs = pd.read_csv(part / "runs.csv")
     runs = runs[(runs["strategy"] == "fedavg") & runs["attack"].isin(["none", *attacks])].reset_index(drop=True)
+    books = part_books(config)
     rows = []
     for _, row in runs.iterrows():
         run = StudyRun(row["partition"], row["strategy"], int(row["seed"]),
                        plan_of(row["attack"], config.num_clients, config.attacker, config.colluders))
-        totals = rebooked_totals(part / run.directory, utility_of(config, run))
+        totals = rebooked_totals(part / run.directory, utility_of(config, run), books)
         for client in sorted(totals[PLAIN]):
             rows.append({"partition": run.scheme, "strategy": run.strategy, "seed": run.seed,
                          "attack": run.plan.attack, "client_id": client}
-                        | {book: totals[book][client] for book in BOOKS})
+                        | {book: totals[book][client] for book in books})
     return pd.DataFrame(rows), runs
+
+
+def rebooked_books(totals: pd.DataFrame) -> list[str]:
+    """The books of :data:`BOOKS` and :data:`DEFENDED_BOOKS` that ``totals`` holds a column of, in that order."""
+    return [book for book in (*BOOKS, *DEFENDED_BOOKS) if book in totals.columns]
 
 
 def rebooked_gains(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -116,7 +145,7 @@ def rebooked_gains(totals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     for (scheme, strategy), group in runs.groupby(["partition", "strategy"], sort=False):
         part = totals[(totals["partition"] == scheme) & (totals["strategy"] == strategy)]
         for attack in [a for a in dict.fromkeys(group["attack"]) if a != "none"]:
-            for book in BOOKS:
+            for book in rebooked_books(totals):
                 seeds = seed_sums(part, group, attack, book)
                 gain, low, high = ratio_interval(seeds["attacked"].to_numpy(), seeds["honest"].to_numpy())
                 honest_low = mean_interval(seeds["honest"].to_numpy())[1]
@@ -134,7 +163,7 @@ def rebooked_cost(totals: pd.DataFrame) -> pd.DataFrame:
     rows = []
     clean = totals[totals["attack"] == "none"]
     for (scheme, strategy), group in clean.groupby(["partition", "strategy"], sort=False):
-        for book in BOOKS:
+        for book in rebooked_books(totals):
             if book == PLAIN:
                 continue
             changes, typical = [], []

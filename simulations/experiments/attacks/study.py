@@ -4,10 +4,15 @@ strategies, with the defences' books beside the plain ones, through Flower on Ra
 Data: ``dataset`` (Fashion-MNIST from Debian's dataset-fashion-mnist, or digits), a
 class-balanced sample of ``train_examples`` training images split among ``num_clients``
 clients (IID, or Dirichlet label skew with concentration ``dirichlet_alpha``), each keeping
-half for training and half as its inference split; the utility is held-out accuracy on a
-class-balanced sample of ``holdout_examples`` test images. Model: softmax regression (a
+half for training and half as its inference split; the utility is held-out accuracy (or −loss:
+``utility``) on a class-balanced sample of ``holdout_examples`` test images. Model: softmax regression (a
 stand-in for the papers' networks), full-batch local SGD. Every participant trains every
 round; the claim review caps claims at each identity's registered size (its true size).
+
+With ``fixed_second_order`` (under ``utility="neg_loss"``, FedAvg only) every run also books the fixed-weight round
+game's second-order book, ``ads_fixed_second_order`` ([ADS] Remark 4.1 on the expansion), and with the defences on
+its defended counterpart, ``ads_fixed_second_order_defended``; both are summed in totals.csv and tabled as a book in
+gains.csv and honest_cost.csv. Off, neither appears anywhere.
 
 Runs are grouped by how many identities take part (each is a node): one Flower engine per
 group, the runs of a group one after another on it. Run directories:
@@ -76,6 +81,14 @@ PARTITIONS = ("iid", "dirichlet")
 #: Ledger methods summed per client into totals.csv.
 TOTALS = ("ads", "loo", "tracin_outflow", "tracin_inflow", "ads_defended", "loo_defended", "tracin_outflow_defended",
           "defence_free_rider")
+#: The fixed-weight game's second-order book and its defended one, summed too when the study books them
+#: (``fixed_second_order``); absent otherwise, so that totals.csv reads as before.
+SECOND_ORDER_TOTALS = ("ads_fixed_second_order", "ads_fixed_second_order_defended")
+
+
+def study_totals(config) -> tuple[str, ...]:
+    """The ledger methods totals.csv sums for ``config``: :data:`TOTALS`, then :data:`SECOND_ORDER_TOTALS` when on."""
+    return TOTALS + (SECOND_ORDER_TOTALS if config.fixed_second_order else ())
 
 
 @dataclass(frozen=True)
@@ -221,7 +234,8 @@ def _strategy(config, run: StudyRun, out_dir, utility, nodes: NodeDirectory, run
         sampler=PartitionSampler(len(plan.participants), seed=run.seed), seed=run.seed,
         acceptance=RepresentativesOnly(defences) if config.defences == 2 else None,
         valuation=ValuationSettings(methods=("ads", "loo"), ads=AdsSettings(budget=config.valuation_budget)),
-        books=BookSettings(flows=True, noisy_clients=set(plan.identities), defences=defences),
+        books=BookSettings(flows=True, noisy_clients=set(plan.identities), defences=defences,
+                           fixed_second_order=config.fixed_second_order),
         intake=IntakeSettings(claims=ClaimReview(registered=registered_sizes(config, run)), nodes=nodes,
                               query_data_key=True),
         run=RunSettings(run_config=run_config))
@@ -264,18 +278,20 @@ def run_group(config, runs: list[StudyRun], out_dir, on_run) -> list[tuple[Study
     return done
 
 
-def run_frames(done: list[tuple[StudyRun, object]]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """totals.csv (a row per run and client) and runs.csv (a row per run) of the finished runs."""
+def run_frames(done: list[tuple[StudyRun, object]],
+               methods: tuple[str, ...] = TOTALS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """totals.csv (a row per run and client, a column per ledger method of ``methods``: :func:`study_totals`) and
+    runs.csv (a row per run) of the finished runs."""
     totals, runs = [], []
     for run, books in done:
         ledger = books.ledger[books.ledger["status"] == Status.OK]
-        table = ledger[ledger["method"].isin(TOTALS)].pivot_table(index="client_id", columns="method", values="value",
-                                                                   aggfunc="sum")
+        table = ledger[ledger["method"].isin(methods)].pivot_table(index="client_id", columns="method",
+                                                                    values="value", aggfunc="sum")
         common = {"partition": run.scheme, "strategy": run.strategy, "seed": run.seed, "attack": run.plan.attack}
         for client, row in table.iterrows():
             role = "identity" if int(client) in run.plan.identities else "honest"
             totals.append({**common, "client_id": int(client), "role": role,
-                           **{m: float(row.get(m, np.nan)) for m in TOTALS}})
+                           **{m: float(row.get(m, np.nan)) for m in methods}})
         clusters = ledger[(ledger["method"] == "defence_cluster") & (pd.to_numeric(ledger["value"]) > 1)]
         claims = books.ledger["method"].astype(str).str.startswith("claim_")
         runs.append({**common, "accuracy": float(books.rounds["utility_realized"].iloc[-1]),
