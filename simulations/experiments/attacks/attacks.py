@@ -128,6 +128,9 @@ UTILITIES = ("accuracy", "neg_loss")
 DIFFERENTIABLE_UTILITY = "neg_loss"
 #: The study's switch of the fixed-weight game's second-order books, in run.json only when on.
 FIXED_SECOND_ORDER = "fixed_second_order"
+#: The study's relative clustering of the defences (κ of ``DefenceSettings.duplicate_median_fraction``), in run.json
+#: only when set.
+DUPLICATE_MEDIAN_FRACTION = "duplicate_median_fraction"
 #: Ledger methods summed per client, and their column names in the table.
 BOOKS = {"ads": "ads", "loo": "loo", "tracin_outflow": "outflow", "tracin_inflow": "inflow"}
 
@@ -172,19 +175,22 @@ class AttacksConfig:
     craft_steps: int = 50
     shells: tuple[int, ...] = (1, 2, 4, 8)
     fixed_second_order: bool = False
+    duplicate_median_fraction: float = 0.0
 
     #: The engine settings this job takes (CPUs only), flat in run.json and on the command line.
     ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("num_cpus_per_client", "max_parallel_clients", "ray_address")
     #: Settings a saved run.json may lack: :data:`FIXED_SECOND_ORDER`, written only when on
     #: (:func:`simulations.runner.saved_config` reads it back as its default).
-    OPTIONAL_KEYS: ClassVar[tuple[str, ...]] = (FIXED_SECOND_ORDER,)
+    OPTIONAL_KEYS: ClassVar[tuple[str, ...]] = (FIXED_SECOND_ORDER, DUPLICATE_MEDIAN_FRACTION)
 
     def as_dict(self) -> dict:
-        """The settings as run.json writes them, ``fixed_second_order`` only when on: the run.json of a study
-        without it reads as before, byte for byte."""
+        """The settings as run.json writes them, ``fixed_second_order`` and ``duplicate_median_fraction`` only when
+        on: the run.json of a study without them reads as before, byte for byte."""
         settings = flat_settings(self)
         if not self.fixed_second_order:
             del settings[FIXED_SECOND_ORDER]
+        if not self.duplicate_median_fraction:
+            del settings[DUPLICATE_MEDIAN_FRACTION]
         return settings
 
     def classic_dict(self) -> dict:
@@ -311,6 +317,7 @@ def check_study(config: AttacksConfig) -> None:
             raise ValueError(f"{name}: expected distinct names from {list(allowed)}; got {list(values)}.")
     check_adaptive(config)
     check_fixed_second_order(config)
+    check_duplicate_median_fraction(config)
     unknown = [a for a in config.attacks if not (is_study_attack(a) or a == GROUP_SPLIT)]
     if not config.attacks or unknown or len(set(config.attacks)) != len(config.attacks):
         raise ValueError(f"attacks: expected distinct names from {list(PLAIN_ATTACKS) + [GROUP_SPLIT]}, "
@@ -380,6 +387,18 @@ def check_fixed_second_order(config: AttacksConfig) -> None:
                          f"('fedavg'; the fixed-weight coalition rule is defined for it only); got strategies="
                          f"{list(config.strategies)}, of which {robust} aggregate by their own code. Run those "
                          "without it, or pass strategies=fedavg.")
+
+
+def check_duplicate_median_fraction(config: AttacksConfig) -> None:
+    """κ of the relative clusters (:mod:`fedvalue.rounds.defences.relative_clusters`): 0 (off, the fixed τ) or in
+    (0, 1), and only with the defences on (it is theirs), refused here before Ray starts."""
+    kappa = config.duplicate_median_fraction
+    if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not 0 <= kappa < 1:
+        raise ValueError(f"duplicate_median_fraction: expected 0 (off: the fixed threshold) or a number in (0, 1), "
+                         f"e.g. 0.25; got {kappa!r}.")
+    if kappa and not config.defences:
+        raise ValueError(f"duplicate_median_fraction: expected defences=1 or 2 (it sets how the defences cluster "
+                         f"identities); got defences={config.defences!r} with duplicate_median_fraction={kappa!r}.")
 
 
 def summarize(ledger: pd.DataFrame, rounds: pd.DataFrame, attack: str, attacker: int,
@@ -587,6 +606,9 @@ HELP = {
                           "claim); both are books of gains.csv. Needs --utility neg_loss (refused otherwise; it is "
                           "not set for you: every book of the study is then valued under -loss) and --strategies "
                           "fedavg",
+    "duplicate_median_fraction": "study, defences: cluster identities at kappa x the round's median pairwise update "
+                                 "distance (relative to norms) instead of the fixed 0.05 alone (0 = off; e.g. 0.25, "
+                                 "the value fixed from attack-free rounds)",
 }
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).

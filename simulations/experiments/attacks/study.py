@@ -228,7 +228,8 @@ def study_runs(config) -> list[StudyRun]:
 
 def _strategy(config, run: StudyRun, out_dir, utility, nodes: NodeDirectory, run_config: dict) -> ValuingStrategy:
     plan = run.plan
-    defences = DefenceSettings(norm_cap=config.norm_cap or None) if config.defences else None
+    defences = DefenceSettings(norm_cap=config.norm_cap or None,
+                               duplicate_median_fraction=config.duplicate_median_fraction or None) if config.defences else None
     return ValuingStrategy(
         STRATEGIES[run.strategy](), utility, run_dir=str(out_dir / run.directory),
         sampler=PartitionSampler(len(plan.participants), seed=run.seed), seed=run.seed,
