@@ -58,6 +58,12 @@ has them as the book ``ads_fixed_second_order``, defended gain and all.
 
     python -m bench.attack_study --out DIR --rebook --results docs/results
 
+``--relative PART,PART`` runs nothing either: DIR's parts that ``fedvalue run attacks --duplicate-median-fraction κ``
+wrote (the adaptive attacks against the defences' relative clusters, :mod:`fedvalue.rounds.defences.relative_clusters`)
+combined into DIR/relative-table.md (``--results``: attack_gains_relative.csv, attack_honest_cost_relative.csv).
+
+    python -m bench.attack_study --out DIR --relative iid-fedavg-relative,dirichlet-fedavg-relative --results docs/results
+
 ``--digits RUN_DIR`` runs nothing either: the single-seed digits measurement of ``fedvalue run attacks --out RUN_DIR``
 (its attacks.csv) as the docs' table, kept as attack_digits.csv with ``--results``.
 """
@@ -117,7 +123,8 @@ RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation
            "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv",
            "unseen": "attack_gains_unseen.csv", "digits": "attack_digits.csv",
            "identities": "attack_gains_identities.csv", "rebook-gains": "attack_gains_second_order.csv",
-           "rebook-cost": "attack_honest_cost_second_order.csv"}
+           "rebook-cost": "attack_honest_cost_second_order.csv", "relative-gains": "attack_gains_relative.csv",
+           "relative-cost": "attack_honest_cost_relative.csv"}
 #: The identity attacks of the study: one participant's data under several identities (split or replicated).
 IDENTITIES = ("sybil-split-2", "sybil-split-4", "sybil-split-8", "sybil-replica-2", "sybil-replica-4",
               "sybil-replica-8")
@@ -159,6 +166,28 @@ def combine(out: Path, names: list[str], prefix: str = "") -> tuple[pd.DataFrame
     cost.to_csv(out / f"{prefix}honest_cost.csv", index=False)
     (out / f"{prefix}cost.md").write_text(cost_markdown(cost))
     return gains, cost
+
+
+def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
+    """``--relative``: the parts ``names`` of ``out``, each a ``fedvalue run attacks`` study run with the defences'
+    relative clusters (``--duplicate-median-fraction κ``), combined as :func:`combine` does into
+    DIR/relative-gains.csv, relative-honest_cost.csv and relative-table.md, κ a column of both tables (ValueError
+    naming ``--relative`` for a part that is missing, unfinished or run without κ)."""
+    kappas = {}
+    for name in names:
+        saved = out / name / "run.json"
+        if not (saved.is_file() and (out / name / "totals.csv").is_file()):
+            raise ValueError(f"--relative: expected a finished study part {str(out / name)!r} (run.json, totals.csv)")
+        kappas[name] = json.loads(saved.read_text()).get("duplicate_median_fraction")
+        if not kappas[name]:
+            raise ValueError(f"--relative: expected a part run with --duplicate-median-fraction; {name!r} was run "
+                             "with the fixed threshold")
+    gains, cost = combine(out, names, "relative-")
+    by_data = {pd.read_csv(out / name / "totals.csv")["partition"].iloc[0]: kappa for name, kappa in kappas.items()}
+    gains["duplicate_median_fraction"] = gains["partition"].map(by_data)
+    cost["duplicate_median_fraction"] = cost["partition"].map(by_data)
+    (out / "relative-table.md").write_text(adaptive_markdown(gains))
+    return {"relative-gains": gains, "relative-cost": cost}
 
 
 def write_tables(out: Path, names: list[str], capped: list[str], aggregated: list[str],
@@ -227,6 +256,11 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
         tables.append(rebook_markdown(frames["rebook-gains"]).rstrip("\n"))
     if "rebook-cost" in frames:
         tables.append(rebook_cost_markdown(frames["rebook-cost"]).rstrip("\n"))
+    if "relative-gains" in frames:
+        tables.append(adaptive_markdown(frames["relative-gains"]).rstrip("\n"))
+    if "relative-cost" in frames:
+        kappa = ", ".join(f"{k:g}" for k in sorted(set(frames["relative-cost"]["duplicate_median_fraction"])))
+        tables.append(cost_markdown(frames["relative-cost"], f", relative clusters κ = {kappa}").rstrip("\n"))
     return tables
 
 
@@ -547,6 +581,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--identity-seeds", type=int, metavar="N",
                         help="run only the identity attacks on Dirichlet data under FedAvg over N seeds (with "
                              "--results: attack_gains_identities.csv)")
+    parser.add_argument("--relative", metavar="PART,PART",
+                        help="run nothing: table DIR's parts run with --duplicate-median-fraction (the adaptive "
+                             "attacks against the relative clusters; with --results: attack_gains_relative.csv, "
+                             "attack_honest_cost_relative.csv)")
     parser.add_argument("--markdown", type=Path, metavar="FOLDER",
                         help="print the docs' tables from FOLDER's attack_*.csv alone (runs nothing)")
     args = parser.parse_args(argv)
@@ -573,6 +611,16 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         parser.error(str(error))
     options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
+    if args.relative is not None:
+        try:
+            frames = relative_study(args.out, [name for name in args.relative.split(",") if name])
+        except ValueError as error:
+            parser.error(str(error))
+        if args.results is not None:
+            write_results(args.results, frames, "python -m bench.attack_study "
+                          + " ".join(argv if argv is not None else sys.argv[1:]))
+        print((args.out / "relative-table.md").read_text())
+        return
     if args.unseen or args.rebook:
         if not args.out.is_dir():
             parser.error(f"--out: expected the study's folder holding its parts; got {str(args.out)!r}")

@@ -5,6 +5,7 @@ study's plan hands κ to the defences of every run; off, run.json and the defenc
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -53,3 +54,17 @@ def test_the_plan_hands_kappa_to_every_runs_defences_and_leaves_no_trace_when_of
     assert "duplicate_median_fraction" not in AttacksConfig().as_dict()
     assert saved_config(AttacksConfig, STUDY.as_dict()) == STUDY
     assert saved_config(AttacksConfig, off.as_dict()) == off
+
+
+def test_the_bench_tables_only_parts_run_with_kappa_naming_the_option(tmp_path, capsys):
+    from bench import attack_study
+
+    part = tmp_path / "iid-fedavg"
+    part.mkdir()
+    (part / "run.json").write_text(json.dumps(AttacksConfig(attacks=("none",), defences=1).as_dict()))
+    (part / "totals.csv").write_text("partition,strategy\niid,fedavg\n")
+    for names, said in (("iid-fedavg", "was run with the fixed threshold"), ("elsewhere", "expected a finished study")):
+        with pytest.raises(SystemExit) as stopped:
+            attack_study.main(["--out", str(tmp_path), "--relative", names])
+        assert stopped.value.code == 2
+        assert said in capsys.readouterr().err
