@@ -18,7 +18,15 @@ from simulations.runner.api import (
     simulate,
 )
 from simulations.runner.budget import check_budget, parse_budget
-from simulations.runner.config_checks import check_devices, check_integers, check_numbers, clients_device, saved_config
+from simulations.runner.config_checks import (
+    DIFFERENTIABLE_UTILITY,
+    check_devices,
+    check_integers,
+    check_numbers,
+    clients_device,
+    fixed_second_order_asked,
+    saved_config,
+)
 from simulations.runner.console import print_federated_run, progress_bar, round_progress
 from simulations.runner.engine import run_flower_simulation, serve, torch_threads
 from simulations.runner.engine_settings import (
@@ -62,8 +70,10 @@ __all__ = [
     "client_mods",
     "clients_device",
     "default_max_parallel_clients",
+    "DIFFERENTIABLE_UTILITY",
     "EngineSettings",
     "fedavg_without_evaluation",
+    "fixed_second_order_asked",
     "flat_fields",
     "flat_settings",
     "initial_model_arrays",

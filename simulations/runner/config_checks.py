@@ -61,6 +61,22 @@ def check_gpu_shares(device: str, num_gpus_per_client: float, *, name: str = "nu
                          f"Give a share, e.g. 0.1 (ten clients share a GPU), or {instead}.")
 
 
+#: The one utility the round game's expansions can differentiate (accuracy's gradient is zero).
+DIFFERENTIABLE_UTILITY = "neg_loss"
+
+
+def fixed_second_order_asked(fixed_second_order: object, utility: str, remedy: str) -> bool:
+    """Whether a run asks for the fixed-weight game's second-order book (``fixed_second_order``: true or false),
+    refused (ValueError naming it, ``remedy`` at the end) without the differentiable utility it expands."""
+    if not isinstance(fixed_second_order, bool):
+        raise ValueError(f"fixed_second_order: expected true or false; got {fixed_second_order!r}.")
+    if fixed_second_order and utility != DIFFERENTIABLE_UTILITY:
+        raise ValueError(f"fixed_second_order: expected utility={DIFFERENTIABLE_UTILITY!r}, the differentiable "
+                         f"utility the second-order expansion of the fixed-weight round game needs; got "
+                         f"utility={utility!r}. {remedy}")
+    return fixed_second_order
+
+
 def clients_device(device: str) -> str:
     """The device the clients of a run on ``device`` train on: ``"cuda"`` for a CUDA device (in a Ray worker
     the GPU of its share is its cuda:0, whatever the server's index), else ``"cpu"``."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from collections.abc import Collection
 from pathlib import Path
 
 from fedvalue.audit.round import recompute_books
 from fedvalue.run.archive import RoundRecord, save_npz, write_round_record
+from fedvalue.run.ledger_reader import read_ledger_csv
 from fedvalue.run.ledger_tables import chain_hash, csv_lines, genesis_hash
 from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS, with_ground_truth
 from fedvalue.valuation.round_game import ArraysUtility
@@ -39,6 +41,15 @@ def rebook_last_round(run_dir: Path, record: RoundRecord, utility: ArraysUtility
     (run_dir / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
     save_npz(next(p for p in sorted((run_dir / "checkpoint").iterdir())
                   if p.name.endswith(".npz") and not p.name.endswith("-state.npz")), realized)
+
+
+def forge_ledger_rows(run_dir: Path, rows: list[dict]) -> None:
+    """Write ``rows`` (csv.DictReader's of ledger.csv) as the ledger and its Parquet copy, then :func:`rechain`: a
+    forger without a key whose chain, seals and manifest match the edit."""
+    (run_dir / "ledger.csv").write_text(",".join(LEDGER_COLUMNS) + "\n" + "".join(csv_lines(LEDGER_COLUMNS, rows)))
+    read_ledger_csv(io.StringIO((run_dir / "ledger.csv").read_text(), newline="")).to_parquet(
+        run_dir / "ledger.parquet", index=False)
+    rechain(run_dir)
 
 
 def rechain(run_dir: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import json
 import shutil
 
@@ -29,15 +28,12 @@ from fedvalue.run.archive import (
     record_bytes,
     round_record_paths,
 )
-from fedvalue.run.ledger_reader import read_ledger_csv
-from fedvalue.run.ledger_tables import csv_lines
-from fedvalue.schema import LEDGER_COLUMNS
 from fedvalue.scoring.torch_utilities import TorchModelUtility
 from fedvalue.valuation.round_game import round_game_for, round_rng, value_round
 from fedvalue.valuation.settings import FIXED_WEIGHT, AdsSettings, ValuationSettings
 from strategies import BookSettings, PartitionSampler, ValuingStrategy
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
-from tests.fedvalue.forgery import rechain
+from tests.fedvalue.forgery import forge_ledger_rows
 from tests.strategies.harness.inprocess import InProcessGrid
 from tests.strategies.test_valuing import (
     NODE_OF,
@@ -150,10 +146,7 @@ def test_the_audit_recomputes_the_rows_and_fails_a_changed_one_naming_the_method
         rows = list(csv.DictReader(handle))
     changed = next(row for row in rows if row["round"] == "2" and row["method"] == METHOD)
     changed["value"] = repr(float(changed["value"]) + 1e-3)
-    (run_dir / "ledger.csv").write_text(",".join(LEDGER_COLUMNS) + "\n" + "".join(csv_lines(LEDGER_COLUMNS, rows)))
-    read_ledger_csv(io.StringIO((run_dir / "ledger.csv").read_text(), newline="")).to_parquet(
-        run_dir / "ledger.parquet", index=False)
-    rechain(run_dir)  # a forger without a key: the chain, seals and manifest match the edit
+    forge_ledger_rows(run_dir, rows)  # a forger without a key: the chain, seals and manifest match the edit
     report = audit_run(run_dir, utility=utility)
     assert not report.intact
     assert any(p.startswith(f"recompute: round 2 {METHOD} of client {changed['client_id']}: value is booked")

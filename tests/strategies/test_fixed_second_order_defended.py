@@ -14,7 +14,6 @@ of them unless both books are on, and the payout refusing them without the opt-i
 from __future__ import annotations
 
 import csv
-import io
 import json
 
 import numpy as np
@@ -33,13 +32,11 @@ from fedvalue.rounds.defences.settings import DefenceSettings
 from fedvalue.rounds.kinds.defences import PREVIOUS_GLOBAL
 from fedvalue.rounds.kinds.fixed_second_order import fixed_second_order_book
 from fedvalue.run.archive import RoundRecord, round_record_paths
-from fedvalue.run.ledger_reader import read_ledger_csv
-from fedvalue.run.ledger_tables import csv_lines
 from fedvalue.run.settings import RoundSettings
-from fedvalue.schema import LEDGER_COLUMNS, ClientEntry
+from fedvalue.schema import ClientEntry
 from strategies import BookSettings
 from strategies.arrays import arrays_to_numpy, numpy_to_arrays
-from tests.fedvalue.forgery import rechain
+from tests.fedvalue.forgery import forge_ledger_rows
 from tests.hostile.manipulation.test_identities_paid_their_sum import LogDistanceUtility
 from tests.strategies.test_fixed_second_order import booked_rows, valued_run
 from tests.strategies.test_valuing import (
@@ -235,10 +232,7 @@ def test_the_audit_recomputes_the_defended_rows_and_fails_a_changed_one(tmp_path
     changed = next(row for row in rows if row["round"] == "2" and row["method"] == DEFENDED
                    and row["client_id"] == str(REPLICA))
     changed["value"] = repr(float(changed["value"]) * 2)  # the replica paid as a second copy
-    (run_dir / "ledger.csv").write_text(",".join(LEDGER_COLUMNS) + "\n" + "".join(csv_lines(LEDGER_COLUMNS, rows)))
-    read_ledger_csv(io.StringIO((run_dir / "ledger.csv").read_text(), newline="")).to_parquet(
-        run_dir / "ledger.parquet", index=False)
-    rechain(run_dir)  # a forger without a key: the chain, seals and manifest match the edit
+    forge_ledger_rows(run_dir, rows)  # a forger without a key: the chain, seals and manifest match the edit
     report = audit_run(run_dir, utility=utility)
     assert not report.intact
     assert any(p.startswith(f"recompute: round 2 {DEFENDED} of client {REPLICA}: value is booked")

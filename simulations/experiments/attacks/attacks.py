@@ -98,6 +98,7 @@ from simulations.runner import (
     fedavg_without_evaluation,
     flat_fields,
     flat_settings,
+    fixed_second_order_asked,
     initial_model_arrays,
     package_versions,
     prepare_run_dir,
@@ -124,8 +125,6 @@ ATTACKS = ("none", "free-rider", "free-rider-noise", "inflated-count", "inflated
 #: The KNN-ADS market's broker splitting into shell groups (no federated run: :mod:`.shell_groups`).
 GROUP_SPLIT = "group-split"
 UTILITIES = ("accuracy", "neg_loss")
-#: The one utility of :data:`UTILITIES` the second-order expansion can differentiate (accuracy's gradient is zero).
-DIFFERENTIABLE_UTILITY = "neg_loss"
 #: The study's switch of the fixed-weight game's second-order books, in run.json only when on.
 FIXED_SECOND_ORDER = "fixed_second_order"
 #: The study's relative clustering of the defences (κ of ``DefenceSettings.duplicate_median_fraction``), in run.json
@@ -372,15 +371,10 @@ def check_fixed_second_order(config: AttacksConfig) -> None:
     expansion differentiates U twice (``neg_loss``; the study books accuracy by default, and is not switched to
     −loss behind the user's back: every book of the runs is valued under the utility chosen) and the fixed-weight
     coalition rule is FedAvg's (no robust strategy)."""
-    if not isinstance(config.fixed_second_order, bool):
-        raise ValueError(f"fixed_second_order: expected true or false; got {config.fixed_second_order!r}.")
-    if not config.fixed_second_order:
+    if not fixed_second_order_asked(config.fixed_second_order, config.utility,
+                                    "Pass utility=neg_loss (every book of the study is then valued under it), or "
+                                    "leave it off."):
         return
-    if config.utility != DIFFERENTIABLE_UTILITY:
-        raise ValueError(f"fixed_second_order: expected utility={DIFFERENTIABLE_UTILITY!r}, the differentiable "
-                         f"utility the second-order expansion of the fixed-weight round game needs; got "
-                         f"utility={config.utility!r}. Pass utility=neg_loss (every book of the study is then "
-                         "valued under it), or leave it off.")
     robust = [name for name in config.strategies if not aggregates_by_weighted_mean(STRATEGIES[name]())]
     if robust:
         raise ValueError(f"fixed_second_order: expected strategies that aggregate by FedAvg's weighted mean "

@@ -44,6 +44,7 @@ from simulations.datasets import (
     split_holdout,
 )
 from simulations.runner import (
+    DIFFERENTIABLE_UTILITY,
     STRATEGY_PARAMETERS,
     EngineSettings,
     RayParallelUtility,
@@ -58,6 +59,7 @@ from simulations.runner import (
     check_strategy,
     client_mods,
     clients_device,
+    fixed_second_order_asked,
     flat_settings,
     parse_budget,
     saved_config,
@@ -87,8 +89,6 @@ MAX_VALUATION_WORKERS = 256
 ADAPTIVE = "adaptive"
 ADS_METHODS = ("auto", "exact", "mc", "tmc", "antithetic", "stratified", "kernelshap", *EXPANSION_METHODS, ADAPTIVE)
 UTILITIES = ("accuracy", "neg_loss")
-#: The one utility of :data:`UTILITIES` the expansion methods can differentiate (accuracy's gradient is zero).
-DIFFERENTIABLE_UTILITY = "neg_loss"
 #: The decisions adaptive MC-ADS spends its evaluations on (:class:`fedvalue.AdsSettings`' ``decision``).
 ADAPTIVE_DECISIONS = ("threshold", "top-k")
 #: The ``ads_method="adaptive"`` settings, written to run.json only by an adaptive run (as
@@ -288,14 +288,9 @@ def _check_fixed_second_order(config: NoisyClientsConfig) -> None:
     """The fixed-weight game's second-order book only where the valuing strategy would take it
     (:func:`strategies.hooks.registry.check_fixed_second_order`), refused here before Ray starts: it
     differentiates U (``neg_loss``) and weighs coalitions by FedAvg's round weights ('fedavg', 'fedprox')."""
-    if not isinstance(config.fixed_second_order, bool):
-        raise ValueError(f"fixed_second_order: expected true or false; got {config.fixed_second_order!r}.")
-    if not config.fixed_second_order:
+    if not fixed_second_order_asked(config.fixed_second_order, config.utility,
+                                    "Pass utility=neg_loss, or leave it off."):
         return
-    if config.utility != DIFFERENTIABLE_UTILITY:
-        raise ValueError(f"fixed_second_order: expected utility={DIFFERENTIABLE_UTILITY!r}, the differentiable "
-                         f"utility the second-order expansion of the fixed-weight round game needs; got "
-                         f"utility={config.utility!r}. Pass utility=neg_loss, or leave it off.")
     if not aggregates_by_weighted_mean(build_strategy(config, config.clients_per_round)):
         raise ValueError(f"fixed_second_order: expected a strategy that aggregates by FedAvg's weighted mean "
                          f"('fedavg', 'fedprox'; the fixed-weight coalition rule is defined for it only); got "
