@@ -169,25 +169,53 @@ def combine(out: Path, names: list[str], prefix: str = "") -> tuple[pd.DataFrame
 
 
 def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
-    """``--relative``: the parts ``names`` of ``out``, each a ``fedvalue run attacks`` study run with the defences'
-    relative clusters (``--duplicate-median-fraction κ``), combined as :func:`combine` does into
-    DIR/relative-gains.csv, relative-honest_cost.csv and relative-table.md, κ a column of both tables (ValueError
-    naming ``--relative`` for a part that is missing, unfinished or run without κ)."""
+    """``--relative``: the parts ``names`` of ``out``, each a ``fedvalue run attacks`` study of one data partition,
+    run with the defences' relative clusters (``--duplicate-median-fraction κ``) or with the fixed threshold alone
+    (κ = 0: the control of the same seeds), combined part by part as :func:`combine` does into
+    DIR/relative-gains.csv, relative-honest_cost.csv and relative-table.md; κ and, per attack, the mean rows the
+    defences clustered are columns (ValueError naming ``--relative`` for a part that is missing or unfinished, or
+    for parts none of which was run with κ)."""
     kappas = {}
     for name in names:
         saved = out / name / "run.json"
         if not (saved.is_file() and (out / name / "totals.csv").is_file()):
             raise ValueError(f"--relative: expected a finished study part {str(out / name)!r} (run.json, totals.csv)")
-        kappas[name] = json.loads(saved.read_text()).get("duplicate_median_fraction")
-        if not kappas[name]:
-            raise ValueError(f"--relative: expected a part run with --duplicate-median-fraction; {name!r} was run "
-                             "with the fixed threshold")
-    gains, cost = combine(out, names, "relative-")
-    by_data = {pd.read_csv(out / name / "totals.csv")["partition"].iloc[0]: kappa for name, kappa in kappas.items()}
-    gains["duplicate_median_fraction"] = gains["partition"].map(by_data)
-    cost["duplicate_median_fraction"] = cost["partition"].map(by_data)
-    (out / "relative-table.md").write_text(adaptive_markdown(gains))
-    return {"relative-gains": gains, "relative-cost": cost}
+        kappas[name] = float(json.loads(saved.read_text()).get("duplicate_median_fraction") or 0.0)
+    if not any(kappas.values()):
+        raise ValueError("--relative: expected at least one part run with --duplicate-median-fraction; every part "
+                         "named was run with the fixed threshold")
+    gains, costs = [], []
+    for name, kappa in kappas.items():
+        part_gains, part_cost = combine(out, [name], f"{name}-")
+        runs = pd.read_csv(out / name / "runs.csv")
+        clustered = runs.groupby("attack")["clustered_rows"].mean()
+        gains.append(part_gains.assign(duplicate_median_fraction=kappa,
+                                       clustered_rows=part_gains["attack"].map(clustered)))
+        costs.append(part_cost.assign(duplicate_median_fraction=kappa))
+    gains_frame, cost_frame = pd.concat(gains, ignore_index=True), pd.concat(costs, ignore_index=True)
+    (out / "relative-table.md").write_text(relative_markdown(gains_frame))
+    return {"relative-gains": gains_frame, "relative-cost": cost_frame}
+
+
+def relative_markdown(gains: pd.DataFrame) -> str:
+    """The relative clusters' table: a row per (data, strategy, attack, margin) and clustering rule (the fixed τ,
+    or κ × the round's median distance), the mean rows the defences clustered a run, each payable book's gain with
+    the defences on, and the identities' paid share of ADS with the defences on beside their seats' honest one."""
+    lines = ["| data | strategy | attack | margin M past τ | clusters | rows clustered (a run) | ADS, defended | "
+             "paid, defended (honestly) | outflow, defended | LOO, defended |", "|" + "---|" * 10]
+    order = gains.assign(_margin=[adaptive_parts(a)[2] for a in gains["attack"]],
+                         _kind=[f"{adaptive_parts(a)[0]}-{adaptive_parts(a)[1]}" for a in gains["attack"]])
+    order = order.sort_values(["partition", "strategy", "_kind", "_margin", "duplicate_median_fraction"], kind="stable")
+    for key in dict.fromkeys(zip(order["partition"], order["strategy"], order["attack"],
+                                 order["duplicate_median_fraction"])):
+        rows = gains[gains["duplicate_median_fraction"] == key[3]]
+        ads, outflow, loo = (_row(rows, key[:3], book) for book in ("ads", "tracin_outflow", "loo"))
+        kind, size, margin = adaptive_parts(key[2])
+        rule = f"κ = {key[3]:g} × median" if key[3] else "τ = 0.05"
+        lines.append(f"| {key[0]} | {key[1]} | {kind}-{size} | {margin:g} | {rule} | {ads['clustered_rows']:g} | "
+                     f"{_interval(ads, 'defended_')} | {ads['defended_paid']:.3f} ({ads['defended_paid_honest']:.3f}) | "
+                     f"{_interval(outflow, 'defended_')} | {_interval(loo, 'defended_')} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_tables(out: Path, names: list[str], capped: list[str], aggregated: list[str],
@@ -257,10 +285,11 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
     if "rebook-cost" in frames:
         tables.append(rebook_cost_markdown(frames["rebook-cost"]).rstrip("\n"))
     if "relative-gains" in frames:
-        tables.append(adaptive_markdown(frames["relative-gains"]).rstrip("\n"))
+        tables.append(relative_markdown(frames["relative-gains"]).rstrip("\n"))
     if "relative-cost" in frames:
-        kappa = ", ".join(f"{k:g}" for k in sorted(set(frames["relative-cost"]["duplicate_median_fraction"])))
-        tables.append(cost_markdown(frames["relative-cost"], f", relative clusters κ = {kappa}").rstrip("\n"))
+        relative = frames["relative-cost"][frames["relative-cost"]["duplicate_median_fraction"] > 0]
+        kappa = ", ".join(f"{k:g}" for k in sorted(set(relative["duplicate_median_fraction"])))
+        tables.append(cost_markdown(relative, f", relative clusters κ = {kappa}").rstrip("\n"))
     return tables
 
 
