@@ -124,7 +124,9 @@ RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation
            "unseen": "attack_gains_unseen.csv", "digits": "attack_digits.csv",
            "identities": "attack_gains_identities.csv", "rebook-gains": "attack_gains_second_order.csv",
            "rebook-cost": "attack_honest_cost_second_order.csv", "relative-gains": "attack_gains_relative.csv",
-           "relative-cost": "attack_honest_cost_relative.csv"}
+           "relative-cost": "attack_honest_cost_relative.csv",
+           "relative-second-order-gains": "attack_gains_relative_second_order.csv",
+           "relative-second-order-cost": "attack_honest_cost_relative_second_order.csv"}
 #: The identity attacks of the study: one participant's data under several identities (split or replicated).
 IDENTITIES = ("sybil-split-2", "sybil-split-4", "sybil-split-8", "sybil-replica-2", "sybil-replica-4",
               "sybil-replica-8")
@@ -184,37 +186,61 @@ def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
     if not any(kappas.values()):
         raise ValueError("--relative: expected at least one part run with --duplicate-median-fraction; every part "
                          "named was run with the fixed threshold")
-    gains, costs = [], []
+    frames: dict[str, list[pd.DataFrame]] = {}
     for name, kappa in kappas.items():
         part_gains, part_cost = combine(out, [name], f"{name}-")
         runs = pd.read_csv(out / name / "runs.csv")
         clustered = runs.groupby("attack")["clustered_rows"].mean()
-        gains.append(part_gains.assign(duplicate_median_fraction=kappa,
-                                       clustered_rows=part_gains["attack"].map(clustered)))
-        costs.append(part_cost.assign(duplicate_median_fraction=kappa))
-    gains_frame, cost_frame = pd.concat(gains, ignore_index=True), pd.concat(costs, ignore_index=True)
-    (out / "relative-table.md").write_text(relative_markdown(gains_frame))
-    return {"relative-gains": gains_frame, "relative-cost": cost_frame}
+        # A part that booked the second-order books (under -loss) is tabled apart from the accuracy parts.
+        key = "relative-second-order" if json.loads((out / name / "run.json").read_text()).get(
+            "fixed_second_order") else "relative"
+        frames.setdefault(f"{key}-gains", []).append(part_gains.assign(
+            duplicate_median_fraction=kappa, clustered_rows=part_gains["attack"].map(clustered)))
+        frames.setdefault(f"{key}-cost", []).append(part_cost.assign(duplicate_median_fraction=kappa))
+    combined = {key: pd.concat(parts, ignore_index=True) for key, parts in frames.items()}
+    tables = [relative_markdown(combined[key]) for key in ("relative-gains", "relative-second-order-gains")
+              if key in combined]
+    (out / "relative-table.md").write_text("\n".join(tables))
+    return combined
+
+
+#: The second-order book of a study run with ``--fixed-second-order`` (its defended book is its defended gain).
+SECOND_ORDER_BOOK = "ads_fixed_second_order"
 
 
 def relative_markdown(gains: pd.DataFrame) -> str:
-    """The relative clusters' table: a row per (data, strategy, attack, margin) and clustering rule (the fixed τ,
-    or κ × the round's median distance), the mean rows the defences clustered a run, each payable book's gain with
-    the defences on, and the identities' paid share of ADS with the defences on beside their seats' honest one."""
-    lines = ["| data | strategy | attack | margin M past τ | clusters | rows clustered (a run) | ADS, defended | "
-             "paid, defended (honestly) | outflow, defended | LOO, defended |", "|" + "---|" * 10]
-    order = gains.assign(_margin=[adaptive_parts(a)[2] for a in gains["attack"]],
-                         _kind=[f"{adaptive_parts(a)[0]}-{adaptive_parts(a)[1]}" for a in gains["attack"]])
-    order = order.sort_values(["partition", "strategy", "_kind", "_margin", "duplicate_median_fraction"], kind="stable")
+    """The relative clusters' table: a row per (data, strategy, attack) and clustering rule (the fixed τ, or κ ×
+    the round's median distance), the adaptive attacks by kind and margin M past τ, the mean rows the defences
+    clustered a run, each payable book's gain with the defences on and the identities' paid share of defended ADS
+    beside their seats' honest one; for parts that booked the second-order books (under −loss), that book's gain
+    plain and defended and the defended book's paid share instead of outflow and LOO."""
+    second = SECOND_ORDER_BOOK in set(gains["book"])
+    books = "second order | second order, defended | paid, second order defended (honestly)" if second else \
+        "outflow, defended | LOO, defended"
+    lines = [f"| data | strategy | attack | margin M past τ | clusters | rows clustered (a run) | ADS, defended | "
+             f"paid, defended (honestly) | {books} |", "|" + "---|" * (10 + second)]
+    parts = [adaptive_parts(a) or (a, 0, float("nan")) for a in gains["attack"]]
+    order = gains.assign(_kind=[f"{kind}-{size}" if size else kind for kind, size, _ in parts],
+                         _margin=[margin for _, _, margin in parts], _first=gains["attack"] != "none")
+    order = order.sort_values(["partition", "strategy", "_first", "_kind", "_margin", "duplicate_median_fraction"],
+                              kind="stable")
     for key in dict.fromkeys(zip(order["partition"], order["strategy"], order["attack"],
                                  order["duplicate_median_fraction"])):
         rows = gains[gains["duplicate_median_fraction"] == key[3]]
-        ads, outflow, loo = (_row(rows, key[:3], book) for book in ("ads", "tracin_outflow", "loo"))
-        kind, size, margin = adaptive_parts(key[2])
+        ads = _row(rows, key[:3], "ads")
+        kind, size, margin = adaptive_parts(key[2]) or (key[2], 0, float("nan"))
+        name, past = (f"{kind}-{size}", f"{margin:g}") if size else (kind, "—")
         rule = f"κ = {key[3]:g} × median" if key[3] else "τ = 0.05"
-        lines.append(f"| {key[0]} | {key[1]} | {kind}-{size} | {margin:g} | {rule} | {ads['clustered_rows']:g} | "
-                     f"{_interval(ads, 'defended_')} | {ads['defended_paid']:.3f} ({ads['defended_paid_honest']:.3f}) | "
-                     f"{_interval(outflow, 'defended_')} | {_interval(loo, 'defended_')} |")
+        cells = [key[0], key[1], name, past, rule, f"{ads['clustered_rows']:g}", _interval(ads, "defended_"),
+                 f"{ads['defended_paid']:.3f} ({ads['defended_paid_honest']:.3f})"]
+        if second:
+            book = _row(rows, key[:3], SECOND_ORDER_BOOK)
+            cells += [_interval(book, ""), _interval(book, "defended_"),
+                      f"{book['defended_paid']:.3f} ({book['defended_paid_honest']:.3f})"]
+        else:
+            cells += [_interval(_row(rows, key[:3], "tracin_outflow"), "defended_"),
+                      _interval(_row(rows, key[:3], "loo"), "defended_")]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -284,12 +310,13 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
         tables.append(rebook_markdown(frames["rebook-gains"]).rstrip("\n"))
     if "rebook-cost" in frames:
         tables.append(rebook_cost_markdown(frames["rebook-cost"]).rstrip("\n"))
-    if "relative-gains" in frames:
-        tables.append(relative_markdown(frames["relative-gains"]).rstrip("\n"))
-    if "relative-cost" in frames:
-        relative = frames["relative-cost"][frames["relative-cost"]["duplicate_median_fraction"] > 0]
-        kappa = ", ".join(f"{k:g}" for k in sorted(set(relative["duplicate_median_fraction"])))
-        tables.append(cost_markdown(relative, f", relative clusters κ = {kappa}").rstrip("\n"))
+    for key in ("relative", "relative-second-order"):
+        if f"{key}-gains" in frames:
+            tables.append(relative_markdown(frames[f"{key}-gains"]).rstrip("\n"))
+        if f"{key}-cost" in frames:
+            cost = frames[f"{key}-cost"][frames[f"{key}-cost"]["duplicate_median_fraction"] > 0]
+            kappa = ", ".join(f"{k:g}" for k in sorted(set(cost["duplicate_median_fraction"])))
+            tables.append(cost_markdown(cost, f", relative clusters κ = {kappa}").rstrip("\n"))
     return tables
 
 
