@@ -256,7 +256,7 @@ def test_the_payout_refuses_the_book_naming_it_and_why():
     with pytest.raises(ValueError, match=rf"^method: {DEFENDED} is not paid by default: replicas of one participant's "
                                          r"update, each moved just past the clustering threshold .* paid as one claim "
                                          r"inflated to their summed claims, whatever the threshold "
-                                         r"\(docs/faults-and-audit.md, the defended second-order book\); pass "
+                                         r"\(with the relative clusters, .* the defended second-order book\); pass "
                                          r"allow_undefended=True \(--allow-undefended\) to pay from it anyway\.$"):
         payout_table(ledger, 10.0, method=DEFENDED)
     paid = payout_table(ledger, 10.0, method=DEFENDED, allow_undefended=True)
