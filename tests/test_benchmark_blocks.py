@@ -29,8 +29,6 @@ PENDING = {
     "  n pair  (c) ours s  (d) floor s  (c)/(d)  peak MB c  (c) before s  before/(d)  values":
         f"{VALUATION} --before main --threads 1 --sizes 8 10 --repeats 2; "
         f"{VALUATION} --sizes 8 10 --repeats 5 --before f881710 --threads 1",
-    "  n   plain s   fast s  plain/fast  floor s  fast/floor  evals  peak MB plain/fast  max|plain-fast|":
-        "python -m bench.valuation --model cnn --sizes 6 8 --repeats 2 --threads 1",
     "extra busy processes  setting                                min s  median s   max s":
         "python -m bench.valuation --spread",
     "round 1 valuation: 16/64 coalitions (25%), 74.8 s, ETA 224 s":
@@ -49,6 +47,8 @@ PENDING = {
 
 #: Blocks kept by their run, by first line: the file of docs/results/ that holds them.
 HELD: dict[str, str] = {
+    "  n   plain s   fast s  plain/fast  floor s  fast/floor  evals  peak MB plain/fast  max|plain-fast|":
+        "valuation_cnn.txt",
     "  n  estimator                 max |φ − exact|  evaluations  permutations     |gap|  seconds": "estimators.txt",
     "game      n  estimator   samples  evaluations    max |φ − φ*|": "sampling.txt",
     "  n  decision estimator                   seed  evaluations  settled  agree (settled)  agree (all)  max |φ − exact|":
