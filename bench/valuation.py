@@ -295,6 +295,10 @@ def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+#: What a ``--before`` revision's tree must hold for its own ``--one`` to time its own code.
+BEFORE_LAYOUT = ("bench/valuation.py", "fedvalue/scoring/linear.py")
+
+
 def _child(num_clients: int, way: str, permutations: int, threads: int, tree: str | None = None) -> dict:
     """One (n, way) in a fresh process; ``tree``: a checkout whose own bench and code run instead."""
     from bench.large_rounds import json_from_child
@@ -353,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
                     parser.error(f"--before: expected a git revision of this repository; got {args.before!r} "
                                  f"({archive.stderr.decode().strip()})")
                 subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+                missing = [name for name in BEFORE_LAYOUT if not (Path(tree) / name).exists()]
+                if missing:  # its own --one would not run, or would run this script on its older code
+                    parser.error(f"--before: expected a revision laid out as this one ({', '.join(BEFORE_LAYOUT)}); "
+                                 f"got {args.before!r}, whose tree lacks {', '.join(missing)}")
                 return _against_floor(args.sizes, args.repeats, args.threads, (args.before, tree))
 
         ways = ("naive", "mc-no-cache", "fedvalue", "tail-matmuls")
