@@ -177,12 +177,16 @@ def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
     DIR/relative-gains.csv, relative-honest_cost.csv and relative-table.md; κ and, per attack, the mean rows the
     defences clustered are columns (ValueError naming ``--relative`` for a part that is missing or unfinished, or
     for parts none of which was run with κ)."""
-    kappas = {}
+    settings = {}
     for name in names:
         saved = out / name / "run.json"
-        if not (saved.is_file() and (out / name / "totals.csv").is_file()):
+        try:
+            settings[name] = json.loads(saved.read_text()) if (out / name / "totals.csv").is_file() else None
+        except (OSError, ValueError):
+            settings[name] = None
+        if not isinstance(settings[name], dict):
             raise ValueError(f"--relative: expected a finished study part {str(out / name)!r} (run.json, totals.csv)")
-        kappas[name] = float(json.loads(saved.read_text()).get("duplicate_median_fraction") or 0.0)
+    kappas = {name: float(saved.get("duplicate_median_fraction") or 0.0) for name, saved in settings.items()}
     if not any(kappas.values()):
         raise ValueError("--relative: expected at least one part run with --duplicate-median-fraction; every part "
                          "named was run with the fixed threshold")
@@ -192,8 +196,7 @@ def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
         runs = pd.read_csv(out / name / "runs.csv")
         clustered = runs.groupby("attack")["clustered_rows"].mean()
         # A part that booked the second-order books (under -loss) is tabled apart from the accuracy parts.
-        key = "relative-second-order" if json.loads((out / name / "run.json").read_text()).get(
-            "fixed_second_order") else "relative"
+        key = "relative-second-order" if settings[name].get("fixed_second_order") else "relative"
         frames.setdefault(f"{key}-gains", []).append(part_gains.assign(
             duplicate_median_fraction=kappa, clustered_rows=part_gains["attack"].map(clustered)))
         frames.setdefault(f"{key}-cost", []).append(part_cost.assign(duplicate_median_fraction=kappa))

@@ -173,6 +173,16 @@ def fedavg_round_game(
     total = float(weights.sum())
     full = frozenset(client_ids)
     scorer = None
+    # Under the fixed-weight rule a reply equal to A_{t−1} (Δ_k = 0) leaves every coalition's state as it was, so
+    # S ∪ {k} is scored as S itself: a null player exactly, whatever path or kernel would have scored it.
+    null = frozenset(c for c, delta in zip(client_ids, update_arrays(start_arrays, client_arrays))
+                     if not any(np.any(d) for d in delta.values())) if rule == FIXED_WEIGHT else frozenset()
+    known: dict[frozenset, float] = {}
+
+    def canonical(coalition: frozenset) -> frozenset:
+        """The coalition without its null replies; the grand coalition's own key when that is all the others."""
+        kept = coalition - null
+        return full if kept and kept == full - null else kept
 
     def arrays_of(coalition: frozenset) -> Mapping[str, np.ndarray]:
         if not coalition:
@@ -193,22 +203,24 @@ def fedavg_round_game(
 
     def batch(coalitions: Sequence[frozenset]) -> list[float]:
         nonlocal scorer
-        values = [None] * len(coalitions)
+        keys = [canonical(coalition) for coalition in coalitions]
         fast = []
-        for k, coalition in enumerate(coalitions):
-            if not coalition or coalition == full:
-                values[k] = utility(arrays_of(coalition))
+        for key in dict.fromkeys(keys):
+            if key in known:
+                continue
+            if not key or key == full:
+                known[key] = utility(arrays_of(key))
             else:
-                fast.append(k)
+                fast.append(key)
         if fast:
             if scorer is None:
                 basis = update_arrays(start_arrays, client_arrays) if rule == FIXED_WEIGHT else client_arrays
                 scorer = utility.linear([start_arrays, *basis])
-            rows = np.stack([row_of(coalitions[k]) for k in fast])
-            scored = scorer.values(rows, materialize=lambda j: arrays_of(coalitions[fast[j]]), progress=game.advance)
-            for k, value in zip(fast, scored):
-                values[k] = float(value)
-        return values
+            rows = np.stack([row_of(key) for key in fast])
+            scored = scorer.values(rows, materialize=lambda j: arrays_of(fast[j]), progress=game.advance)
+            for key, value in zip(fast, scored):
+                known[key] = float(value)
+        return [known[key] for key in keys]
 
     game = CoalitionGame(None, client_ids, batch_utility=batch)
     game.fedavg_round = structure
