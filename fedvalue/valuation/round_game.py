@@ -175,7 +175,9 @@ def fedavg_round_game(
     scorer = None
     # Under the fixed-weight rule a reply equal to A_{t−1} (Δ_k = 0) leaves every coalition's state as it was, so
     # S ∪ {k} is scored as S itself: a null player exactly, whatever path or kernel would have scored it.
-    null = frozenset(c for c, delta in zip(client_ids, update_arrays(start_arrays, client_arrays))
+    # Over the basis (A_{t−1}, Δ_1, ..., Δ_n) under the fixed-weight rule, (A_{t−1}, w_1, ..., w_n) otherwise.
+    basis = update_arrays(start_arrays, client_arrays) if rule == FIXED_WEIGHT else client_arrays
+    null = frozenset(c for c, delta in zip(client_ids, basis)
                      if not any(np.any(d) for d in delta.values())) if rule == FIXED_WEIGHT else frozenset()
     known: dict[frozenset, float] = {}
 
@@ -214,7 +216,6 @@ def fedavg_round_game(
                 fast.append(key)
         if fast:
             if scorer is None:
-                basis = update_arrays(start_arrays, client_arrays) if rule == FIXED_WEIGHT else client_arrays
                 scorer = utility.linear([start_arrays, *basis])
             rows = np.stack([row_of(key) for key in fast])
             scored = scorer.values(rows, materialize=lambda j: arrays_of(fast[j]), progress=game.advance)
