@@ -179,13 +179,15 @@ def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
     for parts none of which was run with κ)."""
     settings = {}
     for name in names:
-        saved = out / name / "run.json"
-        try:
-            settings[name] = json.loads(saved.read_text()) if (out / name / "totals.csv").is_file() else None
+        files = [out / name / file for file in ("run.json", "totals.csv", "runs.csv")]
+        try:  # regular files only: a FIFO would block the read, a link could point anywhere
+            finished = all(f.is_file() and not f.is_symlink() for f in files)
+            settings[name] = json.loads(files[0].read_text()) if finished else None
         except (OSError, ValueError):
             settings[name] = None
         if not isinstance(settings[name], dict):
-            raise ValueError(f"--relative: expected a finished study part {str(out / name)!r} (run.json, totals.csv)")
+            raise ValueError(f"--relative: expected a finished study part {str(out / name)!r} (run.json, totals.csv, "
+                             "runs.csv: regular files)")
     kappas = {name: float(saved.get("duplicate_median_fraction") or 0.0) for name, saved in settings.items()}
     if not any(kappas.values()):
         raise ValueError("--relative: expected at least one part run with --duplicate-median-fraction; every part "

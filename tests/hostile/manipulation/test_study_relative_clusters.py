@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 
 import pytest
 
@@ -63,7 +65,13 @@ def test_the_bench_tables_only_parts_run_with_kappa_naming_the_option(tmp_path, 
     part.mkdir()
     (part / "run.json").write_text(json.dumps(AttacksConfig(attacks=("none",), defences=1).as_dict()))
     (part / "totals.csv").write_text("partition,strategy\niid,fedavg\n")
-    for names, said in (("iid-fedavg", "was run with the fixed threshold"), ("elsewhere", "expected a finished study")):
+    (part / "runs.csv").write_text("partition,strategy,seed,attack,clustered_rows\n")
+    fifo = tmp_path / "fifo-part"
+    shutil.copytree(part, fifo)
+    (fifo / "runs.csv").unlink()
+    os.mkfifo(fifo / "runs.csv")  # read, it would block: refused before anything is read
+    for names, said in (("iid-fedavg", "was run with the fixed threshold"), ("elsewhere", "expected a finished study"),
+                        ("fifo-part", "expected a finished study")):
         with pytest.raises(SystemExit) as stopped:
             attack_study.main(["--out", str(tmp_path), "--relative", names])
         assert stopped.value.code == 2
