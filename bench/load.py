@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import kept_output
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -82,12 +84,23 @@ def measure(rounds: int, out: Path, extra: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, nargs="+", default=[5, 20])
-    parser.add_argument("--keep", help="keep the run directories under this folder")
+    parser.add_argument("--runs", metavar="DIR", help="keep the run directories under this folder")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args, extra = parser.parse_known_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        base = Path(args.keep or scratch)
-        results = [measure(rounds, base / f"load-{rounds}", extra) for rounds in args.rounds]
-    print("noisy-clients, 200 clients, 20 per round (MC-ADS + LOO per round)")
+    shown = sys.argv[1:] if argv is None else argv
+    with kept_output(args.keep, "python -m bench.load " + " ".join(shown)):
+        before = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        with tempfile.TemporaryDirectory() as scratch:
+            base = Path(args.runs or scratch)
+            results = [measure(rounds, base / f"load-{rounds}", extra) for rounds in args.rounds]
+        report(results, before)
+    return 0
+
+
+def report(results: list[dict], load_before: str) -> None:
+    """The table: wall time, peak memory of the server and of its process tree, and record bytes per run."""
+    print(f"noisy-clients, 200 clients, 20 per round (MC-ADS + LOO per round); load average before: {load_before}")
     print(f"{'rounds':>6}{'wall s':>9}{'s/round':>9}{'server peak MB':>16}{'tree peak MB':>14}{'records MB':>12}")
     for r in results:
         print(f"{r['rounds']:>6}{r['wall']:>9.1f}{r['wall'] / r['rounds']:>9.2f}{r['driver'] / 2**20:>16.0f}"
@@ -95,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(results) > 1:
         first, last = results[0], results[-1]
         print(f"server peak, {last['rounds']} rounds / {first['rounds']} rounds: {last['driver'] / first['driver']:.2f}")
-    return 0
 
 
 if __name__ == "__main__":
