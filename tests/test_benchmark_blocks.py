@@ -19,14 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("docs/benchmarks.md", "docs/faults-and-audit.md")
 #: First words of a block that is a command to type, or the one line the CLI prints for bad input: not results.
 COMMANDS = ("fedvalue ", "python ", "pip ", "fedvalue: error: ")
-VALUATION = "python -m bench.valuation --against-floor"
 #: The blocks of printed results, by first line: the command that printed them, and their size.
 PENDING = {
-    "whole batch (current)   5.5–5.9 s": "no command: LinearStates(...).values timed by hand, blocks of rows",
-    # f881710 predates this layout (bench/valuation.py's --before refuses it): this block cannot be made again.
-    "  n pair  (c) ours s  (d) floor s  (c)/(d)  peak MB c  (c) before s  before/(d)  values":
-        f"{VALUATION} --sizes 8 10 --repeats 5 --before f881710 --threads 1 (not reproducible: a revision before "
-        "this layout)",
     "extra busy processes  setting                                min s  median s   max s":
         "python -m bench.valuation --spread",
     "round 1 valuation: 16/64 coalitions (25%), 74.8 s, ETA 224 s":
