@@ -31,8 +31,6 @@ PENDING = {
         "python -m bench.large_rounds --models cnn --sizes 20 50",
     "round   1: elapsed     64.8 s, valuation    1.8 s (950 evaluations, ads-kernelshap), server    3180 MB, tree"
     "    4503 MB": "python -m bench.scale --no-records (1,000 clients, 50 rounds)",
-    "before (one actor, partition query per run, checkpoints, 0.1 s reply poll)":
-        "python -m bench.study --seeds 4, here and on the version before",
     "rounds   wall s  s/round  server peak MB  tree peak MB  records MB": "python -m bench.load (200 clients)",
 }
 
@@ -50,6 +48,7 @@ HELD: dict[str, str] = {
     "game      n  estimator   samples  evaluations    max |φ − φ*|": "sampling.txt",
     "  n  decision estimator                   seed  evaluations  settled  agree (settled)  agree (all)  max |φ − exact|":
         "estimators_adaptive.txt",
+    "noisy-clients study, 4 seeds, 32 runs of 5 rounds": "study_4.txt",
     "1000 clients, 50 a round, 3 rounds; idle queries all at once against 32 at a time, 2 pairs; load average 3.2 4.3 5.7":
         "scale_query_batch.txt",
     "1000 clients, 50 a round, 50 rounds, flows True, projection 2048, records True, budget 1000, query batch 32; load "
