@@ -29,6 +29,17 @@ another DIR.
 
     python -m bench.attack_study --out DIR --margins 0.05,0.2,0.5   # the adaptive sweep
 
+With ``--duplicate-median-fraction κ`` (κ in (0, 1); 0.25 is the documented setting) the sweep also runs, beside each
+of its parts (the fixed-τ control, same seeds), DIR/<partition>-<strategy>-adaptive-relative/: the same options plus
+``--duplicate-median-fraction κ``, the defences' relative clusters (:mod:`fedvalue.rounds.defences.relative_clusters`).
+``--fixed-second-order`` adds, for FedAvg, DIR/<partition>-fedavg-adaptive-second-order/ and its ``-relative`` part:
+the same under ``--utility neg_loss --fixed-second-order`` (both second-order books booked live). The pairs are tabled
+as ``--relative`` tables them (below); every part is checked before the first runs, and a part of other settings in
+DIR is refused (another --out).
+
+    python -m bench.attack_study --out DIR --margins 0.05,0.5 --duplicate-median-fraction 0.25 --fixed-second-order \
+        --results docs/results   # the adaptive sweep against the relative clusters, and under the second-order books
+
 ``--unseen`` runs nothing new: the FedAvg runs of the crafted updates (``crafted-update``, ``adaptive-crafted@M``)
 and their honest runs, in every part of DIR that holds them, are valued again on test images the server's
 valuation never used (:mod:`simulations.experiments.attacks.unseen_split`), tabled in DIR/unseen-table.md and
@@ -60,7 +71,9 @@ has them as the book ``ads_fixed_second_order``, defended gain and all.
 
 ``--relative PART,PART`` runs nothing either: DIR's parts that ``fedvalue run attacks --duplicate-median-fraction κ``
 wrote (the adaptive attacks against the defences' relative clusters, :mod:`fedvalue.rounds.defences.relative_clusters`)
-combined into DIR/relative-table.md (``--results``: attack_gains_relative.csv, attack_honest_cost_relative.csv).
+and their controls combined into DIR/relative-table.md (``--results``: attack_gains_relative.csv,
+attack_honest_cost_relative.csv; parts run with ``--fixed-second-order`` in their own table and files,
+attack_*_relative_second_order.csv): what the sweep with κ tables itself, for parts run by hand.
 
     python -m bench.attack_study --out DIR --relative iid-fedavg-relative,dirichlet-fedavg-relative --results docs/results
 
