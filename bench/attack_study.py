@@ -29,6 +29,17 @@ another DIR.
 
     python -m bench.attack_study --out DIR --margins 0.05,0.2,0.5   # the adaptive sweep
 
+With ``--duplicate-median-fraction κ`` (κ in (0, 1); 0.25 is the documented setting) the sweep also runs, beside each
+of its parts (the fixed-τ control, same seeds), DIR/<partition>-<strategy>-adaptive-relative/: the same options plus
+``--duplicate-median-fraction κ``, the defences' relative clusters (:mod:`fedvalue.rounds.defences.relative_clusters`).
+``--fixed-second-order`` adds, for FedAvg, DIR/<partition>-fedavg-adaptive-second-order/ and its ``-relative`` part:
+the same under ``--utility neg_loss --fixed-second-order`` (both second-order books booked live). The pairs are tabled
+as ``--relative`` tables them (below); every part is checked before the first runs, and a part of other settings in
+DIR is refused (another --out).
+
+    python -m bench.attack_study --out DIR --margins 0.05,0.5 --duplicate-median-fraction 0.25 --fixed-second-order \
+        --results docs/results   # the adaptive sweep against the relative clusters, and under the second-order books
+
 ``--unseen`` runs nothing new: the FedAvg runs of the crafted updates (``crafted-update``, ``adaptive-crafted@M``)
 and their honest runs, in every part of DIR that holds them, are valued again on test images the server's
 valuation never used (:mod:`simulations.experiments.attacks.unseen_split`), tabled in DIR/unseen-table.md and
@@ -60,7 +71,9 @@ has them as the book ``ads_fixed_second_order``, defended gain and all.
 
 ``--relative PART,PART`` runs nothing either: DIR's parts that ``fedvalue run attacks --duplicate-median-fraction κ``
 wrote (the adaptive attacks against the defences' relative clusters, :mod:`fedvalue.rounds.defences.relative_clusters`)
-combined into DIR/relative-table.md (``--results``: attack_gains_relative.csv, attack_honest_cost_relative.csv).
+and their controls combined into DIR/relative-table.md (``--results``: attack_gains_relative.csv,
+attack_honest_cost_relative.csv; parts run with ``--fixed-second-order`` in their own table and files,
+attack_*_relative_second_order.csv): what the sweep with κ tables itself, for parts run by hand.
 
     python -m bench.attack_study --out DIR --relative iid-fedavg-relative,dirichlet-fedavg-relative --results docs/results
 
@@ -81,7 +94,7 @@ import pandas as pd
 
 from bench import results_header
 from fedvalue import gains_table, honest_cost
-from simulations.experiments.attacks.attacks import AttacksConfig
+from simulations.experiments.attacks.attacks import AttacksConfig, check
 from simulations.experiments.attacks.plan import adaptive_parts
 from simulations.experiments.attacks.rebook import (
     BOOKS,
@@ -91,6 +104,7 @@ from simulations.experiments.attacks.rebook import (
     rebooked_gains,
 )
 from simulations.experiments.attacks.unseen_split import unseen_frames, unseen_gains
+from simulations.runner.engine_settings import flat_fields, nest_settings
 
 
 ATTACKS = ("none,sybil-split-2,sybil-split-4,sybil-split-8,sybil-replica-2,sybil-replica-4,sybil-replica-8,"
@@ -170,13 +184,13 @@ def combine(out: Path, names: list[str], prefix: str = "") -> tuple[pd.DataFrame
     return gains, cost
 
 
-def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
+def relative_study(out: Path, names: list[str], option: str = "--relative") -> dict[str, pd.DataFrame]:
     """``--relative``: the parts ``names`` of ``out``, each a ``fedvalue run attacks`` study of one data partition,
     run with the defences' relative clusters (``--duplicate-median-fraction κ``) or with the fixed threshold alone
     (κ = 0: the control of the same seeds), combined part by part as :func:`combine` does into
     DIR/relative-gains.csv, relative-honest_cost.csv and relative-table.md; κ and, per attack, the mean rows the
-    defences clustered are columns (ValueError naming ``--relative`` for a part that is missing or unfinished, or
-    for parts none of which was run with κ)."""
+    defences clustered are columns (ValueError naming ``option``, the one that named the parts, for a part that is
+    missing or unfinished, or for parts none of which was run with κ)."""
     settings = {}
     for name in names:
         files = [out / name / file for file in ("run.json", "totals.csv", "runs.csv")]
@@ -186,11 +200,11 @@ def relative_study(out: Path, names: list[str]) -> dict[str, pd.DataFrame]:
         except (OSError, ValueError):
             settings[name] = None
         if not isinstance(settings[name], dict):
-            raise ValueError(f"--relative: expected a finished study part {str(out / name)!r} (run.json, totals.csv, "
+            raise ValueError(f"{option}: expected a finished study part {str(out / name)!r} (run.json, totals.csv, "
                              "runs.csv: regular files)")
     kappas = {name: float(saved.get("duplicate_median_fraction") or 0.0) for name, saved in settings.items()}
     if not any(kappas.values()):
-        raise ValueError("--relative: expected at least one part run with --duplicate-median-fraction; every part "
+        raise ValueError(f"{option}: expected at least one part run with --duplicate-median-fraction; every part "
                          "named was run with the fixed threshold")
     frames: dict[str, list[pd.DataFrame]] = {}
     for name, kappa in kappas.items():
@@ -215,17 +229,21 @@ SECOND_ORDER_BOOK = "ads_fixed_second_order"
 
 def relative_markdown(gains: pd.DataFrame) -> str:
     """The relative clusters' table: a row per (data, strategy, attack) and clustering rule (the fixed τ, or κ ×
-    the round's median distance), the adaptive attacks by kind and margin M past τ, the mean rows the defences
+    the round's median distance), the adaptive attacks by kind and margin M past their defence's threshold (τ for
+    the adaptive replicas, the header's word where they are the only adaptive attacks), the mean rows the defences
     clustered a run, each payable book's gain with the defences on and the identities' paid share of defended ADS
     beside their seats' honest one; for parts that booked the second-order books (under −loss), that book's gain
     plain and defended and the defended book's paid share instead of outflow and LOO."""
     second = SECOND_ORDER_BOOK in set(gains["book"])
     books = "second order | second order, defended | paid, second order defended (honestly)" if second else \
         "outflow, defended | LOO, defended"
-    lines = [f"| data | strategy | attack | margin M past τ | clusters | rows clustered (a run) | ADS, defended | "
-             f"paid, defended (honestly) | {books} |", "|" + "---|" * (10 + second)]
     parts = [adaptive_parts(a) or (a, 0, float("nan")) for a in gains["attack"]]
-    order = gains.assign(_kind=[f"{kind}-{size}" if size else kind for kind, size, _ in parts],
+    # The sweep's replayer, split and crafted update stay outside other thresholds than τ (:data:`OUTSIDE`).
+    threshold = "τ" if {kind for kind, size, _ in parts if size} <= {"adaptive-cluster"} else "its defence's threshold"
+    lines = [f"| data | strategy | attack | margin M past {threshold} | clusters | rows clustered (a run) | ADS, defended | "
+             f"paid, defended (honestly) | {books} |", "|" + "---|" * (10 + second)]
+    # Size 1 (the replayer, the crafted update) is no size: adaptive-replay, not adaptive-replay-1.
+    order = gains.assign(_kind=[f"{kind}-{size}" if size > 1 else kind for kind, size, _ in parts],
                          _margin=[margin for _, _, margin in parts], _first=gains["attack"] != "none")
     order = order.sort_values(["partition", "strategy", "_first", "_kind", "_margin", "duplicate_median_fraction"],
                               kind="stable")
@@ -234,7 +252,7 @@ def relative_markdown(gains: pd.DataFrame) -> str:
         rows = gains[gains["duplicate_median_fraction"] == key[3]]
         ads = _row(rows, key[:3], "ads")
         kind, size, margin = adaptive_parts(key[2]) or (key[2], 0, float("nan"))
-        name, past = (f"{kind}-{size}", f"{margin:g}") if size else (kind, "—")
+        name, past = (f"{kind}-{size}" if size > 1 else kind), (f"{margin:g}" if size else "—")
         rule = f"κ = {key[3]:g} × median" if key[3] else "τ = 0.05"
         cells = [key[0], key[1], name, past, rule, f"{ads['clustered_rows']:g}", _interval(ads, "defended_"),
                  f"{ads['defended_paid']:.3f} ({ads['defended_paid_honest']:.3f})"]
@@ -443,22 +461,117 @@ def parse_margins(text: str) -> list[float]:
     return margins
 
 
-def run_sweep(out: Path, margins: list[float], options: list[str], seeds: dict[str, int]) -> list[str]:
-    """The adaptive parts (one per partition and strategy) at ``margins``; their names. A part already holding
-    a sweep of other attacks is refused (ValueError): its gains.csv would be taken as this sweep's."""
-    attacks, names = sweep_attacks(margins), []
-    # FedAvg's parts first: minutes each, where FedMedian's take an hour, so a sitting cut short still tables them.
-    for partition, strategy in sorted(PARTS, key=lambda part: part[1] != "fedavg"):
+def parse_duplicate_median_fraction(text: str) -> float:
+    """--duplicate-median-fraction as κ in (0, 1) (ValueError naming the option and what it got)."""
+    try:
+        kappa = float(text)
+    except ValueError:
+        kappa = float("nan")
+    if not 0 < kappa < 1:  # NaN fails too
+        raise ValueError(f"--duplicate-median-fraction: expected κ, a number in (0, 1) (0.25 is the documented "
+                         f"setting); got {text!r}")
+    return kappa
+
+
+def sweep_parts(margins: list[float], options: list[str], seeds: dict[str, int], kappa: float = 0.0,
+                second_order: bool = False) -> list[tuple[str, list[str]]]:
+    """The adaptive sweep's parts as (name, the options of its ``fedvalue run attacks`` child), FedAvg's first
+    (minutes each, where FedMedian's take an hour, so a sitting cut short still tables them).
+
+    Per (partition, strategy) of :data:`PARTS` whose strategy ``seeds`` counts: <partition>-<strategy>-adaptive,
+    every attack of :data:`ADAPTIVE` at every margin with the crafted parts' norm cap, which also serves as the
+    fixed-τ control of its relative part; with κ > 0, <partition>-<strategy>-adaptive-relative beside it, the same
+    options and seeds plus ``--duplicate-median-fraction κ`` (the defences' relative clusters), so the two differ
+    in the clustering rule alone. With ``second_order``, for FedAvg (the only strategy the fixed-weight coalition
+    rule is defined for), <partition>-fedavg-adaptive-second-order and its -relative part: the control's and the
+    relative part's options under U = −loss with both second-order books booked live. ValueError naming the option
+    for κ outside [0, 1) (0: off), or ``second_order`` without κ (its parts are tabled against the relative
+    clusters) or without a FedAvg part."""
+    if not 0 <= kappa < 1:
+        raise ValueError(f"--duplicate-median-fraction: expected κ, a number in (0, 1) (0.25 is the documented "
+                         f"setting), or 0 for none; got {kappa!r}")
+    strategies = [strategy for strategy in dict.fromkeys(s for _, s in PARTS) if strategy in seeds]
+    if second_order and not kappa:
+        raise ValueError("--fixed-second-order: expected --duplicate-median-fraction κ too (its parts are tabled "
+                         "beside the relative clusters'); got no κ")
+    if second_order and "fedavg" not in strategies:
+        raise ValueError(f"--fixed-second-order: expected FedAvg among the sweep's strategies (the fixed-weight "
+                         f"coalition rule is FedAvg's); got {', '.join(strategies) or 'none'}")
+    relative = ["--duplicate-median-fraction", str(kappa)]
+    books = ["--utility", "neg_loss", "--fixed-second-order"]
+    parts = []
+    for partition, strategy in sorted((p for p in PARTS if p[1] in seeds), key=lambda part: part[1] != "fedavg"):
         name = f"{partition}-{strategy}-adaptive"
-        saved = out / name / "run.json"
-        held = json.loads(saved.read_text()).get("attacks") if saved.is_file() else None
-        if held is not None and list(held) != attacks.split(","):
-            raise ValueError(f"--margins: {out / name} holds a sweep of other attacks ({','.join(held)}); expected "
-                             f"{attacks}: give another --out")
-        run_part(out, name, ["--attacks", attacks, *options, *CAPPED[1], "--partitions", partition, "--strategies",
-                             strategy, "--seeds", str(seeds[strategy])])
-        names.append(name)
-    return names
+        control = ["--attacks", sweep_attacks(margins), *options, *CAPPED[1], "--partitions", partition,
+                   "--strategies", strategy, "--seeds", str(seeds[strategy])]
+        parts.append((name, control))
+        if kappa:
+            parts.append((f"{name}-relative", [*control, *relative]))
+        if second_order and strategy == "fedavg":
+            parts += [(f"{name}-second-order", [*control, *books]),
+                      (f"{name}-second-order-relative", [*control, *books, *relative])]
+    return parts
+
+
+def part_config(options: list[str]) -> AttacksConfig:
+    """The settings ``fedvalue run attacks`` takes from a part's ``options``, read by its own parser (no Ray)."""
+    from simulations.cli.main import build_parser
+
+    args = build_parser().parse_args(["run", "attacks", *options, "--out", "part"])
+    return AttacksConfig(**nest_settings(AttacksConfig, {f.name: getattr(args, f.name)
+                                                         for f in flat_fields(AttacksConfig)}))
+
+
+#: Besides the attacks (--margins), the settings that tell one sweep's part from another's, by the option of this
+#: script that sets them: a part run with another κ or other books is not this sweep's.
+SWEEP_SETTINGS = {"duplicate_median_fraction": "--duplicate-median-fraction", "utility": "--fixed-second-order",
+                  "fixed_second_order": "--fixed-second-order"}
+
+
+def check_sweep(out: Path, parts: list[tuple[str, list[str]]]) -> None:
+    """Before any part runs: each part's options are ones ``fedvalue run attacks`` takes (its own check, as its child
+    would run it: a margin a split cannot reach is said here, not by three failed children), and no part of ``out``
+    holds a run of other settings (its gains.csv would be taken as this sweep's). ValueError naming the option."""
+    from simulations.cli.main import build_parser
+    from simulations.cli.options import command_line_options, in_cli_words
+
+    defaults = AttacksConfig()
+    for name, options in parts:
+        config = part_config(options)
+        saved_file = out / name / "run.json"
+        if saved_file.is_file():
+            try:
+                saved = json.loads(saved_file.read_text())
+            except (OSError, ValueError):
+                saved = None
+            if not isinstance(saved, dict):
+                raise ValueError(f"--margins: expected {saved_file} to hold a study part's settings; it does not: "
+                                 "give another --out")
+            held = saved.get("attacks")
+            if held is not None and list(held) != list(config.attacks):
+                raise ValueError(f"--margins: {out / name} holds a sweep of other attacks ({','.join(held)}); "
+                                 f"expected {','.join(config.attacks)}: give another --out")
+            for key, option in SWEEP_SETTINGS.items():
+                was, wanted = saved.get(key, getattr(defaults, key)), getattr(config, key)
+                if was != wanted:
+                    raise ValueError(f"{option}: {out / name} was run with {key} = {was!r}; expected {wanted!r}: "
+                                     "give another --out")
+        try:
+            check(config)
+        except ValueError as error:
+            said = in_cli_words(str(error), command_line_options(build_parser()))
+            raise ValueError(f"--margins: fedvalue run attacks refuses part {name}: {said}") from None
+
+
+def run_sweep(out: Path, margins: list[float], options: list[str], seeds: dict[str, int], kappa: float = 0.0,
+              second_order: bool = False) -> list[str]:
+    """The adaptive sweep's parts (:func:`sweep_parts`), each run unless it already finished; their names. Every
+    part is checked before the first runs (:func:`check_sweep`: ValueError naming the option)."""
+    parts = sweep_parts(margins, options, seeds, kappa, second_order)
+    check_sweep(out, parts)
+    for name, part_options in parts:
+        run_part(out, name, part_options)
+    return [name for name, _ in parts]
 
 
 #: The single-seed digits measurement's attacks (``fedvalue run attacks``, its attacks.csv), as the docs label them;
@@ -630,6 +743,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--margins", metavar="M,M,...",
                         help="run only the adaptive sweep: every adaptive attack at each margin M >= 0 (how far "
                              "outside its defence's threshold), e.g. 0.05,0.2,0.5")
+    parser.add_argument("--duplicate-median-fraction", metavar="κ",
+                        help="with --margins: also run each adaptive part against the defences' relative clusters "
+                             "(fedvalue run attacks --duplicate-median-fraction κ, κ in (0, 1), e.g. 0.25) beside it, "
+                             "its fixed-threshold control, and table both (relative-table.md; with --results: "
+                             "attack_gains_relative.csv, attack_honest_cost_relative.csv)")
+    parser.add_argument("--fixed-second-order", action="store_true",
+                        help="with --margins and --duplicate-median-fraction: also run the FedAvg parts under "
+                             "U = -loss with both second-order books booked live (fedvalue run attacks --utility "
+                             "neg_loss --fixed-second-order), with and without the relative clusters")
     parser.add_argument("--unseen", action="store_true",
                         help="run nothing new: value the crafted updates' FedAvg runs of DIR's parts again on test "
                              "images the server's valuation never used")
@@ -649,6 +771,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--markdown", type=Path, metavar="FOLDER",
                         help="print the docs' tables from FOLDER's attack_*.csv alone (runs nothing)")
     args = parser.parse_args(argv)
+    try:
+        margins = None if args.margins is None else parse_margins(args.margins)
+        kappa = None if args.duplicate_median_fraction is None else \
+            parse_duplicate_median_fraction(args.duplicate_median_fraction)
+    except ValueError as error:
+        parser.error(str(error))
+    # Both only add parts to the adaptive sweep: alone they would be ignored without a word.
+    if kappa is not None and margins is None:
+        parser.error("--duplicate-median-fraction: expected --margins M,M,... too (κ runs the adaptive sweep's parts "
+                     f"against the relative clusters); got --duplicate-median-fraction {args.duplicate_median_fraction}"
+                     " without --margins")
+    if args.fixed_second_order and (margins is None or kappa is None):
+        parser.error("--fixed-second-order: expected --margins M,M,... and --duplicate-median-fraction κ too (it books "
+                     "the sweep's FedAvg parts, tabled beside the relative clusters'); got --fixed-second-order "
+                     "without " + " and ".join(option for option, value in (("--margins", margins),
+                                                                         ("--duplicate-median-fraction", kappa))
+                                               if value is None))
     if args.markdown is not None:
         frames = read_results(args.markdown)
         if not frames:
@@ -667,10 +806,6 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.out is None:
         parser.error("--out: expected the study's folder")
-    try:
-        margins = None if args.margins is None else parse_margins(args.margins)
-    except ValueError as error:
-        parser.error(str(error))
     options, seeds = (FULL, SEEDS["full"]) if args.full else (QUICK, SEEDS["quick"])
     if args.relative is not None:
         try:
@@ -724,7 +859,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if margins is not None and not args.tables:
         try:
-            run_sweep(args.out, margins, options, seeds)
+            run_sweep(args.out, margins, options, seeds, kappa or 0.0, args.fixed_second_order)
         except ValueError as error:
             parser.error(str(error))
     elif not args.tables:
@@ -740,10 +875,22 @@ def main(argv: list[str] | None = None) -> None:
             run_part(args.out, name, ["--attacks", AGGREGATION, *options, "--defences", "2", "--partitions",
                                       partition, "--strategies", strategy, "--seeds", str(seeds[strategy])])
     frames = write_tables(args.out, names, capped, aggregated, adaptive)
+    relative = False
+    if kappa is not None:
+        # The finished ones only: a sitting cut short still tables the pairs it ran (FedAvg's come first).
+        finished = [name for name, _ in sweep_parts(margins, options, seeds, kappa, args.fixed_second_order)
+                    if (args.out / name / "gains.csv").is_file()]
+        relative = any(name.endswith("-relative") for name in finished)
+        if relative:
+            try:
+                frames |= relative_study(args.out, finished, "--duplicate-median-fraction")
+            except ValueError as error:
+                parser.error(str(error))
     if args.results is not None and frames:
         write_results(args.results, frames, "python -m bench.attack_study "
                       + " ".join(argv if argv is not None else sys.argv[1:]))
-    shown = args.out / ("adaptive-table.md" if margins is not None else "table.md")
+    shown = args.out / ("relative-table.md" if relative else "adaptive-table.md" if margins is not None
+                        else "table.md")
     print(shown.read_text() if shown.exists() else "no part finished")
 
 
