@@ -12,8 +12,7 @@ file costs.
 ``--code`` makes the run and audits it from another checkout (``git archive REV | tar -x -C DIR``),
 for a before/after comparison on the same machine: each version audits a run it wrote itself.
 ``--keep`` keeps what is printed as a results file (:func:`bench.kept_output`); :func:`docs_table`
-renders the docs' table from the files of two versions. One run of one round and four audits: a few
-minutes, most of it Ray's start.
+renders the docs' table from the files of two versions.
 """
 
 from __future__ import annotations
