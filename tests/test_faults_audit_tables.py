@@ -2,28 +2,53 @@
 
 Every table there is a measurement. The attack study's tables are ``python -m bench.attack_study --markdown
 docs/results`` verbatim once its results files (attack_*.csv) are kept; the audit-attacks table's verdicts
-are those ``tests/fedvalue/audit/test_audit_attacks.py`` asserts on a real run; every other table is listed in
-:data:`PENDING` with the command that would make its results, so a table added without either fails here.
+are those ``tests/fedvalue/audit/test_audit_attacks.py`` asserts on a real run; the tables of :data:`KEPT` are
+rendered from their results files of the version before and this one once both are in docs/results; every
+other table is listed in :data:`PENDING` with the command that would make its results, so a table added
+without either fails here.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from bench import reader_memory
 from bench.attack_study import docs_tables, read_results, write_results
+from tests.hostile.run_dirs import battery, battery_tables
+from tests.hostile.run_dirs.attacks import ATTACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = (ROOT / "docs" / "faults-and-audit.md").read_text().splitlines()
 
+#: Tables rendered from two results files, the version before's and this one's: (before, after, renderer).
+KEPT = {
+    reader_memory.DOCS_HEADER: ("reader_memory_before.txt", "reader_memory_after.txt",
+                                lambda before, after: reader_memory.docs_table(before.read_text(), after.read_text())),
+    "| count (of 40) | before | after |": (
+        "run_dir_battery_before.json", "run_dir_battery_after.json",
+        lambda before, after: battery_tables.counts_table(battery_tables.read_battery(before),
+                                                          battery_tables.read_battery(after))),
+    battery_tables.ATTACKS_HEADER: (
+        "run_dir_battery_before.json", "run_dir_battery_after.json",
+        lambda before, after: battery_tables.attacks_table(battery_tables.read_battery(before),
+                                                           battery_tables.read_battery(after))),
+}
+#: The checkouts of the versions before, made by ``git archive REV | tar -x -C DIR``: for the reader's memory, the
+#: version whose reader read a file in 16 MiB chunks and joined them; for the battery, the version before run
+#: directories were opened once through one descriptor and resume verified first.
+READER_BEFORE, BATTERY_BEFORE = "/tmp/fedvalue-c7606bd", "/tmp/fedvalue-1e5ffa3"
+
 #: Measured tables whose results files are not kept yet, by header line: the command(s) that would make them.
 PENDING = {
     "| audit of a 1 GiB record | before | after |":
-        "python -m bench.reader_memory (after) and --code CHECKOUT of the version before (before); prints only",
+        f"python -m bench.reader_memory --keep docs/results/reader_memory_after.txt; python -m bench.reader_memory "
+        f"--code {READER_BEFORE} --keep docs/results/reader_memory_before.txt",
     "| kernel set of the audit (runs made with AVX-512 kernels) | replies bit for bit · to 1e-5 · only within "
     "rounding (of 180) | largest drift of a reply, of its update | audits intact before | after |":
         "fedvalue run noisy-clients --rounds 3 --seed S (S = 0-9), audited under each kernel set; no script yet",
@@ -33,9 +58,11 @@ PENDING = {
         "topk-ads and value-guard; tiny.PLAIN's, every policy), fedvalue run noisy-clients --utility neg_loss with "
         "conftest's TINY, each audited under each kernel set, here and on the version before; no script yet",
     "| count (of 40) | before | after |":
-        "python -m tests.hostile.run_dirs.battery --json FILE, here and on the version before; no renderer yet",
+        f"python -m tests.hostile.run_dirs.battery --json docs/results/run_dir_battery_after.json; python -m "
+        f"tests.hostile.run_dirs.battery --code {BATTERY_BEFORE} --json docs/results/run_dir_battery_before.json",
     "| attack | class | before: audit (no key · key), reader | after |":
-        "python -m tests.hostile.run_dirs.battery --json FILE, here and on the version before; no renderer yet",
+        f"python -m tests.hostile.run_dirs.battery --json docs/results/run_dir_battery_after.json; python -m "
+        f"tests.hostile.run_dirs.battery --code {BATTERY_BEFORE} --json docs/results/run_dir_battery_before.json",
 }
 
 REWRITE_HEADER = "| rewrite | before | after, no key | after, `--public-key` |"
@@ -93,8 +120,15 @@ def unheld(rendered: list[str], lines: list[str]) -> list[str]:
                if table[0] in headers and table not in made])
 
 
+def kept_tables(folder: Path) -> list[str]:
+    """The tables of :data:`KEPT` whose two results files are both in ``folder``, rendered from them."""
+    return [render(folder / before, folder / after) for before, after, render in KEPT.values()
+            if (folder / before).is_file() and (folder / after).is_file()]
+
+
 def test_every_table_is_held_or_awaits_a_named_run():
-    held = {table.splitlines()[0] for table in docs_tables(read_results(RESULTS))} | {REWRITE_HEADER}
+    held = ({table.splitlines()[0] for table in docs_tables(read_results(RESULTS)) + kept_tables(RESULTS)}
+            | {REWRITE_HEADER})
     headers = {table[0] for table in tables(DOC)}
     assert not sorted(held & set(PENDING)), "now held by their results files: drop them from PENDING"
     assert not sorted(headers - held - set(PENDING)), "measured tables neither held nor listed in PENDING"
@@ -127,6 +161,13 @@ def _gains() -> dict[str, pd.DataFrame]:
                             "gain": 1 + m / (s + 7)} for s in (0, 1) for m in (1, 2)])
     return {"gains": gains, "aggregation": gains.iloc[:3], "cost": cost, "norm-cap-gains": gains,
             "norm-cap-cost": cost, "shells": shells, "identities": gains}
+
+
+def test_the_before_and_after_tables_are_their_results_files():
+    """Vacuous until a table's two files are kept; then the docs hold exactly what they render."""
+    assert not unheld(kept_tables(RESULTS), DOC), ("a table of KEPT is not what its results files render: put "
+                                                  "the rendered table (kept_tables) in docs/faults-and-audit.md")
+    assert not sorted(set(KEPT) - {table[0] for table in tables(DOC)}), "KEPT names tables the docs no longer hold"
 
 
 def test_the_attack_study_results_files_render_the_tables_their_frames_do(tmp_path):
@@ -200,3 +241,126 @@ def test_the_identity_seeds_need_at_least_two(tmp_path, capsys):
         main(["--out", str(tmp_path), "--identity-seeds", "1"])
     assert "--identity-seeds: expected a whole number of seeds >= 2; got 1" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- the before/after tables' renderers
+
+
+def _doc_table(header: str) -> list[str]:
+    return next(table for table in tables(DOC) if table[0] == header)
+
+
+def _keep_reader_memory(monkeypatch, folder: Path, name: str, peaks_mib: dict[tuple[str, str], int]) -> None:
+    """bench.reader_memory's --keep, its runs and audits replaced by ``peaks_mib`` (by audit mode and run)."""
+    def cli(code, *arguments, measure=False):
+        if arguments[0] == "run":
+            record = Path(arguments[arguments.index("--out") + 1]) / reader_memory.RECORD
+            record.parent.mkdir(parents=True)
+            record.write_bytes(b"a round record")
+            return None, 0, ""
+        mode = "no recompute" if "--no-recompute" in arguments else "recompute"
+        run = reader_memory.SPARSE if Path(arguments[1]).name == "sparse" else reader_memory.WRITTEN
+        return peaks_mib[mode, run] * 1024, 1, f"{arguments[1]}: 1 rounds, 2 ledger rows: NOT intact"
+
+    monkeypatch.setattr(reader_memory, "_cli", cli)
+    assert reader_memory.main(["--code", str(folder), "--work", str(folder / f"runs-{name}"), "--keep", str(folder / name)]) == 0
+
+
+def test_the_reader_memory_table_is_rendered_from_the_two_kept_files(tmp_path, monkeypatch):
+    """What --keep writes is what docs_table reads: the docs' numbers kept as two results files give the docs' table."""
+    _keep_reader_memory(monkeypatch, tmp_path, "reader_memory_before.txt",
+                        {("recompute", "as written"): 618, ("recompute", reader_memory.SPARSE): 2614,
+                         ("no recompute", "as written"): 464, ("no recompute", reader_memory.SPARSE): 2510})
+    _keep_reader_memory(monkeypatch, tmp_path, "reader_memory_after.txt",
+                        {("recompute", "as written"): 618, ("recompute", reader_memory.SPARSE): 1591,
+                         ("no recompute", "as written"): 464, ("no recompute", reader_memory.SPARSE): 494})
+    kept = (tmp_path / "reader_memory_after.txt").read_text().splitlines()
+    assert kept[0].startswith("# python -m bench.reader_memory --code ") and "(commit " in kept[0]
+    assert "audit no recompute | 1 GiB sparse record | peak RSS 494 MiB | exit 1 | " in "\n".join(kept)
+    assert kept_tables(tmp_path) == ["\n".join(_doc_table(reader_memory.DOCS_HEADER))]
+    with pytest.raises(ValueError, match="the before file holds no 'audit recompute | 1 GiB sparse record' line"):
+        reader_memory.docs_table("# a header\n", (tmp_path / "reader_memory_after.txt").read_text())
+
+
+def _result(rc: int | None = 0, verdict: str | None = None, outcome: str = "exited", stdout: str = "",
+            stderr: str = "", peak_mb: int = 300) -> dict:
+    """One command's result as battery.run_command keeps it."""
+    return {"argv": [], "rc": rc, "seconds": 1.0, "peak_mb": peak_mb, "outcome": outcome, "verdict": verdict,
+            "stdout": stdout, "stderr": stderr}
+
+
+INTACT, BROKEN, TRACEBACK = _result(0, "intact"), _result(1, "NOT intact"), "Traceback (most recent call last):\n"
+#: A few attacks as the docs' table reports them, before and after: (harms, results) of each side.
+MEASURED = {
+    "unchanged": (([], {"audit": INTACT, "audit --public-key": INTACT}),
+                  ([], {"audit": INTACT, "audit --public-key": INTACT})),
+    "unchanged_audited_through_tilde": (([], {"audit": _result(2)}), ([], {"audit": INTACT})),
+    "run_and_audit_with_a_relative_out": (
+        (["the run with a relative --out failed and its directory was removed"], {"run": _result(2), "audit": _result(2)}),
+        ([], {"run": _result(0), "audit": INTACT})),
+    "resume_with_unsealed_sizes": ((["ledger.csv: a refused command changed or removed it (committed data lost)"],
+                                    {"resume": _result(2)}), ([], {"resume": _result(2)})),
+    "record_names_an_exact_estimator_over_copied_replies": (
+        (["audit: drove memory to 3022 MB"], {"audit": _result(-9, outcome="memory", peak_mb=3022),
+                                              "audit --public-key": _result(-9, outcome="timeout")}),
+        ([], {"audit": BROKEN, "audit --public-key": BROKEN})),
+    "mnist_path_outside": (
+        (["the audit read files outside the run directory named by run.json (['t10k-images-idx3-ubyte.gz'])"],
+         {"audit": _result(0, "NOT verifiable"), "audit --public-key": BROKEN}),
+        ([], {"audit": _result(0, "NOT verifiable"), "audit --public-key": BROKEN})),
+    "deeply_nested_run_json": (
+        ([], {"audit": _result(1, stderr=TRACEBACK), "report": _result(1, stderr=TRACEBACK)}),
+        ([], {"audit": BROKEN, "report": _result(2)})),
+    "manifest_name_forges_a_verdict": (
+        (["audit: sent control characters to the terminal", "audit --public-key: sent control characters to the "
+          "terminal"], {"audit": BROKEN, "audit --public-key": BROKEN}),
+        ([], {"audit": BROKEN, "audit --public-key": BROKEN})),
+    "tolerance_nan_inf_negative": (
+        (["--tolerance accepted: ['tolerance nan', 'tolerance inf', 'tolerance -1']"],
+         {"tolerance nan": _result(1, "NOT intact"), "tolerance inf": _result(0, "intact"),
+          "tolerance -1": _result(1, "NOT intact")}),
+        ([], {"tolerance nan": _result(2), "tolerance inf": _result(2), "tolerance -1": _result(2)})),
+}
+#: The docs' counts, before and after.
+COUNTS = ({"intact_and_harmful": 6, "harms": 23, "hang": 5, "traceback": 3, "missed_forgery": 11, "false_alarm": 4},
+          {"intact_and_harmful": 0, "harms": 0, "hang": 0, "traceback": 0, "missed_forgery": 0, "false_alarm": 0})
+
+
+def _keep_battery(folder: Path, side: int, command: str, **changed) -> None:
+    """A battery --json file of every attack: those of MEASURED as measured, the others audited intact."""
+    rows = [battery.case_row(spec, *(MEASURED[spec.name][side] if spec.name in MEASURED else
+                                     ([], {"audit": INTACT}))) for spec in ATTACKS]
+    kept = {**battery.kept_record(command, 60.0, 3000.0, COUNTS[side], rows), **changed}
+    (folder / ("run_dir_battery_before.json", "run_dir_battery_after.json")[side]).write_text(json.dumps(kept))
+
+
+def test_the_battery_tables_are_rendered_from_the_two_kept_files(tmp_path):
+    """The JSON each side's battery keeps holds every cell: the docs' counts give the docs' counts table, and
+    attacks measured as the docs report them give the docs' rows."""
+    _keep_battery(tmp_path, 0, "python -m tests.hostile.run_dirs.battery --code /tmp/before --json FILE")
+    _keep_battery(tmp_path, 1, "python -m tests.hostile.run_dirs.battery --json FILE")
+    counts, attacks = kept_tables(tmp_path)
+    assert counts == "\n".join(_doc_table("| count (of 40) | before | after |"))
+    rows = attacks.splitlines()
+    assert len(rows) == 2 + len(ATTACKS) and rows[0] == battery_tables.ATTACKS_HEADER
+    for name in MEASURED:
+        row = next(line for line in rows if line.startswith(f"| {name.replace('_', ' ')} |"))
+        assert row in DOC, row
+
+
+def test_the_battery_tables_keep_a_forgery_not_made_and_refuse_files_that_differ(tmp_path):
+    """An attack the forger could not make on the other version's files is a cell and a row of its own; two files
+    of other attacks or other limits are refused."""
+    _keep_battery(tmp_path, 1, "python -m tests.hostile.run_dirs.battery --json FILE")
+    after = battery_tables.read_battery(tmp_path / "run_dir_battery_after.json")
+    failed = json.loads(json.dumps(after))
+    failed["attacks"][0] = {**failed["attacks"][0], "forger_failed": "RuntimeError: the forger's step failed\nin DIR"}
+    assert battery_tables.reader_cell(failed["attacks"][0]) == "not forged: RuntimeError: the forger's step failed in DIR"
+    assert battery_tables.counts_table(failed, after).splitlines()[-1] == f"| {battery_tables.NOT_FORGED} | 1 | 0 |"
+    with pytest.raises(ValueError, match="other limits: timeout_s 30.0 before, 60.0 after"):
+        battery_tables.counts_table({**after, "timeout_s": 30.0}, after)
+    with pytest.raises(ValueError, match="other attacks: before only \\[\\], after only \\['unchanged'\\]"):
+        battery_tables.attacks_table({**after, "attacks": after["attacks"][1:]}, after)
+    (tmp_path / "old.json").write_text(json.dumps({"counts": {}, "attacks": []}))
+    with pytest.raises(ValueError, match="lacks made_by, timeout_s, memory_cap_mb"):
+        battery_tables.read_battery(tmp_path / "old.json")

@@ -8,19 +8,23 @@ returns the commands a reader then runs on it (the audit without and with the si
 public key, the report, a resume). The runner measures what the commands do; an attack
 may add its own harm check (``case.harm_checks``).
 
-Only the project's command line and file formats are used, so the same battery runs
-against any version of the project.
+The readers are reached through the project's command line only, and every forger's step that goes
+through the project's own file formats (the Parquet copy, a round record, a re-booking) runs as a child
+in the reader's checkout (:func:`in_checkout`), so the same attacks run against another version of the
+project (``battery.py --code DIR``) and rewrite its files as its own code writes them. The chain, the
+seals and the manifest are recomputed here (tests.fedvalue.forgery), as the versions since the battery
+came hash them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import io
 import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +65,7 @@ class Case:
     forged: tuple[str, ...] = ()  # audit modes that must not say intact
     protected: dict[str, bytes] = field(default_factory=dict)  # run files a refused command must not change
     harm_checks: list[Callable[["Case", dict], str | None]] = field(default_factory=list)
+    code: Path = ROOT  # the checkout whose readers are measured
 
     def audits(self, *modes: str) -> list[Action]:
         actions = []
@@ -109,19 +114,49 @@ def _write_config(run: Path, config: dict) -> None:
     (run / "run.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def _rewrite_parquet(run: Path) -> None:
-    """The forger keeps ledger.parquet in step with the CSV (as the writer makes it)."""
+def in_checkout(case: Case, script: str, *args: str) -> str:
+    """Run the Python ``script`` with ``args`` from the reader's checkout (``case.code``), so a step that goes
+    through the project's file formats writes that version's; its stdout. RuntimeError with its last lines when
+    it fails (the battery keeps the attack as not forged)."""
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=case.code, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(case.code)}, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the forger's step failed in {case.code}: {done.stderr.strip()[-600:]}")
+    return done.stdout
+
+
+#: The version's own reader of a ledger (its module moved into fedvalue.run; fedvalue.ledger before).
+READ_LEDGER_CSV = """try:
     from fedvalue.run.ledger_reader import read_ledger_csv
+except ImportError:
+    from fedvalue.ledger import read_ledger_csv
+"""
+PARQUET_COPY = READ_LEDGER_CSV + """import io, sys
+from pathlib import Path
+run = Path(sys.argv[1])
+path = run / "ledger.parquet"
+if path.exists() or path.is_symlink():
+    path.unlink()
+read_ledger_csv(io.StringIO((run / "ledger.csv").read_text(), newline="")).to_parquet(path, index=False)
+"""
+#: Each client's ADS total as the version's load_run pays it (JSON), or {"refused": why}.
+LEDGER_TOTALS = """import json, sys
+try:
+    from fedvalue.analysis.run_summary import load_run
+except ImportError:
+    from fedvalue.ledger import load_run
+try:
+    totals = load_run(sys.argv[1]).summary()["total_ads"].to_dict()
+except Exception as error:
+    totals = {"refused": f"{type(error).__name__}: {error}"[:300]}
+print(json.dumps({str(client): value for client, value in totals.items()}))
+"""
 
-    path = run / "ledger.parquet"
-    if path.exists() or path.is_symlink():
-        path.unlink()
-    read_ledger_csv(io.StringIO((run / "ledger.csv").read_text(), newline="")).to_parquet(path, index=False)
 
-
-def _forge_tables(run: Path) -> None:
-    _rewrite_parquet(run)
-    rechain(run)
+def _forge_tables(case: Case) -> None:
+    """The forger keeps ledger.parquet in step with the CSV (as the reader's version writes it), then rechains."""
+    in_checkout(case, PARQUET_COPY, str(case.run))
+    rechain(case.run)
 
 
 def _resumable(run: Path) -> None:
@@ -326,24 +361,41 @@ def table_directory_embeds_a_linked_run(case: Case) -> list[Action]:
 # --------------------------------------------------------------------------- work before verification
 
 
+#: Round 1's record with its replies copied to 22 clients and the estimator set to exact, in the version's format:
+#: entries and settings here; weights and statuses by client and the settings in ``meta`` in older records.
+COPIED_REPLIES = """import dataclasses, sys
+from pathlib import Path
+try:
+    from fedvalue.run.archive import read_round_record, record_path, write_round_record
+except ImportError:
+    from fedvalue.archive import read_round_record, record_path, write_round_record
+run = Path(sys.argv[1])
+record = read_round_record(record_path(run, 1))
+replies = list(record.replies.items())
+for k in range(22 - len(replies)):
+    client = 1000 + k
+    source, arrays = replies[k % len(replies)]
+    weight = record.weights[source]
+    record.replies[client] = arrays
+    if hasattr(record, "entries"):
+        from fedvalue.schema import ClientEntry
+        record.entries.append(ClientEntry(client, "ok", weight, int(weight)))
+    else:
+        record.weights[client], record.statuses[client] = weight, "ok"
+    record.accepted.append(client)
+if hasattr(record, "settings"):
+    record.settings = dataclasses.replace(record.settings,
+                                          valuation=dataclasses.replace(record.settings.valuation, method="exact"))
+else:
+    record.meta["valuation"] = {**record.meta["valuation"], "method": "exact"}
+write_round_record(run, record)
+"""
+
+
 @attack("work before verification", forged=(NO_KEY, WITH_KEY))
 def record_names_an_exact_estimator_over_copied_replies(case: Case) -> list[Action]:
     """Round 1's record: its two replies copied to 22 clients and the estimator set to exact."""
-    from fedvalue.run.archive import read_round_record, record_path, write_round_record
-    from fedvalue.schema import ClientEntry
-
-    record = read_round_record(record_path(case.run, 1))
-    replies = list(record.replies.items())
-    for k in range(22 - len(replies)):
-        client = 1000 + k
-        source, arrays = replies[k % len(replies)]
-        weight = record.weights[source]
-        record.replies[client] = arrays
-        record.entries.append(ClientEntry(client, "ok", weight, int(weight)))
-        record.accepted.append(client)
-    record.settings = dataclasses.replace(record.settings,
-                                          valuation=dataclasses.replace(record.settings.valuation, method="exact"))
-    write_round_record(case.run, record)
+    in_checkout(case, COPIED_REPLIES, str(case.run))
     reseal(case.run)
     return case.audits()
 

