@@ -1,16 +1,19 @@
 """The measured tables of docs/faults-and-audit.md are held to what made them, or named as awaiting a run.
 
 Every table there is a measurement. The attack study's tables are ``python -m bench.attack_study --markdown
-docs/results`` verbatim once its results files (attack_*.csv) are kept; the audit-attacks table's verdicts
-are those ``tests/fedvalue/audit/test_audit_attacks.py`` asserts on a real run; the tables of :data:`KEPT` are
-rendered from their results files of the version before and this one once both are in docs/results; every
-other table is listed in :data:`PENDING` with the command that would make its results, so a table added
-without either fails here.
+docs/results`` verbatim once its results files (attack_*.csv) are kept, and the two kernel-set tables of "An
+audit on another machine" ``python -m bench.portability table FILE`` of theirs (:data:`KERNEL_RESULTS`); the
+audit-attacks table's verdicts are those ``tests/fedvalue/audit/test_audit_attacks.py`` asserts on a real run; the
+tables of :data:`KEPT` are rendered from their results files of the version before and this one once both are in
+docs/results; every other table is listed in :data:`PENDING` with the command that would make its results, so a
+table added without either fails here. The kernel-set study's runs and audits cannot run in the suite (Ray,
+retraining): its renderers and the reading of the audit's report are checked on small files of their real format.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from bench import reader_memory
 from bench.attack_study import docs_tables, read_results, write_results
 from tests.hostile.run_dirs import battery, battery_tables
 from tests.hostile.run_dirs.attacks import ATTACKS
+from bench.portability import tables as kernel_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -51,12 +55,15 @@ PENDING = {
         f"--code {READER_BEFORE} --keep docs/results/reader_memory_before.txt",
     "| kernel set of the audit (runs made with AVX-512 kernels) | replies bit for bit · to 1e-5 · only within "
     "rounding (of 180) | largest drift of a reply, of its update | audits intact before | after |":
-        "fedvalue run noisy-clients --rounds 3 --seed S (S = 0-9), audited under each kernel set; no script yet",
+        "python -m bench.portability kernels --out DIR --keep docs/results/audit_kernels.csv (fedvalue run "
+        "noisy-clients --rounds 3 --seed S, S = 0-9, each audited under five kernel sets), then python -m "
+        "bench.portability table docs/results/audit_kernels.csv in the docs",
     "| run (3 rounds, `--utility neg_loss`) | kernel set of the audit | before | after | numbers only within rounding "
     "· largest difference · over E_x |":
-        "fedvalue run noisy-federation --rounds 3 --final-window 3 --flip-probabilities 1.0 (the benchmark's sizes, "
-        "topk-ads and value-guard; tiny.PLAIN's, every policy), fedvalue run noisy-clients --utility neg_loss with "
-        "conftest's TINY, each audited under each kernel set, here and on the version before; no script yet",
+        "python -m bench.portability losses --out DIR --keep docs/results/audit_kernels_loss.csv (noisy-federation "
+        "at the benchmark's sizes, topk-ads and value-guard, and at tiny.PLAIN's, topk-ads, value-guard and "
+        "value-weighted; noisy-clients --utility neg_loss with conftest's TINY; each audited under three kernel "
+        "sets), then python -m bench.portability table docs/results/audit_kernels_loss.csv in the docs",
     "| count (of 40) | before | after |":
         f"python -m tests.hostile.run_dirs.battery --json docs/results/run_dir_battery_after.json; python -m "
         f"tests.hostile.run_dirs.battery --code {BATTERY_BEFORE} --json docs/results/run_dir_battery_before.json",
@@ -64,6 +71,9 @@ PENDING = {
         f"python -m tests.hostile.run_dirs.battery --json docs/results/run_dir_battery_after.json; python -m "
         f"tests.hostile.run_dirs.battery --code {BATTERY_BEFORE} --json docs/results/run_dir_battery_before.json",
 }
+
+#: The kernel-set tables' results files (python -m bench.portability kernels, losses), in docs/results.
+KERNEL_RESULTS = ("audit_kernels.csv", "audit_kernels_loss.csv")
 
 REWRITE_HEADER = "| rewrite | before | after, no key | after, `--public-key` |"
 #: Each row of the audit-attacks table (its first cell) and the rewrite of test_audit_attacks.py it reports.
@@ -126,9 +136,15 @@ def kept_tables(folder: Path) -> list[str]:
             if (folder / before).is_file() and (folder / after).is_file()]
 
 
+def kept_kernel_tables() -> list[str]:
+    """The kernel-set tables rendered from their results files, of those kept in docs/results."""
+    return [kernel_tables.render(kernel_tables.read_results(RESULTS / name)) for name in KERNEL_RESULTS
+            if (RESULTS / name).is_file()]
+
+
 def test_every_table_is_held_or_awaits_a_named_run():
-    held = ({table.splitlines()[0] for table in docs_tables(read_results(RESULTS)) + kept_tables(RESULTS)}
-            | {REWRITE_HEADER})
+    rendered = docs_tables(read_results(RESULTS)) + kept_tables(RESULTS) + kept_kernel_tables()
+    held = {table.splitlines()[0] for table in rendered} | {REWRITE_HEADER}
     headers = {table[0] for table in tables(DOC)}
     assert not sorted(held & set(PENDING)), "now held by their results files: drop them from PENDING"
     assert not sorted(headers - held - set(PENDING)), "measured tables neither held nor listed in PENDING"
@@ -139,6 +155,11 @@ def test_the_attack_study_tables_are_its_results_files():
     rendered = docs_tables(read_results(RESULTS))
     assert not unheld(rendered, DOC), ("tables of docs/results/attack_*.csv the docs do not hold (rerun "
                                       "python -m bench.attack_study --markdown docs/results)")
+
+
+def test_the_kernel_set_tables_are_their_results_files():
+    assert not unheld(kept_kernel_tables(), DOC), ("kernel-set tables of docs/results/audit_kernels*.csv the docs do "
+                                                  "not hold (python -m bench.portability table FILE prints them)")
 
 
 def _gains() -> dict[str, pd.DataFrame]:
@@ -364,3 +385,190 @@ def test_the_battery_tables_keep_a_forgery_not_made_and_refuse_files_that_differ
     (tmp_path / "old.json").write_text(json.dumps({"counts": {}, "attacks": []}))
     with pytest.raises(ValueError, match="lacks made_by, timeout_s, memory_cap_mb"):
         battery_tables.read_battery(tmp_path / "old.json")
+
+
+# --- The kernel-set tables: rendered from results files of their real format (no run, no audit) -----------------
+
+
+def _audit(study: str, run: str, kernel_set: str, **measured) -> dict:
+    """A results row of one intact audit of a run made with AVX-512 kernels: nothing measured but ``measured``."""
+    from bench.portability.plan import KERNEL_SETS
+
+    row = dict.fromkeys(kernel_tables.COLUMNS, 0) | dict.fromkeys(("largest_reply_drift", "largest_number_difference"), 0.0)
+    environment = " ".join(f"{k}={v}" for k, v in KERNEL_SETS[kernel_set].items())
+    return row | {"study": study, "run": run, "kernel_set": kernel_set, "environment": environment,
+                  "run_cpu_capability": "AVX512", "verdict": "intact", "audit_seconds": 12.5} | measured
+
+
+#: The first table as the docs held it when its script came: the renderer's format.
+KERNELS_TABLE = ("| kernel set of the audit (runs made with AVX-512 kernels) | replies bit for bit · to 1e-5 · only within "
+                 "rounding (of 180) | largest drift of a reply, of its update | audits intact before | after |\n") + """\
+|---|---|---|---|---|
+| `ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2` | 0 · 168 · 12 | 2.9e-3 | 2 of 10 | 10 of 10 |
+| `ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2` | 0 · 174 · 6 | 2.9e-3 | 5 of 10 | 10 of 10 |
+| `MKL_CBWR=COMPATIBLE` | 0 · 171 · 9 | 2.9e-3 | 4 of 10 | 10 of 10 |
+| `OMP_NUM_THREADS=1` | 180 · 0 · 0 | 0 | 10 of 10 | 10 of 10 |
+| the run's own kernels | 180 · 0 · 0 | 0 | 10 of 10 | 10 of 10 |"""
+
+
+def _kernel_study_rows() -> list[dict]:
+    """Ten seeds' audits (18 replies each) under the five kernel sets, with the counts of :data:`KERNELS_TABLE`:
+    each set's replies within rounding spread over the seeds that then were not intact before."""
+    within = {"portable": [2, 2, 2, 2, 1, 1, 1, 1], "avx2": [2, 1, 1, 1, 1], "mkl-compatible": [2, 2, 2, 1, 1, 1],
+              "one-thread": [], "own": []}
+    rows = []
+    for seed in range(10):
+        for kernel_set, counts in within.items():
+            w = counts[seed] if seed < len(counts) else 0
+            matched = ({"replies_bit_for_bit": 18} if not counts else
+                       {"replies_to_tolerance": 18 - w, "replies_within_rounding": w, "largest_close_reply_drift": 3e-7,
+                        "largest_reply_drift": 2.9e-3 if seed == 0 else 1e-4 * w,
+                        "largest_reply_envelope_ratio": 0.5 * w})
+            rows.append(_audit("kernels", f"seed-{seed}", kernel_set, **matched))
+    return rows
+
+
+def test_the_kernel_table_renders_from_its_results_file(tmp_path):
+    results = tmp_path / "audit_kernels.csv"
+    kernel_tables.write_results(results, _kernel_study_rows(), "python -m bench.portability kernels --out DIR")
+    assert results.read_text().startswith("# python -m bench.portability kernels --out DIR (commit ")
+    rows = kernel_tables.read_results(results)
+    assert kernel_tables.render(rows) == KERNELS_TABLE
+    # An audit NOT intact after counts in neither column; a number within rounding makes a run NOT intact before.
+    rows[0] |= {"verdict": "NOT intact", "findings": 1}
+    rows[-1] |= {"numbers_within_rounding": 2}
+    lines = kernel_tables.render(rows).splitlines()
+    assert lines[2].endswith("| 2 of 10 | 9 of 10 |") and lines[-1].endswith("| 9 of 10 | 10 of 10 |"), lines
+
+
+LOSS_HEADER = ("| run (3 rounds, `--utility neg_loss`) | kernel set of the audit | before | after | numbers only within "
+               "rounding · largest difference · over E_x |")
+
+
+def test_the_loss_table_renders_from_its_results_file(tmp_path):
+    """Per run (named once) and kernel set: before counts what the exact comparison failed (today's findings, the
+    numbers within rounding and a value-weighted start only the booked factors give); equal cells share a row."""
+    numbers = {"numbers_within_rounding": 56, "largest_number_difference": 2.4e-7, "largest_number_envelope_ratio": 1.578}
+    rows = [_audit("losses", "benchmark-topk-ads", "mkl-compatible", **numbers),
+            _audit("losses", "benchmark-topk-ads", "aten-default", **numbers | {"numbers_within_rounding": 43}),
+            _audit("losses", "benchmark-topk-ads", "portable", **numbers | {"numbers_within_rounding": 1}),
+            _audit("losses", "benchmark-value-guard", "mkl-compatible"),
+            _audit("losses", "benchmark-value-guard", "aten-default"),
+            _audit("losses", "benchmark-value-guard", "portable"),
+            _audit("losses", "plain-value-weighted", "mkl-compatible", **numbers | {"numbers_within_rounding": 34,
+                                                                                   "starts_by_booked_factors": 1}),
+            _audit("losses", "noisy-clients-neg-loss", "mkl-compatible"),
+            _audit("losses", "noisy-clients-neg-loss", "aten-default", verdict="NOT intact", findings=2, **numbers),
+            _audit("losses", "noisy-clients-neg-loss", "portable", verdict="NOT verifiable", unverifiable=1)]
+    results = tmp_path / "audit_kernels_loss.csv"
+    kernel_tables.write_results(results, rows, "python -m bench.portability losses --out DIR")
+    assert kernel_tables.render(kernel_tables.read_results(results)) == LOSS_HEADER + """
+|---|---|---|---|---|
+| the command above, `topk-ads` (10 of 100 clients a round, MC-ADS in 100 evaluations, 1,000 validation rows) | `MKL_CBWR=COMPATIBLE` | NOT intact (56 findings) | intact | 56 · 2.4e-7 · 1.58 |
+| | `ATEN_CPU_CAPABILITY=default` | NOT intact (43 findings) | intact | 43 · 2.4e-7 · 1.58 |
+| | `ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2` | NOT intact (1 finding) | intact | 1 · 2.4e-7 · 1.58 |
+| the same, `value-guard` (second-order expansion: float64 derivatives, float32 anchors) | each of the three | intact | intact | 0 |
+| the same, `value-weighted` | `MKL_CBWR=COMPATIBLE` | NOT intact (35 findings) | intact | 34 · 2.4e-7 · 1.58 |
+| `fedvalue run noisy-clients --utility neg_loss` and conftest's `TINY` options | `MKL_CBWR=COMPATIBLE` | intact | intact | 0 |
+| | `ATEN_CPU_CAPABILITY=default` | NOT intact (58 findings) | NOT intact (2 findings) | 56 · 2.4e-7 · 1.58 |
+| | `ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2` | NOT verifiable | NOT verifiable | 0 |"""
+
+
+def test_an_audit_s_report_becomes_its_results_row():
+    """The row is read from what ``fedvalue audit --json`` writes (AuditReport.as_dict, its tallies' counts)."""
+    from bench.portability.measure import result_row
+    from fedvalue.audit.report import AuditReport
+    from fedvalue.audit.rounding_envelope import EnvelopeTally
+    from fedvalue.audit.training_replay import ReplayTally
+
+    replays = ReplayTally(identical=1, close=15, within_rounding=2, largest_drift=1.4e-3, largest_envelope_ratio=0.9,
+                          largest_close_drift=2e-7)
+    envelopes = EnvelopeTally(numbers=3, rounds=[2], largest_difference=1.2e-7, largest_ratio=1.3)
+    report = AuditReport("runs/x", rounds=3, problems=["recompute: round 2 ..."], unverifiable=[],
+                         measured={**replays.measured(), **envelopes.measured()})
+    record = {"report": json.loads(json.dumps(report.as_dict())), "exit_code": 1, "seconds": 41.2}
+    row = result_row("kernels", "seed-0", "portable", record, "AVX512")
+    assert list(row) == list(kernel_tables.COLUMNS)
+    assert row | {"largest_reply_drift": 0} == _audit(
+        "kernels", "seed-0", "portable", verdict="NOT intact", findings=1, replies_bit_for_bit=1,
+        replies_to_tolerance=15, replies_within_rounding=2, largest_reply_drift=0, largest_close_reply_drift=2e-7,
+        largest_reply_envelope_ratio=0.9, numbers_within_rounding=3, largest_number_difference=1.2e-7,
+        largest_number_envelope_ratio=1.3, audit_seconds=41.2)
+    assert row["largest_reply_drift"] == 1.4e-3
+    # An audit that stopped before the recompute measured nothing: zeros, its verdict says the rest.
+    stopped = result_row("kernels", "seed-0", "own", {"report": AuditReport("runs/x").as_dict(), "seconds": 1.0}, "?")
+    assert stopped["replies_bit_for_bit"] == stopped["numbers_within_rounding"] == 0
+
+
+def test_a_study_makes_each_run_and_audit_once_and_resumes(tmp_path, monkeypatch):
+    """Runs and audits are child processes (faked here): a complete run and a kept audit are not made again, an
+    unfinished run is made again with --overwrite (a noisy-federation benchmark continues by itself)."""
+    from bench.portability import measure
+    from bench.portability.plan import Run, Study
+    from fedvalue.audit.report import AuditReport
+
+    calls = []
+
+    def child(argv, log, kernel_set):
+        calls.append((argv[0], kernel_set, tuple(argv[-2:])))
+        if argv[0] == "run":
+            folder = Path(argv[argv.index("--out") + 1])
+            for relative in ("", "mlp/seed-0/p1/topk-ads/run"):
+                (folder / relative).mkdir(parents=True, exist_ok=True)
+                (folder / relative / "manifest.json").write_text("{}")
+                (folder / relative / "run.json").write_text(json.dumps({"platform": {"cpu_capability": "AVX512"}}))
+        else:
+            report = AuditReport(argv[1], rounds=3, measured={"replies_bit_for_bit": 18 if kernel_set == "own" else 0})
+            Path(argv[argv.index("--json") + 1]).write_text(json.dumps(report.as_dict()))
+        return 0, 2.0
+
+    monkeypatch.setattr(measure, "_child", child)
+    study = Study("kernels", (Run("seed-0", ("run", "noisy-clients"), {"seed-0": ""}),
+                              Run("nf", ("run", "noisy-federation"), {"nf-topk-ads": "mlp/seed-0/p1/topk-ads/run"},
+                                  continues=True)), ("portable", "own"))
+    results = tmp_path / "kept" / "audit_kernels.csv"
+    rows = measure.measure(study, tmp_path / "out", results, "python -m bench.portability kernels --out out")
+    assert [(row["run"], row["kernel_set"], row["replies_bit_for_bit"]) for row in rows] == [
+        ("seed-0", "portable", 0), ("seed-0", "own", 18), ("nf-topk-ads", "portable", 0), ("nf-topk-ads", "own", 18)]
+    assert [call[:2] for call in calls] == [("run", "own")] * 2 + [("audit", k) for k in ("portable", "own")] * 2
+    assert kernel_tables.read_results(results) == rows
+    calls.clear()
+    (tmp_path / "out" / "runs" / "seed-0" / "manifest.json").unlink()  # the run was cut short
+    (tmp_path / "out" / "runs" / "nf" / "mlp" / "seed-0" / "p1" / "topk-ads" / "run" / "manifest.json").unlink()
+    (tmp_path / "out" / "audits" / "seed-0" / "seed-0" / "own.json").unlink()
+    kept = tmp_path / "out" / "audits" / "nf" / "nf-topk-ads" / "portable.json"
+    kept.write_text(kept.read_text().replace("default", "avx2"))  # kept for another environment
+    assert measure.measure(study, tmp_path / "out", results, "python -m bench.portability kernels") == rows
+    assert [(kind, last) for kind, _, last in calls] == [
+        ("run", (str(tmp_path / "out" / "runs" / "seed-0"), "--overwrite")),
+        ("run", ("--out", str(tmp_path / "out" / "runs" / "nf"))),
+        ("audit", ("--json", str(tmp_path / "out" / "audits" / "seed-0" / "seed-0" / "own.report.json"))),
+        ("audit", ("--json", str(kept.with_suffix(".report.json"))))]
+    other = Study("kernels", (Run("seed-0", ("run", "noisy-clients", "--seed", "1"), {"seed-0": ""}),), ("own",))
+    with pytest.raises(RuntimeError, match="seed-0 was made by another command"):
+        measure.measure(other, tmp_path / "out", results, "python -m bench.portability kernels")
+
+
+def test_the_kernel_study_refuses_what_it_cannot_use(tmp_path, capsys):
+    """Each error names the option: an --out that holds other things, a --keep that is no .csv, a RESULTS that is
+    no results file of the study (missing columns, two studies, not a regular file)."""
+    from bench.portability.__main__ import main
+
+    (tmp_path / "other.txt").write_text("")
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("# a header\nstudy,run\nkernels,seed-0\n")
+    mixed = tmp_path / "mixed.csv"
+    kernel_tables.write_results(mixed, [_audit("kernels", "seed-0", "own"), _audit("losses", "x", "own")], "python")
+    os.mkfifo(tmp_path / "fifo.csv")
+    for argv, said in ((["kernels", "--out", str(tmp_path)], "--out: expected a new directory or one this command "
+                                                                "made (runs/, audits/)"),
+                       (["kernels", "--out", str(tmp_path / "other.txt")], "--out: expected a directory"),
+                       (["losses", "--out", str(tmp_path / "new"), "--keep", "x.txt"], "--keep: expected a .csv file"),
+                       (["table", str(wrong)], "RESULTS: " + str(wrong) + ": expected a results file of python -m "
+                                                                         "bench.portability; it lacks the columns"),
+                       (["table", str(mixed)], "expected the rows of one study; it holds 2"),
+                       (["table", str(tmp_path / "fifo.csv")], "(a regular file)")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert said in capsys.readouterr().err, argv
+    assert not (tmp_path / "new").exists()

@@ -23,7 +23,12 @@ class AuditReport:
     when they do not verify with it, ``model_failed`` when ``model.sig`` does not) say WHICH run
     this is. ``stopped`` names the check the audit stopped at before it read the tables (a
     signature, ``model.sig``, the manifest's digests); ``rounds`` and ``ledger_rows`` then count
-    the tables' lines as the files hold them, unchecked (``tables_checked`` False).
+    the tables' lines as the files hold them, unchecked (``tables_checked`` False). ``measured``
+    holds what the recompute counted, by name (empty when it did not run): how the replies matched
+    their replayed training (bit for bit, to the element-wise tolerance, only within float rounding;
+    :class:`~fedvalue.audit.training_replay.ReplayTally`) and the numbers that recomputed only within
+    float32 rounding of the utility (:class:`~fedvalue.audit.rounding_envelope.EnvelopeTally`), with
+    their largest differences: what an exact comparison would have failed, which no verdict shows.
     """
 
     run_dir: str
@@ -41,6 +46,7 @@ class AuditReport:
     model_failed: bool = False
     stopped: str | None = None
     tables_checked: bool = False
+    measured: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -83,3 +89,11 @@ class AuditReport:
         unchecked = "" if self.tables_checked or not self.stopped else " in its tables, not checked"
         return (f"{self.run_dir}: {counted(self.rounds, 'round')}, {counted(self.ledger_rows, 'ledger row')}{unchecked}: "
                 f"{self.verdict}")
+
+    def as_dict(self) -> dict:
+        """The report as plain data (``fedvalue audit --json``): the run, the verdict, every check,
+        finding, unverifiable check and note, and what the recompute measured."""
+        return {"run_dir": self.run_dir, "verdict": self.verdict, "intact": self.intact, "rounds": self.rounds,
+                "ledger_rows": self.ledger_rows, "head": self.head, "seed": printable(self.seed, 40),
+                "identity": self.identity(), "checks": list(self.checks), "problems": list(self.problems),
+                "unverifiable": list(self.unverifiable), "notes": list(self.notes), "measured": dict(self.measured)}

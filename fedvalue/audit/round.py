@@ -468,7 +468,7 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, booked: BookedRo
     done = recompute(record, utility, fairness, replay)
     books, problems = done.books, list(done.problems)
     compared = _compared(record, done, booked, tolerance, None)
-    envelope = None
+    envelope, by_recomputed_factors = None, done.realized
     if compared.numbers_differ and rounding_envelope.applies(utility):
         _aggregated_by_booked_factors(record, done, booked, utility)
         budget = getattr(utility, "budget", None)
@@ -483,14 +483,19 @@ def round_problems(record: RoundRecord, utility: ArraysUtility, booked: BookedRo
     elif envelope is not None and envelopes is not None and not compared.problems:
         for difference, allowance in compared.within_envelope:
             envelopes.count(record.round, difference, allowance)
-    realized = done.realized
-    if realized is not None and next_start is not None and (
-        set(realized) != set(next_start)
-        or not all(np.array_equal(realized[k], next_start[k]) for k in next_start)
-    ):
+        if (done.realized is not by_recomputed_factors and _starts(done.realized, next_start)
+                and not _starts(by_recomputed_factors, next_start)):
+            envelopes.starts_by_booked_factors += 1
+    if done.realized is not None and next_start is not None and not _starts(done.realized, next_start):
         problems.append(f"round {record.round}: the state after it is not the aggregate of its accepted replies (the "
                         "next round started elsewhere)")
     return problems, compared.worst
+
+
+def _starts(realized: Mapping[str, np.ndarray] | None, next_start: Mapping[str, np.ndarray] | None) -> bool:
+    """Whether the next round started from ``realized``, bit for bit (False when either is unknown)."""
+    return realized is not None and next_start is not None and set(realized) == set(next_start) and all(
+        np.array_equal(realized[k], next_start[k]) for k in next_start)
 
 
 def _aggregated_by_booked_factors(record: RoundRecord, done: Recomputed, booked: BookedRound,

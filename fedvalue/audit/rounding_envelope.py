@@ -111,12 +111,16 @@ class RoundEnvelope:
 @dataclass
 class EnvelopeTally:
     """The numbers an audit accepted only within their rounding envelope: how many, in which rounds,
-    their largest |booked − recomputed| and its largest ratio to E_x."""
+    their largest |booked − recomputed| and its largest ratio to E_x; and the value-weighted rounds whose
+    next round started from A_t aggregated by the booked factors and not by the recomputed ones
+    (``starts_by_booked_factors``: an exact comparison, which aggregates by the recomputed factors, finds
+    each of them; the envelope accepts them)."""
 
     numbers: int = 0
     rounds: list[int] = field(default_factory=list)
     largest_difference: float = 0.0
     largest_ratio: float = 0.0
+    starts_by_booked_factors: int = 0
 
     def count(self, t: int, difference: float, envelope: float) -> None:
         """A number of round ``t`` accepted within its envelope (``envelope``: K E_x)."""
@@ -132,6 +136,12 @@ class EnvelopeTally:
                 f"of the utility on this machine (off by up to {self.largest_difference:.1e}, "
                 f"{self.largest_ratio:.2f} times their rounding envelope Σ_S |∂x/∂U(S)|·e_S; "
                 f"{ENVELOPE_FACTOR:g} allowed)")
+
+    def measured(self) -> dict[str, float]:
+        """The counts and largest differences, by name, for the audit's machine-readable report."""
+        return {"numbers_within_rounding": self.numbers, "largest_number_difference": self.largest_difference,
+                "largest_number_envelope_ratio": self.largest_ratio,
+                "starts_by_booked_factors": self.starts_by_booked_factors}
 
 
 def state_digest(arrays: Arrays) -> bytes:

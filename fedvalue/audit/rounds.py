@@ -104,6 +104,7 @@ class _Outcome:
             report.checks.append(self.envelopes.summary())
         if self.replays.replies:
             report.checks.append(self.replays.summary())
+        report.measured = {**self.replays.measured(), **self.envelopes.measured()}
         if options.retrain is not None:
             report.notes.append(platform_note(config.get("platform")))
         if self.skipped:

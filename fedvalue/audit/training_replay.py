@@ -56,13 +56,16 @@ Retrain = Callable[[int, Hashable, Arrays], Arrays]
 class ReplayTally:
     """What the replays of an audit found: replies equal bit for bit, within step 1, within
     the rounding envelope (step 2), and of those the largest drift ‖r − ŕ‖ relative to the
-    update ‖ŕ − A_{t−1}‖ and relative to the envelope max_j ‖p_j − ŕ‖."""
+    update ‖ŕ − A_{t−1}‖ and relative to the envelope max_j ‖p_j − ŕ‖; and the largest drift,
+    relative to the update, of a reply step 1 accepted without being bit for bit
+    (``largest_close_drift``: what rounding alone does where no kink was crossed)."""
 
     identical: int = 0
     close: int = 0
     within_rounding: int = 0
     largest_drift: float = 0.0
     largest_envelope_ratio: float = 0.0
+    largest_close_drift: float = 0.0
     where: list[str] = field(default_factory=list)
 
     @property
@@ -79,6 +82,13 @@ class ReplayTally:
                      f"{self.largest_envelope_ratio:.2f} times as far as the farthest replay from a start "
                      f"perturbed by float rounding; {ENVELOPE_FACTOR:g} allowed)")
         return line
+
+    def measured(self) -> dict[str, float]:
+        """The counts and largest drifts, by name, for the audit's machine-readable report."""
+        return {"replies_bit_for_bit": self.identical, "replies_to_tolerance": self.close,
+                "replies_within_rounding": self.within_rounding, "largest_reply_drift": self.largest_drift,
+                "largest_reply_envelope_ratio": self.largest_envelope_ratio,
+                "largest_close_reply_drift": self.largest_close_drift}
 
 
 def _floating(arrays: Arrays) -> list[str]:
@@ -125,11 +135,14 @@ def reply_problem(server_round: int, client: Hashable, reply: Arrays, start: Arr
         if tally is not None:
             tally.identical += 1
         return None
+    keys = _floating(replay)
     if all(np.allclose(reply[k], replay[k], rtol=REPLAY_RTOL, atol=REPLAY_ATOL) for k in replay):
         if tally is not None:
             tally.close += 1
+            if all(k in start and np.shape(start[k]) == np.shape(replay[k]) for k in keys):  # an update to measure by
+                drift = _norm(reply, replay, keys) / (_norm(replay, start, keys) or 1.0)
+                tally.largest_close_drift = max(tally.largest_close_drift, drift)
         return None
-    keys = _floating(replay)
     if any(not np.array_equal(reply[k], replay[k]) for k in replay if k not in keys):
         return failed + " (a non-floating entry differs)"
     drift = _norm(reply, replay, keys)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 
 from simulations.cli.options import finite_non_negative, finite_positive, subcommand
@@ -33,6 +35,11 @@ def add_parser(commands) -> None:
     audit.add_argument("--budget", metavar="SECONDS", type=finite_positive("budget"), default=3600.0,
                        help="seconds the audit may take; what it has not checked by then is not verifiable "
                             "(default: 3600)")
+    audit.add_argument("--json", metavar="FILE",
+                       help="also write the report to FILE as JSON (written whole when the audit ends): the verdict, "
+                            "every check, finding and note, and what the recompute measured (replies bit for bit, to "
+                            "1e-5 and only within float rounding; numbers only within float32 rounding of the utility; "
+                            "their largest differences)")
 
 
 def _audit_context(run_dir: str, utility: str | None = None, trust_run_utility: bool = False
@@ -95,7 +102,6 @@ def _simulation_context(simulation: Simulation, saved: dict) -> tuple[Simulation
 
 
 def audit_command(args: argparse.Namespace) -> int:
-    import os
     import re
 
     from fedvalue.audit.checks import audit_run
@@ -113,6 +119,8 @@ def audit_command(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.run_dir):
         raise FileNotFoundError(f"run_dir: expected a fedvalue run directory; {printable(args.run_dir)} is not a "
                                 "directory.")
+    if args.json is not None:
+        _check_json_file(args.json, args.run_dir)  # before the audit's work, not after it
     started = time.monotonic()
     simulation, rebuilt, why_not = ((None, {}, None) if args.no_recompute
                                     else _audit_context(args.run_dir, args.utility, args.trust_run_utility))
@@ -141,6 +149,28 @@ def audit_command(args: argparse.Namespace) -> int:
         print(printable(f"note: {note}", 2000))
     print(f"run: {report.identity()}")
     print(printable(report.summary(), 2000))
+    if args.json is not None:
+        _write_json(args.json, report.as_dict())
     return 0 if report.intact else 1
+
+
+def _check_json_file(path: str, run_dir: str) -> None:
+    """``--json FILE`` names a file the audit can write: not a directory, in a directory that exists, and
+    outside ``run_dir`` (a file there is one the run did not write: the next audit's finding)."""
+    if os.path.isdir(path):
+        raise ValueError(f"json: expected a file to write the report to; {path!r} is a directory.")
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if not os.path.isdir(folder):
+        raise ValueError(f"json: expected a file in an existing directory; {folder!r} is not one.")
+    if os.path.commonpath([folder, os.path.realpath(run_dir)]) == os.path.realpath(run_dir):
+        raise ValueError(f"json: expected a file outside the run directory; {path!r} is inside it.")
+
+
+def _write_json(path: str, report: dict) -> None:
+    """``report`` as JSON at ``path``, whole or not at all (a file beside it, renamed over it)."""
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=1)
+    os.replace(partial, path)
 
 

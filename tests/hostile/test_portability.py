@@ -209,6 +209,7 @@ def test_a_reply_is_checked_bit_for_bit_then_element_wise_then_against_rounding(
     nudged = {**honest, "w": np.nextafter(honest["w"], np.float32(np.inf))}  # one unit in the last place
     assert reply_problem(1, 0, nudged, start, retrain, tally) is None
     assert (tally.identical, tally.close, tally.within_rounding) == (1, 1, 0)
+    assert 0 < tally.largest_close_drift < 1e-6 and tally.largest_drift == 0  # a unit in the last place, of the update
     for name, forged in (("scaled", {**honest, "w": honest["w"] * np.float32(1.001)}),
                          ("nan", {**honest, "w": np.where(np.arange(50) == 3, np.nan, honest["w"]).astype(np.float32)}),
                          ("other keys", {"w": honest["w"]}),
@@ -233,6 +234,10 @@ def test_a_reply_within_the_rounding_envelope_is_accepted_and_counted():
     assert reply_problem(1, 0, other_branch, start, kinked, tally) is None
     assert tally.within_rounding == 1 and tally.largest_envelope_ratio <= 1.01
     assert "only within float rounding of training on this machine" in tally.summary()
+    assert tally.measured() == {"replies_bit_for_bit": 0, "replies_to_tolerance": 0, "replies_within_rounding": 1,
+                                "largest_reply_drift": tally.largest_drift,
+                                "largest_reply_envelope_ratio": tally.largest_envelope_ratio,
+                                "largest_close_reply_drift": 0.0}
     farther = {"w": replay["w"] + np.float32(2e-2)}
     assert "float rounding moves this training by at most" in reply_problem(1, 0, farther, start, kinked)
 

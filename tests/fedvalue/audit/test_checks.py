@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -143,6 +145,26 @@ def test_fedvalue_audit_exit_codes(tmp_path, capsys):
     # A missing run directory is bad input (exit 2), not a failed audit (exit 1).
     assert main(["audit", str(tmp_path / "nowhere")]) == 2
     assert "run_dir" in capsys.readouterr().err
+
+
+def test_fedvalue_audit_writes_its_report_as_json(tmp_path, capsys):
+    """--json FILE: the verdict and every line the audit prints, as data, and what the recompute measured
+    (nothing here: this run's utility is rebuilt by no simulation); a FILE it cannot or must not write is bad
+    input, refused before the audit's work."""
+    run_dir, kept = write_run(tmp_path / "run"), tmp_path / "audit.json"
+    assert main(["audit", str(run_dir), "--no-recompute", "--json", str(kept)]) == 0
+    report = json.loads(kept.read_text())
+    assert report["verdict"] == "intact" and report["intact"] and report["rounds"] == 3 and report["measured"] == {}
+    assert capsys.readouterr().out.strip().endswith(": intact") and not (tmp_path / "audit.json.partial").exists()
+    assert any("hash chain intact" in check for check in report["checks"]) and report["head"] in report["identity"]
+    assert main(["audit", str(run_dir), "--json", str(kept)]) == 1
+    assert json.loads(kept.read_text())["verdict"] == "NOT verifiable"
+    for wrong, said in ((tmp_path, "is a directory"), (tmp_path / "nowhere" / "a.json", "an existing directory"),
+                        (run_dir / "audit.json", "outside the run directory")):
+        assert main(["audit", str(run_dir), "--json", str(wrong)]) == 2
+        error = capsys.readouterr().err
+        assert "--json: expected a file" in error and said in error, error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.json", "run"]
 
 
 def test_a_parquet_copy_a_round_behind_is_stale_not_tampered(tmp_path):

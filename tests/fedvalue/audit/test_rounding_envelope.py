@@ -102,6 +102,10 @@ def test_books_summed_in_another_order_pass_within_their_envelope(method, tmp_pa
     assert round_problems(rec, u, other, 1e-9, next_start=None, envelopes=tally)[0] == []
     assert tally.numbers > 0 and tally.rounds == [1] and 0 < tally.largest_ratio <= ENVELOPE_FACTOR
     assert "recompute only within float32 rounding of the utility on this machine" in tally.summary()
+    # What the audit's --json reports of it: the count, the largest difference and its ratio to E_x.
+    assert tally.measured() == {"numbers_within_rounding": tally.numbers,
+                                "largest_number_difference": tally.largest_difference,
+                                "largest_number_envelope_ratio": tally.largest_ratio, "starts_by_booked_factors": 0}
 
 
 def test_a_value_weighted_round_aggregates_by_its_booked_factors_once_they_pass(tmp_path):
@@ -116,6 +120,10 @@ def test_a_value_weighted_round_aggregates_by_its_booked_factors_once_they_pass(
     tally = EnvelopeTally()
     assert round_problems(rec, u, other, 1e-9, next_start=elsewhere.realized, envelopes=tally)[0] == []
     assert tally.numbers > 0
+    # The exact comparison, aggregating by the recomputed factors, would not have met the next round's start.
+    by_recomputed = recompute(rec, u).realized
+    moved = not all(np.array_equal(by_recomputed[k], elsewhere.realized[k]) for k in by_recomputed)
+    assert moved and tally.starts_by_booked_factors == 1 and tally.measured()["starts_by_booked_factors"] == 1
 
 
 def test_a_number_moved_past_its_envelope_is_refused(tmp_path):

@@ -109,7 +109,10 @@ def test_a_kind_registered_from_outside_is_booked_read_by_a_policy_and_audited_i
         assert booked.to_dict() == {str(c): norm for c, norm in expected.items()}  # the ledger's ids are text
         # The policy dropped the largest update of the round, as the books record it.
         assert set(record.accepted) == set(expected) - {max(expected, key=expected.get)}
-    assert audit_run(tmp_path, utility=utility).intact
+    report = audit_run(tmp_path, utility=utility)
+    assert report.intact
+    # What the audit measured (its --json): every number recomputed exactly here, no reply replayed (no retrain).
+    assert report.measured["numbers_within_rounding"] == report.measured["replies_bit_for_bit"] == 0
 
     # The auditor must know the kind too: without it the rows are ones the record does not imply.
     unregister_round_book(KIND)
