@@ -1,0 +1,108 @@
+"""The fairness simulation's results files and the docs' tables rendered from them, on small made-up runs of the
+real format (no training): what ``--results`` writes is all the renderers need, and the rows read as the docs'."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulations.experiments.fairness import tables
+from simulations.experiments.fairness.markdown import (
+    FEDERATED_RESULTS,
+    comparison_table,
+    scoring_table,
+    tradeoff_table,
+)
+from simulations.runner import read_results, results_command, write_results
+
+COMMAND = "fedvalue run fairness --out DIR --seeds 3 --drops 2 --lams 30 --results FOLDER"
+
+
+def per_round(drops=(2,), seeds=3) -> pd.DataFrame:
+    """Five rounds of every rule on two data sets, as the runs append them (random drops cost no fairness, the
+    drop rules lower the gap and the accuracy, by an amount that varies with the seed)."""
+    rows = []
+    rules = [("fedavg", 0)] + [(p, k) for p in ("drop-k", "drop-k-renormalized", "drop-k-curvature", "drop-k-exact",
+                                                 "random") for k in drops] + [("ijack", 30.0)]
+    for dataset, level in (("gaussian", 0.3), ("slid", 0.4)):
+        for seed in range(seeds):
+            for policy, parameter in rules:
+                lower = 0.0 if policy in ("fedavg", "random", "ijack") else 0.05 + 0.01 * seed
+                for t in range(1, 6):
+                    rows.append({"dataset": dataset, "seed": seed, "policy": policy, "parameter": parameter,
+                                 "round": t, "accuracy": 0.7 - lower / 5 + 0.002 * seed + 0.001 * t,
+                                 "dp_gap": level - lower + 0.01 * seed, "eop_gap": level - lower / 2 + 0.01 * seed,
+                                 "eo_gap": 2 * level - lower + 0.02 * seed, "majority_accuracy": 0.5})
+    return pd.DataFrame(rows).sort_values(["dataset", "seed", "policy", "parameter", "round"], kind="mergesort")
+
+
+def scoring() -> pd.DataFrame:
+    rows = []
+    for dataset in ("gaussian", "slid"):
+        for i, score in enumerate(tables.SCORED):
+            row = {"dataset": dataset, "score": score, "seeds": 10}
+            for column, mean in (("correlation", 0.87 - i / 50), ("top_is_best", 0.74), ("top_raises_gap", 0.02),
+                                 ("share_of_best", 0.9)):
+                row |= {column: mean, f"{column}_low": mean - 0.03 if column != "top_raises_gap" else -0.001,
+                        f"{column}_high": mean + 0.03}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def written(tmp_path, drops=(2,)) -> dict[str, pd.DataFrame]:
+    runs = per_round(drops)
+    frames = {"tradeoff": tables.tradeoff(runs, 5, 0.95), "comparison": tables.against_random(runs, 5, 0.95),
+              "scoring": scoring()}
+    write_results(tmp_path, {name: frames[key] for name, key in FEDERATED_RESULTS.items()}, COMMAND)
+    return {key: read_results(tmp_path / name) for name, key in FEDERATED_RESULTS.items()}
+
+
+def test_the_results_files_are_headed_by_the_command_and_render_as_the_frames_do(tmp_path):
+    read = written(tmp_path)
+    for name in FEDERATED_RESULTS:
+        assert (tmp_path / name).read_text().startswith(f"# {COMMAND} (commit ")
+        assert results_command(tmp_path / name) == COMMAND
+    runs = per_round()
+    assert tradeoff_table(read["tradeoff"]) == tradeoff_table(tables.tradeoff(runs, 5, 0.95))
+    assert comparison_table(read["comparison"], 2, 2) == comparison_table(tables.against_random(runs, 5, 0.95), 2, 2)
+
+
+def test_the_tradeoff_table_orders_the_rules_as_the_docs_and_names_k_and_lambda(tmp_path):
+    rows = tradeoff_table(written(tmp_path)["tradeoff"])
+    assert rows[:2] == ["| data set | rule | accuracy | DP gap | EOP gap | EO gap |", "|---|---|---|---|---|---|"]
+    assert [row.split(" | ")[1] for row in rows[2:9]] == [
+        "FedAvg", "drop-K first-order (K = 2)", "drop-K renormalized", "drop-K curvature", "drop-K exact",
+        "random drop (K = 2)", "I-JACK (λ = 30)"]
+    assert [row.split(" | ")[0] for row in rows[2:]] == ["| Gaussian"] * 7 + ["| SLID"] * 7
+    # FedAvg on the Gaussian example: the mean of seeds 0-2 (0.7 + 0.002·seed + 0.001·mean round), Student-t
+    low, high = 0.705 - 4.302653 * 0.002 / np.sqrt(3), 0.705 + 4.302653 * 0.002 / np.sqrt(3)
+    assert rows[2] == (f"| Gaussian | FedAvg | 0.705 [{low:.3f}, {high:.3f}] | 0.310 [0.285, 0.335] | "
+                       "0.310 [0.285, 0.335] | 0.620 [0.570, 0.670] |")
+
+
+def test_with_two_ks_every_drop_rule_names_its_k(tmp_path):
+    rows = tradeoff_table(written(tmp_path, drops=(2, 4))["tradeoff"])
+    assert "| Gaussian | drop-K curvature (K = 4) | " in "\n".join(rows)
+
+
+def test_the_comparison_tables_sign_every_difference_and_say_why_a_rule_does_not_win(tmp_path):
+    comparison = written(tmp_path, drops=(2, 4))["comparison"]
+    rows = comparison_table(comparison, 2, 2)
+    assert rows[1] == "|---|---|---|---|---|---|---|" and len(rows) == 2 + 2 * 5
+    first = rows[2]
+    assert first.startswith("| Gaussian | drop-K first-order | −0.012 [") and first.endswith(" | no (accuracy) |")
+    assert rows[6].startswith("| Gaussian | I-JACK λ = 30 | +0.000 [") and rows[6].endswith(" | no |")
+    one = comparison_table(comparison, 2, 4, dataset="slid")
+    assert one[0] == ("| rule (K = 2) − random drops (K = 4) | accuracy | DP gap | EOP gap | EO gap "
+                      "| beats random (DP) |")
+    assert [row.split(" | ")[0] for row in one[2:]] == [
+        "| drop-K first-order", "| drop-K renormalized", "| drop-K curvature", "| drop-K exact", "| I-JACK λ = 30"]
+    wins = comparison.assign(beats_random_dp=True)
+    assert comparison_table(wins, 2, 2)[2].endswith(" | yes |")
+
+
+def test_the_scoring_table_has_two_decimals_and_the_docs_minus(tmp_path):
+    rows = scoring_table(written(tmp_path)["scoring"])
+    assert rows[2] == "| Gaussian | first-order I^F | 0.87 [0.84, 0.90] | 0.74 [0.71, 0.77] | 0.02 [−0.00, 0.05] |"
+    assert [row.split(" | ")[1] for row in rows[2:6]] == [
+        "first-order I^F", "renormalized I^F", "curvature I^H", "renormalized I^H"]
