@@ -64,7 +64,7 @@ FAIRNESS = ("fedvalue run fairness --out ~/fedvalue-runs/fairness --seeds 10 --d
             "--results docs/results",)
 FAIRNESS_K4 = ("fedvalue run fairness --out ~/fedvalue-runs/fairness-k4 --datasets slid --seeds 10 --drops 2,4 "
                "--policies fedavg,drop-k,drop-k-curvature,drop-k-exact,random --results docs/results/fairness_k4",)
-RENDERER_READY = "the renderer is written; the run (836 s on the shared machine) has not been made with --results"
+RENDERER_READY = "the renderer is written; the run has not been made with --results yet"
 
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {}
@@ -134,7 +134,7 @@ PENDING: dict[str, Pending] = {
     "| data set | score | correlation | top = best exact drop | top drop raises the gap |": Pending(
         FAIRNESS, RENDERER_READY, Rendering(f"{FAIRNESS_MARKDOWN}:scoring_table", ("fairness_scoring.csv",))),
     "| rule (K = 2) − random drops (K = 4) | accuracy | DP gap | EOP gap | EO gap | beats random (DP) |": Pending(
-        FAIRNESS_K4, "the renderer is written; the run (484 s) has not been made with --results",
+        FAIRNESS_K4, RENDERER_READY,
         Rendering(f"{FAIRNESS_MARKDOWN}:comparison_table", ("fairness_k4/fairness_comparison.csv",),
                   {"k": 2, "random_k": 4, "dataset": "slid"})),
     "| retraining | kept | pruned by | threshold shift | accuracy change | DP gap change |": Pending((
@@ -169,9 +169,11 @@ PENDING: dict[str, Pending] = {
         "fedvalue run procurement --out DIR --seeds 15 --fine-tune-batch-size 0"),
         "two runs' figures beside the paper's words, computed by hand from their CSVs; no --results writer yet"),
     "| method | utility | tied | exactly 0 | distinct values |": Pending((
-        "fedvalue run augmentation --seeds 3 --permutations 1000 --out DIR",
-        "fedvalue run augmentation --seeds 3 --permutations 1000 --utility likelihood --out DIR"),
-        "two runs' ties.csv gathered by hand; no --results writer yet"),
+        "fedvalue run augmentation --seeds 3 --permutations 1000 --out ~/fedvalue-runs/ties --results docs/results",
+        "fedvalue run augmentation --seeds 3 --permutations 1000 --utility likelihood "
+        "--out ~/fedvalue-runs/ties-likelihood --results docs/results/augmentation_likelihood"), RENDERER_READY,
+        Rendering("simulations.experiments.synthetic_data.markdown:ties_table",
+                  ("augmentation_ties.csv", "augmentation_likelihood/augmentation_ties.csv"))),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.
