@@ -163,7 +163,8 @@ PENDING: dict[str, Pending] = {
         "--prune-gamma 0.02 --out DIR"), "two runs' pruning tables gathered by hand; no --results writer yet"),
     "| selection | rule | test accuracy | test DP | SIM-JACK − Fair-IJ, accuracy "
     "| rule − gradient edit, accuracy |": Pending((
-        "fedvalue run fairness-adult --out DIR",), "the summary printed by the run, copied; no --results writer yet"),
+        "fedvalue run fairness-adult --out ~/fedvalue-runs/fairness-adult --results docs/results",), RENDERER_READY,
+        Rendering(f"{FAIRNESS_MARKDOWN}:adult_table", ("fairness_adult_summary.csv",))),
     "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |": Pending((
         "fedvalue run procurement --out DIR --seeds 15",
         "fedvalue run procurement --out DIR --seeds 15 --fine-tune-batch-size 0"),

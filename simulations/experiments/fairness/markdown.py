@@ -1,8 +1,9 @@
 """The docs' markdown tables of the fairness simulations, rendered from their results files alone.
 
 ``fedvalue run fairness --results FOLDER`` writes :data:`FEDERATED_RESULTS` (the frames of
-:mod:`simulations.experiments.fairness.tables`, each headed by the command and the commit); the functions here turn
-those files into the tables of docs/reproductions.md, row for row, so a test can hold the docs to the files.
+:mod:`simulations.experiments.fairness.tables`) and ``fedvalue run fairness-adult --results FOLDER``
+:data:`ADULT_RESULTS`, each headed by the command and the commit; the functions here turn those files into the tables
+of docs/reproductions.md, row for row, so a test can hold the docs to the files.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def number(value: float, digits: int, signed: bool = False) -> str:
     return f"{value:{'+' if signed else ''}.{digits}f}".replace("-", "−")
 
 
-def interval(row, column: str, digits: int = 3, signed: bool = False) -> str:
+def interval_text(row, column: str, digits: int = 3, signed: bool = False) -> str:
     """``mean [low, high]`` of ``column`` (its ``_low`` and ``_high`` beside it)."""
     return (f"{number(row[column], digits, signed)} [{number(row[column + '_low'], digits, signed)}, "
             f"{number(row[column + '_high'], digits, signed)}]")
@@ -65,7 +66,7 @@ def tradeoff_table(tradeoff: pd.DataFrame) -> list[str]:
     rows = ["| data set | rule | accuracy | DP gap | EOP gap | EO gap |", "|---|---|---|---|---|---|"]
     for _, row in _ordered(tradeoff, "policy", RULE_NAMES).iterrows():
         rows.append(f"| {DATASET_NAMES[row['dataset']]} | {_rule(row['policy'], row['parameter'], shown_k)} | "
-                    + " | ".join(interval(row, column) for column in GAP_COLUMNS) + " |")
+                    + " | ".join(interval_text(row, column) for column in GAP_COLUMNS) + " |")
     return rows
 
 
@@ -91,7 +92,7 @@ def comparison_table(comparison: pd.DataFrame, k: int, random_k: int, dataset: s
                 "|---|---|---|---|---|---|---|"]
     for _, row in _ordered(chosen, "policy", RULE_NAMES).iterrows():
         name = f"I-JACK λ = {row['parameter']:g}" if row["policy"] == "ijack" else RULE_NAMES[row["policy"]]
-        cells = [name, *(interval(row, f"{column}_diff", signed=True) for column in GAP_COLUMNS), _verdict(row)]
+        cells = [name, *(interval_text(row, f"{column}_diff", signed=True) for column in GAP_COLUMNS), _verdict(row)]
         if dataset is None:
             cells.insert(0, DATASET_NAMES[row["dataset"]])
         rows.append("| " + " | ".join(cells) + " |")
@@ -105,6 +106,45 @@ def scoring_table(scoring: pd.DataFrame) -> list[str]:
             "|---|---|---|---|---|"]
     for _, row in _ordered(scoring, "score", SCORE_NAMES).iterrows():
         rows.append(f"| {DATASET_NAMES[row['dataset']]} | {SCORE_NAMES[row['score']]} | "
-                    + " | ".join(interval(row, column, 2) for column in ("correlation", "top_is_best", "top_raises_gap"))
+                    + " | ".join(interval_text(row, column, 2) for column in ("correlation", "top_is_best", "top_raises_gap"))
                     + " |")
+    return rows
+
+
+# -------------------------------------------------------------------------- fedvalue run fairness-adult
+
+#: The results file of ``fedvalue run fairness-adult --results FOLDER``: its summary (adult_ij.adult_summary).
+ADULT_RESULTS = "fairness_adult_summary.csv"
+#: The edits of the Adult table in the docs' order, their names there, and the first row's longer name.
+ADULT_EDITS = {"gradient": "gradient edit", "fair-ij": "Fair-IJ", "ijack": "I-JACK", "simjack": "SIM-JACK",
+               "drop-upweight": "drop/upweight"}
+ADULT_FIRST = {"lowest-gap": "lowest gap (App. B)", "gradient": "gradient edit (no curvature)"}
+
+
+def _selection(selection: str, gap: str) -> str:
+    """``lowest-gap`` -> lowest gap; ``matched 0.1`` -> DP ≤ 0.10."""
+    if selection == "lowest-gap":
+        return "lowest gap"
+    return f"{gap.upper()} ≤ {float(selection.split()[1]):.2f}"
+
+
+def adult_table(summary: pd.DataFrame, gap: str = "dp") -> list[str]:
+    """[FAIRIJ] on Adult: per selection (lowest validation gap, then each matched target) the plain-gradient edit
+    and every Fisher rule that reached it in every seed, test accuracy [interval] and gap, SIM-JACK − Fair-IJ and
+    rule − gradient edit in accuracy, paired by seed."""
+    rows = [f"| selection | rule | test accuracy | test {gap.upper()} | SIM-JACK − Fair-IJ, accuracy "
+            "| rule − gradient edit, accuracy |", "|---|---|---|---|---|---|"]
+    shown = summary[summary["edit"].isin(ADULT_EDITS) & (summary["seeds"] == summary["of_seeds"])]
+    for selection in dict.fromkeys(shown["selection"]):
+        here = shown[shown["selection"] == selection].set_index("edit")
+        for edit in [e for e in ADULT_EDITS if e in here.index]:
+            row = here.loc[edit]
+            first = len(rows) == 2
+            versus = [interval_text(row, f"test_accuracy_vs_{name}", signed=True)
+                      if f"test_accuracy_vs_{name}" in row and not pd.isna(row[f"test_accuracy_vs_{name}"]) else "—"
+                      for name in ("fair_ij", "gradient")]
+            rows.append(f"| {ADULT_FIRST[selection] if first else _selection(selection, gap)} | "
+                        f"{ADULT_FIRST[edit] if first and edit in ADULT_FIRST else ADULT_EDITS[edit]} | "
+                        f"{interval_text(row, 'test_accuracy')} | {number(row[f'test_{gap}_gap'], 3)} | "
+                        + " | ".join(versus) + " |")
     return rows
