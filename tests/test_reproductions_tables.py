@@ -64,6 +64,9 @@ FAIRNESS = ("fedvalue run fairness --out ~/fedvalue-runs/fairness --seeds 10 --d
             "--results docs/results",)
 FAIRNESS_K4 = ("fedvalue run fairness --out ~/fedvalue-runs/fairness-k4 --datasets slid --seeds 10 --drops 2,4 "
                "--policies fedavg,drop-k,drop-k-curvature,drop-k-exact,random --results docs/results/fairness_k4",)
+#: The results files of one procurement run (simulations.experiments.procurement.markdown.PROCUREMENT_RESULTS).
+PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
+               "procurement_purchases.csv", "procurement_offers.csv")
 RENDERER_READY = "the renderer is written; the run has not been made with --results yet"
 
 #: Tables rendered from results files here: header -> how.
@@ -166,9 +169,12 @@ PENDING: dict[str, Pending] = {
         "fedvalue run fairness-adult --out ~/fedvalue-runs/fairness-adult --results docs/results",), RENDERER_READY,
         Rendering(f"{FAIRNESS_MARKDOWN}:adult_table", ("fairness_adult_summary.csv",))),
     "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |": Pending((
-        "fedvalue run procurement --out DIR --seeds 15",
-        "fedvalue run procurement --out DIR --seeds 15 --fine-tune-batch-size 0"),
-        "two runs' figures beside the paper's words, computed by hand from their CSVs; no --results writer yet"),
+        "fedvalue run procurement --out ~/fedvalue-runs/procurement --seeds 15 --results docs/results",
+        "fedvalue run procurement --out ~/fedvalue-runs/procurement-full --seeds 15 --fine-tune-batch-size 0 "
+        "--results docs/results/procurement_full_batch"),
+        RENDERER_READY + "; on rendering, the full-batch ADS − LOO cell also says in how many seeds LOO was lower",
+        Rendering("simulations.experiments.procurement.markdown:procurement_table",
+                  (*PROCUREMENT, *(f"procurement_full_batch/{name}" for name in PROCUREMENT)))),
     "| method | utility | tied | exactly 0 | distinct values |": Pending((
         "fedvalue run augmentation --seeds 3 --permutations 1000 --out ~/fedvalue-runs/ties --results docs/results",
         "fedvalue run augmentation --seeds 3 --permutations 1000 --utility likelihood "
