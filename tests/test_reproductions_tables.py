@@ -67,6 +67,7 @@ FAIRNESS_K4 = ("fedvalue run fairness --out ~/fedvalue-runs/fairness-k4 --datase
 #: The results files of one procurement run (simulations.experiments.procurement.markdown.PROCUREMENT_RESULTS).
 PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
                "procurement_purchases.csv", "procurement_offers.csv")
+CENTRAL = ("fedvalue run fairness-central --out ~/fedvalue-runs/fairness-central --results docs/results",)
 RENDERER_READY = "the renderer is written; the run has not been made with --results yet"
 
 #: Tables rendered from results files here: header -> how.
@@ -140,8 +141,8 @@ PENDING: dict[str, Pending] = {
         FAIRNESS_K4, RENDERER_READY,
         Rendering(f"{FAIRNESS_MARKDOWN}:comparison_table", ("fairness_k4/fairness_comparison.csv",),
                   {"k": 2, "random_k": 4, "dataset": "slid"})),
-    "| retraining | kept | pruned by | threshold shift | accuracy change | DP gap change |": Pending((
-        "fedvalue run fairness-central --out DIR",), "the toy table printed by the run, copied; no --results writer yet"),
+    "| retraining | kept | pruned by | threshold shift | accuracy change | DP gap change |": Pending(
+        CENTRAL, RENDERER_READY, Rendering(f"{FAIRNESS_MARKDOWN}:toy_table", ("fairness_central_toy.csv",))),
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
     "| kept 40 % | shows at |": Pending(tuple(
         f"fedvalue run fairness-central --experiment toy --gammas 0 --keep-fractions 0.8,0.6,0.4 --toy-means={means} "
@@ -149,21 +150,21 @@ PENDING: dict[str, Pending] = {
                                   "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")),
         "six runs' toy tables gathered by hand; no --results writer yet"),
     "| curvature | rule | changed weights | test accuracy | DP gap | EOP gap | EO gap | DP − random-matched "
-    "| accuracy − random-matched | beats random |": Pending((
-        "fedvalue run fairness-central --out DIR",), "the tabular table printed by the run, copied; no --results "
-                                                     "writer yet"),
+    "| accuracy − random-matched | beats random |": Pending(
+        CENTRAL, RENDERER_READY, Rendering(f"{FAIRNESS_MARKDOWN}:tabular_table", ("fairness_central_tabular.csv",))),
     "| curvature | rule | changed | test accuracy | DP gap | EO gap | DP − random-matched | accuracy − gradient edit "
     "| beats random |": Pending((
-        "fedvalue run fairness-central --experiment tabular --hidden 16 --out DIR",),
-        "the tabular table printed by the run, copied; no --results writer yet"),
-    "| kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |": Pending((
-        "fedvalue run fairness-central --out DIR",), "the pruning table printed by the run, copied; no --results "
-                                                     "writer yet"),
-    "| γ | kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |": Pending((
+        "fedvalue run fairness-central --experiment tabular --hidden 16 --out ~/fedvalue-runs/fairness-central-mlp "
+        "--results docs/results/fairness_central_mlp",), RENDERER_READY,
+        Rendering(f"{FAIRNESS_MARKDOWN}:tabular_mlp_table", ("fairness_central_mlp/fairness_central_tabular.csv",))),
+    "| kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |": Pending(
+        CENTRAL, RENDERER_READY, Rendering(f"{FAIRNESS_MARKDOWN}:pruning_table", ("fairness_central_pruning.csv",))),
+    "| γ | kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |": Pending(tuple(
         "fedvalue run fairness-central --experiment tabular --lams 2 --prune-optimizer adam --prune-epochs 20 "
-        "--prune-gamma 1 --out DIR",
-        "fedvalue run fairness-central --experiment tabular --lams 2 --prune-optimizer adam --prune-epochs 20 "
-        "--prune-gamma 0.02 --out DIR"), "two runs' pruning tables gathered by hand; no --results writer yet"),
+        f"--prune-gamma {gamma} --out ~/fedvalue-runs/fairness-adam-{gamma} --results docs/results/fairness_adam_{gamma}"
+        for gamma in ("1", "0.02")), RENDERER_READY,
+        Rendering(f"{FAIRNESS_MARKDOWN}:adam_pruning_table", tuple(
+            f"fairness_adam_{gamma}/fairness_central_pruning.csv" for gamma in ("1", "0.02")))),
     "| selection | rule | test accuracy | test DP | SIM-JACK − Fair-IJ, accuracy "
     "| rule − gradient edit, accuracy |": Pending((
         "fedvalue run fairness-adult --out ~/fedvalue-runs/fairness-adult --results docs/results",), RENDERER_READY,

@@ -1,8 +1,9 @@
 """The docs' markdown tables of the fairness simulations, rendered from their results files alone.
 
 ``fedvalue run fairness --results FOLDER`` writes :data:`FEDERATED_RESULTS` (the frames of
-:mod:`simulations.experiments.fairness.tables`) and ``fedvalue run fairness-adult --results FOLDER``
-:data:`ADULT_RESULTS`, each headed by the command and the commit; the functions here turn those files into the tables
+:mod:`simulations.experiments.fairness.tables`), ``fedvalue run fairness-central --results FOLDER``
+:data:`CENTRAL_RESULTS` and ``fedvalue run fairness-adult --results FOLDER`` :data:`ADULT_RESULTS`, each headed by
+the command and the commit; the functions here turn those files into the tables
 of docs/reproductions.md, row for row, so a test can hold the docs to the files.
 """
 
@@ -147,4 +148,161 @@ def adult_table(summary: pd.DataFrame, gap: str = "dp") -> list[str]:
                         f"{ADULT_FIRST[edit] if first and edit in ADULT_FIRST else ADULT_EDITS[edit]} | "
                         f"{interval_text(row, 'test_accuracy')} | {number(row[f'test_{gap}_gap'], 3)} | "
                         + " | ".join(versus) + " |")
+    return rows
+
+
+# -------------------------------------------------------------------------- fedvalue run fairness-central
+
+#: The results files of ``fedvalue run fairness-central --results FOLDER`` (those of the experiments run): the
+#: toy's summary and its ERM rows (threshold, gaps, lever, means), the tabular summary, the pruning summary (with
+#: the retraining's γ and optimizer).
+CENTRAL_RESULTS = ("fairness_central_toy.csv", "fairness_central_toy_erm.csv", "fairness_central_tabular.csv",
+                   "fairness_central_pruning.csv")
+#: The toy rows the docs show, (γ, kept fraction, pruning order), in their order.
+TOY_ROWS = ((0.0, 0.8, "fairness"), (0.0, 0.8, "random"), (0.0, 0.6, "fairness"), (0.0, 0.6, "accuracy"),
+            (0.0, 0.6, "random"), (0.0, 0.4, "fairness"), (0.0, 0.4, "random"), (0.1, 1.0, "full"),
+            (0.1, 0.6, "fairness"), (0.1, 0.6, "random"))
+#: Pruning orders by their names in the docs, and the longer name of an order's first row.
+PRUNED_BY = {"fairness": "fairness", "accuracy": "accuracy", "random": "random", "full": "—"}
+PRUNED_BY_FIRST = {"fairness": "fairness (small \\|S(i)\\|)", "accuracy": "accuracy (large \\|S_ℓ(i)\\|)"}
+#: The SLID pruning rows the docs show, (kept fraction, order); with Adam, per γ.
+PRUNING_ROWS = ((0.8, "fairness"), (0.8, "accuracy"), (0.8, "random"), (0.4, "fairness"), (0.4, "accuracy"),
+                (0.4, "random"), (0.2, "fairness"), (0.2, "random"))
+ADAM_ROWS = {1.0: ((1.0, "full"), (0.8, "fairness"), (0.8, "random"), (0.6, "fairness"), (0.6, "random"),
+                   (0.4, "fairness"), (0.4, "random"), (0.2, "fairness"), (0.2, "accuracy"), (0.2, "random")),
+             0.02: ((1.0, "full"), (0.8, "fairness"), (0.8, "random"), (0.6, "fairness"), (0.6, "random"),
+                    (0.4, "fairness"), (0.4, "accuracy"), (0.4, "random"), (0.2, "fairness"), (0.2, "random"))}
+CURVATURES = {"-": "—", "exact": "exact H", "fisher": "diag. Fisher", "none": "none"}
+EDIT_NAMES = {"erm": "ERM", "fair-ij": "Fair-IJ", "drop-upweight": "drop/upweight", "ijack": "I-JACK",
+              "simjack": "SIM-JACK", "gradient": "gradient edit"}
+#: Where the paper defines each edit, which the logistic-regression table gives at the edit's first row.
+EDIT_SOURCES = {"fair-ij": " (Prop. 3.1)", "drop-upweight": " (C.1)", "ijack": " (3.2)", "simjack": " (3.3)",
+                "gradient": " θ̂ − c·g_a (§3.3)"}
+#: Edits whose weights move every training row.
+EVERY_ROW = ("ijack", "simjack")
+
+
+def signed_interval(row, column: str, digits: int = 3, signed_bounds: bool = False) -> str:
+    """``+mean [low, high]``: the mean signed, the bounds signed only when ``signed_bounds``; – for none."""
+    if column not in row or pd.isna(row[column]):
+        return "—"
+    return (f"{number(row[column], digits, True)} [{number(row[column + '_low'], digits, signed_bounds)}, "
+            f"{number(row[column + '_high'], digits, signed_bounds)}]")
+
+
+def central_results(tables: dict[str, pd.DataFrame], toy_means, prune_gamma: float,
+                    prune_optimizer: str) -> dict[str, pd.DataFrame]:
+    """The results files of a fairness-central run, by name, from its tables (those of the experiments it ran):
+    the toy's ERM rows carry the instance's means, the pruning summary the retraining's γ and optimizer."""
+    frames = {}
+    if "toy" in tables:
+        erm = tables["toy_runs"][tables["toy_runs"]["order"] == "erm"]
+        frames |= {CENTRAL_RESULTS[0]: tables["toy"],
+                   CENTRAL_RESULTS[1]: erm.assign(toy_means=", ".join(f"{m:g}" for m in toy_means))}
+    if "tabular" in tables:
+        frames |= {CENTRAL_RESULTS[2]: tables["tabular"],
+                   CENTRAL_RESULTS[3]: tables["pruning"].assign(prune_gamma=prune_gamma,
+                                                                 prune_optimizer=prune_optimizer)}
+    return frames
+
+
+def _kept(fraction: float) -> str:
+    return f"{100 * fraction:.0f} %"
+
+
+def toy_table(toy: pd.DataFrame, rows_shown=TOY_ROWS) -> list[str]:
+    """[FAIRINFL] §5's toy: each shown (γ, kept fraction, order) against ERM on the same seed: threshold shift,
+    accuracy change, DP change, mean [interval] over seeds."""
+    rows = ["| retraining | kept | pruned by | threshold shift | accuracy change | DP gap change |",
+            "|---|---|---|---|---|---|"]
+    by_key = toy.set_index(["gamma", "keep", "order"])
+    seen: set[str] = set()
+    for gamma, keep, order in rows_shown:
+        row = by_key.loc[(gamma, keep, order)]
+        retraining = ("plain" + ("" if len(rows) > 2 else " (γ = 0)")) if gamma == 0 else f"relaxed DP, γ = {gamma:g}"
+        pruned = PRUNED_BY_FIRST.get(order, PRUNED_BY[order]) if order not in seen else PRUNED_BY[order]
+        seen.add(order)
+        rows.append(f"| {retraining} | {_kept(keep)} | {pruned} | {signed_interval(row, 'threshold_shift')} | "
+                    f"{number(row['accuracy_change'], 4, True)} | {signed_interval(row, 'dp_change', 4)} |")
+    return rows
+
+
+def _tabular_order(tabular: pd.DataFrame):
+    """The rows of ``tabular``: ERM, the exact-Hessian rules, the Fisher rules, the plain-gradient edit."""
+    rank = {"-": 0, "exact": 1, "fisher": 2, "none": 3}
+    ordered = tabular.assign(_rank=tabular["curvature"].map(rank)).sort_values("_rank", kind="mergesort")
+    return (row for _, row in ordered.iterrows())
+
+
+def _changed(row) -> str:
+    if row["edit"] in EVERY_ROW:
+        return "all"
+    return "—" if row["edit"] == "gradient" else f"{row['changed']:.0f}"
+
+
+def _beats(row) -> str:
+    return "—" if "beats_random" not in row or pd.isna(row["beats_random"]) else (
+        "yes" if str(row["beats_random"]) == "True" else "no")
+
+
+def tabular_table(tabular: pd.DataFrame, gap: str = "dp") -> list[str]:
+    """[FAIRIJ]'s protocol on SLID with logistic regression: every rule with each curvature, its test accuracy and
+    gaps, its gap and accuracy against random reweighting matched in accuracy, and whether it beats it."""
+    rows = [f"| curvature | rule | changed weights | test accuracy | DP gap | EOP gap | EO gap | {gap.upper()} − "
+            "random-matched | accuracy − random-matched | beats random |", "|---" * 10 + "|"]
+    seen: set[str] = set()
+    for row in _tabular_order(tabular):
+        name = EDIT_NAMES[row["edit"]] + ("" if row["edit"] in seen else EDIT_SOURCES.get(row["edit"], ""))
+        seen.add(row["edit"])
+        rows.append(f"| {CURVATURES[row['curvature']]} | {name} | {_changed(row)} | "
+                    + " | ".join(number(row[f"test_{m}"], 3) for m in ("accuracy", "dp_gap", "eop_gap", "eo_gap"))
+                    + f" | {signed_interval(row, f'test_{gap}_gap_vs_matched')} | "
+                    f"{signed_interval(row, 'test_accuracy_vs_matched')} | {_beats(row)} |")
+    return rows
+
+
+def tabular_mlp_table(tabular: pd.DataFrame, gap: str = "dp") -> list[str]:
+    """The same protocol with the SeLU MLP: no ERM row, the damped exact Hessian, and each rule's accuracy against
+    the plain-gradient edit instead of random-matched's."""
+    rows = [f"| curvature | rule | changed | test accuracy | DP gap | EO gap | {gap.upper()} − random-matched "
+            "| accuracy − gradient edit | beats random |", "|---" * 9 + "|"]
+    for row in _tabular_order(tabular[tabular["edit"] != "erm"]):
+        curvature = "exact H (damped)" if row["curvature"] == "exact" else CURVATURES[row["curvature"]]
+        rows.append(f"| {curvature} | {EDIT_NAMES[row['edit']]} | {_changed(row)} | "
+                    + " | ".join(number(row[f"test_{m}"], 3) for m in ("accuracy", "dp_gap", "eo_gap"))
+                    + f" | {signed_interval(row, f'test_{gap}_gap_vs_matched')} | "
+                    f"{signed_interval(row, 'test_accuracy_vs_gradient')} | {_beats(row)} |")
+    return rows
+
+
+def _pruning_cells(row, signed_bounds: bool, bold: bool) -> str:
+    """Test accuracy and DP gap, then each against random pruning at the same fraction (— for random itself);
+    with ``bold``, a DP difference whose interval lies below 0 in bold."""
+    dp = signed_interval(row, "test_dp_gap_vs_random", signed_bounds=signed_bounds)
+    if bold and dp != "—" and row["test_dp_gap_vs_random_high"] < 0:
+        mean, rest = dp.split(" ", 1)
+        dp = f"**{mean}** {rest}"
+    return (f"{number(row['test_accuracy'], 3)} | {number(row['test_dp_gap'], 3)} | "
+            f"{signed_interval(row, 'test_accuracy_vs_random', signed_bounds=signed_bounds)} | {dp}")
+
+
+def pruning_table(pruning: pd.DataFrame, rows_shown=PRUNING_ROWS) -> list[str]:
+    """[FAIRINFL] pruning on SLID retrained by L-BFGS: each shown (kept fraction, order), paired against random."""
+    rows = ["| kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |", "|---" * 6 + "|"]
+    by_key = pruning.set_index(["keep", "order"])
+    for keep, order in rows_shown:
+        rows.append(f"| {_kept(keep)} | {PRUNED_BY[order]} | {_pruning_cells(by_key.loc[(keep, order)], False, False)} |")
+    return rows
+
+
+def adam_pruning_table(*prunings: pd.DataFrame, rows_shown=ADAM_ROWS) -> list[str]:
+    """The same pruning retrained by Adam, one run a γ (its ``prune_gamma`` column), each with its shown rows."""
+    rows = ["| γ | kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |", "|---" * 7 + "|"]
+    for pruning in prunings:
+        gamma = float(pruning["prune_gamma"].iloc[0])
+        by_key = pruning.set_index(["keep", "order"])
+        for keep, order in rows_shown[gamma]:
+            pruned = "— (full)" if order == "full" else PRUNED_BY[order]
+            rows.append(f"| {gamma:g} | {_kept(keep)} | {pruned} | "
+                        f"{_pruning_cells(by_key.loc[(keep, order)], True, True)} |")
     return rows

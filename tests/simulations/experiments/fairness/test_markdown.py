@@ -146,3 +146,125 @@ def test_the_adult_table_from_its_results_file(tmp_path):
     assert [row.split(" | ")[:2] for row in rows[7:]] == [
         ["| DP ≤ 0.10", "gradient edit"], ["| DP ≤ 0.10", "Fair-IJ"], ["| DP ≤ 0.10", "I-JACK"],
         ["| DP ≤ 0.10", "SIM-JACK"]]
+
+
+def toy_runs(seeds: int = 3) -> pd.DataFrame:
+    """toy_seed's rows: ERM, then every (γ, kept fraction, order), the full regularized fit for γ > 0; pruning by
+    fairness moves the threshold right by 0.05 per 20 % pruned and lowers DP."""
+    rows = []
+    for seed in range(seeds):
+        rows.append({"seed": seed, "gamma": 0.0, "keep": 1.0, "order": "erm", "threshold": 0.03, "accuracy": 0.87,
+                     "dp_gap": 0.207, "lever": -0.1})
+        for gamma in (0.0, 0.1):
+            if gamma:
+                rows.append({"seed": seed, "gamma": gamma, "keep": 1.0, "order": "full", "threshold": -0.04,
+                             "accuracy": 0.87, "dp_gap": 0.214})
+            for keep in (0.8, 0.6, 0.4):
+                for order in ("fairness", "accuracy", "random"):
+                    shift = (1 - keep) / 4 if order == "fairness" else 0.0
+                    rows.append({"seed": seed, "gamma": gamma, "keep": keep, "order": order,
+                                 "threshold": 0.03 + shift + 0.001 * seed, "accuracy": 0.87 - shift / 100,
+                                 "dp_gap": 0.207 - shift / 10 - 0.0001 * seed})
+    return pd.DataFrame(rows)
+
+
+def test_the_toy_table_shows_the_docs_rows_from_its_results_file(tmp_path):
+    from simulations.experiments.fairness.central import toy_summary
+    from simulations.experiments.fairness.markdown import CENTRAL_RESULTS, central_results, toy_table
+
+    runs = toy_runs()
+    frames = central_results({"toy": toy_summary(runs, 0.95), "toy_runs": runs}, (-3, -0.5, 1, 1.65), 1.0, "lbfgs")
+    assert list(frames) == list(CENTRAL_RESULTS[:2])
+    write_results(tmp_path, frames, "fedvalue run fairness-central --experiment toy")
+    assert read_results(tmp_path / CENTRAL_RESULTS[1])["toy_means"].tolist() == ["-3, -0.5, 1, 1.65"] * 3
+    rows = toy_table(read_results(tmp_path / CENTRAL_RESULTS[0]))
+    assert len(rows) == 12
+    assert rows[2] == ("| plain (γ = 0) | 80 % | fairness (small \\|S(i)\\|) | +0.051 [0.049, 0.053] | −0.0005 "
+                       "| −0.0051 [−0.0053, −0.0049] |")
+    assert rows[3].startswith("| plain | 80 % | random | +0.001 [−0.001, 0.003] | +0.0000 | ")
+    assert rows[5].startswith("| plain | 60 % | accuracy (large \\|S_ℓ(i)\\|) | ")
+    assert rows[9].startswith("| relaxed DP, γ = 0.1 | 100 % | — | −0.070 [")
+
+
+def tabular_runs(seeds: int = 3) -> pd.DataFrame:
+    """tabular_seed's rows: ERM, each rule with each curvature (and its random and random-matched variants), the
+    plain-gradient edit; every rule lowers the DP gap by 0.3 against random-matched's 0.05."""
+    rows = []
+    for seed in range(seeds):
+        base = {"seed": seed, "strength": 1.0, "test_eop_gap": 0.2, "test_eo_gap": 0.4}
+        rows.append({**base, "curvature": "-", "edit": "erm", "variant": "rule", "changed": 0,
+                     "test_accuracy": 0.706, "test_dp_gap": 0.384})
+        for curvature in ("exact", "fisher"):
+            for edit in ("fair-ij", "drop-upweight", "ijack", "simjack"):
+                for variant, lower in (("rule", 0.3), ("random", 0.0), ("random-matched", 0.05)):
+                    rows.append({**base, "curvature": curvature, "edit": edit, "variant": variant,
+                                 "changed": 2000 if edit in ("ijack", "simjack") else 480 + seed,
+                                 "test_accuracy": 0.67 + 0.001 * seed, "test_dp_gap": 0.384 - lower - 0.01 * seed})
+            if curvature == "exact":
+                rows.append({**base, "curvature": "none", "edit": "gradient", "variant": "rule", "changed": 0,
+                             "test_accuracy": 0.671, "test_dp_gap": 0.039})
+    return pd.DataFrame(rows)
+
+
+def test_the_tabular_tables_from_their_results_file(tmp_path):
+    from simulations.experiments.fairness.central import tabular_summary
+    from simulations.experiments.fairness.markdown import CENTRAL_RESULTS, tabular_mlp_table, tabular_table
+
+    write_results(tmp_path, {CENTRAL_RESULTS[2]: tabular_summary(tabular_runs(), "dp", 0.95)}, "fedvalue run x")
+    tabular = read_results(tmp_path / CENTRAL_RESULTS[2])
+    rows = tabular_table(tabular)
+    assert rows[2] == "| — | ERM | 0 | 0.706 | 0.384 | 0.200 | 0.400 | — | — | — |"
+    assert rows[3] == ("| exact H | Fair-IJ (Prop. 3.1) | 481 | 0.671 | 0.074 | 0.200 | 0.400 | −0.250 [−0.250, −0.250] "
+                       "| +0.000 [0.000, 0.000] | yes |")
+    assert [row.split(" | ")[:3] for row in rows[4:]] == [
+        ["| exact H", "drop/upweight (C.1)", "481"], ["| exact H", "I-JACK (3.2)", "all"],
+        ["| exact H", "SIM-JACK (3.3)", "all"], ["| diag. Fisher", "Fair-IJ", "481"],
+        ["| diag. Fisher", "drop/upweight", "481"], ["| diag. Fisher", "I-JACK", "all"],
+        ["| diag. Fisher", "SIM-JACK", "all"], ["| none", "gradient edit θ̂ − c·g_a (§3.3)", "—"]]
+    mlp = tabular_mlp_table(tabular)
+    assert mlp[2] == "| exact H (damped) | Fair-IJ | 481 | 0.671 | 0.074 | 0.400 | −0.250 [−0.250, −0.250] | " \
+                     "+0.000 [−0.002, 0.002] | yes |"
+    assert mlp[-1] == "| none | gradient edit | — | 0.671 | 0.039 | 0.400 | — | — | — |"
+
+
+def pruning_runs(seeds: int = 3, gamma_unfair: bool = False) -> pd.DataFrame:
+    """pruning_seed's rows: ERM, full, each kept fraction and order; pruning by fairness lowers the DP gap by
+    0.1 + 0.01·seed against random's when ``gamma_unfair``, else raises it by 0.05."""
+    rows = []
+    for seed in range(seeds):
+        rows += [{"seed": seed, "keep": 1.0, "order": "erm", "test_accuracy": 0.706, "test_dp_gap": 0.384},
+                 {"seed": seed, "keep": 1.0, "order": "full", "test_accuracy": 0.672, "test_dp_gap": 0.025}]
+        for keep in (0.8, 0.6, 0.4, 0.2):
+            for order in ("fairness", "accuracy", "random"):
+                change = (-(0.1 + 0.01 * seed) if gamma_unfair else 0.05 + 0.01 * seed) if order == "fairness" else 0.0
+                rows.append({"seed": seed, "keep": keep, "order": order, "test_accuracy": 0.67 + 0.002 * seed,
+                             "test_dp_gap": 0.3 + change})
+    return pd.DataFrame(rows)
+
+
+def test_the_pruning_tables_from_their_results_files(tmp_path):
+    from simulations.experiments.fairness.central import pruning_summary
+    from simulations.experiments.fairness.markdown import (
+        CENTRAL_RESULTS,
+        adam_pruning_table,
+        central_results,
+        pruning_table,
+    )
+
+    for name, gamma, unfair in (("lbfgs", 1.0, False), ("adam-1", 1.0, False), ("adam-0.02", 0.02, True)):
+        tables = {"tabular": pd.DataFrame(), "pruning": pruning_summary(pruning_runs(gamma_unfair=unfair), 0.95)}
+        frames = central_results(tables, (-3, -0.5, 1, 1.65), gamma, "lbfgs" if name == "lbfgs" else "adam")
+        write_results(tmp_path / name, frames, f"fedvalue run fairness-central --prune-gamma {gamma:g}")
+    lbfgs = pruning_table(read_results(tmp_path / "lbfgs" / CENTRAL_RESULTS[3]))
+    assert lbfgs[0] == "| kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |"
+    assert lbfgs[2] == "| 80 % | fairness | 0.672 | 0.360 | +0.000 [0.000, 0.000] | +0.060 [0.035, 0.085] |"
+    assert lbfgs[4] == "| 80 % | random | 0.672 | 0.300 | — | — |"
+    assert [row.split(" | ")[:2] for row in lbfgs[5:]] == [
+        ["| 40 %", "fairness"], ["| 40 %", "accuracy"], ["| 40 %", "random"], ["| 20 %", "fairness"],
+        ["| 20 %", "random"]]
+    adam = adam_pruning_table(*(read_results(tmp_path / name / CENTRAL_RESULTS[3]) for name in ("adam-1", "adam-0.02")))
+    assert adam[2] == "| 1 | 100 % | — (full) | 0.672 | 0.025 | — | — |"
+    assert adam[3] == "| 1 | 80 % | fairness | 0.672 | 0.360 | +0.000 [+0.000, +0.000] | +0.060 [+0.035, +0.085] |"
+    assert adam[13] == ("| 0.02 | 80 % | fairness | 0.672 | 0.190 | +0.000 [+0.000, +0.000] "
+                        "| **−0.110** [−0.135, −0.085] |")
+    assert len(adam) == 2 + 10 + 10 and adam[18] .startswith("| 0.02 | 40 % | accuracy | ")
