@@ -42,8 +42,8 @@ against the exact drop effect over the FedAvg runs' rounds:
 mix), ``fairness.png`` (DP gap and accuracy per round, and the trade-off over K and λ in the
 style of [FAIRINFL] Figure 2), and every run's ledger under ``DATASET/seed-S/RUN/`` (``fedvalue
 report`` and ``fedvalue audit`` read them). ``--results FOLDER`` writes the tradeoff, comparison and scoring
-tables again as the docs' results files (:mod:`simulations.experiments.fairness.markdown`). One Flower engine (Ray) per data set serves every
-run of it; they share one :class:`strategies.intake.nodes.NodeDirectory` (nodes are asked their
+tables again as the docs' results files (:mod:`simulations.experiments.fairness.markdown`). One Flower engine
+(Ray) per data set serves every run of it; they share one :class:`strategies.intake.nodes.NodeDirectory` (nodes are asked their
 partition ids once) and write no checkpoints (the simulation is not resumed; the round
 records the audit recomputes from are kept).
 """
