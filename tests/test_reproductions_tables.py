@@ -79,26 +79,43 @@ HELD_BY_TEST = {
     tuning_rows(read_regimes(RESULTS / "guard_tuning.csv"))[0]: "tests/test_results_tables.py",
 }
 
+RECIPROCITY_MARKDOWN = "simulations.experiments.reciprocity.markdown"
+#: The healthcare reciprocity runs the docs' tables set side by side, each keeping its figures in its own folder.
+RECIPROCITY = {
+    name: f"fedvalue run reciprocity {options} --out ~/fedvalue-runs/reciprocity-{name} --results docs/results{folder}"
+    for name, options, folder in (
+        ("breast-cancer", "--dataset breast-cancer --influence both", ""),
+        ("breast-cancer-zero", "--dataset breast-cancer --initialization zero", "/reciprocity_zero"),
+        ("diabetes", "--dataset diabetes --influence both", ""),
+        ("diabetes-zero", "--dataset diabetes --initialization zero", "/reciprocity_zero"),
+        ("diabetes-1000", "--dataset diabetes --steps 1000", "/reciprocity_1000_steps"),
+        ("diabetes-half", "--dataset diabetes --influence both --squared-loss half", "/reciprocity_half_loss"),
+        ("diabetes-half-1000", "--dataset diabetes --steps 1000 --squared-loss half",
+         "/reciprocity_half_loss_1000_steps"))}
 RECIPROCITY_NO_WRITER = "rows gathered by hand from several runs' printed summaries; no --results writer yet"
 
 #: Measured tables no results file holds yet: header -> the runs that would make them and why they are not kept.
 PENDING: dict[str, Pending] = {
     "| dataset | influence | start | α(0.75) conditional | α(0.75) all-splits | paper | Pearson "
-    "| neg. inflow / outflow |": Pending((
-        "fedvalue run reciprocity --dataset breast-cancer --influence both --out DIR",
-        "fedvalue run reciprocity --dataset breast-cancer --initialization zero --out DIR",
-        "fedvalue run reciprocity --dataset diabetes --influence both --out DIR",
-        "fedvalue run reciprocity --dataset diabetes --initialization zero --out DIR"), RECIPROCITY_NO_WRITER),
-    "| figure | paper | measured |": Pending((
-        "fedvalue run reciprocity --dataset breast-cancer --influence both --out DIR",
-        "fedvalue run reciprocity --dataset diabetes --influence both --out DIR",
-        "fedvalue run reciprocity --dataset diabetes --steps 1000 --out DIR"), RECIPROCITY_NO_WRITER),
-    "| figure | paper | ℓ = (f − y)² (default) | ℓ = ½(f − y)² |": Pending((
-        "fedvalue run reciprocity --dataset diabetes --influence both --out DIR",
-        "fedvalue run reciprocity --dataset diabetes --influence both --squared-loss half --out DIR",
-        "fedvalue run reciprocity --dataset diabetes --steps 1000 --out DIR",
-        "fedvalue run reciprocity --dataset diabetes --steps 1000 --squared-loss half --out DIR"),
-        RECIPROCITY_NO_WRITER),
+    "| neg. inflow / outflow |": Pending(
+        (RECIPROCITY["breast-cancer"], RECIPROCITY["breast-cancer-zero"], RECIPROCITY["diabetes"],
+         RECIPROCITY["diabetes-zero"]), RENDERER_READY,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:healthcare_table", (
+            "reciprocity_breast-cancer_figures.csv", "reciprocity_zero/reciprocity_breast-cancer_figures.csv",
+            "reciprocity_diabetes_figures.csv", "reciprocity_zero/reciprocity_diabetes_figures.csv"))),
+    "| figure | paper | measured |": Pending(
+        (RECIPROCITY["breast-cancer"], RECIPROCITY["diabetes"], RECIPROCITY["diabetes-1000"]), RENDERER_READY,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:healthcare_figures_table", (
+            "reciprocity_breast-cancer_figures.csv", "reciprocity_diabetes_figures.csv",
+            "reciprocity_1000_steps/reciprocity_diabetes_figures.csv"))),
+    "| figure | paper | ℓ = (f − y)² (default) | ℓ = ½(f − y)² |": Pending(
+        (RECIPROCITY["diabetes"], RECIPROCITY["diabetes-half"], RECIPROCITY["diabetes-1000"],
+         RECIPROCITY["diabetes-half-1000"]),
+        RENDERER_READY + "; on rendering, every α has three decimals (the docs give two for the plain 1,000 steps)",
+        Rendering(f"{RECIPROCITY_MARKDOWN}:half_loss_table", (
+            "reciprocity_diabetes_figures.csv", "reciprocity_half_loss/reciprocity_diabetes_figures.csv",
+            "reciprocity_1000_steps/reciprocity_diabetes_figures.csv",
+            "reciprocity_half_loss_1000_steps/reciprocity_diabetes_figures.csv"))),
     "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |": Pending((
         "fedvalue run reciprocity --dataset movielens --out DIR",),
         "prefixes of DIR/movielens-splits.npz computed by hand (the docs' snippet); no --results writer yet"),
