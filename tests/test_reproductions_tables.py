@@ -291,6 +291,17 @@ def test_pending_entries_name_their_runs_and_a_reason():
             assert all("--results docs/results" in c for c in pending.commands), header
 
 
+def test_every_renderer_named_exists():
+    """A renderer's name is checked before its files exist, so a pending table is ready to move once they do."""
+    from simulations.experiments.procurement.markdown import PROCUREMENT_RESULTS
+
+    named = [*HELD.items(), *((header, pending.rendering) for header, pending in PENDING.items() if pending.rendering)]
+    for header, rendering in named:
+        module, name = rendering.function.split(":")
+        assert callable(getattr(importlib.import_module(module), name, None)), f"{rendering.function} ({header})"
+    assert PROCUREMENT == PROCUREMENT_RESULTS
+
+
 def test_the_tests_named_as_holding_tables_exist():
     for header, test in HELD_BY_TEST.items():
         assert (ROOT / test).is_file(), f"{test} (holding {header})"
