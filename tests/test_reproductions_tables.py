@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.regimes.table import HEADER as REGIMES_HEADER
-from bench.regimes.tuning import markdown_rows as tuning_rows
 from bench.regimes.table import read_results as read_regimes
+from bench.regimes.tuning import markdown_rows as tuning_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
