@@ -31,7 +31,7 @@ def offer_values(out: str | Path, seeds, rules) -> pd.DataFrame:
     frames = []
     for seed in seeds:
         for rule in rules:
-            ledger = read_ledger_csv(Path(out) / f"seed-{seed}" / rule / "ledger.csv")
+            ledger = read_ledger_csv(Path(out).expanduser() / f"seed-{seed}" / rule / "ledger.csv")
             wide = ledger[ledger["method"].isin(("ads", "loo"))].pivot_table(
                 index=["round", "client_id"], columns="method", values="value").reset_index()
             frames.append(wide.rename(columns={"round": "stage", "client_id": "contributor"})
