@@ -2,17 +2,17 @@
 
 import contextlib
 import io
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 
 def results_header(command: str) -> str:
-    """The first line of a results file a script writes: the command that made it and the commit it ran at."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            check=False).stdout.strip()
-    return f"# {command} (commit {commit})\n"
+    """The first line of a results file a script writes: the command that made it and the commit it ran at
+    (:func:`simulations.runner.results_files.results_header`, which ``fedvalue run --results`` writes too)."""
+    from simulations.runner.results_files import results_header as header  # here: importing bench stays light
+
+    return header(command)
 
 
 class _Tee(io.TextIOBase):

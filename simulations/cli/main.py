@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = "fedvalue " + shlex.join(sys.argv[1:] if argv is None else argv)  # heads results files
     try:
         return COMMANDS[args.command][1](args)
     except (ValueError, FileNotFoundError) as error:

@@ -60,6 +60,10 @@ def add_parser(commands) -> None:
                                   "default) also writes model.sig at the close, which `model_signing verify key` "
                                   "checks")
         sim.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+        if simulation.results:
+            sim.add_argument("--results", metavar="FOLDER",
+                             help="also write the docs' results files to FOLDER (" + ", ".join(simulation.results)
+                                  + "), each headed by this command and the commit")
         sim.add_argument("--quiet", action="store_true", help="no per-round progress")
         add_config_options(sim, config_cls, simulation.help)
 
@@ -122,7 +126,8 @@ def _run_simulation(args: argparse.Namespace) -> int:
 
         sign_key = Signer.from_file(args.sign_key)  # a bad key is refused before anything is written
     options = RunOptions(out=args.out, overwrite=args.overwrite, quiet=args.quiet,
-                         resume=bool(getattr(args, "resume", None)), started=time.perf_counter(), sign_key=sign_key)
+                         resume=bool(getattr(args, "resume", None)), started=time.perf_counter(), sign_key=sign_key,
+                         results=getattr(args, "results", None), command=getattr(args, "command_line", ""))
     return simulation.main(config, options)
 
 

@@ -2,8 +2,9 @@
 run directory (:mod:`.out_dir`), the Flower engine on Ray (:mod:`.engine`; its settings, :mod:`.engine_settings`;
 the grid a ServerApp is handed, :mod:`.grid`), the inner strategies of
 ``--strategy`` (:mod:`.inner_strategies`), parallel valuation (:mod:`.parallel`), the valuation budget
-(:mod:`.budget`), progress and console output, config checks, and the
-:class:`~simulations.runner.simulation.Simulation` record. Imports no experiment and no CLI.
+(:mod:`.budget`), progress and console output, config checks, the results files a docs table is rendered
+from (:mod:`.results_files`), and the :class:`~simulations.runner.simulation.Simulation` record. Imports no
+experiment and no CLI.
 
 This package is the experiments' face of the runner: an experiment imports from here, never
 from its modules."""
@@ -49,6 +50,7 @@ from simulations.runner.inner_strategies import (
 )
 from simulations.runner.parallel import RayParallelUtility, valuation_workers_advice
 from simulations.runner.progress import ValuationProgress
+from simulations.runner.results_files import read_results, results_command, results_header, write_results
 from simulations.runner.out_dir import prepare_run_dir, write_run_config
 from simulations.runner.simulation import Simulation
 
@@ -84,6 +86,9 @@ __all__ = [
     "print_federated_run",
     "progress_bar",
     "RayParallelUtility",
+    "read_results",
+    "results_command",
+    "results_header",
     "valuation_workers_advice",
     "replies_in_send_order",
     "round_progress",
@@ -97,6 +102,7 @@ __all__ = [
     "STRATEGY_PARAMETERS",
     "torch_threads",
     "ValuationProgress",
+    "write_results",
     "write_run_config",
     "read_run_config",
     "write_json",

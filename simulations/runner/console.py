@@ -21,6 +21,8 @@ class RunOptions:
     resume: bool = False
     started: float = 0.0
     sign_key: object = None  # a fedvalue.run.seals.Signer, loaded before anything is written
+    results: str | None = None  # --results FOLDER: where the run writes its results files
+    command: str = ""  # the command line as typed, which heads each results file
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

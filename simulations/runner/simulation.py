@@ -43,6 +43,9 @@ class Simulation:
         returns the audit's (checks, problems).
     help
         Help text of options this simulation alone has.
+    results
+        The results files ``--results FOLDER`` writes (the CSVs the docs' tables are rendered from, each headed by
+        the command and the commit: :mod:`simulations.runner.results_files`); none: no ``--results`` option.
     """
 
     name: str
@@ -54,3 +57,4 @@ class Simulation:
     audit_from_run: Callable[[dict], dict] | None = None
     replay_check: Callable[[str], tuple[list[str], list[str]]] | None = None
     help: Mapping[str, str] = field(default_factory=dict)
+    results: tuple[str, ...] = ()

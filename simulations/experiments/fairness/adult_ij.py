@@ -33,7 +33,8 @@ fairness, so accuracies compare (a rule whose path never reaches τ is counted, 
 Paired over seeds, with Student-t intervals: SIM-JACK − Fair-IJ (the paper's Adult claim:
 "SIM-JACK consistently out-performs FairIJ in error rate for comparable fairness"), each
 Fisher rule − the plain-gradient edit (§3.3's credit to H⁻¹: the edit without curvature,
-on its own grid of step sizes, since a rule's λ is no step size without M⁻¹).
+on its own grid of step sizes, since a rule's λ is no step size without M⁻¹). ``--results FOLDER`` keeps the
+summary as the docs' results file (:mod:`simulations.experiments.fairness.markdown`).
 """
 
 from __future__ import annotations
@@ -55,8 +56,17 @@ from fedvalue.utilities import (
     gap_of_scores,
 )
 from simulations.datasets import adult_rows, read_adult_frame
+from simulations.experiments.fairness.markdown import ADULT_RESULTS
 from simulations.experiments.fairness.tables import interval
-from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir, write_run_config
+from simulations.runner import (
+    Simulation,
+    check_choice,
+    check_integer,
+    check_number,
+    prepare_run_dir,
+    write_results,
+    write_run_config,
+)
 
 #: [FAIRIJ] App. B: training, validation and test rows of Adult (the rest of 45,222 is test).
 PAPER_SPLIT = (21_815, 10_746)
@@ -379,9 +389,13 @@ def cli_main(config: FairnessAdultConfig, options) -> int:
         for name, table in tables.items():
             table.to_csv(out / f"{name}.csv", index=False)
         write_run_config(out, {"simulation": "fairness-adult", **dataclasses.asdict(config)})
+    if options.results:
+        written = write_results(options.results, {ADULT_RESULTS: tables["summary"]}, options.command)
+        print(f"results file: {written[0]}")
     print(f"done in {options.elapsed():.1f}s" + ("" if out is None else f"; tables in {out}"))
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("fairness-adult", FairnessAdultConfig, cli_main, out_optional=True, help=HELP)
+SIMULATION = Simulation("fairness-adult", FairnessAdultConfig, cli_main, out_optional=True, help=HELP,
+                        results=(ADULT_RESULTS,))

@@ -42,6 +42,8 @@ regularizer (the paper's lfatr baseline); test accuracy and DP, paired against r
 model's initialization as §6.1 does, Adam at ``prune_learning_rate`` (0.001) for
 ``prune_epochs`` epochs in minibatches of ``prune_batch_size``
 (:mod:`simulations.experiments.fairness.adam_fit`).
+
+``--results FOLDER`` keeps the summaries as the docs' results files (:mod:`simulations.experiments.fairness.markdown`).
 """
 
 from __future__ import annotations
@@ -67,8 +69,17 @@ from fedvalue.utilities import (
 )
 from simulations.experiments.fairness.adam_fit import fit_regularized_adam
 from simulations.experiments.fairness.data import ASYMMETRIC_MEANS, slid_frame, slid_rows, toy_rows
+from simulations.experiments.fairness.markdown import CENTRAL_RESULTS, central_results
 from simulations.experiments.fairness.tables import interval
-from simulations.runner import Simulation, check_choice, check_integer, check_number, prepare_run_dir, write_run_config
+from simulations.runner import (
+    Simulation,
+    check_choice,
+    check_integer,
+    check_number,
+    prepare_run_dir,
+    write_results,
+    write_run_config,
+)
 
 EXPERIMENTS = ("toy", "tabular", "all")
 CURVATURES = ("exact", "fisher")
@@ -540,9 +551,14 @@ def cli_main(config: FairnessCentralConfig, options) -> int:
         for name, table in tables.items():
             table.to_csv(out / f"{name}.csv", index=False)
         write_run_config(out, {"simulation": "fairness-central", **dataclasses.asdict(config)})
+    if options.results:
+        frames = central_results(tables, config.toy_means, config.prune_gamma, config.prune_optimizer)
+        written = write_results(options.results, frames, options.command)
+        print(f"results files: {', '.join(map(str, written))}")
     print(f"done in {options.elapsed():.1f}s" + ("" if out is None else f"; tables in {out}"))
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("fairness-central", FairnessCentralConfig, cli_main, out_optional=True, help=HELP)
+SIMULATION = Simulation("fairness-central", FairnessCentralConfig, cli_main, out_optional=True, help=HELP,
+                        results=CENTRAL_RESULTS)

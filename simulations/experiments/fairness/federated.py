@@ -41,8 +41,9 @@ against the exact drop effect over the FedAvg runs' rounds:
 ``clients.csv`` (the FedAvg run's per-client totals beside each client's group and label
 mix), ``fairness.png`` (DP gap and accuracy per round, and the trade-off over K and λ in the
 style of [FAIRINFL] Figure 2), and every run's ledger under ``DATASET/seed-S/RUN/`` (``fedvalue
-report`` and ``fedvalue audit`` read them). One Flower engine (Ray) per data set serves every
-run of it; they share one :class:`strategies.intake.nodes.NodeDirectory` (nodes are asked their
+report`` and ``fedvalue audit`` read them). ``--results FOLDER`` writes the tradeoff, comparison and scoring
+tables again as the docs' results files (:mod:`simulations.experiments.fairness.markdown`). One Flower engine
+(Ray) per data set serves every run of it; they share one :class:`strategies.intake.nodes.NodeDirectory` (nodes are asked their
 partition ids once) and write no checkpoints (the simulation is not resumed; the round
 records the audit recomputes from are kept).
 """
@@ -68,6 +69,7 @@ from fedvalue.utilities import GAPS, GroupFairness, TorchModelUtility
 from simulations.datasets import make_linear_model
 from simulations.experiments.fairness import tables as fairness_tables
 from simulations.experiments.fairness.data import DATASETS, FairFederation, build_federation
+from simulations.experiments.fairness.markdown import FEDERATED_RESULTS
 from simulations.runner import (
     EngineSettings,
     Simulation,
@@ -81,6 +83,7 @@ from simulations.runner import (
     prepare_run_dir,
     serve,
     torch_threads,
+    write_results,
     write_run_config,
 )
 from strategies import (
@@ -437,10 +440,14 @@ def cli_main(config: FairnessConfig, options) -> int:
         scored = tables["scoring"]
         print(_with_interval(scored, ["correlation", "top_is_best", "top_raises_gap"])[
             ["dataset", "score", "correlation", "top_is_best", "top_raises_gap"]].to_string(index=False))
+    if options.results:
+        written = write_results(options.results, {name: tables[key] for name, key in FEDERATED_RESULTS.items()},
+                                options.command)
+        print(f"results files: {', '.join(map(str, written))}")
     print(f"done in {options.elapsed():.1f}s; tables, figure and ledgers in {options.out}")
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
 SIMULATION = Simulation("fairness", FairnessConfig, cli_main, utility_from_run=utility_from_run,
-                        audit_from_run=audit_from_run, help=HELP)
+                        audit_from_run=audit_from_run, help=HELP, results=tuple(FEDERATED_RESULTS))

@@ -28,6 +28,8 @@ fine-tuning seeds: their trajectories differ only by what was bought. Outputs in
 ``figure5.png``           AvgErr per stage and rule with the confidence band
 ``figure6.png``           share of purchases by noise level per stage, one panel per rule
 ``seed-S/RULE/``          each run's books (ledger.csv, rounds.csv, run.json), auditable
+
+``--results FOLDER`` keeps the docs' results files besides (:mod:`simulations.experiments.procurement.markdown`).
 """
 
 from __future__ import annotations
@@ -66,8 +68,16 @@ from simulations.experiments.procurement.conjoint import (
     random_profiles,
     validation_profiles,
 )
+from simulations.experiments.procurement.markdown import PROCUREMENT_RESULTS, offer_values, results_frames
 from simulations.experiments.procurement.model import NegativeAverageError, RatingMLP
-from simulations.runner import Simulation, check_integers, check_numbers, check_open_unit, saved_config
+from simulations.runner import (
+    Simulation,
+    check_integers,
+    check_numbers,
+    check_open_unit,
+    saved_config,
+    write_results,
+)
 
 
 @dataclass
@@ -401,9 +411,13 @@ def cli_main(config: ProcurementConfig, options) -> int:
     print(f"wrote {options.out} ({config.seeds} seeds × {len(config.rules)} rules × {config.stages} stages) in "
           f"{options.elapsed():.1f}s; see figure5.png, figure6.png and "
           f"`fedvalue audit {options.out}/seed-{config.seed}/{config.rules[0]}`")
+    if options.results:
+        offers = offer_values(options.out, range(config.seed, config.seed + config.seeds), config.rules)
+        written = write_results(options.results, results_frames(tables, offers), options.command)
+        print(f"results files: {', '.join(map(str, written))}")
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
 SIMULATION = Simulation("procurement", ProcurementConfig, cli_main, replay_check=replay_check,
-                        help=PROCUREMENT_HELP)
+                        help=PROCUREMENT_HELP, results=PROCUREMENT_RESULTS)

@@ -33,7 +33,8 @@ shares of negative inflows and outflows, the signal-to-noise ratio |mean|/std of
 individual's outflow and inflow across the splits that put it on that side (workshop
 §5.2.1 reports its 90th percentile for Marginal), α along training (cumulative TracIn flows
 every ``checkpoint_every`` steps; workshop Fig. 6), and the first-order check of App. C.1
-(relative gap between the summed flows and the actual reduction of the inference loss).
+(relative gap between the summed flows and the actual reduction of the inference loss). ``--results FOLDER``
+keeps each data set's figures as the docs' results file (:mod:`simulations.experiments.reciprocity.markdown`).
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ from simulations.experiments.reciprocity.config import (
     ReciprocityConfig,
     check,
 )
+from simulations.experiments.reciprocity.markdown import RECIPROCITY_RESULTS, results_frames
 from simulations.experiments.reciprocity.movielens import run_movielens_reciprocity
 from simulations.experiments.reciprocity.training import marginal_split, tracin_split
-from simulations.runner import Simulation
+from simulations.runner import Simulation, write_results
 
 __all__ = [
     "DATASETS",
@@ -396,9 +398,13 @@ def cli_main(config: ReciprocityConfig, options) -> int:
         for result in results:
             result.write(out)
         write_json(out / "reciprocity.json", {"simulation": "reciprocity", "results": [r.to_dict() for r in results]})
+    if getattr(options, "results", None):
+        written = write_results(options.results, results_frames(results), options.command)
+        print(f"results files: {', '.join(map(str, written))}")
     print(f"done in {options.elapsed():.1f}s" + ("" if out is None else f"; tables in {out}"))
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("reciprocity", ReciprocityConfig, cli_main, out_optional=True, help=RECIPROCITY_HELP)
+SIMULATION = Simulation("reciprocity", ReciprocityConfig, cli_main, out_optional=True, help=RECIPROCITY_HELP,
+                        results=RECIPROCITY_RESULTS)

@@ -32,7 +32,8 @@ or (K-NN) the K-NN likelihood of the right label (the surrogate, which moves whe
 instance enters a test point's K nearest; accuracy moves only when it flips a vote, so most
 marginals are exactly 0). ``ties.csv`` gives, per seed and method, the share of synthetic
 values equal to another synthetic value, the share exactly 0 and the number of distinct
-values (:func:`tie_shares`).
+values (:func:`tie_shares`); ``--results FOLDER`` keeps it as the docs' results file
+(:mod:`simulations.experiments.synthetic_data.markdown`).
 
 **Ties** (``ties``). ``unranked`` (the default): tied values are not ordered; a fraction whose
 chosen set would split a group of tied values is not measured (NaN in ``curves.csv``, left out
@@ -65,13 +66,21 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fedvalue import KnnUtility, knn_ads, prefix_loo, prefix_mc_ads, prefix_values
+from simulations.experiments.synthetic_data.markdown import TIES_RESULTS
 from simulations.experiments.synthetic_data.models import MODELS, UTILITIES, prefix_model
 from simulations.experiments.synthetic_data.synthetic_data import (
     DATASETS,
     OriginalsAndSynthetic,
     originals_and_synthetic,
 )
-from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir, write_run_config
+from simulations.runner import (
+    Simulation,
+    check_integers,
+    check_numbers,
+    prepare_run_dir,
+    write_results,
+    write_run_config,
+)
 
 #: Valuation methods per model (module docstring).
 METHODS_BY_MODEL = {"knn": ("knn-ads", "mc-ads", "knn-ds", "tmc-ds", "loo", "random"),
@@ -406,9 +415,14 @@ def cli_main(config, options) -> int:
     """``fedvalue run augmentation``: the runs, the table and the figure."""
     table = run_augmentation(config, options.out, overwrite=options.overwrite, on_stage=options.say())
     print(table)
+    if options.results:
+        ties = pd.read_csv(Path(options.out).expanduser() / "ties.csv")
+        written = write_results(options.results, {TIES_RESULTS: ties}, options.command)
+        print(f"results file: {written[0]}")
     print(f"done in {options.elapsed():.1f}s; tables and figure in {options.out}")
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("augmentation", AugmentationConfig, cli_main, help=AUGMENTATION_HELP)
+SIMULATION = Simulation("augmentation", AugmentationConfig, cli_main, help=AUGMENTATION_HELP,
+                        results=(TIES_RESULTS,))
