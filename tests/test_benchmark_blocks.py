@@ -23,8 +23,6 @@ COMMANDS = ("fedvalue ", "python ", "pip ", "fedvalue: error: ")
 PENDING = {
     "round 1 valuation: 16/64 coalitions (25%), 74.8 s, ETA 224 s":
         "fedvalue run noisy-clients (the progress display, shown as an example of its lines)",
-    "model    n  budget estimator               seconds   evals  max err  mean err  max stderr    rho    AUC":
-        "python -m bench.large_rounds --models mlp --budgets 20 80 320 --reference 400 --json large-mlp.json",
     "model    n  budget estimator               seconds   evals  max err  mean err  max stderr":
         "python -m bench.large_rounds --models cnn --sizes 20 50",
     "round   1: elapsed     64.8 s, valuation    1.8 s (950 evaluations, ads-kernelshap), server    3180 MB, tree"
@@ -48,6 +46,8 @@ HELD: dict[str, str] = {
         "estimators_adaptive.txt",
     "identical rounds (exact ADS + LOO, 10 clients, 1,024 coalitions; digits MLP, 450 held-out), 5 per child; load "
     "average before: 4.83 4.31 2.73": "valuation_spread.txt",
+    "model    n  budget estimator               seconds   evals  max err  mean err  max stderr    rho    AUC":
+        "large_rounds_mlp.txt",
     "noisy-clients study, 4 seeds, 32 runs of 5 rounds": "study_4.txt",
     "1000 clients, 50 a round, 3 rounds; idle queries all at once against 32 at a time, 2 pairs; load average 3.2 4.3 5.7":
         "scale_query_batch.txt",
