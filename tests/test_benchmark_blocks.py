@@ -3,7 +3,8 @@ its run kept, or names the run that would keep one.
 
 A benchmark run with ``--keep FILE`` keeps what it printed in docs/results/FILE under the command and commit
 (:func:`bench.kept_output`). :data:`HELD` maps a block, by its first line, to that file: every line of the block
-must be a line of the file, in the file's order (a block may quote an excerpt, never a changed line).
+must be a line of the file, in the file's order (a block may quote an excerpt, never a changed line); the output of
+a ``fedvalue run`` the docs show is kept the same way, under :func:`bench.results_header` of its command.
 :data:`PENDING` lists each block not kept yet by its first line with the command that made it and what it costs,
 so a new block of results without an entry fails here, and an entry whose block is gone does too. A block that
 is a command to type is not a result.
@@ -21,13 +22,10 @@ DOCS = ("docs/benchmarks.md", "docs/faults-and-audit.md")
 COMMANDS = ("fedvalue ", "python ", "pip ", "fedvalue: error: ")
 #: The blocks of printed results, by first line: the command that printed them, and their size.
 PENDING = {
-    "round 1 valuation: 16/64 coalitions (25%), 74.8 s, ETA 224 s":
-        "fedvalue run noisy-clients (the progress display, shown as an example of its lines)",
     "model    n  budget estimator               seconds   evals  max err  mean err  max stderr":
         "python -m bench.large_rounds --models cnn --sizes 20 50",
     "round   1: elapsed     64.8 s, valuation    1.8 s (950 evaluations, ads-kernelshap), server    3180 MB, tree"
     "    4503 MB": "python -m bench.scale --no-records (1,000 clients, 50 rounds)",
-    "rounds   wall s  s/round  server peak MB  tree peak MB  records MB": "python -m bench.load (200 clients)",
 }
 
 
@@ -48,6 +46,8 @@ HELD: dict[str, str] = {
     "average before: 4.83 4.31 2.73": "valuation_spread.txt",
     "model    n  budget estimator               seconds   evals  max err  mean err  max stderr    rho    AUC":
         "large_rounds_mlp.txt",
+    "round 1 valuation: 543/3,709 coalitions (15%), 10.0 s, ETA 59 s": "progress_example.txt",
+    "noisy-clients, 200 clients, 20 per round (MC-ADS + LOO per round); load average before: 2.8 2.8 3.8": "load.txt",
     "noisy-clients study, 4 seeds, 32 runs of 5 rounds": "study_4.txt",
     "1000 clients, 50 a round, 3 rounds; idle queries all at once against 32 at a time, 2 pairs; load average 3.2 4.3 5.7":
         "scale_query_batch.txt",
@@ -87,7 +87,7 @@ def test_the_held_blocks_are_excerpts_of_their_results_files():
     for block in result_blocks():
         if block[0] in HELD:
             kept = (ROOT / "docs" / "results" / HELD[block[0]]).read_text().splitlines()
-            assert kept[0].startswith("# python -m bench."), HELD[block[0]]
+            assert kept[0].startswith(("# python -m bench.", "# fedvalue run ")), HELD[block[0]]
             assert not unkept_lines(block, kept[1:]), f"{HELD[block[0]]}: lines not as the run printed them"
 
 
