@@ -48,7 +48,8 @@ model's?
 
     python -m bench.attack_study --out DIR --unseen --results docs/results
 
-``--identity-seeds N`` runs one more part, DIR/dirichlet-fedavg-identities-N/: the identity attacks alone
+``--identity-seeds N`` runs one more part, DIR/dirichlet-fedavg-identities-N/ (``--identity-strategy fedmedian``:
+DIR/dirichlet-fedmedian-identities-N/, attack_gains_identities_fedmedian.csv): the identity attacks alone
 (:data:`IDENTITIES`, every one participant's data under several identities) and the attack-free runs, on
 Dirichlet data under FedAvg, over N seeds, where 20 leave the defended gains' intervals too wide to place
 against the goal; tabled in DIR/identities-table.md (``--results``: attack_gains_identities.csv).
@@ -136,7 +137,8 @@ RESULTS = {"gains": "attack_gains.csv", "aggregation": "attack_gains_aggregation
            "norm-cap-cost": "attack_honest_cost_norm_cap.csv", "shells": "attack_shells.csv",
            "adaptive-gains": "attack_gains_adaptive.csv", "adaptive-cost": "attack_honest_cost_adaptive.csv",
            "unseen": "attack_gains_unseen.csv", "digits": "attack_digits.csv",
-           "identities": "attack_gains_identities.csv", "rebook-gains": "attack_gains_second_order.csv",
+           "identities": "attack_gains_identities.csv",
+           "identities-fedmedian": "attack_gains_identities_fedmedian.csv", "rebook-gains": "attack_gains_second_order.csv",
            "rebook-cost": "attack_honest_cost_second_order.csv", "relative-gains": "attack_gains_relative.csv",
            "relative-cost": "attack_honest_cost_relative.csv",
            "relative-second-order-gains": "attack_gains_relative_second_order.csv",
@@ -327,8 +329,9 @@ def docs_tables(frames: dict[str, pd.DataFrame]) -> list[str]:
         tables.append(cost_markdown(frames["adaptive-cost"], ADAPTIVE_COST).rstrip("\n"))
     if "unseen" in frames:
         tables.append(unseen_markdown(frames["unseen"]).rstrip("\n"))
-    if "identities" in frames:
-        tables.append(identities_markdown(frames["identities"]).rstrip("\n"))
+    for key in ("identities", "identities-fedmedian"):
+        if key in frames:
+            tables.append(identities_markdown(frames[key]).rstrip("\n"))
     if "rebook-gains" in frames:
         tables.append(rebook_markdown(frames["rebook-gains"]).rstrip("\n"))
     if "rebook-cost" in frames:
@@ -762,8 +765,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="run nothing: the single-seed digits measurement of `fedvalue run attacks --out RUN_DIR` "
                              "as the docs' table (with --results: attack_digits.csv)")
     parser.add_argument("--identity-seeds", type=int, metavar="N",
-                        help="run only the identity attacks on Dirichlet data under FedAvg over N seeds (with "
-                             "--results: attack_gains_identities.csv)")
+                        help="run only the identity attacks on Dirichlet data over N seeds (with --results: "
+                             "attack_gains_identities.csv, or attack_gains_identities_fedmedian.csv)")
+    parser.add_argument("--identity-strategy", choices=("fedavg", "fedmedian"), default="fedavg",
+                        help="with --identity-seeds: the inner strategy of that part (default: fedavg)")
     parser.add_argument("--relative", metavar="PART,PART",
                         help="run nothing: table DIR's parts run with --duplicate-median-fraction (the adaptive "
                              "attacks against the relative clusters; with --results: attack_gains_relative.csv, "
@@ -840,12 +845,15 @@ def main(argv: list[str] | None = None) -> None:
     capped = [f"{p}-fedavg-norm-cap" for p in ("iid", "dirichlet")]
     aggregated = [f"{name}-aggregation" for name in names]
     adaptive = [f"{name}-adaptive" for name in names]
+    if args.identity_strategy != "fedavg" and args.identity_seeds is None:
+        parser.error(f"--identity-strategy: expected with --identity-seeds N; got {args.identity_strategy} alone")
     if args.identity_seeds is not None:
         if args.identity_seeds < 2:
             parser.error(f"--identity-seeds: expected a whole number of seeds >= 2; got {args.identity_seeds}")
-        name = f"dirichlet-fedavg-identities-{args.identity_seeds}"
+        strategy = args.identity_strategy
+        name = f"dirichlet-{strategy}-identities-{args.identity_seeds}"
         run_part(args.out, name, ["--attacks", ",".join(("none", *IDENTITIES)), *options, "--partitions",
-                                  "dirichlet", "--strategies", "fedavg", "--seeds", str(args.identity_seeds)])
+                                  "dirichlet", "--strategies", strategy, "--seeds", str(args.identity_seeds)])
         combined = combine(args.out, [name], "identities-")
         if combined is None:
             print("no part finished")
@@ -853,7 +861,8 @@ def main(argv: list[str] | None = None) -> None:
         gains = combined[0][combined[0]["attack"].isin(IDENTITIES)].reset_index(drop=True)
         (args.out / "identities-table.md").write_text(identities_markdown(gains))
         if args.results is not None:
-            write_results(args.results, {"identities": gains}, "python -m bench.attack_study "
+            key = "identities" if strategy == "fedavg" else "identities-fedmedian"
+            write_results(args.results, {key: gains}, "python -m bench.attack_study "
                           + " ".join(argv if argv is not None else sys.argv[1:]))
         print((args.out / "identities-table.md").read_text())
         return

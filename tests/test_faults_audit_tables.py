@@ -261,6 +261,9 @@ def test_the_identity_seeds_need_at_least_two(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--identity-seeds", "1"])
     assert "--identity-seeds: expected a whole number of seeds >= 2; got 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path), "--identity-strategy", "fedmedian"])
+    assert "--identity-strategy: expected with --identity-seeds N; got fedmedian alone" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 
