@@ -215,9 +215,12 @@ def relative_study(out: Path, names: list[str], option: str = "--relative") -> d
         clustered = runs.groupby("attack")["clustered_rows"].mean()
         # A part that booked the second-order books (under -loss) is tabled apart from the accuracy parts.
         key = "relative-second-order" if settings[name].get("fixed_second_order") else "relative"
+        # --defences 2 (one update a cluster aggregated) is a row of its own; its honest cost is not the table's.
+        defences = int(settings[name].get("defences") or 1)
         frames.setdefault(f"{key}-gains", []).append(part_gains.assign(
-            duplicate_median_fraction=kappa, clustered_rows=part_gains["attack"].map(clustered)))
-        frames.setdefault(f"{key}-cost", []).append(part_cost.assign(duplicate_median_fraction=kappa))
+            duplicate_median_fraction=kappa, defences=defences, clustered_rows=part_gains["attack"].map(clustered)))
+        if defences == 1:
+            frames.setdefault(f"{key}-cost", []).append(part_cost.assign(duplicate_median_fraction=kappa))
     combined = {key: pd.concat(parts, ignore_index=True) for key, parts in frames.items()}
     tables = [relative_markdown(combined[key]) for key in ("relative-gains", "relative-second-order-gains")
               if key in combined]
@@ -231,11 +234,13 @@ SECOND_ORDER_BOOK = "ads_fixed_second_order"
 
 def relative_markdown(gains: pd.DataFrame) -> str:
     """The relative clusters' table: a row per (data, strategy, attack) and clustering rule (the fixed τ, or κ ×
-    the round's median distance), the adaptive attacks by kind and margin M past their defence's threshold (τ for
+    the round's median distance; a part run with ``--defences 2`` adds ", one update a cluster"), the adaptive attacks by kind and margin M past their defence's threshold (τ for
     the adaptive replicas, the header's word where they are the only adaptive attacks), the mean rows the defences
     clustered a run, each payable book's gain with the defences on and the identities' paid share of defended ADS
     beside their seats' honest one; for parts that booked the second-order books (under −loss), that book's gain
     plain and defended and the defended book's paid share instead of outflow and LOO."""
+    if "defences" not in gains:  # results kept before the column: every part ran --defences 1
+        gains = gains.assign(defences=1)
     second = SECOND_ORDER_BOOK in set(gains["book"])
     books = "second order | second order, defended | paid, second order defended (honestly)" if second else \
         "outflow, defended | LOO, defended"
@@ -247,15 +252,15 @@ def relative_markdown(gains: pd.DataFrame) -> str:
     # Size 1 (the replayer, the crafted update) is no size: adaptive-replay, not adaptive-replay-1.
     order = gains.assign(_kind=[f"{kind}-{size}" if size > 1 else kind for kind, size, _ in parts],
                          _margin=[margin for _, _, margin in parts], _first=gains["attack"] != "none")
-    order = order.sort_values(["partition", "strategy", "_first", "_kind", "_margin", "duplicate_median_fraction"],
-                              kind="stable")
+    order = order.sort_values(["partition", "strategy", "_first", "_kind", "_margin", "duplicate_median_fraction",
+                               "defences"], kind="stable")
     for key in dict.fromkeys(zip(order["partition"], order["strategy"], order["attack"],
-                                 order["duplicate_median_fraction"])):
-        rows = gains[gains["duplicate_median_fraction"] == key[3]]
+                                 order["duplicate_median_fraction"], order["defences"])):
+        rows = gains[(gains["duplicate_median_fraction"] == key[3]) & (gains["defences"] == key[4])]
         ads = _row(rows, key[:3], "ads")
         kind, size, margin = adaptive_parts(key[2]) or (key[2], 0, float("nan"))
         name, past = (f"{kind}-{size}" if size > 1 else kind), (f"{margin:g}" if size else "—")
-        rule = f"κ = {key[3]:g} × median" if key[3] else "τ = 0.05"
+        rule = (f"κ = {key[3]:g} × median" if key[3] else "τ = 0.05") + (", one update a cluster" if key[4] == 2 else "")
         cells = [key[0], key[1], name, past, rule, f"{ads['clustered_rows']:g}", _interval(ads, "defended_"),
                  f"{ads['defended_paid']:.3f} ({ads['defended_paid_honest']:.3f})"]
         if second:
