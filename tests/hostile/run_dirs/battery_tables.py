@@ -27,7 +27,9 @@ NOT_FORGED = "not forged on that version's files (the forger failed)"
 #: A verdict of an audit as a cell shows it.
 SHOWN_VERDICTS = {"intact": "intact", "NOT intact": "NOT intact", "NOT verifiable": "NOT verif."}
 #: A harm is cut to this many characters in a cell.
-HARM_CHARACTERS = 70
+HARM_CHARACTERS = 64
+#: Harms shown in one attack's cell, the rest counted: two of 64 characters and the rest keep a table row within 250 characters.
+HARMS_SHOWN = 2
 
 
 def read_battery(path: Path) -> dict:
@@ -87,7 +89,8 @@ def _verdict(said: str | None) -> str:
 def reader_cell(row: dict) -> str:
     """One attack's cell: the audits' verdicts (no key · key) when an audit gave one; then ``hang`` and
     ``traceback`` in bold and each other command that exited as ``NAME exit RC`` (NAME its first word); then
-    each harm in bold, once, without the command name it starts with. Parts apart by ``;``."""
+    each harm in bold, once, without the command name it starts with (the first :data:`HARMS_SHOWN`, then how many
+    more). Parts apart by ``;``."""
     if "forger_failed" in row:
         return f"not forged: {_cut(row['forger_failed'])}"
     commands, verdicts = row["commands"], row["verdicts"]
@@ -101,6 +104,8 @@ def reader_cell(row: dict) -> str:
     prefix = re.compile("^(?:" + "|".join(map(re.escape, sorted(commands, key=len, reverse=True))) + "): ") \
         if commands else None
     harms = dict.fromkeys(prefix.sub("", harm) if prefix else harm for harm in row["harms"])
-    if harms:
-        parts.append("; ".join(f"**{_cut(harm)}**" for harm in harms))
+    if harms:  # the first HARMS_SHOWN, and how many more: a docs table row stays a screen wide
+        shown = [f"**{_cut(harm)}**" for harm in list(harms)[:HARMS_SHOWN]]
+        more = len(harms) - HARMS_SHOWN
+        parts.append("; ".join(shown + [f"{more} more"] * (more > 0)))
     return "; ".join(parts) or "—"
