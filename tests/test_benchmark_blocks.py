@@ -47,7 +47,7 @@ HELD: dict[str, str] = {
     "model    n  budget estimator               seconds   evals  max err  mean err  max stderr    rho    AUC":
         "large_rounds_mlp.txt",
     "round 1 valuation: 543/3,709 coalitions (15%), 10.0 s, ETA 59 s": "progress_example.txt",
-    "noisy-clients, 200 clients, 20 per round (MC-ADS + LOO per round); load average before: 2.8 2.8 3.8": "load.txt",
+    "noisy-clients, 200 clients, 20 per round (MC-ADS + LOO per round); load average before: 2.4 3.5 3.7": "load.txt",
     "noisy-clients study, 4 seeds, 32 runs of 5 rounds": "study_4.txt",
     "1000 clients, 50 a round, 3 rounds; idle queries all at once against 32 at a time, 2 pairs; load average 3.2 4.3 5.7":
         "scale_query_batch.txt",
