@@ -71,7 +71,18 @@ CENTRAL = ("fedvalue run fairness-central --out ~/fedvalue-runs/fairness-central
 RENDERER_READY = "the renderer is written; the run has not been made with --results yet"
 
 #: Tables rendered from results files here: header -> how.
-HELD: dict[str, Rendering] = {}
+HELD: dict[str, Rendering] = {
+    "| retraining | kept | pruned by | threshold shift | accuracy change | DP gap change |":
+        Rendering(f"{FAIRNESS_MARKDOWN}:toy_table", ("fairness_central_toy.csv",)),
+    "| curvature | rule | changed weights | test accuracy | DP gap | EOP gap | EO gap | DP − random-matched "
+    "| accuracy − random-matched | beats random |":
+        Rendering(f"{FAIRNESS_MARKDOWN}:tabular_table", ("fairness_central_tabular.csv",)),
+    "| kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |":
+        Rendering(f"{FAIRNESS_MARKDOWN}:pruning_table", ("fairness_central_pruning.csv",)),
+    "| method | utility | tied | exactly 0 | distinct values |":
+        Rendering("simulations.experiments.synthetic_data.markdown:ties_table",
+                  ("augmentation_ties.csv", "augmentation_likelihood/augmentation_ties.csv")),
+}
 
 #: Tables another test holds to their results files: header -> that test.
 HELD_BY_TEST = {
@@ -158,24 +169,17 @@ PENDING: dict[str, Pending] = {
         FAIRNESS_K4, RENDERER_READY,
         Rendering(f"{FAIRNESS_MARKDOWN}:comparison_table", ("fairness_k4/fairness_comparison.csv",),
                   {"k": 2, "random_k": 4, "dataset": "slid"})),
-    "| retraining | kept | pruned by | threshold shift | accuracy change | DP gap change |": Pending(
-        CENTRAL, RENDERER_READY, Rendering(f"{FAIRNESS_MARKDOWN}:toy_table", ("fairness_central_toy.csv",))),
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
     "| kept 40 % | shows at |": Pending(tuple(
         f"fedvalue run fairness-central --experiment toy --gammas 0 --keep-fractions 0.8,0.6,0.4 --toy-means={means} "
         "--out DIR" for means in ("-2,-0.1,0.5,1", "-3,-0.5,1,1.65", "-2,-0.2,1,2", "-1.5,-0.3,0.6,1.5",
                                   "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")),
         "six runs' toy tables gathered by hand; no --results writer yet"),
-    "| curvature | rule | changed weights | test accuracy | DP gap | EOP gap | EO gap | DP − random-matched "
-    "| accuracy − random-matched | beats random |": Pending(
-        CENTRAL, RENDERER_READY, Rendering(f"{FAIRNESS_MARKDOWN}:tabular_table", ("fairness_central_tabular.csv",))),
     "| curvature | rule | changed | test accuracy | DP gap | EO gap | DP − random-matched | accuracy − gradient edit "
     "| beats random |": Pending((
         "fedvalue run fairness-central --experiment tabular --hidden 16 --out ~/fedvalue-runs/fairness-central-mlp "
         "--results docs/results/fairness_central_mlp",), RENDERER_READY,
         Rendering(f"{FAIRNESS_MARKDOWN}:tabular_mlp_table", ("fairness_central_mlp/fairness_central_tabular.csv",))),
-    "| kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |": Pending(
-        CENTRAL, RENDERER_READY, Rendering(f"{FAIRNESS_MARKDOWN}:pruning_table", ("fairness_central_pruning.csv",))),
     "| γ | kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |": Pending(tuple(
         "fedvalue run fairness-central --experiment tabular --lams 2 --prune-optimizer adam --prune-epochs 20 "
         f"--prune-gamma {gamma} --out ~/fedvalue-runs/fairness-adam-{gamma} --results docs/results/fairness_adam_{gamma}"
@@ -193,12 +197,6 @@ PENDING: dict[str, Pending] = {
         RENDERER_READY + "; on rendering, the full-batch ADS − LOO cell also says in how many seeds LOO was lower",
         Rendering("simulations.experiments.procurement.markdown:procurement_table",
                   (*PROCUREMENT, *(f"procurement_full_batch/{name}" for name in PROCUREMENT)))),
-    "| method | utility | tied | exactly 0 | distinct values |": Pending((
-        "fedvalue run augmentation --seeds 3 --permutations 1000 --out ~/fedvalue-runs/ties --results docs/results",
-        "fedvalue run augmentation --seeds 3 --permutations 1000 --utility likelihood "
-        "--out ~/fedvalue-runs/ties-likelihood --results docs/results/augmentation_likelihood"), RENDERER_READY,
-        Rendering("simulations.experiments.synthetic_data.markdown:ties_table",
-                  ("augmentation_ties.csv", "augmentation_likelihood/augmentation_ties.csv"))),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.
