@@ -72,6 +72,9 @@ RENDERER_READY = "the renderer is written; the run has not been made with --resu
 
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
+    "| γ | kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |":
+        Rendering(f"{FAIRNESS_MARKDOWN}:adam_pruning_table", tuple(
+            f"fairness_adam_{gamma}/fairness_central_pruning.csv" for gamma in ("1", "0.02"))),
     "| retraining | kept | pruned by | threshold shift | accuracy change | DP gap change |":
         Rendering(f"{FAIRNESS_MARKDOWN}:toy_table", ("fairness_central_toy.csv",)),
     "| curvature | rule | changed weights | test accuracy | DP gap | EOP gap | EO gap | DP − random-matched "
@@ -180,12 +183,6 @@ PENDING: dict[str, Pending] = {
         "fedvalue run fairness-central --experiment tabular --hidden 16 --out ~/fedvalue-runs/fairness-central-mlp "
         "--results docs/results/fairness_central_mlp",), RENDERER_READY,
         Rendering(f"{FAIRNESS_MARKDOWN}:tabular_mlp_table", ("fairness_central_mlp/fairness_central_tabular.csv",))),
-    "| γ | kept | pruned by | test accuracy | DP gap | accuracy − random | DP − random |": Pending(tuple(
-        "fedvalue run fairness-central --experiment tabular --lams 2 --prune-optimizer adam --prune-epochs 20 "
-        f"--prune-gamma {gamma} --out ~/fedvalue-runs/fairness-adam-{gamma} --results docs/results/fairness_adam_{gamma}"
-        for gamma in ("1", "0.02")), RENDERER_READY,
-        Rendering(f"{FAIRNESS_MARKDOWN}:adam_pruning_table", tuple(
-            f"fairness_adam_{gamma}/fairness_central_pruning.csv" for gamma in ("1", "0.02")))),
     "| selection | rule | test accuracy | test DP | SIM-JACK − Fair-IJ, accuracy "
     "| rule − gradient edit, accuracy |": Pending((
         "fedvalue run fairness-adult --out ~/fedvalue-runs/fairness-adult --results docs/results",), RENDERER_READY,
