@@ -50,11 +50,6 @@ READER_BEFORE, BATTERY_BEFORE = "/tmp/fedvalue-c7606bd", "/tmp/fedvalue-1e5ffa3"
 
 #: Measured tables whose results files are not kept yet, by header line: the command(s) that would make them.
 PENDING = {
-    "| kernel set of the audit (runs made with AVX-512 kernels) | replies bit for bit · to 1e-5 · only within "
-    "rounding (of 180) | largest drift of a reply, of its update | audits intact before | after |":
-        "python -m bench.portability kernels --out DIR --keep docs/results/audit_kernels.csv (fedvalue run "
-        "noisy-clients --rounds 3 --seed S, S = 0-9, each audited under five kernel sets), then python -m "
-        "bench.portability table docs/results/audit_kernels.csv in the docs",
     "| run (3 rounds, `--utility neg_loss`) | kernel set of the audit | before | after | numbers only within rounding "
     "· largest difference · over E_x |":
         "python -m bench.portability losses --out DIR --keep docs/results/audit_kernels_loss.csv (noisy-federation "
