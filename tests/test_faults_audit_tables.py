@@ -49,14 +49,7 @@ KEPT = {
 READER_BEFORE, BATTERY_BEFORE = "/tmp/fedvalue-c7606bd", "/tmp/fedvalue-1e5ffa3"
 
 #: Measured tables whose results files are not kept yet, by header line: the command(s) that would make them.
-PENDING = {
-    "| run (3 rounds, `--utility neg_loss`) | kernel set of the audit | before | after | numbers only within rounding "
-    "· largest difference · over E_x |":
-        "python -m bench.portability losses --out DIR --keep docs/results/audit_kernels_loss.csv (noisy-federation "
-        "at the benchmark's sizes, topk-ads and value-guard, and at tiny.PLAIN's, topk-ads, value-guard and "
-        "value-weighted; noisy-clients --utility neg_loss with conftest's TINY; each audited under three kernel "
-        "sets), then python -m bench.portability table docs/results/audit_kernels_loss.csv in the docs",
-}
+PENDING: dict[str, str] = {}
 
 #: The kernel-set tables' results files (python -m bench.portability kernels, losses), in docs/results.
 KERNEL_RESULTS = ("audit_kernels.csv", "audit_kernels_loss.csv")
