@@ -43,10 +43,6 @@ KEPT = {
         lambda before, after: battery_tables.attacks_table(battery_tables.read_battery(before),
                                                            battery_tables.read_battery(after))),
 }
-#: The checkouts of the versions before, made by ``git archive REV | tar -x -C DIR``: for the reader's memory, the
-#: version whose reader read a file in 16 MiB chunks and joined them; for the battery, the version before run
-#: directories were opened once through one descriptor and resume verified first.
-READER_BEFORE, BATTERY_BEFORE = "/tmp/fedvalue-c7606bd", "/tmp/fedvalue-1e5ffa3"
 
 #: Measured tables whose results files are not kept yet, by header line: the command(s) that would make them.
 PENDING: dict[str, str] = {}
