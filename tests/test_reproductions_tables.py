@@ -60,18 +60,16 @@ class Pending:
 
 
 FAIRNESS_MARKDOWN = "simulations.experiments.fairness.markdown"
-FAIRNESS = ("fedvalue run fairness --out ~/fedvalue-runs/fairness --seeds 10 --drops 2 --lams 30 "
-            "--results docs/results",)
-FAIRNESS_K4 = ("fedvalue run fairness --out ~/fedvalue-runs/fairness-k4 --datasets slid --seeds 10 --drops 2,4 "
-               "--policies fedavg,drop-k,drop-k-curvature,drop-k-exact,random --results docs/results/fairness_k4",)
 #: The results files of one procurement run (simulations.experiments.procurement.markdown.PROCUREMENT_RESULTS).
 PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
                "procurement_purchases.csv", "procurement_offers.csv")
-CENTRAL = ("fedvalue run fairness-central --out ~/fedvalue-runs/fairness-central --results docs/results",)
 RENDERER_READY = "the renderer is written; the run has not been made with --results yet"
 
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
+    "| rule (K = 2) − random drops (K = 4) | accuracy | DP gap | EOP gap | EO gap | beats random (DP) |":
+        Rendering(f"{FAIRNESS_MARKDOWN}:comparison_table", ("fairness_k4/fairness_comparison.csv",),
+                  {"k": 2, "random_k": 4, "dataset": "slid"}),
     "| data set | rule | accuracy | DP gap | EOP gap | EO gap |":
         Rendering(f"{FAIRNESS_MARKDOWN}:tradeoff_table", ("fairness_tradeoff.csv",)),
     "| data set | rule | accuracy | DP gap | EOP gap | EO gap | beats random (DP) |":
@@ -167,10 +165,6 @@ PENDING: dict[str, Pending] = {
     "| s to 95% (steady / measured) | bad share of training | detection precision / recall | valuation s / round |":
         Pending(("fedvalue run noisy-federation --out DIR --seed 1 --seeds 5",),
                 "the benchmark's printed summary tables (three federations), copied; no --results writer yet"),
-    "| rule (K = 2) − random drops (K = 4) | accuracy | DP gap | EOP gap | EO gap | beats random (DP) |": Pending(
-        FAIRNESS_K4, RENDERER_READY,
-        Rendering(f"{FAIRNESS_MARKDOWN}:comparison_table", ("fairness_k4/fairness_comparison.csv",),
-                  {"k": 2, "random_k": 4, "dataset": "slid"})),
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
     "| kept 40 % | shows at |": Pending(tuple(
         f"fedvalue run fairness-central --experiment toy --gammas 0 --keep-fractions 0.8,0.6,0.4 --toy-means={means} "
