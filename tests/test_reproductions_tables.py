@@ -60,6 +60,7 @@ class Pending:
 
 
 FAIRNESS_MARKDOWN = "simulations.experiments.fairness.markdown"
+RECIPROCITY_MARKDOWN = "simulations.experiments.reciprocity.markdown"
 #: The results files of one procurement run (simulations.experiments.procurement.markdown.PROCUREMENT_RESULTS).
 PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
                "procurement_purchases.csv", "procurement_offers.csv")
@@ -67,6 +68,23 @@ RENDERER_READY = "the renderer is written; the run has not been made with --resu
 
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
+    "| dataset | influence | start | α(0.75) conditional | α(0.75) all-splits | paper | Pearson "
+    "| neg. inflow / outflow |":
+        Rendering(f"{RECIPROCITY_MARKDOWN}:healthcare_table", (
+            "reciprocity_breast-cancer_figures.csv", "reciprocity_zero/reciprocity_breast-cancer_figures.csv",
+            "reciprocity_diabetes_figures.csv", "reciprocity_zero/reciprocity_diabetes_figures.csv")),
+    "| figure | paper | measured |":
+        Rendering(f"{RECIPROCITY_MARKDOWN}:healthcare_figures_table", (
+            "reciprocity_breast-cancer_figures.csv", "reciprocity_diabetes_figures.csv",
+            "reciprocity_1000_steps/reciprocity_diabetes_figures.csv")),
+    "| figure | paper | ℓ = (f − y)² (default) | ℓ = ½(f − y)² |":
+        Rendering(f"{RECIPROCITY_MARKDOWN}:half_loss_table", (
+            "reciprocity_diabetes_figures.csv", "reciprocity_half_loss/reciprocity_diabetes_figures.csv",
+            "reciprocity_1000_steps/reciprocity_diabetes_figures.csv",
+            "reciprocity_half_loss_1000_steps/reciprocity_diabetes_figures.csv")),
+    "| curvature | rule | changed | test accuracy | DP gap | EO gap | DP − random-matched | accuracy − gradient edit "
+    "| beats random |":
+        Rendering(f"{FAIRNESS_MARKDOWN}:tabular_mlp_table", ("fairness_central_mlp/fairness_central_tabular.csv",)),
     "| selection | rule | test accuracy | test DP | SIM-JACK − Fair-IJ, accuracy | rule − gradient edit, accuracy |":
         Rendering(f"{FAIRNESS_MARKDOWN}:adult_table", ("fairness_adult_summary.csv",)),
     "| rule (K = 2) − random drops (K = 4) | accuracy | DP gap | EOP gap | EO gap | beats random (DP) |":
@@ -99,43 +117,10 @@ HELD_BY_TEST = {
     tuning_rows(read_regimes(RESULTS / "guard_tuning.csv"))[0]: "tests/test_results_tables.py",
 }
 
-RECIPROCITY_MARKDOWN = "simulations.experiments.reciprocity.markdown"
-#: The healthcare reciprocity runs the docs' tables set side by side, each keeping its figures in its own folder.
-RECIPROCITY = {
-    name: f"fedvalue run reciprocity {options} --out ~/fedvalue-runs/reciprocity-{name} --results docs/results{folder}"
-    for name, options, folder in (
-        ("breast-cancer", "--dataset breast-cancer --influence both", ""),
-        ("breast-cancer-zero", "--dataset breast-cancer --initialization zero", "/reciprocity_zero"),
-        ("diabetes", "--dataset diabetes --influence both", ""),
-        ("diabetes-zero", "--dataset diabetes --initialization zero", "/reciprocity_zero"),
-        ("diabetes-1000", "--dataset diabetes --steps 1000", "/reciprocity_1000_steps"),
-        ("diabetes-half", "--dataset diabetes --influence both --squared-loss half", "/reciprocity_half_loss"),
-        ("diabetes-half-1000", "--dataset diabetes --steps 1000 --squared-loss half",
-         "/reciprocity_half_loss_1000_steps"))}
 RECIPROCITY_NO_WRITER = "rows gathered by hand from several runs' printed summaries; no --results writer yet"
 
 #: Measured tables no results file holds yet: header -> the runs that would make them and why they are not kept.
 PENDING: dict[str, Pending] = {
-    "| dataset | influence | start | α(0.75) conditional | α(0.75) all-splits | paper | Pearson "
-    "| neg. inflow / outflow |": Pending(
-        (RECIPROCITY["breast-cancer"], RECIPROCITY["breast-cancer-zero"], RECIPROCITY["diabetes"],
-         RECIPROCITY["diabetes-zero"]), RENDERER_READY,
-        Rendering(f"{RECIPROCITY_MARKDOWN}:healthcare_table", (
-            "reciprocity_breast-cancer_figures.csv", "reciprocity_zero/reciprocity_breast-cancer_figures.csv",
-            "reciprocity_diabetes_figures.csv", "reciprocity_zero/reciprocity_diabetes_figures.csv"))),
-    "| figure | paper | measured |": Pending(
-        (RECIPROCITY["breast-cancer"], RECIPROCITY["diabetes"], RECIPROCITY["diabetes-1000"]), RENDERER_READY,
-        Rendering(f"{RECIPROCITY_MARKDOWN}:healthcare_figures_table", (
-            "reciprocity_breast-cancer_figures.csv", "reciprocity_diabetes_figures.csv",
-            "reciprocity_1000_steps/reciprocity_diabetes_figures.csv"))),
-    "| figure | paper | ℓ = (f − y)² (default) | ℓ = ½(f − y)² |": Pending(
-        (RECIPROCITY["diabetes"], RECIPROCITY["diabetes-half"], RECIPROCITY["diabetes-1000"],
-         RECIPROCITY["diabetes-half-1000"]),
-        RENDERER_READY + "; on rendering, every α has three decimals (the docs give two for the plain 1,000 steps)",
-        Rendering(f"{RECIPROCITY_MARKDOWN}:half_loss_table", (
-            "reciprocity_diabetes_figures.csv", "reciprocity_half_loss/reciprocity_diabetes_figures.csv",
-            "reciprocity_1000_steps/reciprocity_diabetes_figures.csv",
-            "reciprocity_half_loss_1000_steps/reciprocity_diabetes_figures.csv"))),
     "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |": Pending((
         "fedvalue run reciprocity --dataset movielens --out DIR",),
         "prefixes of DIR/movielens-splits.npz computed by hand (the docs' snippet); no --results writer yet"),
@@ -173,11 +158,6 @@ PENDING: dict[str, Pending] = {
         "--out DIR" for means in ("-2,-0.1,0.5,1", "-3,-0.5,1,1.65", "-2,-0.2,1,2", "-1.5,-0.3,0.6,1.5",
                                   "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")),
         "six runs' toy tables gathered by hand; no --results writer yet"),
-    "| curvature | rule | changed | test accuracy | DP gap | EO gap | DP − random-matched | accuracy − gradient edit "
-    "| beats random |": Pending((
-        "fedvalue run fairness-central --experiment tabular --hidden 16 --out ~/fedvalue-runs/fairness-central-mlp "
-        "--results docs/results/fairness_central_mlp",), RENDERER_READY,
-        Rendering(f"{FAIRNESS_MARKDOWN}:tabular_mlp_table", ("fairness_central_mlp/fairness_central_tabular.csv",))),
     "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |": Pending((
         "fedvalue run procurement --out ~/fedvalue-runs/procurement --seeds 15 --results docs/results",
         "fedvalue run procurement --out ~/fedvalue-runs/procurement-full --seeds 15 --fine-tune-batch-size 0 "
