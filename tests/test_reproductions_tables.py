@@ -68,6 +68,9 @@ RENDERER_READY = "the renderer is written; the run has not been made with --resu
 
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
+    "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |":
+        Rendering("simulations.experiments.procurement.markdown:procurement_table",
+                  (*PROCUREMENT, *(f"procurement_full_batch/{name}" for name in PROCUREMENT))),
     "| dataset | influence | start | α(0.75) conditional | α(0.75) all-splits | paper | Pearson "
     "| neg. inflow / outflow |":
         Rendering(f"{RECIPROCITY_MARKDOWN}:healthcare_table", (
@@ -158,13 +161,6 @@ PENDING: dict[str, Pending] = {
         "--out DIR" for means in ("-2,-0.1,0.5,1", "-3,-0.5,1,1.65", "-2,-0.2,1,2", "-1.5,-0.3,0.6,1.5",
                                   "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")),
         "six runs' toy tables gathered by hand; no --results writer yet"),
-    "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |": Pending((
-        "fedvalue run procurement --out ~/fedvalue-runs/procurement --seeds 15 --results docs/results",
-        "fedvalue run procurement --out ~/fedvalue-runs/procurement-full --seeds 15 --fine-tune-batch-size 0 "
-        "--results docs/results/procurement_full_batch"),
-        RENDERER_READY + "; on rendering, the full-batch ADS − LOO cell also says in how many seeds LOO was lower",
-        Rendering("simulations.experiments.procurement.markdown:procurement_table",
-                  (*PROCUREMENT, *(f"procurement_full_batch/{name}" for name in PROCUREMENT)))),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.
