@@ -64,7 +64,6 @@ RECIPROCITY_MARKDOWN = "simulations.experiments.reciprocity.markdown"
 #: The results files of one procurement run (simulations.experiments.procurement.markdown.PROCUREMENT_RESULTS).
 PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
                "procurement_purchases.csv", "procurement_offers.csv")
-RENDERER_READY = "the renderer is written; the run has not been made with --results yet"
 
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
