@@ -7,16 +7,16 @@ Runs ``fedvalue run noisy-clients --num-clients 200 --clients-per-round 20 --sch
 random`` as a child process for each round count and samples, every 0.2 s, the resident
 memory of the driver (the server: strategy, books, valuation) and of its whole process
 tree (the driver plus every Ray process it starts), from /proc. Round records go to
-disk as each round completes, so the server's peak memory must not grow with the
+disk as each round completes, so the server's peak memory is meant not to grow with the
 number of rounds: the table prints the peak for 5 and for 20 rounds side by side, and
 their ratio. 20 clients per round is past exact ADS (2^20 coalitions), so each round is
 valued by MC-ADS (Alg. 1, m* permutations through the coalition cache) and LOO.
 
-The server's resident memory counts the pages of Ray's object store (shared memory in
-/dev/shm) that it has touched: every train message and reply over 100 KiB passes through
-the store, and pages the store has freed stay resident in the driver. The table gives that
-shared part of the server's peak beside it (``RssShmem``); the tree's sum counts such
-pages once in every process that touched them.
+The server's resident memory also counts the pages of Ray's object store (shared memory in
+/dev/shm) that it maps: every train message and reply over 100 KiB passes through the store.
+The table gives that shared part of the server's peak beside it (``RssShmem``), so a growth of
+the store's pages is told from the server's own; the tree's sum counts such pages once in every
+process that touched them.
 """
 
 from __future__ import annotations
