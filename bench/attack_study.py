@@ -216,7 +216,7 @@ def relative_study(out: Path, names: list[str], option: str = "--relative") -> d
         # A part that booked the second-order books (under -loss) is tabled apart from the accuracy parts.
         key = "relative-second-order" if settings[name].get("fixed_second_order") else "relative"
         # --defences 2 (one update a cluster aggregated) is a row of its own; its honest cost is not the table's.
-        defences = int(settings[name].get("defences") or 1)
+        defences = int(settings[name].get("defences", 1))  # a part run without defences is 0, not 1
         frames.setdefault(f"{key}-gains", []).append(part_gains.assign(
             duplicate_median_fraction=kappa, defences=defences, clustered_rows=part_gains["attack"].map(clustered)))
         if defences == 1:
