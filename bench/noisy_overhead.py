@@ -2,6 +2,7 @@
 
     python -m bench.noisy_overhead               # 3 pairs, about 3 minutes on 2 cores
     python -m bench.noisy_overhead --pairs 5
+    python -m bench.noisy_overhead --keep FILE   # also keep what is printed in FILE (a results file)
 
 Runs ``simulations.experiments.noisy_clients.noisy_clients.run_noisy_clients`` with the default
 ``NoisyClientsConfig`` (30 clients, 5 rounds of 6, digits MLP 64-200-200-10, FedAvg)
@@ -26,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench import kept_output
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"with": ("ads", "loo"), "without": ()}
@@ -70,16 +73,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=3, help="with/without pairs, order alternating")
     parser.add_argument("--one", choices=list(MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(_one(args.one)))
         return 0
+    shown = sys.argv[1:] if argv is None else argv
+    with kept_output(args.keep, "python -m bench.noisy_overhead " + " ".join(shown)):
+        return _overhead(args.pairs)
 
+
+def _overhead(pairs: int) -> int:
+    """Run the pairs and print each run, the medians and the overhead."""
     print("default noisy-clients run (30 clients, 5 rounds x 6, digits MLP 64-200-200-10, FedAvg), "
           "with valuation (ads,loo) and without (methods=())")
     print(f"{'pair':>4} {'mode':<8} {'run s':>8} {'process s':>10} {'valuation s':>12} {'evaluations':>12}")
     records: dict[str, list[dict]] = {m: [] for m in MODES}
-    for pair in range(args.pairs):
+    for pair in range(pairs):
         order = ("with", "without") if pair % 2 == 0 else ("without", "with")
         for mode in order:
             record = _child(mode)

@@ -5,8 +5,8 @@ The only package that starts Ray / the Flower simulation engine (:mod:`simulatio
 Importing it before torch sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set already): torch's
 OpenMP threads then sleep at the end of a parallel region instead of spinning. On a
 machine whose cores are busy with other work (Ray's clients, other jobs), spinning
-threads made identical valuation rounds take 11–56 s instead of 1.9–2.3 s
-(``python -m bench.valuation --spread``, docs/benchmarks.md). Ray's workers inherit it.
+threads made identical valuation rounds take 2.0–45 s (17–132 s beside two extra busy processes) instead of
+0.8–3.0 s (``python -m bench.valuation --spread``, docs/results/valuation_spread.txt). Ray's workers inherit it.
 """
 
 import os

@@ -3,7 +3,7 @@ ServerApp against simulated nodes (the ServerApp in a thread of this process, ha
 :mod:`simulations.runner.grid`), :func:`serve` runs every simulation's main through it, with what
 ``ray.init`` is given (:func:`ray_init_args`: a local Ray of the settings' clients, or an existing
 cluster), Flower kept quiet, and SIGINT/SIGTERM turned into a stop after the round in flight.
-How it runs is :mod:`simulations.runner.engine_settings`. The facts about Flower 1.41 and Ray 2.55
+How it runs is :mod:`simulations.runner.engine_settings`. The facts about Flower 1.42 and Ray 2.55
 this relies on, and what the engine costs: docs/benchmarks.md, "The simulation engine: what the
 runner relies on".
 """
