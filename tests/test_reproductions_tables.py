@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.regimes import ucb_tuning
 from bench.regimes.table import HEADER as REGIMES_HEADER
 from bench.regimes.table import read_results as read_regimes
 from bench.regimes.tuning import markdown_rows as tuning_rows
@@ -147,9 +148,11 @@ PENDING: dict[str, Pending] = {
         "fedvalue run noisy-clients-study --seeds 20 --out DIR"),
         "two studies side by side, copied from their metrics.csv and detection.csv; no --results writer yet"),
     "| variant (value-driven sampler; utility −loss unless said) | rounds to 95%, p = 1 / 0.5 | AUC p = 1 / 0.5 "
-    "| final p = 1 / 0.5 |": Pending((
-        "fedvalue run noisy-federation --seed 100 --out DIR ... (one run a variant, with the variant's options)",),
-        "eleven tuning runs whose options the docs describe in words, not as commands; no renderer"),
+    "| final p = 1 / 0.5 |": Pending(
+        tuple(ucb_tuning.command(variant) for variant in ucb_tuning.VARIANTS),
+        "the eleven variants' runs, one results folder each, not made yet (the docs' figures are from the runs of "
+        "fedvalue run noisy-federation the commands replace)",
+        Rendering("bench.regimes.ucb_tuning:markdown_rows", ucb_tuning.results_files())),
     "| policy | final acc | AUC | rounds to 90% | rounds to 95% | s to 90% (steady / measured) "
     "| s to 95% (steady / measured) | bad share of training | detection precision / recall | valuation s / round |":
         Pending(("fedvalue run noisy-federation --out DIR --seed 1 --seeds 5",),
