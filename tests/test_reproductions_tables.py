@@ -120,6 +120,9 @@ HELD_BY_TEST = {
     tuning_rows(read_regimes(RESULTS / "guard_tuning.csv"))[0]: "tests/test_results_tables.py",
 }
 
+NOISY_CLIENTS_MARKDOWN = "simulations.experiments.noisy_clients.markdown"
+#: The digits study both noisy-clients tables read (the second beside the Fashion-MNIST study).
+STUDY_DIGITS = "fedvalue run noisy-clients-study --seeds 20 --out ~/fedvalue-runs/study --results docs/results/noisy_clients_study"
 RECIPROCITY_NO_WRITER = "rows gathered by hand from several runs' printed summaries; no --results writer yet"
 
 #: Measured tables no results file holds yet: header -> the runs that would make them and why they are not kept.
@@ -140,13 +143,18 @@ PENDING: dict[str, Pending] = {
         "fedvalue run reciprocity --dataset movielens --repetitions 3 --initializations 1 --local-steps 5 --steps 200 "
         "--out DIR"), RECIPROCITY_NO_WRITER),
     "| | ADS | LOO | random |": Pending((
-        "fedvalue run noisy-clients-study --seeds 20 --out DIR",),
-        "figures copied from the study's metrics.csv and detection.csv; no --results writer yet"),
+        STUDY_DIGITS,),
+        "the renderer is written; the run has not been made with --results yet (the second table's digits columns "
+        "come from the same run, so its figures and this table's will agree: LOO's third decimals differ today)",
+        Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_table", ("noisy_clients_study/noisy_clients_study_summary.csv",))),
     "| | Fashion-MNIST, paper's protocol: ADS | LOO | random | digits stand-in: ADS | LOO | random |": Pending((
         "fedvalue run noisy-clients-study --dataset fashion-mnist --examples-per-client 120 --learning-rate 0.01 "
-        "--seeds 20 --out DIR",
-        "fedvalue run noisy-clients-study --seeds 20 --out DIR"),
-        "two studies side by side, copied from their metrics.csv and detection.csv; no --results writer yet"),
+        "--seeds 20 --out ~/fedvalue-runs/study-fashion --results docs/results/noisy_clients_study_fashion",
+        STUDY_DIGITS),
+        "the renderer is written; the runs have not been made with --results yet",
+        Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_pair_table", (
+            "noisy_clients_study_fashion/noisy_clients_study_summary.csv",
+            "noisy_clients_study/noisy_clients_study_summary.csv"))),
     "| variant (value-driven sampler; utility −loss unless said) | rounds to 95%, p = 1 / 0.5 | AUC p = 1 / 0.5 "
     "| final p = 1 / 0.5 |": Pending(
         tuple(ucb_tuning.command(variant) for variant in ucb_tuning.VARIANTS),

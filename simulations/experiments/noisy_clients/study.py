@@ -18,6 +18,8 @@ online flagging rules' false-positive rate is measured. Outputs, in ``--out``:
 ``figure4.png``    top-3 accuracy, top-4 accuracy (mean and 95% CI per round), detection
 ``seed-S/``        every run's ledger (``scored``, ``clean``, ``top{k}-{method}``)
 
+``--results FOLDER`` keeps the docs' results files besides (:mod:`simulations.experiments.noisy_clients.markdown`).
+
 The paper's schedule values every client in exactly one round of the five, so an
 online rule can only judge a client on that one round: the study's rules use
 ``patience=1`` (a longer patience never fires here).
@@ -58,6 +60,7 @@ from fedvalue import (
     summarize_metrics,
 )
 from fedvalue.ledger import load_run
+from simulations.experiments.noisy_clients.markdown import STUDY_RESULTS, mean_half_width, results_frames
 from simulations.experiments.noisy_clients.noisy_clients import (
     NoisyClientsConfig,
     build,
@@ -75,6 +78,7 @@ from simulations.runner import (
     prepare_run_dir,
     serve,
     torch_threads,
+    write_results,
     write_run_config,
 )
 from strategies import (
@@ -331,13 +335,6 @@ def write_outputs(out_dir: Path, seeds: list[int], accuracy: pd.DataFrame, timin
     return {"accuracy": accuracy, "detection": curve, "metrics": metrics, "flagging": flagging, "timings": timings}
 
 
-def _mean_ci(values: pd.Series) -> tuple[float, float]:
-    values = values.dropna()
-    if len(values) < 2:
-        return float(values.mean()), 0.0
-    return float(values.mean()), float(1.96 * values.std(ddof=1) / np.sqrt(len(values)))
-
-
 def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[int]) -> None:
     import matplotlib
 
@@ -350,7 +347,7 @@ def _figure(path: Path, accuracy: pd.DataFrame, curve: pd.DataFrame, ks: list[in
     for ax, k in zip(axes, selected):
         for method in ("ads", "loo", "random", "all"):
             rows = accuracy[(accuracy["method"] == method) & ((accuracy["k"] == k) | (method == "all"))]
-            stats = rows.groupby("round")["accuracy"].apply(_mean_ci)
+            stats = rows.groupby("round")["accuracy"].apply(mean_half_width)
             rounds = np.array(stats.index)
             mean = np.array([m for m, _ in stats])
             half = np.array([h for _, h in stats])
@@ -400,8 +397,11 @@ def cli_main(config: NoisyClientsStudyConfig, options) -> int:
     timings = result["timings"]
     print(f"wrote {options.out} ({timings['runs']} runs) in {options.elapsed():.1f}s: "
           f"rounds {timings['rounds']:.1f}s of which valuation {timings['valuation']:.1f}s; see figure4.png")
+    if options.results:
+        written = write_results(options.results, results_frames(options.out), options.command)
+        print(f"results files: {', '.join(map(str, written))}")
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("noisy-clients-study", NoisyClientsStudyConfig, cli_main, help=HELP)
+SIMULATION = Simulation("noisy-clients-study", NoisyClientsStudyConfig, cli_main, help=HELP, results=STUDY_RESULTS)
