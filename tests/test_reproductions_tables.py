@@ -154,8 +154,14 @@ PENDING: dict[str, Pending] = {
         "eleven tuning runs whose options the docs describe in words, not as commands; no renderer"),
     "| policy | final acc | AUC | rounds to 90% | rounds to 95% | s to 90% (steady / measured) "
     "| s to 95% (steady / measured) | bad share of training | detection precision / recall | valuation s / round |":
-        Pending(("fedvalue run noisy-federation --out DIR --seed 1 --seeds 5",),
-                "the benchmark's printed summary tables (three federations), copied; no --results writer yet"),
+        Pending((
+        "fedvalue run noisy-federation --out DIR --seed 1 --seeds 5 --policies random,power-of-choice,greedyfed,"
+        "value-ucb,topk-ads,topk-loo,value-weighted,trimmed-mean,median,krum,oracle "
+        "--results docs/results/noisy_federation",),
+        "the benchmark's printed summary tables (three federations, 115 runs: 38 minutes on the shared 2-core machine) "
+        "were copied before it had --results; its policies are the docs' run's defaults, before value-guard",
+        Rendering("simulations.experiments.noisy_federation.markdown:policy_tables",
+                  ("noisy_federation/noisy_federation_summary.csv",), {"bold": ("value-ucb",)})),
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
     "| kept 40 % | shows at |": Pending(tuple(
         f"fedvalue run fairness-central --experiment toy --gammas 0 --keep-fractions 0.8,0.6,0.4 --toy-means={means} "
