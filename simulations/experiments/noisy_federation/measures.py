@@ -35,10 +35,11 @@ Per cell (a run of one policy on one seed's federation):
     mavericks the sampler has ruled out after the last round.
 
 :func:`paired_differences` gives the "never worse" test: per seed, a policy's measure minus
-random's on the same federation (same data, same initial model), and the 95% t interval of the
-mean difference over seeds; for the rounds to a target, a run that never reached it counts as
-T + 1 rounds (censored, so the difference is a bound), and the wall-clock is compared as the ratio
-policy / random over the seeds where both reached it.
+random's (or another baseline's) on the same federation (same data, same initial model), the 95% t
+interval of the mean difference over seeds and the seeds where the difference is above 0 and below
+it; for the rounds to a target, a run that never reached it counts as T + 1 rounds (censored, so
+the difference is a bound), and the wall-clock is compared as the ratio policy / random over the
+seeds where both reached it.
 
 The tables give each measure's mean over seeds with a 95% interval (mean ± t_{0.975, n−1} s/√n),
 and for the time-to-target measures the number of seeds that reached the target (the mean is over
@@ -146,7 +147,8 @@ def cell_measures(curve: pd.DataFrame, decisions: pd.DataFrame, run_dir, *, bad:
 def paired_differences(per_cell: pd.DataFrame, rounds: int, baseline: str = "random") -> pd.DataFrame:
     """Per (model, federation, policy other than ``baseline``): for each :data:`PAIRED` measure the
     mean over seeds of policy − baseline with its 95% half-width and n (``<measure>_diff``,
-    ``_diff_ci``, ``_diff_n``), and ``seconds_ratio`` (policy / baseline steady seconds to 95%)
+    ``_diff_ci``, ``_diff_n``) and the seeds where the difference is above and below 0
+    (``_diff_above``, ``_diff_below``), and ``seconds_ratio`` (policy / baseline steady seconds to 95%)
     likewise (module docstring)."""
     rows = []
     for (model, fed), group in per_cell.groupby(["model", "federation"], sort=False):
@@ -161,8 +163,11 @@ def paired_differences(per_cell: pd.DataFrame, rounds: int, baseline: str = "ran
                 mine, theirs = runs.loc[seeds, measure].astype(float), base.loc[seeds, measure].astype(float)
                 if measure == "rounds_to_95":
                     mine, theirs = mine.fillna(rounds + 1), theirs.fillna(rounds + 1)
-                mean, half, n = interval(mine - theirs)
-                row.update({f"{measure}_diff": mean, f"{measure}_diff_ci": half, f"{measure}_diff_n": n})
+                differences = mine - theirs
+                mean, half, n = interval(differences)
+                row.update({f"{measure}_diff": mean, f"{measure}_diff_ci": half, f"{measure}_diff_n": n,
+                            f"{measure}_diff_above": int((differences > 0).sum()),
+                            f"{measure}_diff_below": int((differences < 0).sum())})
             ratio = (runs.loc[seeds, "steady_seconds_to_95"].astype(float)
                      / base.loc[seeds, "steady_seconds_to_95"].astype(float))
             mean, half, n = interval(ratio)

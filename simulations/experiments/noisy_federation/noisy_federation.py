@@ -14,7 +14,8 @@ round; over seeds with 95% intervals. Every run writes a ledger ``fedvalue audit
 Outputs in ``--out``: the cells (:mod:`.cells`), ``per_cell.csv``, ``summary.csv``, ``curves.csv``,
 ``detection.csv`` (per round: precision and recall of the clients a sampler has ruled out) and
 ``accuracy-<model>.png``. Running the same command again skips the done cells (the benchmark
-resumes per cell) and rebuilds the tables from every done cell.
+resumes per cell) and rebuilds the tables from every done cell. ``--results FOLDER`` keeps the docs' results files
+besides (:mod:`simulations.experiments.noisy_federation.markdown`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from simulations.experiments.noisy_federation.cells import (
 from simulations.experiments.noisy_federation.config import HELP, POLICY_NAMES, NoisyFederationConfig, check_config
 from simulations.experiments.noisy_federation.data import client_data, data_settings, model_factory
 from simulations.experiments.noisy_federation.figures import accuracy_figures
+from simulations.experiments.noisy_federation.markdown import NOISY_FEDERATION_RESULTS, estimate, results_frames
 from simulations.experiments.noisy_federation.measures import (
     cell_measures,
     detection_by_round,
@@ -53,7 +55,7 @@ from simulations.experiments.noisy_federation.measures import (
     summary_table,
 )
 from simulations.experiments.noisy_federation.policies import CLEAN, build_policy, ruled_out
-from simulations.runner import Simulation, flat_fields, saved_config, torch_threads
+from simulations.runner import Simulation, flat_fields, saved_config, torch_threads, write_results
 from strategies import NodeDirectory, PartitionSampler, replay_aggregator
 
 BENCHMARK_FILE = "benchmark.json"
@@ -146,46 +148,40 @@ def write_tables(config: NoisyFederationConfig, out: Path) -> dict:
             "figures": accuracy_figures(curves, out)}
 
 
-def _cell_text(value: float, half: float, n: int, digits: int, seeds: int, counted: bool = False) -> str:
-    if n == 0:
-        return "-"
-    text = f"{value:.{digits}f}" + ("" if math.isnan(half) else f"±{half:.{digits}f}")
-    return text + (f" ({n}/{seeds})" if counted and n < seeds else "")
-
-
 def table_text(summary: pd.DataFrame) -> str:
     """The summary as the console shows it, one block per model and federation."""
-    columns = (("final_accuracy", "final acc", 3, False), ("auc", "AUC", 3, False),
-               ("rounds_to_90", "rounds→90%", 1, True), ("rounds_to_95", "rounds→95%", 1, True),
-               ("steady_seconds_to_90", "s→90%", 0, True), ("steady_seconds_to_95", "s→95%", 0, True),
-               ("bad_trained_share", "bad trained", 2, False), ("ruled_out_precision", "out prec", 2, False),
-               ("ruled_out_recall", "out rec", 2, False), ("rejected_precision", "rej prec", 2, False),
-               ("rejected_recall", "rej rec", 2, False), ("valuation_seconds", "val s/rd", 2, False))
+    columns = (("final_accuracy", "final acc", 3), ("auc", "AUC", 3), ("rounds_to_90", "rounds→90%", 1),
+               ("rounds_to_95", "rounds→95%", 1), ("steady_seconds_to_90", "s→90%", 0),
+               ("steady_seconds_to_95", "s→95%", 0), ("bad_trained_share", "bad trained", 2),
+               ("ruled_out_precision", "out prec", 2), ("ruled_out_recall", "out rec", 2),
+               ("rejected_precision", "rej prec", 2), ("rejected_recall", "rej rec", 2),
+               ("valuation_seconds", "val s/rd", 2))
     if summary["maverick_accuracy_n"].gt(0).any():
-        columns += (("maverick_accuracy", "mav acc", 3, False), ("mavericks_ruled_out", "mav out", 2, False))
+        columns += (("maverick_accuracy", "mav acc", 3), ("mavericks_ruled_out", "mav out", 2))
     blocks = []
     for (model, fed), rows in summary.groupby(["model", "federation"], sort=False):
-        lines = [{"policy": r["policy"], **{label: _cell_text(r[m], r[f"{m}_ci"], int(r[f"{m}_n"]), d, int(r["seeds"]),
-                                                               counted) for m, label, d, counted in columns}}
-                 for _, r in rows.iterrows()]
-        blocks.append(f"{model}, federation {fed} (mean ± 95% interval over seeds; (k/n): seeds reaching the target; "
-                      "s→: rounds × median seconds a round)\n"
-                      + pd.DataFrame(lines).to_string(index=False))
+        blocks.append(f"{model}, federation {fed} (mean ± 95% interval over seeds; (k/n): seeds that have it; "
+                      "s→: rounds × median seconds a round)\n" + _console(rows, columns))
     return "\n\n".join(blocks)
 
 
 def paired_text(paired: pd.DataFrame) -> str:
     """The paired test against random as the console shows it, one block per model and federation."""
-    columns = (("final_accuracy_diff", "Δ final acc", 3), ("auc_diff", "Δ AUC", 3), ("rounds_to_95_diff", "Δ rounds→95%", 1),
-               ("seconds_ratio", "s→95% / random's", 2))
+    columns = (("final_accuracy_diff", "Δ final acc", 3), ("auc_diff", "Δ AUC", 3),
+               ("rounds_to_95_diff", "Δ rounds→95%", 1), ("seconds_ratio", "s→95% / random's", 2))
     blocks = []
     for (model, fed), rows in paired.groupby(["model", "federation"], sort=False):
-        lines = [{"policy": r["policy"], **{label: _cell_text(r[m], r[f"{m}_ci"], int(r[f"{m}_n"]), d, int(r["seeds"]),
-                                                               True) for m, label, d in columns}}
-                 for _, r in rows.iterrows()]
         blocks.append(f"{model}, federation {fed}: policy minus random, paired by seed (mean ± 95% interval)\n"
-                      + pd.DataFrame(lines).to_string(index=False))
+                      + _console(rows, columns))
     return "\n\n".join(blocks)
+
+
+def _console(rows: pd.DataFrame, columns) -> str:
+    """``rows`` as a console table: a policy a line, each (measure, label, decimals) of ``columns`` a column."""
+    lines = [{"policy": r["policy"], **{label: estimate(r[m], r[f"{m}_ci"], int(r[f"{m}_n"]), int(r["seeds"]), d,
+                                                       plus="±", none="-") for m, label, d in columns}}
+             for _, r in rows.iterrows()]
+    return pd.DataFrame(lines).to_string(index=False)
 
 
 def cli_main(config: NoisyFederationConfig, options) -> int:
@@ -207,6 +203,9 @@ def cli_main(config: NoisyFederationConfig, options) -> int:
     print(f"wrote {options.out}: {len(tables['per_cell'])} cells done of {total}, in {options.elapsed():.0f}s; "
           f"figures {', '.join(str(p.name) for p in tables['figures'])}; audit a cell with `fedvalue audit "
           f"{options.out}/{config.models[0]}/seed-{config.seed}/clean/clean/run`")
+    if options.results:
+        written = write_results(options.results, results_frames(options.out), options.command)
+        print(f"results files: {', '.join(map(str, written))}")
     return 0
 
 
@@ -319,4 +318,5 @@ def audit_from_run(saved: dict) -> dict:
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("noisy-federation", NoisyFederationConfig, cli_main, audit_from_run=audit_from_run, help=HELP)
+SIMULATION = Simulation("noisy-federation", NoisyFederationConfig, cli_main, audit_from_run=audit_from_run, help=HELP,
+                        results=NOISY_FEDERATION_RESULTS)

@@ -114,6 +114,8 @@ def test_the_paired_test_subtracts_random_seed_by_seed_and_censors_unreached_tar
     paired = paired_differences(pd.DataFrame(rows), rounds=10).iloc[0]
     assert paired["final_accuracy_diff"] == pytest.approx(np.mean([0.1, -0.05, 0.1]))
     assert paired["rounds_to_95_diff"] == pytest.approx(np.mean([-2, 11 - 4, 0]))  # never reached: T + 1
+    assert (paired["final_accuracy_diff_above"], paired["final_accuracy_diff_below"]) == (2, 1)
+    assert (paired["rounds_to_95_diff_above"], paired["rounds_to_95_diff_below"]) == (1, 1)  # and one seed equal
     assert paired["seconds_ratio"] == pytest.approx(np.mean([0.6, 1.0])) and paired["seconds_ratio_n"] == 2
     from scipy.stats import t
     diffs = np.array([0.1, -0.05, 0.1])
