@@ -41,8 +41,8 @@ def test_bench_heads_its_files_the_same_way():
 def test_results_is_an_option_of_the_simulations_that_list_results_files(capsys):
     parser = cli.build_parser()
     with_results = sorted(name for name, simulation in SIMULATIONS.items() if simulation.results)
-    assert with_results == ["augmentation", "fairness", "fairness-adult", "fairness-central", "noisy-federation",
-                            "procurement", "reciprocity"]
+    assert with_results == ["augmentation", "fairness", "fairness-adult", "fairness-central", "noisy-clients-study",
+                            "noisy-federation", "procurement", "reciprocity"]
     for name in with_results:
         assert parser.parse_args(["run", name, "--out", "d", "--results", "r"]).results == "r"
     with pytest.raises(SystemExit):
