@@ -65,6 +65,10 @@ RECIPROCITY_MARKDOWN = "simulations.experiments.reciprocity.markdown"
 PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
                "procurement_purchases.csv", "procurement_offers.csv")
 
+#: The toy instances of [FAIRINFL] §5 the docs' over-instances table runs, in its order, and their results folder.
+TOY_MEANS = ("-2,-0.1,0.5,1", "-3,-0.5,1,1.65", "-2,-0.2,1,2", "-1.5,-0.3,0.6,1.5", "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")
+TOY_INSTANCES = "fairness_toy_instances"
+
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
     "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |":
@@ -157,9 +161,11 @@ PENDING: dict[str, Pending] = {
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
     "| kept 40 % | shows at |": Pending(tuple(
         f"fedvalue run fairness-central --experiment toy --gammas 0 --keep-fractions 0.8,0.6,0.4 --toy-means={means} "
-        "--out DIR" for means in ("-2,-0.1,0.5,1", "-3,-0.5,1,1.65", "-2,-0.2,1,2", "-1.5,-0.3,0.6,1.5",
-                                  "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")),
-        "six runs' toy tables gathered by hand; no --results writer yet"),
+        f"--results docs/results/{TOY_INSTANCES}/{i}" for i, means in enumerate(TOY_MEANS, 1)),
+        "six runs of seconds each, not kept yet",
+        Rendering(f"{FAIRNESS_MARKDOWN}:toy_instances_table", tuple(
+            f"{TOY_INSTANCES}/{i}/{name}" for i in range(1, len(TOY_MEANS) + 1)
+            for name in ("fairness_central_toy.csv", "fairness_central_toy_erm.csv")))),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.
