@@ -123,25 +123,37 @@ HELD_BY_TEST = {
     tuning_rows(read_regimes(RESULTS / "guard_tuning.csv"))[0]: "tests/test_results_tables.py",
 }
 
-RECIPROCITY_NO_WRITER = "rows gathered by hand from several runs' printed summaries; no --results writer yet"
+#: The options of each MovieLens run the docs' tables set side by side, by its results folder's suffix.
+MOVIELENS_RUNS = {"10x10": "", "10x1": " --repetitions 10 --initializations 1 --influence both --marginal-users 30",
+                  "1x10": " --repetitions 1 --initializations 10",
+                  "3x1": " --repetitions 3 --initializations 1 --influence both --marginal-users 30",
+                  "federated_3x1": " --repetitions 3 --initializations 1 --local-steps 5 --steps 200"}
+MOVIELENS_REASON = "MovieLens runs take minutes to hours (the default 10 × 10 took 2 h here); not kept yet"
+
+
+def movielens(run: str) -> str:
+    """The command of a MovieLens run of :data:`MOVIELENS_RUNS`, writing its results folder."""
+    return f"fedvalue run reciprocity --dataset movielens{MOVIELENS_RUNS[run]} --results docs/results/movielens_{run}"
+
 
 #: Measured tables no results file holds yet: header -> the runs that would make them and why they are not kept.
 PENDING: dict[str, Pending] = {
-    "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |": Pending((
-        "fedvalue run reciprocity --dataset movielens --out DIR",),
-        "prefixes of DIR/movielens-splits.npz computed by hand (the docs' snippet); no --results writer yet"),
-    "| runs averaged | 1 split | 2 splits | 3 splits | 10 splits |": Pending((
-        "fedvalue run reciprocity --dataset movielens --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 10 --initializations 1 --influence both "
-        "--marginal-users 30 --out DIR"), RECIPROCITY_NO_WRITER),
+    "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |": Pending(
+        (movielens("10x10"),), MOVIELENS_REASON,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefixes_table",
+                  ("movielens_10x10/reciprocity_movielens_prefixes.csv",
+                   "movielens_10x10/reciprocity_movielens_figures.csv"))),
+    "| runs averaged | 1 split | 2 splits | 3 splits | 10 splits |": Pending(
+        (movielens("10x1"), movielens("10x10")), MOVIELENS_REASON,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefix_alphas_table",
+                  ("movielens_10x1/reciprocity_movielens_prefixes.csv",
+                   "movielens_10x10/reciprocity_movielens_prefixes.csv"))),
     "| figure | paper (10 × 10) | measured (10 × 1) | split 0 × 10 initializations | 3 × 1 "
-    "| federated, E = 5 (3 × 1) |": Pending((
-        "fedvalue run reciprocity --dataset movielens --repetitions 10 --initializations 1 --influence both "
-        "--marginal-users 30 --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 1 --initializations 10 --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 3 --initializations 1 --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 3 --initializations 1 --local-steps 5 --steps 200 "
-        "--out DIR"), RECIPROCITY_NO_WRITER),
+    "| federated, E = 5 (3 × 1) |": Pending(
+        tuple(movielens(run) for run in ("10x1", "1x10", "3x1", "federated_3x1")), MOVIELENS_REASON,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_figures_table", tuple(
+            f"movielens_{run}/reciprocity_movielens_{name}.csv" for run in ("10x1", "1x10", "3x1", "federated_3x1")
+            for name in ("figures", "alpha_by_step")))),
     "| | ADS | LOO | random |": Pending((
         "fedvalue run noisy-clients-study --seeds 20 --out DIR",),
         "figures copied from the study's metrics.csv and detection.csv; no --results writer yet"),
