@@ -68,6 +68,10 @@ RECIPROCITY_MARKDOWN = "simulations.experiments.reciprocity.markdown"
 PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
                "procurement_purchases.csv", "procurement_offers.csv")
 
+#: The toy instances of [FAIRINFL] §5 the docs' over-instances table runs, in its order, and their results folder.
+TOY_MEANS = ("-2,-0.1,0.5,1", "-3,-0.5,1,1.65", "-2,-0.2,1,2", "-1.5,-0.3,0.6,1.5", "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")
+TOY_INSTANCES = "fairness_toy_instances"
+
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
     "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |":
@@ -125,25 +129,37 @@ HELD_BY_TEST = {
 NOISY_CLIENTS_MARKDOWN = "simulations.experiments.noisy_clients.markdown"
 #: The digits study both noisy-clients tables read (the second beside the Fashion-MNIST study).
 STUDY_DIGITS = "fedvalue run noisy-clients-study --seeds 20 --out ~/fedvalue-runs/study --results docs/results/noisy_clients_study"
-RECIPROCITY_NO_WRITER = "rows gathered by hand from several runs' printed summaries; no --results writer yet"
+#: The options of each MovieLens run the docs' tables set side by side, by its results folder's suffix.
+MOVIELENS_RUNS = {"10x10": "", "10x1": " --repetitions 10 --initializations 1 --influence both --marginal-users 30",
+                  "1x10": " --repetitions 1 --initializations 10",
+                  "3x1": " --repetitions 3 --initializations 1 --influence both --marginal-users 30",
+                  "federated_3x1": " --repetitions 3 --initializations 1 --local-steps 5 --steps 200"}
+MOVIELENS_REASON = "MovieLens runs take minutes to hours (the default 10 × 10 took 2 h here); not kept yet"
+
+
+def movielens(run: str) -> str:
+    """The command of a MovieLens run of :data:`MOVIELENS_RUNS`, writing its results folder."""
+    return f"fedvalue run reciprocity --dataset movielens{MOVIELENS_RUNS[run]} --results docs/results/movielens_{run}"
+
 
 #: Measured tables no results file holds yet: header -> the runs that would make them and why they are not kept.
 PENDING: dict[str, Pending] = {
-    "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |": Pending((
-        "fedvalue run reciprocity --dataset movielens --out DIR",),
-        "prefixes of DIR/movielens-splits.npz computed by hand (the docs' snippet); no --results writer yet"),
-    "| runs averaged | 1 split | 2 splits | 3 splits | 10 splits |": Pending((
-        "fedvalue run reciprocity --dataset movielens --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 10 --initializations 1 --influence both "
-        "--marginal-users 30 --out DIR"), RECIPROCITY_NO_WRITER),
+    "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |": Pending(
+        (movielens("10x10"),), MOVIELENS_REASON,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefixes_table",
+                  ("movielens_10x10/reciprocity_movielens_prefixes.csv",
+                   "movielens_10x10/reciprocity_movielens_figures.csv"))),
+    "| runs averaged | 1 split | 2 splits | 3 splits | 10 splits |": Pending(
+        (movielens("10x1"), movielens("10x10")), MOVIELENS_REASON,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefix_alphas_table",
+                  ("movielens_10x1/reciprocity_movielens_prefixes.csv",
+                   "movielens_10x10/reciprocity_movielens_prefixes.csv"))),
     "| figure | paper (10 × 10) | measured (10 × 1) | split 0 × 10 initializations | 3 × 1 "
-    "| federated, E = 5 (3 × 1) |": Pending((
-        "fedvalue run reciprocity --dataset movielens --repetitions 10 --initializations 1 --influence both "
-        "--marginal-users 30 --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 1 --initializations 10 --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 3 --initializations 1 --out DIR",
-        "fedvalue run reciprocity --dataset movielens --repetitions 3 --initializations 1 --local-steps 5 --steps 200 "
-        "--out DIR"), RECIPROCITY_NO_WRITER),
+    "| federated, E = 5 (3 × 1) |": Pending(
+        tuple(movielens(run) for run in ("10x1", "1x10", "3x1", "federated_3x1")), MOVIELENS_REASON,
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_figures_table", tuple(
+            f"movielens_{run}/reciprocity_movielens_{name}.csv" for run in ("10x1", "1x10", "3x1", "federated_3x1")
+            for name in ("figures", "alpha_by_step")))),
     "| | ADS | LOO | random |": Pending((
         STUDY_DIGITS,),
         "the renderer is written; the run has not been made with --results yet (the second table's digits columns "
@@ -176,9 +192,11 @@ PENDING: dict[str, Pending] = {
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
     "| kept 40 % | shows at |": Pending(tuple(
         f"fedvalue run fairness-central --experiment toy --gammas 0 --keep-fractions 0.8,0.6,0.4 --toy-means={means} "
-        "--out DIR" for means in ("-2,-0.1,0.5,1", "-3,-0.5,1,1.65", "-2,-0.2,1,2", "-1.5,-0.3,0.6,1.5",
-                                  "-1,-0.5,0.8,1.2", "-3,-1,1.5,3")),
-        "six runs' toy tables gathered by hand; no --results writer yet"),
+        f"--results docs/results/{TOY_INSTANCES}/{i}" for i, means in enumerate(TOY_MEANS, 1)),
+        "six runs of seconds each, not kept yet",
+        Rendering(f"{FAIRNESS_MARKDOWN}:toy_instances_table", tuple(
+            f"{TOY_INSTANCES}/{i}/{name}" for i in range(1, len(TOY_MEANS) + 1)
+            for name in ("fairness_central_toy.csv", "fairness_central_toy_erm.csv")))),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.

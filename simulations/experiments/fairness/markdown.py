@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from simulations.experiments.fairness.data import DATASETS
+from simulations.experiments.fairness.data import ASYMMETRIC_MEANS, DATASETS
 
 #: The results files of ``fedvalue run fairness --results FOLDER``: file name -> the table it holds.
 FEDERATED_RESULTS = {"fairness_tradeoff.csv": "tradeoff", "fairness_comparison.csv": "comparison",
@@ -224,6 +224,72 @@ def toy_table(toy: pd.DataFrame, rows_shown=TOY_ROWS) -> list[str]:
         seen.add(order)
         rows.append(f"| {retraining} | {_kept(keep)} | {pruned} | {signed_interval(row, 'threshold_shift')} | "
                     f"{number(row['accuracy_change'], 4, True)} | {signed_interval(row, 'dp_change', 4)} |")
+    return rows
+
+
+#: The kept fractions of the toy-instances table, in its column order.
+INSTANCE_KEPT = (0.8, 0.6, 0.4)
+
+
+def _means(toy_erm: pd.DataFrame) -> str:
+    """An instance's μ as the docs write it, the default instance marked."""
+    text = str(toy_erm["toy_means"].iloc[0])
+    means = tuple(float(m) for m in text.split(","))
+    return f"({text.replace('-', '−')})" + (" (the default)" if means == tuple(ASYMMETRIC_MEANS) else "")
+
+
+def _reaches_zero(row, column: str) -> bool:
+    return bool(row[f"{column}_low"] <= 0 <= row[f"{column}_high"])
+
+
+def _shows(row) -> bool:
+    """Prop. 5.2's direction at one kept fraction: the threshold moves right and DP falls, both intervals
+    excluding 0."""
+    return bool(row["threshold_shift_low"] > 0 and row["dp_change_high"] < 0)
+
+
+def _instance_cell(row) -> str:
+    """Pruning by fairness at one kept fraction: the threshold shift (its interval where it reaches 0), then the DP
+    change [interval], in bold where the interval lies above 0 (the gap rises)."""
+    shift = number(row["threshold_shift"], 3, True)
+    if _reaches_zero(row, "threshold_shift"):
+        shift += (f" [{number(row['threshold_shift_low'], 3, True)}, "
+                  f"{number(row['threshold_shift_high'], 3, True)}]")
+    dp = number(row["dp_change"], 4, True)
+    return (f"{shift}, {f'**{dp}**' if row['dp_change_low'] > 0 else dp} "
+            f"[{number(row['dp_change_low'], 4, True)}, {number(row['dp_change_high'], 4, True)}]")
+
+
+def _shows_at(cells: list) -> str:
+    """The kept fractions where the proposition shows; for none, why: DP rises somewhere, or it falls where the
+    shift's interval reaches 0."""
+    shown = [f"{100 * row.name:.0f}" for row in cells if _shows(row)]
+    if shown:
+        return ", ".join(shown) + " %"
+    if any(row["dp_change_low"] > 0 for row in cells):
+        return "none (DP rises)"
+    falls = [row for row in cells if row["dp_change_high"] < 0]
+    if falls and all(_reaches_zero(row, "threshold_shift") for row in falls):
+        return "none (DP falls, the shift's interval reaches 0)"
+    return "none"
+
+
+def toy_instances_table(*runs: pd.DataFrame, kept=INSTANCE_KEPT) -> list[str]:
+    """[FAIRINFL] §5's toy over instances, one row a run of ``--experiment toy --gammas 0``: ``runs`` are each run's
+    toy summary and ERM rows (:data:`CENTRAL_RESULTS`' first two files) in turn. Per instance its means, the ERM
+    threshold and DP gap and the lever d DP/dt there (means over seeds), pruning by fairness at each of ``kept``
+    (:func:`_instance_cell`) and the fractions where the proposition shows (:func:`_shows_at`)."""
+    if not runs or len(runs) % 2:
+        raise ValueError(f"runs: expected each run's toy summary and ERM rows in turn; got {len(runs)} frames.")
+    rows = ["| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | "
+            + " | ".join(f"kept {_kept(k)}" + (": shift, DP change" if not i else "") for i, k in enumerate(kept))
+            + " | shows at |", "|---" * (4 + len(kept)) + "|"]
+    for toy, erm in zip(runs[::2], runs[1::2]):
+        fairness = toy[(toy["gamma"] == 0) & (toy["order"] == "fairness")].set_index("keep")
+        cells = [fairness.loc[k] for k in kept]
+        rows.append(f"| {_means(erm)} | {number(erm['threshold'].mean(), 2)}, {number(erm['dp_gap'].mean(), 3)} | "
+                    f"{number(erm['lever'].mean(), 3)} | " + " | ".join(_instance_cell(c) for c in cells)
+                    + f" | {_shows_at(cells)} |")
     return rows
 
 

@@ -27,7 +27,8 @@ average all hundred runs (Fig. 1, top and bottom rows).
 reciprocity along training (Fig. 1c: α of the cumulative flows every ``checkpoint_every``
 steps), the first-order discrepancy per step (App. C.1, Fig. 5: its 80th percentile),
 the test RMSE, and the outflow signal-to-noise ratio |mean|/std across the splits'
-averaged flows (App. C.2, Fig. 6).
+averaged flows (App. C.2, Fig. 6); and α, Pearson and the negative shares over the first k
+splits for every k (how they move as more splits are averaged).
 
 **Federated per user** (the extension; ``local_steps`` = E ≥ 1). Every user is a client that
 keeps its embedding p_u to itself; in each of ``steps`` rounds it takes E local gradient
@@ -70,7 +71,8 @@ from fedvalue import (
 )
 from simulations.experiments.reciprocity.config import DATASETS, MOVIELENS_PAPER, check
 
-__all__ = ["MOVIELENS", "PAPER", "MovieLensData", "MovieLensResult", "load_movielens", "run_movielens_reciprocity"]
+__all__ = ["MOVIELENS", "PAPER", "MovieLensData", "MovieLensResult", "load_movielens", "run_movielens_reciprocity",
+           "split_prefixes"]
 
 PAPER = MOVIELENS_PAPER
 
@@ -142,6 +144,20 @@ def _figures(report: ReciprocityReport) -> dict:
             "negative_outflow_share": report.negative_outflow_share}
 
 
+def split_prefixes(inflow: np.ndarray, outflow: np.ndarray, initializations: int, p: float = 0.75,
+                   user_ids: np.ndarray | None = None) -> pd.DataFrame:
+    """The figures over the first k splits, for every k: ``inflow`` and ``outflow`` are the per-split mean flows
+    (splits × users, as ``movielens-splits.npz`` keeps them), each split the mean of its ``initializations`` runs.
+    The first row is the single split's figures, the last the all-splits ones."""
+    index = pd.Index(np.arange(inflow.shape[1]) if user_ids is None else user_ids, name="user_id")
+    rows = []
+    for k in range(1, len(inflow) + 1):
+        report = reciprocity(pd.Series(np.mean(inflow[:k], axis=0), index=index),
+                             pd.Series(np.mean(outflow[:k], axis=0), index=index), p=p)
+        rows.append({"splits": k, "initializations": initializations, **_figures(report)})
+    return pd.DataFrame(rows)
+
+
 def _percentile(values: np.ndarray, q: float) -> float:
     """The q-th percentile of the finite values; NaN when there are none (one split: no spread)."""
     finite = np.asarray(values, dtype=np.float64)
@@ -159,7 +175,8 @@ def _snr(values: np.ndarray) -> np.ndarray:
 class MovieLensResult:
     """Outcome of :func:`run_movielens_reciprocity`.
 
-    ``single`` and ``splits`` are the reports of split 0's averaged runs and of all runs;
+    ``single`` and ``splits`` are the reports of split 0's averaged runs and of all runs, ``prefixes`` the
+    figures over the first k splits for every k (:func:`split_prefixes`);
     ``alpha_by_step`` holds α along training for both; ``first_order`` per step the median
     and 80th percentile over runs of the first-order discrepancy, ``first_order_p80`` per run
     the 80th percentile over its steps (App. C.1's figure); ``marginal`` (when run) the
@@ -179,6 +196,7 @@ class MovieLensResult:
     tracin_outflow_snr: np.ndarray
     marginal: dict | None
     seconds: float
+    prefixes: pd.DataFrame
 
     @property
     def report(self) -> ReciprocityReport:
@@ -213,6 +231,8 @@ class MovieLensResult:
         rows["inference_rmse (mean)"] = (float(np.mean(self.inference_rmse)), PAPER["inference_rmse"])
         rows["inference_rmse (std)"] = (float(np.std(self.inference_rmse)), 0.009)
         rows["train_rmse (mean)"] = (float(np.mean(self.train_rmse)), math.nan)
+        rows["splits"] = (float(self.config.repetitions_used), float(PAPER["repetitions"]))
+        rows["initializations per split"] = (float(self.initializations), float(PAPER["initializations"]))
         if self.marginal is not None:
             m = self.marginal
             for influence in ("marginal", "tracin"):
@@ -237,6 +257,7 @@ class MovieLensResult:
         self.individuals.to_csv(out / "movielens-individuals.csv")
         self.alpha_by_step.to_csv(out / "movielens-alpha-by-step.csv", index=False)
         self.first_order.to_csv(out / "movielens-first-order.csv", index=False)
+        self.prefixes.to_csv(out / "movielens-prefixes.csv", index=False)
         pd.DataFrame({"run": np.arange(len(self.inference_rmse)), "inference_rmse": self.inference_rmse,
                       "train_rmse": self.train_rmse}).to_csv(out / "movielens-rmse.csv", index=False)
         figure1(self, out / "movielens-figure1.png")
@@ -356,6 +377,7 @@ def run_movielens_reciprocity(config, on_run: Callable[[str], None] | None = Non
         train_rmse=np.array(train_rmse), first_order_p80=np.array([_percentile(row, 80) for row in stacked]),
         tracin_outflow_snr=_snr(np.array(per_split_out)) if splits > 1 else np.full(data.num_users, np.nan),
         marginal=marginal, seconds=time.perf_counter() - started,
+        prefixes=split_prefixes(np.array(per_split_in), np.array(per_split_out), inits, config.p, data.user_ids),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from simulations.experiments.fairness import tables
 from simulations.experiments.fairness.markdown import (
@@ -268,3 +269,69 @@ def test_the_pruning_tables_from_their_results_files(tmp_path):
     assert adam[13] == ("| 0.02 | 80 % | fairness | 0.672 | 0.190 | +0.000 [+0.000, +0.000] "
                         "| **−0.110** [−0.135, −0.085] |")
     assert len(adam) == 2 + 10 + 10 and adam[18] .startswith("| 0.02 | 40 % | accuracy | ")
+
+
+#: The docs' over-instances table in figures: per instance its means, ERM threshold, DP gap and lever, and pruning by
+#: fairness at 80, 60 and 40 % kept: threshold shift, low, high, DP change, low, high (a shift's interval the docs
+#: leave out, since it excludes 0, is the kept runs' to three decimals; "−0.000" is −0.0004).
+TOY_INSTANCES = (
+    ("-2, -0.1, 0.5, 1", -0.09, 0.302, -0.110, ((0.063, 0.037, 0.089, -0.0083, -0.0118, -0.0048),
+                                                 (0.184, 0.135, 0.232, -0.0217, -0.0272, -0.0162),
+                                                 (0.370, 0.287, 0.452, -0.0426, -0.0516, -0.0337))),
+    ("-3, -0.5, 1, 1.65", 0.03, 0.207, -0.101, ((0.051, 0.020, 0.081, -0.0050, -0.0083, -0.0018),
+                                                 (0.127, 0.044, 0.209, -0.0116, -0.0186, -0.0046),
+                                                 (0.287, 0.047, 0.527, -0.0210, -0.0375, -0.0045))),
+    ("-2, -0.2, 1, 2", 0.28, 0.249, -0.055, ((0.043, 0.019, 0.068, -0.0019, -0.0032, -0.0006),
+                                              (0.127, 0.063, 0.192, -0.0056, -0.0086, -0.0026),
+                                              (0.288, 0.153, 0.424, -0.0106, -0.0158, -0.0053))),
+    ("-1.5, -0.3, 0.6, 1.5", 0.08, 0.258, -0.027, ((0.022, 0.005, 0.038, -0.0008, -0.0016, 0.0001),
+                                                    (0.074, 0.038, 0.110, -0.0028, -0.0046, -0.0010),
+                                                    (0.136, 0.021, 0.251, -0.0041, -0.0078, -0.0005))),
+    ("-1, -0.5, 0.8, 1.2", 0.12, 0.122, -0.011, ((0.018, 0.004, 0.033, -0.0005, -0.0012, 0.0002),
+                                                  (0.045, -0.0004, 0.091, -0.0014, -0.0027, -0.0002),
+                                                  (0.039, -0.053, 0.131, -0.0021, -0.0039, -0.0003))),
+    ("-3, -1, 1.5, 3", 0.23, 0.105, -0.008, ((0.078, -0.026, 0.181, 0.0020, 0.0003, 0.0037),
+                                              (0.254, 0.041, 0.467, 0.0119, 0.0017, 0.0222),
+                                              (-0.134, -0.272, 0.004, 0.0069, 0.0036, 0.0103))),
+)
+
+
+def docs_table(header: str) -> list[str]:
+    """The table of docs/reproductions.md under ``header``, header first."""
+    from tests.test_reproductions_tables import DOC, tables
+
+    return next(table for table in tables(DOC) if table[0] == header)
+
+
+def toy_instance_files(folder, instance) -> list[pd.DataFrame]:
+    """One instance's results files as a ``--gammas 0`` toy run writes them, holding ``instance``'s figures (random
+    pruning beside each kept fraction, moving nothing), read back."""
+    from simulations.experiments.fairness.markdown import CENTRAL_RESULTS
+
+    means, threshold, dp_gap, lever, cells = instance
+    erm = pd.DataFrame({"seed": range(3), "gamma": 0.0, "keep": 1.0, "order": "erm", "threshold": threshold,
+                        "accuracy": 0.87, "dp_gap": dp_gap, "eop_gap": 0.1, "eo_gap": 0.4, "lever": lever,
+                        "toy_means": means})
+    names = ("threshold_shift", "threshold_shift_low", "threshold_shift_high", "dp_change", "dp_change_low",
+             "dp_change_high")
+    rows = []
+    for keep, cell in zip((0.8, 0.6, 0.4), cells):
+        rows += [{"gamma": 0.0, "keep": keep, "order": "fairness", **dict(zip(names, cell))},
+                 {"gamma": 0.0, "keep": keep, "order": "random", **dict(zip(names, (0.0, -0.01, 0.01) * 2))}]
+    toy = pd.DataFrame(rows).assign(accuracy_change=-0.001, accuracy_change_low=-0.002, accuracy_change_high=0.0)
+    toy["fig1_direction"] = (toy["threshold_shift_low"] > 0) & (toy["dp_change_high"] < 0)
+    write_results(folder, {CENTRAL_RESULTS[0]: toy, CENTRAL_RESULTS[1]: erm},
+                  f"fedvalue run fairness-central --experiment toy --gammas 0 --toy-means={means.replace(' ', '')}")
+    return [read_results(folder / name) for name in CENTRAL_RESULTS[:2]]
+
+
+def test_the_toy_instances_table_is_the_docs_from_the_docs_figures(tmp_path):
+    from simulations.experiments.fairness.markdown import toy_instances_table
+
+    frames = [frame for i, instance in enumerate(TOY_INSTANCES, 1)
+              for frame in toy_instance_files(tmp_path / str(i), instance)]
+    rows = toy_instances_table(*frames)
+    assert rows == docs_table(rows[0])
+    assert rows[3].startswith("| (−3, −0.5, 1, 1.65) (the default) | 0.03, 0.207 | −0.101 | +0.051, −0.0050 [")
+    with pytest.raises(ValueError, match="toy summary and ERM rows in turn"):
+        toy_instances_table(*frames[:3])

@@ -92,3 +92,32 @@ def test_federated_per_user_extension_runs_and_says_so():
     assert "federated per user, 6 rounds of 3 local steps" in result.head()
     assert result.splits.num_individuals == load_movielens(50).num_users
     assert result.single.inflow.sum() == pytest.approx(result.single.outflow.sum(), rel=1e-9)
+
+
+def test_the_results_files_hold_the_prefixes_and_alpha_along_training(small_run, tmp_path):
+    """--results' frames of a real (small) run: the figures with the run's shape, the figures over the first k splits
+    (the first the single split's, the last all splits'), α along training; the docs' tables render from them."""
+    from simulations.experiments.reciprocity.markdown import (
+        MOVIELENS_ALPHA_BY_STEP,
+        MOVIELENS_PREFIXES,
+        movielens_prefixes_table,
+        results_frames,
+    )
+    from simulations.runner import read_results, write_results
+    from tests.simulations.experiments.reciprocity.test_markdown import MOVIELENS_PAPER_FIGURES
+
+    frames = results_frames([small_run])
+    assert list(frames) == ["reciprocity_movielens_figures.csv", MOVIELENS_PREFIXES, MOVIELENS_ALPHA_BY_STEP]
+    write_results(tmp_path, frames, "fedvalue run reciprocity --dataset movielens --results FOLDER")
+    figures, prefixes, steps = (read_results(tmp_path / name) for name in frames)
+    assert set(MOVIELENS_PAPER_FIGURES) <= set(figures["metric"])
+    shape = figures.set_index("metric").loc[["splits", "initializations per split"]]
+    assert shape["measured"].tolist() == [2, 2] and shape["paper"].tolist() == [10, 10]
+    assert prefixes[["splits", "initializations"]].values.tolist() == [[1, 2], [2, 2]]
+    for row, report in ((0, small_run.single), (1, small_run.splits)):
+        assert prefixes.loc[row, "alpha"] == pytest.approx(report.alpha)
+        assert prefixes.loc[row, "negative_outflow_share"] == pytest.approx(report.negative_outflow_share)
+    assert steps.columns.tolist() == ["step", "single_split", "all_splits"] and len(steps) == 3
+    rows = movielens_prefixes_table(prefixes, figures)
+    assert rows[2].startswith("| 1 × 2 (the paper's \"single split\"; paper: 0.16, 0.89, 0.7 %, 19.6 %) | ")
+    assert rows[3].startswith("| **2 × 2** (the paper's \"all splits\"; paper: 0.58, 0.98, 0.1 %, 8 %) | **")
