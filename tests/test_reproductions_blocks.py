@@ -61,6 +61,7 @@ HELD: dict[str, str] = {}
 
 
 def result_blocks() -> list[list[str]]:
+    """Every block of results of docs/reproductions.md."""
     return blocks(DOC.read_text().splitlines())
 
 
