@@ -2,6 +2,7 @@
 
     python -m bench.knn                       # 10,000 × 784 training, 1,000 test points, K = 5
     python -m bench.knn --train 2000 --test 200
+    python -m bench.knn --keep FILE           # also keep what is printed in FILE (a results file)
 
 Problem: random features (uniform on [0, 1)^784, float64), 10 classes, a fixed seed. KNN-ADS
 uses two groups (the first half of the training set, then the second half, as originals
@@ -32,10 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
-
+from pathlib import Path
 
 import numpy as np
 
+from bench import kept_output
 from fedvalue.valuation.knn.exact import knn_ads
 
 
@@ -123,7 +125,7 @@ def measure(spec: dict) -> tuple[dict, np.ndarray]:
     return json.loads(output.stdout.strip().splitlines()[-1]), np.load(spec["values_path"])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", type=int, default=10_000)
     parser.add_argument("--test", type=int, default=1_000)
@@ -133,12 +135,20 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=128, help="test points per chunk of the vectorized estimator")
     parser.add_argument("--chunk-sweep", type=str, default="32,512",
                         help="other chunk sizes to measure for memory (comma-separated; empty: none)")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="also keep what is printed in FILE, headed by the command and commit (a results file)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
-        return
+        return 0
+    with kept_output(args.keep, "python -m bench.knn " + " ".join(sys.argv[1:] if argv is None else argv)):
+        print_table(args)
+    return 0
 
+
+def print_table(args: argparse.Namespace) -> None:
+    """Every measurement, each in a fresh child process, as one table."""
     base = {"train": args.train, "test": args.test, "features": args.features, "k": args.k, "seed": args.seed}
     print(f"problem: {args.train} training × {args.features} features, {args.test} test points, K = {args.k}, "
           f"10 classes, seed {args.seed}; each row a fresh process")
@@ -177,4 +187,4 @@ def runs_values_reference(scratch: str) -> np.ndarray:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -2,16 +2,18 @@
 its run kept, or names the run that would keep one.
 
 A benchmark run with ``--keep FILE`` keeps what it printed in docs/results/FILE under the command and commit
-(:func:`bench.kept_output`). :data:`HELD` maps a block, by its first line, to that file: every line of the block
-must be a line of the file, in the file's order (a block may quote an excerpt, never a changed line); the output of
-a ``fedvalue run`` the docs show is kept the same way, under :func:`bench.results_header` of its command.
-:data:`PENDING` lists each block not kept yet by its first line with the command that made it and what it costs,
-so a new block of results without an entry fails here, and an entry whose block is gone does too. A block that
-is a command to type is not a result.
+(:func:`bench.kept_output`). :data:`HELD` maps a block, by its key (its first line, or first lines where blocks open
+alike: :func:`entry_of`), to that file: every line of the block must be a line of the file, in the file's order (a
+block may quote an excerpt, never a changed line); the output of a ``fedvalue run`` the docs show is kept the same
+way, under :func:`bench.results_header` of its command. :data:`PENDING` lists each block not kept yet by its key
+with the command that made it and what it costs, so a new block of results without an entry fails here, and an
+entry whose block is gone does too. A block that is a command to type, or code (its fence names a language), is
+not a result. The helpers serve tests/test_reproductions_blocks.py too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from bench import kept_output
@@ -57,15 +59,21 @@ HELD: dict[str, str] = {
 
 
 def blocks(lines: list[str]) -> list[list[str]]:
-    """Every fenced block of ``lines`` that is not a command, as its lines."""
+    """Every fenced block of ``lines`` that is not code (its fence names a language) or a command, as its lines."""
     opens = [i for i, line in enumerate(lines) if line.startswith("```")]
-    found = [lines[start + 1:end] for start, end in zip(opens[::2], opens[1::2])]
-    return [block for block in found if block and not block[0].startswith(COMMANDS)]
+    found = [lines[start:end] for start, end in zip(opens[::2], opens[1::2])]
+    return [block[1:] for block in found
+            if block[0].rstrip() == "```" and block[1:] and not block[1].startswith(COMMANDS)]
 
 
 def result_blocks() -> list[list[str]]:
     """Every block of results of :data:`DOCS`."""
     return [block for name in DOCS for block in blocks((ROOT / name).read_text().splitlines())]
+
+
+def entry_of(block: list[str], keys: Iterable[str]) -> str | None:
+    """The key ``block`` is listed under: the longest of ``keys`` whose lines (joined by newlines) it opens with."""
+    return max((key for key in keys if block[:key.count("\n") + 1] == key.split("\n")), key=len, default=None)
 
 
 def unkept_lines(block: list[str], kept: list[str]) -> list[str]:
@@ -74,21 +82,53 @@ def unkept_lines(block: list[str], kept: list[str]) -> list[str]:
     return [line for line in block if not any(line.rstrip() == other.rstrip() for other in rest)]
 
 
+def listing_problems(found: list[list[str]], pending: Mapping[str, object], held: Mapping[str, str]) -> list[str]:
+    """What the lists get wrong about the blocks ``found``: a block neither held nor pending, an entry whose block is
+    gone, an entry in both lists, one run in PENDING for two blocks (none: every block is listed)."""
+    entries = [entry_of(block, [*pending, *held]) for block in found]
+    problems = [f"neither held nor in PENDING: {block[0]!r}" for block, key in zip(found, entries) if key is None]
+    problems += [f"no such block in the docs: {key!r}" for key in [*pending, *held] if key not in entries]
+    problems += [f"held: drop it from PENDING: {key!r}" for key in pending if key in held]
+    problems += [f"one run for two blocks: key each by its first lines: {key!r}" for key in pending
+                 if entries.count(key) > 1]
+    return problems
+
+
+def held_problems(found: list[list[str]], held: Mapping[str, str], results: Path = ROOT / "docs" / "results") -> list[str]:
+    """The held blocks of ``found`` that are not excerpts of their results files under ``results`` (a file may hold
+    several blocks)."""
+    problems = []
+    for block in found:
+        key = entry_of(block, held)
+        if key is not None:
+            kept = (results / held[key]).read_text().splitlines()
+            if not kept[0].startswith(("# python -m bench.", "# fedvalue run ")):
+                problems.append(f"{held[key]}: not headed by the command that made it")
+            elif unkept_lines(block, kept[1:]):
+                problems.append(f"{held[key]}: lines not as the run printed them")
+    return problems
+
+
 def test_every_block_of_results_is_held_or_names_the_run_that_would_keep_it():
-    firsts = [block[0] for block in result_blocks()]
-    assert not [first for first in firsts if first not in PENDING and first not in HELD], \
-        "blocks of results neither held nor in PENDING"
-    assert not [first for first in [*PENDING, *HELD] if first not in firsts], \
-        "PENDING or HELD names blocks the docs no longer hold"
-    assert not set(PENDING) & set(HELD), "held blocks: drop them from PENDING"
+    assert not listing_problems(result_blocks(), PENDING, HELD)
 
 
 def test_the_held_blocks_are_excerpts_of_their_results_files():
-    for block in result_blocks():
-        if block[0] in HELD:
-            kept = (ROOT / "docs" / "results" / HELD[block[0]]).read_text().splitlines()
-            assert kept[0].startswith(("# python -m bench.", "# fedvalue run ")), HELD[block[0]]
-            assert not unkept_lines(block, kept[1:]), f"{HELD[block[0]]}: lines not as the run printed them"
+    assert not held_problems(result_blocks(), HELD)
+
+
+def test_code_commands_and_blocks_that_open_alike_are_told_apart():
+    lines = ["```python", "import fedvalue", "```", "```", "fedvalue run x --out DIR", "```",
+             "```", "table", "a 1", "```", "```", "table", "b 2", "```", "```", "other", "```"]
+    found = blocks(lines)
+    assert found == [["table", "a 1"], ["table", "b 2"], ["other"]]
+    assert [entry_of(block, ["table", "table\na 1", "other"]) for block in found] == ["table\na 1", "table", "other"]
+    assert listing_problems(found, {"table\na 1": "run a", "gone": "run"}, {"other": "o.txt", "table\na 1": "a.txt"}) == [
+        "neither held nor in PENDING: 'table'", "no such block in the docs: 'gone'",
+        "held: drop it from PENDING: 'table\\na 1'"]
+    assert listing_problems(found, {"table": "one run", "other": "run"}, {}) == [
+        "one run for two blocks: key each by its first lines: 'table'"]
+    assert not listing_problems(found, {"other": "run"}, {"table": "both.txt"})  # one file may hold both
 
 
 def test_a_changed_line_or_order_in_a_block_is_caught(tmp_path, capsys):

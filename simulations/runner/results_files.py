@@ -1,4 +1,5 @@
-"""Results files: the CSVs a docs table is rendered from, each headed by the command that made it and the commit.
+"""Results files: the CSVs a docs table is rendered from, or the text of a table a run printed, each headed by the
+command that made it and the commit.
 
 One definition for ``fedvalue run SIMULATION --results FOLDER`` and the benchmarks (``bench.results_header``
 calls :func:`results_header`): the installed ``fedvalue`` command cannot import ``bench/``, which is no package of
@@ -21,15 +22,16 @@ def results_header(command: str) -> str:
     return f"# {command} (commit {commit})\n"
 
 
-def write_results(folder: str | Path, frames: Mapping[str, pd.DataFrame], command: str) -> list[Path]:
-    """Each frame as ``folder/NAME`` (a CSV under :func:`results_header`); the paths written, in order."""
+def write_results(folder: str | Path, frames: Mapping[str, pd.DataFrame | str], command: str) -> list[Path]:
+    """Each frame as ``folder/NAME`` (a CSV under :func:`results_header`), each text (a table as the run printed
+    it, which the docs quote as a block) as its lines under the same header; the paths written, in order."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     header = results_header(command)
     written = []
     for name, frame in frames.items():
         path = folder / name
-        path.write_text(header + frame.to_csv(index=False))
+        path.write_text(header + (frame.rstrip("\n") + "\n" if isinstance(frame, str) else frame.to_csv(index=False)))
         written.append(path)
     return written
 

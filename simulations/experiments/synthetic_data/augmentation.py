@@ -33,7 +33,8 @@ instance enters a test point's K nearest; accuracy moves only when it flips a vo
 marginals are exactly 0). ``ties.csv`` gives, per seed and method, the share of synthetic
 values equal to another synthetic value, the share exactly 0 and the number of distinct
 values (:func:`tie_shares`); ``--results FOLDER`` keeps it as the docs' results file
-(:mod:`simulations.experiments.synthetic_data.markdown`).
+(:mod:`simulations.experiments.synthetic_data.markdown`), and the tables the run prints as
+:data:`PRINTED_RESULTS`.
 
 **Ties** (``ties``). ``unranked`` (the default): tied values are not ordered; a fraction whose
 chosen set would split a group of tied values is not measured (NaN in ``curves.csv``, left out
@@ -112,6 +113,8 @@ AUGMENTATION_HELP = {
 }
 #: How tied values are ordered in the interventions (module docstring).
 TIE_RULES = ("unranked", "random")
+#: The results file of the tables the run prints (orderings, then tie shares), which the docs quote as blocks.
+PRINTED_RESULTS = "augmentation_printed.txt"
 
 
 @dataclass(frozen=True)
@@ -417,12 +420,12 @@ def cli_main(config, options) -> int:
     print(table)
     if options.results:
         ties = pd.read_csv(Path(options.out).expanduser() / "ties.csv")
-        written = write_results(options.results, {TIES_RESULTS: ties}, options.command)
-        print(f"results file: {written[0]}")
+        written = write_results(options.results, {TIES_RESULTS: ties, PRINTED_RESULTS: table}, options.command)
+        print(f"results files: {', '.join(map(str, written))}")
     print(f"done in {options.elapsed():.1f}s; tables and figure in {options.out}")
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
 SIMULATION = Simulation("augmentation", AugmentationConfig, cli_main, help=AUGMENTATION_HELP,
-                        results=(TIES_RESULTS,))
+                        results=(TIES_RESULTS, PRINTED_RESULTS))

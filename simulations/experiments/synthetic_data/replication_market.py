@@ -18,7 +18,8 @@ contributor ([ADS] Alg. 2, line 15); "contributors" is the sum over contributors
   hands part of it to the broker.
 
 Writes totals.csv (scenario, configuration, method, party, total), contributors.csv (each
-contributor's value), figure3.png and run.json.
+contributor's value), figure3.png and run.json; ``--results FOLDER`` keeps the totals table the run prints as
+:data:`PRINTED_RESULTS`, headed by the command and the commit.
 """
 
 from __future__ import annotations
@@ -38,9 +39,18 @@ from simulations.experiments.synthetic_data.synthetic_data import (
     OriginalsAndSynthetic,
     images_with_augmentations,
 )
-from simulations.runner import Simulation, check_integers, check_numbers, prepare_run_dir, write_run_config
+from simulations.runner import (
+    Simulation,
+    check_integers,
+    check_numbers,
+    prepare_run_dir,
+    write_results,
+    write_run_config,
+)
 
 BROKER = "broker"
+#: The results file of the totals table the run prints, which the docs quote as a block.
+PRINTED_RESULTS = "replication_market_printed.txt"
 
 
 @dataclass(frozen=True)
@@ -201,9 +211,12 @@ def cli_main(config, options) -> int:
     """``fedvalue run replication-market``: the runs, the table and the figure."""
     table = run_replication_market(config, options.out, overwrite=options.overwrite, on_stage=options.say())
     print(table)
+    if options.results:
+        written = write_results(options.results, {PRINTED_RESULTS: table}, options.command)
+        print(f"results file: {written[0]}")
     print(f"done in {options.elapsed():.1f}s; tables and figure in {options.out}")
     return 0
 
 
 #: This experiment's entry in ``fedvalue run`` (:mod:`simulations.cli.registry`).
-SIMULATION = Simulation("replication-market", ReplicationMarketConfig, cli_main)
+SIMULATION = Simulation("replication-market", ReplicationMarketConfig, cli_main, results=(PRINTED_RESULTS,))

@@ -26,6 +26,13 @@ def test_a_results_file_is_headed_by_its_command_and_commit(tmp_path):
     pd.testing.assert_frame_equal(read_results(written[0]), frame)
 
 
+def test_a_printed_table_is_kept_as_its_lines_under_the_same_header(tmp_path):
+    printed = "panel   mc-ads\na        1.0173\nb        0.9987   "
+    [path] = write_results(tmp_path, {"printed.txt": printed}, "fedvalue run x --results F")
+    assert path.read_text() == results_header("fedvalue run x --results F") + printed + "\n"
+    assert results_command(path) == "fedvalue run x --results F"
+
+
 def test_a_file_without_the_header_is_no_results_file(tmp_path):
     (tmp_path / "plain.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="expected a results file headed"):
@@ -42,7 +49,7 @@ def test_results_is_an_option_of_the_simulations_that_list_results_files(capsys)
     parser = cli.build_parser()
     with_results = sorted(name for name, simulation in SIMULATIONS.items() if simulation.results)
     assert with_results == ["augmentation", "fairness", "fairness-adult", "fairness-central", "noisy-clients-study",
-                            "noisy-federation", "procurement", "reciprocity"]
+                            "noisy-federation", "procurement", "reciprocity", "replication-market"]
     for name in with_results:
         assert parser.parse_args(["run", name, "--out", "d", "--results", "r"]).results == "r"
     with pytest.raises(SystemExit):

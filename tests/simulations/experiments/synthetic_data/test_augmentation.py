@@ -10,7 +10,13 @@ import pytest
 
 from fedvalue.valuation.knn.utility import KnnUtility
 from fedvalue.valuation.prefix_mc import prefix_values
-from simulations.experiments.synthetic_data.augmentation import METHODS, AugmentationConfig, intervention_curves, value_synthetic
+from simulations.experiments.synthetic_data.augmentation import (
+    METHODS,
+    PRINTED_RESULTS,
+    AugmentationConfig,
+    intervention_curves,
+    value_synthetic,
+)
 from simulations.experiments.synthetic_data.models import LogisticPrefixes
 from simulations.cli.main import main
 from simulations.experiments.synthetic_data.synthetic_data import augment_images, originals_and_synthetic
@@ -21,9 +27,14 @@ TINY = ["--train-per-class", "6", "--test-per-class", "5", "--permutations", "20
 
 def test_cli_writes_tables_and_figure_and_is_deterministic(tmp_path, capsys):
     first, second = tmp_path / "one", tmp_path / "two"
-    assert main(["run", "augmentation", "--out", str(first), *TINY]) == 0
+    assert main(["run", "augmentation", "--out", str(first), *TINY, "--results", str(tmp_path / "results")]) == 0
     out = capsys.readouterr().out
     assert "seed 1: values by knn-ads, mc-ads, knn-ds, tmc-ds, loo, random" in out and "ADS beats DS and LOO" in out
+    # --results keeps the tables as printed (the docs quote them as blocks) under the command and the commit.
+    kept = (tmp_path / "results" / PRINTED_RESULTS).read_text().splitlines()
+    assert kept[0].startswith(f"# fedvalue run augmentation --out {first} --train-per-class 6 ")
+    assert kept[1] == "mean relative accuracy over fractions > 0 (better: (a), (d) higher; (b), (c) lower)"
+    assert "\n".join(kept[1:]) in out and kept[-1].startswith("random ")
     assert main(["run", "augmentation", "--out", str(second), "--quiet", *TINY]) == 0
     assert "seed 0 (1/2)" not in capsys.readouterr().out
     for name in ("values.csv", "curves.csv", "summary.csv", "orderings.csv", "convergence.csv", "run.json"):

@@ -10,7 +10,7 @@ import pytest
 
 from fedvalue.valuation.knn.utility import KnnUtility
 from simulations.cli.main import main
-from simulations.experiments.synthetic_data.replication_market import ReplicationMarketConfig
+from simulations.experiments.synthetic_data.replication_market import PRINTED_RESULTS, ReplicationMarketConfig
 from simulations.experiments.synthetic_data.synthetic_data import images_with_augmentations
 
 TINY = ["--train-per-class", "8", "--test-per-class", "6", "--contributors", "4"]
@@ -18,9 +18,14 @@ TINY = ["--train-per-class", "8", "--test-per-class", "6", "--contributors", "4"
 
 def test_cli_totals_follow_group_efficiency_and_symmetry(tmp_path, capsys):
     first, second = tmp_path / "one", tmp_path / "two"
-    assert main(["run", "replication-market", "--out", str(first), *TINY]) == 0
+    assert main(["run", "replication-market", "--out", str(first), *TINY, "--results", str(tmp_path / "kept")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("data: 80 originals owned by 4 contributors") and "copied 2x" in out
+    # --results keeps the table as printed (the docs quote it as a block) under the command and the commit.
+    kept = (tmp_path / "kept" / PRINTED_RESULTS).read_text().splitlines()
+    assert kept[0].startswith(f"# fedvalue run replication-market --out {first} --train-per-class 8 ")
+    assert kept[1].startswith("scenario      configuration  ") and len(kept) == 1 + 1 + 3 + 2
+    assert "\n".join(kept[1:]) + "\n" in out
     assert main(["run", "replication-market", "--out", str(second), "--quiet", *TINY]) == 0
     for name in ("totals.csv", "contributors.csv", "run.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
