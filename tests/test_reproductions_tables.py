@@ -74,6 +74,11 @@ TOY_INSTANCES = "fairness_toy_instances"
 
 #: Tables rendered from results files here: header -> how.
 HELD: dict[str, Rendering] = {
+    "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
+    "| kept 40 % | shows at |":
+        Rendering(f"{FAIRNESS_MARKDOWN}:toy_instances_table", tuple(
+            f"{TOY_INSTANCES}/{i}/{name}" for i in range(1, len(TOY_MEANS) + 1)
+            for name in ("fairness_central_toy.csv", "fairness_central_toy_erm.csv"))),
     "| | paper ([ADS] Figs. 5, 6, four LLMs) | minibatches of 10 (default) | full batch |":
         Rendering("simulations.experiments.procurement.markdown:procurement_table",
                   (*PROCUREMENT, *(f"procurement_full_batch/{name}" for name in PROCUREMENT))),
@@ -189,14 +194,6 @@ PENDING: dict[str, Pending] = {
         "were copied before it had --results; its policies are the docs' run's defaults, before value-guard",
         Rendering("simulations.experiments.noisy_federation.markdown:policy_tables",
                   ("noisy_federation/noisy_federation_summary.csv",), {"bold": ("value-ucb",)})),
-    "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
-    "| kept 40 % | shows at |": Pending(tuple(
-        f"fedvalue run fairness-central --experiment toy --gammas 0 --keep-fractions 0.8,0.6,0.4 --toy-means={means} "
-        f"--results docs/results/{TOY_INSTANCES}/{i}" for i, means in enumerate(TOY_MEANS, 1)),
-        "six runs of seconds each, not kept yet",
-        Rendering(f"{FAIRNESS_MARKDOWN}:toy_instances_table", tuple(
-            f"{TOY_INSTANCES}/{i}/{name}" for i in range(1, len(TOY_MEANS) + 1)
-            for name in ("fairness_central_toy.csv", "fairness_central_toy_erm.csv")))),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.
