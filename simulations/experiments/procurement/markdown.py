@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from fedvalue.ledger import read_ledger_csv
@@ -75,7 +76,9 @@ def _same_states(offers: pd.DataFrame, cleanest: str) -> str:
     and the median gap between each value's top offer and its runner-up."""
     stages = offers.groupby(["seed", "rule", "stage"], sort=False)
     top = {m: stages.apply(lambda g, m=m: g.loc[g[m].idxmax(), "contributor"]) for m in ("ads", "loo")}
-    gap = {m: stages[m].apply(lambda v: v.nlargest(2).iloc[0] - v.nlargest(2).iloc[1]).median() for m in ("ads", "loo")}
+    # each stage's two largest by a numpy sort: Series.nlargest on each of thousands of stages took 20 s a file
+    gap = {m: stages[m].apply(lambda v: float(np.diff(np.sort(v.dropna().to_numpy())[-2:])[0])).median()
+           for m in ("ads", "loo")}
     return (f"{_percent((top['ads'] == cleanest).mean())} / {_percent((top['loo'] == cleanest).mean())}, "
             f"{_percent((top['ads'] == top['loo']).mean())}, {gap['ads']:.2f} / {gap['loo']:.2f}")
 
