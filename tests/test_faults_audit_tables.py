@@ -1,13 +1,15 @@
 """The measured tables of docs/faults-and-audit.md are held to what made them, or named as awaiting a run.
 
-Every table there is a measurement. The attack study's tables are ``python -m bench.attack_study --markdown
-docs/results`` verbatim once its results files (attack_*.csv) are kept, and the two kernel-set tables of "An
-audit on another machine" ``python -m bench.portability table FILE`` of theirs (:data:`KERNEL_RESULTS`); the
-audit-attacks table's verdicts are those ``tests/fedvalue/audit/test_audit_attacks.py`` asserts on a real run; the
-tables of :data:`KEPT` are rendered from their results files of the version before and this one once both are in
-docs/results; every other table is listed in :data:`PENDING` with the command that would make its results, so a
-table added without either fails here. The kernel-set study's runs and audits cannot run in the suite (Ray,
-retraining): its renderers and the reading of the audit's report are checked on small files of their real format.
+Every table there is a measurement. The lists are :mod:`bench.docs_tables.faults_audit`'s (``python -m
+bench.docs_tables`` renders the held tables into the doc): the attack study's tables are ``python -m
+bench.attack_study --markdown docs/results`` verbatim once its results files (attack_*.csv) are kept, and the two
+kernel-set tables of "An audit on another machine" ``python -m bench.portability table FILE`` of theirs
+(:data:`KERNEL_RESULTS`); the audit-attacks table's verdicts are those ``tests/fedvalue/audit/test_audit_attacks.py``
+asserts on a real run; the tables of :data:`KEPT` are rendered from their results files of the version before and
+this one once both are in docs/results; every other table is listed in :data:`PENDING` with the command that would
+make its results, so a table added without either fails here. The kernel-set study's runs and audits cannot run in
+the suite (Ray, retraining): its renderers and the reading of the audit's report are checked on small files of their
+real format.
 """
 
 from __future__ import annotations
@@ -22,35 +24,17 @@ import pytest
 
 from bench import reader_memory
 from bench.attack_study import docs_tables, read_results, write_results
-from tests.hostile.run_dirs import battery, battery_tables
-from tests.hostile.run_dirs.attacks import ATTACKS
+from bench.docs_tables import run_dir_battery as battery_tables
+from bench.docs_tables import faults_audit
+from bench.docs_tables.faults_audit import KEPT, PENDING, REWRITE_HEADER, kept_kernel_tables, kept_tables
 from bench.portability import tables as kernel_tables
+from tests.hostile.run_dirs import battery
+from tests.hostile.run_dirs.attacks import ATTACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = (ROOT / "docs" / "faults-and-audit.md").read_text().splitlines()
 
-#: Tables rendered from two results files, the version before's and this one's: (before, after, renderer).
-KEPT = {
-    reader_memory.DOCS_HEADER: ("reader_memory_before.txt", "reader_memory_after.txt",
-                                lambda before, after: reader_memory.docs_table(before.read_text(), after.read_text())),
-    "| count (of 40) | before | after |": (
-        "run_dir_battery_before.json", "run_dir_battery_after.json",
-        lambda before, after: battery_tables.counts_table(battery_tables.read_battery(before),
-                                                          battery_tables.read_battery(after))),
-    battery_tables.ATTACKS_HEADER: (
-        "run_dir_battery_before.json", "run_dir_battery_after.json",
-        lambda before, after: battery_tables.attacks_table(battery_tables.read_battery(before),
-                                                           battery_tables.read_battery(after))),
-}
-
-#: Measured tables whose results files are not kept yet, by header line: the command(s) that would make them.
-PENDING: dict[str, str] = {}
-
-#: The kernel-set tables' results files (python -m bench.portability kernels, losses), in docs/results.
-KERNEL_RESULTS = ("audit_kernels.csv", "audit_kernels_loss.csv")
-
-REWRITE_HEADER = "| rewrite | before | after, no key | after, `--public-key` |"
 #: Each row of the audit-attacks table (its first cell) and the rewrite of test_audit_attacks.py it reports.
 REWRITES = {
     "last round removed from every file": "truncate_last_round",
@@ -105,21 +89,8 @@ def unheld(rendered: list[str], lines: list[str]) -> list[str]:
                if table[0] in headers and table not in made])
 
 
-def kept_tables(folder: Path) -> list[str]:
-    """The tables of :data:`KEPT` whose two results files are both in ``folder``, rendered from them."""
-    return [render(folder / before, folder / after) for before, after, render in KEPT.values()
-            if (folder / before).is_file() and (folder / after).is_file()]
-
-
-def kept_kernel_tables() -> list[str]:
-    """The kernel-set tables rendered from their results files, of those kept in docs/results."""
-    return [kernel_tables.render(kernel_tables.read_results(RESULTS / name)) for name in KERNEL_RESULTS
-            if (RESULTS / name).is_file()]
-
-
 def test_every_table_is_held_or_awaits_a_named_run():
-    rendered = docs_tables(read_results(RESULTS)) + kept_tables(RESULTS) + kept_kernel_tables()
-    held = {table.splitlines()[0] for table in rendered} | {REWRITE_HEADER}
+    held = {table.splitlines()[0] for table in faults_audit.rendered(RESULTS)} | {REWRITE_HEADER}
     headers = {table[0] for table in tables(DOC)}
     assert not sorted(held & set(PENDING)), "now held by their results files: drop them from PENDING"
     assert not sorted(headers - held - set(PENDING)), "measured tables neither held nor listed in PENDING"
@@ -128,13 +99,13 @@ def test_every_table_is_held_or_awaits_a_named_run():
 
 def test_the_attack_study_tables_are_its_results_files():
     rendered = docs_tables(read_results(RESULTS))
-    assert not unheld(rendered, DOC), ("tables of docs/results/attack_*.csv the docs do not hold (rerun "
-                                      "python -m bench.attack_study --markdown docs/results)")
+    assert not unheld(rendered, DOC), ("tables of docs/results/attack_*.csv the docs do not hold (python -m "
+                                      "bench.docs_tables renders them into the doc)")
 
 
 def test_the_kernel_set_tables_are_their_results_files():
     assert not unheld(kept_kernel_tables(), DOC), ("kernel-set tables of docs/results/audit_kernels*.csv the docs do "
-                                                  "not hold (python -m bench.portability table FILE prints them)")
+                                                  "not hold (python -m bench.docs_tables renders them into the doc)")
 
 
 def _gains() -> dict[str, pd.DataFrame]:
@@ -161,8 +132,8 @@ def _gains() -> dict[str, pd.DataFrame]:
 
 def test_the_before_and_after_tables_are_their_results_files():
     """Vacuous until a table's two files are kept; then the docs hold exactly what they render."""
-    assert not unheld(kept_tables(RESULTS), DOC), ("a table of KEPT is not what its results files render: put "
-                                                  "the rendered table (kept_tables) in docs/faults-and-audit.md")
+    assert not unheld(kept_tables(RESULTS), DOC), ("a table of KEPT is not what its results files render: python "
+                                                  "-m bench.docs_tables renders it into docs/faults-and-audit.md")
     assert not sorted(set(KEPT) - {table[0] for table in tables(DOC)}), "KEPT names tables the docs no longer hold"
 
 

@@ -6,59 +6,29 @@ A block is kept by ``python -m bench.NAME --keep docs/results/FILE`` (:func:`ben
 ``fedvalue run SIMULATION --results FOLDER`` for a simulation whose results files include the text it prints (a
 ``.txt`` of :attr:`~simulations.runner.simulation.Simulation.results`). :data:`PENDING` gives each block not kept
 yet the exact command that would keep it and its cost by the docs' own timings; once its file is made the entry
-moves to :data:`HELD`, which maps the block's key to the file under docs/results/.
+moves to :data:`HELD`, which maps the block's key to the file under docs/results/ (both lists are
+:mod:`bench.docs_tables.reproductions`'s).
 """
 
 from __future__ import annotations
 
 import importlib
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.test_benchmark_blocks import blocks, held_problems, listing_problems
+from bench.docs_tables.blocks import blocks, held_problems
+from bench.docs_tables.reproductions import BLOCKS_HELD as HELD
+from bench.docs_tables.reproductions import BLOCKS_PENDING as PENDING
+from bench.docs_tables.reproductions import ORDERINGS
+from tests.test_benchmark_blocks import listing_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "reproductions.md"
-
-
-@dataclass(frozen=True)
-class Run:
-    """A block no results file holds yet: the command that would keep it, and what it costs by the docs' timings."""
-
-    command: str
-    cost: str
-
-
-ORDERINGS = "mean relative accuracy over fractions > 0 (better: (a), (d) higher; (b), (c) lower)\n"
-#: Blocks of printed results not kept yet, by their first line (or lines, where two open alike).
-PENDING: dict[str, Run] = {
-    # The block is an older layout of this output (one "training + messaging" row, a shorter last line): once kept,
-    # quote the file's lines instead.
-    "engine run, total                      599.5    100%": Run(
-        "python -m bench.study --seeds 20 --keep docs/results/study_20.txt",
-        "874 s: the block's engine run 599.5 s and bare arithmetic 274.2 s (Flower and Ray, 2 cores)"),
-    "problem: 10000 training × 784 features, 1000 test points, K = 5, 10 classes, seed 0; each row a fresh process": Run(
-        "python -m bench.knn --keep docs/results/knn.txt",
-        "about 2 minutes: the block's six calls take 99 s of wall time, each in a fresh process (load 4-6)"),
-    ORDERINGS + "panel   knn-ads   mc-ads   knn-ds   tmc-ds      loo   random   ADS beats DS and LOO (knn-ads / mc-ads)":
-        Run("fedvalue run augmentation --ties random --out ~/fedvalue-runs/aug-random "
-            "--results docs/results/augmentation_random", "6,583 s on the shared machine"),
-    ORDERINGS + "panel    mc-ads   tmc-ds      loo   random   ADS beats DS and LOO (mc-ads)":
-        Run("fedvalue run augmentation --out ~/fedvalue-runs/aug-logistic --dataset breast-cancer --train-per-class 200 "
-            "--test-per-class 100 --model logistic --permutations 1000 --seeds 3 --ties random "
-            "--results docs/results/augmentation_logistic", "823 s wall, 93 s CPU, on the shared machine"),
-}
-#: Blocks kept by their run, by key: the file under docs/results/ that holds them.
-HELD: dict[str, str] = {
-    "scenario      configuration               DS contrib.  DS broker  ADS contrib.  ADS broker":
-        "replication_market_printed.txt",
-}
 
 
 def result_blocks() -> list[list[str]]:

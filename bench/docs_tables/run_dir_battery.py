@@ -1,5 +1,5 @@
 """The run-directory battery's tables of docs/faults-and-audit.md, rendered from two of its ``--json`` files: the
-version before (``--code`` of that checkout) and this one (:mod:`tests.hostile.run_dirs.battery`).
+version before (``--code`` of that checkout) and this one (``python -m tests.hostile.run_dirs.battery --json FILE``).
 
 :func:`counts_table` is the counts of each kind of failure; :func:`attacks_table` a row per attack, each side's
 cell (:func:`reader_cell`) the audits' verdicts without and with the key, the other commands' exit statuses,
@@ -12,8 +12,8 @@ import json
 import re
 from pathlib import Path
 
-from tests.hostile.run_dirs.attacks import NO_KEY, WITH_KEY
-
+#: The audit modes, as the battery's files name their commands: without a key, with the signer's public key.
+NO_KEY, WITH_KEY = "audit", "audit --public-key"
 COUNTS_HEADER = "| count (of {n}) | before | after |"
 ATTACKS_HEADER = "| attack | class | before: audit (no key · key), reader | after |"
 #: The counts' rows: the JSON's key and the row's label (the hang's limits are the files').

@@ -3,8 +3,8 @@
 Each row is one policy in one regime: random's final accuracy, the policy's paired differences from random (final
 accuracy, AUC, rounds to 95% of the clean accuracy) with their 95% t-intervals, the ratio of its wall-clock to 95%
 to random's over the seeds where both reached it (their count in brackets), and its share of training slots given
-to bad clients (random's in brackets). The docs quote this output verbatim; a test renders it again from the
-files and finds every row in the docs.
+to bad clients (random's in brackets). The docs quote this output verbatim: ``python -m bench.docs_tables``
+renders each of the docs' regimes tables again from the files (:func:`docs_table`) and puts it in its place.
 
     python -m bench.regimes.table docs/results/regimes_paired.csv docs/results/regimes_summary.csv
     python -m bench.regimes.table ... --policies value-guard,value-ucb,greedyfed     # those policies' rows only
@@ -49,6 +49,12 @@ def table_rows(paired: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     return rows
 
 
+def docs_table(paired: pd.DataFrame, summary: pd.DataFrame, policies: tuple[str, ...] = ()) -> list[str]:
+    """The docs' table of ``paired`` (its ``policies``' rows only, when given: in the file's order), header first."""
+    chosen = paired[paired["policy"].isin(policies)] if policies else paired
+    return [*HEADER.splitlines(), *table_rows(chosen, summary)]
+
+
 def read_results(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, comment="#")
 
@@ -71,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--policies: expected policies of {args.paired.name} ({sorted(set(paired['policy']))}); "
                          f"got {args.policies!r}")
         paired = paired[paired["policy"].isin(chosen)]
-    print(HEADER)
-    print("\n".join(table_rows(paired, read_results(args.summary))))
+    print("\n".join(docs_table(paired, read_results(args.summary))))
 
 
 if __name__ == "__main__":

@@ -31,11 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
+from bench.docs_tables.run_dir_battery import NO_KEY, WITH_KEY  # the audit modes, as the docs' tables read them
 from tests.fedvalue.forgery import rechain, reseal  # the forger's own tools
 
 SECRET = "SECRET-7f3a91"
-#: Audit modes: without a key, with the signer's public key.
-NO_KEY, WITH_KEY = "audit", "audit --public-key"
 
 
 @dataclass

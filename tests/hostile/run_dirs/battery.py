@@ -26,7 +26,7 @@ and killed past a cap. It then counts, per attack:
   said ``intact``; **false alarm**: an untouched run not called intact.
 
 The counts are printed per class and in total; ``--json`` keeps every command's result, headed by the
-command, the commit and the limits (:mod:`tests.hostile.run_dirs.battery_tables` renders the docs' tables
+command, the commit and the limits (:mod:`bench.docs_tables.run_dir_battery` renders the docs' tables
 from two such files). ``--code DIR`` runs every reader command, the base runs and the forger's steps that go
 through the project's own file formats from another checkout (``git archive REV | tar -x -C DIR``): the
 attacks stay this version's, the readers and formats are that version's.
