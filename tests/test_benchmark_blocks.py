@@ -2,14 +2,14 @@
 its run kept, or names the run that would keep one.
 
 A benchmark run with ``--keep FILE`` keeps what it printed in docs/results/FILE under the command and commit
-(:func:`bench.kept_output`). :data:`HELD` (:data:`bench.docs_tables.benchmarks.BLOCKS_HELD`) maps a block, by its key (its first line, or first lines where blocks open
-alike: :func:`entry_of`), to that file: every line of the block must be a line of the file, in the file's order (a
-block may quote an excerpt, never a changed line); the output of a ``fedvalue run`` the docs show is kept the same
-way, under :func:`bench.results_header` of its command. :data:`PENDING` lists each block not kept yet by its key
-with the command that made it and what it costs, so a new block of results without an entry fails here, and an
-entry whose block is gone does too. A block that is a command to type, or code (its fence names a language), is
-not a result (:func:`bench.docs_tables.blocks.blocks`). :func:`listing_problems` serves
-tests/test_reproductions_blocks.py too.
+(:func:`bench.kept_output`). :data:`HELD` (:data:`bench.docs_tables.benchmarks.BLOCKS_HELD`) maps a block, by its
+key (its first line, or first lines where blocks open alike: :func:`entry_of`), to that file: every line of the block
+must be a line of the file, in the file's order (a block may quote an excerpt, never a changed line); the output of a
+``fedvalue run`` the docs show is kept the same way, under :func:`bench.results_header` of its command.
+:data:`PENDING` lists each block not kept yet by its key with the command that made it and what it costs, so a new
+block of results without an entry fails here, and an entry whose block is gone does too. A block that is a command to
+type, or code (its fence names a language), is not a result (:func:`bench.docs_tables.blocks.blocks`).
+:func:`listing_problems` serves tests/test_reproductions_blocks.py too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""``python -m bench.docs_tables [--check] [--doc NAME]``: rewrite, in place, every table of the docs that is rendered
-from results files (docs/results/), so that re-running a benchmark and this command updates the docs; ``--check``
-writes nothing, prints a unified diff of what it would change and exits 1 when anything differs.
+"""The docs' results tables, rendered from docs/results/ and written in place (``--check``: the diff, nothing written).
+
+``python -m bench.docs_tables [--check] [--doc NAME]`` rewrites, in place, every table of the docs that is rendered
+from results files, so that re-running a benchmark and this command updates the docs; ``--check`` writes nothing,
+prints a unified diff of what it would change and exits 1 when anything differs.
 
     python -m bench.docs_tables                        # rewrite the tables of reproductions, faults-and-audit
     python -m bench.docs_tables --check                # the diff, exit status 1 when the docs are not their results
