@@ -6,7 +6,6 @@ printed block) is left byte for byte, and a printed block that is no excerpt of 
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 from bench.docs_tables.__main__ import main

@@ -164,3 +164,15 @@ def test_tables_under_one_header_are_held_as_one_region_with_their_captions():
     elsewhere = lines + ["", "| p | v |", "|---|---|", "| r | 1 |"]
     assert unheld(elsewhere, held) == ["| p | v |: 18 lines against 12"]
 
+
+
+def test_the_regimes_tables_are_each_their_rendering_in_order():
+    """The regimes tables share a header: each is its own rendering, in the docs' order, so two swapped are caught
+    (the first table of one run's rows is not the second's), and so is a rendering too few."""
+    regimes = HELD[REGIMES_HEADER]
+    assert isinstance(regimes, InOrder) and not unheld(DOC, {REGIMES_HEADER: regimes})
+    first, second, *rest = regimes.renderings
+    swapped = InOrder((second, first, *rest))
+    assert unheld(DOC, {REGIMES_HEADER: swapped})[0].startswith(f"{REGIMES_HEADER}: | ")
+    assert unheld(DOC, {REGIMES_HEADER: InOrder((first, second, *rest[:-1]))}) == [
+        f"{REGIMES_HEADER}: 4 tables in the docs against 3 rendered"]
