@@ -9,8 +9,6 @@ from __future__ import annotations
 BLOCK_DOCS = ("docs/benchmarks.md", "docs/faults-and-audit.md")
 #: The blocks of printed results, by first line: the command that printed them, and their size.
 BLOCKS_PENDING: dict[str, str] = {
-    "round   1: elapsed     64.8 s, valuation    1.8 s (950 evaluations, ads-kernelshap), server    3180 MB, tree"
-    "    4503 MB": "python -m bench.scale --no-records (1,000 clients, 50 rounds)",
 }
 
 
@@ -33,6 +31,8 @@ BLOCKS_HELD: dict[str, str] = {
         "large_rounds_mlp.txt",
     "real Fashion-MNIST rounds; held-out images: MLP 1000, CNN 300; one torch thread; load average before: 0.2 0.8 1.2":
         "large_rounds_cnn.txt",
+    "1000 clients, 50 a round, 50 rounds, flows True, projection none, records False, budget 1000, query batch all; "
+    "load average 0.2 0.8 1.2": "scale_1000.txt",
     "round 1 valuation: 543/3,709 coalitions (15%), 10.0 s, ETA 59 s": "progress_example.txt",
     "noisy-clients, 200 clients, 20 per round (MC-ADS + LOO per round); load average before: 2.4 3.5 3.7": "load.txt",
     "noisy-clients study, 4 seeds, 32 runs of 5 rounds": "study_4.txt",
