@@ -23,6 +23,7 @@ from bench.regimes.table import HEADER as REGIMES_TABLE_HEADER
 
 FAIRNESS_MARKDOWN = "simulations.experiments.fairness.markdown"
 RECIPROCITY_MARKDOWN = "simulations.experiments.reciprocity.markdown"
+NOISY_CLIENTS_MARKDOWN = "simulations.experiments.noisy_clients.markdown"
 #: The results files of one procurement run (simulations.experiments.procurement.markdown.PROCUREMENT_RESULTS).
 PROCUREMENT = ("procurement_summary.csv", "procurement_paired.csv", "procurement_per_seed.csv",
                "procurement_purchases.csv", "procurement_offers.csv")
@@ -39,6 +40,8 @@ REGIMES_HEADER = REGIMES_TABLE_HEADER.splitlines()[0]
 
 #: Tables rendered from results files: header -> how (the regimes tables, under one header, each in its order).
 HELD: dict[str, Rendering | InOrder] = {
+    "| | ADS | LOO | random |":
+        Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_table", ("noisy_clients_study/noisy_clients_study_summary.csv",)),
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
     "| kept 40 % | shows at |":
         Rendering(f"{FAIRNESS_MARKDOWN}:toy_instances_table", tuple(
@@ -102,7 +105,6 @@ HELD: dict[str, Rendering | InOrder] = {
 #: that test.
 HELD_BY_TEST: dict[str, str] = {}
 
-NOISY_CLIENTS_MARKDOWN = "simulations.experiments.noisy_clients.markdown"
 #: The digits study both noisy-clients tables read (the second beside the Fashion-MNIST study).
 STUDY_DIGITS = "fedvalue run noisy-clients-study --seeds 20 --out ~/fedvalue-runs/study --results docs/results/noisy_clients_study"
 #: The options of each MovieLens run the docs' tables set side by side, by its results folder's suffix.
@@ -136,11 +138,6 @@ PENDING: dict[str, Pending] = {
         Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_figures_table", tuple(
             f"movielens_{run}/reciprocity_movielens_{name}.csv" for run in ("10x1", "1x10", "3x1", "federated_3x1")
             for name in ("figures", "alpha_by_step")))),
-    "| | ADS | LOO | random |": Pending((
-        STUDY_DIGITS,),
-        "the renderer is written; the run has not been made with --results yet (the second table's digits columns "
-        "come from the same run, so its figures and this table's will agree: LOO's third decimals differ today)",
-        Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_table", ("noisy_clients_study/noisy_clients_study_summary.csv",))),
     "| | Fashion-MNIST, paper's protocol: ADS | LOO | random | digits stand-in: ADS | LOO | random |": Pending((
         "fedvalue run noisy-clients-study --dataset fashion-mnist --examples-per-client 120 --learning-rate 0.01 "
         "--seeds 20 --out ~/fedvalue-runs/study-fashion --results docs/results/noisy_clients_study_fashion",
