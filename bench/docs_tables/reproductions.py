@@ -40,6 +40,10 @@ REGIMES_HEADER = REGIMES_TABLE_HEADER.splitlines()[0]
 
 #: Tables rendered from results files: header -> how (the regimes tables, under one header, each in its order).
 HELD: dict[str, Rendering | InOrder] = {
+    "| policy | final acc | AUC | rounds to 90% | rounds to 95% | s to 90% (steady / measured) "
+    "| s to 95% (steady / measured) | bad share of training | detection precision / recall | valuation s / round |":
+        Rendering("simulations.experiments.noisy_federation.markdown:policy_tables",
+                  ("noisy_federation/noisy_federation_summary.csv",), {"bold": ("value-ucb",)}),
     "| | ADS | LOO | random |":
         Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_table", ("noisy_clients_study/noisy_clients_study_summary.csv",)),
     "| μ = (μ_00, μ_10, μ_01, μ_11) | ERM threshold, DP | lever | kept 80 %: shift, DP change | kept 60 % "
@@ -152,16 +156,6 @@ PENDING: dict[str, Pending] = {
         "the eleven variants' runs, one results folder each, not made yet (the docs' figures are from the runs of "
         "fedvalue run noisy-federation the commands replace)",
         Rendering("bench.regimes.ucb_tuning:markdown_rows", ucb_tuning.results_files())),
-    "| policy | final acc | AUC | rounds to 90% | rounds to 95% | s to 90% (steady / measured) "
-    "| s to 95% (steady / measured) | bad share of training | detection precision / recall | valuation s / round |":
-        Pending((
-        "fedvalue run noisy-federation --out DIR --seed 1 --seeds 5 --policies random,power-of-choice,greedyfed,"
-        "value-ucb,topk-ads,topk-loo,value-weighted,trimmed-mean,median,krum,oracle "
-        "--results docs/results/noisy_federation",),
-        "the benchmark's printed summary tables (three federations, 115 runs: 38 minutes on the shared 2-core machine) "
-        "were copied before it had --results; its policies are the docs' run's defaults, before value-guard",
-        Rendering("simulations.experiments.noisy_federation.markdown:policy_tables",
-                  ("noisy_federation/noisy_federation_summary.csv",), {"bold": ("value-ucb",)})),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.
