@@ -184,9 +184,6 @@ BLOCKS_PENDING: dict[str, Run] = {
     "engine run, total                      599.5    100%": Run(
         "python -m bench.study --seeds 20 --keep docs/results/study_20.txt",
         "874 s: the block's engine run 599.5 s and bare arithmetic 274.2 s (Flower and Ray, 2 cores)"),
-    "problem: 10000 training × 784 features, 1000 test points, K = 5, 10 classes, seed 0; each row a fresh process": Run(
-        "python -m bench.knn --keep docs/results/knn.txt",
-        "about 2 minutes: the block's six calls take 99 s of wall time, each in a fresh process (load 4-6)"),
     ORDERINGS + "panel   knn-ads   mc-ads   knn-ds   tmc-ds      loo   random   ADS beats DS and LOO (knn-ads / mc-ads)":
         Run("fedvalue run augmentation --ties random --out ~/fedvalue-runs/aug-random "
             "--results docs/results/augmentation_random", "6,583 s on the shared machine"),
@@ -197,6 +194,8 @@ BLOCKS_PENDING: dict[str, Run] = {
 }
 #: Blocks kept by their run, by key: the file under docs/results/ that holds them.
 BLOCKS_HELD: dict[str, str] = {
+    "problem: 10000 training × 784 features, 1000 test points, K = 5, 10 classes, seed 0; each row a fresh process":
+        "knn.txt",
     "scenario      configuration               DS contrib.  DS broker  ADS contrib.  ADS broker":
         "replication_market_printed.txt",
 }
