@@ -40,6 +40,10 @@ REGIMES_HEADER = REGIMES_TABLE_HEADER.splitlines()[0]
 
 #: Tables rendered from results files: header -> how (the regimes tables, under one header, each in its order).
 HELD: dict[str, Rendering | InOrder] = {
+    "| | Fashion-MNIST, paper's protocol: ADS | LOO | random | digits stand-in: ADS | LOO | random |":
+        Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_pair_table", (
+            "noisy_clients_study_fashion/noisy_clients_study_summary.csv",
+            "noisy_clients_study/noisy_clients_study_summary.csv")),
     "| policy | final acc | AUC | rounds to 90% | rounds to 95% | s to 90% (steady / measured) "
     "| s to 95% (steady / measured) | bad share of training | detection precision / recall | valuation s / round |":
         Rendering("simulations.experiments.noisy_federation.markdown:policy_tables",
@@ -142,14 +146,6 @@ PENDING: dict[str, Pending] = {
         Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_figures_table", tuple(
             f"movielens_{run}/reciprocity_movielens_{name}.csv" for run in ("10x1", "1x10", "3x1", "federated_3x1")
             for name in ("figures", "alpha_by_step")))),
-    "| | Fashion-MNIST, paper's protocol: ADS | LOO | random | digits stand-in: ADS | LOO | random |": Pending((
-        "fedvalue run noisy-clients-study --dataset fashion-mnist --examples-per-client 120 --learning-rate 0.01 "
-        "--seeds 20 --out ~/fedvalue-runs/study-fashion --results docs/results/noisy_clients_study_fashion",
-        STUDY_DIGITS),
-        "the renderer is written; the runs have not been made with --results yet",
-        Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_pair_table", (
-            "noisy_clients_study_fashion/noisy_clients_study_summary.csv",
-            "noisy_clients_study/noisy_clients_study_summary.csv"))),
     "| variant (value-driven sampler; utility −loss unless said) | rounds to 95%, p = 1 / 0.5 | AUC p = 1 / 0.5 "
     "| final p = 1 / 0.5 |": Pending(
         tuple(ucb_tuning.command(variant) for variant in ucb_tuning.VARIANTS),
