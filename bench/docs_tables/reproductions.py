@@ -40,6 +40,11 @@ REGIMES_HEADER = REGIMES_TABLE_HEADER.splitlines()[0]
 
 #: Tables rendered from results files: header -> how (the regimes tables, under one header, each in its order).
 HELD: dict[str, Rendering | InOrder] = {
+    "| figure | paper (10 × 10) | measured (10 × 1) | split 0 × 10 initializations | 3 × 1 "
+    "| federated, E = 5 (3 × 1) |":
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_figures_table", tuple(
+            f"movielens_{run}/reciprocity_movielens_{name}.csv" for run in ("10x1", "1x10", "3x1", "federated_3x1")
+            for name in ("figures", "alpha_by_step"))),
     "| | Fashion-MNIST, paper's protocol: ADS | LOO | random | digits stand-in: ADS | LOO | random |":
         Rendering(f"{NOISY_CLIENTS_MARKDOWN}:study_pair_table", (
             "noisy_clients_study_fashion/noisy_clients_study_summary.csv",
@@ -140,12 +145,6 @@ PENDING: dict[str, Pending] = {
         Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefix_alphas_table",
                   ("movielens_10x1/reciprocity_movielens_prefixes.csv",
                    "movielens_10x10/reciprocity_movielens_prefixes.csv"))),
-    "| figure | paper (10 × 10) | measured (10 × 1) | split 0 × 10 initializations | 3 × 1 "
-    "| federated, E = 5 (3 × 1) |": Pending(
-        tuple(movielens(run) for run in ("10x1", "1x10", "3x1", "federated_3x1")), MOVIELENS_REASON,
-        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_figures_table", tuple(
-            f"movielens_{run}/reciprocity_movielens_{name}.csv" for run in ("10x1", "1x10", "3x1", "federated_3x1")
-            for name in ("figures", "alpha_by_step")))),
     "| variant (value-driven sampler; utility −loss unless said) | rounds to 95%, p = 1 / 0.5 | AUC p = 1 / 0.5 "
     "| final p = 1 / 0.5 |": Pending(
         tuple(ucb_tuning.command(variant) for variant in ucb_tuning.VARIANTS),
