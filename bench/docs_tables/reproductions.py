@@ -40,6 +40,14 @@ REGIMES_HEADER = REGIMES_TABLE_HEADER.splitlines()[0]
 
 #: Tables rendered from results files: header -> how (the regimes tables, under one header, each in its order).
 HELD: dict[str, Rendering | InOrder] = {
+    "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |":
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefixes_table",
+                  ("movielens_10x10/reciprocity_movielens_prefixes.csv",
+                   "movielens_10x10/reciprocity_movielens_figures.csv")),
+    "| runs averaged | 1 split | 2 splits | 3 splits | 10 splits |":
+        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefix_alphas_table",
+                  ("movielens_10x1/reciprocity_movielens_prefixes.csv",
+                   "movielens_10x10/reciprocity_movielens_prefixes.csv")),
     "| figure | paper (10 × 10) | measured (10 × 1) | split 0 × 10 initializations | 3 × 1 "
     "| federated, E = 5 (3 × 1) |":
         Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_figures_table", tuple(
@@ -118,33 +126,8 @@ HELD: dict[str, Rendering | InOrder] = {
 #: that test.
 HELD_BY_TEST: dict[str, str] = {}
 
-#: The digits study both noisy-clients tables read (the second beside the Fashion-MNIST study).
-STUDY_DIGITS = "fedvalue run noisy-clients-study --seeds 20 --out ~/fedvalue-runs/study --results docs/results/noisy_clients_study"
-#: The options of each MovieLens run the docs' tables set side by side, by its results folder's suffix.
-MOVIELENS_RUNS = {"10x10": "", "10x1": " --repetitions 10 --initializations 1 --influence both --marginal-users 30",
-                  "1x10": " --repetitions 1 --initializations 10",
-                  "3x1": " --repetitions 3 --initializations 1 --influence both --marginal-users 30",
-                  "federated_3x1": " --repetitions 3 --initializations 1 --local-steps 5 --steps 200"}
-MOVIELENS_REASON = "MovieLens runs take minutes to hours (the default 10 × 10 took 2 h here); not kept yet"
-
-
-def movielens(run: str) -> str:
-    """The command of a MovieLens run of :data:`MOVIELENS_RUNS`, writing its results folder."""
-    return f"fedvalue run reciprocity --dataset movielens{MOVIELENS_RUNS[run]} --results docs/results/movielens_{run}"
-
-
 #: Measured tables no results file holds yet: header -> the runs that would make them and why they are not kept.
 PENDING: dict[str, Pending] = {
-    "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |": Pending(
-        (movielens("10x10"),), MOVIELENS_REASON,
-        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefixes_table",
-                  ("movielens_10x10/reciprocity_movielens_prefixes.csv",
-                   "movielens_10x10/reciprocity_movielens_figures.csv"))),
-    "| runs averaged | 1 split | 2 splits | 3 splits | 10 splits |": Pending(
-        (movielens("10x1"), movielens("10x10")), MOVIELENS_REASON,
-        Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefix_alphas_table",
-                  ("movielens_10x1/reciprocity_movielens_prefixes.csv",
-                   "movielens_10x10/reciprocity_movielens_prefixes.csv"))),
     "| variant (value-driven sampler; utility −loss unless said) | rounds to 95%, p = 1 / 0.5 | AUC p = 1 / 0.5 "
     "| final p = 1 / 0.5 |": Pending(
         tuple(ucb_tuning.command(variant) for variant in ucb_tuning.VARIANTS),
