@@ -40,6 +40,8 @@ REGIMES_HEADER = REGIMES_TABLE_HEADER.splitlines()[0]
 
 #: Tables rendered from results files: header -> how (the regimes tables, under one header, each in its order).
 HELD: dict[str, Rendering | InOrder] = {
+    "| variant (value-driven sampler; utility −loss unless said) | rounds to 95%, p = 1 / 0.5 | AUC p = 1 / 0.5 "
+    "| final p = 1 / 0.5 |": Rendering("bench.regimes.ucb_tuning:markdown_rows", ucb_tuning.results_files()),
     "| splits × initializations averaged | α(0.75) | Pearson | negative inflow | negative outflow |":
         Rendering(f"{RECIPROCITY_MARKDOWN}:movielens_prefixes_table",
                   ("movielens_10x10/reciprocity_movielens_prefixes.csv",
@@ -128,12 +130,6 @@ HELD_BY_TEST: dict[str, str] = {}
 
 #: Measured tables no results file holds yet: header -> the runs that would make them and why they are not kept.
 PENDING: dict[str, Pending] = {
-    "| variant (value-driven sampler; utility −loss unless said) | rounds to 95%, p = 1 / 0.5 | AUC p = 1 / 0.5 "
-    "| final p = 1 / 0.5 |": Pending(
-        tuple(ucb_tuning.command(variant) for variant in ucb_tuning.VARIANTS),
-        "the eleven variants' runs, one results folder each, not made yet (the docs' figures are from the runs of "
-        "fedvalue run noisy-federation the commands replace)",
-        Rendering("bench.regimes.ucb_tuning:markdown_rows", ucb_tuning.results_files())),
 }
 
 #: Tables that state settings or definitions, not measurements: header -> what they hold.
@@ -165,13 +161,10 @@ BLOCKS_PENDING: dict[str, Run] = {
     ORDERINGS + "panel   knn-ads   mc-ads   knn-ds   tmc-ds      loo   random   ADS beats DS and LOO (knn-ads / mc-ads)":
         Run("fedvalue run augmentation --ties random --out ~/fedvalue-runs/aug-random "
             "--results docs/results/augmentation_random", "6,583 s on the shared machine"),
-    ORDERINGS + "panel    mc-ads   tmc-ds      loo   random   ADS beats DS and LOO (mc-ads)":
-        Run("fedvalue run augmentation --out ~/fedvalue-runs/aug-logistic --dataset breast-cancer --train-per-class 200 "
-            "--test-per-class 100 --model logistic --permutations 1000 --seeds 3 --ties random "
-            "--results docs/results/augmentation_logistic", "823 s wall, 93 s CPU, on the shared machine"),
 }
 #: Blocks kept by their run, by key: the file under docs/results/ that holds them.
 BLOCKS_HELD: dict[str, str] = {
+    ORDERINGS + "panel    mc-ads   tmc-ds      loo   random   ADS beats DS and LOO (mc-ads)": "augmentation_logistic/augmentation_printed.txt",
     "problem: 10000 training × 784 features, 1000 test points, K = 5, 10 classes, seed 0; each row a fresh process":
         "knn.txt",
     "scenario      configuration               DS contrib.  DS broker  ADS contrib.  ADS broker":
