@@ -117,7 +117,7 @@ def test_the_simulations_print_their_blocks_in_the_docs_layout(tmp_path):
     printed = {MARKET_RESULTS: format_totals(pd.DataFrame(totals))}
     assert printed[MARKET_RESULTS].splitlines() == _block(market)
     held = {market: MARKET_RESULTS}
-    for key in [key for key in PENDING if key.startswith(ORDERINGS)]:
+    for key in [key for key in [*PENDING, *HELD] if key.startswith(ORDERINGS)]:
         block = _block(key)
         methods = block[1].split("ADS beats")[0].split()[1:]
         rows = []

@@ -153,12 +153,11 @@ class Run:
 ORDERINGS = "mean relative accuracy over fractions > 0 (better: (a), (d) higher; (b), (c) lower)\n"
 #: Blocks of printed results not kept yet, by their first line (or lines, where two open alike).
 BLOCKS_PENDING: dict[str, Run] = {
-    ORDERINGS + "panel   knn-ads   mc-ads   knn-ds   tmc-ds      loo   random   ADS beats DS and LOO (knn-ads / mc-ads)":
-        Run("fedvalue run augmentation --ties random --out ~/fedvalue-runs/aug-random "
-            "--results docs/results/augmentation_random", "6,583 s on the shared machine"),
 }
 #: Blocks kept by their run, by key: the file under docs/results/ that holds them.
 BLOCKS_HELD: dict[str, str] = {
+    ORDERINGS + "panel   knn-ads   mc-ads   knn-ds   tmc-ds      loo   random   ADS beats DS and LOO (knn-ads / mc-ads)":
+        "augmentation_random/augmentation_printed.txt",
     "noisy-clients study, 20 seeds, 160 runs of 5 rounds": "study_20.txt",
     ORDERINGS + "panel    mc-ads   tmc-ds      loo   random   ADS beats DS and LOO (mc-ads)": "augmentation_logistic/augmentation_printed.txt",
     "problem: 10000 training × 784 features, 1000 test points, K = 5, 10 classes, seed 0; each row a fresh process":
