@@ -21,7 +21,6 @@ from simulations.experiments.noisy_clients.markdown import (
 )
 from simulations.runner import read_results, write_results
 
-DOC = (Path(__file__).resolve().parents[4] / "docs" / "reproductions.md").read_text().splitlines()
 SEEDS = (5, 6, 7)
 #: Final-round accuracy per seed of each (method, k); round 1 is 0.1 lower.
 FINAL = {("ads", 3): (0.80, 0.90, 0.85), ("loo", 3): (0.70, 0.80, 0.75), ("random", 3): (0.60, 0.60, 0.60),
@@ -127,14 +126,6 @@ def test_the_study_writes_its_results_files_with_results(tmp_path, monkeypatch):
         {"k": float, "j": float, "runs": int}))
 
 
-def docs_table(header: str) -> list[str]:
-    start = DOC.index(header)
-    end = start + 1
-    while end < len(DOC) and DOC[end].startswith("|"):
-        end += 1
-    return DOC[start:end]
-
-
 def docs_summary(detection: dict, auc: dict, precision: dict, accuracy: dict, all_clean: tuple[float, float],
                  seeds: int = 20) -> pd.DataFrame:
     """A summary results file's rows holding the figures of one study as the docs quote them: ``detection`` per
@@ -158,7 +149,7 @@ NAN = math.nan
 RANDOM_DETECTION = [(0.164, NAN, NAN), (0.326, NAN, NAN), (0.51, NAN, NAN), (0.70, NAN, NAN), (0.83, NAN, NAN),
                     (1.0, NAN, NAN)]
 RANDOM_AUC, RANDOM_PRECISION = (0.476, NAN, NAN), 0.493
-#: The first table's study (digits, 20 seeds).
+#: A study's figures, as the docs' digits table first quoted them (20 seeds).
 DIGITS_FIRST = docs_summary(
     {"ads": [(0.391, 0.367, 0.414), (0.71, NAN, NAN), (0.90, NAN, NAN), (0.98, NAN, NAN), (1, NAN, NAN),
              (1, NAN, NAN)],
@@ -170,44 +161,6 @@ DIGITS_FIRST = docs_summary(
     {("ads", 3): (0.899, 0.006), ("loo", 3): (0.886, 0.009), ("random", 3): (0.830, 0.019),
      ("ads", 4): (0.899, 0.007), ("loo", 4): (0.893, 0.006), ("random", 4): (0.863, 0.012)},
     (0.885, 0.912))
-#: The second table's studies: Fashion-MNIST at the paper's protocol, and digits run again beside it.
-FASHION = docs_summary(
-    {"ads": [(0.216, 0.181, 0.251), (0.450, 0.400, 0.500), (0.64, NAN, NAN), (0.80, NAN, NAN), (0.90, NAN, NAN),
-             (1, NAN, NAN)],
-     "loo": [(0.187, 0.156, 0.218), (0.365, 0.331, 0.399), (0.56, NAN, NAN), (0.72, NAN, NAN), (0.89, NAN, NAN),
-             (1, NAN, NAN)],
-     "random": RANDOM_DETECTION},
-    {"ads": (0.663, 0.620, 0.706), "loo": (0.575, 0.537, 0.613), "random": RANDOM_AUC},
-    {"ads": 0.617, "loo": 0.550, "random": RANDOM_PRECISION},
-    {("ads", 3): (0.492, 0.023), ("loo", 3): (0.483, 0.025), ("random", 3): (0.412, 0.030),
-     ("ads", 4): (0.493, 0.018), ("loo", 4): (0.498, 0.021), ("random", 4): (0.463, 0.022)},
-    (0.472, 0.512))
-DIGITS_AGAIN = docs_summary(
-    {"ads": [(0.391, 0.367, 0.414), (0.713, 0.698, 0.728)], "loo": [(0.276, 0.236, 0.317), (0.484, 0.446, 0.521)],
-     "random": RANDOM_DETECTION[:2]},
-    {"ads": (0.973, 0.951, 0.994), "loo": (0.715, 0.674, 0.756), "random": RANDOM_AUC},
-    {"ads": 0.920, "loo": 0.671, "random": RANDOM_PRECISION},
-    {("ads", 3): (0.898, 0.006), ("loo", 3): (0.881, 0.010), ("random", 3): (0.830, 0.019),
-     ("ads", 4): (0.899, 0.007), ("loo", 4): (0.893, 0.006), ("random", 4): (0.863, 0.012)},
-    (0.885, 0.912))
-
-
-def kept(summary: pd.DataFrame, tmp_path: Path, folder: str) -> pd.DataFrame:
-    """``summary`` through a results file and back."""
-    write_results(tmp_path / folder, {STUDY_RESULTS[0]: summary}, f"fedvalue run noisy-clients-study --results {folder}")
-    return read_results(tmp_path / folder / STUDY_RESULTS[0])
-
-
-def test_the_docs_study_table_is_the_rendering_of_its_figures(tmp_path):
-    assert study_table(kept(DIGITS_FIRST, tmp_path, "digits")) == docs_table("| | ADS | LOO | random |")
-
-
-def test_the_docs_two_studies_table_is_the_rendering_of_their_figures(tmp_path):
-    header = "| | Fashion-MNIST, paper's protocol: ADS | LOO | random | digits stand-in: ADS | LOO | random |"
-    rows = study_pair_table(kept(FASHION, tmp_path, "fashion"), kept(DIGITS_AGAIN, tmp_path, "digits"))
-    assert rows == docs_table(header)
-
-
 def test_the_best_of_a_row_is_bold_as_written_ties_and_random_too():
     summary = DIGITS_FIRST.copy()
     auc = summary["figure"] == "auc"

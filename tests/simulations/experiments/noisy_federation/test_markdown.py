@@ -20,7 +20,7 @@ from simulations.experiments.noisy_federation.markdown import (
 )
 from simulations.experiments.noisy_federation.measures import MEASURES, summary_table
 from simulations.runner import read_results, results_command, write_results
-from tests.test_reproductions_tables import DOC, PENDING, unheld
+from tests.test_reproductions_tables import DOC, HELD, unheld
 
 COMMAND = "fedvalue run noisy-federation --out DIR --seed 1 --seeds 3 --results FOLDER"
 #: A cell of the docs' tables: mean, ± half-width, (k/n) when fewer seeds have it.
@@ -147,12 +147,12 @@ def docs_summary() -> pd.DataFrame:
 
 
 def test_the_docs_tables_are_the_rendering_of_a_results_file_holding_their_figures(tmp_path):
-    """The PENDING entry's rendering, given a results file of the docs' own figures, is the docs' three tables with
+    """The HELD entry's rendering, given a results file of the docs' own figures, is the docs' three tables with
     their captions, line for line; the docs' test holds the three as one region, so one changed digit is caught."""
     summary = docs_summary()
     assert len(summary) == 1 + 11 + 11 and list(summary["federation"].unique()) == ["clean", "p1", "p0.5"]
     write_results(tmp_path / "noisy_federation", {NOISY_FEDERATION_RESULTS[0]: summary}, COMMAND)
-    rendering = PENDING[HEADER].rendering
+    rendering = HELD[HEADER]
     assert rendering.files == (f"noisy_federation/{NOISY_FEDERATION_RESULTS[0]}",)
     assert rendering.lines(tmp_path) == docs_tables()
     assert not unheld(DOC, {HEADER: rendering}, tmp_path)
