@@ -13,7 +13,7 @@ from pathlib import Path
 from bench.docs_tables import benchmarks, faults_audit, reproductions
 from bench.docs_tables.blocks import blocks, held_problems
 from bench.docs_tables.regions import regions, rewritten
-from bench.docs_tables.renderings import renderings_of
+from bench.docs_tables.renderings import rendered
 
 #: Errors a renderer raises on results files it cannot read (missing, another format).
 UNREADABLE = (OSError, ValueError, KeyError)
@@ -23,7 +23,7 @@ def _reproductions(results: Path) -> tuple[dict[str, list[list[str]]], list[str]
     made, problems = {}, []
     for header, entry in reproductions.HELD.items():
         try:
-            made[header] = [rendering.lines(results) for rendering in renderings_of(entry)]
+            made[header] = rendered(entry, results)
         except UNREADABLE as error:
             problems.append(f"{header}: not rendered ({type(error).__name__}: {error})")
     return made, problems

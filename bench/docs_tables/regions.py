@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.docs_tables.renderings import RESULTS, renderings_of
+from bench.docs_tables.renderings import RESULTS, rendered
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def rewritten(lines: Sequence[str], found: Sequence[Region]) -> list[str]:
 def made_of(held: Mapping[str, object], results: Path = RESULTS) -> dict[str, list[list[str]]]:
     """A registry's renderings (header -> :class:`~bench.docs_tables.renderings.Rendering` or
     :class:`~bench.docs_tables.renderings.InOrder`), rendered from the files under ``results``."""
-    return {header: [rendering.lines(results) for rendering in renderings_of(entry)] for header, entry in held.items()}
+    return {header: rendered(entry, results) for header, entry in held.items()}
 
 
 def unheld(lines: Sequence[str], held: Mapping[str, object], results: Path = RESULTS) -> list[str]:

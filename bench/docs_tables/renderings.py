@@ -54,6 +54,11 @@ def renderings_of(entry: Rendering | InOrder) -> tuple[Rendering, ...]:
     return entry.renderings if isinstance(entry, InOrder) else (entry,)
 
 
+def rendered(entry: Rendering | InOrder, results: Path = RESULTS) -> list[list[str]]:
+    """The lines of each table a registry's entry makes, rendered from the files under ``results``."""
+    return [rendering.lines(results) for rendering in renderings_of(entry)]
+
+
 @dataclass(frozen=True)
 class Pending:
     """A table no results file holds yet: the command(s) that would make its files, in order, why it is not kept,
